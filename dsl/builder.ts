@@ -97,7 +97,10 @@ export class ModelBuilder {
    * order, so the same model always draws the same streams and backward passes can regenerate masks.
    */
   randomUniform(key: Tensor, shape: readonly number[]): Tensor {
-    return this.node("random_uniform", [key], { stream: this.nextStream++ }, { dtype: "f32", shape: [...shape] });
+    return this.node("random_uniform", [key], { stream: this.nextStream++ }, {
+      dtype: "f32",
+      shape: [...shape],
+    });
   }
 
   where(cond: Tensor, a: Tensor | number, b: Tensor | number): Tensor {
@@ -105,7 +108,11 @@ export class ModelBuilder {
     const tb = typeof b === "number" ? undefined : b;
     const like = ta ?? tb;
     if (!like) throw new ModelError(`where: at least one branch must be a tensor${locSuffix()}`);
-    const shape = broadcastShapes("where", [cond.shape, ...(ta ? [ta.shape] : []), ...(tb ? [tb.shape] : [])]);
+    const shape = broadcastShapes("where", [
+      cond.shape,
+      ...(ta ? [ta.shape] : []),
+      ...(tb ? [tb.shape] : []),
+    ]);
     const x = ta ? ta.broadcastTo(shape) : this.full(a as number, shape, like.dtype);
     const y = tb ? tb.broadcastTo(shape) : this.full(b as number, shape, like.dtype);
     return this.node("where", [cond.broadcastTo(shape), x, y]);
@@ -151,7 +158,9 @@ export function broadcastShapes(op: string, shapes: readonly (readonly number[])
       if (cur === 1) out[off + i] = d;
       else if (d !== 1 && d !== cur) {
         throw new ModelError(
-          `${op}: shapes ${shapes.map((x) => `[${x.join(",")}]`).join(" and ")} do not broadcast${locSuffix()}`,
+          `${op}: shapes ${
+            shapes.map((x) => `[${x.join(",")}]`).join(" and ")
+          } do not broadcast${locSuffix()}`,
         );
       }
     });

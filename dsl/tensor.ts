@@ -150,7 +150,9 @@ export class Tensor {
     const total = this.shape.reduce((a, b) => a * b, 1);
     const holes = shape.filter((d) => d === -1).length;
     if (holes > 1 || (holes === 1 && (known === 0 || total % known !== 0))) {
-      throw new ModelError(`reshape: cannot reshape [${this.shape.join(",")}] to [${shape.join(",")}]${locSuffix()}`);
+      throw new ModelError(
+        `reshape: cannot reshape [${this.shape.join(",")}] to [${shape.join(",")}]${locSuffix()}`,
+      );
     }
     const full = shape.map((d) => (d === -1 ? total / known : d));
     if (full.length === this.rank && full.every((d, i) => d === this.shape[i])) return this;

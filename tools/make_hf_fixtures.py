@@ -86,15 +86,20 @@ LN_STD = 0.1
 
 
 def draw(gen, shape, kind):
-    """kind: 'matrix' N(0,0.5^2), 'bias' N(0,0.1^2), 'ln_weight' 1+N(0,0.1^2)."""
+    """kind: 'matrix' N(0,0.5^2), 'bias' N(0,0.1^2), 'ln_weight' 1+N(0,0.1^2).
+
+    Values are rounded to float32 (then held in float64) because the checkpoint stores float32: the
+    expected outputs must be those of the weights a reader actually gets."""
     x = torch.randn(*shape, generator=gen, dtype=DT)
     if kind == "matrix":
-        return x * MATRIX_STD
-    if kind == "bias":
-        return x * BIAS_STD
-    if kind == "ln_weight":
-        return 1.0 + x * LN_STD
-    raise ValueError(kind)
+        x = x * MATRIX_STD
+    elif kind == "bias":
+        x = x * BIAS_STD
+    elif kind == "ln_weight":
+        x = 1.0 + x * LN_STD
+    else:
+        raise ValueError(kind)
+    return x.to(torch.float32).to(DT)
 
 
 def linear_specs(prefix, out_f, in_f):

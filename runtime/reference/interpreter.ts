@@ -22,7 +22,7 @@ export interface EvalOptions {
 function roundInPlace(x: Buf, dtype: DType, precision: Precision): Buf {
   switch (dtype) {
     case "f32":
-      if (precision === "f32") for (let i = 0; i < x.length; i++) x[i] = Math.fround(x[i]);
+      if (precision === "f32") { for (let i = 0; i < x.length; i++) x[i] = Math.fround(x[i]); }
       return x;
     case "f16":
       for (let i = 0; i < x.length; i++) x[i] = roundF16(x[i]);
@@ -49,10 +49,10 @@ export function evaluateNodes(
   const needed = new Uint8Array(g.nodes.length);
   for (const id of want) needed[id] = 1;
   for (let i = g.nodes.length - 1; i >= 0; i--) {
-    if (needed[i]) for (const j of g.nodes[i].inputs) needed[j] = 1;
+    if (needed[i]) { for (const j of g.nodes[i].inputs) needed[j] = 1; }
   }
   const lastUse = new Int32Array(g.nodes.length).fill(-1);
-  for (const n of g.nodes) if (needed[n.id]) for (const j of n.inputs) lastUse[j] = n.id;
+  for (const n of g.nodes) if (needed[n.id]) { for (const j of n.inputs) lastUse[j] = n.id; }
   const keep = new Set(want);
   const vals: (Buf | undefined)[] = new Array(g.nodes.length);
   for (const n of g.nodes) {
@@ -61,10 +61,14 @@ export function evaluateNodes(
     if (n.op === "input" || n.op === "param") {
       const name = n.attrs.name as string;
       const fed = feeds[name];
-      if (fed === undefined) throw new IRError(`no value fed for ${n.op} '${name}' (${typeToString(n.type)})`);
+      if (fed === undefined) {
+        throw new IRError(`no value fed for ${n.op} '${name}' (${typeToString(n.type)})`);
+      }
       if (fed.length !== numel(n.type.shape)) {
         throw new IRError(
-          `${n.op} '${name}' expects ${numel(n.type.shape)} values (${typeToString(n.type)}), got ${fed.length}`,
+          `${n.op} '${name}' expects ${numel(n.type.shape)} values (${
+            typeToString(n.type)
+          }), got ${fed.length}`,
         );
       }
       v = Float64Array.from(fed);

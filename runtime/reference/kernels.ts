@@ -96,7 +96,7 @@ function matmul({ node, ins: [a, b], inTypes: [ta] }: OpCtx): Buf {
       acc.fill(0);
       for (let p = 0; p < k; p++) {
         const av = aRow[p];
-        if (transB) for (let j = 0; j < n; j++) acc[j] += av * b[bOff + j * k + p];
+        if (transB) { for (let j = 0; j < n; j++) acc[j] += av * b[bOff + j * k + p]; }
         else {
           const row = bOff + p * n;
           for (let j = 0; j < n; j++) acc[j] += av * b[row + j];
@@ -219,7 +219,9 @@ const IMPLS: { [K in OpName]: Impl } = {
     let col = 0;
     ins.forEach((x, p) => {
       const w = inTypes[p].shape[axis] * inner;
-      for (let o = 0; o < outer; o++) out.set(x.subarray(o * w, (o + 1) * w), o * outShape[axis] * inner + col);
+      for (let o = 0; o < outer; o++) {
+        out.set(x.subarray(o * w, (o + 1) * w), o * outShape[axis] * inner + col);
+      }
       col += w;
     });
     return out;
