@@ -56,6 +56,14 @@ export const INFER_OUTPUTS: Record<Head, readonly { name: string; perToken: bool
   qa: [{ name: "start_logits", perToken: true }, { name: "end_logits", perToken: true }],
 };
 
+/** The head a checkpoint was saved for, from its Hugging Face architecture name (default: pretraining). */
+export function headOf(cfg: BertConfig): Head {
+  const arch = cfg.architectures ?? [];
+  if (arch.some((a) => a.endsWith("ForSequenceClassification"))) return "classification";
+  if (arch.some((a) => a.endsWith("ForQuestionAnswering"))) return "qa";
+  return "pretraining";
+}
+
 /** The additive attention-mask value for padding keys, as in BERT's original code. */
 export const MASK_VALUE = -10000;
 /** Masked-LM labels equal to this are not predicted (NVIDIA's run_pretraining.py convention). */

@@ -20,6 +20,8 @@ export interface BertConfig {
   layer_norm_eps: number;
   /** Classes of the sequence-classification head (HF: num_labels, or the size of id2label). */
   num_labels: number;
+  /** Hugging Face's model class names, when the file gives them (e.g. ["BertForPreTraining"]). */
+  architectures?: string[];
 }
 
 export class ConfigError extends Error {
@@ -114,7 +116,11 @@ export function parseBertConfig(raw: unknown, source: string): BertConfig {
   }
   const h = cfg.hidden_size as number, heads = cfg.num_attention_heads as number;
   if (h % heads !== 0) bad(`hidden_size ${h} is not a multiple of num_attention_heads ${heads}`);
-  const out: Record<string, unknown> = {};
+  if (
+    "architectures" in cfg &&
+    !(Array.isArray(cfg.architectures) && cfg.architectures.every((a) => typeof a === "string"))
+  ) bad(`field 'architectures' must be a list of strings`);
+  const out: Record<string, unknown> = "architectures" in cfg ? { architectures: cfg.architectures } : {};
   for (const k of [...POSITIVE_INTS, ...PROBABILITIES, "hidden_act", "initializer_range", "layer_norm_eps"]) {
     out[k] = cfg[k];
   }

@@ -55,41 +55,40 @@ export function mapHfTensors(
   const params = g.sources("param");
   const bare = ![...tensors.keys()].some((k) => k.startsWith("bert."));
   const used = new Set<string>();
-  const problems: string[] = [];
+  const missing: string[] = [], unexpected: string[] = [], wrong: string[] = [];
   const out = new Map<string, Float32Array>();
   for (const [name, node] of params) {
     const found = candidates(name, bare).find((c) => tensors.has(c));
     if (!found) {
-      problems.push(`missing tensor '${name}' [${node.type.shape}]`);
+      missing.push(`${name} [${node.type.shape}]`);
       continue;
     }
     used.add(found);
     const t = tensors.get(found)!;
     if (t.shape.join(",") !== node.type.shape.join(",")) {
-      problems.push(`tensor '${found}' has shape [${t.shape}], the model expects [${node.type.shape}]`);
+      wrong.push(`${found} is [${t.shape}], expected [${node.type.shape}]`);
     } else if (!FLOAT_DTYPES.includes(t.dtype)) {
-      problems.push(`tensor '${found}' has dtype ${t.dtype}; parameters must be F32, F16, BF16 or F64`);
+      wrong.push(`${found} is ${t.dtype}, expected F32, F16, BF16 or F64`);
     } else out.set(name, toFloat32(t));
   }
   for (const [k, t] of tensors) {
     if (used.has(k)) continue;
-    const key = bare ? `bert.${k}` : k;
-    const tiedTo = TIED_OR_BUFFER[k] ?? TIED_OR_BUFFER[key];
-    if (tiedTo) {
-      const partner = tiedTo(k);
-      const p = partner && params.get(partner);
-      if (!partner || (p && numel(p.type.shape) === t.shape.reduce((a, b) => a * b, 1))) continue;
-      if (p) {
-        problems.push(`tensor '${k}' has shape [${t.shape}] but is tied to '${partner}' [${p.type.shape}]`);
-        continue;
-      }
+    const tiedTo = TIED_OR_BUFFER[k] ?? TIED_OR_BUFFER[bare ? `bert.${k}` : k];
+    if (!tiedTo) {
+      unexpected.push(`${k} [${t.shape}]`);
+      continue;
     }
-    problems.push(`unexpected tensor '${k}' [${t.shape}] (not a parameter of ${g.name})`);
+    const partner = tiedTo(k), p = partner ? params.get(partner) : undefined;
+    if (p && numel(p.type.shape) !== t.shape.reduce((a, b) => a * b, 1)) {
+      wrong.push(`${k} is [${t.shape}] but is tied to ${partner} [${p.type.shape}]`);
+    }
   }
-  if (problems.length) {
-    const shown = problems.slice(0, 8).join("; ");
-    const more = problems.length > 8 ? `; and ${problems.length - 8} more` : "";
-    throw new CheckpointError(`${file}: ${shown}${more}`);
+  if (missing.length || unexpected.length || wrong.length) {
+    const list = (what: string, xs: string[]) =>
+      xs.length ? `${xs.length} ${what} (${xs.slice(0, 4).join(", ")}${xs.length > 4 ? ", ..." : ""})` : "";
+    const parts = [list("missing", missing), list("unexpected", unexpected), list("mis-shaped", wrong)];
+    const hint = missing.length && unexpected.length ? "; was it saved for another head?" : "";
+    throw new CheckpointError(`${file}: ${parts.filter(Boolean).join("; ")}${hint}`);
   }
   return out;
 }
