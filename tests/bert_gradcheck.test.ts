@@ -75,7 +75,10 @@ Deno.test("tiny BERT pretraining loss: autodiff matches central finite differenc
       const fd = (up - down) / (2 * h);
       const err = Math.abs(fd - gr[i]) / Math.max(Math.abs(fd), Math.abs(gr[i]), 1e-4);
       worst = Math.max(worst, err);
-      assert.ok(err < 1e-5, `${name}[${i}]: autodiff ${gr[i]} vs finite difference ${fd} (relative error ${err})`);
+      assert.ok(
+        err < 1e-5,
+        `${name}[${i}]: autodiff ${gr[i]} vs finite difference ${fd} (relative error ${err})`,
+      );
       checked++;
     }
   }

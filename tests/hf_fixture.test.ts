@@ -38,7 +38,10 @@ function relError(actual: ArrayLike<number>, want: Float64Array): number {
 async function inferHead(head: Head, dir: string, precision: "f32" | "f64", batchSize: number) {
   const cfg = readBertConfig(`${FX}${dir}/config.json`);
   const model = defineBert("fixture", cfg);
-  const weights = await loadHfWeights(model.build({ head, mode: "infer", batchSize: 1, seqLen: 1 }), `${FX}${dir}`);
+  const weights = await loadHfWeights(
+    model.build({ head, mode: "infer", batchSize: 1, seqLen: 1 }),
+    `${FX}${dir}`,
+  );
   const rows = parseEncodedRows(await Deno.readTextFile(`${FX}inputs.jsonl`), "inputs.jsonl", {
     vocabSize: cfg.vocab_size,
     typeVocabSize: cfg.type_vocab_size,
