@@ -111,7 +111,7 @@ for (const dtype of ["F32", "F16", "BF16"] as const) {
   });
 }
 
-Deno.test("written checkpoints are byte-identical run to run", async () => {
+Deno.test("written checkpoints are byte-identical run to run", () => {
   const g = graph("qa");
   const w = initParams(g, 3);
   const bytes = () =>
