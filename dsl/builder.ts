@@ -26,7 +26,11 @@ const INTERNAL_FRAME = /[\\/](dsl|ir)[\\/][^\\/]+\.ts:\d+:\d+\)?$/;
 
 /** The first stack frame outside dsl/ and ir/, as "path/relative/to/cwd.ts:line". */
 export function callerLocation(): string | undefined {
+  // Composites nest deeply; the default limit of 10 frames can stop short of the model file.
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 64;
   const stack = new Error().stack?.split("\n").slice(1) ?? [];
+  Error.stackTraceLimit = limit;
   for (const line of stack) {
     const m = /(?:file:\/\/)?(\/[^\s()]+\.[jt]s):(\d+):\d+\)?\s*$/.exec(line.trim());
     if (!m || INTERNAL_FRAME.test(line.trim())) continue;

@@ -2,7 +2,7 @@
  * Neural-network composites built only from primitives. Nothing here is a special op: fusion must find
  * these patterns again in the graph and turn them into kernels (and kernel-count tests prove it does).
  */
-import { ModelError } from "./builder.ts";
+import { locSuffix, ModelError } from "./builder.ts";
 import type { Tensor } from "./tensor.ts";
 
 /** y = x W^T + b for x [..., in] and W [out, in] (Hugging Face / PyTorch layout), as one 2-D GEMM. */
@@ -67,7 +67,9 @@ export function logSumExp(x: Tensor): Tensor {
  * counter-based generator keyed by `key` (u32[2]: seed, step), so backward passes can regenerate it.
  */
 export function dropout(x: Tensor, p: number, key: Tensor | undefined): Tensor {
-  if (!(p >= 0 && p < 1)) throw new ModelError(`dropout: probability must be in [0, 1), got ${p}`);
+  if (!(p >= 0 && p < 1)) {
+    throw new ModelError(`dropout: probability must be in [0, 1), got ${p}${locSuffix()}`);
+  }
   if (p === 0 || !key) return x;
   const keep = x.builder.randomUniform(key, x.shape).ge(p);
   return x.builder.where(keep, x.mul(1 / (1 - p)), 0);
@@ -86,7 +88,7 @@ export function crossEntropy(
   const [n, c] = logits.shape;
   if (logits.rank !== 2 || labels.rank !== 1 || labels.shape[0] !== n) {
     throw new ModelError(
-      `crossEntropy: expects logits [N, C] and labels [N], got [${logits.shape}] and [${labels.shape}]`,
+      `crossEntropy: expects logits [N, C] and labels [N], got [${logits.shape}] and [${labels.shape}]${locSuffix()}`,
     );
   }
   const b = logits.builder;

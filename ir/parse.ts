@@ -109,7 +109,7 @@ export function parseGraph(text: string): Graph {
     parseNodeLine(c, g, ids);
   }
   if (!g) throw new IRError("empty text: expected 'graph \"name\" {'");
-  if (!closed) throw new IRError("missing closing '}'");
+  if (!closed) throw new IRError(`line ${lines.length}: missing closing '}'`);
   return g;
 }
 

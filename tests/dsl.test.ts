@@ -23,33 +23,11 @@ import bertTiny from "../models/bert-tiny.ts";
 import bertBase from "../models/bert-base.ts";
 import bertLarge from "../models/bert-large.ts";
 import type { BertModel, Head, Mode } from "../models/bert.ts";
+import { randn, seededRandom } from "./util/random.ts";
 
 // ---- helpers --------------------------------------------------------------------------------------
 
-/** Seeded xorshift32 stream of doubles in (0, 1), so failures reproduce. */
-function rng(seed: number) {
-  let s = seed >>> 0 || 0x2545f491;
-  const u32 = () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s;
-  };
-  const uniform = () => (u32() + 0.5) / 2 ** 32;
-  return {
-    uniform,
-    range: (lo: number, hi: number) => lo + (hi - lo) * uniform(),
-    normal: () => Math.sqrt(-2 * Math.log(uniform())) * Math.cos(2 * Math.PI * uniform()),
-    /** An integer in [lo, hi). */
-    int: (lo: number, hi: number) => lo + Math.floor(uniform() * (hi - lo)),
-  };
-}
-
-function randn(r: ReturnType<typeof rng>, n: number): Float64Array {
-  return Float64Array.from({ length: n }, () => r.normal());
-}
+const rng = seededRandom;
 
 function assertClose(actual: ArrayLike<number>, expected: ArrayLike<number>, tol: number, what = ""): void {
   assert.equal(actual.length, expected.length, `${what}: length`);
@@ -137,9 +115,6 @@ Deno.test("dsl: crossEntropy's shape check names the shapes", () => {
 
 Deno.test({
   name: "dsl: crossEntropy's shape error names the model line",
-  // BUG (dsl/nn.ts, crossEntropy's `throw new ModelError(...)`): the message lacks `${locSuffix()}`, so
-  // unlike every other shape error it does not say which model line made the bad call.
-  ignore: true,
   fn: () => {
     const e = modelError(bad.wrongLabels);
     assert.ok(e.message.includes(`${FIXTURE}:${markerLine("labels")}`), e.message);

@@ -12,19 +12,9 @@ import {
   roundBF16Exact,
   roundF16,
 } from "../runtime/numeric/half.ts";
+import { seededRandom } from "./util/random.ts";
 
-// Deterministic xorshift32 so failures reproduce; quality is irrelevant here.
-function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s;
-  };
-}
+const rng = (seed: number) => seededRandom(seed).u32;
 
 const isF16NaN = (b: number) => (b & 0x7c00) === 0x7c00 && (b & 0x03ff) !== 0;
 const isBF16NaN = (b: number) => (b & 0x7f80) === 0x7f80 && (b & 0x007f) !== 0;

@@ -9,32 +9,11 @@ import { evaluate, type Precision } from "../runtime/reference/interpreter.ts";
 import { erf } from "../runtime/numeric/erf.ts";
 import { roundBF16 } from "../runtime/numeric/half.ts";
 import { uniformAt } from "../runtime/numeric/philox.ts";
+import { randn, seededRandom } from "./util/random.ts";
 
 // ---- helpers --------------------------------------------------------------------------------------
 
-/** Seeded xorshift32 stream of doubles in (0, 1), so failures reproduce. */
-function rng(seed: number) {
-  let s = seed >>> 0 || 0x6a09e667;
-  const u32 = () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s;
-  };
-  const uniform = () => (u32() + 0.5) / 2 ** 32;
-  return {
-    uniform,
-    range: (lo: number, hi: number) => lo + (hi - lo) * uniform(),
-    normal: () => Math.sqrt(-2 * Math.log(uniform())) * Math.cos(2 * Math.PI * uniform()),
-    /** An integer in [lo, hi). */
-    int: (lo: number, hi: number) => lo + Math.floor(uniform() * (hi - lo)),
-  };
-}
-type Rng = ReturnType<typeof rng>;
-
-const randn = (r: Rng, n: number) => Float64Array.from({ length: n }, () => r.normal());
+const rng = seededRandom;
 const T = (dtype: DType, shape: number[]): TensorType => ({ dtype, shape });
 const size = (shape: number[]) => shape.reduce((a, b) => a * b, 1);
 
@@ -623,9 +602,6 @@ Deno.test("erf: odd symmetry and monotone across the series/continued-fraction s
 
 Deno.test({
   name: "erf: erf(-0) is -0",
-  // BUG (runtime/numeric/erf.ts, erf): `x < 0 ? -erfSeries(a) : erfSeries(a)` is false for -0, so
-  // erf(-0) returns +0; C's erf and IEEE odd functions give -0. Harmless for BERT, wrong as an oracle.
-  ignore: true,
   fn: () => {
     assert.ok(Object.is(erf(-0), -0));
   },

@@ -294,9 +294,6 @@ Deno.test("ir: parse reports a missing closing '}'", () => {
 
 Deno.test({
   name: "ir: a missing closing '}' names the line where the text ended",
-  // BUG (ir/parse.ts, `if (!closed) throw new IRError("missing closing '}'")`): unlike every other parse
-  // error this one carries no line number, so in a long dump it does not say where the text stopped.
-  ignore: true,
   fn: () => {
     const e = parseError([...HEAD, "  %1 = neg(%0) : f32[2,3]", '  output "y" = %1'].join("\n"));
     assert.match(e.message, /line 4\b/);

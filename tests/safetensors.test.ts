@@ -12,18 +12,9 @@ import {
   writeSafetensorsFile,
 } from "../runtime/checkpoint/safetensors.ts";
 import { roundBF16, roundF16 } from "../runtime/numeric/half.ts";
+import { seededRandom } from "./util/random.ts";
 
-// Deterministic xorshift32 so failures reproduce.
-function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>>= 0);
-  };
-}
+const rng = (seed: number) => seededRandom(seed).u32;
 const next = rng(2024);
 const randFloat = () => (next() / 2 ** 32 - 0.5) * 2 ** ((next() % 20) - 10);
 const randInt = (lo: number, hi: number) => lo + (next() % (hi - lo + 1));

@@ -29,7 +29,7 @@ function erfcContinuedFraction(x: number): number {
 }
 
 export function erf(x: number): number {
-  if (Number.isNaN(x)) return NaN;
+  if (Number.isNaN(x) || x === 0) return x; // keeps the sign of -0, as C's erf does
   const a = Math.abs(x);
   if (a < 2.5) return x < 0 ? -erfSeries(a) : erfSeries(a);
   if (a > 6) return x < 0 ? -1 : 1;
