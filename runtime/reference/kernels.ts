@@ -4,7 +4,15 @@
  * exact numbers (integers and 0/1 for bool); rounding to the node's dtype happens in interpreter.ts.
  * Reductions and matmul accumulate in f64.
  */
-import { type DType, type Node, numel, type OpName, stridesOf, type TensorType } from "../../ir/mod.ts";
+import {
+  type DType,
+  isInt,
+  type Node,
+  numel,
+  type OpName,
+  stridesOf,
+  type TensorType,
+} from "../../ir/mod.ts";
 import { erf } from "../numeric/erf.ts";
 import { fillUniform } from "../numeric/philox.ts";
 
@@ -141,15 +149,13 @@ const IMPLS: { [K in OpName]: Impl } = {
   reciprocal: map1((x) => 1 / x),
   stop_gradient: ({ ins: [x] }) => x,
   not: map1((x) => (x ? 0 : 1)),
-  cast: ({ node, ins: [x] }) => {
-    const to = node.attrs.to as DType;
-    return map1((v) => castValue(v, to))({ node, ins: [x], inTypes: [] });
-  },
+  // The conversion itself is the rounding to the node's dtype that interpreter.ts applies to every result.
+  cast: ({ ins: [x] }) => x,
   add: map2((a, b) => a + b),
   sub: map2((a, b) => a - b),
   mul: map2((a, b) => a * b),
   div: (c) => {
-    const int = c.node.type.dtype === "i32" || c.node.type.dtype === "u32";
+    const int = isInt(c.node.type.dtype);
     return map2(int ? (a, b) => Math.trunc(a / b) : (a, b) => a / b)(c);
   },
   // NaN propagates through max/min, as IEEE maximum (and a GPU's NaN-propagating max) does.
