@@ -7,7 +7,7 @@
  */
 import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
 import { differentiate } from "../compiler/passes/autodiff.ts";
-import { type Graph, isElementwise, isLibrary, isMovement, isReduce, type OpName } from "../ir/mod.ts";
+import { type Graph, isElementwise, isLibrary, isMovement, isReduce, numel, type OpName } from "../ir/mod.ts";
 import { loadModel } from "../models/load.ts";
 
 const HELP = `
@@ -66,7 +66,7 @@ await runMain(async () => {
     }
   }
   const params = [...forward!.sources("param").values()].reduce(
-    (n, p) => n + p.type.shape.reduce((a, b) => a * b, 1),
+    (n, p) => n + numel(p.type.shape),
     0,
   );
   const result = {

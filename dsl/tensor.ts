@@ -4,7 +4,7 @@
  * shapes) and accept plain numbers, which become constants of the other operand's dtype. Reductions
  * keep the reduced axes with size 1 unless asked not to. Negative axes count from the end.
  */
-import type { DType, NodeId, TensorType } from "../ir/mod.ts";
+import { type DType, type NodeId, numel, type TensorType } from "../ir/mod.ts";
 import { broadcastShapes, locSuffix, type ModelBuilder, ModelError, normAxis } from "./builder.ts";
 
 export type TensorLike = Tensor | number;
@@ -146,8 +146,8 @@ export class Tensor {
   // ---- movement ------------------------------------------------------------------------------
   /** New shape; one entry may be -1 and is then inferred. */
   reshape(shape: readonly number[]): Tensor {
-    const known = shape.filter((d) => d !== -1).reduce((a, b) => a * b, 1);
-    const total = this.shape.reduce((a, b) => a * b, 1);
+    const known = numel(shape.filter((d) => d !== -1));
+    const total = numel(this.shape);
     const holes = shape.filter((d) => d === -1).length;
     if (holes > 1 || (holes === 1 && (known === 0 || total % known !== 0))) {
       throw new ModelError(

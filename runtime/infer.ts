@@ -4,7 +4,7 @@
  * rows. Per-token outputs are [N, S, ...] with S the longest row overall; positions at or past a row's own
  * length are padding and are written as 0, so results do not depend on how rows were batched.
  */
-import type { Graph } from "../ir/mod.ts";
+import { type Graph, numel } from "../ir/mod.ts";
 import type { Backend } from "./backend.ts";
 import type { EncodedRow } from "./infer_input.ts";
 
@@ -49,11 +49,11 @@ export async function runInference(
     for (const spec of opts.outputs) {
       const v = out.get(spec.name)!;
       const shape = g.node(g.outputs.get(spec.name)!).type.shape;
-      const inner = shape.slice(spec.perToken ? 2 : 1).reduce((x, y) => x * y, 1);
+      const inner = numel(shape.slice(spec.perToken ? 2 : 1));
       let res = results.get(spec.name);
       if (!res) {
         const full = [n, ...(spec.perToken ? [maxLen] : []), ...shape.slice(spec.perToken ? 2 : 1)];
-        res = { shape: full, data: new Float32Array(full.reduce((x, y) => x * y, 1)) };
+        res = { shape: full, data: new Float32Array(numel(full)) };
         results.set(spec.name, res);
       }
       batch.forEach((r, i) => {

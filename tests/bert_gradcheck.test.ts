@@ -9,7 +9,7 @@ import { defineBert } from "../models/bert.ts";
 import { numel } from "../ir/mod.ts";
 import { initParams } from "../runtime/init.ts";
 import { evaluate } from "../runtime/reference/interpreter.ts";
-import { philox4x32 } from "../runtime/numeric/philox.ts";
+import { seededRandom } from "./util/random.ts";
 
 const CONFIG = {
   vocab_size: 50,
@@ -27,9 +27,10 @@ const CONFIG = {
   num_labels: 2,
 };
 
-/** A small seeded integer generator for test data (Philox, counter = draw number). */
+/** n seeded integers in [lo, hi). */
 function randomInts(seed: number, n: number, lo: number, hi: number): number[] {
-  return Array.from({ length: n }, (_, i) => lo + (philox4x32([i, 0, 0, 0], [seed, 7])[0] % (hi - lo)));
+  const r = seededRandom(seed);
+  return Array.from({ length: n }, () => r.int(lo, hi));
 }
 
 Deno.test("tiny BERT pretraining loss: autodiff matches central finite differences (f64, dropout on)", () => {

@@ -79,7 +79,7 @@ export function mapHfTensors(
       continue;
     }
     const partner = tiedTo(k), p = partner ? params.get(partner) : undefined;
-    if (p && numel(p.type.shape) !== t.shape.reduce((a, b) => a * b, 1)) {
+    if (p && numel(p.type.shape) !== numel(t.shape)) {
       wrong.push(`${k} is [${t.shape}] but is tied to ${partner} [${p.type.shape}]`);
     }
   }
