@@ -1,0 +1,242 @@
+/**
+ * The kernel IR: one small imperative language that every emitter (WGSL, CUDA C) spells. Everything that
+ * decides what runs — index math, loop structure, reduction strategy, workgroup shape, vector width — is
+ * decided by the lowering into this IR or by target legalize rules rewriting it; emitters only spell.
+ *
+ * Model: a kernel is launched over `workgroups` workgroups of `workgroupSize` threads (both 1-D and
+ * static). Threads see three ids: `lid` (thread within workgroup), `wg` (linear workgroup index, which a
+ * legalize rule recovers from a 2-D grid when there are more than 65,535 workgroups) and `gid`
+ * (wg * workgroupSize + lid). Buffers are flat arrays of one storage type; indices are i32 element
+ * indices. Values in expressions have a compute type: f32, f16 (only where a kernel opts in), i32, u32 or
+ * bool. Loads yield the buffer's storage type; the lowering inserts the casts it needs.
+ */
+
+/** Element types as stored in buffers. `bool` is legalized to u32 storage by targets without byte types. */
+export type KStorage = "f32" | "f16" | "bf16" | "i32" | "u32" | "bool";
+/** Types of values inside a kernel. */
+export type KType = KStorage;
+
+export type KUnOp =
+  | "neg"
+  | "abs"
+  | "exp"
+  | "log"
+  | "tanh"
+  | "erf"
+  | "sqrt"
+  | "rsqrt"
+  | "reciprocal"
+  | "not";
+
+export type KBinOp =
+  | "add"
+  | "sub"
+  | "mul"
+  | "div" // float division, or truncating integer division on i32/u32
+  | "mod" // integer remainder (i32/u32 only)
+  | "max"
+  | "min"
+  | "and" // logical on bool
+  | "or"
+  | "eq"
+  | "ne"
+  | "lt"
+  | "le"
+  | "gt"
+  | "ge";
+
+export type KExpr =
+  | { readonly k: "lit"; readonly t: KType; readonly v: number }
+  | { readonly k: "ref"; readonly t: KType; readonly name: string }
+  | { readonly k: "id"; readonly t: "i32"; readonly which: "lid" | "wg" | "gid" }
+  | { readonly k: "load"; readonly t: KType; readonly buf: string; readonly index: KExpr }
+  | { readonly k: "sload"; readonly t: KType; readonly arr: string; readonly index: KExpr }
+  | { readonly k: "un"; readonly t: KType; readonly op: KUnOp; readonly a: KExpr }
+  | { readonly k: "bin"; readonly t: KType; readonly op: KBinOp; readonly a: KExpr; readonly b: KExpr }
+  | { readonly k: "select"; readonly t: KType; readonly cond: KExpr; readonly a: KExpr; readonly b: KExpr }
+  | { readonly k: "cast"; readonly t: KType; readonly a: KExpr }
+  /**
+   * Uniform [0,1) f32 of the project's Philox convention (runtime/numeric/philox.ts): key (seed, stream),
+   * counter (floor(index/4), 0, step, 0), word index%4, (bits >>> 8) * 2^-24. seed/step are u32 exprs.
+   */
+  | {
+    readonly k: "philox";
+    readonly t: "f32";
+    readonly seed: KExpr;
+    readonly step: KExpr;
+    readonly stream: number;
+    readonly index: KExpr;
+  };
+
+export type KStmt =
+  /** Declares a local; `mutable` locals may be `set` later. */
+  | {
+    readonly k: "let";
+    readonly name: string;
+    readonly t: KType;
+    readonly init: KExpr;
+    readonly mutable: boolean;
+  }
+  | { readonly k: "set"; readonly name: string; readonly value: KExpr }
+  | { readonly k: "store"; readonly buf: string; readonly index: KExpr; readonly value: KExpr }
+  | { readonly k: "sstore"; readonly arr: string; readonly index: KExpr; readonly value: KExpr }
+  /** for (var v: i32 = from; v < to; v += step) */
+  | {
+    readonly k: "for";
+    readonly v: string;
+    readonly from: KExpr;
+    readonly to: KExpr;
+    readonly step: KExpr;
+    readonly body: readonly KStmt[];
+  }
+  | {
+    readonly k: "if";
+    readonly cond: KExpr;
+    readonly then: readonly KStmt[];
+    readonly else?: readonly KStmt[];
+  }
+  /** workgroupBarrier(): all threads of the workgroup must reach it (never inside divergent control flow). */
+  | { readonly k: "barrier" }
+  /**
+   * Workgroup-wide reduction of `value` (one per thread) with `op`; afterwards every thread holds the
+   * result in the new immutable local `out`. Uniform control flow required. Targets legalize it (WGSL: a
+   * shared-memory tree; CUDA: warp shuffles then shared memory). The combination order is fixed by the
+   * legalize rule, so results are deterministic run to run.
+   */
+  | {
+    readonly k: "wg_reduce";
+    readonly op: "sum" | "max";
+    readonly t: KType;
+    readonly value: KExpr;
+    readonly out: string;
+  }
+  | { readonly k: "comment"; readonly text: string };
+
+export interface KBinding {
+  /** Name used in the kernel body (`load`/`store` refer to it). */
+  readonly name: string;
+  /** Plan buffer id this binding is attached to at launch. */
+  readonly buffer: number;
+  readonly t: KStorage;
+  readonly access: "read" | "write" | "read_write";
+  /** Number of elements of the bound buffer (for bounds and for splitting over binding-size limits). */
+  readonly elements: number;
+}
+
+export interface KShared {
+  readonly name: string;
+  readonly t: KType;
+  readonly size: number;
+}
+
+export type KernelKind = "loop" | "reduce" | "matmul" | "scatter" | "copy";
+
+export interface Kernel {
+  /** Unique, descriptive name, e.g. `k012_layernorm_fwd`; used for file names and error messages. */
+  readonly name: string;
+  readonly kind: KernelKind;
+  readonly bindings: readonly KBinding[];
+  readonly shared: readonly KShared[];
+  readonly workgroupSize: number;
+  /** Total number of workgroups (1-D); targets split it into a 2-D grid when over their limit. */
+  readonly workgroups: number;
+  readonly body: readonly KStmt[];
+  /** Human-readable lines: what the kernel fuses (ops and model source lines). */
+  readonly about: readonly string[];
+  /** True when the kernel uses f16 arithmetic or storage (WGSL needs `enable f16`). */
+  readonly usesF16: boolean;
+}
+
+// ---- constructors: short helpers so lowering code reads like the index math it builds --------------
+
+export const lit = (v: number, t: KType = "i32"): KExpr => ({ k: "lit", t, v });
+export const f32 = (v: number): KExpr => lit(v, "f32");
+export const i32 = (v: number): KExpr => lit(v, "i32");
+export const u32 = (v: number): KExpr => lit(v, "u32");
+export const ref = (name: string, t: KType): KExpr => ({ k: "ref", t, name });
+export const lid: KExpr = { k: "id", t: "i32", which: "lid" };
+export const wgId: KExpr = { k: "id", t: "i32", which: "wg" };
+export const gid: KExpr = { k: "id", t: "i32", which: "gid" };
+export const load = (buf: string, index: KExpr, t: KType): KExpr => ({ k: "load", t, buf, index });
+export const sload = (arr: string, index: KExpr, t: KType): KExpr => ({ k: "sload", t, arr, index });
+export const cast = (a: KExpr, t: KType): KExpr => (a.t === t ? a : { k: "cast", t, a });
+export const un = (op: KUnOp, a: KExpr): KExpr => ({ k: "un", t: a.t, op, a });
+export const select = (cond: KExpr, a: KExpr, b: KExpr): KExpr => ({ k: "select", t: a.t, cond, a, b });
+
+const COMPARE: ReadonlySet<KBinOp> = new Set(["eq", "ne", "lt", "le", "gt", "ge"]);
+
+/** A binary op; comparisons yield bool. Integer literals are folded where trivially possible. */
+export function bin(op: KBinOp, a: KExpr, b: KExpr): KExpr {
+  const t: KType = COMPARE.has(op) ? "bool" : a.t;
+  if (a.k === "lit" && b.k === "lit" && (a.t === "i32" || a.t === "u32") && a.t === b.t) {
+    const folded = foldInt(op, a.v, b.v, a.t);
+    if (folded !== undefined) return lit(folded, t === "bool" ? "bool" : a.t);
+  }
+  if (a.t === "i32" || a.t === "u32") {
+    const isZero = (e: KExpr) => e.k === "lit" && e.v === 0;
+    const isOne = (e: KExpr) => e.k === "lit" && e.v === 1;
+    if (op === "add" && isZero(b)) return a;
+    if (op === "add" && isZero(a)) return b;
+    if (op === "sub" && isZero(b)) return a;
+    if (op === "mul" && (isOne(b))) return a;
+    if (op === "mul" && (isOne(a))) return b;
+    if (op === "mul" && (isZero(a) || isZero(b))) return lit(0, a.t);
+    if (op === "div" && isOne(b)) return a;
+    if (op === "mod" && isOne(b)) return lit(0, a.t);
+  }
+  return { k: "bin", t, op, a, b };
+}
+
+function foldInt(op: KBinOp, a: number, b: number, t: "i32" | "u32"): number | undefined {
+  const wrap = (x: number) => (t === "i32" ? x | 0 : x >>> 0);
+  switch (op) {
+    case "add":
+      return wrap(a + b);
+    case "sub":
+      return wrap(a - b);
+    case "mul":
+      return wrap(Math.imul(a, b));
+    case "div":
+      return b === 0 ? undefined : wrap(Math.trunc(a / b));
+    case "mod":
+      return b === 0 ? undefined : wrap(a % b);
+    case "max":
+      return Math.max(a, b);
+    case "min":
+      return Math.min(a, b);
+    case "eq":
+      return a === b ? 1 : 0;
+    case "lt":
+      return a < b ? 1 : 0;
+    default:
+      return undefined;
+  }
+}
+
+export const add = (a: KExpr, b: KExpr) => bin("add", a, b);
+export const sub = (a: KExpr, b: KExpr) => bin("sub", a, b);
+export const mul = (a: KExpr, b: KExpr) => bin("mul", a, b);
+export const div = (a: KExpr, b: KExpr) => bin("div", a, b);
+export const mod = (a: KExpr, b: KExpr) => bin("mod", a, b);
+export const lt = (a: KExpr, b: KExpr) => bin("lt", a, b);
+
+export const let_ = (name: string, init: KExpr, mutable = false): KStmt => ({
+  k: "let",
+  name,
+  t: init.t,
+  init,
+  mutable,
+});
+export const set = (name: string, value: KExpr): KStmt => ({ k: "set", name, value });
+export const store = (buf: string, index: KExpr, value: KExpr): KStmt => ({ k: "store", buf, index, value });
+export const for_ = (v: string, from: KExpr, to: KExpr, step: KExpr, body: KStmt[]): KStmt => ({
+  k: "for",
+  v,
+  from,
+  to,
+  step,
+  body,
+});
+export const if_ = (cond: KExpr, then: KStmt[], else_?: KStmt[]): KStmt =>
+  else_ ? { k: "if", cond, then, else: else_ } : { k: "if", cond, then };
+export const barrier: KStmt = { k: "barrier" };

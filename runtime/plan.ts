@@ -1,0 +1,89 @@
+/**
+ * A Plan: everything a runtime needs to execute one compiled graph, and nothing about how it was
+ * compiled. The compiler produces it; runtimes (webgpu, cuda) consume it; `deno task compile` writes it
+ * as JSON beside the kernels. Shapes are static, so every size and launch shape is known here.
+ *
+ * Memory: each logical buffer lives in a `slot`; buffers whose lifetimes do not overlap share a slot
+ * (the memory plan). Inputs, params and outputs have slots of their own, never shared, so feeding inputs
+ * and reading outputs is always safe.
+ */
+
+export type PlanDType = "f32" | "f16" | "bf16" | "i32" | "u32" | "bool";
+
+export type BufferRole = "input" | "param" | "output" | "activation";
+
+export interface PlanBuffer {
+  readonly id: number;
+  /** Graph name for inputs/params/outputs; `%<node>` (with the op) for activations. */
+  readonly name: string;
+  readonly dtype: PlanDType;
+  readonly shape: readonly number[];
+  /** Bytes of the logical tensor (bool counted as 1 byte; targets may store it wider). */
+  readonly bytes: number;
+  readonly role: BufferRole;
+  readonly slot: number;
+}
+
+export interface PlanSlot {
+  readonly id: number;
+  /** Elements-times-width of the largest buffer assigned, in bytes, as stored on the widest target. */
+  readonly bytes: number;
+}
+
+export interface PlanBinding {
+  /** Binding index in the kernel (WGSL @binding(i), CUDA parameter i). */
+  readonly index: number;
+  readonly name: string;
+  readonly buffer: number;
+  readonly access: "read" | "write" | "read_write";
+}
+
+/** One target's rendering of a kernel. */
+export interface TargetKernel {
+  readonly code: string;
+  /** Launch grid in workgroups/blocks: [x, y, z]. */
+  readonly grid: readonly [number, number, number];
+  readonly workgroupSize: number;
+}
+
+export interface PlanKernel {
+  readonly name: string;
+  readonly kind: string;
+  readonly bindings: readonly PlanBinding[];
+  readonly wgsl?: TargetKernel;
+  readonly cuda?: TargetKernel;
+  /** What the kernel fuses, for reports and error messages. */
+  readonly about: readonly string[];
+  /** Estimated bytes read and written per launch (the fusion report's traffic model). */
+  readonly bytesRead: number;
+  readonly bytesWritten: number;
+  /** Floating-point operations per launch (matmuls: 2·M·N·K; elementwise: one per op per element). */
+  readonly flops: number;
+}
+
+export type PlanStep =
+  | { readonly op: "launch"; readonly kernel: number }
+  | { readonly op: "copy"; readonly src: number; readonly dst: number; readonly bytes: number };
+
+export interface Plan {
+  readonly version: 1;
+  readonly graph: string;
+  readonly buffers: readonly PlanBuffer[];
+  readonly slots: readonly PlanSlot[];
+  /** Graph input name -> buffer id. */
+  readonly inputs: Readonly<Record<string, number>>;
+  /** Parameter name -> buffer id. */
+  readonly params: Readonly<Record<string, number>>;
+  /** Graph output name -> buffer id. */
+  readonly outputs: Readonly<Record<string, number>>;
+  readonly kernels: readonly PlanKernel[];
+  /** The step program, in order. Parameter updates are copies at the end (`updates`). */
+  readonly steps: readonly PlanStep[];
+  /** After the step: copy buffer `value` into parameter buffer `param` (training updates). */
+  readonly updates: readonly { readonly param: number; readonly value: number }[];
+}
+
+/** Bytes per element of a dtype as stored by the runtimes (bool widened to u32 for WGSL's sake). */
+export function storedBytes(dtype: PlanDType): number {
+  return dtype === "f16" || dtype === "bf16" ? 2 : 4;
+}
