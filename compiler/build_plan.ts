@@ -1,0 +1,155 @@
+/**
+ * From a fused graph to a Plan: one buffer per materialized node, kernels lowered to the kernel IR and
+ * rendered for each target, the step program, and the memory plan (buffers with disjoint lifetimes share
+ * a slot).
+ */
+import { byteSize, type Graph, type NodeId, numel } from "../ir/mod.ts";
+import type { BufferRole, Plan, PlanBuffer, PlanKernel, PlanStep, TargetKernel } from "../runtime/plan.ts";
+import { storedBytes } from "../runtime/plan.ts";
+import type { FusionResult } from "./fusion/types.ts";
+import type { Kernel } from "./kernel_ir/ir.ts";
+import { kernelCost } from "./kernel_cost.ts";
+import { lowerKernel } from "./lower/lower_kernel.ts";
+import { planMemory } from "./memory_plan.ts";
+
+export type Target = "wgsl" | "cuda";
+export type Emitter = (k: Kernel) => TargetKernel;
+
+/** Graph outputs named `new:<param>` are the parameter's value after the step (training updates). */
+export const UPDATE_PREFIX = "new:";
+
+export interface BuiltPlan {
+  readonly plan: Plan;
+  readonly kernels: readonly Kernel[];
+  readonly memory: {
+    readonly bytesWithReuse: number;
+    readonly bytesWithoutReuse: number;
+    readonly peakLiveBytes: number;
+  };
+}
+
+export function buildPlan(
+  g: Graph,
+  fusion: FusionResult,
+  emitters: Partial<Record<Target, Emitter>>,
+): BuiltPlan {
+  const bufferOfNode = new Map<NodeId, number>();
+  const buffers: Omit<PlanBuffer, "slot">[] = [];
+  const outputNodes = new Set(g.outputs.values());
+  const addBuffer = (id: NodeId, role: BufferRole, name?: string): number => {
+    const n = g.nodes[id];
+    const b = {
+      id: buffers.length,
+      name: name ?? `%${id} ${n.op}`,
+      dtype: n.type.dtype,
+      shape: [...n.type.shape],
+      bytes: numel(n.type.shape) * byteSize(n.type.dtype),
+      role,
+    };
+    buffers.push(b);
+    return b.id;
+  };
+  for (const n of g.nodes) {
+    if (n.op === "input") bufferOfNode.set(n.id, addBuffer(n.id, "input", String(n.attrs.name)));
+    if (n.op === "param") bufferOfNode.set(n.id, addBuffer(n.id, "param", String(n.attrs.name)));
+  }
+  for (const k of fusion.kernels) {
+    for (const r of k.roots) {
+      const outName = [...g.outputs].find(([, id]) => id === r)?.[0];
+      bufferOfNode.set(r, addBuffer(r, outputNodes.has(r) ? "output" : "activation", outName));
+    }
+  }
+
+  const ctx = {
+    graph: g,
+    computedAnywhere: (id: NodeId) => fusion.kernelOf[id] < 0 && !fusion.materialized.has(id),
+    bufferOf: (id: NodeId) => {
+      const b = bufferOfNode.get(id);
+      if (b === undefined) throw new Error(`internal: %${id} has no buffer`);
+      return b;
+    },
+  };
+  const kernels = fusion.kernels.map((k) => lowerKernel(g, k, { ...ctx, members: k.members }));
+
+  const steps: PlanStep[] = kernels.map((_, i) => ({ op: "launch", kernel: i }));
+  const outputs: Record<string, number> = {};
+  for (const [name, id] of g.outputs) {
+    const src = bufferOfNode.get(id)!;
+    if (buffers[src].role === "output") {
+      outputs[name] = src;
+    } else {
+      // An output that is an input or parameter itself: copy it into a buffer of its own.
+      const dst = addBuffer(id, "output", name);
+      steps.push({ op: "copy", src, dst, bytes: buffers[src].bytes });
+      outputs[name] = dst;
+    }
+  }
+  const inputs: Record<string, number> = {};
+  const params: Record<string, number> = {};
+  for (const b of buffers) {
+    if (b.role === "input") inputs[b.name] = b.id;
+    if (b.role === "param") params[b.name] = b.id;
+  }
+  const updates = Object.entries(outputs)
+    .filter(([name]) => name.startsWith(UPDATE_PREFIX))
+    .map(([name, value]) => {
+      const param = params[name.slice(UPDATE_PREFIX.length)];
+      if (param === undefined) throw new Error(`output '${name}' updates no parameter`);
+      return { param, value };
+    });
+
+  const schedule = steps.map((s) =>
+    s.op === "launch"
+      ? {
+        reads: kernels[s.kernel].bindings.filter((b) => b.access !== "write").map((b) => b.buffer),
+        writes: kernels[s.kernel].bindings.filter((b) => b.access !== "read").map((b) => b.buffer),
+      }
+      : { reads: [s.src], writes: [s.dst] }
+  );
+  const stored = (b: (typeof buffers)[number]) => numel(b.shape) * storedBytes(b.dtype);
+  const mem = planMemory(
+    buffers.map((b) => ({ id: b.id, bytes: stored(b), pinned: b.role !== "activation" })),
+    schedule,
+  );
+  const slotOf = (id: number) => {
+    const s = mem.slotOf instanceof Map ? mem.slotOf.get(id) : (mem.slotOf as number[])[id];
+    if (s === undefined) throw new Error(`internal: buffer ${id} has no slot`);
+    return s;
+  };
+
+  const planKernels: PlanKernel[] = kernels.map((k) => {
+    const cost = kernelCost(k);
+    const pk: PlanKernel = {
+      name: k.name,
+      kind: k.kind,
+      bindings: k.bindings.map((b, index) => ({ index, name: b.name, buffer: b.buffer, access: b.access })),
+      about: k.about,
+      ...cost,
+      ...(emitters.wgsl ? { wgsl: emitters.wgsl(k) } : {}),
+      ...(emitters.cuda ? { cuda: emitters.cuda(k) } : {}),
+    };
+    return pk;
+  });
+
+  const plan: Plan = {
+    version: 1,
+    graph: g.name,
+    buffers: buffers.map((b) => ({ ...b, slot: slotOf(b.id) })),
+    slots: mem.slots.map((s) => ({ id: s.id, bytes: s.bytes })),
+    inputs,
+    params,
+    outputs,
+    kernels: planKernels,
+    steps,
+    updates,
+  };
+  return {
+    plan,
+    kernels,
+    memory: {
+      bytesWithReuse: mem.bytesWithReuse,
+      bytesWithoutReuse: mem.bytesWithoutReuse,
+      peakLiveBytes: mem.peakLiveBytes,
+    },
+  };
+}

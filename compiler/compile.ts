@@ -1,0 +1,91 @@
+/**
+ * The compiler driver: model -> graph (training step or inference) -> simplification passes -> fusion
+ * -> lowering -> per-target kernels -> Plan. Command-line tools and the runtimes' callers go through here.
+ */
+import type { Graph } from "../ir/mod.ts";
+import type { BertModel, Head } from "../models/bert.ts";
+import { buildPlan, type BuiltPlan, type Emitter, type Target } from "./build_plan.ts";
+import { type DebugFlags, Fuel, readDebugFlags } from "./debug.ts";
+import { fuseGraph } from "./fusion/fuse.ts";
+import type { FusionResult } from "./fusion/types.ts";
+import { differentiate } from "./passes/autodiff.ts";
+import { cse } from "./passes/cse.ts";
+import { dce } from "./passes/dce.ts";
+import { applyPrecision, type Precision } from "./passes/precision.ts";
+import { appendSgdUpdate } from "./passes/sgd_update.ts";
+import { simplify } from "./passes/simplify.ts";
+import { runPipeline } from "./pipeline.ts";
+
+export interface GraphRequest {
+  readonly model: BertModel;
+  readonly mode: "train" | "infer";
+  readonly head?: Head;
+  readonly precision: Precision;
+  readonly batchSize: number;
+  readonly seqLen: number;
+  readonly maxPredictions?: number;
+  readonly dropout?: boolean;
+}
+
+/** The graph of one training step (forward, backward, SGD update) or of inference. */
+export function buildModelGraph(req: GraphRequest): Graph {
+  const train = req.mode === "train";
+  let g = req.model.build({
+    head: req.head ?? "pretraining",
+    mode: req.mode,
+    batchSize: req.batchSize,
+    seqLen: req.seqLen,
+    maxPredictions: req.maxPredictions ?? Math.max(1, Math.round(req.seqLen * 0.15)),
+    dropout: req.dropout,
+    trackLocations: true,
+  });
+  if (train) g = appendSgdUpdate(differentiate(g, "loss"));
+  return applyPrecision(g, req.precision);
+}
+
+export interface CompileOptions {
+  readonly fuse: boolean;
+  readonly emitters: Partial<Record<Target, Emitter>>;
+  readonly flags?: DebugFlags;
+}
+
+export interface Compiled extends BuiltPlan {
+  /** The graph after simplification, which the plan executes. */
+  readonly graph: Graph;
+  readonly fusion: FusionResult;
+  readonly passTimings: readonly { pass: string; ms: number }[];
+}
+
+export const SIMPLIFY_PASSES = [simplify, cse, dce];
+
+export function compileGraph(g: Graph, opts: CompileOptions): Compiled {
+  const flags = opts.flags ?? readDebugFlags();
+  const fuel = new Fuel(flags.fusionFuel);
+  const log = (level: number, msg: string) => {
+    if (flags.level >= level) console.error(msg);
+  };
+  const piped = runPipeline(g, SIMPLIFY_PASSES, { flags, fuel, log });
+  const t0 = performance.now();
+  const fusion = fuseGraph(piped.graph, {
+    fuse: opts.fuse && !flags.skipPasses.has("fusion"),
+    takeFuel: () => fuel.take(),
+    log: flags.level >= 3 ? (m) => console.error(m) : undefined,
+  });
+  const t1 = performance.now();
+  const built = buildPlan(piped.graph, fusion, opts.emitters);
+  const t2 = performance.now();
+  if (flags.level >= 4) {
+    for (const k of built.plan.kernels) if (k.wgsl) console.error(`// ${k.name}\n${k.wgsl.code}`);
+  }
+  const passTimings = [
+    ...piped.timings.map((t) => ({ pass: t.pass, ms: t.ms })),
+    { pass: "fusion", ms: t1 - t0 },
+    { pass: "lower+emit+plan", ms: t2 - t1 },
+  ];
+  if (flags.level >= 1) {
+    for (const t of passTimings) {
+      console.error(`pass ${t.pass}: ${t.ms.toFixed(1)} ms`);
+    }
+  }
+  return { ...built, graph: piped.graph, fusion, passTimings };
+}

@@ -1,0 +1,280 @@
+/**
+ * Fusion: groups graph nodes into kernels, consumers first (XLA's instruction fusion order).
+ *
+ * Walking the graph backwards, each node either joins the one kernel that reads it, or becomes the root
+ * of a kernel of its own (its value is then written to a buffer). A node joins only when every user is in
+ * that kernel — so each kernel has one root, all members are ancestors of it, and ordering kernels by
+ * root gives a valid schedule — and when `canJoin` agrees; otherwise the reason is recorded.
+ *
+ * Not every node needs a kernel: inputs and params are buffers; constants, iotas, random draws and
+ * movement ops on buffers are "inline" (recomputed wherever read, for free or nearly); a movement op read
+ * by several kernels is a "view" (each reader folds it into its index math, and its operand is
+ * materialized).
+ */
+import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
+import { isElementwise, isMovement } from "../../ir/ops.ts";
+import { ANY, describeNeeds, ELEM, OPERAND, operandNeed, parseRowCandidate, ROW, usersOf } from "./needs.ts";
+import {
+  type FusedKernel,
+  type FusionDecision,
+  type FusionResult,
+  type Need,
+  no,
+  type Verdict,
+  YES,
+} from "./types.ts";
+
+export interface FusionOptions {
+  /** false: one kernel per op (constants inline; reshape/broadcast stay views) — the unfused baseline. */
+  readonly fuse: boolean;
+  /** Returns false when the fusion budget (FUSION_FUEL) is spent. */
+  readonly takeFuel?: () => boolean;
+  readonly log?: (msg: string) => void;
+}
+
+const isBuffer = (op: string) => op === "input" || op === "param";
+const isReduceOp = (op: string) => op === "reduce_sum" || op === "reduce_max";
+
+/** Nodes computable at any index from constants and buffers alone, without a kernel of their own. */
+function inlineNodes(g: Graph, fuse: boolean): Uint8Array {
+  const inline = new Uint8Array(g.nodes.length);
+  const cheap = (i: NodeId) => inline[i] === 1 || isBuffer(g.nodes[i].op);
+  for (const n of g.nodes) {
+    if (n.op === "const") inline[n.id] = 1;
+    else if (!fuse) continue;
+    else if (n.op === "iota") inline[n.id] = 1;
+    else if (n.op === "random_uniform") inline[n.id] = cheap(n.inputs[0]) ? 1 : 0;
+    else if (isMovement(n.op)) inline[n.id] = n.inputs.every(cheap) ? 1 : 0;
+    else if (isElementwise(n.op) || n.op === "cast") {
+      inline[n.id] = n.inputs.every((i) => inline[i] === 1) ? 1 : 0;
+    }
+  }
+  return inline;
+}
+
+export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
+  const nodes = g.nodes;
+  const users = usersOf(g);
+  const isOutput = new Uint8Array(nodes.length);
+  for (const id of g.outputs.values()) isOutput[id] = 1;
+  const inline = inlineNodes(g, opts.fuse);
+
+  const kernelOf = new Int32Array(nodes.length).fill(-1);
+  /** For inline nodes and views: the kernels that read them. */
+  const readers: (Set<number> | undefined)[] = [];
+  const needs = new Map<NodeId, Set<Need>>();
+  /** For inline nodes and views: how each reading kernel reads them. */
+  const viewNeeds: (Map<number, Set<Need>> | undefined)[] = [];
+  /** How kernel `kid` reads operand `pos` of node `u` (empty if it does not read u). */
+  const needOnOperand = (u: NodeId, pos: number, kid: number): Set<Need> => {
+    const un = nodes[u];
+    if (kernelOf[u] === kid) return operandNeed(g, un, pos, needs.get(u)!);
+    const vn = viewNeeds[u]?.get(kid);
+    return vn ? operandNeed(g, un, pos, vn) : new Set();
+  };
+  const needOf = (id: NodeId, kid: number): Set<Need> => {
+    const out = new Set<Need>();
+    for (const u of users[id]) {
+      nodes[u].inputs.forEach((inp, pos) => {
+        if (inp === id) { for (const x of needOnOperand(u, pos, kid)) out.add(x); }
+      });
+    }
+    return out;
+  };
+  const kernels: FusedKernel[] = [];
+  const decisions: FusionDecision[] = [];
+  let fuelRefusals = 0;
+
+  const newKernel = (id: NodeId): void => {
+    const n = nodes[id];
+    const k: FusedKernel = {
+      id: kernels.length,
+      kind: "loop",
+      roots: [id],
+      members: new Set([id]),
+      space: n.type.shape,
+    };
+    if (n.op === "matmul") {
+      k.kind = "matmul";
+      k.anchor = id;
+    } else if (isReduceOp(n.op)) {
+      k.kind = "reduce";
+      k.space = nodes[n.inputs[0]].type.shape;
+      k.axes = n.attrs.axes as number[];
+    } else if (n.op === "scatter_add") {
+      k.kind = "scatter";
+      k.space = nodes[n.inputs[1]].type.shape;
+      k.anchor = id;
+    }
+    needs.set(id, new Set([k.kind === "reduce" ? ROW : ELEM]));
+    kernels.push(k);
+    kernelOf[id] = k.id;
+  };
+
+  for (let id = nodes.length - 1; id >= 0; id--) {
+    const n = nodes[id];
+    if (isBuffer(n.op)) continue;
+    const readerKernels = new Set<number>();
+    for (const u of users[id]) {
+      if (kernelOf[u] >= 0) readerKernels.add(kernelOf[u]);
+      else for (const k of readers[u] ?? []) readerKernels.add(k);
+    }
+    const isView = !isOutput[id] &&
+      (inline[id] || readerKernels.size === 0 ||
+        (isMovement(n.op) && readerKernels.size > 1 && n.op !== "concat" && n.op !== "pad"));
+    if (isView) {
+      // Each reader folds the index math in (views of a node read by several kernels make it a buffer).
+      readers[id] = readerKernels;
+      viewNeeds[id] = new Map([...readerKernels].map((k) => [k, needOf(id, k)]));
+      continue;
+    }
+    if (!opts.fuse || readerKernels.size === 0) {
+      newKernel(id);
+      continue;
+    }
+    // Several readers (or a graph output): the value must be written to a buffer anyway, so compute it
+    // in the earliest reader and write it from there (multi-output fusion). Only the earliest, so every
+    // other reader still runs after the kernel that writes it.
+    const kid = readerKernels.size === 1
+      ? [...readerKernels][0]
+      : [...readerKernels].reduce((a, b) => (kernels[a].roots[0] < kernels[b].roots[0] ? a : b));
+    const extraRoot = readerKernels.size > 1 || isOutput[id] === 1;
+    const k = kernels[kid];
+    const need = needOf(id, kid);
+    let verdict = canJoin(g, id, k, need, needs);
+    if (verdict.ok && opts.takeFuel && !opts.takeFuel()) {
+      verdict = no("FUSION_FUEL is spent");
+      fuelRefusals++;
+    }
+    decisions.push({
+      producer: id,
+      consumerKernel: kid,
+      ok: verdict.ok,
+      reason: verdict.ok ? "" : verdict.reason,
+    });
+    opts.log?.(
+      `fusion: %${id} ${n.op}${n.loc ? ` (${n.loc})` : ""} into kernel ${kid} (${k.kind}): ${
+        verdict.ok ? "yes" : `no: ${verdict.reason}`
+      }`,
+    );
+    if (verdict.ok) {
+      if (extraRoot) k.roots.push(id);
+      k.members.add(id);
+      kernelOf[id] = kid;
+      needs.set(id, need);
+    } else {
+      newKernel(id);
+    }
+  }
+
+  // Schedule by main root (the node that opened the kernel, its last member): every member is an
+  // ancestor of it, and an extra root is only written by the earliest of its readers, so this order runs
+  // every kernel after the kernels whose buffers it reads.
+  const order = [...kernels].sort((a, b) => a.roots[0] - b.roots[0]);
+  const renumber = new Int32Array(kernels.length);
+  order.forEach((k, i) => (renumber[k.id] = i));
+  const scheduled = order.map((k, i) => ({ ...k, id: i, roots: [...k.roots].sort((a, b) => a - b) }));
+  for (let i = 0; i < kernelOf.length; i++) if (kernelOf[i] >= 0) kernelOf[i] = renumber[kernelOf[i]];
+  const materialized = new Set<NodeId>();
+  for (const n of nodes) if (isBuffer(n.op)) materialized.add(n.id);
+  for (const k of scheduled) for (const r of k.roots) materialized.add(r);
+  return {
+    kernels: scheduled,
+    kernelOf,
+    materialized,
+    decisions: decisions.map((d) => ({ ...d, consumerKernel: renumber[d.consumerKernel] })),
+    fuelRefusals,
+  };
+}
+
+/**
+ * May `id` (all of whose users are in kernel `k`) be computed inside `k`? May adapt `k` (a loop kernel
+ * becomes a reduce or matmul kernel when it absorbs one).
+ */
+function canJoin(
+  g: Graph,
+  id: NodeId,
+  k: FusedKernel,
+  need: Set<Need>,
+  needs: Map<NodeId, Set<Need>>,
+): Verdict {
+  const n = g.nodes[id];
+  if (need.has(OPERAND) && !(isMovement(n.op) || n.op === "cast" || n.op === "stop_gradient")) {
+    return no(
+      `a matmul operand may be read through movement and casts only; ${n.op} would be recomputed per tile`,
+    );
+  }
+  if (n.op === "scatter_add") return no("scatter_add writes whole rows; its result is materialized");
+  if (n.op === "matmul") {
+    if (k.kind !== "loop") return no(`a matmul epilogue cannot go into a ${k.kind} kernel`);
+    if (need.size !== 1 || !need.has(ELEM)) {
+      return no(`the matmul result is read as ${describeNeeds(need)}, not elementwise`);
+    }
+    if (numel(n.type.shape) !== numel(k.space)) {
+      return no("the epilogue iterates over a different number of elements");
+    }
+    k.kind = "matmul";
+    k.anchor = id;
+    return YES;
+  }
+  if (!(n.op === "reduce_sum" || n.op === "reduce_max")) return YES;
+
+  // A reduction: it must be read at the row level of a kernel reducing the same tensor over the same axes.
+  if (k.kind === "matmul" || k.kind === "scatter") {
+    return no(`a ${k.kind} kernel does not contain reductions`);
+  }
+  const inShape = g.nodes[n.inputs[0]].type.shape;
+  const axes = n.attrs.axes as number[];
+  const sameAxes = (a: readonly number[] | undefined) =>
+    a !== undefined && a.length === axes.length && a.every((x, i) => x === axes[i]);
+  const levels = [...need].map((x) => {
+    const rc = parseRowCandidate(x);
+    if (rc) return sameShape(rc.shape, inShape) && sameAxes(rc.axes) ? "row" : "other-row";
+    return x;
+  });
+  if (levels.some((l) => l !== "row" && l !== ROW && l !== ELEM)) {
+    return no(`its result is read as ${describeNeeds(need)}: the reduction would be recomputed per element`);
+  }
+  const rowLevel = levels.every((l) => l === "row" || l === ROW);
+  if (k.kind === "reduce") {
+    if (!sameShape(k.space, inShape) || !sameAxes(k.axes)) {
+      return no(
+        `the kernel reduces [${k.space}] over axes [${k.axes}], this reduces [${inShape}] over [${axes}]`,
+      );
+    }
+    if (!rowLevel) return no("its result is read at the element level of a reduce kernel");
+    need.clear();
+    need.add(ROW);
+    return YES;
+  }
+  // k is a loop kernel.
+  if (rowLevel) {
+    if (numel(k.space) !== numel(inShape)) return no("the reduced tensor and the kernel differ in size");
+    need.clear();
+    need.add(ROW);
+    k.kind = "reduce";
+    k.space = inShape;
+    k.axes = axes;
+    return YES;
+  }
+  if (!levels.every((l) => l === ELEM)) return no(`its result is read as ${describeNeeds(need)}`);
+  // Read elementwise by a kernel over the reduced shape: that kernel becomes the reduction's epilogue,
+  // computed once per row.
+  if (numel(k.space) !== numel(n.type.shape)) return no("the kernel iterates over a different shape");
+  for (const m of k.members) {
+    const ms = needs.get(m)!;
+    if ([...ms].some((x) => x !== ELEM && x !== ANY)) {
+      return no("the kernel's members are read at several levels; cannot turn it into a row epilogue");
+    }
+  }
+  for (const m of k.members) {
+    const ms = needs.get(m)!;
+    if (ms.delete(ELEM)) ms.add(ROW);
+  }
+  need.clear();
+  need.add(ROW);
+  k.kind = "reduce";
+  k.space = inShape;
+  k.axes = axes;
+  return YES;
+}

@@ -1,0 +1,52 @@
+/** What fusion decides: which graph nodes run together in which kernel, and why other pairs do not. */
+import type { NodeId } from "../../ir/mod.ts";
+
+export type FusedKind = "loop" | "reduce" | "matmul" | "scatter";
+
+/**
+ * How a kernel member is read by its users inside the kernel:
+ * - `elem`: at the kernel's element index (identity over the kernel space);
+ * - `row:<axes>`: at the row index of a reduction over those axes (the reduced axes are 0);
+ * - `any`: through index math that is neither (broadcast from elsewhere, permute, slice, gather…);
+ *   such a member is recomputed wherever it is read, so it must not contain a reduction;
+ * - `operand`: as a matmul operand, read once per output tile that needs it.
+ */
+export type Need = string;
+
+export interface FusedKernel {
+  readonly id: number;
+  kind: FusedKind;
+  /** Nodes whose values the kernel writes to buffers (materialized), ascending. */
+  readonly roots: NodeId[];
+  /** Every node computed inside the kernel, roots included. */
+  readonly members: Set<NodeId>;
+  /** Iteration space: the roots' shape for loop kernels, the reduced operand's shape for reduce kernels. */
+  space: readonly number[];
+  /** Reduced axes (reduce kernels). */
+  axes?: readonly number[];
+  /** The matmul or scatter node a matmul/scatter kernel is built around. */
+  anchor?: NodeId;
+}
+
+export interface FusionDecision {
+  readonly producer: NodeId;
+  readonly consumerKernel: number;
+  readonly ok: boolean;
+  readonly reason: string;
+}
+
+export interface FusionResult {
+  /** Kernels in a valid execution order. */
+  readonly kernels: readonly FusedKernel[];
+  /** kernel index per node, -1 for nodes computed in no kernel (buffers, inline sources, views). */
+  readonly kernelOf: Int32Array;
+  /** Nodes whose values live in buffers: graph inputs/params and every kernel root. */
+  readonly materialized: ReadonlySet<NodeId>;
+  readonly decisions: readonly FusionDecision[];
+  /** Fusions refused by FUSION_FUEL running out. */
+  readonly fuelRefusals: number;
+}
+
+export type Verdict = { readonly ok: true } | { readonly ok: false; readonly reason: string };
+export const YES: Verdict = { ok: true };
+export const no = (reason: string): Verdict => ({ ok: false, reason });

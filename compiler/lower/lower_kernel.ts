@@ -1,0 +1,371 @@
+/**
+ * Lowers one fused kernel (a set of graph nodes, see compiler/fusion) to the kernel IR. The kernel's
+ * shape of work is chosen here: one thread per element for loop kernels, one workgroup per row for
+ * reduce kernels, the tiled template for matmuls, one thread per column for scatter-adds.
+ */
+import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import type { FusedKernel } from "../fusion/types.ts";
+import {
+  add,
+  bin,
+  cast,
+  for_,
+  gid,
+  i32,
+  if_,
+  type Kernel,
+  type KExpr,
+  type KStmt,
+  let_,
+  lid,
+  lit,
+  load,
+  lt,
+  mul,
+  ref,
+  set,
+  store,
+  wgId,
+} from "../kernel_ir/ir.ts";
+import { delinearize, type Idx } from "./index_math.ts";
+import { matmulKernel } from "./matmul_template.ts";
+import { computeType, LoweringError, Scope, ValueBuilder, type ValueContext } from "./values.ts";
+import { describeKernel, kernelName } from "./naming.ts";
+
+export const LOOP_WORKGROUP = 256;
+export const REDUCE_WORKGROUP_MAX = 256;
+
+export function lowerKernel(g: Graph, k: FusedKernel, ctx: ValueContext): Kernel {
+  const kernel = lowerByKind(g, k, ctx);
+  return kernel;
+}
+
+function lowerByKind(g: Graph, k: FusedKernel, ctx: ValueContext): Kernel {
+  const name = kernelName(g, k);
+  const about = describeKernel(g, k);
+  const usesF16 = [...k.members].some((m) => g.nodes[m].type.dtype === "f16") ||
+    [...k.members].some((m) => g.nodes[m].inputs.some((i) => g.nodes[i].type.dtype === "f16"));
+  switch (k.kind) {
+    case "loop":
+      return lowerLoop(g, k, ctx, name, about, usesF16);
+    case "reduce":
+      return lowerReduce(g, k, ctx, name, about, usesF16);
+    case "matmul":
+      return lowerMatmul(g, k, ctx, name, about, usesF16);
+    case "scatter":
+      return lowerScatter(g, k, ctx, name, about, usesF16);
+  }
+}
+
+/** The index of `id` whose linear position is `lin` (roots may be reshapes of the kernel space). */
+function idxAtLinear(g: Graph, id: NodeId, lin: KExpr): Idx {
+  return delinearize(lin, g.nodes[id].type.shape);
+}
+
+function lowerLoop(
+  g: Graph,
+  k: FusedKernel,
+  ctx: ValueContext,
+  name: string,
+  about: string[],
+  usesF16: boolean,
+) {
+  const vb = new ValueBuilder(ctx);
+  const total = numel(k.space);
+  const body = new Scope();
+  for (const r of k.roots) {
+    if (numel(g.nodes[r].type.shape) !== total) {
+      throw new LoweringError(
+        `${name}: root %${r} has ${numel(g.nodes[r].type.shape)} elements, not ${total}`,
+      );
+    }
+    vb.storeAt(body, r, idxAtLinear(g, r, gid));
+  }
+  const kernel: Kernel = {
+    name,
+    kind: "loop",
+    bindings: vb.bindings,
+    shared: [],
+    workgroupSize: LOOP_WORKGROUP,
+    workgroups: Math.max(1, Math.ceil(total / LOOP_WORKGROUP)),
+    body: [if_(lt(gid, i32(total)), body.stmts)],
+    about: [...about, ...vb.describeBindings()],
+    usesF16,
+  };
+  return kernel;
+}
+
+/** Stage of each reduction: 0 if its operand needs no other in-kernel reduction, else 1 + theirs. */
+function reductionStages(g: Graph, k: FusedKernel): NodeId[][] {
+  const stage = new Map<NodeId, number>();
+  const depth = new Map<NodeId, number>(); // -1: no reduction below
+  const visit = (id: NodeId): number => {
+    if (!k.members.has(id)) return -1;
+    const have = depth.get(id);
+    if (have !== undefined) return have;
+    const n = g.nodes[id];
+    let d = -1;
+    for (const i of n.inputs) d = Math.max(d, visit(i));
+    if (n.op === "reduce_sum" || n.op === "reduce_max") {
+      stage.set(id, d + 1);
+      d = d + 1;
+    }
+    depth.set(id, d);
+    return d;
+  };
+  for (const m of k.members) visit(m);
+  const stages: NodeId[][] = [];
+  for (const [id, s] of [...stage].sort((a, b) => a[0] - b[0])) (stages[s] ??= []).push(id);
+  return stages.filter((s) => s !== undefined);
+}
+
+function lowerReduce(
+  g: Graph,
+  k: FusedKernel,
+  ctx: ValueContext,
+  name: string,
+  about: string[],
+  usesF16: boolean,
+): Kernel {
+  const space = k.space;
+  const axes = k.axes!;
+  const outerAxes = space.map((_, d) => d).filter((d) => !axes.includes(d));
+  const rowShape = axes.map((d) => space[d]);
+  const outerShape = outerAxes.map((d) => space[d]);
+  const rowLen = numel(rowShape);
+  const rows = numel(outerShape);
+  const wg = Math.min(REDUCE_WORKGROUP_MAX, Math.max(32, nextPow2(rowLen)));
+  const trailing = axes.every((a, i) => a === space.length - axes.length + i);
+
+  const vb = new ValueBuilder(ctx);
+  const top = new Scope();
+  top.stmts.push(let_("row", wgId));
+  const row = ref("row", "i32");
+  const outer = delinearize(row, outerShape).dims;
+  const elemIdx = (j: KExpr): Idx => {
+    const r = delinearize(j, rowShape).dims;
+    const dims: KExpr[] = new Array(space.length);
+    outerAxes.forEach((d, i) => (dims[d] = outer[i]));
+    axes.forEach((d, i) => (dims[d] = r[i]));
+    return trailing ? { dims, lin: add(mul(row, i32(rowLen)), j) } : { dims };
+  };
+  const rowIdx: Idx = {
+    dims: space.map((_, d) => (axes.includes(d) ? i32(0) : outer[outerAxes.indexOf(d)])),
+    lin: row,
+  };
+
+  /** for (j = lid; j < rowLen; j += wg) { ... } with a fresh scope per iteration body. */
+  const rowLoop = (fill: (s: Scope, j: KExpr) => void): KStmt => {
+    const inner = new Scope(top);
+    const j = ref("j", "i32");
+    fill(inner, j);
+    return for_("j", lid, i32(rowLen), i32(wg), inner.stmts);
+  };
+
+  for (const stage of reductionStages(g, k)) {
+    const accs = stage.map((r) => {
+      const n = g.nodes[r];
+      const acc = vb.fresh("acc");
+      const init = n.op === "reduce_sum" ? lit(0, "f32") : lit(-Infinity, "f32");
+      top.stmts.push(let_(acc, init, true));
+      return acc;
+    });
+    top.stmts.push(rowLoop((s, j) => {
+      stage.forEach((r, i) => {
+        const n = g.nodes[r];
+        const v = cast(vb.valueAt(s, n.inputs[0], elemIdx(j)), "f32");
+        s.stmts.push(set(accs[i], bin(n.op === "reduce_sum" ? "add" : "max", ref(accs[i], "f32"), v)));
+      });
+    }));
+    stage.forEach((r, i) => {
+      const n = g.nodes[r];
+      if (!isFloatish(computeType(n.type.dtype))) throw new LoweringError(`${name}: integer reductions`);
+      const out = vb.fresh("red");
+      top.stmts.push({
+        k: "wg_reduce",
+        op: n.op === "reduce_sum" ? "sum" : "max",
+        t: "f32",
+        value: ref(accs[i], "f32"),
+        out,
+      });
+      vb.special.set(r, () => ref(out, "f32"));
+    });
+  }
+
+  const elemRoots = k.roots.filter((r) => numel(g.nodes[r].type.shape) === numel(space) && rowLen > 1);
+  const rowRoots = k.roots.filter((r) => !elemRoots.includes(r));
+  for (const r of rowRoots) {
+    if (numel(g.nodes[r].type.shape) !== rows) {
+      throw new LoweringError(`${name}: root %${r} is neither element- nor row-shaped`);
+    }
+  }
+  // Row-level results: every thread computes them (uniformly), thread 0 stores.
+  const rowStores = new Scope(top);
+  for (const r of rowRoots) {
+    const v = vb.valueAt(top, r, rowShapeIdx(g, r, rowIdx, space));
+    const n = g.nodes[r];
+    rowStores.stmts.push(store(vb.bind(r, "write"), row, cast(v, n.type.dtype)));
+  }
+  if (rowStores.stmts.length) top.stmts.push(if_(bin("eq", lid, i32(0)), rowStores.stmts));
+  if (elemRoots.length) {
+    top.stmts.push(rowLoop((s, j) => {
+      const idx = elemIdx(j);
+      for (const r of elemRoots) {
+        const lin = idx.lin ?? linearOver(idx, space);
+        vb.storeAt(s, r, sameShapeAs(g, r, space) ? { dims: idx.dims, lin } : idxAtLinear(g, r, lin));
+      }
+    }));
+  }
+  return {
+    name,
+    kind: "reduce",
+    bindings: vb.bindings,
+    shared: [],
+    workgroupSize: wg,
+    workgroups: rows,
+    body: top.stmts,
+    about: [...about, ...vb.describeBindings()],
+    usesF16,
+  };
+}
+
+function rowShapeIdx(g: Graph, r: NodeId, rowIdx: Idx, space: readonly number[]): Idx {
+  const shape = g.nodes[r].type.shape;
+  const keepDims = shape.length === space.length;
+  return keepDims ? rowIdx : delinearize(rowIdx.lin!, shape);
+}
+
+function sameShapeAs(g: Graph, r: NodeId, space: readonly number[]): boolean {
+  const s = g.nodes[r].type.shape;
+  return s.length === space.length && s.every((d, i) => d === space[i]);
+}
+
+function linearOver(idx: Idx, shape: readonly number[]): KExpr {
+  let acc: KExpr = i32(0);
+  let stride = 1;
+  for (let d = shape.length - 1; d >= 0; d--) {
+    if (shape[d] !== 1) acc = add(acc, mul(idx.dims[d], i32(stride)));
+    stride *= shape[d];
+  }
+  return acc;
+}
+
+function lowerMatmul(
+  g: Graph,
+  k: FusedKernel,
+  ctx: ValueContext,
+  name: string,
+  about: string[],
+  usesF16: boolean,
+): Kernel {
+  const mmId = k.anchor!;
+  const mm = g.nodes[mmId];
+  const [aId, bId] = mm.inputs;
+  const aShape = g.nodes[aId].type.shape;
+  const r = aShape.length;
+  const batchShape = aShape.slice(0, r - 2);
+  const ta = mm.attrs.transpose_a as boolean, tb = mm.attrs.transpose_b as boolean;
+  const [m, kk] = ta ? [aShape[r - 1], aShape[r - 2]] : [aShape[r - 2], aShape[r - 1]];
+  const n = mm.type.shape[r - 1];
+  const vb = new ValueBuilder(ctx);
+  const batchDims = (b: KExpr) => delinearize(b, batchShape).dims;
+  const operand = (id: NodeId, b: KExpr, i: KExpr, j: KExpr, transposed: boolean): KExpr => {
+    const pure = new Scope(undefined, true);
+    const dims = [...batchDims(b), ...(transposed ? [j, i] : [i, j])];
+    return cast(vb.valueAt(pure, id, { dims }), "f32");
+  };
+  for (const root of k.roots) {
+    if (numel(g.nodes[root].type.shape) !== numel(mm.type.shape)) {
+      throw new LoweringError(`${name}: epilogue root %${root} differs in size from the matmul`);
+    }
+  }
+  const kernel = matmulKernel({
+    name,
+    about,
+    usesF16,
+    batch: numel(batchShape),
+    m,
+    n,
+    k: kk,
+    bindings: [],
+    loadA: (b, row, col) => operand(aId, b, row, col, ta),
+    loadB: (b, row, col) => operand(bId, b, row, col, tb),
+    epilogue: (b, row, col, acc) => {
+      const s = new Scope();
+      vb.special.set(mmId, () => acc);
+      const lin = add(mul(add(mul(b, i32(m)), row), i32(n)), col);
+      for (const root of k.roots) {
+        const idx = root === mmId || sameShapeAs(g, root, mm.type.shape)
+          ? { dims: [...batchDims(b), row, col], lin }
+          : idxAtLinear(g, root, lin);
+        vb.storeAt(s, root, idx);
+      }
+      vb.special.delete(mmId);
+      return s.stmts;
+    },
+  });
+  // The template is built before the bindings are complete (loaders bind lazily), so attach them now.
+  return { ...kernel, bindings: vb.bindings, about: [...about, ...vb.describeBindings()] };
+}
+
+function lowerScatter(
+  g: Graph,
+  k: FusedKernel,
+  ctx: ValueContext,
+  name: string,
+  about: string[],
+  usesF16: boolean,
+): Kernel {
+  const sc = g.nodes[k.anchor!];
+  const [idxId, updId] = sc.inputs;
+  const idxShape = g.nodes[idxId].type.shape;
+  const updShape = g.nodes[updId].type.shape;
+  const rows = sc.attrs.rows as number;
+  const cols = numel(updShape.slice(idxShape.length));
+  const count = numel(idxShape);
+  const vb = new ValueBuilder(ctx);
+  const out = vb.bind(sc.id, "read_write");
+  const top = new Scope();
+  const c = ref("c", "i32");
+  top.stmts.push(let_("c", gid));
+  const zero = cast(lit(0, "f32"), sc.type.dtype);
+  top.stmts.push(
+    for_("r", i32(0), i32(rows), i32(1), [store(out, add(mul(ref("r", "i32"), i32(cols)), c), zero)]),
+  );
+  const body = new Scope(top);
+  const i = ref("i", "i32");
+  const target = vb.letIn(body, "row", cast(vb.valueAt(body, idxId, delinearize(i, idxShape)), "i32"));
+  const updIdx: Idx = {
+    dims: [...delinearize(i, idxShape).dims, ...delinearize(c, updShape.slice(idxShape.length)).dims],
+    lin: add(mul(i, i32(cols)), c),
+  };
+  const u = vb.valueAt(body, updId, updIdx);
+  const at = add(mul(target, i32(cols)), c);
+  const inRange = bin("and", bin("ge", target, i32(0)), lt(target, i32(rows)));
+  const sum = add(cast(load(out, at, sc.type.dtype), "f32"), cast(u, "f32"));
+  body.stmts.push(if_(inRange, [store(out, at, cast(sum, sc.type.dtype))]));
+  for (const root of k.roots) {
+    if (root === sc.id) continue;
+    vb.storeAt(body, root, idxAtLinear(g, root, updIdx.lin!));
+  }
+  top.stmts.push(for_("i", i32(0), i32(count), i32(1), body.stmts));
+  return {
+    name,
+    kind: "scatter",
+    bindings: vb.bindings,
+    shared: [],
+    workgroupSize: 64,
+    workgroups: Math.max(1, Math.ceil(cols / 64)),
+    body: [if_(lt(gid, i32(cols)), top.stmts)],
+    about: [...about, ...vb.describeBindings()],
+    usesF16,
+  };
+}
+
+function nextPow2(x: number): number {
+  let p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+const isFloatish = (t: string) => t === "f32" || t === "f16";

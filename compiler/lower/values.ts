@@ -1,0 +1,280 @@
+/**
+ * Computes graph values inside a kernel: `valueAt(node, idx)` returns a kernel-IR expression for the
+ * node's element at `idx`, loading it from a buffer when another kernel materialized it, computing it
+ * (recursively) otherwise. Each computed value is bound to a local once per scope, so a value read twice
+ * at the same index is computed once.
+ */
+import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import {
+  bin,
+  cast,
+  i32,
+  type KBinding,
+  type KBinOp,
+  type KExpr,
+  type KStmt,
+  type KType,
+  type KUnOp,
+  let_,
+  lit,
+  load,
+  ref,
+  select,
+  un,
+} from "../kernel_ir/ir.ts";
+import {
+  broadcastOperand,
+  clamp,
+  delinearize,
+  type Idx,
+  idxKey,
+  linearize,
+  padOperand,
+  permuteOperand,
+  reshapeOperand,
+  sliceOperand,
+} from "./index_math.ts";
+
+/** Compute type of a stored dtype: floats are computed in f32 (f16/bf16 are storage formats). */
+export function computeType(d: DType): KType {
+  return d === "f16" || d === "bf16" ? "f32" : d;
+}
+
+export class LoweringError extends Error {}
+
+/** A block of statements with its own memo of computed values (inner blocks see outer values). */
+export class Scope {
+  readonly stmts: KStmt[] = [];
+  private readonly memo = new Map<string, KExpr>();
+  constructor(readonly parent?: Scope, readonly pure = false) {}
+  lookup(key: string): KExpr | undefined {
+    return this.memo.get(key) ?? this.parent?.lookup(key);
+  }
+  remember(key: string, e: KExpr): void {
+    this.memo.set(key, e);
+  }
+}
+
+const UNARY: Partial<Record<string, KUnOp>> = {
+  neg: "neg",
+  abs: "abs",
+  exp: "exp",
+  log: "log",
+  tanh: "tanh",
+  erf: "erf",
+  sqrt: "sqrt",
+  rsqrt: "rsqrt",
+  reciprocal: "reciprocal",
+  not: "not",
+};
+const BINARY: Partial<Record<string, KBinOp>> = {
+  add: "add",
+  sub: "sub",
+  mul: "mul",
+  div: "div",
+  max: "max",
+  min: "min",
+  and: "and",
+  or: "or",
+  eq: "eq",
+  ne: "ne",
+  lt: "lt",
+  le: "le",
+  gt: "gt",
+  ge: "ge",
+};
+
+export interface ValueContext {
+  readonly graph: Graph;
+  /** Nodes computed by this kernel (members). */
+  readonly members: ReadonlySet<NodeId>;
+  /** Nodes no kernel computes (inline sources and views): recomputed where read. */
+  readonly computedAnywhere: (id: NodeId) => boolean;
+  /** Plan buffer id of a materialized node. */
+  readonly bufferOf: (id: NodeId) => number;
+}
+
+export class ValueBuilder {
+  private readonly bindingsByNode = new Map<NodeId, KBinding>();
+  readonly bindings: KBinding[] = [];
+  /** Values provided by the kernel template (reduction results, matmul accumulators). */
+  readonly special = new Map<NodeId, (idx: Idx) => KExpr>();
+  private tmp = 0;
+
+  constructor(readonly ctx: ValueContext) {}
+
+  /** Binds a node's buffer to this kernel (once) and returns the binding's name. */
+  bind(id: NodeId, access: KBinding["access"]): string {
+    const have = this.bindingsByNode.get(id);
+    if (have) {
+      if (have.access !== access) {
+        const merged = { ...have, access: "read_write" as const };
+        this.bindings[this.bindings.indexOf(have)] = merged;
+        this.bindingsByNode.set(id, merged);
+      }
+      return have.name;
+    }
+    const n = this.ctx.graph.nodes[id];
+    const b: KBinding = {
+      // Positional names keep the code of the same fusion identical in every layer (one file, one
+      // pipeline); the kernel's header says which tensor each binding is.
+      name: `b${this.bindings.length}`,
+      buffer: this.ctx.bufferOf(id),
+      t: n.type.dtype,
+      access,
+      elements: numel(n.type.shape),
+    };
+    this.bindingsByNode.set(id, b);
+    this.bindings.push(b);
+    return b.name;
+  }
+
+  /** `binding i: tensor` lines for the kernel's description. */
+  describeBindings(): string[] {
+    return this.bindings.map((b, i) => {
+      const id = [...this.bindingsByNode].find(([, x]) => x.name === b.name)![0];
+      const n = this.ctx.graph.nodes[id];
+      const what = n.op === "input" || n.op === "param" ? `${n.op} ${n.attrs.name}` : `%${id} ${n.op}`;
+      return `binding ${i} (${b.access}): ${what} ${n.type.dtype}[${n.type.shape.join(",")}]`;
+    });
+  }
+
+  fresh(prefix: string): string {
+    return `${prefix}${this.tmp++}`;
+  }
+
+  /** Binds `e` to a new local in `scope` (unless the scope is pure or `e` is trivial). */
+  letIn(scope: Scope, prefix: string, e: KExpr): KExpr {
+    if (scope.pure || e.k === "lit" || e.k === "ref" || e.k === "id") return e;
+    const name = this.fresh(prefix);
+    scope.stmts.push(let_(name, e));
+    return ref(name, e.t);
+  }
+
+  /** Stores the value of `id` at `idx` (an index over its shape) into its buffer, converted to storage. */
+  storeAt(scope: Scope, id: NodeId, idx: Idx): void {
+    const n = this.ctx.graph.nodes[id];
+    const name = this.bind(id, "write");
+    const v = this.valueAt(scope, id, idx);
+    scope.stmts.push({
+      k: "store",
+      buf: name,
+      index: linearize(idx, n.type.shape),
+      value: cast(v, n.type.dtype),
+    });
+  }
+
+  valueAt(scope: Scope, id: NodeId, idx: Idx): KExpr {
+    const sp = this.special.get(id);
+    if (sp) return sp(idx);
+    const key = `${id}@${idxKey(idx)}`;
+    const have = scope.lookup(key);
+    if (have) return have;
+    const n = this.ctx.graph.nodes[id];
+    let v: KExpr;
+    if (this.ctx.members.has(id) || this.ctx.computedAnywhere(id)) {
+      v = this.compute(scope, id, idx);
+    } else {
+      const name = this.bind(id, "read");
+      v = cast(load(name, linearize(idx, n.type.shape), n.type.dtype), computeType(n.type.dtype));
+    }
+    v = this.letIn(scope, "v", v);
+    scope.remember(key, v);
+    return v;
+  }
+
+  private compute(scope: Scope, id: NodeId, idx: Idx): KExpr {
+    const g = this.ctx.graph;
+    const n = g.nodes[id];
+    const ct = computeType(n.type.dtype);
+    const operand = (i: number, at: Idx) => this.valueAt(scope, n.inputs[i], at);
+    const inShape = (i: number) => g.nodes[n.inputs[i]].type.shape;
+    const un1 = UNARY[n.op];
+    if (un1) return un(un1, operand(0, idx));
+    const bin1 = BINARY[n.op];
+    if (bin1) return bin(bin1, operand(0, idx), operand(1, idx));
+    switch (n.op) {
+      case "const":
+        return lit(n.attrs.value as number, ct);
+      case "iota":
+        return cast(idx.dims[n.attrs.axis as number], ct);
+      case "stop_gradient":
+        return operand(0, idx);
+      case "where":
+        return select(operand(0, idx), operand(1, idx), operand(2, idx));
+      case "cast":
+        return convert(operand(0, idx), g.nodes[n.inputs[0]].type.dtype, n.attrs.to as DType);
+      case "random_uniform": {
+        const key = n.inputs[0];
+        const seed = this.valueAt(scope, key, { dims: [i32(0)], lin: i32(0) });
+        const step = this.valueAt(scope, key, { dims: [i32(1)], lin: i32(1) });
+        return {
+          k: "philox",
+          t: "f32",
+          seed: cast(seed, "u32"),
+          step: cast(step, "u32"),
+          stream: n.attrs.stream as number,
+          index: cast(linearize(idx, n.type.shape), "u32"),
+        };
+      }
+      case "broadcast":
+        return operand(0, broadcastOperand(idx, inShape(0), n.type.shape));
+      case "reshape":
+        return operand(0, reshapeOperand(idx, inShape(0), n.type.shape));
+      case "permute":
+        return operand(0, permuteOperand(idx, n.attrs.perm as number[]));
+      case "slice":
+        return operand(0, sliceOperand(idx, n.attrs.start as number[]));
+      case "pad": {
+        const p = padOperand(idx, n.attrs.low as number[], inShape(0), n.type.shape);
+        const v = operand(0, p.idx);
+        return p.inRange ? select(p.inRange, v, lit(0, ct)) : v;
+      }
+      case "concat":
+        return this.concat(scope, id, idx);
+      case "gather": {
+        const [table, ids] = n.inputs;
+        const ri = g.nodes[ids].type.shape.length;
+        const rows = g.nodes[table].type.shape[0];
+        const row = clamp(
+          cast(this.valueAt(scope, ids, { dims: idx.dims.slice(0, ri) }), "i32"),
+          0,
+          rows - 1,
+        );
+        return this.valueAt(scope, table, { dims: [row, ...idx.dims.slice(ri)] });
+      }
+      default:
+        throw new LoweringError(`cannot compute %${id} ${n.op} inside a kernel at this index`);
+    }
+  }
+
+  private concat(scope: Scope, id: NodeId, idx: Idx): KExpr {
+    const g = this.ctx.graph;
+    const n = g.nodes[id];
+    const axis = n.attrs.axis as number;
+    const pieces = n.inputs.map((inp) => g.nodes[inp].type.shape);
+    let offset = 0;
+    const parts: { cond: KExpr; value: KExpr }[] = [];
+    pieces.forEach((shape, i) => {
+      const local = bin("sub", idx.dims[axis], i32(offset));
+      const dims = idx.dims.map((e, d) => (d === axis ? clamp(local, 0, shape[axis] - 1) : e));
+      parts.push({
+        cond: bin("lt", idx.dims[axis], i32(offset + shape[axis])),
+        value: this.valueAt(scope, n.inputs[i], { dims }),
+      });
+      offset += shape[axis];
+    });
+    let v = parts[parts.length - 1].value;
+    for (let i = parts.length - 2; i >= 0; i--) v = select(parts[i].cond, parts[i].value, v);
+    return v;
+  }
+}
+
+/** Conversion with the reference interpreter's semantics (truncation for ints; rounding for f16). */
+function convert(x: KExpr, from: DType, to: DType): KExpr {
+  const ct = computeType(to);
+  if (to === "bool") return bin("ne", x, lit(0, x.t));
+  if (from === "bool") return select(x, lit(1, ct), lit(0, ct));
+  if (to === "f16" || to === "bf16") return cast(cast(x, to), "f32");
+  return cast(x, ct);
+}

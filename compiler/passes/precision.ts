@@ -1,0 +1,30 @@
+/**
+ * Mixed-precision policy, GEMM level: matmuls run on f16 (or bf16) operands with f32 accumulation and
+ * their results return to f32, so every reduction (LayerNorm, softmax, losses) and every parameter stays
+ * f32. The casts sit next to the matmul, so fusion folds them into the GEMM's operand loads and epilogue.
+ */
+import { type DType, Graph, type NodeId } from "../../ir/mod.ts";
+
+export type Precision = "fp32" | "fp16" | "bf16";
+
+export const LOW_DTYPE: Record<Precision, DType> = { fp32: "f32", fp16: "f16", bf16: "bf16" };
+
+export function applyPrecision(g: Graph, precision: Precision): Graph {
+  if (precision === "fp32") return g;
+  const low = LOW_DTYPE[precision];
+  const out = new Graph(g.name);
+  const map: NodeId[] = [];
+  for (const n of g.nodes) {
+    const ins = n.inputs.map((i) => map[i]);
+    if (n.op === "matmul" && n.type.dtype === "f32") {
+      const a = out.add("cast", [ins[0]], { to: low }, undefined, n.loc);
+      const b = out.add("cast", [ins[1]], { to: low }, undefined, n.loc);
+      const mm = out.add("matmul", [a, b], n.attrs, undefined, n.loc);
+      map[n.id] = out.add("cast", [mm], { to: "f32" }, undefined, n.loc);
+      continue;
+    }
+    map[n.id] = out.add(n.op, ins, n.attrs, n.type, n.loc);
+  }
+  for (const [name, id] of g.outputs) out.setOutput(name, map[id]);
+  return out;
+}
