@@ -39,30 +39,47 @@ async function openInput(path: string): Promise<Deno.FsFile> {
   }
 }
 
-/** Lines of a UTF-8 file as they arrive; invalid UTF-8 is an error naming the line. */
+/**
+ * Lines of a UTF-8 file as they arrive. Lines are cut at newline bytes before decoding (a newline byte
+ * never occurs inside a UTF-8 sequence), so invalid UTF-8 is reported with its line number.
+ */
 async function* lines(path: string, file: Deno.FsFile, onBytes: (n: number) => void) {
   const decoder = new TextDecoder("utf-8", { fatal: true });
-  let rest = "";
   let lineNo = 0;
-  const decode = (chunk?: Uint8Array) => {
+  const decode = (bytes: Uint8Array) => {
+    lineNo++;
     try {
-      return chunk ? decoder.decode(chunk, { stream: true }) : decoder.decode();
+      return decoder.decode(bytes);
     } catch {
-      throw new UsageError(`${path}: not valid UTF-8 (at or after line ${lineNo + 1})`);
+      throw new UsageError(`${path}: line ${lineNo} is not valid UTF-8`);
     }
   };
+  let carry: Uint8Array = new Uint8Array(0);
   for await (const chunk of file.readable) {
     onBytes(chunk.byteLength);
-    const text = rest + decode(chunk);
-    const parts = text.split("\n");
-    rest = parts.pop()!;
-    for (const p of parts) {
-      lineNo++;
-      yield p;
+    let start = 0;
+    let nl = chunk.indexOf(10);
+    if (nl >= 0 && carry.length > 0) {
+      yield decode(concat(carry, chunk.subarray(0, nl)));
+      carry = new Uint8Array(0);
+      start = nl + 1;
+      nl = chunk.indexOf(10, start);
     }
+    for (; nl >= 0; nl = chunk.indexOf(10, start)) {
+      yield decode(chunk.subarray(start, nl));
+      start = nl + 1;
+    }
+    carry = concat(carry, chunk.subarray(start));
   }
-  rest += decode();
-  if (rest !== "") yield rest;
+  if (carry.length > 0) yield decode(carry);
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  if (a.length === 0) return b.slice();
+  const c = new Uint8Array(a.length + b.length);
+  c.set(a);
+  c.set(b, a.length);
+  return c;
 }
 
 async function main() {
