@@ -2,7 +2,8 @@
 import { basename } from "node:path";
 import type { Emitter, Target } from "../compiler/build_plan.ts";
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
-import { buildModelGraph, compileGraph } from "../compiler/compile.ts";
+import { compileGraph } from "../compiler/compile.ts";
+import { buildModelGraph } from "../compiler/model_graph.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
 import { figuresOf, fusionReport } from "../compiler/report.ts";
 import { renderOutputs, writeOutputDir } from "../compiler/write_kernels.ts";

@@ -11,12 +11,10 @@ import type { Kernel } from "./kernel_ir/ir.ts";
 import { kernelCost } from "./kernel_cost.ts";
 import { lowerKernel } from "./lower/lower_kernel.ts";
 import { planMemory } from "./memory_plan.ts";
+import { UPDATE_PREFIX } from "./passes/sgd_update.ts";
 
 export type Target = "wgsl" | "cuda";
 export type Emitter = (k: Kernel) => TargetKernel;
-
-/** Graph outputs named `new:<param>` are the parameter's value after the step (training updates). */
-export const UPDATE_PREFIX = "new:";
 
 export interface BuiltPlan {
   readonly plan: Plan;

@@ -3,45 +3,14 @@
  * -> lowering -> per-target kernels -> Plan. Command-line tools and the runtimes' callers go through here.
  */
 import type { Graph } from "../ir/mod.ts";
-import type { BertModel, Head } from "../models/bert.ts";
 import { buildPlan, type BuiltPlan, type Emitter, type Target } from "./build_plan.ts";
 import { type DebugFlags, Fuel, readDebugFlags } from "./debug.ts";
 import { fuseGraph } from "./fusion/fuse.ts";
 import type { FusionResult } from "./fusion/types.ts";
-import { differentiate } from "./passes/autodiff.ts";
 import { cse } from "./passes/cse.ts";
 import { dce } from "./passes/dce.ts";
-import { applyPrecision, type Precision } from "./passes/precision.ts";
-import { appendSgdUpdate } from "./passes/sgd_update.ts";
 import { simplify } from "./passes/simplify.ts";
 import { runPipeline } from "./pipeline.ts";
-
-export interface GraphRequest {
-  readonly model: BertModel;
-  readonly mode: "train" | "infer";
-  readonly head?: Head;
-  readonly precision: Precision;
-  readonly batchSize: number;
-  readonly seqLen: number;
-  readonly maxPredictions?: number;
-  readonly dropout?: boolean;
-}
-
-/** The graph of one training step (forward, backward, SGD update) or of inference. */
-export function buildModelGraph(req: GraphRequest): Graph {
-  const train = req.mode === "train";
-  let g = req.model.build({
-    head: req.head ?? "pretraining",
-    mode: req.mode,
-    batchSize: req.batchSize,
-    seqLen: req.seqLen,
-    maxPredictions: req.maxPredictions ?? Math.max(1, Math.round(req.seqLen * 0.15)),
-    dropout: req.dropout,
-    trackLocations: true,
-  });
-  if (train) g = appendSgdUpdate(differentiate(g, "loss"));
-  return applyPrecision(g, req.precision);
-}
 
 export interface CompileOptions {
   readonly fuse: boolean;

@@ -120,32 +120,7 @@ function buildBert(name: string, cfg: BertConfig, opts: BuildOptions): Graph {
 
   // ---- encoder ----
   for (let i = 0; i < cfg.num_hidden_layers; i++) {
-    const p = `bert.encoder.layer.${i}`;
-    const attn = {
-      query: dense(`${p}.attention.self.query`, H, H),
-      key: dense(`${p}.attention.self.key`, H, H),
-      value: dense(`${p}.attention.self.value`, H, H),
-    };
-    const attnOut = dense(`${p}.attention.output.dense`, H, H);
-    const attnLn = norm(`${p}.attention.output.LayerNorm`);
-    const inter = dense(`${p}.intermediate.dense`, cfg.intermediate_size, H);
-    const out = dense(`${p}.output.dense`, H, cfg.intermediate_size);
-    const outLn = norm(`${p}.output.LayerNorm`);
-
-    const context = selfAttention(
-      hidden,
-      attn,
-      cfg.num_attention_heads,
-      additiveMask,
-      cfg.attention_probs_dropout_prob,
-      key,
-    );
-    const attended = ln(
-      drop(linear(context, attnOut.weight, attnOut.bias), cfg.hidden_dropout_prob).add(hidden),
-      attnLn,
-    );
-    const ffn = activation(linear(attended, inter.weight, inter.bias), act);
-    hidden = ln(drop(linear(ffn, out.weight, out.bias), cfg.hidden_dropout_prob).add(attended), outLn);
+    hidden = bertEncoderLayer(m, cfg, `bert.encoder.layer.${i}`, hidden, additiveMask, key);
   }
   const sequenceOutput = hidden;
   const pooled = () => {
@@ -218,4 +193,56 @@ function buildBert(name: string, cfg: BertConfig, opts: BuildOptions): Graph {
     }
   }
   return m.graph;
+}
+
+/**
+ * One transformer encoder layer (post-LayerNorm, as in BERT): self-attention, dropout, residual,
+ * LayerNorm, then the feed-forward block with the same. Exported so tests can compile a single layer.
+ */
+export function bertEncoderLayer(
+  m: ModelBuilder,
+  cfg: BertConfig,
+  p: string,
+  hidden: Tensor,
+  additiveMask: Tensor,
+  key: Tensor | undefined,
+): Tensor {
+  const H = cfg.hidden_size;
+  const std = { truncNormal: cfg.initializer_range };
+  const dense = (prefix: string, outF: number, inF: number) => ({
+    weight: m.param(`${prefix}.weight`, [outF, inF], std),
+    bias: m.param(`${prefix}.bias`, [outF], "zeros"),
+  });
+  const norm = (prefix: string) => ({
+    gamma: m.param(`${prefix}.weight`, [H], "ones"),
+    beta: m.param(`${prefix}.bias`, [H], "zeros"),
+  });
+  const ln = (x: Tensor, q: { gamma: Tensor; beta: Tensor }) =>
+    layerNorm(x, q.gamma, q.beta, cfg.layer_norm_eps);
+  const drop = (x: Tensor, prob: number) => dropout(x, prob, key);
+  const attn = {
+    query: dense(`${p}.attention.self.query`, H, H),
+    key: dense(`${p}.attention.self.key`, H, H),
+    value: dense(`${p}.attention.self.value`, H, H),
+  };
+  const attnOut = dense(`${p}.attention.output.dense`, H, H);
+  const attnLn = norm(`${p}.attention.output.LayerNorm`);
+  const inter = dense(`${p}.intermediate.dense`, cfg.intermediate_size, H);
+  const out = dense(`${p}.output.dense`, H, cfg.intermediate_size);
+  const outLn = norm(`${p}.output.LayerNorm`);
+
+  const context = selfAttention(
+    hidden,
+    attn,
+    cfg.num_attention_heads,
+    additiveMask,
+    cfg.attention_probs_dropout_prob,
+    key,
+  );
+  const attended = ln(
+    drop(linear(context, attnOut.weight, attnOut.bias), cfg.hidden_dropout_prob).add(hidden),
+    attnLn,
+  );
+  const ffn = activation(linear(attended, inter.weight, inter.bias), activationOf(cfg));
+  return ln(drop(linear(ffn, out.weight, out.bias), cfg.hidden_dropout_prob).add(attended), outLn);
 }

@@ -141,7 +141,8 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     const extraRoot = readerKernels.size > 1 || isOutput[id] === 1;
     const k = kernels[kid];
     const need = needOf(id, kid);
-    let verdict = canJoin(g, id, k, need, needs);
+    let verdict = extraRoot ? storableHere(g, id, k, need) : YES;
+    if (verdict.ok) verdict = canJoin(g, id, k, need, needs);
     if (verdict.ok && opts.takeFuel && !opts.takeFuel()) {
       verdict = no("FUSION_FUEL is spent");
       fuelRefusals++;
@@ -277,4 +278,16 @@ function canJoin(
   k.space = inShape;
   k.axes = axes;
   return YES;
+}
+
+/**
+ * A node the kernel must also write (an extra root) is stored where the kernel iterates: at each element
+ * of its space, or once per row of a reduce kernel. A node read at any other index cannot be.
+ */
+function storableHere(g: Graph, id: NodeId, k: FusedKernel, need: ReadonlySet<Need>): Verdict {
+  const size = numel(g.nodes[id].type.shape);
+  const only = need.size === 1 ? [...need][0] : undefined;
+  if (only === ELEM && size === numel(k.space)) return YES;
+  if (only === ROW && k.kind === "reduce") return YES;
+  return no(`it is read as ${describeNeeds(need)} here, so this kernel cannot also write it`);
 }

@@ -25,7 +25,6 @@ import {
 import {
   broadcastOperand,
   clamp,
-  delinearize,
   type Idx,
   idxKey,
   linearize,

@@ -5,11 +5,12 @@
  * one plan; the LAMB/AdamW optimizers replace it with their own update graphs.
  */
 import type { Graph } from "../../ir/mod.ts";
-import { UPDATE_PREFIX } from "../build_plan.ts";
 import { GraphEditor } from "../graph_edit.ts";
 import { GRAD_PREFIX } from "./autodiff.ts";
 
 export const LEARNING_RATE_INPUT = "learning_rate";
+/** Graph outputs named `new:<param>` are the parameter's value after the step (the plan copies them back). */
+export const UPDATE_PREFIX = "new:";
 
 export function appendSgdUpdate(g: Graph): Graph {
   const b = new GraphEditor(g);

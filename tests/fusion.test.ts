@@ -1,0 +1,134 @@
+/**
+ * Fusion decisions on real graphs: kernel counts for one BERT encoder layer (with the ideal beside each
+ * assertion), schedule validity, fuel, and that every refusal carries a reason.
+ */
+import assert from "node:assert/strict";
+import { fuseGraph } from "../compiler/fusion/fuse.ts";
+import type { FusionResult } from "../compiler/fusion/types.ts";
+import type { Graph } from "../ir/mod.ts";
+import tiny from "../models/bert-tiny.ts";
+import { buildModelGraph } from "../compiler/model_graph.ts";
+import { layerGraph } from "./util/layer_graph.ts";
+
+function kindsOf(r: FusionResult): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const k of r.kernels) out[k.kind] = (out[k.kind] ?? 0) + 1;
+  return out;
+}
+
+/** Every kernel reads only buffers written by earlier kernels (or graph inputs and params). */
+function assertValidSchedule(g: Graph, r: FusionResult): void {
+  const writtenBy = new Map<number, number>();
+  for (const k of r.kernels) for (const root of k.roots) writtenBy.set(root, k.id);
+  const seen = new Set<number>();
+  for (const k of r.kernels) {
+    for (const m of k.members) {
+      assert.ok(!seen.has(m), `node %${m} is computed by two kernels`);
+      seen.add(m);
+    }
+  }
+  const readsOf = (id: number, k: number, out: Set<number>) => {
+    const visit = (x: number) => {
+      if (r.kernelOf[x] === k && !out.has(-1 - x)) {
+        out.add(-1 - x);
+        g.nodes[x].inputs.forEach(visit);
+      } else if (r.kernelOf[x] < 0 && !r.materialized.has(x)) {
+        g.nodes[x].inputs.forEach(visit); // inline or view: read through
+      } else if (r.kernelOf[x] !== k) out.add(x);
+    };
+    visit(id);
+  };
+  for (const k of r.kernels) {
+    const reads = new Set<number>();
+    for (const root of k.roots) readsOf(root, k.id, reads);
+    for (const x of reads) {
+      if (x < 0) continue;
+      const op = g.nodes[x].op;
+      if (op === "input" || op === "param") continue;
+      const w = writtenBy.get(x);
+      assert.ok(w !== undefined, `kernel ${k.id} reads %${x} (${op}), which no kernel writes`);
+      assert.ok(w < k.id, `kernel ${k.id} reads %${x} written later, by kernel ${w}`);
+    }
+  }
+}
+
+Deno.test("fusion: one encoder layer forward (dropout on) compiles to 11 kernels", () => {
+  const g = layerGraph({ batch: 2, seq: 8, dropout: true, backward: false });
+  const fused = fuseGraph(g, { fuse: true });
+  const unfused = fuseGraph(g, { fuse: false });
+  assertValidSchedule(g, fused);
+  // Ideal: 9 — one QKV GEMM instead of three; 7 with attention fused flash-style (QKᵀ, softmax, PV).
+  // Here: Q, K, V GEMMs with their bias; QKᵀ; mask + softmax + dropout (1 row kernel); PV; output
+  // GEMM; bias + dropout + residual + LayerNorm (1 row kernel); FFN-in GEMM + bias + GELU; FFN-out
+  // GEMM; bias + dropout + residual + LayerNorm.
+  assert.equal(fused.kernels.length, 11);
+  assert.deepEqual(kindsOf(fused), { matmul: 8, reduce: 3 });
+  assert.ok(unfused.kernels.length >= 9 * fused.kernels.length, `unfused: ${unfused.kernels.length}`);
+});
+
+Deno.test("fusion: one encoder layer forward + backward compiles to 40 kernels", () => {
+  const g = layerGraph({ batch: 2, seq: 8, dropout: true, backward: true });
+  const fused = fuseGraph(g, { fuse: true });
+  const unfused = fuseGraph(g, { fuse: false });
+  assertValidSchedule(g, fused);
+  // Ideal: about 28 — forward 9 as above, plus backward: 13 GEMMs (11 with one QKV dW GEMM), softmax
+  // backward (1), 2 LayerNorm backward row kernels and their dγ/dβ column sums (2 more), and the bias
+  // gradients as column sums folded into those.
+  // Here: the forward writes what backward needs from 13 kernels (softmax and LayerNorm each split once
+  // to save a value backward reads), Q/K/V stay separate, and each bias gradient is its own column sum.
+  assert.equal(fused.kernels.length, 40);
+  // 8 forward GEMMs; 13 backward: dW of all 6 dense layers, dX of the output, FFN-in and FFN-out
+  // layers (the layer's input `hidden` is not differentiated, so Q/K/V need no dX), and the 4
+  // attention GEMMs dP, dV, dQ, dK.
+  assert.equal(kindsOf(fused).matmul, 21);
+  assert.ok(
+    fused.kernels.length * 4 <= unfused.kernels.length,
+    `${fused.kernels.length} vs ${unfused.kernels.length}`,
+  );
+});
+
+Deno.test("fusion: a BERT-tiny training step launches at most a third of the unfused kernels", () => {
+  const g = buildModelGraph({ model: tiny, mode: "train", precision: "fp32", batchSize: 2, seqLen: 16 });
+  const fused = fuseGraph(g, { fuse: true });
+  const unfused = fuseGraph(g, { fuse: false });
+  assertValidSchedule(g, fused);
+  assertValidSchedule(g, unfused);
+  assert.ok(
+    fused.kernels.length * 3 <= unfused.kernels.length,
+    `fused ${fused.kernels.length}, unfused ${unfused.kernels.length}`,
+  );
+});
+
+Deno.test("fusion: every refusal has a reason, and fuel bounds the number of fusions", () => {
+  const g = layerGraph({ batch: 2, seq: 8, dropout: true, backward: true });
+  const full = fuseGraph(g, { fuse: true });
+  for (const d of full.decisions) {
+    if (!d.ok) assert.ok(d.reason.length > 10, `empty reason for %${d.producer}`);
+  }
+  const joins = full.decisions.filter((d) => d.ok).length;
+  let previous = Infinity;
+  for (const fuel of [0, 5, 50, joins]) {
+    let left = fuel;
+    const r = fuseGraph(g, { fuse: true, takeFuel: () => left-- > 0 });
+    assertValidSchedule(g, r);
+    assert.ok(r.kernels.length <= previous, `fuel ${fuel}: ${r.kernels.length} > ${previous}`);
+    assert.ok(r.decisions.filter((d) => d.ok).length <= fuel);
+    previous = r.kernels.length;
+    if (fuel === 0) assert.equal(r.fuelRefusals > 0, true);
+  }
+  assert.equal(previous, full.kernels.length);
+});
+
+Deno.test("fusion: a reduction read through a permute is not fused (it would be recomputed per element)", () => {
+  const g = layerGraph({ batch: 1, seq: 4, dropout: false, backward: false });
+  const r = fuseGraph(g, { fuse: true });
+  for (const k of r.kernels) {
+    if (k.kind !== "reduce") continue;
+    for (const m of k.members) {
+      const n = g.nodes[m];
+      if (n.op === "reduce_sum" || n.op === "reduce_max") {
+        assert.deepEqual([...g.nodes[n.inputs[0]].type.shape], [...k.space]);
+      }
+    }
+  }
+});
