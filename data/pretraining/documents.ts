@@ -1,0 +1,161 @@
+/**
+ * Pretraining input: text in BERT's format (one sentence per line, a blank line between documents) read
+ * from files and tokenized into one flat array of ids with sentence and document boundaries. Sentences of
+ * a document are adjacent in the array, so any run of consecutive sentences is one contiguous range;
+ * instance creation works on ranges and never copies token lists.
+ */
+import { join } from "node:path";
+import { DataError } from "../shards/errors.ts";
+
+/** The tokenized corpus. Sentence k is ids[sentenceStarts[k] .. sentenceStarts[k+1]); document d is
+ * sentences docStarts[d] .. docStarts[d+1]. Every document has at least one sentence, every sentence at
+ * least one token. */
+export interface TokenCorpus {
+  ids: Int32Array;
+  sentenceStarts: Uint32Array;
+  docStarts: Uint32Array;
+}
+
+/** What tokenizing one piece of text gives before pieces are joined. */
+export interface TokenizedChunk {
+  ids: Int32Array;
+  sentenceLengths: Uint32Array;
+  /** Sentences per document, in order; documents whose lines all tokenized to nothing are left out. */
+  docSentenceCounts: Uint32Array;
+}
+
+export interface WordPieceLike {
+  tokenize(text: string): { ids: number[] };
+}
+
+export const numDocuments = (c: TokenCorpus) => c.docStarts.length - 1;
+export const numSentences = (c: TokenCorpus) => c.sentenceStarts.length - 1;
+export const numTokens = (c: TokenCorpus) => c.ids.length;
+
+/** Tokens of document d (a count, from the sentence table). */
+export function documentTokens(c: TokenCorpus, d: number): number {
+  return c.sentenceStarts[c.docStarts[d + 1]] - c.sentenceStarts[c.docStarts[d]];
+}
+
+/** A growable Int32Array/Uint32Array, because number[] of a million ids is several times larger. */
+class IntList {
+  length = 0;
+  constructor(private data: Int32Array | Uint32Array) {}
+  push(x: number): void {
+    if (this.length === this.data.length) {
+      const grown = new (this.data.constructor as Int32ArrayConstructor)(this.data.length * 2);
+      grown.set(this.data);
+      this.data = grown;
+    }
+    this.data[this.length++] = x;
+  }
+  pushAll(xs: number[]): void {
+    for (const x of xs) this.push(x);
+  }
+  done(): Int32Array | Uint32Array {
+    return this.data.slice(0, this.length);
+  }
+}
+
+/** Tokenizes text in BERT's input format. Lines are trimmed; whitespace-only lines separate documents. */
+export function tokenizeChunk(tok: WordPieceLike, text: string): TokenizedChunk {
+  const ids = new IntList(new Int32Array(1 << 16));
+  const sentenceLengths = new IntList(new Uint32Array(1 << 12));
+  const docSentenceCounts = new IntList(new Uint32Array(1 << 8));
+  let inDoc = 0;
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (line === "") {
+      if (inDoc > 0) docSentenceCounts.push(inDoc);
+      inDoc = 0;
+      continue;
+    }
+    const t = tok.tokenize(line).ids;
+    if (t.length === 0) continue; // e.g. a line of control characters: no sentence at all
+    ids.pushAll(t);
+    sentenceLengths.push(t.length);
+    inDoc++;
+  }
+  if (inDoc > 0) docSentenceCounts.push(inDoc);
+  return {
+    ids: ids.done() as Int32Array,
+    sentenceLengths: sentenceLengths.done() as Uint32Array,
+    docSentenceCounts: docSentenceCounts.done() as Uint32Array,
+  };
+}
+
+/**
+ * Cuts text into about `n` pieces at blank lines, so no document is split and tokenizing the pieces
+ * separately (in workers) gives exactly what tokenizing the whole would.
+ */
+export function splitAtDocuments(text: string, n: number): string[] {
+  const pieces: string[] = [];
+  let start = 0;
+  const blank = /\n[ \t\r\f\v]*\n/g;
+  for (let k = 1; k < n && start < text.length; k++) {
+    blank.lastIndex = Math.max(start, Math.floor((text.length * k) / n));
+    const m = blank.exec(text);
+    if (!m) break;
+    const cut = m.index + 1;
+    pieces.push(text.slice(start, cut));
+    start = cut;
+  }
+  pieces.push(text.slice(start));
+  return pieces;
+}
+
+/** Joins tokenized pieces in order; with `shared` the arrays live in SharedArrayBuffers for workers. */
+export function joinChunks(chunks: TokenizedChunk[], shared = false): TokenCorpus {
+  const total = (key: keyof TokenizedChunk) => chunks.reduce((s, c) => s + c[key].length, 0);
+  const alloc = <T extends Int32Array | Uint32Array>(Ctor: { new (b: ArrayBufferLike): T }, n: number): T =>
+    new Ctor(shared ? new SharedArrayBuffer(n * 4) : new ArrayBuffer(n * 4));
+  const ids = alloc(Int32Array, total("ids"));
+  const sentenceStarts = alloc(Uint32Array, total("sentenceLengths") + 1);
+  const docStarts = alloc(Uint32Array, total("docSentenceCounts") + 1);
+  let t = 0, s = 0, d = 0;
+  for (const c of chunks) {
+    ids.set(c.ids, t);
+    for (const len of c.sentenceLengths) sentenceStarts[++s] = t += len;
+    for (const count of c.docSentenceCounts) docStarts[d + 1] = docStarts[d++] + count;
+  }
+  return { ids, sentenceStarts, docStarts };
+}
+
+/** Input files: each path is a file, or a directory whose regular files (sorted, no dot files) are read. */
+export async function listInputFiles(paths: string[]): Promise<string[]> {
+  const files: string[] = [];
+  for (const p of paths) {
+    let info: Deno.FileInfo;
+    try {
+      info = await Deno.stat(p);
+    } catch (e) {
+      if (e instanceof Deno.errors.NotFound) throw new DataError(`input ${p}: no such file or directory`);
+      throw new DataError(`input ${p}: ${(e as Error).message}`);
+    }
+    if (info.isDirectory) {
+      const names: string[] = [];
+      for await (const entry of Deno.readDir(p)) {
+        if (!entry.name.startsWith(".") && (entry.isFile || entry.isSymlink)) names.push(entry.name);
+      }
+      if (names.length === 0) throw new DataError(`input ${p}: the directory has no files`);
+      names.sort();
+      files.push(...names.map((n) => join(p, n)));
+    } else {
+      files.push(p);
+    }
+  }
+  return files;
+}
+
+/** The text of all inputs; a file boundary also ends a document. */
+export async function readInputText(files: string[]): Promise<string> {
+  const texts: string[] = [];
+  for (const f of files) {
+    try {
+      texts.push(await Deno.readTextFile(f));
+    } catch (e) {
+      throw new DataError(`input ${f}: ${(e as Error).message}`);
+    }
+  }
+  return texts.join("\n\n");
+}
