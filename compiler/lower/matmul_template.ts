@@ -61,9 +61,8 @@ export interface MatmulSpec {
   loadA: (b: KExpr, row: KExpr, col: KExpr) => KExpr;
   loadB: (b: KExpr, row: KExpr, col: KExpr) => KExpr;
   /**
-   * Statements that consume the f32 accumulator of C[b][row][col] (e.g. add bias, GELU, store); called
-   * only for in-range elements, once per element of a thread's micro-tile, all into one block: locals
-   * it declares must have names unique across calls.
+   * Statements that consume the f32 accumulator of C[b][row][col] (e.g. add bias, GELU, store); they run
+   * only for in-range elements. Called once: the template runs the statements in a loop over elements.
    */
   epilogue: (b: KExpr, row: KExpr, col: KExpr, acc: KExpr) => KStmt[];
   /**
@@ -184,48 +183,67 @@ export function matmulKernel(spec: MatmulSpec): Kernel {
   loop.push(barrier);
 
   // The inner product over this slab: per kk, rm words of A and rn words of B feed rm·rn accumulators.
-  const kk = I("mm_kk");
-  const inner: KStmt[] = [];
-  for (let i = 0; i < t.rm; i++) {
-    const at = add(add(mul(kk, i32(strideA)), I("mm_ty")), i32(i * ty));
-    inner.push(let_(`mm_av${i}`, sload("As", at, "f32")));
-  }
-  for (let j = 0; j < t.rn; j++) {
-    const at = add(add(mul(kk, i32(strideB)), I("mm_tx")), i32(j * tx));
-    inner.push(let_(`mm_bv${j}`, sload("Bs", at, "f32")));
-  }
-  for (let i = 0; i < t.rm; i++) {
-    for (let j = 0; j < t.rn; j++) {
-      inner.push(set(accs[i][j], add(F(accs[i][j]), mul(F(`mm_av${i}`), F(`mm_bv${j}`)))));
+  const step = (kk: KExpr, sfx: string): KStmt[] => {
+    const inner: KStmt[] = [];
+    for (let i = 0; i < t.rm; i++) {
+      const at = add(add(mul(kk, i32(strideA)), I("mm_ty")), i32(i * ty));
+      inner.push(let_(`mm_av${sfx}${i}`, sload("As", at, "f32")));
     }
-  }
-  loop.push(for_("mm_kk", i32(0), i32(t.tk), i32(1), inner));
+    for (let j = 0; j < t.rn; j++) {
+      const at = add(add(mul(kk, i32(strideB)), I("mm_tx")), i32(j * tx));
+      inner.push(let_(`mm_bv${sfx}${j}`, sload("Bs", at, "f32")));
+    }
+    for (let i = 0; i < t.rm; i++) {
+      for (let j = 0; j < t.rn; j++) {
+        inner.push(set(accs[i][j], add(F(accs[i][j]), mul(F(`mm_av${sfx}${i}`), F(`mm_bv${sfx}${j}`)))));
+      }
+    }
+    return inner;
+  };
+  // A loop, not unrolled: unrolling made lavapipe slower (more code, same loads).
+  loop.push(for_("mm_kk", i32(0), i32(t.tk), i32(1), step(I("mm_kk"), "")));
   // The next iteration overwrites the slabs: everyone must be done reading them.
   loop.push(barrier);
   body.push(for_("mm_k0", i32(0), i32(k), i32(t.tk), loop));
 
-  // Epilogue over the micro-tile, guarded only where the tile can overhang C.
-  const rowsGuard = m % t.tm !== 0, colsGuard = n % t.tn !== 0;
-  const seen = new Set<string>();
-  for (let i = 0; i < t.rm; i++) {
-    const row = `mm_r${i}`;
-    body.push(let_(row, add(add(I("mm_row0"), I("mm_ty")), i32(i * ty))));
-    const rowStmts: KStmt[] = [];
-    for (let j = 0; j < t.rn; j++) {
-      const col = `mm_c${i}_${j}`;
-      const stmts = spec.epilogue(b, I(row), I(col), F(accs[i][j]));
-      for (const s of stmts) {
-        if (s.k !== "let") continue;
-        if (seen.has(s.name)) {
-          throw new MatmulTemplateError(name, `epilogue declares local '${s.name}' in more than one call`);
-        }
-        seen.add(s.name);
-      }
-      rowStmts.push(let_(col, add(add(I("mm_col0"), I("mm_tx")), i32(j * tx))));
-      rowStmts.push(...(colsGuard ? [if_(lt(I(col), i32(n)), stmts)] : stmts));
-    }
-    body.push(...(rowsGuard ? [if_(lt(I(row), i32(m)), rowStmts)] : rowStmts));
+  // Epilogue, staged through shared memory one micro-tile row at a time: pass p writes row p of every
+  // thread's micro-tile (together a ty×tn block of C) to `Cs`, then the workgroup walks that block with
+  // neighbouring threads on neighbouring columns. So the caller's epilogue appears once in the code (not
+  // rm·rn times: lavapipe's compile time grows with code size), and its loads and stores are coalesced.
+  shared.push({ name: "Cs", t: "f32", size: ty * t.tn });
+  const p = I("mm_p");
+  const stage: KStmt[] = [];
+  for (let j = 0; j < t.rn; j++) {
+    // Row p of the micro-tile: accumulators are scalars, so pick by a chain of selects on p.
+    let v: KExpr = F(accs[t.rm - 1][j]);
+    for (let i = t.rm - 2; i >= 0; i--) v = select(bin("eq", p, i32(i)), F(accs[i][j]), v);
+    const at = add(add(mul(I("mm_ty"), i32(t.tn)), I("mm_tx")), i32(j * tx));
+    stage.push({ k: "sstore", arr: "Cs", index: at, value: v });
   }
+  stage.push(barrier);
+  const e = add(lid, mul(I("mm_q"), i32(threads)));
+  const each: KStmt[] = [
+    let_("mm_e", e),
+    let_("mm_row", add(add(I("mm_row0"), mul(p, i32(ty))), div(I("mm_e"), i32(t.tn)))),
+    let_("mm_col", add(I("mm_col0"), mod(I("mm_e"), i32(t.tn)))),
+  ];
+  const rowsGuard = m % t.tm !== 0, colsGuard = n % t.tn !== 0;
+  let inRange: KExpr | undefined;
+  if (rowsGuard) inRange = lt(I("mm_row"), i32(m));
+  if (colsGuard) {
+    const ok = lt(I("mm_col"), i32(n));
+    inRange = inRange ? bin("and", inRange, ok) : ok;
+  }
+  const epi = [
+    let_("mm_out", sload("Cs", I("mm_e"), "f32")),
+    ...spec.epilogue(b, I("mm_row"), I("mm_col"), F("mm_out")),
+  ];
+  each.push(...(inRange ? [if_(inRange, epi)] : epi));
+  // The block holds threads·rn elements, so every thread handles exactly rn of them.
+  stage.push(for_("mm_q", i32(0), i32(t.rn), i32(1), each));
+  // The next pass overwrites Cs.
+  stage.push(barrier);
+  body.push(for_("mm_p", i32(0), i32(t.rm), i32(1), stage));
 
   return {
     name,
