@@ -1,0 +1,265 @@
+/**
+ * The WGSL matmul template alone: builds matmul kernels with `matmulKernel`, wraps each in a one-kernel
+ * Plan, runs it with the WebGPU executor and reports GFLOP/s from the wall time of repeated dispatches.
+ * Also exports the case builder the template's tests use (tests/matmul_template.test.ts).
+ *
+ *   DENO_WEBGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp deno run --allow-read --allow-write --allow-env \
+ *     bench/matmul_template.ts [--shape B,M,N,K]... [--tiles TM,TN,TK,RM,RN]... [--reps N] [--rounds N]
+ *     [--f16] [--gelu] [--json FILE]
+ *
+ * Without --tiles each shape runs with the template's own tile choice. Time per launch is the best over
+ * `rounds` of (wall time of one submission of `reps` launches) / reps, after one warm-up launch (which
+ * also compiles the pipeline; its time is reported separately).
+ */
+import { emitWGSL } from "../compiler/codegen/wgsl.ts";
+import {
+  add,
+  cast,
+  f32,
+  i32,
+  type KBinding,
+  type Kernel,
+  type KExpr,
+  type KStorage,
+  let_,
+  load,
+  mul,
+  ref,
+  store,
+  un,
+} from "../compiler/kernel_ir/ir.ts";
+import { matmulKernel, type MatmulTiles } from "../compiler/lower/matmul_template.ts";
+import { chooseTiles } from "../compiler/lower/matmul_tiles.ts";
+import type { Plan, PlanBuffer } from "../runtime/plan.ts";
+import { closeWebGPU, type GpuContext, openWebGPU } from "../runtime/webgpu/device.ts";
+import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
+
+/** One matmul problem: C[b] = op(A[b]) · op(B[b]) (+ bias, GELU), operands stored as `dtype`. */
+export interface MatmulCase {
+  batch: number;
+  m: number;
+  n: number;
+  k: number;
+  /** Storage type of A, B and C (f16: the loaders cast to f32, the epilogue rounds to f16). */
+  dtype: "f32" | "f16";
+  /** A stored as [batch, k, m] (read transposed) rather than [batch, m, k]; likewise B as [batch, n, k]. */
+  transA?: boolean;
+  transB?: boolean;
+  /** Epilogue: `store` C as is, or `bias_gelu` = GELU(acc + bias[col]) in the tanh form. */
+  epilogue?: "store" | "bias_gelu";
+  tiles?: MatmulTiles;
+}
+
+/** The kernel and a one-launch Plan for it (buffer ids: 0 A, 1 B, 2 C, 3 bias when present). */
+export function buildCase(c: MatmulCase): { kernel: Kernel; plan: Plan } {
+  const { batch, m, n, k, dtype } = c;
+  const gelu = c.epilogue === "bias_gelu";
+  const buffers: PlanBuffer[] = [];
+  const bindings: KBinding[] = [];
+  const buffer = (
+    name: string,
+    t: KStorage,
+    shape: number[],
+    role: PlanBuffer["role"],
+    access: KBinding["access"],
+  ) => {
+    const elements = shape.reduce((x, y) => x * y, 1);
+    const id = buffers.length;
+    buffers.push({ id, name, dtype: t, shape, bytes: elements * (t === "f16" ? 2 : 4), role, slot: id });
+    bindings.push({ name, buffer: id, t, access, elements });
+    return name;
+  };
+  const A = buffer("A", dtype, c.transA ? [batch, k, m] : [batch, m, k], "input", "read");
+  const B = buffer("B", dtype, c.transB ? [batch, n, k] : [batch, k, n], "input", "read");
+  const C = buffer("C", dtype, [batch, m, n], "output", "write");
+  const bias = gelu ? buffer("bias", "f32", [n], "input", "read") : "";
+  // Row-major index of [b][i][j] in a [batch, rows, cols] tensor.
+  const at = (b: KExpr, i: KExpr, j: KExpr, rows: number, cols: number) =>
+    add(mul(add(mul(b, i32(rows)), i), i32(cols)), j);
+  const kernel = matmulKernel({
+    name: `mm_${batch}x${m}x${n}x${k}_${dtype}${c.transA ? "_ta" : ""}${c.transB ? "_tb" : ""}${
+      gelu ? "_gelu" : ""
+    }`,
+    about: [`bench/test case ${JSON.stringify({ ...c, tiles: undefined })}`],
+    usesF16: dtype === "f16",
+    batch,
+    m,
+    n,
+    k,
+    bindings,
+    loadA: (b, row, col) =>
+      cast(load(A, c.transA ? at(b, col, row, k, m) : at(b, row, col, m, k), dtype), "f32"),
+    loadB: (b, row, col) =>
+      cast(load(B, c.transB ? at(b, col, row, n, k) : at(b, row, col, k, n), dtype), "f32"),
+    contiguousA: c.transA ? "row" : "col",
+    contiguousB: c.transB ? "row" : "col",
+    epilogue: (b, row, col, acc) => {
+      const out = at(b, row, col, m, n);
+      if (!gelu) return [store(C, out, cast(acc, dtype))];
+      const x = ref("ep_x", "f32");
+      const inner = mul(f32(GELU_C), add(x, mul(f32(0.044715), mul(x, mul(x, x)))));
+      return [
+        let_("ep_x", add(acc, load(bias, col, "f32"))),
+        store(C, out, cast(mul(mul(f32(0.5), x), add(f32(1), un("tanh", inner))), dtype)),
+      ];
+    },
+    tiles: c.tiles,
+  });
+  const wgsl = emitWGSL(kernel);
+  const plan: Plan = {
+    version: 1,
+    graph: kernel.name,
+    buffers,
+    slots: buffers.map((b) => ({ id: b.id, bytes: b.bytes })),
+    inputs: Object.fromEntries(buffers.filter((b) => b.role === "input").map((b) => [b.name, b.id])),
+    params: {},
+    outputs: { C: 2 },
+    kernels: [{
+      name: kernel.name,
+      kind: kernel.kind,
+      bindings: kernel.bindings.map((b, index) => ({
+        index,
+        name: b.name,
+        buffer: b.buffer,
+        access: b.access,
+      })),
+      wgsl,
+      about: kernel.about,
+      bytesRead: buffers.filter((b) => b.role === "input").reduce((s, b) => s + b.bytes, 0),
+      bytesWritten: buffers[2].bytes,
+      flops: 2 * batch * m * n * k,
+    }],
+    steps: [{ op: "launch", kernel: 0 }],
+    updates: [],
+  };
+  return { kernel, plan };
+}
+
+/** √(2/π), the GELU tanh-form constant. */
+export const GELU_C = Math.sqrt(2 / Math.PI);
+
+export const geluTanh = (x: number) => 0.5 * x * (1 + Math.tanh(GELU_C * (x + 0.044715 * x * x * x)));
+
+/** The same plan with the launch repeated `reps` times in its one step. */
+export function repeated(plan: Plan, reps: number): Plan {
+  return { ...plan, steps: Array.from({ length: reps }, () => ({ op: "launch" as const, kernel: 0 })) };
+}
+
+interface Row {
+  shape: string;
+  dtype: string;
+  epilogue: string;
+  tiles: string;
+  threads: number;
+  workgroups: number;
+  firstMs: number;
+  ms: number;
+  gflops: number;
+}
+
+async function measure(ctx: GpuContext, c: MatmulCase, reps: number, rounds: number): Promise<Row> {
+  const { kernel, plan } = buildCase(c);
+  const t0 = performance.now();
+  const once = await WebGPUExecutor.create(ctx, plan);
+  const fill = (b: PlanBuffer) =>
+    Float32Array.from({ length: b.shape.reduce((x, y) => x * y, 1) }, (_, i) => ((i * 7919) % 17) / 17 - 0.5);
+  for (const b of plan.buffers) if (b.role === "input") once.write(b.id, fill(b));
+  await once.step();
+  await once.finish();
+  const firstMs = performance.now() - t0;
+  once.destroy();
+  const ex = await WebGPUExecutor.create(ctx, repeated(plan, reps));
+  for (const b of plan.buffers) if (b.role === "input") ex.write(b.id, fill(b));
+  let best = Infinity;
+  for (let r = 0; r < rounds; r++) {
+    const s = performance.now();
+    await ex.step();
+    await ex.finish();
+    best = Math.min(best, (performance.now() - s) / reps);
+  }
+  ex.destroy();
+  const t = c.tiles ?? chooseTiles(c.m, c.n, c.k, c.batch);
+  return {
+    shape: `${c.batch}x${c.m}x${c.n}x${c.k}`,
+    dtype: c.dtype,
+    epilogue: c.epilogue ?? "store",
+    tiles: `${t.tm}x${t.tn}x${t.tk}/${t.rm}x${t.rn}`,
+    threads: kernel.workgroupSize,
+    workgroups: kernel.workgroups,
+    firstMs,
+    ms: best,
+    gflops: (2 * c.batch * c.m * c.n * c.k) / best / 1e6,
+  };
+}
+
+async function main(args: string[]) {
+  const shapes: number[][] = [];
+  const tiles: MatmulTiles[] = [];
+  let reps = 5, rounds = 3, f16 = false, gelu = false, json = "";
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    const next = () => {
+      if (i + 1 >= args.length) throw new Error(`${a} needs a value`);
+      return args[++i];
+    };
+    const ints = (s: string, count: number, what: string) => {
+      const v = s.split(",").map(Number);
+      if (v.length !== count || v.some((x) => !Number.isInteger(x) || x < 1)) {
+        throw new Error(`${what} wants ${count} positive integers separated by commas, got '${s}'`);
+      }
+      return v;
+    };
+    if (a === "--shape") shapes.push(ints(next(), 4, "--shape"));
+    else if (a === "--tiles") {
+      const [tm, tn, tk, rm, rn] = ints(next(), 5, "--tiles");
+      tiles.push({ tm, tn, tk, rm, rn });
+    } else if (a === "--reps") reps = ints(next(), 1, "--reps")[0];
+    else if (a === "--rounds") rounds = ints(next(), 1, "--rounds")[0];
+    else if (a === "--f16") f16 = true;
+    else if (a === "--gelu") gelu = true;
+    else if (a === "--json") json = next();
+    else throw new Error(`unknown argument '${a}' (see the header of bench/matmul_template.ts)`);
+  }
+  if (shapes.length === 0) shapes.push([1, 512, 512, 512]);
+  const ctx = await openWebGPU();
+  if ("unavailable" in ctx) throw new Error(`no WebGPU device: ${ctx.unavailable}`);
+  console.log(`device: ${ctx.description}`);
+  const rows: Row[] = [];
+  try {
+    for (const [batch, m, n, k] of shapes) {
+      for (const t of tiles.length ? tiles : [undefined]) {
+        const c: MatmulCase = {
+          batch,
+          m,
+          n,
+          k,
+          dtype: f16 ? "f16" : "f32",
+          epilogue: gelu ? "bias_gelu" : "store",
+          tiles: t,
+        };
+        const r = await measure(ctx, c, reps, rounds);
+        rows.push(r);
+        console.log(
+          `${r.shape.padEnd(18)} ${r.dtype} ${r.epilogue.padEnd(9)} tiles ${r.tiles.padEnd(16)} ` +
+            `${String(r.workgroups).padStart(6)} wg x ${String(r.threads).padStart(3)}  ` +
+            `first ${r.firstMs.toFixed(0).padStart(5)} ms  ${r.ms.toFixed(2).padStart(8)} ms  ` +
+            `${r.gflops.toFixed(2).padStart(6)} GFLOP/s`,
+        );
+      }
+    }
+  } finally {
+    closeWebGPU(ctx);
+  }
+  if (json) {
+    const record = {
+      device: ctx.description,
+      date: new Date().toISOString().slice(0, 10),
+      reps,
+      rounds,
+      rows,
+    };
+    await Deno.writeTextFile(json, JSON.stringify(record, null, 2) + "\n");
+  }
+}
+
+if (import.meta.main) await main(Deno.args);
