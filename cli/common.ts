@@ -10,6 +10,8 @@ import { ConfigError } from "../models/bert_config.ts";
 import { CheckpointError } from "../runtime/checkpoint/hf.ts";
 import { SafetensorsError } from "../runtime/checkpoint/safetensors.ts";
 import { InputError } from "../runtime/infer_input.ts";
+import { TokenizerError } from "../data/tokenizer/mod.ts";
+import { DatasetError } from "../data/finetune/mod.ts";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -26,6 +28,8 @@ const USER_ERRORS = [
   InputError,
   ModelError,
   IRError,
+  TokenizerError,
+  DatasetError,
 ];
 
 export type FlagSpec = NonNullable<ParseArgsConfig["options"]>;
