@@ -1,0 +1,392 @@
+/**
+ * Executes a Plan on a WebGPU device. Everything that can be made once is made in `create`: one GPU buffer
+ * per memory-plan slot, one pipeline per distinct kernel source, one bind group per kernel. A step then
+ * only records dispatches and copies into one command encoder and submits it.
+ */
+import type { Plan, PlanBuffer, PlanKernel, PlanStep } from "../plan.ts";
+import { decodeHost, encodeHost, type HostArray, readRanges, round4, storedSize } from "./buffers.ts";
+import type { GpuContext } from "./device.ts";
+import { tidy, validated, WebGPUError } from "./errors.ts";
+import { type Profile, profileSteps } from "./timing.ts";
+
+/** One kernel ready to dispatch. */
+export interface Launch {
+  readonly kernel: PlanKernel;
+  readonly pipeline: GPUComputePipeline;
+  readonly bindGroup: GPUBindGroup;
+  readonly grid: readonly [number, number, number];
+}
+
+/** A step as the encoder sees it: a dispatch, or a buffer copy with its byte size resolved. */
+export type Encoded =
+  | { readonly op: "launch"; readonly index: number; readonly launch: Launch }
+  | {
+    readonly op: "copy";
+    readonly index: number;
+    readonly src: GPUBuffer;
+    readonly dst: GPUBuffer;
+    readonly size: number;
+  };
+
+export class WebGPUExecutor {
+  private destroyed = false;
+
+  private constructor(
+    readonly ctx: GpuContext,
+    readonly plan: Plan,
+    private readonly slots: readonly GPUBuffer[],
+    readonly launches: readonly Launch[],
+    /** Number of distinct pipelines (kernels with identical source share one). */
+    readonly pipelineCount: number,
+    private readonly program: readonly Encoded[],
+    private readonly updates: readonly Encoded[],
+  ) {}
+
+  static async create(ctx: GpuContext, plan: Plan): Promise<WebGPUExecutor> {
+    if (ctx.lost) throw new WebGPUError(`the WebGPU device was lost: ${ctx.lost}`);
+    const { device } = ctx;
+    checkPlan(ctx, plan);
+
+    const slotSize = plan.slots.map((s) => Math.max(4, round4(s.bytes)));
+    for (const b of plan.buffers) slotSize[b.slot] = Math.max(slotSize[b.slot], round4(storedSize(b)));
+    const slots = await validated(
+      device,
+      "allocating the plan's buffers",
+      () =>
+        slotSize.map((size, i) =>
+          device.createBuffer({
+            label: `slot${i}`,
+            size,
+            usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
+          })
+        ),
+    );
+
+    try {
+      const pipelines = new Map<string, GPUComputePipeline>();
+      const layouts = new Map<string, GPUBindGroupLayout>();
+      const launches: Launch[] = [];
+      for (const k of plan.kernels) {
+        const wgsl = k.wgsl;
+        if (!wgsl) throw new WebGPUError(`kernel ${k.name} has no WGSL source (compile with --target wgsl)`);
+        const key = pipelineKey(wgsl.code);
+        let pipeline = pipelines.get(key);
+        if (!pipeline) {
+          pipeline = await makePipeline(ctx, k, layoutFor(device, layouts, k));
+          pipelines.set(key, pipeline);
+        }
+        const bindGroup = await validated(
+          device,
+          `kernel ${k.name}: bind group`,
+          () =>
+            device.createBindGroup({
+              label: k.name,
+              layout: layoutFor(device, layouts, k),
+              entries: k.bindings.map((pb) => {
+                const b = plan.buffers[pb.buffer];
+                return {
+                  binding: pb.index,
+                  resource: { buffer: slots[b.slot], offset: 0, size: round4(storedSize(b)) },
+                };
+              }),
+            }),
+        );
+        launches.push({ kernel: k, pipeline, bindGroup, grid: wgsl.grid });
+      }
+      const program = plan.steps.map((s, index) => encodedStep(plan, slots, launches, s, index));
+      const updates = plan.updates.map((u, index): Encoded => {
+        const param = plan.buffers[u.param];
+        const value = plan.buffers[u.value];
+        return {
+          op: "copy",
+          index,
+          src: slots[value.slot],
+          dst: slots[param.slot],
+          size: round4(storedSize(param)),
+        };
+      });
+      return new WebGPUExecutor(ctx, plan, slots, launches, pipelines.size, program, updates);
+    } catch (e) {
+      for (const s of slots) s.destroy();
+      throw e;
+    }
+  }
+
+  /** The buffer a name or id refers to: graph inputs, params and outputs by name, any buffer by id or name. */
+  buffer(target: string | number): PlanBuffer {
+    const p = this.plan;
+    if (typeof target === "number") {
+      const b = p.buffers[target];
+      if (!b) throw new WebGPUError(`plan ${p.graph} has no buffer ${target}`);
+      return b;
+    }
+    const id = p.inputs[target] ?? p.params[target] ?? p.outputs[target] ??
+      p.buffers.find((b) => b.name === target)?.id;
+    if (id === undefined) {
+      throw new WebGPUError(`plan ${p.graph} has no input, parameter or buffer '${target}'`);
+    }
+    return p.buffers[id];
+  }
+
+  /** Writes host values into a buffer, converted to its stored form (f16 rounded, bool as 0/1). */
+  write(target: string | number, data: ArrayLike<number>): void {
+    this.alive();
+    const b = this.buffer(target);
+    this.ctx.device.queue.writeBuffer(this.slots[b.slot], 0, encodeHost(b, data));
+  }
+
+  /** Reads a buffer: Float32Array for f32/f16, Int32Array for i32, Uint32Array for u32 and bool (0/1). */
+  async read(target: string | number): Promise<HostArray> {
+    return (await this.readMany([target]))[0];
+  }
+
+  /** Reads several buffers with one submission. */
+  async readMany(targets: readonly (string | number)[]): Promise<HostArray[]> {
+    this.alive();
+    const bufs = targets.map((t) => this.buffer(t));
+    const bytes = await readRanges(
+      this.ctx.device,
+      bufs.map((b) => ({ buffer: this.slots[b.slot], size: storedSize(b) })),
+    );
+    return bufs.map((b, i) => decodeHost(b, bytes[i]));
+  }
+
+  /**
+   * Runs the step program once: all launches and copies, then the parameter updates, in one command
+   * encoder and one submission. Resolves once the work is submitted and validated, not when it is done.
+   */
+  async step(): Promise<void> {
+    this.alive();
+    const { device } = this.ctx;
+    device.pushErrorScope("validation");
+    const enc = device.createCommandEncoder({ label: this.plan.graph });
+    encodeProgram(enc, this.program, this.updates);
+    device.queue.submit([enc.finish()]);
+    const err = await device.popErrorScope();
+    if (err) throw await this.attribute(err.message);
+    this.raiseUncaptured();
+  }
+
+  /** Writes `feeds` (by input or parameter name), steps, and reads the outputs (all of them by default). */
+  async run(
+    feeds: Readonly<Record<string, ArrayLike<number>>>,
+    outputNames?: readonly string[],
+  ): Promise<Record<string, HostArray>> {
+    for (const [name, data] of Object.entries(feeds)) this.write(name, data);
+    await this.step();
+    const names = outputNames ?? Object.keys(this.plan.outputs);
+    for (const n of names) {
+      if (this.plan.outputs[n] === undefined) {
+        throw new WebGPUError(`plan ${this.plan.graph} has no output '${n}'`);
+      }
+    }
+    const values = await this.readMany(names.map((n) => this.plan.outputs[n]));
+    return Object.fromEntries(names.map((n, i) => [n, values[i]]));
+  }
+
+  /** Resolves when all submitted work has finished on the GPU. */
+  async finish(): Promise<void> {
+    await this.ctx.device.queue.onSubmittedWorkDone();
+    this.raiseUncaptured();
+  }
+
+  /**
+   * Per-launch GPU times over `iterations` steps (after one warm-up step), with timestamp queries when
+   * the device has them, else wall-clock around each launch. Runs the program: buffers change as in step().
+   */
+  async profile(iterations = 5): Promise<Profile> {
+    this.alive();
+    return await profileSteps(this.ctx, this.plan, this.program, this.updates, iterations, () => this.step());
+  }
+
+  destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    for (const s of this.slots) s.destroy();
+  }
+
+  private alive(): void {
+    if (this.destroyed) throw new WebGPUError(`executor for ${this.plan.graph} was destroyed`);
+    if (this.ctx.lost) throw new WebGPUError(`the WebGPU device was lost: ${this.ctx.lost}`);
+  }
+
+  private raiseUncaptured(): void {
+    const errs = this.ctx.uncaptured.splice(0);
+    if (errs.length) {
+      throw new WebGPUError(`WebGPU error during ${this.plan.graph}: ${tidy(errs.join("\n"))}`);
+    }
+  }
+
+  /**
+   * A step failed validation: encode each step alone (without submitting) until one fails, so the error
+   * names the kernel. Falls back to the bare message when no single step reproduces it.
+   */
+  private async attribute(message: string): Promise<WebGPUError> {
+    const { device } = this.ctx;
+    for (const s of [...this.program, ...this.updates]) {
+      device.pushErrorScope("validation");
+      const enc = device.createCommandEncoder();
+      encodeProgram(enc, [s], []);
+      enc.finish();
+      const err = await device.popErrorScope();
+      if (!err) continue;
+      const what = s.op === "launch"
+        ? `kernel ${s.launch.kernel.name} (step ${s.index})`
+        : `copy at step ${s.index}`;
+      return new WebGPUError(`${what}: ${tidy(err.message)}`);
+    }
+    return new WebGPUError(`step of ${this.plan.graph}: ${tidy(message)}`);
+  }
+}
+
+/** Records launches into compute passes (consecutive launches share one) and copies between them. */
+export function encodeProgram(
+  enc: GPUCommandEncoder,
+  program: readonly Encoded[],
+  updates: readonly Encoded[],
+): void {
+  let pass: GPUComputePassEncoder | null = null;
+  for (const s of [...program, ...updates]) {
+    if (s.op === "launch") {
+      pass ??= enc.beginComputePass();
+      pass.setPipeline(s.launch.pipeline);
+      pass.setBindGroup(0, s.launch.bindGroup);
+      pass.dispatchWorkgroups(s.launch.grid[0], s.launch.grid[1], s.launch.grid[2]);
+    } else {
+      pass?.end();
+      pass = null;
+      if (s.size > 0) enc.copyBufferToBuffer(s.src, 0, s.dst, 0, s.size);
+    }
+  }
+  pass?.end();
+}
+
+function encodedStep(
+  plan: Plan,
+  slots: readonly GPUBuffer[],
+  launches: readonly Launch[],
+  s: PlanStep,
+  index: number,
+): Encoded {
+  if (s.op === "launch") {
+    const launch = launches[s.kernel];
+    if (!launch) throw new WebGPUError(`step ${index} launches kernel ${s.kernel}, which the plan lacks`);
+    return { op: "launch", index, launch };
+  }
+  const src = plan.buffers[s.src], dst = plan.buffers[s.dst];
+  if (!src || !dst) {
+    throw new WebGPUError(`step ${index} copies between missing buffers ${s.src} -> ${s.dst}`);
+  }
+  if (src.slot === dst.slot) {
+    throw new WebGPUError(
+      `step ${index} copies '${src.name}' to '${dst.name}', which share memory slot ${src.slot}`,
+    );
+  }
+  // The plan's byte count is the logical size (bool = 1 byte); the copy moves the stored form.
+  return { op: "copy", index, src: slots[src.slot], dst: slots[dst.slot], size: round4(storedSize(src)) };
+}
+
+/**
+ * The pipeline cache key: the source without comment lines (the kernel's name and `about` header) and
+ * with binding variables renamed by position. Kernels that differ only in those (the same fused pattern
+ * in every encoder layer, say) then share one pipeline, which matters where shader compilation is slow.
+ */
+export function pipelineKey(code: string): string {
+  const lines = code.split("\n").filter((l) => !l.trimStart().startsWith("//"));
+  let text = lines.join("\n");
+  const decl = /@binding\((\d+)\) var<storage, [a-z_]+> ([A-Za-z_][A-Za-z0-9_]*)/g;
+  const names = [...text.matchAll(decl)].map((m) => ({ index: m[1], name: m[2] }));
+  for (const { index, name } of names) {
+    text = text.replace(new RegExp(`\\b${name}\\b`, "g"), `__binding${index}`);
+  }
+  return text;
+}
+
+/**
+ * Explicit layouts (not "auto"): an auto layout drops bindings the shader never reads, and binding them
+ * would then fail. Kernels with the same binding signature share one layout.
+ */
+function layoutFor(
+  device: GPUDevice,
+  cache: Map<string, GPUBindGroupLayout>,
+  k: PlanKernel,
+): GPUBindGroupLayout {
+  const entries = k.bindings.map((b): GPUBindGroupLayoutEntry => ({
+    binding: b.index,
+    visibility: GPUShaderStage.COMPUTE,
+    buffer: { type: b.access === "read" ? "read-only-storage" : "storage" },
+  }));
+  const key = entries.map((e) => `${e.binding}:${e.buffer!.type}`).join(",");
+  let layout = cache.get(key);
+  if (!layout) {
+    layout = device.createBindGroupLayout({ label: key, entries });
+    cache.set(key, layout);
+  }
+  return layout;
+}
+
+async function makePipeline(
+  ctx: GpuContext,
+  k: PlanKernel,
+  bindings: GPUBindGroupLayout,
+): Promise<GPUComputePipeline> {
+  const code = k.wgsl!.code;
+  if (/^\s*enable f16;/m.test(code) && !ctx.hasF16) {
+    throw new WebGPUError(`kernel ${k.name} needs shader-f16, which adapter '${ctx.description}' lacks`);
+  }
+  const { device } = ctx;
+  return await validated(device, `kernel ${k.name}: WGSL did not compile`, () => {
+    const module = device.createShaderModule({ label: k.name, code });
+    const layout = device.createPipelineLayout({ label: k.name, bindGroupLayouts: [bindings] });
+    return device.createComputePipeline({ label: k.name, layout, compute: { module, entryPoint: "main" } });
+  });
+}
+
+/** Checks the plan against the device before anything is allocated, with errors that name the tensor. */
+function checkPlan(ctx: GpuContext, plan: Plan): void {
+  const { maxStorageBufferBindingSize, maxBufferSize, maxStorageBuffersPerShaderStage } = ctx.limits;
+  for (const b of plan.buffers) {
+    if (b.dtype === "bf16") throw new WebGPUError(`buffer '${b.name}' is bf16: bf16 needs the CUDA backend`);
+    if (!plan.slots[b.slot]) {
+      throw new WebGPUError(`buffer '${b.name}' is in slot ${b.slot}, which the plan lacks`);
+    }
+    if (round4(storedSize(b)) > maxBufferSize) {
+      throw new WebGPUError(
+        `tensor '${b.name}' needs ${
+          round4(storedSize(b))
+        } bytes, over this device's maxBufferSize ${maxBufferSize}`,
+      );
+    }
+  }
+  for (const k of plan.kernels) {
+    if (k.bindings.length > maxStorageBuffersPerShaderStage) {
+      throw new WebGPUError(
+        `kernel ${k.name} binds ${k.bindings.length} buffers, over maxStorageBuffersPerShaderStage ` +
+          `${maxStorageBuffersPerShaderStage}`,
+      );
+    }
+    const writers = new Map<number, string>();
+    const readers = new Map<number, string>();
+    for (const pb of k.bindings) {
+      const b = plan.buffers[pb.buffer];
+      if (!b) throw new WebGPUError(`kernel ${k.name} binds buffer ${pb.buffer}, which the plan lacks`);
+      const size = round4(storedSize(b));
+      if (size > maxStorageBufferBindingSize) {
+        throw new WebGPUError(
+          `kernel ${k.name}: tensor '${b.name}' [${
+            b.shape.join(", ")
+          }] ${b.dtype} is ${size} bytes, over this ` +
+            `device's maxStorageBufferBindingSize of ${maxStorageBufferBindingSize} bytes`,
+        );
+      }
+      // WebGPU rejects a writable binding that overlaps another binding of the same buffer.
+      const other = writers.get(b.slot) ?? (pb.access !== "read" ? readers.get(b.slot) : undefined);
+      if (other !== undefined) {
+        throw new WebGPUError(
+          `kernel ${k.name}: bindings '${other}' and '${b.name}' share memory slot ${b.slot} and one is written`,
+        );
+      }
+      (pb.access === "read" ? readers : writers).set(b.slot, b.name);
+    }
+  }
+}

@@ -1,0 +1,202 @@
+/**
+ * Per-launch timing of a plan's step program, for benchmarks and DEBUG=2. With timestamp-query each launch
+ * runs in a compute pass of its own whose begin/end timestamps bracket it; without it, each launch is
+ * submitted alone and timed on the wall clock until onSubmittedWorkDone (which includes submission
+ * overhead, so those times are upper bounds).
+ */
+import type { Plan } from "../plan.ts";
+import type { GpuContext } from "./device.ts";
+import type { Encoded } from "./executor.ts";
+import { encodeProgram } from "./executor.ts";
+import { WebGPUError } from "./errors.ts";
+
+export interface LaunchTime {
+  /** Index of the step in plan.steps. */
+  readonly step: number;
+  readonly kernel: number;
+  readonly name: string;
+  /** Median over the iterations, in nanoseconds. */
+  readonly ns: number;
+  /** Plan estimates: bytesRead + bytesWritten, and flops. */
+  readonly bytes: number;
+  readonly flops: number;
+  readonly gbPerS: number;
+  readonly gflopPerS: number;
+}
+
+export interface Profile {
+  readonly method: "timestamp" | "wallclock";
+  readonly device: string;
+  readonly iterations: number;
+  readonly launches: readonly LaunchTime[];
+  /** Sum of the launch medians, in nanoseconds. */
+  readonly kernelNs: number;
+  /** Median wall-clock time of a whole step (submitted normally, awaited to completion), in ms. */
+  readonly stepMs: number;
+}
+
+/** WebGPU caps a query set at 4096 queries: two per launch. */
+const LAUNCHES_PER_QUERY_SET = 2048;
+
+const median = (xs: readonly number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0
+    ? 0
+    : s.length % 2
+    ? s[(s.length - 1) / 2]
+    : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+
+export async function profileSteps(
+  ctx: GpuContext,
+  plan: Plan,
+  program: readonly Encoded[],
+  updates: readonly Encoded[],
+  iterations: number,
+  step: () => Promise<void>,
+): Promise<Profile> {
+  if (!Number.isInteger(iterations) || iterations < 1) {
+    throw new WebGPUError(`profile needs a positive whole number of iterations, got ${iterations}`);
+  }
+  const { device } = ctx;
+  // Warm-up: drivers such as lavapipe compile shaders on first dispatch.
+  await step();
+  await device.queue.onSubmittedWorkDone();
+  const stepMs: number[] = [];
+  for (let i = 0; i < iterations; i++) {
+    const t0 = performance.now();
+    await step();
+    await device.queue.onSubmittedWorkDone();
+    stepMs.push(performance.now() - t0);
+  }
+
+  const launches = program.filter((s) => s.op === "launch");
+  const samples: number[][] = launches.map(() => []);
+  for (let it = 0; it < iterations; it++) {
+    const ns = ctx.hasTimestamps
+      ? await timestampRun(device, program, updates, launches.length)
+      : await wallclockRun(device, program, updates);
+    ns.forEach((v, j) => samples[j].push(v));
+  }
+  const times = launches.map((s, j): LaunchTime => {
+    const launch = (s as Extract<Encoded, { op: "launch" }>).launch;
+    const k = launch.kernel;
+    const ns = median(samples[j]);
+    const bytes = k.bytesRead + k.bytesWritten;
+    return {
+      step: s.index,
+      kernel: plan.kernels.indexOf(k),
+      name: k.name,
+      ns,
+      bytes,
+      flops: k.flops,
+      gbPerS: ns > 0 ? bytes / ns : 0,
+      gflopPerS: ns > 0 ? k.flops / ns : 0,
+    };
+  });
+  return {
+    method: ctx.hasTimestamps ? "timestamp" : "wallclock",
+    device: ctx.description,
+    iterations,
+    launches: times,
+    kernelNs: times.reduce((a, t) => a + t.ns, 0),
+    stepMs: median(stepMs),
+  };
+}
+
+/** One step with every launch in its own timestamped pass; returns each launch's duration in ns. */
+async function timestampRun(
+  device: GPUDevice,
+  program: readonly Encoded[],
+  updates: readonly Encoded[],
+  launchCount: number,
+): Promise<number[]> {
+  const sets: GPUQuerySet[] = [];
+  for (let i = 0; i < launchCount; i += LAUNCHES_PER_QUERY_SET) {
+    const count = 2 * Math.min(LAUNCHES_PER_QUERY_SET, launchCount - i);
+    sets.push(device.createQuerySet({ type: "timestamp", count }));
+  }
+  const resolve = device.createBuffer({
+    size: Math.max(8, 16 * launchCount),
+    usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC,
+  });
+  const staging = device.createBuffer({
+    size: Math.max(8, 16 * launchCount),
+    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+  });
+  try {
+    const enc = device.createCommandEncoder({ label: "profile" });
+    let j = 0;
+    for (const s of [...program, ...updates]) {
+      if (s.op !== "launch") {
+        encodeProgram(enc, [s], []);
+        continue;
+      }
+      const set = sets[Math.floor(j / LAUNCHES_PER_QUERY_SET)];
+      const q = 2 * (j % LAUNCHES_PER_QUERY_SET);
+      const pass = enc.beginComputePass({
+        label: s.launch.kernel.name,
+        timestampWrites: { querySet: set, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 },
+      });
+      pass.setPipeline(s.launch.pipeline);
+      pass.setBindGroup(0, s.launch.bindGroup);
+      pass.dispatchWorkgroups(s.launch.grid[0], s.launch.grid[1], s.launch.grid[2]);
+      pass.end();
+      j++;
+    }
+    sets.forEach((set, i) =>
+      enc.resolveQuerySet(set, 0, set.count, resolve, i * LAUNCHES_PER_QUERY_SET * 16)
+    );
+    enc.copyBufferToBuffer(resolve, 0, staging, 0, staging.size);
+    device.queue.submit([enc.finish()]);
+    await staging.mapAsync(GPUMapMode.READ);
+    const t = new BigUint64Array(staging.getMappedRange().slice(0));
+    staging.unmap();
+    const out: number[] = [];
+    for (let i = 0; i < launchCount; i++) {
+      const d = t[2 * i + 1] - t[2 * i];
+      // A timestamp pair can come back reversed or reset on some drivers; count those as 0, not 2^64.
+      out.push(d > 0n ? Number(d) : 0);
+    }
+    return out;
+  } finally {
+    for (const s of sets) s.destroy();
+    resolve.destroy();
+    staging.destroy();
+  }
+}
+
+/** One step with every launch submitted alone and awaited; returns each launch's wall time in ns. */
+async function wallclockRun(
+  device: GPUDevice,
+  program: readonly Encoded[],
+  updates: readonly Encoded[],
+): Promise<number[]> {
+  const out: number[] = [];
+  for (const s of [...program, ...updates]) {
+    const enc = device.createCommandEncoder();
+    encodeProgram(enc, [s], []);
+    const t0 = performance.now();
+    device.queue.submit([enc.finish()]);
+    await device.queue.onSubmittedWorkDone();
+    if (s.op === "launch") out.push((performance.now() - t0) * 1e6);
+  }
+  return out;
+}
+
+/** DEBUG=2 lines: one per launch (time, GB/s, GFLOP/s), then the totals. */
+export function formatProfile(p: Profile): string[] {
+  const width = Math.max(6, ...p.launches.map((l) => l.name.length));
+  const us = (ns: number) => (ns / 1000).toFixed(1).padStart(10);
+  const lines = p.launches.map((l) =>
+    `${l.name.padEnd(width)} ${us(l.ns)} us ${l.gbPerS.toFixed(2).padStart(9)} GB/s ${
+      l.gflopPerS.toFixed(2).padStart(9)
+    } GFLOP/s`
+  );
+  lines.push(
+    `${"total".padEnd(width)} ${us(p.kernelNs)} us in ${p.launches.length} launches; step ${
+      p.stepMs.toFixed(3)
+    } ms wall (${p.method}, median of ${p.iterations}, ${p.device})`,
+  );
+  return lines;
+}
