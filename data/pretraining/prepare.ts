@@ -124,7 +124,6 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
     const text = builtIn ? await brownCorpusText({ cacheDir: opts.cacheDir }) : await readInputText(files);
     const sources = builtIn ? [BROWN_SOURCE] : files;
     const tok = await tokenizerFor(spec);
-    await prepareOutputDir(opts.output);
     await Promise.all(warm);
     const t1 = performance.now();
     progress("read", 1, 1);
@@ -151,6 +150,8 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
         } has no sentences (expected one sentence per line, a blank line between documents)`,
       );
     }
+    // Only now, with the input known to be good, is an earlier run's output removed.
+    await prepareOutputDir(opts.output);
     const t2 = performance.now();
 
     // ---- shards ----

@@ -1,0 +1,100 @@
+/**
+ * The default pretraining data of deno task train: the Brown corpus made into shards once, into a cache
+ * directory, and reused afterwards. A cached directory is reused only when its manifest (written last,
+ * so present only when complete) matches the settings, the generator version and the tokenizer's
+ * vocabulary, and every shard it lists is there with its size; otherwise it is made again.
+ */
+import { join } from "node:path";
+import { DEFAULT_SETTINGS, GENERATOR, type Phase, prepareData } from "../pretraining/prepare.ts";
+import { tokenizerFor } from "../pretraining/tasks.ts";
+import { vocabHash } from "../pretraining/vocab.ts";
+import { type Manifest, readManifest } from "../shards/manifest.ts";
+import { defaultCacheDir } from "./cache.ts";
+
+export interface BrownShardOptions {
+  /** Parent of the shard directory (default out/data/ at the repository's root). */
+  cacheDir?: string;
+  maxSeqLength?: number;
+  maxPredictionsPerSeq?: number;
+  dupeFactor?: number;
+  wholeWordMask?: boolean;
+  seed?: number;
+  cased?: boolean;
+  /** Only how fast it is made; the shards are the same for any value. */
+  workers?: number;
+  onProgress?: (phase: Phase, done: number, total: number) => void;
+}
+
+const DEFAULTS = DEFAULT_SETTINGS;
+
+/** The options over the defaults; an option given as undefined keeps its default. */
+function settingsOf(o: BrownShardOptions) {
+  const s = { ...DEFAULTS };
+  for (const k of ["maxSeqLength", "maxPredictionsPerSeq", "dupeFactor", "seed"] as const) {
+    if (o[k] !== undefined) s[k] = o[k];
+  }
+  if (o.wholeWordMask !== undefined) s.wholeWordMask = o.wholeWordMask;
+  return s;
+}
+
+/** The directory name: brown-s128 for the defaults, with the settings that differ appended. */
+export function brownShardDirName(o: BrownShardOptions = {}): string {
+  const s = settingsOf(o);
+  let name = `brown-s${s.maxSeqLength}`;
+  if (s.maxPredictionsPerSeq !== DEFAULTS.maxPredictionsPerSeq) name += `-p${s.maxPredictionsPerSeq}`;
+  if (s.dupeFactor !== DEFAULTS.dupeFactor) name += `-d${s.dupeFactor}`;
+  if (s.seed !== DEFAULTS.seed) name += `-seed${s.seed}`;
+  if (s.wholeWordMask) name += "-wwm";
+  if (o.cased) name += "-cased";
+  return name;
+}
+
+/** Makes the Brown shards if the cache lacks them (seconds), and returns their directory. */
+export async function ensureBrownShards(opts: BrownShardOptions = {}): Promise<string> {
+  const s = settingsOf(opts);
+  const cacheDir = opts.cacheDir ?? defaultCacheDir();
+  const dir = join(cacheDir, brownShardDirName(opts));
+  const tok = await tokenizerFor({ cased: opts.cased ?? false });
+  const want = {
+    max_seq_length: s.maxSeqLength,
+    max_predictions_per_seq: s.maxPredictionsPerSeq,
+    dupe_factor: s.dupeFactor,
+    whole_word_mask: s.wholeWordMask,
+    seed: s.seed,
+    masked_lm_prob: DEFAULTS.maskedLmProb,
+    short_seq_prob: DEFAULTS.shortSeqProb,
+    shard_tokens: DEFAULTS.shardTokens,
+  };
+  const existing = await readManifest(dir).catch(() => undefined);
+  if (existing && await reusable(dir, existing, want, await vocabHash(tok))) return dir;
+  await prepareData({
+    inputs: [],
+    output: dir,
+    cacheDir,
+    cased: opts.cased,
+    workers: opts.workers,
+    onProgress: opts.onProgress,
+    maxSeqLength: s.maxSeqLength,
+    maxPredictionsPerSeq: s.maxPredictionsPerSeq,
+    dupeFactor: s.dupeFactor,
+    wholeWordMask: s.wholeWordMask,
+    seed: s.seed,
+  });
+  return dir;
+}
+
+async function reusable(
+  dir: string,
+  m: Manifest,
+  want: Record<string, number | boolean>,
+  vocabSha: string,
+): Promise<boolean> {
+  if (m.generator !== GENERATOR || m.tokenizer?.vocab_sha256 !== vocabSha) return false;
+  const settings = m.settings as unknown as Record<string, unknown>;
+  if (Object.entries(want).some(([k, v]) => settings?.[k] !== v)) return false;
+  for (const shard of m.shards) {
+    const size = await Deno.stat(join(dir, shard.file)).then((st) => st.size).catch(() => -1);
+    if (size !== shard.bytes) return false;
+  }
+  return true;
+}
