@@ -190,7 +190,7 @@ function expandIn(
   const out: KStmt[] = [];
   let run: Reduce[] = [];
   const flush = () => {
-    if (run.length) out.push(...treeReduce(run, w, run.map(arrayFor), reuse || inLoop));
+    if (run.length) out.push(...treeReduce(run, w, w > 1 ? run.map(arrayFor) : [], reuse || inLoop));
     run = [];
   };
   for (const s of body) {
@@ -222,14 +222,15 @@ function treeReduce(
   trailing: boolean,
 ): KStmt[] {
   const what = run.map((r) => `${r.op} -> ${r.out}`).join(", ");
+  if (w === 1) {
+    const out: KStmt[] = [{ k: "comment", text: `wg_reduce (${what}): one thread, its own value` }];
+    for (const r of run) out.push({ k: "let", name: r.out, t: r.t, init: r.value, mutable: false });
+    return out;
+  }
   const out: KStmt[] = [{
     k: "comment",
     text: `wg_reduce (${what}): tree over ${w} threads in workgroup memory`,
   }];
-  if (w === 1) {
-    for (const r of run) out.push({ k: "let", name: r.out, t: r.t, init: r.value, mutable: false });
-    return out;
-  }
   run.forEach((r, i) => out.push({ k: "sstore", arr: arrays[i], index: lid, value: r.value }));
   out.push(barrier);
   for (let s = w / 2; s >= 2; s /= 2) {

@@ -1,0 +1,114 @@
+/**
+ * A readable, target-free text dump of a kernel-IR Kernel (DEBUG=4, test failure messages). Every value
+ * shows its type where it is declared; literals carry a type suffix unless they are i32.
+ */
+import type { Kernel, KExpr, KStmt, KType } from "../kernel_ir/ir.ts";
+
+export function printKernel(k: Kernel): string {
+  const out: string[] = [
+    `kernel ${k.name} (${k.kind}): ${k.workgroups} workgroups x ${k.workgroupSize} threads` +
+    (k.usesF16 ? ", f16" : ""),
+  ];
+  for (const a of k.about) out.push(`  # ${a}`);
+  k.bindings.forEach((b, i) => {
+    out.push(`  bind ${i} ${b.name}: ${b.t}[${b.elements}] ${b.access} <- buffer ${b.buffer}`);
+  });
+  for (const s of k.shared) out.push(`  shared ${s.name}: ${s.t}[${s.size}]`);
+  printBody(k.body, 1, out);
+  return out.join("\n") + "\n";
+}
+
+const SUFFIX: Record<KType, string> = { f32: "f", f16: "h", bf16: "bf", i32: "", u32: "u", bool: "" };
+
+const INFIX: Record<string, string> = {
+  add: "+",
+  sub: "-",
+  mul: "*",
+  div: "/",
+  mod: "%",
+  and: "&&",
+  or: "||",
+  eq: "==",
+  ne: "!=",
+  lt: "<",
+  le: "<=",
+  gt: ">",
+  ge: ">=",
+};
+
+export function printExpr(e: KExpr): string {
+  // Nested infix operands are always parenthesized: a dump should never make the reader recall precedence.
+  const operand = (x: KExpr) => (x.k === "bin" && x.op in INFIX ? `(${printExpr(x)})` : printExpr(x));
+  switch (e.k) {
+    case "lit":
+      return e.t === "bool" ? String(Boolean(e.v)) : `${Object.is(e.v, -0) ? "-0" : e.v}${SUFFIX[e.t]}`;
+    case "ref":
+      return e.name;
+    case "id":
+      return e.which;
+    case "load":
+      return `${e.buf}[${printExpr(e.index)}]`;
+    case "sload":
+      return `${e.arr}[${printExpr(e.index)}]`;
+    case "un":
+      return `${e.op}(${printExpr(e.a)})`;
+    case "bin":
+      return e.op in INFIX
+        ? `${operand(e.a)} ${INFIX[e.op]} ${operand(e.b)}`
+        : `${e.op}(${printExpr(e.a)}, ${printExpr(e.b)})`;
+    case "select":
+      return `select(${printExpr(e.cond)}, ${printExpr(e.a)}, ${printExpr(e.b)})`;
+    case "cast":
+      return `${e.t}(${printExpr(e.a)})`;
+    case "philox":
+      return `philox(seed=${printExpr(e.seed)}, step=${printExpr(e.step)}, stream=${e.stream}, ` +
+        `index=${printExpr(e.index)})`;
+  }
+}
+
+function printBody(body: readonly KStmt[], depth: number, out: string[]): void {
+  const pad = "  ".repeat(depth);
+  for (const s of body) {
+    switch (s.k) {
+      case "let":
+        out.push(`${pad}${s.mutable ? "var" : "let"} ${s.name}: ${s.t} = ${printExpr(s.init)}`);
+        break;
+      case "set":
+        out.push(`${pad}${s.name} = ${printExpr(s.value)}`);
+        break;
+      case "store":
+        out.push(`${pad}${s.buf}[${printExpr(s.index)}] = ${printExpr(s.value)}`);
+        break;
+      case "sstore":
+        out.push(`${pad}${s.arr}[${printExpr(s.index)}] = ${printExpr(s.value)}`);
+        break;
+      case "for":
+        out.push(
+          `${pad}for ${s.v} = ${printExpr(s.from)}; ${s.v} < ${printExpr(s.to)}; ${s.v} += ${
+            printExpr(s.step)
+          } {`,
+        );
+        printBody(s.body, depth + 1, out);
+        out.push(`${pad}}`);
+        break;
+      case "if":
+        out.push(`${pad}if ${printExpr(s.cond)} {`);
+        printBody(s.then, depth + 1, out);
+        if (s.else && s.else.length) {
+          out.push(`${pad}} else {`);
+          printBody(s.else, depth + 1, out);
+        }
+        out.push(`${pad}}`);
+        break;
+      case "barrier":
+        out.push(`${pad}barrier`);
+        break;
+      case "wg_reduce":
+        out.push(`${pad}let ${s.out}: ${s.t} = wg_reduce_${s.op}(${printExpr(s.value)})`);
+        break;
+      case "comment":
+        for (const line of s.text.split("\n")) out.push(`${pad}// ${line}`);
+        break;
+    }
+  }
+}
