@@ -351,8 +351,8 @@ test("pipeline cache key ignores comments and binding names, but not the code", 
 test("printKernel dumps a kernel readably", () => {
   const text = printKernel(busy);
   assert.match(text, /^kernel k001_test \(reduce\): 16 workgroups x 64 threads\n/);
-  assert.match(text, /  bind 1 b_mask: bool\[1024\] read <- buffer 1/);
-  assert.match(text, /  for j = lid; j < 1000; j \+= 64 \{\n    acc = acc \+ erf\(x\)\n  \}/);
+  assert.match(text, / {2}bind 1 b_mask: bool\[1024\] read <- buffer 1/);
+  assert.match(text, / {2}for j = lid; j < 1000; j \+= 64 \{\n {4}acc = acc \+ erf\(x\)\n {2}\}/);
   assert.match(text, /let s: f32 = wg_reduce_sum\(acc\)/);
   assert.match(text, /philox\(seed=b_key\[0\], step=b_key\[1\], stream=7, index=u32\(gid\)\)/);
   assert.equal(printKernel(structuredClone(busy)), text);
