@@ -129,7 +129,7 @@ export class Fuel {
 }
 
 /** Writes `msg` to stderr when the flags' level is at least `level`. */
-export function debugLog(flags: DebugFlags, level: DebugLevel, msg: string | (() => string)): void {
+export function debugLog(flags: DebugFlags, level: number, msg: string | (() => string)): void {
   if (flags.level < level) return;
   console.error(typeof msg === "function" ? msg() : msg);
 }

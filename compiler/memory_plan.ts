@@ -48,7 +48,7 @@ export interface LiveRange {
 
 export interface MemoryPlan {
   /** Buffer id -> slot id. */
-  readonly slotOf: ReadonlyMap<number, number>;
+  readonly slotOf: Map<number, number>;
   readonly slots: readonly Slot[];
   /** Live range of every unpinned buffer the schedule touches. */
   readonly liveRanges: ReadonlyMap<number, LiveRange>;

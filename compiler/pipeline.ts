@@ -5,14 +5,17 @@
  * DEBUG=5 IR listings.
  */
 import { assertValidGraph, type Graph, IRError, printGraph } from "../ir/mod.ts";
-import { type DebugFlags, type DebugLevel, debugLog, Fuel, QUIET, readDebugFlags } from "./debug.ts";
+import { type DebugFlags, debugLog, Fuel, QUIET, readDebugFlags } from "./debug.ts";
 
 export interface PassContext {
   readonly flags: DebugFlags;
   /** The fusion budget (FUSION_FUEL); passes other than fusion leave it alone. */
   readonly fuel: Fuel;
-  /** Logs `msg` when the debug level is at least `level`. */
-  log(level: DebugLevel, msg: string | (() => string)): void;
+  /**
+   * Logs `msg` (to stderr) when the debug level is at least `level`. Passes that build long messages
+   * check `flags.level` first.
+   */
+  log(level: number, msg: string): void;
 }
 
 export interface Pass {
@@ -59,13 +62,15 @@ export class PassError extends Error {
 // pipelines gets one ordered sequence of files.
 const dumpCounters = new WeakMap<PassContext, number>();
 
-/** A context from explicit flags, or from the environment when none are given. */
-export function makePassContext(flags: DebugFlags = readDebugFlags()): PassContext {
-  return {
-    flags,
-    fuel: new Fuel(flags.fusionFuel),
-    log: (level, msg) => debugLog(flags, level, msg),
-  };
+/**
+ * A context from explicit flags, or from the environment when none are given. A driver that also runs
+ * fusion outside the pipeline passes its own Fuel so that both spend one budget.
+ */
+export function makePassContext(
+  flags: DebugFlags = readDebugFlags(),
+  fuel = new Fuel(flags.fusionFuel),
+): PassContext {
+  return { flags, fuel, log: (level, msg) => debugLog(flags, level, msg) };
 }
 
 /** A quiet context (no logging, dumps or skips), for tests and library callers. */
@@ -160,14 +165,13 @@ export function runPipeline(
     });
     ctx.log(
       1,
-      () =>
-        `[pass] ${pass.name}: ${ms.toFixed(1)} ms, ${
-          changed ? `${nodesBefore} -> ${next.nodes.length} nodes` : `unchanged (${nodesBefore} nodes)`
-        }`,
+      `[pass] ${pass.name}: ${ms.toFixed(1)} ms, ${
+        changed ? `${nodesBefore} -> ${next.nodes.length} nodes` : `unchanged (${nodesBefore} nodes)`
+      }`,
     );
-    ctx.log(5, () => `[pass] IR after ${pass.name}:\n${printGraph(next)}`);
+    if (ctx.flags.level >= 5) ctx.log(5, `[pass] IR after ${pass.name}:\n${printGraph(next)}`);
     cur = next;
   }
-  ctx.log(1, () => `[pass] pipeline: ${(performance.now() - total0).toFixed(1)} ms`);
+  ctx.log(1, `[pass] pipeline: ${(performance.now() - total0).toFixed(1)} ms`);
   return { graph: cur, timings };
 }

@@ -12,8 +12,8 @@ import {
   Fuel,
   readDebugFlags,
 } from "../compiler/debug.ts";
-import { dcePass } from "../compiler/passes/dce.ts";
-import { simplifyPass } from "../compiler/passes/simplify.ts";
+import { dce } from "../compiler/passes/dce.ts";
+import { simplify } from "../compiler/passes/simplify.ts";
 import { makePassContext, type Pass, PassError, quietContext, runPipeline } from "../compiler/pipeline.ts";
 import { Graph, parseGraph, printGraph } from "../ir/mod.ts";
 
@@ -143,7 +143,7 @@ Deno.test("pipeline: runs passes in order, reports timings and node counts", () 
   const spy = (name: string): Pass => ({ name, run: (h) => (seen.push(name), h) });
   const { graph, timings } = runPipeline(
     g,
-    [spy("a"), simplifyPass, spy("b"), dcePass, simplifyPass],
+    [spy("a"), simplify, spy("b"), dce, simplify],
     quietContext(),
   );
   assert.deepEqual(seen, ["a", "b"]);
@@ -165,7 +165,7 @@ Deno.test("pipeline: runs passes in order, reports timings and node counts", () 
 
 Deno.test("pipeline: a pass that leaves an invalid graph is named in the error", () => {
   assert.throws(
-    () => runPipeline(sample(), [simplifyPass, breaker, dcePass], quietContext()),
+    () => runPipeline(sample(), [simplify, breaker, dce], quietContext()),
     (e: Error) =>
       e instanceof PassError && e.pass === "breaker" && /after pass 'breaker'/.test(e.message) &&
       /f16\[7\] differs from the inferred f32\[2,3\]/.test(e.message),
@@ -204,17 +204,17 @@ Deno.test("pipeline: an invalid input graph is reported before any pass runs", (
 
 Deno.test("pipeline: SKIP_PASSES skips by name; unknown names are an error listing the passes", () => {
   const ctx = makePassContext(flags({ skipPasses: new Set(["simplify"]) }));
-  const { graph, timings } = runPipeline(sample(), [simplifyPass, dcePass], ctx);
+  const { graph, timings } = runPipeline(sample(), [simplify, dce], ctx);
   assert.deepEqual(timings.map((t) => [t.pass, t.skipped]), [["simplify", true], ["dce", false]]);
   assert.deepEqual(graph.nodes.map((n) => n.op), ["input", "neg", "neg", "exp"]);
   const bad = makePassContext(flags({ skipPasses: new Set(["simplfy", "dce"]) }));
   assert.throws(
-    () => runPipeline(sample(), [simplifyPass, dcePass], bad),
+    () => runPipeline(sample(), [simplify, dce], bad),
     /SKIP_PASSES names 'simplfy', which is not a pass; the passes are: simplify, dce/,
   );
   // A driver that splits its passes over several pipelines lists them all.
   const fusionSkip = makePassContext(flags({ skipPasses: new Set(["fusion"]) }));
-  runPipeline(sample(), [dcePass], fusionSkip, { knownPasses: ["dce", "fusion"] });
+  runPipeline(sample(), [dce], fusionSkip, { knownPasses: ["dce", "fusion"] });
 });
 
 Deno.test("pipeline: DUMP_DIR gets numbered before/after dumps that parse back", () => {
@@ -223,9 +223,9 @@ Deno.test("pipeline: DUMP_DIR gets numbered before/after dumps that parse back",
     const ctx = makePassContext(flags({ dumpDir: `${dir}/nested`, skipPasses: new Set(["cse"]) }));
     const skipped: Pass = { name: "cse", run: () => assert.fail("skipped") };
     const g = sample();
-    const { graph } = runPipeline(g, [simplifyPass, skipped, dcePass], ctx);
+    const { graph } = runPipeline(g, [simplify, skipped, dce], ctx);
     // Numbering continues across runs with one context.
-    runPipeline(graph, [dcePass], ctx, { knownPasses: ["simplify", "cse", "dce"] });
+    runPipeline(graph, [dce], ctx, { knownPasses: ["simplify", "cse", "dce"] });
     const files = [...Deno.readDirSync(`${dir}/nested`)].map((e) => e.name).sort();
     assert.deepEqual(files, [
       "01-after-simplify.ir",
@@ -257,27 +257,23 @@ Deno.test("pipeline: the broken graph is dumped too, for inspection", () => {
 });
 
 Deno.test("pipeline: DEBUG=1 logs pass timings, DEBUG=5 the IR after each pass, DEBUG=0 nothing", () => {
-  const quiet = captureStderr(() =>
-    runPipeline(sample(), [simplifyPass, dcePass], makePassContext(flags({})))
-  );
+  const quiet = captureStderr(() => runPipeline(sample(), [simplify, dce], makePassContext(flags({}))));
   assert.deepEqual(quiet, []);
   const one = captureStderr(() =>
-    runPipeline(sample(), [simplifyPass, dcePass], makePassContext(flags({ level: 1 })))
+    runPipeline(sample(), [simplify, dce], makePassContext(flags({ level: 1 })))
   );
   assert.equal(one.length, 3);
   assert.match(one[0], /^\[pass\] simplify: [0-9.]+ ms, 5 -> 4 nodes$/);
   assert.match(one[1], /^\[pass\] dce: [0-9.]+ ms, 4 -> 2 nodes$/);
   assert.match(one[2], /^\[pass\] pipeline: [0-9.]+ ms$/);
-  const three = captureStderr(() =>
-    runPipeline(sample(), [simplifyPass], makePassContext(flags({ level: 3 })))
-  );
+  const three = captureStderr(() => runPipeline(sample(), [simplify], makePassContext(flags({ level: 3 }))));
   assert.ok(three.includes("[simplify] neg_neg 1"), three.join("\n"));
   const five = captureStderr(() =>
-    runPipeline(sample(), [simplifyPass, dcePass], makePassContext(flags({ level: 5 })))
+    runPipeline(sample(), [simplify, dce], makePassContext(flags({ level: 5 })))
   );
   const irLogs = five.filter((l) => l.startsWith("[pass] IR after"));
   assert.equal(irLogs.length, 2);
   assert.ok(
-    irLogs[1].endsWith(printGraph(runPipeline(sample(), [simplifyPass, dcePass], quietContext()).graph)),
+    irLogs[1].endsWith(printGraph(runPipeline(sample(), [simplify, dce], quietContext()).graph)),
   );
 });

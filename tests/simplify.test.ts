@@ -7,9 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { differentiate } from "../compiler/passes/autodiff.ts";
-import { cseGraph, csePass } from "../compiler/passes/cse.ts";
-import { dceGraph, dcePass } from "../compiler/passes/dce.ts";
-import { simplifyGraph, simplifyPass } from "../compiler/passes/simplify.ts";
+import { cse, cseGraph } from "../compiler/passes/cse.ts";
+import { dce, dceGraph } from "../compiler/passes/dce.ts";
+import { simplify, simplifyGraph } from "../compiler/passes/simplify.ts";
 import { RULES } from "../compiler/passes/simplify_rules.ts";
 import { quietContext, runPipeline } from "../compiler/pipeline.ts";
 import {
@@ -739,7 +739,7 @@ Deno.test("simplify + cse + dce: random graphs give bit-identical results in f64
       s.graph,
       `random${i}: a second simplify sweep changes nothing`,
     );
-    const { graph } = runPipeline(g, [simplifyPass, csePass, dcePass], quietContext());
+    const { graph } = runPipeline(g, [simplify, cse, dce], quietContext());
     before += g.nodes.length;
     after += graph.nodes.length;
     assertSameOutputs(g, graph, 1000 + i, 2);
@@ -761,7 +761,7 @@ Deno.test("simplify + cse + dce: tiny BERT training graph gives the same loss an
     maxPredictions: P,
   });
   const g = differentiate(fwd, "loss");
-  const { graph, timings } = runPipeline(g, [simplifyPass, csePass, dcePass], quietContext());
+  const { graph, timings } = runPipeline(g, [simplify, cse, dce], quietContext());
   assert.ok(graph.nodes.length < g.nodes.length * 0.95, `${g.nodes.length} -> ${graph.nodes.length} nodes`);
   assert.ok(timings.every((t) => t.changed));
   const r = seededRandom(77);

@@ -62,11 +62,11 @@ export function cseGraph(g: Graph): CseResult {
   return { graph: out, merged };
 }
 
-export const csePass: Pass = {
+export const cse: Pass = {
   name: "cse",
   run(g: Graph, ctx: PassContext): Graph {
     const { graph, merged } = cseGraph(g);
-    ctx.log(3, () => `[cse] merged ${merged} nodes`);
+    ctx.log(3, `[cse] merged ${merged} nodes`);
     return graph;
   },
 };

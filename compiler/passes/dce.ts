@@ -31,11 +31,11 @@ export function dceGraph(g: Graph): DceResult {
   return { graph: out, removed };
 }
 
-export const dcePass: Pass = {
+export const dce: Pass = {
   name: "dce",
   run(g: Graph, ctx: PassContext): Graph {
     const { graph, removed } = dceGraph(g);
-    ctx.log(3, () => `[dce] removed ${removed} nodes`);
+    ctx.log(3, `[dce] removed ${removed} nodes`);
     return graph;
   },
 };

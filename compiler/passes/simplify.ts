@@ -127,11 +127,11 @@ export function formatFirings(fired: ReadonlyMap<string, number>): string {
   return fired.size ? [...fired].map(([k, v]) => `${k} ${v}`).join(", ") : "no rule fired";
 }
 
-export const simplifyPass: Pass = {
+export const simplify: Pass = {
   name: "simplify",
   run(g: Graph, ctx: PassContext): Graph {
     const { graph, fired } = simplifyGraph(g);
-    ctx.log(3, () => `[simplify] ${formatFirings(fired)}`);
+    ctx.log(3, `[simplify] ${formatFirings(fired)}`);
     return graph;
   },
 };
