@@ -549,6 +549,33 @@ Deno.test({
 });
 
 Deno.test({
+  name: "webgpu: a pipeline the device rejects, and a step that fails validation, name the kernel",
+  ignore,
+  fn: async () => {
+    const k = loopKernel(
+      "k007_fill",
+      8,
+      [bind("b_out", 0, "f32", "write", 8)],
+      (i) => [store("b_out", i, f32(1))],
+    );
+    const plan = planOf([k], [{ name: "out", dtype: "f32", shape: [8] }]);
+    // The plan says read-only, the shader writes: the layout and the shader disagree.
+    const readOnly: Plan = {
+      ...plan,
+      kernels: [{ ...plan.kernels[0], bindings: [{ ...plan.kernels[0].bindings[0], access: "read" }] }],
+    };
+    await assert.rejects(
+      () => WebGPUExecutor.create(gpu.ctx!, readOnly),
+      /kernel k007_fill: pipeline creation failed/,
+    );
+    await withExecutor(plan, async (ex) => {
+      ex.gpuBuffer("out").destroy();
+      await assert.rejects(() => ex.step(), /kernel k007_fill \(step 0\): .*slot 0 \(out\)/s);
+    });
+  },
+});
+
+Deno.test({
   name: "webgpu: copies, parameter updates, shared pipelines and profiling",
   ignore,
   fn: async () => {

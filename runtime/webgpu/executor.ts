@@ -55,7 +55,7 @@ export class WebGPUExecutor {
       () =>
         slotSize.map((size, i) =>
           device.createBuffer({
-            label: `slot${i}`,
+            label: slotLabel(plan, i),
             size,
             usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
           })
@@ -126,6 +126,11 @@ export class WebGPUExecutor {
       throw new WebGPUError(`plan ${p.graph} has no input, parameter or buffer '${target}'`);
     }
     return p.buffers[id];
+  }
+
+  /** The GPU buffer (the whole memory-plan slot) holding a plan buffer, for interop with other GPU code. */
+  gpuBuffer(target: string | number): GPUBuffer {
+    return this.slots[this.buffer(target).slot];
   }
 
   /** Writes host values into a buffer, converted to its stored form (f16 rounded, bool as 0/1). */
@@ -218,25 +223,40 @@ export class WebGPUExecutor {
   }
 
   /**
-   * A step failed validation: encode each step alone (without submitting) until one fails, so the error
-   * names the kernel. Falls back to the bare message when no single step reproduces it.
+   * A step failed validation: encode each step alone until one fails, so the error names the kernel.
+   * Encoding errors show at finish(); errors only a submission sees (a destroyed buffer, say) need each
+   * step submitted alone, which runs the steps before the culprit again — the step had failed anyway.
+   * Falls back to the bare message when no single step reproduces it.
    */
   private async attribute(message: string): Promise<WebGPUError> {
     const { device } = this.ctx;
-    for (const s of [...this.program, ...this.updates]) {
-      device.pushErrorScope("validation");
-      const enc = device.createCommandEncoder();
-      encodeProgram(enc, [s], []);
-      enc.finish();
-      const err = await device.popErrorScope();
-      if (!err) continue;
-      const what = s.op === "launch"
-        ? `kernel ${s.launch.kernel.name} (step ${s.index})`
-        : `copy at step ${s.index}`;
-      return new WebGPUError(`${what}: ${tidy(err.message)}`);
+    for (const submit of [false, true]) {
+      for (const s of [...this.program, ...this.updates]) {
+        device.pushErrorScope("validation");
+        const enc = device.createCommandEncoder();
+        encodeProgram(enc, [s], []);
+        const commands = enc.finish();
+        if (submit) device.queue.submit([commands]);
+        const err = await device.popErrorScope();
+        if (err) return stepError(s, err.message);
+      }
     }
     return new WebGPUError(`step of ${this.plan.graph}: ${tidy(message)}`);
   }
+}
+
+function stepError(s: Encoded, message: string): WebGPUError {
+  const what = s.op === "launch"
+    ? `kernel ${s.launch.kernel.name} (step ${s.index})`
+    : `copy at step ${s.index}`;
+  return new WebGPUError(`${what}: ${tidy(message)}`);
+}
+
+/** GPU buffer labels name the tensors in the slot, so driver messages about a buffer are readable. */
+function slotLabel(plan: Plan, slot: number): string {
+  const names = plan.buffers.filter((b) => b.slot === slot).map((b) => b.name);
+  const shown = names.slice(0, 3).join(", ") + (names.length > 3 ? `, +${names.length - 3}` : "");
+  return `slot ${slot} (${shown})`;
 }
 
 /** Records launches into compute passes (consecutive launches share one) and copies between them. */
@@ -335,8 +355,12 @@ async function makePipeline(
     throw new WebGPUError(`kernel ${k.name} needs shader-f16, which adapter '${ctx.description}' lacks`);
   }
   const { device } = ctx;
-  return await validated(device, `kernel ${k.name}: WGSL did not compile`, () => {
-    const module = device.createShaderModule({ label: k.name, code });
+  const module = await validated(
+    device,
+    `kernel ${k.name}: WGSL did not compile`,
+    () => device.createShaderModule({ label: k.name, code }),
+  );
+  return await validated(device, `kernel ${k.name}: pipeline creation failed`, () => {
     const layout = device.createPipelineLayout({ label: k.name, bindGroupLayouts: [bindings] });
     return device.createComputePipeline({ label: k.name, layout, compute: { module, entryPoint: "main" } });
   });
