@@ -91,7 +91,9 @@ function liveRangesOf(
   for (const [id, spec] of byId) {
     if (spec.pinned || !last.has(id)) continue;
     const w = firstWrite.get(id), r = firstRead.get(id);
-    if (r !== undefined && (w === undefined || r <= w)) {
+    // A step may read what it first writes (a read_write binding the kernel initializes itself); a read
+    // at an earlier step would see whatever the slot's previous tenant left there.
+    if (r !== undefined && (w === undefined || r < w)) {
       throw new MemoryPlanError(
         `buffer ${id} is read at step ${r} ${
           w === undefined ? "but never written" : `but first written at step ${w}`
