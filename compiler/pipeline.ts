@@ -5,7 +5,7 @@
  * DEBUG=5 IR listings.
  */
 import { assertValidGraph, type Graph, IRError, printGraph } from "../ir/mod.ts";
-import { type DebugFlags, debugLog, Fuel, QUIET, readDebugFlags } from "./debug.ts";
+import { DebugFlagError, type DebugFlags, debugLog, Fuel, QUIET, readDebugFlags } from "./debug.ts";
 
 export interface PassContext {
   readonly flags: DebugFlags;
@@ -78,11 +78,11 @@ export function quietContext(): PassContext {
   return makePassContext(QUIET);
 }
 
+/** A misspelt pass name would silently skip nothing; it is the user's mistake, so a DebugFlagError. */
 function checkSkips(flags: DebugFlags, known: readonly string[]): void {
   const unknown = [...flags.skipPasses].filter((s) => !known.includes(s));
   if (unknown.length) {
-    throw new PassError(
-      unknown[0],
+    throw new DebugFlagError(
       `SKIP_PASSES names ${unknown.map((s) => `'${s}'`).join(", ")}, which ${
         unknown.length > 1 ? "are not passes" : "is not a pass"
       }; the passes are: ${known.join(", ")}`,
