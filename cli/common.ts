@@ -12,6 +12,7 @@ import { SafetensorsError } from "../runtime/checkpoint/safetensors.ts";
 import { InputError } from "../runtime/infer_input.ts";
 import { TokenizerError } from "../data/tokenizer/mod.ts";
 import { DatasetError } from "../data/finetune/mod.ts";
+import { DebugFlagError } from "../compiler/debug.ts";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -30,6 +31,7 @@ const USER_ERRORS = [
   IRError,
   TokenizerError,
   DatasetError,
+  DebugFlagError,
 ];
 
 export type FlagSpec = NonNullable<ParseArgsConfig["options"]>;

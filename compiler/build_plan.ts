@@ -110,7 +110,7 @@ export function buildPlan(
     schedule,
   );
   const slotOf = (id: number) => {
-    const s = mem.slotOf instanceof Map ? mem.slotOf.get(id) : (mem.slotOf as number[])[id];
+    const s = mem.slotOf.get(id);
     if (s === undefined) throw new Error(`internal: buffer ${id} has no slot`);
     return s;
   };

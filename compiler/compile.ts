@@ -10,7 +10,7 @@ import type { FusionResult } from "./fusion/types.ts";
 import { cse } from "./passes/cse.ts";
 import { dce } from "./passes/dce.ts";
 import { simplify } from "./passes/simplify.ts";
-import { runPipeline } from "./pipeline.ts";
+import { makePassContext, runPipeline } from "./pipeline.ts";
 
 export interface CompileOptions {
   readonly fuse: boolean;
@@ -30,10 +30,9 @@ export const SIMPLIFY_PASSES = [simplify, cse, dce];
 export function compileGraph(g: Graph, opts: CompileOptions): Compiled {
   const flags = opts.flags ?? readDebugFlags();
   const fuel = new Fuel(flags.fusionFuel);
-  const log = (level: number, msg: string) => {
-    if (flags.level >= level) console.error(msg);
-  };
-  const piped = runPipeline(g, SIMPLIFY_PASSES, { flags, fuel, log });
+  const piped = runPipeline(g, SIMPLIFY_PASSES, makePassContext(flags, fuel), {
+    knownPasses: [...SIMPLIFY_PASSES.map((p) => p.name), "fusion"],
+  });
   const t0 = performance.now();
   const fusion = fuseGraph(piped.graph, {
     fuse: opts.fuse && !flags.skipPasses.has("fusion"),

@@ -63,7 +63,7 @@ Deno.test("fusion: one encoder layer forward (dropout on) compiles to 11 kernels
   // GEMM; bias + dropout + residual + LayerNorm.
   assert.equal(fused.kernels.length, 11);
   assert.deepEqual(kindsOf(fused), { matmul: 8, reduce: 3 });
-  assert.ok(unfused.kernels.length >= 9 * fused.kernels.length, `unfused: ${unfused.kernels.length}`);
+  assert.ok(unfused.kernels.length >= 6 * fused.kernels.length, `unfused: ${unfused.kernels.length}`);
 });
 
 Deno.test("fusion: one encoder layer forward + backward compiles to 40 kernels", () => {

@@ -45,9 +45,8 @@ function inlineNodes(g: Graph, fuse: boolean): Uint8Array {
     else if (n.op === "iota") inline[n.id] = 1;
     else if (n.op === "random_uniform") inline[n.id] = cheap(n.inputs[0]) ? 1 : 0;
     else if (isMovement(n.op)) inline[n.id] = n.inputs.every(cheap) ? 1 : 0;
-    else if (isElementwise(n.op) || n.op === "cast") {
-      inline[n.id] = n.inputs.every((i) => inline[i] === 1) ? 1 : 0;
-    }
+    else if (n.op === "cast") inline[n.id] = cheap(n.inputs[0]) ? 1 : 0; // a conversion on load is free
+    else if (isElementwise(n.op)) inline[n.id] = n.inputs.every((i) => inline[i] === 1) ? 1 : 0;
   }
   return inline;
 }
@@ -121,7 +120,9 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     }
     const isView = !isOutput[id] &&
       (inline[id] || readerKernels.size === 0 ||
-        (isMovement(n.op) && readerKernels.size > 1 && n.op !== "concat" && n.op !== "pad"));
+        (opts.fuse
+          ? (isMovement(n.op) || n.op === "cast") && readerKernels.size > 1 && n.op !== "concat" && n.op !== "pad"
+          : n.op === "reshape" || n.op === "broadcast")); // unfused: views as in eager frameworks
     if (isView) {
       // Each reader folds the index math in (views of a node read by several kernels make it a buffer).
       readers[id] = readerKernels;
