@@ -76,12 +76,59 @@ export function visitStmts(body: readonly KStmt[], f: (s: KStmt) => void): void 
   }
 }
 
-/** Calls `f` on every expression node (children before parents) of every statement, nested bodies included. */
+/** Calls `f` on `e` and every sub-expression (parents before children), without rebuilding anything. */
+export function forEachExpr(e: KExpr, f: (e: KExpr) => void): void {
+  f(e);
+  switch (e.k) {
+    case "lit":
+    case "ref":
+    case "id":
+      return;
+    case "load":
+    case "sload":
+      return forEachExpr(e.index, f);
+    case "un":
+    case "cast":
+      return forEachExpr(e.a, f);
+    case "bin":
+      forEachExpr(e.a, f);
+      return forEachExpr(e.b, f);
+    case "select":
+      forEachExpr(e.cond, f);
+      forEachExpr(e.a, f);
+      return forEachExpr(e.b, f);
+    case "philox":
+      forEachExpr(e.seed, f);
+      forEachExpr(e.step, f);
+      return forEachExpr(e.index, f);
+  }
+}
+
+/** The expressions a statement holds directly (not those of nested statements). */
+export function stmtExprs(s: KStmt): readonly KExpr[] {
+  switch (s.k) {
+    case "let":
+      return [s.init];
+    case "set":
+      return [s.value];
+    case "store":
+    case "sstore":
+      return [s.index, s.value];
+    case "for":
+      return [s.from, s.to, s.step];
+    case "if":
+      return [s.cond];
+    case "wg_reduce":
+      return [s.value];
+    case "barrier":
+    case "comment":
+      return [];
+  }
+}
+
+/** Calls `f` on every expression node of every statement, nested bodies included (pre-order). */
 export function visitExprs(body: readonly KStmt[], f: (e: KExpr) => void): void {
   visitStmts(body, (s) => {
-    mapStmtExprs(s, (x) => {
-      f(x);
-      return x;
-    });
+    for (const e of stmtExprs(s)) forEachExpr(e, f);
   });
 }
