@@ -144,7 +144,7 @@ Deno.test({
   name: "webgpu: f16 storage with f32 arithmetic rounds like the CPU",
   ignore,
   fn: async () => {
-    const n = 2050; // odd number of f16 pairs: exercises the 4-byte padding of bindings and copies
+    const n = 2051; // odd: 4102 bytes, so bindings, writes and reads are padded to 4104
     const r = seededRandom(12);
     const x = Float32Array.from({ length: n }, () => Math.f16round(r.normal() * 4));
     const k = loopKernel(
@@ -503,6 +503,40 @@ Deno.test({
       return await ex.read("out");
     });
     for (let i = 0; i < n; i++) assert.equal(out[i], init[i] + i + 1, `element ${i}`);
+  },
+});
+
+Deno.test({
+  name: "webgpu: a row reduction over more than 65,535 rows (early return before barriers)",
+  ignore,
+  fn: async () => {
+    const rows = 70_001, w = 4;
+    const r = seededRandom(20);
+    const x = Int32Array.from({ length: rows * w }, () => r.int(-50, 50));
+    const k: Kernel = {
+      name: "k_many_rows",
+      kind: "reduce",
+      bindings: [bind("b_x", 0, "i32", "read", rows * w), bind("b_sum", 1, "f32", "write", rows)],
+      shared: [],
+      workgroupSize: w,
+      workgroups: rows,
+      body: [
+        { k: "wg_reduce", op: "sum", t: "f32", value: cast(load("b_x", gid, "i32"), "f32"), out: "s" },
+        if_(bin("eq", lid, i32(0)), [store("b_sum", wgId, ref("s", "f32"))]),
+      ],
+      about: [],
+      usesF16: false,
+    };
+    const plan = planOf([k], [{ name: "x", dtype: "i32", shape: [rows, w] }, {
+      name: "sum",
+      dtype: "f32",
+      shape: [rows],
+    }]);
+    assert.match(plan.kernels[0].wgsl!.code, /return;/);
+    const { sum } = await withExecutor(plan, (ex) => ex.run({ x }));
+    for (let row = 0; row < rows; row++) {
+      assert.equal(sum[row], x[row * w] + x[row * w + 1] + x[row * w + 2] + x[row * w + 3], `row ${row}`);
+    }
   },
 });
 
