@@ -5,11 +5,13 @@
  *
  *   DENO_WEBGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp deno run --allow-read --allow-write --allow-env \
  *     bench/matmul_template.ts [--shape B,M,N,K]... [--tiles TM,TN,TK,RM,RN]... [--reps N] [--rounds N]
- *     [--f16] [--gelu] [--json FILE]
+ *     [--f16] [--gelu] [--direct] [--staged] [--json FILE]
  *
- * Without --tiles each shape runs with the template's own tile choice. Time per launch is the best over
- * `rounds` of (wall time of one submission of `reps` launches) / reps, after one warm-up launch (which
- * also compiles the pipeline; its time is reported separately).
+ * Without --tiles each shape runs with the template's own tile choice, and without --direct/--staged
+ * with its own epilogue strategy (shown as /d or /s after the epilogue). Time per launch is the best over
+ * `rounds` of (wall time of one submission of `reps` launches) / reps, after warm-up; rounds interleave
+ * the cases. "first" is the wall time of creating the executor and running one launch, which includes
+ * the pipeline compile; run with MESA_SHADER_CACHE_DISABLE=true for cold-compile figures on lavapipe.
  */
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
 import {
@@ -48,6 +50,10 @@ export interface MatmulCase {
   /** Epilogue: `store` C as is, or `bias_gelu` = GELU(acc + bias[col]) in the tanh form. */
   epilogue?: "store" | "bias_gelu";
   tiles?: MatmulTiles;
+  /** Forces the template's epilogue strategy. */
+  mode?: "direct" | "staged";
+  /** Name the epilogue's local the same in every call (the template must then stage it). */
+  fixedLocalName?: boolean;
 }
 
 /** The kernel and a one-launch Plan for it (buffer ids: 0 A, 1 B, 2 C, 3 bias when present). */
@@ -74,6 +80,7 @@ export function buildCase(c: MatmulCase): { kernel: Kernel; plan: Plan } {
   const C = buffer("C", dtype, [batch, m, n], "output", "write");
   const bias = gelu ? buffer("bias", "f32", [n], "input", "read") : "";
   // Row-major index of [b][i][j] in a [batch, rows, cols] tensor.
+  let calls = 0;
   const at = (b: KExpr, i: KExpr, j: KExpr, rows: number, cols: number) =>
     add(mul(add(mul(b, i32(rows)), i), i32(cols)), j);
   const kernel = matmulKernel({
@@ -96,14 +103,16 @@ export function buildCase(c: MatmulCase): { kernel: Kernel; plan: Plan } {
     epilogue: (b, row, col, acc) => {
       const out = at(b, row, col, m, n);
       if (!gelu) return [store(C, out, cast(acc, dtype))];
-      const x = ref("ep_x", "f32");
+      const xName = c.fixedLocalName ? "ep_x" : `ep_x${calls++}`;
+      const x = ref(xName, "f32");
       const inner = mul(f32(GELU_C), add(x, mul(f32(0.044715), mul(x, mul(x, x)))));
       return [
-        let_("ep_x", add(acc, load(bias, col, "f32"))),
+        let_(xName, add(acc, load(bias, col, "f32"))),
         store(C, out, cast(mul(mul(f32(0.5), x), add(f32(1), un("tanh", inner))), dtype)),
       ];
     },
     tiles: c.tiles,
+    epilogueMode: c.mode,
   });
   const wgsl = emitWGSL(kernel);
   const plan: Plan = {
@@ -157,38 +166,48 @@ interface Row {
   gflops: number;
 }
 
-async function measure(ctx: GpuContext, c: MatmulCase, reps: number, rounds: number): Promise<Row> {
+interface Prepared {
+  c: MatmulCase;
+  kernel: Kernel;
+  ex: WebGPUExecutor;
+  firstMs: number;
+  best: number;
+}
+
+/** Compiles and runs `c` once (timed: the first launch includes the pipeline compile), ready to time. */
+async function prepare(ctx: GpuContext, c: MatmulCase, reps: number): Promise<Prepared> {
   const { kernel, plan } = buildCase(c);
-  const t0 = performance.now();
-  const once = await WebGPUExecutor.create(ctx, plan);
   const fill = (b: PlanBuffer) =>
     Float32Array.from({ length: b.shape.reduce((x, y) => x * y, 1) }, (_, i) => ((i * 7919) % 17) / 17 - 0.5);
+  const t0 = performance.now();
+  const once = await WebGPUExecutor.create(ctx, plan);
   for (const b of plan.buffers) if (b.role === "input") once.write(b.id, fill(b));
   await once.step();
   await once.finish();
   const firstMs = performance.now() - t0;
   once.destroy();
+  // A second executor for the repeated launches compiles the same source again (Mesa's shader cache
+  // usually answers it), so its first step is a warm-up.
   const ex = await WebGPUExecutor.create(ctx, repeated(plan, reps));
   for (const b of plan.buffers) if (b.role === "input") ex.write(b.id, fill(b));
-  let best = Infinity;
-  for (let r = 0; r < rounds; r++) {
-    const s = performance.now();
-    await ex.step();
-    await ex.finish();
-    best = Math.min(best, (performance.now() - s) / reps);
-  }
-  ex.destroy();
+  await ex.step();
+  await ex.finish();
+  return { c, kernel, ex, firstMs, best: Infinity };
+}
+
+function rowOf(p: Prepared): Row {
+  const { c } = p;
   const t = c.tiles ?? chooseTiles(c.m, c.n, c.k, c.batch);
   return {
     shape: `${c.batch}x${c.m}x${c.n}x${c.k}`,
     dtype: c.dtype,
-    epilogue: c.epilogue ?? "store",
+    epilogue: (c.epilogue ?? "store") + (p.kernel.shared.some((a) => a.name === "Cs") ? "/s" : "/d"),
     tiles: `${t.tm}x${t.tn}x${t.tk}/${t.rm}x${t.rn}`,
-    threads: kernel.workgroupSize,
-    workgroups: kernel.workgroups,
-    firstMs,
-    ms: best,
-    gflops: (2 * c.batch * c.m * c.n * c.k) / best / 1e6,
+    threads: p.kernel.workgroupSize,
+    workgroups: p.kernel.workgroups,
+    firstMs: p.firstMs,
+    ms: p.best,
+    gflops: (2 * c.batch * c.m * c.n * c.k) / p.best / 1e6,
   };
 }
 
@@ -196,6 +215,7 @@ async function main(args: string[]) {
   const shapes: number[][] = [];
   const tiles: MatmulTiles[] = [];
   let reps = 5, rounds = 3, f16 = false, gelu = false, json = "";
+  const modes: ("direct" | "staged" | undefined)[] = [];
   for (let i = 0; i < args.length; i++) {
     const a = args[i];
     const next = () => {
@@ -217,6 +237,8 @@ async function main(args: string[]) {
     else if (a === "--rounds") rounds = ints(next(), 1, "--rounds")[0];
     else if (a === "--f16") f16 = true;
     else if (a === "--gelu") gelu = true;
+    else if (a === "--direct") modes.push("direct");
+    else if (a === "--staged") modes.push("staged");
     else if (a === "--json") json = next();
     else throw new Error(`unknown argument '${a}' (see the header of bench/matmul_template.ts)`);
   }
@@ -226,26 +248,34 @@ async function main(args: string[]) {
   console.log(`device: ${ctx.description}`);
   const rows: Row[] = [];
   try {
+    const prepared: Prepared[] = [];
     for (const [batch, m, n, k] of shapes) {
       for (const t of tiles.length ? tiles : [undefined]) {
-        const c: MatmulCase = {
-          batch,
-          m,
-          n,
-          k,
-          dtype: f16 ? "f16" : "f32",
-          epilogue: gelu ? "bias_gelu" : "store",
-          tiles: t,
-        };
-        const r = await measure(ctx, c, reps, rounds);
-        rows.push(r);
-        console.log(
-          `${r.shape.padEnd(18)} ${r.dtype} ${r.epilogue.padEnd(9)} tiles ${r.tiles.padEnd(16)} ` +
-            `${String(r.workgroups).padStart(6)} wg x ${String(r.threads).padStart(3)}  ` +
-            `first ${r.firstMs.toFixed(0).padStart(5)} ms  ${r.ms.toFixed(2).padStart(8)} ms  ` +
-            `${r.gflops.toFixed(2).padStart(6)} GFLOP/s`,
-        );
+        for (const mode of modes.length ? modes : [undefined]) {
+          const dtype = f16 ? "f16" : "f32", epilogue = gelu ? "bias_gelu" : "store";
+          prepared.push(await prepare(ctx, { batch, m, n, k, dtype, epilogue, tiles: t, mode }, reps));
+        }
       }
+    }
+    // Rounds go across all cases, so a burst of load from elsewhere on the machine hits every case alike.
+    for (let r = 0; r < rounds; r++) {
+      for (const p of prepared) {
+        const s = performance.now();
+        await p.ex.step();
+        await p.ex.finish();
+        p.best = Math.min(p.best, (performance.now() - s) / reps);
+      }
+    }
+    for (const p of prepared) {
+      p.ex.destroy();
+      const r = rowOf(p);
+      rows.push(r);
+      console.log(
+        `${r.shape.padEnd(18)} ${r.dtype} ${r.epilogue.padEnd(11)} tiles ${r.tiles.padEnd(16)} ` +
+          `${String(r.workgroups).padStart(6)} wg x ${String(r.threads).padStart(3)}  ` +
+          `first ${r.firstMs.toFixed(0).padStart(5)} ms  ${r.ms.toFixed(2).padStart(8)} ms  ` +
+          `${r.gflops.toFixed(2).padStart(6)} GFLOP/s`,
+      );
     }
   } finally {
     closeWebGPU(ctx);

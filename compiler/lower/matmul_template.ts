@@ -9,9 +9,18 @@
  * strided — rows ty + i·(tm/rm), cols tx + j·(tn/rn) — so neighbouring threads read neighbouring shared
  * words (no bank conflicts) and store neighbouring columns of C (coalesced).
  *
+ * Epilogue. A small epilogue (a store, a bias add) runs straight from the accumulators, one copy per
+ * micro-tile element. A larger one (GELU, dropout), or any one from a big micro-tile, would be copied
+ * rm·rn times, and lavapipe's shader compile time grows with code size (a 16×16 micro-tile with a GELU
+ * took 3.4 s to compile direct, 0.6 s staged), so it is staged: the micro-tiles go through shared memory `Cs` and the workgroup runs one copy of the epilogue
+ * in a loop over the elements (which costs an extra shared store and load per element).
+ *
  * Numerics. Every C element is one f32 sum over k in increasing order, whatever the tile shape, so the
- * result is deterministic and independent of the tiling. Out-of-range A/B elements load as 0 (adding
- * 0·x leaves the sum unchanged); out-of-range C elements skip the epilogue.
+ * result is deterministic run to run. Out-of-range A/B elements load as 0 (adding 0·0 leaves the sum
+ * unchanged); out-of-range C elements skip the epilogue.
+ *
+ * Control flow. Every barrier sits in the kernel's top level or in loops with constant bounds, never
+ * under a condition, so all threads of a workgroup reach each one.
  *
  * The operand loaders are callbacks (the caller folds transposes, permutes and casts into them), so the
  * template knows no memory layout; `contiguousA`/`contiguousB` only pick which index the cooperative
@@ -42,7 +51,7 @@ import {
   sload,
   wgId,
 } from "../kernel_ir/ir.ts";
-import { chooseTiles, type MatmulTiles, threadsOf } from "./matmul_tiles.ts";
+import { chooseTiles, type MatmulTiles, sharedBytesOf, threadsOf } from "./matmul_tiles.ts";
 
 export type { MatmulTiles } from "./matmul_tiles.ts";
 
@@ -62,7 +71,9 @@ export interface MatmulSpec {
   loadB: (b: KExpr, row: KExpr, col: KExpr) => KExpr;
   /**
    * Statements that consume the f32 accumulator of C[b][row][col] (e.g. add bias, GELU, store); they run
-   * only for in-range elements. Called once: the template runs the statements in a loop over elements.
+   * only for in-range elements. Called once, or once per micro-tile element when the template runs a
+   * small epilogue straight from the accumulators; then locals it declares must have names unique
+   * across calls (else the template stages it and calls it once).
    */
   epilogue: (b: KExpr, row: KExpr, col: KExpr, acc: KExpr) => KStmt[];
   /**
@@ -74,13 +85,23 @@ export interface MatmulSpec {
   contiguousB?: "row" | "col";
   /** Overrides the tile choice (tests and benchmarks); default `chooseTiles(m, n, k, batch)`. */
   tiles?: MatmulTiles;
+  /** Overrides the epilogue strategy (tests and benchmarks); default by the epilogue's size. */
+  epilogueMode?: "direct" | "staged";
 }
 
 export class MatmulTemplateError extends Error {
+  override name = "MatmulTemplateError";
   constructor(kernel: string, message: string) {
     super(`matmul template ${kernel}: ${message}`);
   }
 }
+
+/**
+ * An epilogue runs straight from the accumulators when its code, copied once per micro-tile element,
+ * stays under this many IR nodes: a plain store (~7–12 nodes) runs direct from 8×8 micro-tiles, staged
+ * from 16×16 ones (whose 256 direct copies made lavapipe's compile 2.9 s instead of 1.4 s cold).
+ */
+export const DIRECT_EPILOGUE_NODES = 1024;
 
 const I = (name: string) => ref(name, "i32");
 const F = (name: string) => ref(name, "f32");
@@ -108,11 +129,11 @@ export function matmulKernel(spec: MatmulSpec): Kernel {
     text: `tile ${t.tm}x${t.tn}x${t.tk}, ${t.rm}x${t.rn} per thread, ${threads} threads`,
   });
 
-  // Which tile this workgroup owns.
+  // Which tile this workgroup owns. Unit extents are folded away so small cases read simply.
   let b: KExpr = i32(0);
   let tileIdx: KExpr = wgId;
   if (batch > 1) {
-    body.push(let_("mm_b", div(wgId, i32(perBatch))));
+    body.push(let_("mm_b", perBatch > 1 ? div(wgId, i32(perBatch)) : wgId));
     b = I("mm_b");
     if (perBatch > 1) {
       body.push(let_("mm_t", mod(wgId, i32(perBatch))));
@@ -145,8 +166,8 @@ export function matmulKernel(spec: MatmulSpec): Kernel {
     }
   }
 
+  // The main loop over K.
   const kt = I("mm_k0");
-  const loop: KStmt[] = [];
   const copies = [
     slabCopy({
       arr: "As",
@@ -179,72 +200,58 @@ export function matmulKernel(spec: MatmulSpec): Kernel {
   ];
   // The copy's thread → element split does not depend on the k step: computed once, before the loop.
   for (const c of copies) body.push(...c.setup);
+  const loop: KStmt[] = [];
   for (const c of copies) loop.push(...c.copy);
   loop.push(barrier);
-
   // The inner product over this slab: per kk, rm words of A and rn words of B feed rm·rn accumulators.
-  const step = (kk: KExpr, sfx: string): KStmt[] => {
-    const inner: KStmt[] = [];
-    for (let i = 0; i < t.rm; i++) {
-      const at = add(add(mul(kk, i32(strideA)), I("mm_ty")), i32(i * ty));
-      inner.push(let_(`mm_av${sfx}${i}`, sload("As", at, "f32")));
-    }
+  // A loop, not unrolled: unrolling made lavapipe slower (more code, the same shared loads).
+  const kk = I("mm_kk");
+  const inner: KStmt[] = [];
+  for (let i = 0; i < t.rm; i++) {
+    const at = add(add(mul(kk, i32(strideA)), I("mm_ty")), i32(i * ty));
+    inner.push(let_(`mm_av${i}`, sload("As", at, "f32")));
+  }
+  for (let j = 0; j < t.rn; j++) {
+    const at = add(add(mul(kk, i32(strideB)), I("mm_tx")), i32(j * tx));
+    inner.push(let_(`mm_bv${j}`, sload("Bs", at, "f32")));
+  }
+  for (let i = 0; i < t.rm; i++) {
     for (let j = 0; j < t.rn; j++) {
-      const at = add(add(mul(kk, i32(strideB)), I("mm_tx")), i32(j * tx));
-      inner.push(let_(`mm_bv${sfx}${j}`, sload("Bs", at, "f32")));
+      inner.push(set(accs[i][j], add(F(accs[i][j]), mul(F(`mm_av${i}`), F(`mm_bv${j}`)))));
     }
-    for (let i = 0; i < t.rm; i++) {
-      for (let j = 0; j < t.rn; j++) {
-        inner.push(set(accs[i][j], add(F(accs[i][j]), mul(F(`mm_av${sfx}${i}`), F(`mm_bv${sfx}${j}`)))));
-      }
-    }
-    return inner;
-  };
-  // A loop, not unrolled: unrolling made lavapipe slower (more code, same loads).
-  loop.push(for_("mm_kk", i32(0), i32(t.tk), i32(1), step(I("mm_kk"), "")));
-  // The next iteration overwrites the slabs: everyone must be done reading them.
+  }
+  loop.push(for_("mm_kk", i32(0), i32(t.tk), i32(1), inner));
+  // The next step overwrites the slabs: everyone must be done reading them.
   loop.push(barrier);
   body.push(for_("mm_k0", i32(0), i32(k), i32(t.tk), loop));
 
-  // Epilogue, staged through shared memory one micro-tile row at a time: pass p writes row p of every
-  // thread's micro-tile (together a ty×tn block of C) to `Cs`, then the workgroup walks that block with
-  // neighbouring threads on neighbouring columns. So the caller's epilogue appears once in the code (not
-  // rm·rn times: lavapipe's compile time grows with code size), and its loads and stores are coalesced.
-  shared.push({ name: "Cs", t: "f32", size: ty * t.tn });
-  const p = I("mm_p");
-  const stage: KStmt[] = [];
-  for (let j = 0; j < t.rn; j++) {
-    // Row p of the micro-tile: accumulators are scalars, so pick by a chain of selects on p.
-    let v: KExpr = F(accs[t.rm - 1][j]);
-    for (let i = t.rm - 2; i >= 0; i--) v = select(bin("eq", p, i32(i)), F(accs[i][j]), v);
-    const at = add(add(mul(I("mm_ty"), i32(t.tn)), I("mm_tx")), i32(j * tx));
-    stage.push({ k: "sstore", arr: "Cs", index: at, value: v });
+  const guards = { rows: m % t.tm !== 0, cols: n % t.tn !== 0 };
+  const ctx: EpilogueCtx = { spec, t, tx, ty, threads, accs, b, guards };
+  // A probe call sizes the epilogue; when it is staged, the probe is the one copy the kernel uses.
+  let mode = spec.epilogueMode;
+  let probe: KStmt[] | undefined;
+  if (mode === undefined) {
+    probe = spec.epilogue(b, I("mm_row"), I("mm_col"), F("mm_out"));
+    mode = nodeCount(probe) * t.rm * t.rn <= DIRECT_EPILOGUE_NODES ? "direct" : "staged";
   }
-  stage.push(barrier);
-  const e = add(lid, mul(I("mm_q"), i32(threads)));
-  const each: KStmt[] = [
-    let_("mm_e", e),
-    let_("mm_row", add(add(I("mm_row0"), mul(p, i32(ty))), div(I("mm_e"), i32(t.tn)))),
-    let_("mm_col", add(I("mm_col0"), mod(I("mm_e"), i32(t.tn)))),
-  ];
-  const rowsGuard = m % t.tm !== 0, colsGuard = n % t.tn !== 0;
-  let inRange: KExpr | undefined;
-  if (rowsGuard) inRange = lt(I("mm_row"), i32(m));
-  if (colsGuard) {
-    const ok = lt(I("mm_col"), i32(n));
-    inRange = inRange ? bin("and", inRange, ok) : ok;
+  const direct = mode === "direct" ? directEpilogue(ctx) : undefined;
+  if (direct) body.push(...direct);
+  else if (spec.epilogueMode === "direct") {
+    throw new MatmulTemplateError(name, "the epilogue declares the same local in more than one call");
+  } else {
+    shared.push({ name: "Cs", t: "f32", size: ty * t.tn });
+    body.push(...stagedEpilogue(ctx, probe));
   }
-  const epi = [
-    let_("mm_out", sload("Cs", I("mm_e"), "f32")),
-    ...spec.epilogue(b, I("mm_row"), I("mm_col"), F("mm_out")),
-  ];
-  each.push(...(inRange ? [if_(inRange, epi)] : epi));
-  // The block holds threads·rn elements, so every thread handles exactly rn of them.
-  stage.push(for_("mm_q", i32(0), i32(t.rn), i32(1), each));
-  // The next pass overwrites Cs.
-  stage.push(barrier);
-  body.push(for_("mm_p", i32(0), i32(t.rm), i32(1), stage));
 
+  const sharedBytes = shared.reduce((s, a) => s + 4 * a.size, 0);
+  if (sharedBytes > MAX_SHARED_BYTES) {
+    throw new MatmulTemplateError(
+      name,
+      `tiles ${
+        JSON.stringify(t)
+      } need ${sharedBytes} bytes of workgroup memory, over WebGPU's ${MAX_SHARED_BYTES}`,
+    );
+  }
   return {
     name,
     kind: "matmul",
@@ -256,6 +263,90 @@ export function matmulKernel(spec: MatmulSpec): Kernel {
     about: spec.about,
     usesF16: spec.usesF16,
   };
+}
+
+/** WebGPU's guaranteed limits, which compiled output must respect to run on any adapter. */
+export const MAX_THREADS = 256;
+export const MAX_SHARED_BYTES = 16384;
+
+interface EpilogueCtx {
+  spec: MatmulSpec;
+  t: MatmulTiles;
+  tx: number;
+  ty: number;
+  threads: number;
+  accs: string[][];
+  b: KExpr;
+  guards: { rows: boolean; cols: boolean };
+}
+
+/**
+ * The epilogue once per micro-tile element, straight from the accumulators; undefined when the calls
+ * declare clashing locals (they would share one block where no guard separates them).
+ */
+function directEpilogue(c: EpilogueCtx): KStmt[] | undefined {
+  const { t, tx, ty, guards } = c;
+  const out: KStmt[] = [];
+  const seen = new Set<string>();
+  for (let i = 0; i < t.rm; i++) {
+    const row = `mm_r${i}`;
+    out.push(let_(row, add(add(I("mm_row0"), I("mm_ty")), i32(i * ty))));
+    const rowStmts: KStmt[] = [];
+    for (let j = 0; j < t.rn; j++) {
+      const col = `mm_c${i}_${j}`;
+      const stmts = c.spec.epilogue(c.b, I(row), I(col), F(c.accs[i][j]));
+      for (const s of stmts) {
+        if (s.k !== "let") continue;
+        if (seen.has(s.name)) return undefined;
+        seen.add(s.name);
+      }
+      rowStmts.push(let_(col, add(add(I("mm_col0"), I("mm_tx")), i32(j * tx))));
+      rowStmts.push(...(guards.cols ? [if_(lt(I(col), i32(c.spec.n)), stmts)] : stmts));
+    }
+    out.push(...(guards.rows ? [if_(lt(I(row), i32(c.spec.m)), rowStmts)] : rowStmts));
+  }
+  return out;
+}
+
+/**
+ * The epilogue staged through shared memory one micro-tile row at a time: pass p writes row p of every
+ * thread's micro-tile (together a ty×tn block of C) to `Cs`; then the workgroup walks that block with
+ * neighbouring threads on neighbouring columns and runs the one copy of the epilogue on each element.
+ */
+function stagedEpilogue(c: EpilogueCtx, stmts?: KStmt[]): KStmt[] {
+  const { t, tx, ty, threads, guards } = c;
+  const p = I("mm_p");
+  const pass: KStmt[] = [];
+  for (let j = 0; j < t.rn; j++) {
+    // Row p of the micro-tile. Accumulators are scalars, so a chain of selects on p picks it (on
+    // lavapipe a select chain was faster than a chain of uniform branches).
+    let v: KExpr = F(c.accs[t.rm - 1][j]);
+    for (let i = t.rm - 2; i >= 0; i--) v = select(bin("eq", p, i32(i)), F(c.accs[i][j]), v);
+    const at = add(add(mul(I("mm_ty"), i32(t.tn)), I("mm_tx")), i32(j * tx));
+    pass.push({ k: "sstore", arr: "Cs", index: at, value: v });
+  }
+  pass.push(barrier);
+  const each: KStmt[] = [
+    let_("mm_e", add(lid, mul(I("mm_q"), i32(threads)))),
+    let_("mm_row", add(add(I("mm_row0"), mul(p, i32(ty))), div(I("mm_e"), i32(t.tn)))),
+    let_("mm_col", add(I("mm_col0"), mod(I("mm_e"), i32(t.tn)))),
+  ];
+  let inRange: KExpr | undefined;
+  if (guards.rows) inRange = lt(I("mm_row"), i32(c.spec.m));
+  if (guards.cols) {
+    const ok = lt(I("mm_col"), i32(c.spec.n));
+    inRange = inRange ? bin("and", inRange, ok) : ok;
+  }
+  const epi = [
+    let_("mm_out", sload("Cs", I("mm_e"), "f32")),
+    ...(stmts ?? c.spec.epilogue(c.b, I("mm_row"), I("mm_col"), F("mm_out"))),
+  ];
+  each.push(...(inRange ? [if_(inRange, epi)] : epi));
+  // The block holds threads·rn elements, so every thread handles exactly rn of them.
+  pass.push(for_("mm_q", i32(0), i32(t.rn), i32(1), each));
+  // The next pass overwrites Cs.
+  pass.push(barrier);
+  return [for_("mm_p", i32(0), i32(t.rm), i32(1), pass)];
 }
 
 interface SlabCopy {
@@ -281,7 +372,7 @@ interface SlabCopy {
  * Statements by which the workgroup copies a dim×tk slab of an operand into shared `arr` (k-major,
  * `stride` words per k). Thread lid copies elements e = lid + s·threads; when `threads` is a multiple of
  * the fast extent, the (fast, slow) split of e is the same for every s up to a constant, so it is computed
- * once.
+ * once (`setup`, outside the K loop).
  */
 function slabCopy(c: SlabCopy): { setup: KStmt[]; copy: KStmt[] } {
   const setup: KStmt[] = [];
@@ -308,7 +399,8 @@ function slabCopy(c: SlabCopy): { setup: KStmt[]; copy: KStmt[] } {
     }
     const [d, kk] = c.kFast ? [sl, f] : [f, sl];
     const gd = add(c.base, d), gk = add(c.k0, kk);
-    // Out-of-range elements load 0; their indices are clamped so the loader is never handed one.
+    // Out-of-range elements load 0; their indices are clamped so the loader is never handed one out of
+    // range (a select evaluates both sides), and the copy stays branch-free.
     let cond: KExpr | undefined;
     let ld = gd, lk = gk;
     if (dimGuard) {
@@ -334,5 +426,76 @@ function checkTiles(name: string, t: MatmulTiles): void {
     t.tm % t.rm === 0 && t.tn % t.rn === 0;
   if (!ok) throw new MatmulTemplateError(name, `bad tiles ${JSON.stringify(t)}`);
   const threads = threadsOf(t);
-  if (threads > 1024) throw new MatmulTemplateError(name, `${threads} threads per workgroup (max 1024)`);
+  if (threads > MAX_THREADS) {
+    throw new MatmulTemplateError(
+      name,
+      `tiles ${JSON.stringify(t)} need ${threads} threads (max ${MAX_THREADS})`,
+    );
+  }
+  // Checked again on the finished kernel; this names the cause before any work.
+  if (sharedBytesOf(t) > MAX_SHARED_BYTES) {
+    throw new MatmulTemplateError(
+      name,
+      `tiles ${JSON.stringify(t)} need ${
+        sharedBytesOf(t)
+      } bytes of workgroup memory (max ${MAX_SHARED_BYTES})`,
+    );
+  }
+}
+
+/** IR nodes (statements and expressions) in `body`: the code-size measure for the epilogue choice. */
+export function nodeCount(body: readonly KStmt[]): number {
+  let n = 0;
+  const expr = (e: KExpr): void => {
+    n++;
+    switch (e.k) {
+      case "load":
+      case "sload":
+        return expr(e.index);
+      case "un":
+      case "cast":
+        return expr(e.a);
+      case "bin":
+        expr(e.a);
+        return expr(e.b);
+      case "select":
+        expr(e.cond);
+        expr(e.a);
+        return expr(e.b);
+      case "philox":
+        expr(e.seed);
+        expr(e.step);
+        return expr(e.index);
+      default:
+        return;
+    }
+  };
+  const stmt = (s: KStmt): void => {
+    n++;
+    switch (s.k) {
+      case "let":
+        return expr(s.init);
+      case "set":
+        return expr(s.value);
+      case "store":
+      case "sstore":
+        expr(s.index);
+        return expr(s.value);
+      case "for":
+        expr(s.from);
+        expr(s.to);
+        expr(s.step);
+        return s.body.forEach(stmt);
+      case "if":
+        expr(s.cond);
+        s.then.forEach(stmt);
+        return s.else?.forEach(stmt);
+      case "wg_reduce":
+        return expr(s.value);
+      default:
+        return;
+    }
+  };
+  body.forEach(stmt);
+  return n;
 }

@@ -1,7 +1,14 @@
 /**
- * Tile shapes for the WGSL matmul template (compiler/lower/matmul_template.ts), and the deterministic
- * choice among them from the problem shape alone (never from the device), so that generated kernels are
+ * Tile shapes for the matmul template (compiler/lower/matmul_template.ts) and the choice among them. The
+ * choice is a pure function of the problem shape, never of the device, so generated kernels are
  * byte-identical on every machine.
+ *
+ * The candidates are tuned for lavapipe, where WebGPU runs in CI: it runs a workgroup on one CPU core, 8
+ * threads per SIMD vector, and every shared-memory load costs a per-lane loop. So fat micro-tiles win
+ * (a thread loads rm + rn shared words per rm·rn multiply-adds): at 512×512×512, 16×16 per thread ran
+ * 8–9 GFLOP/s, 8×8 5–6, 4×4 3–3.5, 2×2 1.6 (bench/matmul_template.ts, 2 cores). On a discrete GPU a
+ * 16×16 micro-tile (256 accumulators) would spill registers; 8×8 with 256 threads is the usual choice
+ * there. Compile time matters too: see FAT_TILES.
  */
 
 /**
@@ -18,37 +25,64 @@ export interface MatmulTiles {
 
 export const threadsOf = (t: MatmulTiles): number => (t.tm / t.rm) * (t.tn / t.rn);
 
-/** Candidates from the biggest tile down; the choice walks this list. */
-export const TILE_CANDIDATES: readonly MatmulTiles[] = [
-  { tm: 64, tn: 64, tk: 16, rm: 4, rn: 4 },
-  { tm: 32, tn: 64, tk: 16, rm: 4, rn: 4 },
-  { tm: 64, tn: 32, tk: 16, rm: 4, rn: 4 },
+/**
+ * Upper bound of the template's workgroup memory for `t`, in bytes: both slabs padded by a word per k
+ * row, plus the staging block of one micro-tile row per thread.
+ */
+export const sharedBytesOf = (t: MatmulTiles): number =>
+  4 * (t.tk * (t.tm + 1) + t.tk * (t.tn + 1) + (t.tm / t.rm) * t.tn);
+
+/**
+ * The fat tile: fastest per flop on lavapipe, but its 256 accumulators per thread make LLVM take 2–4 s
+ * to compile it (8×8: ~0.5 s), so it is chosen only for problems of at least `FAT_MIN_FLOPS`, where a
+ * hundred launches save more than that (at 2^28 flops a launch takes ~50 ms with 8×8 tiles, ~30 ms fat).
+ */
+export const FAT_TILES: MatmulTiles = { tm: 128, tn: 128, tk: 8, rm: 16, rn: 16 };
+export const FAT_MIN_FLOPS = 2 ** 28;
+
+/** The other candidates, in order of preference (fastest per useful flop on lavapipe first). */
+export const REGULAR_TILES: readonly MatmulTiles[] = [
+  { tm: 64, tn: 64, tk: 16, rm: 8, rn: 8 },
   { tm: 32, tn: 32, tk: 16, rm: 4, rn: 4 },
-  { tm: 16, tn: 32, tk: 16, rm: 2, rn: 4 },
-  { tm: 32, tn: 16, tk: 16, rm: 4, rn: 2 },
   { tm: 16, tn: 16, tk: 16, rm: 2, rn: 2 },
 ];
 
-/**
- * The largest candidate whose tiles are at least `MIN_USEFUL` full (the fraction of computed C elements
- * that are in range), so a 33×17 problem does not run a 64×64 tile of which 86% is padding. Among equally
- * useful candidates the bigger tile wins: it reads each operand element fewer times from memory.
- */
-const MIN_USEFUL = 0.75;
+export const TILE_CANDIDATES: readonly MatmulTiles[] = [FAT_TILES, ...REGULAR_TILES];
 
-export function chooseTiles(m: number, n: number, _k: number, _batch: number): MatmulTiles {
-  for (const t of TILE_CANDIDATES) {
-    if (usefulFraction(t, m, n) >= MIN_USEFUL) return t;
+/** A candidate qualifies when at most a quarter of the C elements it computes are padding… */
+export const MIN_USEFUL = 0.75;
+/**
+ * …and it gives at least this many workgroups, so a few CPU cores (or GPU multiprocessors) all get
+ * work: at 128×128×1024, four 64×64 tiles beat one 128×128 tile.
+ */
+export const MIN_WORKGROUPS = 4;
+
+/**
+ * The first candidate that qualifies; else the one with the least padding among those with enough
+ * workgroups (the smallest tile when even that ties). K steps shrink for short K so a slab is not mostly
+ * zeros.
+ */
+export function chooseTiles(m: number, n: number, k: number, batch: number): MatmulTiles {
+  const wgs = (t: MatmulTiles) => batch * Math.ceil(m / t.tm) * Math.ceil(n / t.tn);
+  const fat = 2 * batch * m * n * k >= FAT_MIN_FLOPS;
+  const candidates = fat ? TILE_CANDIDATES : REGULAR_TILES;
+  let pick = candidates.find((t) => usefulFraction(t, m, n) >= MIN_USEFUL && wgs(t) >= MIN_WORKGROUPS);
+  if (!pick) {
+    const parallel = REGULAR_TILES.filter((t) => wgs(t) >= MIN_WORKGROUPS);
+    const pool = parallel.length ? parallel : [REGULAR_TILES[REGULAR_TILES.length - 1]];
+    pick = pool.reduce((best, t) => (usefulFraction(t, m, n) >= usefulFraction(best, m, n) ? t : best));
   }
-  // Nothing is mostly full (e.g. 5×3): take the tile that wastes least, the smallest on ties.
-  let best = TILE_CANDIDATES[TILE_CANDIDATES.length - 1];
-  for (const t of TILE_CANDIDATES) {
-    if (usefulFraction(t, m, n) > usefulFraction(best, m, n)) best = t;
-  }
-  return best;
+  const tk = Math.min(pick.tk, Math.max(4, nextPow2(k)));
+  return tk === pick.tk ? pick : { ...pick, tk };
 }
 
-/** In-range elements over computed elements. */
+/** In-range elements over computed elements of C. */
 export function usefulFraction(t: MatmulTiles, m: number, n: number): number {
   return (m * n) / (Math.ceil(m / t.tm) * t.tm * Math.ceil(n / t.tn) * t.tn);
+}
+
+function nextPow2(x: number): number {
+  let p = 1;
+  while (p < x) p *= 2;
+  return p;
 }
