@@ -126,9 +126,11 @@ test("emitWGSL is deterministic: the same kernel (or a copy) gives byte-identica
 test("emitted WGSL: about lines as a comment header, bindings in order, enable f16 when needed", () => {
   const t = emit(busy);
   const lines = t.code.split("\n");
-  assert.equal(lines[0], "// k001_test");
-  assert.equal(lines[1], "// add %3 = %1 + %2   (models/bert.ts:42)");
-  assert.equal(lines[2], "// mul %4");
+  assert.equal(lines[0], "// add %3 = %1 + %2   (models/bert.ts:42)");
+  assert.equal(lines[1], "// mul %4");
+  assert.equal(lines[2], "// launch: 16 workgroups of 64 threads");
+  // The name is not part of the source, so same-bodied kernels share it.
+  assert.equal(emit({ ...busy, name: "k999_other" }).code, t.code);
   assert.match(t.code, /^enable f16;$/m);
   const decls = lines.filter((l) => l.startsWith("@group(0)"));
   assert.deepEqual(decls, [

@@ -120,7 +120,9 @@ class Speller {
 
   kernel(): string {
     const k = this.k;
-    const header = [`// ${k.name}`, ...k.about.flatMap((a) => a.split("\n")).map((a) => `// ${a}`)];
+    // No kernel name in the text: kernels that differ only in name (the same fusion in every encoder
+    // layer) then have identical source, which the kernel writer stores once and the runtime compiles once.
+    const header = k.about.flatMap((a) => a.split("\n")).map((a) => `// ${a}`);
     const [gx, gy] = this.legal.grid;
     header.push(
       `// launch: ${k.workgroups} workgroups of ${k.workgroupSize} threads` +
