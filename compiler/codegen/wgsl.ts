@@ -288,7 +288,8 @@ class Speller {
         return atom(`${this.names.name(e.buf)}[${this.expr(e.index).s}]`);
       }
       case "sload": {
-        if (!this.sharedType.has(e.arr)) this.fail(`load from unknown shared array ${e.arr}`);
+        const t = this.sharedType.get(e.arr) ?? this.fail(`load from unknown shared array ${e.arr}`);
+        if (t !== e.t) this.fail(`load of ${e.t} from ${t} shared array ${e.arr}`);
         return atom(`${this.names.name(e.arr)}[${this.expr(e.index).s}]`);
       }
       case "un":
