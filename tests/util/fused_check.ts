@@ -1,0 +1,84 @@
+/**
+ * Runs a graph on WebGPU (fused or not) and on the reference interpreter with the same fresh random
+ * feeds, and compares every output: |gpu - ref| <= atol + rtol * max|ref| per output tensor.
+ */
+import assert from "node:assert/strict";
+import { compileForWebGPU } from "../../engine/webgpu_backend.ts";
+import { type Graph, isFloat, numel } from "../../ir/mod.ts";
+import { evaluate } from "../../runtime/reference/interpreter.ts";
+import type { GpuContext } from "../../runtime/webgpu/device.ts";
+import { type Rng, seededRandom } from "./random.ts";
+
+export interface Tolerance {
+  rtol: number;
+  atol: number;
+}
+
+export const F32_TOL: Tolerance = { rtol: 2e-5, atol: 1e-6 };
+/** f16 storage: about 3 decimal digits; a fused kernel rounds once where the reference rounds per op. */
+export const F16_TOL: Tolerance = { rtol: 4e-3, atol: 1e-3 };
+
+/** Random feeds for every input and parameter: normals for floats, in-range ids for integers. */
+export function randomFeeds(
+  g: Graph,
+  seed: number,
+  ints: Record<string, (r: Rng, i: number) => number> = {},
+): Record<string, Float64Array> {
+  const r = seededRandom(seed);
+  const feeds: Record<string, Float64Array> = {};
+  for (const n of g.nodes) {
+    if (n.op !== "input" && n.op !== "param") continue;
+    const name = String(n.attrs.name);
+    const size = numel(n.type.shape);
+    const gen = ints[name];
+    feeds[name] = Float64Array.from(
+      { length: size },
+      (_, i) => gen ? gen(r, i) : isFloat(n.type.dtype) ? r.normal() : r.int(0, 4),
+    );
+  }
+  return feeds;
+}
+
+export interface CheckResult {
+  kernels: number;
+  worst: { name: string; err: number; scale: number };
+}
+
+export async function checkAgainstReference(
+  ctx: GpuContext,
+  g: Graph,
+  feeds: Record<string, ArrayLike<number>>,
+  opts: { fuse: boolean; tol: Tolerance; skip?: (output: string) => boolean },
+): Promise<CheckResult> {
+  const ref = evaluate(g, feeds, { precision: "f32" });
+  const { executor, compiled } = await compileForWebGPU(ctx, g, opts.fuse);
+  try {
+    const out = await executor.run(feeds);
+    let worst = { name: "", err: 0, scale: 0 };
+    for (const [name, expected] of ref) {
+      if (opts.skip?.(name)) continue;
+      const got = out[name];
+      assert.ok(got, `missing output ${name}`);
+      assert.equal(got.length, expected.length, name);
+      let maxRef = 0, maxErr = 0;
+      for (let i = 0; i < expected.length; i++) {
+        maxRef = Math.max(maxRef, Math.abs(expected[i]));
+        const e = Math.abs(got[i] - expected[i]);
+        if (!(e <= maxErr)) maxErr = Number.isNaN(e) ? Infinity : e;
+      }
+      const limit = opts.tol.atol + opts.tol.rtol * maxRef;
+      assert.ok(
+        maxErr <= limit,
+        `${name}: max |gpu - ref| = ${maxErr.toExponential(3)} > ${limit.toExponential(3)} (max |ref| ${
+          maxRef.toExponential(3)
+        }, ${opts.fuse ? "fused" : "unfused"}, ${compiled.plan.kernels.length} kernels)`,
+      );
+      if (maxErr / Math.max(limit, 1e-30) > worst.err / Math.max(worst.scale, 1e-30)) {
+        worst = { name, err: maxErr, scale: limit };
+      }
+    }
+    return { kernels: compiled.plan.kernels.length, worst };
+  } finally {
+    executor.destroy();
+  }
+}
