@@ -1,15 +1,23 @@
 /**
- * A fixed set of Deno Web Workers (worker.ts) taking tasks from one queue, so a slow shard does not hold
- * up the others. Errors thrown in a worker come back as the same class for the errors users cause
- * (DataError, TokenizerError), so the command still prints one line for them.
+ * The threads prepare-data splits its tasks over: this thread plus N - 1 Deno Web Workers (worker.ts),
+ * taking tasks from one queue, so a slow shard does not hold up the others.
+ *
+ * This thread takes part because it would otherwise only wait: each worker is a fresh V8 isolate that
+ * compiles the code and fills its tokenizer's memo from nothing, which on a corpus of Brown's size is a
+ * good part of the whole job. Workers are handed a second task before they finish the first, so they
+ * never sit idle while this thread is busy with its own task and cannot answer.
+ *
+ * Errors thrown in a worker come back as the same class for the errors users cause (DataError,
+ * TokenizerError), so the command still prints one line for them.
  */
 import { TokenizerError } from "../tokenizer/mod.ts";
 import { DataError } from "../shards/errors.ts";
-import type { Task, TaskResult } from "./tasks.ts";
+import { runTask, type Task, type TaskResult } from "./tasks.ts";
 
-interface Pending {
-  resolve: (v: unknown) => void;
-  reject: (e: Error) => void;
+interface Queued {
+  id: number;
+  task: Task;
+  transfer: Transferable[];
 }
 
 interface Reply {
@@ -21,30 +29,33 @@ interface Reply {
   stack?: string;
 }
 
+/** Tasks a worker holds at once: one running, one waiting in its message queue. */
+const DEPTH = 2;
+
 export class WorkerPool {
   private readonly workers: Worker[] = [];
-  private readonly idle: Worker[] = [];
-  private readonly queue: { id: number; task: Task; transfer: Transferable[] }[] = [];
-  private readonly pending = new Map<number, Pending>();
-  private readonly running = new Map<Worker, number>();
+  private readonly load = new Map<Worker, Set<number>>();
+  private readonly queue: Queued[] = [];
+  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  private localBusy = false;
   private nextId = 0;
   private closed = false;
 
-  constructor(size: number) {
+  /** `threads` >= 2: this thread and threads - 1 workers. */
+  constructor(readonly threads: number) {
     const url = new URL("./worker.ts", import.meta.url).href;
-    for (let i = 0; i < size; i++) {
+    for (let i = 0; i < threads - 1; i++) {
       const w = new Worker(url, { type: "module" });
       w.onmessage = (e: MessageEvent<Reply>) => this.settle(w, e.data);
       w.onerror = (e: ErrorEvent) => {
-        // An uncaught error kills the task but not the command's error handling.
+        // An uncaught error fails the worker's tasks, which the command then reports.
         e.preventDefault();
-        const id = this.running.get(w);
-        if (id !== undefined) {
+        for (const id of this.load.get(w) ?? []) {
           this.settle(w, { id, ok: false, name: "Error", message: `worker: ${e.message}` });
         }
       };
       this.workers.push(w);
-      this.idle.push(w);
+      this.load.set(w, new Set());
     }
   }
 
@@ -59,6 +70,17 @@ export class WorkerPool {
     return p;
   }
 
+  /** Runs `task` once in every worker (not in this thread), e.g. to load the tokenizer early. */
+  everyWorker<T extends Task>(task: T): Promise<unknown[]> {
+    return Promise.all(this.workers.map((w) => {
+      const id = this.nextId++;
+      const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
+      this.load.get(w)!.add(id);
+      w.postMessage({ id, task });
+      return p;
+    }));
+  }
+
   close(): void {
     this.closed = true;
     for (const w of this.workers) w.terminate();
@@ -67,17 +89,37 @@ export class WorkerPool {
   }
 
   private dispatch(): void {
-    while (this.idle.length > 0 && this.queue.length > 0) {
-      const w = this.idle.pop()!;
-      const { id, task, transfer } = this.queue.shift()!;
-      this.running.set(w, id);
-      w.postMessage({ id, task }, transfer);
+    // Workers first: a task given to this thread blocks it (and further dispatching) until done.
+    for (let depth = 1; depth <= DEPTH; depth++) {
+      for (const w of this.workers) {
+        const held = this.load.get(w)!;
+        if (held.size < depth && this.queue.length > 0) {
+          const { id, task, transfer } = this.queue.shift()!;
+          held.add(id);
+          w.postMessage({ id, task }, transfer);
+        }
+      }
+    }
+    if (!this.localBusy && this.queue.length > 0) {
+      this.localBusy = true;
+      const { id, task } = this.queue.shift()!;
+      // Started from a timer, so replies that are already waiting are handled first.
+      setTimeout(async () => {
+        let reply: Reply;
+        try {
+          reply = { id, ok: true, result: await runTask(task) };
+        } catch (e) {
+          const err = e as Error;
+          reply = { id, ok: false, name: err?.name, message: err?.message ?? String(e), stack: err?.stack };
+        }
+        this.localBusy = false;
+        this.settle(undefined, reply);
+      }, 0);
     }
   }
 
-  private settle(w: Worker, reply: Reply): void {
-    this.running.delete(w);
-    this.idle.push(w);
+  private settle(w: Worker | undefined, reply: Reply): void {
+    if (w) this.load.get(w)?.delete(reply.id);
     const p = this.pending.get(reply.id);
     this.pending.delete(reply.id);
     if (p) {

@@ -116,15 +116,13 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
   // Workers start first and load the tokenizer while this thread reads the input: starting an isolate
   // and compiling the modules takes a good fraction of the whole job on a corpus of Brown's size.
   const pool = workers > 1 ? new WorkerPool(workers) : undefined;
-  const warm = pool
-    ? Array.from({ length: workers }, () => pool.run({ kind: "tokenize", tokenizer: spec, text: "" }))
-    : [];
+  const warm = pool ? pool.everyWorker({ kind: "tokenize", tokenizer: spec, text: "" }) : undefined;
   try {
     // ---- read ----
     const text = builtIn ? await brownCorpusText({ cacheDir: opts.cacheDir }) : await readInputText(files);
     const sources = builtIn ? [BROWN_SOURCE] : files;
     const tok = await tokenizerFor(spec);
-    await Promise.all(warm);
+    await warm;
     const t1 = performance.now();
     progress("read", 1, 1);
 
