@@ -13,6 +13,7 @@ import { InputError } from "../runtime/infer_input.ts";
 import { TokenizerError } from "../data/tokenizer/mod.ts";
 import { DatasetError } from "../data/finetune/mod.ts";
 import { DebugFlagError } from "../compiler/debug.ts";
+import { WebGPUBackendError } from "../engine/webgpu_backend.ts";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -32,6 +33,7 @@ const USER_ERRORS = [
   TokenizerError,
   DatasetError,
   DebugFlagError,
+  WebGPUBackendError,
 ];
 
 export type FlagSpec = NonNullable<ParseArgsConfig["options"]>;

@@ -8,6 +8,7 @@ import { writeSafetensorsFile } from "../runtime/checkpoint/safetensors.ts";
 import { runInference } from "../runtime/infer.ts";
 import { InputError, parseEncodedRows } from "../runtime/infer_input.ts";
 import { referenceBackend } from "../runtime/reference/backend.ts";
+import { requireWebGPU, webgpuBackend } from "../engine/webgpu_backend.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
@@ -17,8 +18,8 @@ const DEFAULT_OUTPUT = "out/infer.safetensors";
 
 const HELP = `
 deno task infer [--checkpoint DIR] [--input FILE.jsonl] [--output FILE.safetensors]
-                [--head pretraining|classification|qa] [--batch-size N] [--backend reference]
-                [--precision f32|f64]
+                [--head pretraining|classification|qa] [--batch-size N]
+                [--backend reference|webgpu] [--no-fuse] [--precision f32|f64]
 
 Runs BERT inference on token ids and writes the outputs as float32 safetensors under Hugging Face's
 output names.
@@ -34,7 +35,9 @@ output names.
                      qa: start_logits [N,S], end_logits [N,S]
                      default: from the config's "architectures", else pretraining
   --batch-size N     rows per batch; each batch is padded to its longest row (default 8)
-  --backend B        reference (the CPU interpreter; the only backend so far)
+  --backend B        reference (default; the CPU interpreter) or webgpu (fused kernels on navigator.gpu;
+                     without a GPU set DENO_WEBGPU_BACKEND=vulkan to use Mesa's lavapipe)
+  --no-fuse          webgpu: one kernel per primitive op (the unfused baseline)
   --precision P      reference backend arithmetic: f32 (default, rounds every f32 result) or f64
 
 S is the longest row; positions past a row's own length are padding and are written as 0.
@@ -48,9 +51,13 @@ await runMain(async () => {
     head: { type: "string" },
     "batch-size": { type: "string" },
     backend: { type: "string" },
+    "no-fuse": { type: "boolean" },
     precision: { type: "string" },
   }, HELP);
-  oneOf("backend", values.backend, ["reference"], "reference");
+  const backendName = oneOf("backend", values.backend, ["reference", "webgpu"], "reference");
+  if (values["no-fuse"] && backendName !== "webgpu") {
+    throw new UsageError("--no-fuse applies to --backend webgpu");
+  }
   const precision = oneOf("precision", values.precision, ["f32", "f64"], "f32");
   const batchSize = positiveInt("batch-size", values["batch-size"], 8);
   const dir = values.checkpoint ?? DEFAULT_CHECKPOINT;
@@ -84,7 +91,9 @@ await runMain(async () => {
     return graphs.get(key)!;
   };
   const weights = await loadHfWeights(graphFor(1, 1), dir);
-  const backend = referenceBackend(precision);
+  const backend = backendName === "webgpu"
+    ? webgpuBackend(await requireWebGPU(), { fuse: !values["no-fuse"] })
+    : referenceBackend(precision);
 
   const t0 = performance.now();
   const results = await runInference(rows, {

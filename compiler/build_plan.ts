@@ -51,9 +51,11 @@ export function buildPlan(
     if (n.op === "input") bufferOfNode.set(n.id, addBuffer(n.id, "input", String(n.attrs.name)));
     if (n.op === "param") bufferOfNode.set(n.id, addBuffer(n.id, "param", String(n.attrs.name)));
   }
+  const outputName = new Map<NodeId, string>();
+  for (const [name, id] of g.outputs) if (!outputName.has(id)) outputName.set(id, name);
   for (const k of fusion.kernels) {
     for (const r of k.roots) {
-      const outName = [...g.outputs].find(([, id]) => id === r)?.[0];
+      const outName = outputName.get(r);
       bufferOfNode.set(r, addBuffer(r, outputNodes.has(r) ? "output" : "activation", outName));
     }
   }

@@ -122,4 +122,13 @@ export function exprKey(e: KExpr): string {
   }
 }
 
-export const idxKey = (idx: Idx): string => idx.dims.map(exprKey).join(",");
+// Keys are asked for the same index many times (once per value read at it), so remember them.
+const keyCache = new WeakMap<Idx, string>();
+export function idxKey(idx: Idx): string {
+  let k = keyCache.get(idx);
+  if (k === undefined) {
+    k = idx.dims.map(exprKey).join(",");
+    keyCache.set(idx, k);
+  }
+  return k;
+}
