@@ -407,3 +407,36 @@ Deno.test("prepareData: replaces an earlier run's shards, keeps other files, err
     assert.ok((await Deno.readTextFile(input)).length > 100);
   });
 });
+
+Deno.test("worker pool: results equal this thread's, errors come back with their message", async () => {
+  const { WorkerPool } = await import("../data/pretraining/pool.ts");
+  const { tokenizerFor } = await import("../data/pretraining/tasks.ts");
+  const text = await sampleText(30);
+  const pieces = splitAtDocuments(text, 6);
+  const pool = new WorkerPool(3);
+  try {
+    const spec = { cased: false };
+    const got = await Promise.all(
+      pieces.map((p) => pool.run({ kind: "tokenize", tokenizer: spec, text: p })),
+    );
+    const tok = await tokenizerFor(spec);
+    assert.deepEqual(joinChunks(got), joinChunks([tokenizeChunk(tok, text)]));
+    const corpus = joinChunks(got, true);
+    const job = {
+      index: 0,
+      docs: Uint32Array.from([0, 1]),
+      path: "/nonexistent-dir-bertfuse/shard.bin",
+      seed: 1,
+      dupeFactor: 1,
+      settings: SETTINGS,
+      vocab: { ...VOCAB, vocabSize: tok.vocabSize },
+    };
+    const failures = await Promise.allSettled([0, 1, 2].map(() => pool.run({ kind: "shard", corpus, job })));
+    for (const f of failures) {
+      assert.equal(f.status, "rejected");
+      assert.match(String((f as PromiseRejectedResult).reason), /nonexistent-dir-bertfuse/);
+    }
+  } finally {
+    pool.close();
+  }
+});

@@ -70,17 +70,6 @@ export class WorkerPool {
     return p;
   }
 
-  /** Runs `task` once in every worker (not in this thread), e.g. to load the tokenizer early. */
-  everyWorker<T extends Task>(task: T): Promise<unknown[]> {
-    return Promise.all(this.workers.map((w) => {
-      const id = this.nextId++;
-      const p = new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
-      this.load.get(w)!.add(id);
-      w.postMessage({ id, task });
-      return p;
-    }));
-  }
-
   close(): void {
     this.closed = true;
     for (const w of this.workers) w.terminate();

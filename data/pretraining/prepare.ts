@@ -113,16 +113,14 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
 
   const builtIn = opts.inputs.length === 0 || (opts.inputs.length === 1 && opts.inputs[0] === "brown");
   const files = builtIn ? [] : await listInputFiles(opts.inputs);
-  // Workers start first and load the tokenizer while this thread reads the input: starting an isolate
-  // and compiling the modules takes a good fraction of the whole job on a corpus of Brown's size.
+  // Workers start first, so that starting their isolates overlaps reading the input; tasks posted
+  // before a worker is up wait in its queue while this thread already works on its own share.
   const pool = workers > 1 ? new WorkerPool(workers) : undefined;
-  const warm = pool ? pool.everyWorker({ kind: "tokenize", tokenizer: spec, text: "" }) : undefined;
   try {
     // ---- read ----
     const text = builtIn ? await brownCorpusText({ cacheDir: opts.cacheDir }) : await readInputText(files);
     const sources = builtIn ? [BROWN_SOURCE] : files;
     const tok = await tokenizerFor(spec);
-    await warm;
     const t1 = performance.now();
     progress("read", 1, 1);
 
