@@ -230,3 +230,47 @@ Deno.test("a manifest that disagrees with its shards is refused", async () => {
   await Deno.writeTextFile(join(dir, "manifest.json"), JSON.stringify(m));
   await assert.rejects(() => Loader.open(dir, { batchSize: 4 }), /plain file name/);
 });
+
+Deno.test("shards with int32 ids (a vocabulary over 65,536) load the same way", async () => {
+  const { recordLayout } = await import("../data/shards/format.ts");
+  const { RecordBuffer, writeShard } = await import("../data/shards/writer.ts");
+  const { writeManifest, MANIFEST_FORMAT } = await import("../data/shards/manifest.ts");
+  const dir = join(root, "i32");
+  await Deno.mkdir(dir);
+  const V = 100_000, S = 16, P = 3;
+  const layout = recordLayout(S, P, V);
+  assert.equal(layout.idDtype, "i32");
+  const buf = new RecordBuffer(layout, 0);
+  const want: Instance[] = [];
+  for (let k = 0; k < 10; k++) {
+    const ids = [2, 70_000 + k, 99_999, 3, 65_537, 3];
+    const x = {
+      inputIds: ids,
+      segmentBStart: 4,
+      maskedLmPositions: [1, 4],
+      maskedLmIds: [66_000 + k, 5],
+      nextSentenceLabel: k % 2,
+    };
+    buf.append(ids, ids.length, 4, x.maskedLmPositions, x.maskedLmIds, 2, x.nextSentenceLabel);
+    want.push(x);
+  }
+  const w = await writeShard(join(dir, "shard-00000.bin"), layout, { vocabSize: V, padId: 0 }, buf.payload());
+  await writeManifest(dir, {
+    format: MANIFEST_FORMAT,
+    version: 1,
+    generator: "test",
+    max_seq_length: S,
+    max_predictions_per_seq: P,
+    vocab_size: V,
+    record_size: layout.recordSize,
+    records: 10,
+    tokens: 60,
+    shards: [{ file: "shard-00000.bin", records: 10, tokens: 60, bytes: w.bytes, crc32: "" }],
+    settings: {} as never,
+    tokenizer: {} as never,
+    input: {} as never,
+  });
+  const loader = await Loader.open(dir, { batchSize: 10, shuffle: false });
+  assert.deepEqual(rows(loader, 1), want);
+  loader.close();
+});
