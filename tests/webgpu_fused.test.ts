@@ -6,167 +6,20 @@
  * runs unfused, and the fused plan must use fewer kernels.
  */
 import assert from "node:assert/strict";
-import { differentiate } from "../compiler/passes/autodiff.ts";
-import {
-  crossEntropy,
-  dropout,
-  gelu,
-  geluTanh,
-  layerNorm,
-  linear,
-  ModelBuilder,
-  softmax,
-} from "../dsl/mod.ts";
-import type { Tensor } from "../dsl/mod.ts";
-import type { DType, Graph } from "../ir/mod.ts";
-import { checkAgainstReference, F16_TOL, F32_TOL, randomFeeds, type Tolerance } from "./util/fused_check.ts";
+import { FUSION_CASES, graphOf } from "../bench/fusion_cases.ts";
+import { checkAgainstReference, F16_TOL, F32_TOL, randomFeeds } from "./util/fused_check.ts";
 import { testGpu } from "./util/webgpu.ts";
 
 const gpu = await testGpu();
 
-/** Builds `body` into a graph; with `backward`, adds loss = sum(out * probe) and differentiates it. */
-function graphOf(
-  name: string,
-  body: (m: ModelBuilder, dtype: DType) => Tensor,
-  dtype: DType,
-  backward: boolean,
-): Graph {
-  const m = new ModelBuilder(name);
-  const out = body(m, dtype);
-  m.output("out", out);
-  if (!backward) return m.graph;
-  const probe = m.input("probe", out.dtype, out.shape);
-  m.output("loss", out.cast("f32").mul(probe.cast("f32")).sum(out.shape.map((_, i) => i), false));
-  return differentiate(m.graph, "loss");
-}
-
-interface Case {
-  name: string;
-  body: (m: ModelBuilder, dtype: DType) => Tensor;
-  backward: boolean;
-  dtypes: DType[];
-  ints?: Parameters<typeof randomFeeds>[2];
-  /** Outputs whose exact value is 0 mathematically (compared with atol only). */
-  tol?: Partial<Record<DType, Tolerance>>;
-}
-
-const [B, S, H] = [2, 6, 32];
-
-const CASES: Case[] = [
-  {
-    name: "loop fusion: bias + GELU + residual chain through broadcasts",
-    body: (m, dt) => {
-      const x = m.input("x", dt, [B, S, H]);
-      const bias = m.param("bias", [H], "zeros", dt);
-      const y = gelu(x.add(bias)).mul(geluTanh(x)).sub(x.abs().neg().exp());
-      return y.add(m.input("row", dt, [B, S, 1]));
-    },
-    backward: false,
-    dtypes: ["f32", "f16"],
-  },
-  {
-    name: "LayerNorm forward (scale and shift fused)",
-    body: (m, dt) =>
-      layerNorm(
-        m.input("x", dt, [B, S, H]),
-        m.param("g", [H], "ones", dt),
-        m.param("b", [H], "zeros", dt),
-        1e-5,
-      ),
-    backward: false,
-    dtypes: ["f32", "f16"],
-  },
-  {
-    name: "LayerNorm backward (row kernel for dx, column sums for dγ, dβ)",
-    body: (m) =>
-      layerNorm(
-        m.param("x", [B * S, H], "zeros"),
-        m.param("g", [H], "ones"),
-        m.param("b", [H], "zeros"),
-        1e-5,
-      ),
-    backward: true,
-    dtypes: ["f32"],
-  },
-  {
-    name: "masked softmax + dropout, forward and backward",
-    body: (m) => {
-      const scores = m.param("scores", [B, 2, S, S], "zeros");
-      const mask = m.input("mask", "i32", [B, S]).cast("f32").sub(1).mul(10000).reshape([B, 1, 1, S]);
-      return dropout(softmax(scores, -1, mask), 0.25, m.input("rng_key", "u32", [2]));
-    },
-    backward: true,
-    dtypes: ["f32"],
-    ints: { mask: (_r, i) => (i % S < S - 2 ? 1 : 0), rng_key: (r) => r.u32() },
-  },
-  {
-    name: "cross-entropy forward and backward (ignored labels)",
-    body: (m) => {
-      const ce = crossEntropy(m.param("logits", [8, 50], "zeros"), m.input("labels", "i32", [8]), -1);
-      return ce.loss.reshape([1]).add(ce.correct.reshape([1]));
-    },
-    backward: true,
-    dtypes: ["f32"],
-    ints: { labels: (r, i) => (i === 3 ? -1 : r.int(0, 50)) },
-  },
-  {
-    name: "GEMM epilogue: linear + bias + GELU + dropout + residual, forward and backward",
-    body: (m) => {
-      const x = m.param("x", [B, S, H], "zeros");
-      const w = m.param("w", [H, H], "zeros");
-      const b = m.param("bias", [H], "zeros");
-      const y = dropout(gelu(linear(x, w, b)), 0.1, m.input("rng_key", "u32", [2]));
-      return y.add(x);
-    },
-    backward: true,
-    dtypes: ["f32"],
-    ints: { rng_key: (r) => r.u32() },
-  },
-  {
-    name: "GEMM with f16 operands and f32 accumulation",
-    body: (m) => {
-      const x = m.input("x", "f32", [B * S, H]).cast("f16");
-      const w = m.param("w", [3 * H, H], "zeros").cast("f16");
-      return x.matmul(w, { transposeB: true }).cast("f32").add(m.param("bias", [3 * H], "zeros"));
-    },
-    backward: false,
-    dtypes: ["f32"],
-    tol: { f32: F16_TOL },
-  },
-  {
-    name: "batched GEMMs through permutes (attention heads), forward and backward",
-    body: (m) => {
-      const heads = (t: Tensor) => t.reshape([B, S, 2, H / 2]).permute([0, 2, 1, 3]);
-      const q = heads(m.param("q", [B, S, H], "zeros"));
-      const k = heads(m.param("k", [B, S, H], "zeros"));
-      const v = heads(m.param("v", [B, S, H], "zeros"));
-      const p = softmax(q.matmul(k, { transposeB: true }).mul(0.25), -1);
-      return p.matmul(v).permute([0, 2, 1, 3]).reshape([B, S, H]);
-    },
-    backward: true,
-    dtypes: ["f32"],
-  },
-  {
-    name: "embedding gather + LayerNorm, and the scatter-add of its backward",
-    body: (m) => {
-      const table = m.param("table", [40, H], "zeros");
-      const ids = m.input("ids", "i32", [B, S]);
-      return layerNorm(table.gather(ids), m.param("g", [H], "ones"), m.param("b", [H], "zeros"), 1e-5);
-    },
-    backward: true,
-    dtypes: ["f32"],
-    ints: { ids: (r) => r.int(0, 40) },
-  },
-];
-
-for (const c of CASES) {
+for (const c of FUSION_CASES) {
   for (const dtype of c.dtypes) {
     Deno.test({
       name: `webgpu fused vs reference (${dtype}): ${c.name}`,
       ignore: !gpu.ctx,
       fn: async () => {
         const g = graphOf(c.name, c.body, dtype, c.backward);
-        const feeds = randomFeeds(g, 1000 + CASES.indexOf(c), c.ints);
+        const feeds = randomFeeds(g, 1000 + FUSION_CASES.indexOf(c), c.ints);
         const tol = c.tol?.[dtype] ?? (dtype === "f16" ? F16_TOL : F32_TOL);
         const fused = await checkAgainstReference(gpu.ctx!, g, feeds, { fuse: true, tol });
         const unfused = await checkAgainstReference(gpu.ctx!, g, feeds, { fuse: false, tol });

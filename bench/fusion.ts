@@ -1,0 +1,209 @@
+/**
+ * `deno task bench`: fused vs unfused on WebGPU, measured in one run — a BERT forward pass and a full
+ * training step, and each fusion kind alone — as kernels launched, bytes moved (the compiler's traffic
+ * model) and step time; plus the wall time of compiling BERT-large for training.
+ *
+ * Times are per step: the median over --iterations rounds of 4 steps submitted back to back, after one
+ * warm-up step (lavapipe compiles shaders on first dispatch). Each step is one command buffer.
+ */
+import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
+import { compileGraph } from "../compiler/compile.ts";
+import { buildModelGraph } from "../compiler/model_graph.ts";
+import { bytesMoved } from "../compiler/report.ts";
+import { compileForWebGPU, emitWGSLShared, requireWebGPU } from "../engine/webgpu_backend.ts";
+import type { Graph } from "../ir/mod.ts";
+import large from "../models/bert-large.ts";
+import tiny from "../models/bert-tiny.ts";
+import { initParams } from "../runtime/init.ts";
+import type { GpuContext } from "../runtime/webgpu/device.ts";
+import { randomFeeds } from "../tests/util/fused_check.ts";
+import { FUSION_CASES, graphOf, setCaseSizes } from "./fusion_cases.ts";
+
+const HELP = `
+deno task bench [--batch-size N] [--seq-len S] [--iterations K] [--json FILE] [--skip-compile]
+
+Fused vs unfused on WebGPU in one run: BERT-tiny forward and training step (batch N, sequence S),
+then each fusion kind alone; kernels launched, bytes moved and median step time, with ratios.
+Finally the wall time of compiling BERT-large for a training step (fp16, batch 8, sequence 128).
+
+  --batch-size N   BERT-tiny batch (default 4)
+  --seq-len S      BERT-tiny sequence length (default 64)
+  --iterations K   timed steps per measurement, after one warm-up (default 5)
+  --json FILE      also write the results as JSON
+  --skip-compile   skip the BERT-large compile timing
+
+Without a GPU, set DENO_WEBGPU_BACKEND=vulkan (Mesa's lavapipe).
+`;
+
+const STEPS_PER_ROUND = 4;
+
+interface Side {
+  kernels: number;
+  bytes: number;
+  ms: number;
+}
+
+interface CaseResult {
+  name: string;
+  fused: Side;
+  unfused: Side;
+  ratios: { kernels: number; bytes: number; ms: number };
+}
+
+async function measure(
+  ctx: GpuContext,
+  g: Graph,
+  feeds: Record<string, ArrayLike<number>>,
+  fuse: boolean,
+  iterations: number,
+): Promise<Side> {
+  const { executor, compiled } = await compileForWebGPU(ctx, g, fuse);
+  try {
+    for (const [name, data] of Object.entries(feeds)) executor.write(name, data);
+    await executor.step();
+    await executor.finish();
+    // Steps are submitted back to back and waited for once per round, so the fixed cost of a wait
+    // (milliseconds on lavapipe) does not swamp small cases; the median round gives the time per step.
+    const times: number[] = [];
+    for (let i = 0; i < iterations; i++) {
+      const t0 = performance.now();
+      for (let j = 0; j < STEPS_PER_ROUND; j++) await executor.step();
+      await executor.finish();
+      times.push((performance.now() - t0) / STEPS_PER_ROUND);
+    }
+    times.sort((a, b) => a - b);
+    return {
+      kernels: compiled.plan.steps.filter((s) => s.op === "launch").length,
+      bytes: bytesMoved(compiled.plan),
+      ms: times[Math.floor(times.length / 2)],
+    };
+  } finally {
+    executor.destroy();
+  }
+}
+
+async function compare(
+  ctx: GpuContext,
+  name: string,
+  g: Graph,
+  feeds: Record<string, ArrayLike<number>>,
+  iterations: number,
+): Promise<CaseResult> {
+  const fused = await measure(ctx, g, feeds, true, iterations);
+  const unfused = await measure(ctx, g, feeds, false, iterations);
+  const r: CaseResult = {
+    name,
+    fused,
+    unfused,
+    ratios: {
+      kernels: fused.kernels / unfused.kernels,
+      bytes: fused.bytes / unfused.bytes,
+      ms: fused.ms / unfused.ms,
+    },
+  };
+  console.log(row(r));
+  return r;
+}
+
+const pad = (s: string, n: number) => s.padEnd(n);
+const num = (x: number, d = 0) => x.toFixed(d).padStart(8);
+function row(r: CaseResult): string {
+  const mb = (b: number) => b / 2 ** 20;
+  return `${pad(r.name, 44)} ${num(r.fused.kernels)} ${num(r.unfused.kernels)} ${num(r.ratios.kernels, 2)}  ${
+    num(mb(r.fused.bytes), 2)
+  } ${num(mb(r.unfused.bytes), 2)} ${num(r.ratios.bytes, 2)}  ${num(r.fused.ms, 1)} ${num(r.unfused.ms, 1)} ${
+    num(r.ratios.ms, 2)
+  }`;
+}
+
+function bertFeeds(g: Graph, batch: number, seq: number, preds: number, vocab: number) {
+  const feeds: Record<string, ArrayLike<number>> = Object.fromEntries(initParams(g, 1));
+  const ids = randomFeeds(g, 2, {
+    input_ids: (r) => r.int(1, vocab),
+    token_type_ids: (_r, i) => (i % seq >= seq / 2 ? 1 : 0),
+    attention_mask: (_r, i) => (i % seq < seq - 4 ? 1 : 0),
+    masked_lm_positions: (r) => r.int(1, seq),
+    masked_lm_ids: (r) => r.int(1, vocab),
+    next_sentence_labels: (r) => r.int(0, 2),
+    rng_key: (r) => r.u32(),
+  });
+  for (const n of g.sources("input").keys()) feeds[n] = ids[n];
+  if ("learning_rate" in feeds) feeds.learning_rate = [1e-3];
+  void preds;
+  return feeds;
+}
+
+await runMain(async () => {
+  const { values } = parseFlags(Deno.args, {
+    "batch-size": { type: "string" },
+    "seq-len": { type: "string" },
+    iterations: { type: "string" },
+    json: { type: "string" },
+    "skip-compile": { type: "boolean" },
+  }, HELP);
+  const batch = positiveInt("batch-size", values["batch-size"], 4);
+  const seq = positiveInt("seq-len", values["seq-len"], 64);
+  const iterations = positiveInt("iterations", values.iterations, 5);
+  const ctx = await requireWebGPU();
+  console.log(`device: ${ctx.description}`);
+  console.log(
+    `${pad("case", 44)} ${"kernels".padStart(8)} ${"unfused".padStart(8)} ${"ratio".padStart(8)}  ${
+      "MiB".padStart(8)
+    } ${"unfused".padStart(8)} ${"ratio".padStart(8)}  ${"ms".padStart(8)} ${"unfused".padStart(8)} ${
+      "ratio".padStart(8)
+    }`,
+  );
+  const cases: CaseResult[] = [];
+  const preds = Math.max(1, Math.round(seq * 0.15));
+  for (const mode of ["infer", "train"] as const) {
+    const g = buildModelGraph({
+      model: tiny,
+      mode,
+      precision: "fp32",
+      batchSize: batch,
+      seqLen: seq,
+      maxPredictions: preds,
+    });
+    const name = `bert-tiny ${mode === "infer" ? "forward" : "training step"} b${batch} s${seq}`;
+    cases.push(
+      await compare(ctx, name, g, bertFeeds(g, batch, seq, preds, tiny.config.vocab_size), iterations),
+    );
+  }
+  setCaseSizes(batch, seq, tiny.config.hidden_size);
+  for (const c of FUSION_CASES) {
+    const g = graphOf(c.name, c.body, "f32", c.backward);
+    cases.push(await compare(ctx, c.name.slice(0, 44), g, randomFeeds(g, 3, c.ints), iterations));
+  }
+
+  let compileMs: number | undefined;
+  if (!values["skip-compile"]) {
+    const t0 = performance.now();
+    const g = buildModelGraph({
+      model: large,
+      mode: "train",
+      precision: "fp16",
+      batchSize: 8,
+      seqLen: 128,
+      maxPredictions: 20,
+    });
+    const c = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSLShared } });
+    compileMs = performance.now() - t0;
+    console.log(
+      `compile bert-large train fp16 b8 s128 (graph, passes, fusion, lowering, WGSL): ${
+        compileMs.toFixed(0)
+      } ms, ${c.plan.kernels.length} kernels`,
+    );
+  }
+  if (values.json) {
+    const result = {
+      device: ctx.description,
+      date: new Date().toISOString().slice(0, 10),
+      command: `deno task bench ${Deno.args.join(" ")}`.trim(),
+      iterations,
+      cases,
+      compile_bert_large_train_ms: compileMs,
+    };
+    await Deno.writeTextFile(values.json, JSON.stringify(result, null, 2) + "\n");
+    console.log(`wrote ${values.json}`);
+  }
+});
