@@ -33,7 +33,7 @@ export class Masker {
   private groupStart: Int32Array;
   private groupLen: Int32Array;
   private order: Int32Array;
-  private chosen: Uint8Array;
+  private swapped: Int32Array;
   readonly stats: MaskStats = { masked: 0, replacedByMask: 0, keptOriginal: 0, replacedByRandom: 0 };
 
   constructor(
@@ -45,8 +45,8 @@ export class Masker {
   ) {
     this.groupStart = new Int32Array(maxSeqLength);
     this.groupLen = new Int32Array(maxSeqLength);
-    this.order = new Int32Array(maxSeqLength);
-    this.chosen = new Uint8Array(maxSeqLength);
+    this.order = Int32Array.from({ length: maxSeqLength }, (_, i) => i);
+    this.swapped = new Int32Array(maxSeqLength);
   }
 
   /**
@@ -63,39 +63,50 @@ export class Masker {
     positions: Int32Array,
     labels: Int32Array,
   ): number {
-    const { groupStart, groupLen, order, chosen } = this;
+    const { groupStart, groupLen, order, swapped } = this;
     const cont = this.wholeWordMask ? this.vocab.isContinuation : undefined;
     const sepA = segmentBStart - 1;
-    let groups = 0;
-    for (let i = 1; i < n - 1; i++) {
-      if (i === sepA) continue;
-      const prev = groups - 1;
-      if (cont && prev >= 0 && cont[tokens[i]] && groupStart[prev] + groupLen[prev] === i) {
-        groupLen[prev]++;
-      } else {
-        groupStart[groups] = i;
-        groupLen[groups] = 1;
-        order[groups] = groups;
-        groups++;
+    // Without whole words, candidate c is position c + 1, skipping the middle [SEP]: no table needed.
+    let groups = n - 3;
+    if (cont) {
+      groups = 0;
+      for (let i = 1; i < n - 1; i++) {
+        if (i === sepA) continue;
+        const prev = groups - 1;
+        if (prev >= 0 && cont[tokens[i]] && groupStart[prev] + groupLen[prev] === i) {
+          groupLen[prev]++;
+        } else {
+          groupStart[groups] = i;
+          groupLen[groups++] = 1;
+        }
       }
     }
     const numToPredict = Math.min(this.maxPredictions, Math.max(1, roundHalfEven(n * this.maskedLmProb)));
     for (let i = 0; i < n; i++) out[i] = tokens[i];
-    chosen.fill(0, 0, n);
-    let count = 0;
+    let count = 0, g = 0;
     const st = this.stats;
-    for (let g = 0; g < groups && count < numToPredict; g++) {
-      // The shuffle of all candidates, done lazily: a forward Fisher-Yates step fixes position g of a
-      // uniformly random order, and usually ~20 of ~125 positions are ever looked at.
+    for (; g < groups && count < numToPredict; g++) {
+      // The shuffle of all candidates, done lazily: a forward Fisher-Yates step fixes place g of a
+      // uniformly random order, and usually ~20 of ~125 places are ever looked at. `order` is the
+      // identity between calls (the swaps are undone below), so it needs no O(n) reset.
       const j = g + rng.below(groups - g);
       const pick = order[j];
       order[j] = order[g];
       order[g] = pick;
-      const start = groupStart[pick], len = groupLen[pick];
+      swapped[g] = j;
+      const start = cont ? groupStart[pick] : pick + 1 >= sepA ? pick + 2 : pick + 1;
+      const len = cont ? groupLen[pick] : 1;
       if (count + len > numToPredict) continue;
       for (let i = start; i < start + len; i++) {
-        chosen[i] = 1;
-        count++;
+        // Insertion into the sorted list of chosen positions (at most max_predictions long).
+        let k = count++;
+        while (k > 0 && positions[k - 1] > i) {
+          positions[k] = positions[k - 1];
+          labels[k] = labels[k - 1];
+          k--;
+        }
+        positions[k] = i;
+        labels[k] = tokens[i];
         if (rng.random() < 0.8) {
           out[i] = this.vocab.mask;
           st.replacedByMask++;
@@ -107,13 +118,11 @@ export class Masker {
         }
       }
     }
-    // Positions come out sorted by sweeping the marks instead of sorting the list.
-    let k = 0;
-    for (let i = 1; i < n - 1; i++) {
-      if (chosen[i]) {
-        positions[k] = i;
-        labels[k++] = tokens[i];
-      }
+    while (g-- > 0) {
+      const j = swapped[g];
+      const t = order[j];
+      order[j] = order[g];
+      order[g] = t;
     }
     st.masked += count;
     return count;
