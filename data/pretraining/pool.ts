@@ -82,7 +82,10 @@ export class WorkerPool {
     for (let depth = 1; depth <= DEPTH; depth++) {
       for (const w of this.workers) {
         const held = this.load.get(w)!;
-        if (held.size < depth && this.queue.length > 0) {
+        // A second task only while there is plenty left: near the end, a task waiting in a busy
+        // worker's queue would keep a free thread idle.
+        const enough = depth === 1 || this.queue.length >= this.threads;
+        if (held.size < depth && this.queue.length > 0 && enough) {
           const { id, task, transfer } = this.queue.shift()!;
           held.add(id);
           w.postMessage({ id, task }, transfer);
