@@ -4,6 +4,7 @@
  */
 import { join } from "node:path";
 import { parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { brownShardDirName } from "../data/corpus/brown_shards.ts";
 import { defaultCacheDir } from "../data/corpus/cache.ts";
 import { DEFAULT_SETTINGS, prepareData } from "../data/pretraining/prepare.ts";
 import { progressBar } from "../data/pretraining/progress.ts";
@@ -25,7 +26,8 @@ manifest.json, which deno task data-dump prints and the training loader reads.
                        documents. Repeat the flag or separate with commas; a directory means all its
                        files. "brown" or no --input: the built-in Brown corpus (500 documents).
   --output DIR         where the shards go; shards and the manifest of an earlier run there are
-                       replaced. Default for the Brown corpus: out/data/brown-s<max-seq-length>-cli
+                       replaced. Default for the Brown corpus: the cache deno task train reads,
+                       out/data/brown-s128 (the name lists settings that differ from the defaults)
   --max-seq-length N   tokens per instance, [CLS] and [SEP]s included (default ${D.maxSeqLength})
   --max-predictions-per-seq N   masked positions at most (default ${D.maxPredictionsPerSeq})
   --masked-lm-prob P   fraction of tokens masked (default ${D.maskedLmProb})
@@ -34,7 +36,8 @@ manifest.json, which deno task data-dump prints and the training loader reads.
   --whole-word-mask    mask all WordPieces of a word together
   --seed S             seed of every random choice (default ${D.seed}); the output depends only on the
                        input, the settings and the seed, not on --workers
-  --workers N          Web Workers for tokenizing and making shards (default 1: this thread only)
+  --workers N          threads for tokenizing and making shards: this one and N - 1 Web Workers
+                       (default 1)
   --vocab FILE         vocab.txt or tokenizer.json (default: built-in bert-base-uncased)
   --cased              keep case and accents
   --shard-tokens N     input tokens per shard (default ${D.shardTokens}); decides how documents are
@@ -86,40 +89,37 @@ async function main() {
       `--max-predictions-per-seq ${maxPredictionsPerSeq} exceeds --max-seq-length ${maxSeqLength}`,
     );
   }
-  const output = values.output ?? (brown ? join(defaultCacheDir(), `brown-s${maxSeqLength}-cli`) : undefined);
-  if (output === undefined) throw new UsageError("--output DIR is required (see --help)");
-  const result = await prepareData({
-    inputs: brown ? [] : inputs,
-    output,
+  const num = (flag: string, fallback: number, ok: (x: number) => boolean, want: string) =>
+    number(flag, values[flag as "masked-lm-prob"], fallback, ok, want);
+  const settings = {
     maxSeqLength,
     maxPredictionsPerSeq,
-    maskedLmProb: number(
-      "masked-lm-prob",
-      values["masked-lm-prob"],
-      D.maskedLmProb,
-      (x) => x > 0 && x <= 1,
-      "in (0, 1]",
-    ),
+    maskedLmProb: num("masked-lm-prob", D.maskedLmProb, (x) => x > 0 && x <= 1, "in (0, 1]"),
     dupeFactor: positiveInt("dupe-factor", values["dupe-factor"], D.dupeFactor),
-    shortSeqProb: number(
-      "short-seq-prob",
-      values["short-seq-prob"],
-      D.shortSeqProb,
-      (x) => x >= 0 && x <= 1,
-      "in [0, 1]",
-    ),
+    shortSeqProb: num("short-seq-prob", D.shortSeqProb, (x) => x >= 0 && x <= 1, "in [0, 1]"),
     wholeWordMask: values["whole-word-mask"] ?? false,
-    seed: number(
-      "seed",
-      values.seed,
-      D.seed,
-      (x) => Number.isSafeInteger(x) && x >= 0,
-      "a non-negative integer",
-    ),
+    seed: num("seed", D.seed, (x) => Number.isSafeInteger(x) && x >= 0, "a non-negative integer"),
     shardTokens: positiveInt("shard-tokens", values["shard-tokens"], D.shardTokens),
+    cased: values.cased ?? false,
+  };
+  // Brown with settings that the cache's directory names cover goes where deno task train looks for it.
+  const cacheable = brown && values.vocab === undefined && settings.maskedLmProb === D.maskedLmProb &&
+    settings.shortSeqProb === D.shortSeqProb && settings.shardTokens === D.shardTokens;
+  const output = values.output ??
+    (cacheable ? join(defaultCacheDir(), brownShardDirName(settings)) : undefined);
+  if (output === undefined) {
+    throw new UsageError(
+      brown
+        ? "--output DIR is required for the Brown corpus with --vocab, --masked-lm-prob, --short-seq-prob or --shard-tokens"
+        : "--output DIR is required (see --help)",
+    );
+  }
+  const result = await prepareData({
+    ...settings,
+    inputs: brown ? [] : inputs,
+    output,
     workers: positiveInt("workers", values.workers, 1),
     vocab: values.vocab,
-    cased: values.cased ?? false,
     onProgress: values.quiet ? undefined : progressBar(),
   });
   const m = result.manifest, s = result.seconds.total;
