@@ -440,3 +440,22 @@ Deno.test("worker pool: results equal this thread's, errors come back with their
     pool.close();
   }
 });
+
+Deno.test("prepareData: a shard that cannot be written leaves no manifest, shards or temporaries", async () => {
+  await withTemp(async (dir) => {
+    const input = join(dir, "in.txt");
+    await Deno.writeTextFile(input, await sampleText(30));
+    for (const workers of [1, 2]) {
+      const out = join(dir, `out${workers}`);
+      // A non-empty directory where shard 2 goes: the rename onto it fails.
+      await Deno.mkdir(join(out, "shard-00002.bin"), { recursive: true });
+      await Deno.writeTextFile(join(out, "shard-00002.bin", "x"), "x");
+      await assert.rejects(
+        () => prepareData({ inputs: [input], output: out, workers, dupeFactor: 1, shardTokens: 5_000 }),
+        (e: unknown) => e instanceof DataError && /cannot write .*shard-00002\.bin/.test(e.message),
+      );
+      const names = [...Deno.readDirSync(out)].map((e) => e.name);
+      assert.deepEqual(names, ["shard-00002.bin"], `left behind with ${workers} workers: ${names}`);
+    }
+  });
+});

@@ -3,6 +3,7 @@
  * shard's instances shuffled and written atomically. Runs in a worker or in the main thread alike.
  */
 import { basename } from "node:path";
+import { DataError } from "../shards/errors.ts";
 import { recordLayout } from "../shards/format.ts";
 import { RecordBuffer, writeShard } from "../shards/writer.ts";
 import type { TokenCorpus } from "./documents.ts";
@@ -59,12 +60,14 @@ export async function buildShard(corpus: TokenCorpus, job: ShardJob): Promise<Sh
   const order = new Uint32Array(records.count);
   for (let k = 0; k < order.length; k++) order[k] = k;
   rng.shuffle(order);
-  const written = await writeShard(
-    job.path,
-    layout,
-    { vocabSize: vocab.vocabSize, padId: vocab.pad },
-    records.permuted(order),
-  );
+  const meta = { vocabSize: vocab.vocabSize, padId: vocab.pad };
+  let written;
+  try {
+    written = await writeShard(job.path, layout, meta, records.permuted(order));
+  } catch (e) {
+    // Disk full, no permission, a directory in the way: the user's to fix, so one line naming the file.
+    throw new DataError(`cannot write ${job.path}: ${(e as Error).message}`);
+  }
   return {
     index: job.index,
     file: basename(job.path),

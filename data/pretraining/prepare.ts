@@ -171,8 +171,17 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
       progress("shards", ++done, jobs.length);
       return r;
     };
-    if (pool) results.push(...await Promise.all(jobs.map(runJob)));
-    else for (const job of jobs) results.push(await runJob(job));
+    // All tasks settle before anything is reported, so no worker is stopped halfway through a file; on
+    // failure the shards this run wrote are removed too: without a manifest they are of no use.
+    const settled = pool
+      ? await Promise.allSettled(jobs.map(runJob))
+      : await sequentially(jobs.map((job) => () => runJob(job)));
+    const failed = settled.find((r) => r.status === "rejected");
+    if (failed) {
+      await Promise.all(jobs.map((j) => Deno.remove(j.path).catch(() => {})));
+      throw (failed as PromiseRejectedResult).reason;
+    }
+    results.push(...settled.map((r) => (r as PromiseFulfilledResult<ShardResult>).value));
     const t3 = performance.now();
 
     const manifest = await finish(opts.output, settings, tok, spec, sources, corpus, results);
@@ -200,6 +209,20 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
   }
 }
 
+/** Runs the tasks one after another, stopping at the first failure. */
+async function sequentially<T>(tasks: (() => Promise<T>)[]): Promise<PromiseSettledResult<T>[]> {
+  const out: PromiseSettledResult<T>[] = [];
+  for (const task of tasks) {
+    try {
+      out.push({ status: "fulfilled", value: await task() });
+    } catch (reason) {
+      out.push({ status: "rejected", reason });
+      break;
+    }
+  }
+  return out;
+}
+
 /**
  * Creates the directory and removes what an earlier run left: the manifest first (so the directory never
  * looks complete with a mix of old and new shards), then old shards and stray temporary files. Other files
@@ -215,9 +238,8 @@ async function prepareOutputDir(dir: string): Promise<void> {
     if (!(e instanceof Deno.errors.NotFound)) throw e;
   });
   for await (const entry of Deno.readDir(dir)) {
-    if (/^shard-\d+\.bin$/.test(entry.name) || isTempName(entry.name)) {
-      await Deno.remove(join(dir, entry.name));
-    }
+    const ours = /^shard-\d+\.bin$/.test(entry.name) || isTempName(entry.name);
+    if (ours && entry.isFile) await Deno.remove(join(dir, entry.name));
   }
 }
 
