@@ -134,12 +134,16 @@ function lowerReduce(
   const outerShape = outerAxes.map((d) => space[d]);
   const rowLen = numel(rowShape);
   const rows = numel(outerShape);
-  const wg = Math.min(REDUCE_WORKGROUP_MAX, Math.max(32, nextPow2(rowLen)));
   const trailing = axes.every((a, i) => a === space.length - axes.length + i);
+  // Column sums (reduced axes leading, e.g. bias gradients) and short rows: one thread per output row,
+  // looping over its elements — neighbouring threads read neighbouring columns (coalesced), and no
+  // workgroup sits mostly idle. Long trailing rows (LayerNorm, softmax): one workgroup per row.
+  const perThread = !trailing || rowLen <= 32;
+  const wg = perThread ? LOOP_WORKGROUP : Math.min(REDUCE_WORKGROUP_MAX, Math.max(32, nextPow2(rowLen)));
 
   const vb = new ValueBuilder(ctx);
   const top = new Scope();
-  top.stmts.push(let_("row", wgId));
+  top.stmts.push(let_("row", perThread ? gid : wgId));
   const row = ref("row", "i32");
   const outer = delinearize(row, outerShape).dims;
   const elemIdx = (j: KExpr): Idx => {
@@ -154,12 +158,14 @@ function lowerReduce(
     lin: row,
   };
 
-  /** for (j = lid; j < rowLen; j += wg) { ... } with a fresh scope per iteration body. */
+  /** for (j = lid; j < rowLen; j += wg) { ... } (per thread: j = 0..rowLen) with a fresh scope per body. */
   const rowLoop = (fill: (s: Scope, j: KExpr) => void): KStmt => {
     const inner = new Scope(top);
     const j = ref("j", "i32");
     fill(inner, j);
-    return for_("j", lid, i32(rowLen), i32(wg), inner.stmts);
+    return perThread
+      ? for_("j", i32(0), i32(rowLen), i32(1), inner.stmts)
+      : for_("j", lid, i32(rowLen), i32(wg), inner.stmts);
   };
 
   for (const stage of reductionStages(g, k)) {
@@ -181,13 +187,17 @@ function lowerReduce(
       const n = g.nodes[r];
       if (!isFloatish(computeType(n.type.dtype))) throw new LoweringError(`${name}: integer reductions`);
       const out = vb.fresh("red");
-      top.stmts.push({
-        k: "wg_reduce",
-        op: n.op === "reduce_sum" ? "sum" : "max",
-        t: "f32",
-        value: ref(accs[i], "f32"),
-        out,
-      });
+      if (perThread) {
+        top.stmts.push(let_(out, ref(accs[i], "f32")));
+      } else {
+        top.stmts.push({
+          k: "wg_reduce",
+          op: n.op === "reduce_sum" ? "sum" : "max",
+          t: "f32",
+          value: ref(accs[i], "f32"),
+          out,
+        });
+      }
       vb.special.set(r, () => ref(out, "f32"));
     });
   }
@@ -206,7 +216,10 @@ function lowerReduce(
     const n = g.nodes[r];
     rowStores.stmts.push(store(vb.bind(r, "write"), row, cast(v, n.type.dtype)));
   }
-  if (rowStores.stmts.length) top.stmts.push(if_(bin("eq", lid, i32(0)), rowStores.stmts));
+  if (rowStores.stmts.length) {
+    if (perThread) top.stmts.push(...rowStores.stmts);
+    else top.stmts.push(if_(bin("eq", lid, i32(0)), rowStores.stmts));
+  }
   if (elemRoots.length) {
     top.stmts.push(rowLoop((s, j) => {
       const idx = elemIdx(j);
@@ -222,8 +235,8 @@ function lowerReduce(
     bindings: vb.bindings,
     shared: [],
     workgroupSize: wg,
-    workgroups: rows,
-    body: top.stmts,
+    workgroups: perThread ? Math.max(1, Math.ceil(rows / wg)) : rows,
+    body: perThread ? [if_(lt(gid, i32(rows)), top.stmts)] : top.stmts,
     about: [...about, ...vb.describeBindings()],
     usesF16,
   };

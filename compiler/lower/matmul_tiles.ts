@@ -49,29 +49,38 @@ export const REGULAR_TILES: readonly MatmulTiles[] = [
 
 export const TILE_CANDIDATES: readonly MatmulTiles[] = [FAT_TILES, ...REGULAR_TILES];
 
-/** A candidate qualifies when at most a quarter of the C elements it computes are padding… */
-export const MIN_USEFUL = 0.75;
 /**
- * …and it gives at least this many workgroups, so a few CPU cores (or GPU multiprocessors) all get
- * work: at 128×128×1024, four 64×64 tiles beat one 128×128 tile.
+ * Relative speed of each candidate per computed multiply-add on lavapipe, from the 512³ measurements above
+ * (GFLOP/s): fat 8.0, 64×64/8×8 5.1, 32×32/4×4 2.7, 16×16/2×2 1.6.
+ */
+const SPEED = new Map<MatmulTiles, number>([
+  [FAT_TILES, 8.0],
+  [REGULAR_TILES[0], 5.1],
+  [REGULAR_TILES[1], 2.7],
+  [REGULAR_TILES[2], 1.6],
+]);
+
+/**
+ * Enough workgroups that a few CPU cores (or GPU multiprocessors) all get work: at 128×128×1024, four
+ * 64×64 tiles beat one 128×128 tile.
  */
 export const MIN_WORKGROUPS = 4;
 
 /**
- * The first candidate that qualifies; else the one with the least padding among those with enough
- * workgroups (the smallest tile when even that ties). K steps shrink for short K so a slab is not mostly
- * zeros.
+ * The candidate with the best useful throughput — its speed times the fraction of the C elements it
+ * computes that are in range — among those giving at least MIN_WORKGROUPS workgroups (else the smallest
+ * tile). A skinny problem (m = 40 masked positions against a 30,522-word vocabulary) is thus better served
+ * by 64×64 tiles that are 62% useful than by 16×16 tiles that are 83% useful but 3× slower per flop. K steps
+ * shrink for short K so a slab is not mostly zeros.
  */
 export function chooseTiles(m: number, n: number, k: number, batch: number): MatmulTiles {
   const wgs = (t: MatmulTiles) => batch * Math.ceil(m / t.tm) * Math.ceil(n / t.tn);
   const fat = 2 * batch * m * n * k >= FAT_MIN_FLOPS;
-  const candidates = fat ? TILE_CANDIDATES : REGULAR_TILES;
-  let pick = candidates.find((t) => usefulFraction(t, m, n) >= MIN_USEFUL && wgs(t) >= MIN_WORKGROUPS);
-  if (!pick) {
-    const parallel = REGULAR_TILES.filter((t) => wgs(t) >= MIN_WORKGROUPS);
-    const pool = parallel.length ? parallel : [REGULAR_TILES[REGULAR_TILES.length - 1]];
-    pick = pool.reduce((best, t) => (usefulFraction(t, m, n) >= usefulFraction(best, m, n) ? t : best));
-  }
+  const candidates = (fat ? TILE_CANDIDATES : REGULAR_TILES).filter((t) => wgs(t) >= MIN_WORKGROUPS);
+  const score = (t: MatmulTiles) => SPEED.get(t)! * usefulFraction(t, m, n);
+  const pick = candidates.length
+    ? candidates.reduce((best, t) => (score(t) > score(best) ? t : best))
+    : REGULAR_TILES[REGULAR_TILES.length - 1];
   const tk = Math.min(pick.tk, Math.max(4, nextPow2(k)));
   return tk === pick.tk ? pick : { ...pick, tk };
 }

@@ -8,7 +8,7 @@
 //   binding 1 (read): param bert.embeddings.word_embeddings.weight f32[30522,1024]
 //   binding 2 (write): %3264 matmul f16[160,30522]
 
-// launch: 1431 workgroups of 64 threads
+// launch: 478 workgroups of 64 threads
 
 enable f16;
 
@@ -16,16 +16,17 @@ enable f16;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f16>;
 
-var<workgroup> As: array<f32, 1040>;
+var<workgroup> As: array<f32, 1032>;
 var<workgroup> Bs: array<f32, 1024>;
+var<workgroup> Cs: array<f32, 1024>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  // tile 64x64x16, 8x8 per thread, 64 threads
-  let mm_row0: i32 = wg / 477 * 64;
-  let mm_col0: i32 = wg % 477 * 64;
+  // tile 128x128x8, 16x16 per thread, 64 threads
+  let mm_row0: i32 = wg / 239 * 128;
+  let mm_col0: i32 = wg % 239 * 128;
   let mm_tx: i32 = lid % 8;
   let mm_ty: i32 = lid / 8;
   var mm_acc_0_0: f32 = 0.0;
@@ -36,6 +37,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_0_5: f32 = 0.0;
   var mm_acc_0_6: f32 = 0.0;
   var mm_acc_0_7: f32 = 0.0;
+  var mm_acc_0_8: f32 = 0.0;
+  var mm_acc_0_9: f32 = 0.0;
+  var mm_acc_0_10: f32 = 0.0;
+  var mm_acc_0_11: f32 = 0.0;
+  var mm_acc_0_12: f32 = 0.0;
+  var mm_acc_0_13: f32 = 0.0;
+  var mm_acc_0_14: f32 = 0.0;
+  var mm_acc_0_15: f32 = 0.0;
   var mm_acc_1_0: f32 = 0.0;
   var mm_acc_1_1: f32 = 0.0;
   var mm_acc_1_2: f32 = 0.0;
@@ -44,6 +53,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_1_5: f32 = 0.0;
   var mm_acc_1_6: f32 = 0.0;
   var mm_acc_1_7: f32 = 0.0;
+  var mm_acc_1_8: f32 = 0.0;
+  var mm_acc_1_9: f32 = 0.0;
+  var mm_acc_1_10: f32 = 0.0;
+  var mm_acc_1_11: f32 = 0.0;
+  var mm_acc_1_12: f32 = 0.0;
+  var mm_acc_1_13: f32 = 0.0;
+  var mm_acc_1_14: f32 = 0.0;
+  var mm_acc_1_15: f32 = 0.0;
   var mm_acc_2_0: f32 = 0.0;
   var mm_acc_2_1: f32 = 0.0;
   var mm_acc_2_2: f32 = 0.0;
@@ -52,6 +69,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_2_5: f32 = 0.0;
   var mm_acc_2_6: f32 = 0.0;
   var mm_acc_2_7: f32 = 0.0;
+  var mm_acc_2_8: f32 = 0.0;
+  var mm_acc_2_9: f32 = 0.0;
+  var mm_acc_2_10: f32 = 0.0;
+  var mm_acc_2_11: f32 = 0.0;
+  var mm_acc_2_12: f32 = 0.0;
+  var mm_acc_2_13: f32 = 0.0;
+  var mm_acc_2_14: f32 = 0.0;
+  var mm_acc_2_15: f32 = 0.0;
   var mm_acc_3_0: f32 = 0.0;
   var mm_acc_3_1: f32 = 0.0;
   var mm_acc_3_2: f32 = 0.0;
@@ -60,6 +85,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_3_5: f32 = 0.0;
   var mm_acc_3_6: f32 = 0.0;
   var mm_acc_3_7: f32 = 0.0;
+  var mm_acc_3_8: f32 = 0.0;
+  var mm_acc_3_9: f32 = 0.0;
+  var mm_acc_3_10: f32 = 0.0;
+  var mm_acc_3_11: f32 = 0.0;
+  var mm_acc_3_12: f32 = 0.0;
+  var mm_acc_3_13: f32 = 0.0;
+  var mm_acc_3_14: f32 = 0.0;
+  var mm_acc_3_15: f32 = 0.0;
   var mm_acc_4_0: f32 = 0.0;
   var mm_acc_4_1: f32 = 0.0;
   var mm_acc_4_2: f32 = 0.0;
@@ -68,6 +101,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_4_5: f32 = 0.0;
   var mm_acc_4_6: f32 = 0.0;
   var mm_acc_4_7: f32 = 0.0;
+  var mm_acc_4_8: f32 = 0.0;
+  var mm_acc_4_9: f32 = 0.0;
+  var mm_acc_4_10: f32 = 0.0;
+  var mm_acc_4_11: f32 = 0.0;
+  var mm_acc_4_12: f32 = 0.0;
+  var mm_acc_4_13: f32 = 0.0;
+  var mm_acc_4_14: f32 = 0.0;
+  var mm_acc_4_15: f32 = 0.0;
   var mm_acc_5_0: f32 = 0.0;
   var mm_acc_5_1: f32 = 0.0;
   var mm_acc_5_2: f32 = 0.0;
@@ -76,6 +117,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_5_5: f32 = 0.0;
   var mm_acc_5_6: f32 = 0.0;
   var mm_acc_5_7: f32 = 0.0;
+  var mm_acc_5_8: f32 = 0.0;
+  var mm_acc_5_9: f32 = 0.0;
+  var mm_acc_5_10: f32 = 0.0;
+  var mm_acc_5_11: f32 = 0.0;
+  var mm_acc_5_12: f32 = 0.0;
+  var mm_acc_5_13: f32 = 0.0;
+  var mm_acc_5_14: f32 = 0.0;
+  var mm_acc_5_15: f32 = 0.0;
   var mm_acc_6_0: f32 = 0.0;
   var mm_acc_6_1: f32 = 0.0;
   var mm_acc_6_2: f32 = 0.0;
@@ -84,6 +133,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_6_5: f32 = 0.0;
   var mm_acc_6_6: f32 = 0.0;
   var mm_acc_6_7: f32 = 0.0;
+  var mm_acc_6_8: f32 = 0.0;
+  var mm_acc_6_9: f32 = 0.0;
+  var mm_acc_6_10: f32 = 0.0;
+  var mm_acc_6_11: f32 = 0.0;
+  var mm_acc_6_12: f32 = 0.0;
+  var mm_acc_6_13: f32 = 0.0;
+  var mm_acc_6_14: f32 = 0.0;
+  var mm_acc_6_15: f32 = 0.0;
   var mm_acc_7_0: f32 = 0.0;
   var mm_acc_7_1: f32 = 0.0;
   var mm_acc_7_2: f32 = 0.0;
@@ -92,61 +149,211 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_7_5: f32 = 0.0;
   var mm_acc_7_6: f32 = 0.0;
   var mm_acc_7_7: f32 = 0.0;
-  let mm_af: i32 = lid % 16;
-  let mm_as: i32 = lid / 16;
-  let mm_bf: i32 = lid % 64;
-  let mm_bs: i32 = lid / 64;
-  for (var mm_k0: i32 = 0; mm_k0 < 1024; mm_k0 += 16) {
-    As[mm_af * 65 + mm_as] = select(0.0, f32(f16(b0[min(mm_row0 + mm_as, 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + mm_as < 160);
-    As[mm_af * 65 + (mm_as + 4)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 4), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 4) < 160);
-    As[mm_af * 65 + (mm_as + 8)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 8), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 8) < 160);
-    As[mm_af * 65 + (mm_as + 12)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 12), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 12) < 160);
-    As[mm_af * 65 + (mm_as + 16)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 16), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 16) < 160);
-    As[mm_af * 65 + (mm_as + 20)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 20), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 20) < 160);
-    As[mm_af * 65 + (mm_as + 24)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 24), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 24) < 160);
-    As[mm_af * 65 + (mm_as + 28)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 28), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 28) < 160);
-    As[mm_af * 65 + (mm_as + 32)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 32), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 32) < 160);
-    As[mm_af * 65 + (mm_as + 36)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 36), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 36) < 160);
-    As[mm_af * 65 + (mm_as + 40)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 40), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 40) < 160);
-    As[mm_af * 65 + (mm_as + 44)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 44), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 44) < 160);
-    As[mm_af * 65 + (mm_as + 48)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 48), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 48) < 160);
-    As[mm_af * 65 + (mm_as + 52)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 52), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 52) < 160);
-    As[mm_af * 65 + (mm_as + 56)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 56), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 56) < 160);
-    As[mm_af * 65 + (mm_as + 60)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 60), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 60) < 160);
-    Bs[mm_bs * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + mm_bs)])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 1) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 1))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 2) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 2))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 3) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 3))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 4) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 4))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 5) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 5))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 6) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 6))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 7) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 7))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 8) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 8))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 9) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 9))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 10) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 10))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 11) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 11))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 12) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 12))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 13) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 13))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 14) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 14))])), mm_col0 + mm_bf < 30522);
-    Bs[(mm_bs + 15) * 64 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 30521) * 1024 + (mm_k0 + (mm_bs + 15))])), mm_col0 + mm_bf < 30522);
+  var mm_acc_7_8: f32 = 0.0;
+  var mm_acc_7_9: f32 = 0.0;
+  var mm_acc_7_10: f32 = 0.0;
+  var mm_acc_7_11: f32 = 0.0;
+  var mm_acc_7_12: f32 = 0.0;
+  var mm_acc_7_13: f32 = 0.0;
+  var mm_acc_7_14: f32 = 0.0;
+  var mm_acc_7_15: f32 = 0.0;
+  var mm_acc_8_0: f32 = 0.0;
+  var mm_acc_8_1: f32 = 0.0;
+  var mm_acc_8_2: f32 = 0.0;
+  var mm_acc_8_3: f32 = 0.0;
+  var mm_acc_8_4: f32 = 0.0;
+  var mm_acc_8_5: f32 = 0.0;
+  var mm_acc_8_6: f32 = 0.0;
+  var mm_acc_8_7: f32 = 0.0;
+  var mm_acc_8_8: f32 = 0.0;
+  var mm_acc_8_9: f32 = 0.0;
+  var mm_acc_8_10: f32 = 0.0;
+  var mm_acc_8_11: f32 = 0.0;
+  var mm_acc_8_12: f32 = 0.0;
+  var mm_acc_8_13: f32 = 0.0;
+  var mm_acc_8_14: f32 = 0.0;
+  var mm_acc_8_15: f32 = 0.0;
+  var mm_acc_9_0: f32 = 0.0;
+  var mm_acc_9_1: f32 = 0.0;
+  var mm_acc_9_2: f32 = 0.0;
+  var mm_acc_9_3: f32 = 0.0;
+  var mm_acc_9_4: f32 = 0.0;
+  var mm_acc_9_5: f32 = 0.0;
+  var mm_acc_9_6: f32 = 0.0;
+  var mm_acc_9_7: f32 = 0.0;
+  var mm_acc_9_8: f32 = 0.0;
+  var mm_acc_9_9: f32 = 0.0;
+  var mm_acc_9_10: f32 = 0.0;
+  var mm_acc_9_11: f32 = 0.0;
+  var mm_acc_9_12: f32 = 0.0;
+  var mm_acc_9_13: f32 = 0.0;
+  var mm_acc_9_14: f32 = 0.0;
+  var mm_acc_9_15: f32 = 0.0;
+  var mm_acc_10_0: f32 = 0.0;
+  var mm_acc_10_1: f32 = 0.0;
+  var mm_acc_10_2: f32 = 0.0;
+  var mm_acc_10_3: f32 = 0.0;
+  var mm_acc_10_4: f32 = 0.0;
+  var mm_acc_10_5: f32 = 0.0;
+  var mm_acc_10_6: f32 = 0.0;
+  var mm_acc_10_7: f32 = 0.0;
+  var mm_acc_10_8: f32 = 0.0;
+  var mm_acc_10_9: f32 = 0.0;
+  var mm_acc_10_10: f32 = 0.0;
+  var mm_acc_10_11: f32 = 0.0;
+  var mm_acc_10_12: f32 = 0.0;
+  var mm_acc_10_13: f32 = 0.0;
+  var mm_acc_10_14: f32 = 0.0;
+  var mm_acc_10_15: f32 = 0.0;
+  var mm_acc_11_0: f32 = 0.0;
+  var mm_acc_11_1: f32 = 0.0;
+  var mm_acc_11_2: f32 = 0.0;
+  var mm_acc_11_3: f32 = 0.0;
+  var mm_acc_11_4: f32 = 0.0;
+  var mm_acc_11_5: f32 = 0.0;
+  var mm_acc_11_6: f32 = 0.0;
+  var mm_acc_11_7: f32 = 0.0;
+  var mm_acc_11_8: f32 = 0.0;
+  var mm_acc_11_9: f32 = 0.0;
+  var mm_acc_11_10: f32 = 0.0;
+  var mm_acc_11_11: f32 = 0.0;
+  var mm_acc_11_12: f32 = 0.0;
+  var mm_acc_11_13: f32 = 0.0;
+  var mm_acc_11_14: f32 = 0.0;
+  var mm_acc_11_15: f32 = 0.0;
+  var mm_acc_12_0: f32 = 0.0;
+  var mm_acc_12_1: f32 = 0.0;
+  var mm_acc_12_2: f32 = 0.0;
+  var mm_acc_12_3: f32 = 0.0;
+  var mm_acc_12_4: f32 = 0.0;
+  var mm_acc_12_5: f32 = 0.0;
+  var mm_acc_12_6: f32 = 0.0;
+  var mm_acc_12_7: f32 = 0.0;
+  var mm_acc_12_8: f32 = 0.0;
+  var mm_acc_12_9: f32 = 0.0;
+  var mm_acc_12_10: f32 = 0.0;
+  var mm_acc_12_11: f32 = 0.0;
+  var mm_acc_12_12: f32 = 0.0;
+  var mm_acc_12_13: f32 = 0.0;
+  var mm_acc_12_14: f32 = 0.0;
+  var mm_acc_12_15: f32 = 0.0;
+  var mm_acc_13_0: f32 = 0.0;
+  var mm_acc_13_1: f32 = 0.0;
+  var mm_acc_13_2: f32 = 0.0;
+  var mm_acc_13_3: f32 = 0.0;
+  var mm_acc_13_4: f32 = 0.0;
+  var mm_acc_13_5: f32 = 0.0;
+  var mm_acc_13_6: f32 = 0.0;
+  var mm_acc_13_7: f32 = 0.0;
+  var mm_acc_13_8: f32 = 0.0;
+  var mm_acc_13_9: f32 = 0.0;
+  var mm_acc_13_10: f32 = 0.0;
+  var mm_acc_13_11: f32 = 0.0;
+  var mm_acc_13_12: f32 = 0.0;
+  var mm_acc_13_13: f32 = 0.0;
+  var mm_acc_13_14: f32 = 0.0;
+  var mm_acc_13_15: f32 = 0.0;
+  var mm_acc_14_0: f32 = 0.0;
+  var mm_acc_14_1: f32 = 0.0;
+  var mm_acc_14_2: f32 = 0.0;
+  var mm_acc_14_3: f32 = 0.0;
+  var mm_acc_14_4: f32 = 0.0;
+  var mm_acc_14_5: f32 = 0.0;
+  var mm_acc_14_6: f32 = 0.0;
+  var mm_acc_14_7: f32 = 0.0;
+  var mm_acc_14_8: f32 = 0.0;
+  var mm_acc_14_9: f32 = 0.0;
+  var mm_acc_14_10: f32 = 0.0;
+  var mm_acc_14_11: f32 = 0.0;
+  var mm_acc_14_12: f32 = 0.0;
+  var mm_acc_14_13: f32 = 0.0;
+  var mm_acc_14_14: f32 = 0.0;
+  var mm_acc_14_15: f32 = 0.0;
+  var mm_acc_15_0: f32 = 0.0;
+  var mm_acc_15_1: f32 = 0.0;
+  var mm_acc_15_2: f32 = 0.0;
+  var mm_acc_15_3: f32 = 0.0;
+  var mm_acc_15_4: f32 = 0.0;
+  var mm_acc_15_5: f32 = 0.0;
+  var mm_acc_15_6: f32 = 0.0;
+  var mm_acc_15_7: f32 = 0.0;
+  var mm_acc_15_8: f32 = 0.0;
+  var mm_acc_15_9: f32 = 0.0;
+  var mm_acc_15_10: f32 = 0.0;
+  var mm_acc_15_11: f32 = 0.0;
+  var mm_acc_15_12: f32 = 0.0;
+  var mm_acc_15_13: f32 = 0.0;
+  var mm_acc_15_14: f32 = 0.0;
+  var mm_acc_15_15: f32 = 0.0;
+  let mm_af: i32 = lid % 8;
+  let mm_as: i32 = lid / 8;
+  for (var mm_k0: i32 = 0; mm_k0 < 1024; mm_k0 += 8) {
+    As[mm_af * 129 + mm_as] = select(0.0, f32(f16(b0[min(mm_row0 + mm_as, 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + mm_as < 160);
+    As[mm_af * 129 + (mm_as + 8)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 8), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 8) < 160);
+    As[mm_af * 129 + (mm_as + 16)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 16), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 16) < 160);
+    As[mm_af * 129 + (mm_as + 24)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 24), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 24) < 160);
+    As[mm_af * 129 + (mm_as + 32)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 32), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 32) < 160);
+    As[mm_af * 129 + (mm_as + 40)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 40), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 40) < 160);
+    As[mm_af * 129 + (mm_as + 48)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 48), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 48) < 160);
+    As[mm_af * 129 + (mm_as + 56)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 56), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 56) < 160);
+    As[mm_af * 129 + (mm_as + 64)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 64), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 64) < 160);
+    As[mm_af * 129 + (mm_as + 72)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 72), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 72) < 160);
+    As[mm_af * 129 + (mm_as + 80)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 80), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 80) < 160);
+    As[mm_af * 129 + (mm_as + 88)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 88), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 88) < 160);
+    As[mm_af * 129 + (mm_as + 96)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 96), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 96) < 160);
+    As[mm_af * 129 + (mm_as + 104)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 104), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 104) < 160);
+    As[mm_af * 129 + (mm_as + 112)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 112), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 112) < 160);
+    As[mm_af * 129 + (mm_as + 120)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 120), 159) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 120) < 160);
+    Bs[lid / 128 * 128 + lid % 128] = select(0.0, f32(f16(b1[min(mm_col0 + lid % 128, 30521) * 1024 + (mm_k0 + lid / 128)])), mm_col0 + lid % 128 < 30522);
+    Bs[(lid + 64) / 128 * 128 + (lid + 64) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 64) % 128, 30521) * 1024 + (mm_k0 + (lid + 64) / 128)])), mm_col0 + (lid + 64) % 128 < 30522);
+    Bs[(lid + 128) / 128 * 128 + (lid + 128) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 128) % 128, 30521) * 1024 + (mm_k0 + (lid + 128) / 128)])), mm_col0 + (lid + 128) % 128 < 30522);
+    Bs[(lid + 192) / 128 * 128 + (lid + 192) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 192) % 128, 30521) * 1024 + (mm_k0 + (lid + 192) / 128)])), mm_col0 + (lid + 192) % 128 < 30522);
+    Bs[(lid + 256) / 128 * 128 + (lid + 256) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 256) % 128, 30521) * 1024 + (mm_k0 + (lid + 256) / 128)])), mm_col0 + (lid + 256) % 128 < 30522);
+    Bs[(lid + 320) / 128 * 128 + (lid + 320) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 320) % 128, 30521) * 1024 + (mm_k0 + (lid + 320) / 128)])), mm_col0 + (lid + 320) % 128 < 30522);
+    Bs[(lid + 384) / 128 * 128 + (lid + 384) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 384) % 128, 30521) * 1024 + (mm_k0 + (lid + 384) / 128)])), mm_col0 + (lid + 384) % 128 < 30522);
+    Bs[(lid + 448) / 128 * 128 + (lid + 448) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 448) % 128, 30521) * 1024 + (mm_k0 + (lid + 448) / 128)])), mm_col0 + (lid + 448) % 128 < 30522);
+    Bs[(lid + 512) / 128 * 128 + (lid + 512) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 512) % 128, 30521) * 1024 + (mm_k0 + (lid + 512) / 128)])), mm_col0 + (lid + 512) % 128 < 30522);
+    Bs[(lid + 576) / 128 * 128 + (lid + 576) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 576) % 128, 30521) * 1024 + (mm_k0 + (lid + 576) / 128)])), mm_col0 + (lid + 576) % 128 < 30522);
+    Bs[(lid + 640) / 128 * 128 + (lid + 640) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 640) % 128, 30521) * 1024 + (mm_k0 + (lid + 640) / 128)])), mm_col0 + (lid + 640) % 128 < 30522);
+    Bs[(lid + 704) / 128 * 128 + (lid + 704) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 704) % 128, 30521) * 1024 + (mm_k0 + (lid + 704) / 128)])), mm_col0 + (lid + 704) % 128 < 30522);
+    Bs[(lid + 768) / 128 * 128 + (lid + 768) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 768) % 128, 30521) * 1024 + (mm_k0 + (lid + 768) / 128)])), mm_col0 + (lid + 768) % 128 < 30522);
+    Bs[(lid + 832) / 128 * 128 + (lid + 832) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 832) % 128, 30521) * 1024 + (mm_k0 + (lid + 832) / 128)])), mm_col0 + (lid + 832) % 128 < 30522);
+    Bs[(lid + 896) / 128 * 128 + (lid + 896) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 896) % 128, 30521) * 1024 + (mm_k0 + (lid + 896) / 128)])), mm_col0 + (lid + 896) % 128 < 30522);
+    Bs[(lid + 960) / 128 * 128 + (lid + 960) % 128] = select(0.0, f32(f16(b1[min(mm_col0 + (lid + 960) % 128, 30521) * 1024 + (mm_k0 + (lid + 960) / 128)])), mm_col0 + (lid + 960) % 128 < 30522);
     workgroupBarrier();
-    for (var mm_kk: i32 = 0; mm_kk < 16; mm_kk += 1) {
-      let mm_av0: f32 = As[mm_kk * 65 + mm_ty];
-      let mm_av1: f32 = As[mm_kk * 65 + mm_ty + 8];
-      let mm_av2: f32 = As[mm_kk * 65 + mm_ty + 16];
-      let mm_av3: f32 = As[mm_kk * 65 + mm_ty + 24];
-      let mm_av4: f32 = As[mm_kk * 65 + mm_ty + 32];
-      let mm_av5: f32 = As[mm_kk * 65 + mm_ty + 40];
-      let mm_av6: f32 = As[mm_kk * 65 + mm_ty + 48];
-      let mm_av7: f32 = As[mm_kk * 65 + mm_ty + 56];
-      let mm_bv0: f32 = Bs[mm_kk * 64 + mm_tx];
-      let mm_bv1: f32 = Bs[mm_kk * 64 + mm_tx + 8];
-      let mm_bv2: f32 = Bs[mm_kk * 64 + mm_tx + 16];
-      let mm_bv3: f32 = Bs[mm_kk * 64 + mm_tx + 24];
-      let mm_bv4: f32 = Bs[mm_kk * 64 + mm_tx + 32];
-      let mm_bv5: f32 = Bs[mm_kk * 64 + mm_tx + 40];
-      let mm_bv6: f32 = Bs[mm_kk * 64 + mm_tx + 48];
-      let mm_bv7: f32 = Bs[mm_kk * 64 + mm_tx + 56];
+    for (var mm_kk: i32 = 0; mm_kk < 8; mm_kk += 1) {
+      let mm_av0: f32 = As[mm_kk * 129 + mm_ty];
+      let mm_av1: f32 = As[mm_kk * 129 + mm_ty + 8];
+      let mm_av2: f32 = As[mm_kk * 129 + mm_ty + 16];
+      let mm_av3: f32 = As[mm_kk * 129 + mm_ty + 24];
+      let mm_av4: f32 = As[mm_kk * 129 + mm_ty + 32];
+      let mm_av5: f32 = As[mm_kk * 129 + mm_ty + 40];
+      let mm_av6: f32 = As[mm_kk * 129 + mm_ty + 48];
+      let mm_av7: f32 = As[mm_kk * 129 + mm_ty + 56];
+      let mm_av8: f32 = As[mm_kk * 129 + mm_ty + 64];
+      let mm_av9: f32 = As[mm_kk * 129 + mm_ty + 72];
+      let mm_av10: f32 = As[mm_kk * 129 + mm_ty + 80];
+      let mm_av11: f32 = As[mm_kk * 129 + mm_ty + 88];
+      let mm_av12: f32 = As[mm_kk * 129 + mm_ty + 96];
+      let mm_av13: f32 = As[mm_kk * 129 + mm_ty + 104];
+      let mm_av14: f32 = As[mm_kk * 129 + mm_ty + 112];
+      let mm_av15: f32 = As[mm_kk * 129 + mm_ty + 120];
+      let mm_bv0: f32 = Bs[mm_kk * 128 + mm_tx];
+      let mm_bv1: f32 = Bs[mm_kk * 128 + mm_tx + 8];
+      let mm_bv2: f32 = Bs[mm_kk * 128 + mm_tx + 16];
+      let mm_bv3: f32 = Bs[mm_kk * 128 + mm_tx + 24];
+      let mm_bv4: f32 = Bs[mm_kk * 128 + mm_tx + 32];
+      let mm_bv5: f32 = Bs[mm_kk * 128 + mm_tx + 40];
+      let mm_bv6: f32 = Bs[mm_kk * 128 + mm_tx + 48];
+      let mm_bv7: f32 = Bs[mm_kk * 128 + mm_tx + 56];
+      let mm_bv8: f32 = Bs[mm_kk * 128 + mm_tx + 64];
+      let mm_bv9: f32 = Bs[mm_kk * 128 + mm_tx + 72];
+      let mm_bv10: f32 = Bs[mm_kk * 128 + mm_tx + 80];
+      let mm_bv11: f32 = Bs[mm_kk * 128 + mm_tx + 88];
+      let mm_bv12: f32 = Bs[mm_kk * 128 + mm_tx + 96];
+      let mm_bv13: f32 = Bs[mm_kk * 128 + mm_tx + 104];
+      let mm_bv14: f32 = Bs[mm_kk * 128 + mm_tx + 112];
+      let mm_bv15: f32 = Bs[mm_kk * 128 + mm_tx + 120];
       mm_acc_0_0 = mm_acc_0_0 + mm_av0 * mm_bv0;
       mm_acc_0_1 = mm_acc_0_1 + mm_av0 * mm_bv1;
       mm_acc_0_2 = mm_acc_0_2 + mm_av0 * mm_bv2;
@@ -155,6 +362,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       mm_acc_0_5 = mm_acc_0_5 + mm_av0 * mm_bv5;
       mm_acc_0_6 = mm_acc_0_6 + mm_av0 * mm_bv6;
       mm_acc_0_7 = mm_acc_0_7 + mm_av0 * mm_bv7;
+      mm_acc_0_8 = mm_acc_0_8 + mm_av0 * mm_bv8;
+      mm_acc_0_9 = mm_acc_0_9 + mm_av0 * mm_bv9;
+      mm_acc_0_10 = mm_acc_0_10 + mm_av0 * mm_bv10;
+      mm_acc_0_11 = mm_acc_0_11 + mm_av0 * mm_bv11;
+      mm_acc_0_12 = mm_acc_0_12 + mm_av0 * mm_bv12;
+      mm_acc_0_13 = mm_acc_0_13 + mm_av0 * mm_bv13;
+      mm_acc_0_14 = mm_acc_0_14 + mm_av0 * mm_bv14;
+      mm_acc_0_15 = mm_acc_0_15 + mm_av0 * mm_bv15;
       mm_acc_1_0 = mm_acc_1_0 + mm_av1 * mm_bv0;
       mm_acc_1_1 = mm_acc_1_1 + mm_av1 * mm_bv1;
       mm_acc_1_2 = mm_acc_1_2 + mm_av1 * mm_bv2;
@@ -163,6 +378,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       mm_acc_1_5 = mm_acc_1_5 + mm_av1 * mm_bv5;
       mm_acc_1_6 = mm_acc_1_6 + mm_av1 * mm_bv6;
       mm_acc_1_7 = mm_acc_1_7 + mm_av1 * mm_bv7;
+      mm_acc_1_8 = mm_acc_1_8 + mm_av1 * mm_bv8;
+      mm_acc_1_9 = mm_acc_1_9 + mm_av1 * mm_bv9;
+      mm_acc_1_10 = mm_acc_1_10 + mm_av1 * mm_bv10;
+      mm_acc_1_11 = mm_acc_1_11 + mm_av1 * mm_bv11;
+      mm_acc_1_12 = mm_acc_1_12 + mm_av1 * mm_bv12;
+      mm_acc_1_13 = mm_acc_1_13 + mm_av1 * mm_bv13;
+      mm_acc_1_14 = mm_acc_1_14 + mm_av1 * mm_bv14;
+      mm_acc_1_15 = mm_acc_1_15 + mm_av1 * mm_bv15;
       mm_acc_2_0 = mm_acc_2_0 + mm_av2 * mm_bv0;
       mm_acc_2_1 = mm_acc_2_1 + mm_av2 * mm_bv1;
       mm_acc_2_2 = mm_acc_2_2 + mm_av2 * mm_bv2;
@@ -171,6 +394,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       mm_acc_2_5 = mm_acc_2_5 + mm_av2 * mm_bv5;
       mm_acc_2_6 = mm_acc_2_6 + mm_av2 * mm_bv6;
       mm_acc_2_7 = mm_acc_2_7 + mm_av2 * mm_bv7;
+      mm_acc_2_8 = mm_acc_2_8 + mm_av2 * mm_bv8;
+      mm_acc_2_9 = mm_acc_2_9 + mm_av2 * mm_bv9;
+      mm_acc_2_10 = mm_acc_2_10 + mm_av2 * mm_bv10;
+      mm_acc_2_11 = mm_acc_2_11 + mm_av2 * mm_bv11;
+      mm_acc_2_12 = mm_acc_2_12 + mm_av2 * mm_bv12;
+      mm_acc_2_13 = mm_acc_2_13 + mm_av2 * mm_bv13;
+      mm_acc_2_14 = mm_acc_2_14 + mm_av2 * mm_bv14;
+      mm_acc_2_15 = mm_acc_2_15 + mm_av2 * mm_bv15;
       mm_acc_3_0 = mm_acc_3_0 + mm_av3 * mm_bv0;
       mm_acc_3_1 = mm_acc_3_1 + mm_av3 * mm_bv1;
       mm_acc_3_2 = mm_acc_3_2 + mm_av3 * mm_bv2;
@@ -179,6 +410,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       mm_acc_3_5 = mm_acc_3_5 + mm_av3 * mm_bv5;
       mm_acc_3_6 = mm_acc_3_6 + mm_av3 * mm_bv6;
       mm_acc_3_7 = mm_acc_3_7 + mm_av3 * mm_bv7;
+      mm_acc_3_8 = mm_acc_3_8 + mm_av3 * mm_bv8;
+      mm_acc_3_9 = mm_acc_3_9 + mm_av3 * mm_bv9;
+      mm_acc_3_10 = mm_acc_3_10 + mm_av3 * mm_bv10;
+      mm_acc_3_11 = mm_acc_3_11 + mm_av3 * mm_bv11;
+      mm_acc_3_12 = mm_acc_3_12 + mm_av3 * mm_bv12;
+      mm_acc_3_13 = mm_acc_3_13 + mm_av3 * mm_bv13;
+      mm_acc_3_14 = mm_acc_3_14 + mm_av3 * mm_bv14;
+      mm_acc_3_15 = mm_acc_3_15 + mm_av3 * mm_bv15;
       mm_acc_4_0 = mm_acc_4_0 + mm_av4 * mm_bv0;
       mm_acc_4_1 = mm_acc_4_1 + mm_av4 * mm_bv1;
       mm_acc_4_2 = mm_acc_4_2 + mm_av4 * mm_bv2;
@@ -187,6 +426,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       mm_acc_4_5 = mm_acc_4_5 + mm_av4 * mm_bv5;
       mm_acc_4_6 = mm_acc_4_6 + mm_av4 * mm_bv6;
       mm_acc_4_7 = mm_acc_4_7 + mm_av4 * mm_bv7;
+      mm_acc_4_8 = mm_acc_4_8 + mm_av4 * mm_bv8;
+      mm_acc_4_9 = mm_acc_4_9 + mm_av4 * mm_bv9;
+      mm_acc_4_10 = mm_acc_4_10 + mm_av4 * mm_bv10;
+      mm_acc_4_11 = mm_acc_4_11 + mm_av4 * mm_bv11;
+      mm_acc_4_12 = mm_acc_4_12 + mm_av4 * mm_bv12;
+      mm_acc_4_13 = mm_acc_4_13 + mm_av4 * mm_bv13;
+      mm_acc_4_14 = mm_acc_4_14 + mm_av4 * mm_bv14;
+      mm_acc_4_15 = mm_acc_4_15 + mm_av4 * mm_bv15;
       mm_acc_5_0 = mm_acc_5_0 + mm_av5 * mm_bv0;
       mm_acc_5_1 = mm_acc_5_1 + mm_av5 * mm_bv1;
       mm_acc_5_2 = mm_acc_5_2 + mm_av5 * mm_bv2;
@@ -195,6 +442,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       mm_acc_5_5 = mm_acc_5_5 + mm_av5 * mm_bv5;
       mm_acc_5_6 = mm_acc_5_6 + mm_av5 * mm_bv6;
       mm_acc_5_7 = mm_acc_5_7 + mm_av5 * mm_bv7;
+      mm_acc_5_8 = mm_acc_5_8 + mm_av5 * mm_bv8;
+      mm_acc_5_9 = mm_acc_5_9 + mm_av5 * mm_bv9;
+      mm_acc_5_10 = mm_acc_5_10 + mm_av5 * mm_bv10;
+      mm_acc_5_11 = mm_acc_5_11 + mm_av5 * mm_bv11;
+      mm_acc_5_12 = mm_acc_5_12 + mm_av5 * mm_bv12;
+      mm_acc_5_13 = mm_acc_5_13 + mm_av5 * mm_bv13;
+      mm_acc_5_14 = mm_acc_5_14 + mm_av5 * mm_bv14;
+      mm_acc_5_15 = mm_acc_5_15 + mm_av5 * mm_bv15;
       mm_acc_6_0 = mm_acc_6_0 + mm_av6 * mm_bv0;
       mm_acc_6_1 = mm_acc_6_1 + mm_av6 * mm_bv1;
       mm_acc_6_2 = mm_acc_6_2 + mm_av6 * mm_bv2;
@@ -203,6 +458,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       mm_acc_6_5 = mm_acc_6_5 + mm_av6 * mm_bv5;
       mm_acc_6_6 = mm_acc_6_6 + mm_av6 * mm_bv6;
       mm_acc_6_7 = mm_acc_6_7 + mm_av6 * mm_bv7;
+      mm_acc_6_8 = mm_acc_6_8 + mm_av6 * mm_bv8;
+      mm_acc_6_9 = mm_acc_6_9 + mm_av6 * mm_bv9;
+      mm_acc_6_10 = mm_acc_6_10 + mm_av6 * mm_bv10;
+      mm_acc_6_11 = mm_acc_6_11 + mm_av6 * mm_bv11;
+      mm_acc_6_12 = mm_acc_6_12 + mm_av6 * mm_bv12;
+      mm_acc_6_13 = mm_acc_6_13 + mm_av6 * mm_bv13;
+      mm_acc_6_14 = mm_acc_6_14 + mm_av6 * mm_bv14;
+      mm_acc_6_15 = mm_acc_6_15 + mm_av6 * mm_bv15;
       mm_acc_7_0 = mm_acc_7_0 + mm_av7 * mm_bv0;
       mm_acc_7_1 = mm_acc_7_1 + mm_av7 * mm_bv1;
       mm_acc_7_2 = mm_acc_7_2 + mm_av7 * mm_bv2;
@@ -211,287 +474,172 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       mm_acc_7_5 = mm_acc_7_5 + mm_av7 * mm_bv5;
       mm_acc_7_6 = mm_acc_7_6 + mm_av7 * mm_bv6;
       mm_acc_7_7 = mm_acc_7_7 + mm_av7 * mm_bv7;
+      mm_acc_7_8 = mm_acc_7_8 + mm_av7 * mm_bv8;
+      mm_acc_7_9 = mm_acc_7_9 + mm_av7 * mm_bv9;
+      mm_acc_7_10 = mm_acc_7_10 + mm_av7 * mm_bv10;
+      mm_acc_7_11 = mm_acc_7_11 + mm_av7 * mm_bv11;
+      mm_acc_7_12 = mm_acc_7_12 + mm_av7 * mm_bv12;
+      mm_acc_7_13 = mm_acc_7_13 + mm_av7 * mm_bv13;
+      mm_acc_7_14 = mm_acc_7_14 + mm_av7 * mm_bv14;
+      mm_acc_7_15 = mm_acc_7_15 + mm_av7 * mm_bv15;
+      mm_acc_8_0 = mm_acc_8_0 + mm_av8 * mm_bv0;
+      mm_acc_8_1 = mm_acc_8_1 + mm_av8 * mm_bv1;
+      mm_acc_8_2 = mm_acc_8_2 + mm_av8 * mm_bv2;
+      mm_acc_8_3 = mm_acc_8_3 + mm_av8 * mm_bv3;
+      mm_acc_8_4 = mm_acc_8_4 + mm_av8 * mm_bv4;
+      mm_acc_8_5 = mm_acc_8_5 + mm_av8 * mm_bv5;
+      mm_acc_8_6 = mm_acc_8_6 + mm_av8 * mm_bv6;
+      mm_acc_8_7 = mm_acc_8_7 + mm_av8 * mm_bv7;
+      mm_acc_8_8 = mm_acc_8_8 + mm_av8 * mm_bv8;
+      mm_acc_8_9 = mm_acc_8_9 + mm_av8 * mm_bv9;
+      mm_acc_8_10 = mm_acc_8_10 + mm_av8 * mm_bv10;
+      mm_acc_8_11 = mm_acc_8_11 + mm_av8 * mm_bv11;
+      mm_acc_8_12 = mm_acc_8_12 + mm_av8 * mm_bv12;
+      mm_acc_8_13 = mm_acc_8_13 + mm_av8 * mm_bv13;
+      mm_acc_8_14 = mm_acc_8_14 + mm_av8 * mm_bv14;
+      mm_acc_8_15 = mm_acc_8_15 + mm_av8 * mm_bv15;
+      mm_acc_9_0 = mm_acc_9_0 + mm_av9 * mm_bv0;
+      mm_acc_9_1 = mm_acc_9_1 + mm_av9 * mm_bv1;
+      mm_acc_9_2 = mm_acc_9_2 + mm_av9 * mm_bv2;
+      mm_acc_9_3 = mm_acc_9_3 + mm_av9 * mm_bv3;
+      mm_acc_9_4 = mm_acc_9_4 + mm_av9 * mm_bv4;
+      mm_acc_9_5 = mm_acc_9_5 + mm_av9 * mm_bv5;
+      mm_acc_9_6 = mm_acc_9_6 + mm_av9 * mm_bv6;
+      mm_acc_9_7 = mm_acc_9_7 + mm_av9 * mm_bv7;
+      mm_acc_9_8 = mm_acc_9_8 + mm_av9 * mm_bv8;
+      mm_acc_9_9 = mm_acc_9_9 + mm_av9 * mm_bv9;
+      mm_acc_9_10 = mm_acc_9_10 + mm_av9 * mm_bv10;
+      mm_acc_9_11 = mm_acc_9_11 + mm_av9 * mm_bv11;
+      mm_acc_9_12 = mm_acc_9_12 + mm_av9 * mm_bv12;
+      mm_acc_9_13 = mm_acc_9_13 + mm_av9 * mm_bv13;
+      mm_acc_9_14 = mm_acc_9_14 + mm_av9 * mm_bv14;
+      mm_acc_9_15 = mm_acc_9_15 + mm_av9 * mm_bv15;
+      mm_acc_10_0 = mm_acc_10_0 + mm_av10 * mm_bv0;
+      mm_acc_10_1 = mm_acc_10_1 + mm_av10 * mm_bv1;
+      mm_acc_10_2 = mm_acc_10_2 + mm_av10 * mm_bv2;
+      mm_acc_10_3 = mm_acc_10_3 + mm_av10 * mm_bv3;
+      mm_acc_10_4 = mm_acc_10_4 + mm_av10 * mm_bv4;
+      mm_acc_10_5 = mm_acc_10_5 + mm_av10 * mm_bv5;
+      mm_acc_10_6 = mm_acc_10_6 + mm_av10 * mm_bv6;
+      mm_acc_10_7 = mm_acc_10_7 + mm_av10 * mm_bv7;
+      mm_acc_10_8 = mm_acc_10_8 + mm_av10 * mm_bv8;
+      mm_acc_10_9 = mm_acc_10_9 + mm_av10 * mm_bv9;
+      mm_acc_10_10 = mm_acc_10_10 + mm_av10 * mm_bv10;
+      mm_acc_10_11 = mm_acc_10_11 + mm_av10 * mm_bv11;
+      mm_acc_10_12 = mm_acc_10_12 + mm_av10 * mm_bv12;
+      mm_acc_10_13 = mm_acc_10_13 + mm_av10 * mm_bv13;
+      mm_acc_10_14 = mm_acc_10_14 + mm_av10 * mm_bv14;
+      mm_acc_10_15 = mm_acc_10_15 + mm_av10 * mm_bv15;
+      mm_acc_11_0 = mm_acc_11_0 + mm_av11 * mm_bv0;
+      mm_acc_11_1 = mm_acc_11_1 + mm_av11 * mm_bv1;
+      mm_acc_11_2 = mm_acc_11_2 + mm_av11 * mm_bv2;
+      mm_acc_11_3 = mm_acc_11_3 + mm_av11 * mm_bv3;
+      mm_acc_11_4 = mm_acc_11_4 + mm_av11 * mm_bv4;
+      mm_acc_11_5 = mm_acc_11_5 + mm_av11 * mm_bv5;
+      mm_acc_11_6 = mm_acc_11_6 + mm_av11 * mm_bv6;
+      mm_acc_11_7 = mm_acc_11_7 + mm_av11 * mm_bv7;
+      mm_acc_11_8 = mm_acc_11_8 + mm_av11 * mm_bv8;
+      mm_acc_11_9 = mm_acc_11_9 + mm_av11 * mm_bv9;
+      mm_acc_11_10 = mm_acc_11_10 + mm_av11 * mm_bv10;
+      mm_acc_11_11 = mm_acc_11_11 + mm_av11 * mm_bv11;
+      mm_acc_11_12 = mm_acc_11_12 + mm_av11 * mm_bv12;
+      mm_acc_11_13 = mm_acc_11_13 + mm_av11 * mm_bv13;
+      mm_acc_11_14 = mm_acc_11_14 + mm_av11 * mm_bv14;
+      mm_acc_11_15 = mm_acc_11_15 + mm_av11 * mm_bv15;
+      mm_acc_12_0 = mm_acc_12_0 + mm_av12 * mm_bv0;
+      mm_acc_12_1 = mm_acc_12_1 + mm_av12 * mm_bv1;
+      mm_acc_12_2 = mm_acc_12_2 + mm_av12 * mm_bv2;
+      mm_acc_12_3 = mm_acc_12_3 + mm_av12 * mm_bv3;
+      mm_acc_12_4 = mm_acc_12_4 + mm_av12 * mm_bv4;
+      mm_acc_12_5 = mm_acc_12_5 + mm_av12 * mm_bv5;
+      mm_acc_12_6 = mm_acc_12_6 + mm_av12 * mm_bv6;
+      mm_acc_12_7 = mm_acc_12_7 + mm_av12 * mm_bv7;
+      mm_acc_12_8 = mm_acc_12_8 + mm_av12 * mm_bv8;
+      mm_acc_12_9 = mm_acc_12_9 + mm_av12 * mm_bv9;
+      mm_acc_12_10 = mm_acc_12_10 + mm_av12 * mm_bv10;
+      mm_acc_12_11 = mm_acc_12_11 + mm_av12 * mm_bv11;
+      mm_acc_12_12 = mm_acc_12_12 + mm_av12 * mm_bv12;
+      mm_acc_12_13 = mm_acc_12_13 + mm_av12 * mm_bv13;
+      mm_acc_12_14 = mm_acc_12_14 + mm_av12 * mm_bv14;
+      mm_acc_12_15 = mm_acc_12_15 + mm_av12 * mm_bv15;
+      mm_acc_13_0 = mm_acc_13_0 + mm_av13 * mm_bv0;
+      mm_acc_13_1 = mm_acc_13_1 + mm_av13 * mm_bv1;
+      mm_acc_13_2 = mm_acc_13_2 + mm_av13 * mm_bv2;
+      mm_acc_13_3 = mm_acc_13_3 + mm_av13 * mm_bv3;
+      mm_acc_13_4 = mm_acc_13_4 + mm_av13 * mm_bv4;
+      mm_acc_13_5 = mm_acc_13_5 + mm_av13 * mm_bv5;
+      mm_acc_13_6 = mm_acc_13_6 + mm_av13 * mm_bv6;
+      mm_acc_13_7 = mm_acc_13_7 + mm_av13 * mm_bv7;
+      mm_acc_13_8 = mm_acc_13_8 + mm_av13 * mm_bv8;
+      mm_acc_13_9 = mm_acc_13_9 + mm_av13 * mm_bv9;
+      mm_acc_13_10 = mm_acc_13_10 + mm_av13 * mm_bv10;
+      mm_acc_13_11 = mm_acc_13_11 + mm_av13 * mm_bv11;
+      mm_acc_13_12 = mm_acc_13_12 + mm_av13 * mm_bv12;
+      mm_acc_13_13 = mm_acc_13_13 + mm_av13 * mm_bv13;
+      mm_acc_13_14 = mm_acc_13_14 + mm_av13 * mm_bv14;
+      mm_acc_13_15 = mm_acc_13_15 + mm_av13 * mm_bv15;
+      mm_acc_14_0 = mm_acc_14_0 + mm_av14 * mm_bv0;
+      mm_acc_14_1 = mm_acc_14_1 + mm_av14 * mm_bv1;
+      mm_acc_14_2 = mm_acc_14_2 + mm_av14 * mm_bv2;
+      mm_acc_14_3 = mm_acc_14_3 + mm_av14 * mm_bv3;
+      mm_acc_14_4 = mm_acc_14_4 + mm_av14 * mm_bv4;
+      mm_acc_14_5 = mm_acc_14_5 + mm_av14 * mm_bv5;
+      mm_acc_14_6 = mm_acc_14_6 + mm_av14 * mm_bv6;
+      mm_acc_14_7 = mm_acc_14_7 + mm_av14 * mm_bv7;
+      mm_acc_14_8 = mm_acc_14_8 + mm_av14 * mm_bv8;
+      mm_acc_14_9 = mm_acc_14_9 + mm_av14 * mm_bv9;
+      mm_acc_14_10 = mm_acc_14_10 + mm_av14 * mm_bv10;
+      mm_acc_14_11 = mm_acc_14_11 + mm_av14 * mm_bv11;
+      mm_acc_14_12 = mm_acc_14_12 + mm_av14 * mm_bv12;
+      mm_acc_14_13 = mm_acc_14_13 + mm_av14 * mm_bv13;
+      mm_acc_14_14 = mm_acc_14_14 + mm_av14 * mm_bv14;
+      mm_acc_14_15 = mm_acc_14_15 + mm_av14 * mm_bv15;
+      mm_acc_15_0 = mm_acc_15_0 + mm_av15 * mm_bv0;
+      mm_acc_15_1 = mm_acc_15_1 + mm_av15 * mm_bv1;
+      mm_acc_15_2 = mm_acc_15_2 + mm_av15 * mm_bv2;
+      mm_acc_15_3 = mm_acc_15_3 + mm_av15 * mm_bv3;
+      mm_acc_15_4 = mm_acc_15_4 + mm_av15 * mm_bv4;
+      mm_acc_15_5 = mm_acc_15_5 + mm_av15 * mm_bv5;
+      mm_acc_15_6 = mm_acc_15_6 + mm_av15 * mm_bv6;
+      mm_acc_15_7 = mm_acc_15_7 + mm_av15 * mm_bv7;
+      mm_acc_15_8 = mm_acc_15_8 + mm_av15 * mm_bv8;
+      mm_acc_15_9 = mm_acc_15_9 + mm_av15 * mm_bv9;
+      mm_acc_15_10 = mm_acc_15_10 + mm_av15 * mm_bv10;
+      mm_acc_15_11 = mm_acc_15_11 + mm_av15 * mm_bv11;
+      mm_acc_15_12 = mm_acc_15_12 + mm_av15 * mm_bv12;
+      mm_acc_15_13 = mm_acc_15_13 + mm_av15 * mm_bv13;
+      mm_acc_15_14 = mm_acc_15_14 + mm_av15 * mm_bv14;
+      mm_acc_15_15 = mm_acc_15_15 + mm_av15 * mm_bv15;
     }
     workgroupBarrier();
   }
-  let mm_r0: i32 = mm_row0 + mm_ty;
-  if (mm_r0 < 160) {
-    let mm_c0_0: i32 = mm_col0 + mm_tx;
-    if (mm_c0_0 < 30522) {
-      b2[mm_r0 * 30522 + mm_c0_0] = f16(mm_acc_0_0);
-    }
-    let mm_c0_1: i32 = mm_col0 + mm_tx + 8;
-    if (mm_c0_1 < 30522) {
-      b2[mm_r0 * 30522 + mm_c0_1] = f16(mm_acc_0_1);
-    }
-    let mm_c0_2: i32 = mm_col0 + mm_tx + 16;
-    if (mm_c0_2 < 30522) {
-      b2[mm_r0 * 30522 + mm_c0_2] = f16(mm_acc_0_2);
-    }
-    let mm_c0_3: i32 = mm_col0 + mm_tx + 24;
-    if (mm_c0_3 < 30522) {
-      b2[mm_r0 * 30522 + mm_c0_3] = f16(mm_acc_0_3);
-    }
-    let mm_c0_4: i32 = mm_col0 + mm_tx + 32;
-    if (mm_c0_4 < 30522) {
-      b2[mm_r0 * 30522 + mm_c0_4] = f16(mm_acc_0_4);
-    }
-    let mm_c0_5: i32 = mm_col0 + mm_tx + 40;
-    if (mm_c0_5 < 30522) {
-      b2[mm_r0 * 30522 + mm_c0_5] = f16(mm_acc_0_5);
-    }
-    let mm_c0_6: i32 = mm_col0 + mm_tx + 48;
-    if (mm_c0_6 < 30522) {
-      b2[mm_r0 * 30522 + mm_c0_6] = f16(mm_acc_0_6);
-    }
-    let mm_c0_7: i32 = mm_col0 + mm_tx + 56;
-    if (mm_c0_7 < 30522) {
-      b2[mm_r0 * 30522 + mm_c0_7] = f16(mm_acc_0_7);
-    }
-  }
-  let mm_r1: i32 = mm_row0 + mm_ty + 8;
-  if (mm_r1 < 160) {
-    let mm_c1_0: i32 = mm_col0 + mm_tx;
-    if (mm_c1_0 < 30522) {
-      b2[mm_r1 * 30522 + mm_c1_0] = f16(mm_acc_1_0);
-    }
-    let mm_c1_1: i32 = mm_col0 + mm_tx + 8;
-    if (mm_c1_1 < 30522) {
-      b2[mm_r1 * 30522 + mm_c1_1] = f16(mm_acc_1_1);
-    }
-    let mm_c1_2: i32 = mm_col0 + mm_tx + 16;
-    if (mm_c1_2 < 30522) {
-      b2[mm_r1 * 30522 + mm_c1_2] = f16(mm_acc_1_2);
-    }
-    let mm_c1_3: i32 = mm_col0 + mm_tx + 24;
-    if (mm_c1_3 < 30522) {
-      b2[mm_r1 * 30522 + mm_c1_3] = f16(mm_acc_1_3);
-    }
-    let mm_c1_4: i32 = mm_col0 + mm_tx + 32;
-    if (mm_c1_4 < 30522) {
-      b2[mm_r1 * 30522 + mm_c1_4] = f16(mm_acc_1_4);
-    }
-    let mm_c1_5: i32 = mm_col0 + mm_tx + 40;
-    if (mm_c1_5 < 30522) {
-      b2[mm_r1 * 30522 + mm_c1_5] = f16(mm_acc_1_5);
-    }
-    let mm_c1_6: i32 = mm_col0 + mm_tx + 48;
-    if (mm_c1_6 < 30522) {
-      b2[mm_r1 * 30522 + mm_c1_6] = f16(mm_acc_1_6);
-    }
-    let mm_c1_7: i32 = mm_col0 + mm_tx + 56;
-    if (mm_c1_7 < 30522) {
-      b2[mm_r1 * 30522 + mm_c1_7] = f16(mm_acc_1_7);
-    }
-  }
-  let mm_r2: i32 = mm_row0 + mm_ty + 16;
-  if (mm_r2 < 160) {
-    let mm_c2_0: i32 = mm_col0 + mm_tx;
-    if (mm_c2_0 < 30522) {
-      b2[mm_r2 * 30522 + mm_c2_0] = f16(mm_acc_2_0);
-    }
-    let mm_c2_1: i32 = mm_col0 + mm_tx + 8;
-    if (mm_c2_1 < 30522) {
-      b2[mm_r2 * 30522 + mm_c2_1] = f16(mm_acc_2_1);
-    }
-    let mm_c2_2: i32 = mm_col0 + mm_tx + 16;
-    if (mm_c2_2 < 30522) {
-      b2[mm_r2 * 30522 + mm_c2_2] = f16(mm_acc_2_2);
-    }
-    let mm_c2_3: i32 = mm_col0 + mm_tx + 24;
-    if (mm_c2_3 < 30522) {
-      b2[mm_r2 * 30522 + mm_c2_3] = f16(mm_acc_2_3);
-    }
-    let mm_c2_4: i32 = mm_col0 + mm_tx + 32;
-    if (mm_c2_4 < 30522) {
-      b2[mm_r2 * 30522 + mm_c2_4] = f16(mm_acc_2_4);
-    }
-    let mm_c2_5: i32 = mm_col0 + mm_tx + 40;
-    if (mm_c2_5 < 30522) {
-      b2[mm_r2 * 30522 + mm_c2_5] = f16(mm_acc_2_5);
-    }
-    let mm_c2_6: i32 = mm_col0 + mm_tx + 48;
-    if (mm_c2_6 < 30522) {
-      b2[mm_r2 * 30522 + mm_c2_6] = f16(mm_acc_2_6);
-    }
-    let mm_c2_7: i32 = mm_col0 + mm_tx + 56;
-    if (mm_c2_7 < 30522) {
-      b2[mm_r2 * 30522 + mm_c2_7] = f16(mm_acc_2_7);
-    }
-  }
-  let mm_r3: i32 = mm_row0 + mm_ty + 24;
-  if (mm_r3 < 160) {
-    let mm_c3_0: i32 = mm_col0 + mm_tx;
-    if (mm_c3_0 < 30522) {
-      b2[mm_r3 * 30522 + mm_c3_0] = f16(mm_acc_3_0);
-    }
-    let mm_c3_1: i32 = mm_col0 + mm_tx + 8;
-    if (mm_c3_1 < 30522) {
-      b2[mm_r3 * 30522 + mm_c3_1] = f16(mm_acc_3_1);
-    }
-    let mm_c3_2: i32 = mm_col0 + mm_tx + 16;
-    if (mm_c3_2 < 30522) {
-      b2[mm_r3 * 30522 + mm_c3_2] = f16(mm_acc_3_2);
-    }
-    let mm_c3_3: i32 = mm_col0 + mm_tx + 24;
-    if (mm_c3_3 < 30522) {
-      b2[mm_r3 * 30522 + mm_c3_3] = f16(mm_acc_3_3);
-    }
-    let mm_c3_4: i32 = mm_col0 + mm_tx + 32;
-    if (mm_c3_4 < 30522) {
-      b2[mm_r3 * 30522 + mm_c3_4] = f16(mm_acc_3_4);
-    }
-    let mm_c3_5: i32 = mm_col0 + mm_tx + 40;
-    if (mm_c3_5 < 30522) {
-      b2[mm_r3 * 30522 + mm_c3_5] = f16(mm_acc_3_5);
-    }
-    let mm_c3_6: i32 = mm_col0 + mm_tx + 48;
-    if (mm_c3_6 < 30522) {
-      b2[mm_r3 * 30522 + mm_c3_6] = f16(mm_acc_3_6);
-    }
-    let mm_c3_7: i32 = mm_col0 + mm_tx + 56;
-    if (mm_c3_7 < 30522) {
-      b2[mm_r3 * 30522 + mm_c3_7] = f16(mm_acc_3_7);
-    }
-  }
-  let mm_r4: i32 = mm_row0 + mm_ty + 32;
-  if (mm_r4 < 160) {
-    let mm_c4_0: i32 = mm_col0 + mm_tx;
-    if (mm_c4_0 < 30522) {
-      b2[mm_r4 * 30522 + mm_c4_0] = f16(mm_acc_4_0);
-    }
-    let mm_c4_1: i32 = mm_col0 + mm_tx + 8;
-    if (mm_c4_1 < 30522) {
-      b2[mm_r4 * 30522 + mm_c4_1] = f16(mm_acc_4_1);
-    }
-    let mm_c4_2: i32 = mm_col0 + mm_tx + 16;
-    if (mm_c4_2 < 30522) {
-      b2[mm_r4 * 30522 + mm_c4_2] = f16(mm_acc_4_2);
-    }
-    let mm_c4_3: i32 = mm_col0 + mm_tx + 24;
-    if (mm_c4_3 < 30522) {
-      b2[mm_r4 * 30522 + mm_c4_3] = f16(mm_acc_4_3);
-    }
-    let mm_c4_4: i32 = mm_col0 + mm_tx + 32;
-    if (mm_c4_4 < 30522) {
-      b2[mm_r4 * 30522 + mm_c4_4] = f16(mm_acc_4_4);
-    }
-    let mm_c4_5: i32 = mm_col0 + mm_tx + 40;
-    if (mm_c4_5 < 30522) {
-      b2[mm_r4 * 30522 + mm_c4_5] = f16(mm_acc_4_5);
-    }
-    let mm_c4_6: i32 = mm_col0 + mm_tx + 48;
-    if (mm_c4_6 < 30522) {
-      b2[mm_r4 * 30522 + mm_c4_6] = f16(mm_acc_4_6);
-    }
-    let mm_c4_7: i32 = mm_col0 + mm_tx + 56;
-    if (mm_c4_7 < 30522) {
-      b2[mm_r4 * 30522 + mm_c4_7] = f16(mm_acc_4_7);
-    }
-  }
-  let mm_r5: i32 = mm_row0 + mm_ty + 40;
-  if (mm_r5 < 160) {
-    let mm_c5_0: i32 = mm_col0 + mm_tx;
-    if (mm_c5_0 < 30522) {
-      b2[mm_r5 * 30522 + mm_c5_0] = f16(mm_acc_5_0);
-    }
-    let mm_c5_1: i32 = mm_col0 + mm_tx + 8;
-    if (mm_c5_1 < 30522) {
-      b2[mm_r5 * 30522 + mm_c5_1] = f16(mm_acc_5_1);
-    }
-    let mm_c5_2: i32 = mm_col0 + mm_tx + 16;
-    if (mm_c5_2 < 30522) {
-      b2[mm_r5 * 30522 + mm_c5_2] = f16(mm_acc_5_2);
-    }
-    let mm_c5_3: i32 = mm_col0 + mm_tx + 24;
-    if (mm_c5_3 < 30522) {
-      b2[mm_r5 * 30522 + mm_c5_3] = f16(mm_acc_5_3);
-    }
-    let mm_c5_4: i32 = mm_col0 + mm_tx + 32;
-    if (mm_c5_4 < 30522) {
-      b2[mm_r5 * 30522 + mm_c5_4] = f16(mm_acc_5_4);
-    }
-    let mm_c5_5: i32 = mm_col0 + mm_tx + 40;
-    if (mm_c5_5 < 30522) {
-      b2[mm_r5 * 30522 + mm_c5_5] = f16(mm_acc_5_5);
-    }
-    let mm_c5_6: i32 = mm_col0 + mm_tx + 48;
-    if (mm_c5_6 < 30522) {
-      b2[mm_r5 * 30522 + mm_c5_6] = f16(mm_acc_5_6);
-    }
-    let mm_c5_7: i32 = mm_col0 + mm_tx + 56;
-    if (mm_c5_7 < 30522) {
-      b2[mm_r5 * 30522 + mm_c5_7] = f16(mm_acc_5_7);
-    }
-  }
-  let mm_r6: i32 = mm_row0 + mm_ty + 48;
-  if (mm_r6 < 160) {
-    let mm_c6_0: i32 = mm_col0 + mm_tx;
-    if (mm_c6_0 < 30522) {
-      b2[mm_r6 * 30522 + mm_c6_0] = f16(mm_acc_6_0);
-    }
-    let mm_c6_1: i32 = mm_col0 + mm_tx + 8;
-    if (mm_c6_1 < 30522) {
-      b2[mm_r6 * 30522 + mm_c6_1] = f16(mm_acc_6_1);
-    }
-    let mm_c6_2: i32 = mm_col0 + mm_tx + 16;
-    if (mm_c6_2 < 30522) {
-      b2[mm_r6 * 30522 + mm_c6_2] = f16(mm_acc_6_2);
-    }
-    let mm_c6_3: i32 = mm_col0 + mm_tx + 24;
-    if (mm_c6_3 < 30522) {
-      b2[mm_r6 * 30522 + mm_c6_3] = f16(mm_acc_6_3);
-    }
-    let mm_c6_4: i32 = mm_col0 + mm_tx + 32;
-    if (mm_c6_4 < 30522) {
-      b2[mm_r6 * 30522 + mm_c6_4] = f16(mm_acc_6_4);
-    }
-    let mm_c6_5: i32 = mm_col0 + mm_tx + 40;
-    if (mm_c6_5 < 30522) {
-      b2[mm_r6 * 30522 + mm_c6_5] = f16(mm_acc_6_5);
-    }
-    let mm_c6_6: i32 = mm_col0 + mm_tx + 48;
-    if (mm_c6_6 < 30522) {
-      b2[mm_r6 * 30522 + mm_c6_6] = f16(mm_acc_6_6);
-    }
-    let mm_c6_7: i32 = mm_col0 + mm_tx + 56;
-    if (mm_c6_7 < 30522) {
-      b2[mm_r6 * 30522 + mm_c6_7] = f16(mm_acc_6_7);
-    }
-  }
-  let mm_r7: i32 = mm_row0 + mm_ty + 56;
-  if (mm_r7 < 160) {
-    let mm_c7_0: i32 = mm_col0 + mm_tx;
-    if (mm_c7_0 < 30522) {
-      b2[mm_r7 * 30522 + mm_c7_0] = f16(mm_acc_7_0);
-    }
-    let mm_c7_1: i32 = mm_col0 + mm_tx + 8;
-    if (mm_c7_1 < 30522) {
-      b2[mm_r7 * 30522 + mm_c7_1] = f16(mm_acc_7_1);
-    }
-    let mm_c7_2: i32 = mm_col0 + mm_tx + 16;
-    if (mm_c7_2 < 30522) {
-      b2[mm_r7 * 30522 + mm_c7_2] = f16(mm_acc_7_2);
-    }
-    let mm_c7_3: i32 = mm_col0 + mm_tx + 24;
-    if (mm_c7_3 < 30522) {
-      b2[mm_r7 * 30522 + mm_c7_3] = f16(mm_acc_7_3);
-    }
-    let mm_c7_4: i32 = mm_col0 + mm_tx + 32;
-    if (mm_c7_4 < 30522) {
-      b2[mm_r7 * 30522 + mm_c7_4] = f16(mm_acc_7_4);
-    }
-    let mm_c7_5: i32 = mm_col0 + mm_tx + 40;
-    if (mm_c7_5 < 30522) {
-      b2[mm_r7 * 30522 + mm_c7_5] = f16(mm_acc_7_5);
-    }
-    let mm_c7_6: i32 = mm_col0 + mm_tx + 48;
-    if (mm_c7_6 < 30522) {
-      b2[mm_r7 * 30522 + mm_c7_6] = f16(mm_acc_7_6);
-    }
-    let mm_c7_7: i32 = mm_col0 + mm_tx + 56;
-    if (mm_c7_7 < 30522) {
-      b2[mm_r7 * 30522 + mm_c7_7] = f16(mm_acc_7_7);
-    }
+  for (var mm_p: i32 = 0; mm_p < 16; mm_p += 1) {
+    Cs[mm_ty * 128 + mm_tx] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_0, mm_acc_14_0, mm_p == 14), mm_acc_13_0, mm_p == 13), mm_acc_12_0, mm_p == 12), mm_acc_11_0, mm_p == 11), mm_acc_10_0, mm_p == 10), mm_acc_9_0, mm_p == 9), mm_acc_8_0, mm_p == 8), mm_acc_7_0, mm_p == 7), mm_acc_6_0, mm_p == 6), mm_acc_5_0, mm_p == 5), mm_acc_4_0, mm_p == 4), mm_acc_3_0, mm_p == 3), mm_acc_2_0, mm_p == 2), mm_acc_1_0, mm_p == 1), mm_acc_0_0, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 8] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_1, mm_acc_14_1, mm_p == 14), mm_acc_13_1, mm_p == 13), mm_acc_12_1, mm_p == 12), mm_acc_11_1, mm_p == 11), mm_acc_10_1, mm_p == 10), mm_acc_9_1, mm_p == 9), mm_acc_8_1, mm_p == 8), mm_acc_7_1, mm_p == 7), mm_acc_6_1, mm_p == 6), mm_acc_5_1, mm_p == 5), mm_acc_4_1, mm_p == 4), mm_acc_3_1, mm_p == 3), mm_acc_2_1, mm_p == 2), mm_acc_1_1, mm_p == 1), mm_acc_0_1, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 16] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_2, mm_acc_14_2, mm_p == 14), mm_acc_13_2, mm_p == 13), mm_acc_12_2, mm_p == 12), mm_acc_11_2, mm_p == 11), mm_acc_10_2, mm_p == 10), mm_acc_9_2, mm_p == 9), mm_acc_8_2, mm_p == 8), mm_acc_7_2, mm_p == 7), mm_acc_6_2, mm_p == 6), mm_acc_5_2, mm_p == 5), mm_acc_4_2, mm_p == 4), mm_acc_3_2, mm_p == 3), mm_acc_2_2, mm_p == 2), mm_acc_1_2, mm_p == 1), mm_acc_0_2, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 24] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_3, mm_acc_14_3, mm_p == 14), mm_acc_13_3, mm_p == 13), mm_acc_12_3, mm_p == 12), mm_acc_11_3, mm_p == 11), mm_acc_10_3, mm_p == 10), mm_acc_9_3, mm_p == 9), mm_acc_8_3, mm_p == 8), mm_acc_7_3, mm_p == 7), mm_acc_6_3, mm_p == 6), mm_acc_5_3, mm_p == 5), mm_acc_4_3, mm_p == 4), mm_acc_3_3, mm_p == 3), mm_acc_2_3, mm_p == 2), mm_acc_1_3, mm_p == 1), mm_acc_0_3, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 32] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_4, mm_acc_14_4, mm_p == 14), mm_acc_13_4, mm_p == 13), mm_acc_12_4, mm_p == 12), mm_acc_11_4, mm_p == 11), mm_acc_10_4, mm_p == 10), mm_acc_9_4, mm_p == 9), mm_acc_8_4, mm_p == 8), mm_acc_7_4, mm_p == 7), mm_acc_6_4, mm_p == 6), mm_acc_5_4, mm_p == 5), mm_acc_4_4, mm_p == 4), mm_acc_3_4, mm_p == 3), mm_acc_2_4, mm_p == 2), mm_acc_1_4, mm_p == 1), mm_acc_0_4, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 40] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_5, mm_acc_14_5, mm_p == 14), mm_acc_13_5, mm_p == 13), mm_acc_12_5, mm_p == 12), mm_acc_11_5, mm_p == 11), mm_acc_10_5, mm_p == 10), mm_acc_9_5, mm_p == 9), mm_acc_8_5, mm_p == 8), mm_acc_7_5, mm_p == 7), mm_acc_6_5, mm_p == 6), mm_acc_5_5, mm_p == 5), mm_acc_4_5, mm_p == 4), mm_acc_3_5, mm_p == 3), mm_acc_2_5, mm_p == 2), mm_acc_1_5, mm_p == 1), mm_acc_0_5, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 48] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_6, mm_acc_14_6, mm_p == 14), mm_acc_13_6, mm_p == 13), mm_acc_12_6, mm_p == 12), mm_acc_11_6, mm_p == 11), mm_acc_10_6, mm_p == 10), mm_acc_9_6, mm_p == 9), mm_acc_8_6, mm_p == 8), mm_acc_7_6, mm_p == 7), mm_acc_6_6, mm_p == 6), mm_acc_5_6, mm_p == 5), mm_acc_4_6, mm_p == 4), mm_acc_3_6, mm_p == 3), mm_acc_2_6, mm_p == 2), mm_acc_1_6, mm_p == 1), mm_acc_0_6, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 56] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_7, mm_acc_14_7, mm_p == 14), mm_acc_13_7, mm_p == 13), mm_acc_12_7, mm_p == 12), mm_acc_11_7, mm_p == 11), mm_acc_10_7, mm_p == 10), mm_acc_9_7, mm_p == 9), mm_acc_8_7, mm_p == 8), mm_acc_7_7, mm_p == 7), mm_acc_6_7, mm_p == 6), mm_acc_5_7, mm_p == 5), mm_acc_4_7, mm_p == 4), mm_acc_3_7, mm_p == 3), mm_acc_2_7, mm_p == 2), mm_acc_1_7, mm_p == 1), mm_acc_0_7, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 64] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_8, mm_acc_14_8, mm_p == 14), mm_acc_13_8, mm_p == 13), mm_acc_12_8, mm_p == 12), mm_acc_11_8, mm_p == 11), mm_acc_10_8, mm_p == 10), mm_acc_9_8, mm_p == 9), mm_acc_8_8, mm_p == 8), mm_acc_7_8, mm_p == 7), mm_acc_6_8, mm_p == 6), mm_acc_5_8, mm_p == 5), mm_acc_4_8, mm_p == 4), mm_acc_3_8, mm_p == 3), mm_acc_2_8, mm_p == 2), mm_acc_1_8, mm_p == 1), mm_acc_0_8, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 72] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_9, mm_acc_14_9, mm_p == 14), mm_acc_13_9, mm_p == 13), mm_acc_12_9, mm_p == 12), mm_acc_11_9, mm_p == 11), mm_acc_10_9, mm_p == 10), mm_acc_9_9, mm_p == 9), mm_acc_8_9, mm_p == 8), mm_acc_7_9, mm_p == 7), mm_acc_6_9, mm_p == 6), mm_acc_5_9, mm_p == 5), mm_acc_4_9, mm_p == 4), mm_acc_3_9, mm_p == 3), mm_acc_2_9, mm_p == 2), mm_acc_1_9, mm_p == 1), mm_acc_0_9, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 80] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_10, mm_acc_14_10, mm_p == 14), mm_acc_13_10, mm_p == 13), mm_acc_12_10, mm_p == 12), mm_acc_11_10, mm_p == 11), mm_acc_10_10, mm_p == 10), mm_acc_9_10, mm_p == 9), mm_acc_8_10, mm_p == 8), mm_acc_7_10, mm_p == 7), mm_acc_6_10, mm_p == 6), mm_acc_5_10, mm_p == 5), mm_acc_4_10, mm_p == 4), mm_acc_3_10, mm_p == 3), mm_acc_2_10, mm_p == 2), mm_acc_1_10, mm_p == 1), mm_acc_0_10, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 88] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_11, mm_acc_14_11, mm_p == 14), mm_acc_13_11, mm_p == 13), mm_acc_12_11, mm_p == 12), mm_acc_11_11, mm_p == 11), mm_acc_10_11, mm_p == 10), mm_acc_9_11, mm_p == 9), mm_acc_8_11, mm_p == 8), mm_acc_7_11, mm_p == 7), mm_acc_6_11, mm_p == 6), mm_acc_5_11, mm_p == 5), mm_acc_4_11, mm_p == 4), mm_acc_3_11, mm_p == 3), mm_acc_2_11, mm_p == 2), mm_acc_1_11, mm_p == 1), mm_acc_0_11, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 96] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_12, mm_acc_14_12, mm_p == 14), mm_acc_13_12, mm_p == 13), mm_acc_12_12, mm_p == 12), mm_acc_11_12, mm_p == 11), mm_acc_10_12, mm_p == 10), mm_acc_9_12, mm_p == 9), mm_acc_8_12, mm_p == 8), mm_acc_7_12, mm_p == 7), mm_acc_6_12, mm_p == 6), mm_acc_5_12, mm_p == 5), mm_acc_4_12, mm_p == 4), mm_acc_3_12, mm_p == 3), mm_acc_2_12, mm_p == 2), mm_acc_1_12, mm_p == 1), mm_acc_0_12, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 104] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_13, mm_acc_14_13, mm_p == 14), mm_acc_13_13, mm_p == 13), mm_acc_12_13, mm_p == 12), mm_acc_11_13, mm_p == 11), mm_acc_10_13, mm_p == 10), mm_acc_9_13, mm_p == 9), mm_acc_8_13, mm_p == 8), mm_acc_7_13, mm_p == 7), mm_acc_6_13, mm_p == 6), mm_acc_5_13, mm_p == 5), mm_acc_4_13, mm_p == 4), mm_acc_3_13, mm_p == 3), mm_acc_2_13, mm_p == 2), mm_acc_1_13, mm_p == 1), mm_acc_0_13, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 112] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_14, mm_acc_14_14, mm_p == 14), mm_acc_13_14, mm_p == 13), mm_acc_12_14, mm_p == 12), mm_acc_11_14, mm_p == 11), mm_acc_10_14, mm_p == 10), mm_acc_9_14, mm_p == 9), mm_acc_8_14, mm_p == 8), mm_acc_7_14, mm_p == 7), mm_acc_6_14, mm_p == 6), mm_acc_5_14, mm_p == 5), mm_acc_4_14, mm_p == 4), mm_acc_3_14, mm_p == 3), mm_acc_2_14, mm_p == 2), mm_acc_1_14, mm_p == 1), mm_acc_0_14, mm_p == 0);
+    Cs[mm_ty * 128 + mm_tx + 120] = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(mm_acc_15_15, mm_acc_14_15, mm_p == 14), mm_acc_13_15, mm_p == 13), mm_acc_12_15, mm_p == 12), mm_acc_11_15, mm_p == 11), mm_acc_10_15, mm_p == 10), mm_acc_9_15, mm_p == 9), mm_acc_8_15, mm_p == 8), mm_acc_7_15, mm_p == 7), mm_acc_6_15, mm_p == 6), mm_acc_5_15, mm_p == 5), mm_acc_4_15, mm_p == 4), mm_acc_3_15, mm_p == 3), mm_acc_2_15, mm_p == 2), mm_acc_1_15, mm_p == 1), mm_acc_0_15, mm_p == 0);
+    workgroupBarrier();
+    for (var mm_q: i32 = 0; mm_q < 16; mm_q += 1) {
+      let mm_e: i32 = lid + mm_q * 64;
+      let mm_row: i32 = mm_row0 + mm_p * 8 + mm_e / 128;
+      let mm_col: i32 = mm_col0 + mm_e % 128;
+      if (mm_row < 160 && mm_col < 30522) {
+        let mm_out: f32 = Cs[mm_e];
+        b2[mm_row * 30522 + mm_col] = f16(mm_out);
+      }
+    }
+    workgroupBarrier();
   }
 }

@@ -12,53 +12,21 @@
 @group(0) @binding(0) var<storage, read> b0: array<i32>;
 @group(0) @binding(1) var<storage, read_write> b1: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 256>;
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 160; j += 256) {
-    let v1: i32 = b0[j];
-    let v2: bool = v1 != -1;
-    let v3: f32 = select(0.0, 1.0, v2);
-    acc0 = acc0 + v3;
-  }
-  // wg_reduce (sum -> red4): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red4: f32 = red_f32_0[0] + red_f32_0[1];
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 1) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 160; j += 1) {
+      let v1: i32 = b0[j];
+      let v2: bool = v1 != -1;
+      let v3: f32 = select(0.0, 1.0, v2);
+      acc0 = acc0 + v3;
+    }
+    let red4: f32 = acc0;
     b1[row] = red4;
   }
 }

@@ -22,60 +22,28 @@
 @group(0) @binding(3) var<storage, read> b3: array<i32>;
 @group(0) @binding(4) var<storage, read_write> b4: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 256>;
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 160; j += 256) {
-    let v1: f32 = b0[j];
-    let v2: f32 = log(v1);
-    let v3: f32 = b1[j];
-    let v4: f32 = v2 + v3;
-    let v5: f32 = b2[j];
-    let v6: f32 = v4 - v5;
-    let v7: i32 = b3[j];
-    let v8: bool = v7 != -1;
-    let v9: f32 = select(0.0, 1.0, v8);
-    let v10: f32 = v6 * v9;
-    acc0 = acc0 + v10;
-  }
-  // wg_reduce (sum -> red11): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red11: f32 = red_f32_0[0] + red_f32_0[1];
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 1) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 160; j += 1) {
+      let v1: f32 = b0[j];
+      let v2: f32 = log(v1);
+      let v3: f32 = b1[j];
+      let v4: f32 = v2 + v3;
+      let v5: f32 = b2[j];
+      let v6: f32 = v4 - v5;
+      let v7: i32 = b3[j];
+      let v8: bool = v7 != -1;
+      let v9: f32 = select(0.0, 1.0, v8);
+      let v10: f32 = v6 * v9;
+      acc0 = acc0 + v10;
+    }
+    let red11: f32 = acc0;
     b4[row] = red11;
   }
 }

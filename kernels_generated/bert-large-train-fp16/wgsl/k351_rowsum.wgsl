@@ -13,7 +13,7 @@
 //   binding 3 (write): %3308 reduce_sum f32[8,1]
 //   binding 4 (write): %3220 add f32[8,2]
 
-// launch: 8 workgroups of 32 threads
+// launch: 1 workgroups of 256 threads
 
 enable f16;
 
@@ -23,50 +23,30 @@ enable f16;
 @group(0) @binding(3) var<storage, read_write> b3: array<f32>;
 @group(0) @binding(4) var<storage, read_write> b4: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 32>;
-
-@compute @workgroup_size(32)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 2; j += 32) {
-    let v1: i32 = b0[row];
-    let v2: bool = j == v1;
-    let v3: f32 = f32(b1[row * 2 + j]);
-    let v4: f32 = b2[j];
-    let v5: f32 = v3 + v4;
-    let v6: f32 = select(0.0, v5, v2);
-    acc0 = acc0 + v6;
-  }
-  // wg_reduce (sum -> red7): tree over 32 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red7: f32 = red_f32_0[0] + red_f32_0[1];
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 8) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 2; j += 1) {
+      let v1: i32 = b0[row];
+      let v2: bool = j == v1;
+      let v3: f32 = f32(b1[row * 2 + j]);
+      let v4: f32 = b2[j];
+      let v5: f32 = v3 + v4;
+      let v6: f32 = select(0.0, v5, v2);
+      acc0 = acc0 + v6;
+    }
+    let red7: f32 = acc0;
     b3[row] = red7;
-  }
-  for (var j: i32 = lid; j < 2; j += 32) {
-    let v8: f32 = f32(b1[row * 2 + j]);
-    let v9: f32 = b2[j];
-    let v10: f32 = v8 + v9;
-    b4[row * 2 + j] = v10;
+    for (var j: i32 = 0; j < 2; j += 1) {
+      let v8: f32 = f32(b1[row * 2 + j]);
+      let v9: f32 = b2[j];
+      let v10: f32 = v8 + v9;
+      b4[row * 2 + j] = v10;
+    }
   }
 }

@@ -9,45 +9,25 @@
 //   binding 1 (write): %3315 reduce_max f32[8,1]
 //   binding 2 (write): %3316 stop_gradient f32[8,1]
 
-// launch: 8 workgroups of 32 threads
+// launch: 1 workgroups of 256 threads
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read_write> b1: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 32>;
-
-@compute @workgroup_size(32)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = bitcast<f32>(0xff800000u);
-  for (var j: i32 = lid; j < 2; j += 32) {
-    let v1: f32 = b0[row * 2 + j];
-    acc0 = max(acc0, v1);
-  }
-  // wg_reduce (max -> red2): tree over 32 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 16]);
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 8]);
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 4]);
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 2]);
-  }
-  workgroupBarrier();
-  let red2: f32 = max(red_f32_0[0], red_f32_0[1]);
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 8) {
+    let row: i32 = gid;
+    var acc0: f32 = bitcast<f32>(0xff800000u);
+    for (var j: i32 = 0; j < 2; j += 1) {
+      let v1: f32 = b0[row * 2 + j];
+      acc0 = max(acc0, v1);
+    }
+    let red2: f32 = acc0;
     b1[row] = red2;
     b2[row] = red2;
   }

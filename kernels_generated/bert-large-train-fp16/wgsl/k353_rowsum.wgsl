@@ -12,56 +12,36 @@
 //   binding 2 (write): %3320 reduce_sum f32[8,1]
 //   binding 3 (write): %3319 exp f32[8,2]
 
-// launch: 8 workgroups of 32 threads
+// launch: 1 workgroups of 256 threads
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;
 @group(0) @binding(3) var<storage, read_write> b3: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 32>;
-
-@compute @workgroup_size(32)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 2; j += 32) {
-    let v1: f32 = b0[row * 2 + j];
-    let v2: f32 = b1[row];
-    let v3: f32 = v1 - v2;
-    let v4: f32 = exp(v3);
-    acc0 = acc0 + v4;
-  }
-  // wg_reduce (sum -> red5): tree over 32 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red5: f32 = red_f32_0[0] + red_f32_0[1];
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 8) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 2; j += 1) {
+      let v1: f32 = b0[row * 2 + j];
+      let v2: f32 = b1[row];
+      let v3: f32 = v1 - v2;
+      let v4: f32 = exp(v3);
+      acc0 = acc0 + v4;
+    }
+    let red5: f32 = acc0;
     b2[row] = red5;
-  }
-  for (var j: i32 = lid; j < 2; j += 32) {
-    let v6: f32 = b0[row * 2 + j];
-    let v7: f32 = b1[row];
-    let v8: f32 = v6 - v7;
-    let v9: f32 = exp(v8);
-    b3[row * 2 + j] = v9;
+    for (var j: i32 = 0; j < 2; j += 1) {
+      let v6: f32 = b0[row * 2 + j];
+      let v7: f32 = b1[row];
+      let v8: f32 = v6 - v7;
+      let v9: f32 = exp(v8);
+      b3[row * 2 + j] = v9;
+    }
   }
 }

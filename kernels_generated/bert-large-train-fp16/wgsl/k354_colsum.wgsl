@@ -32,7 +32,7 @@
 //   binding 10 (write): %3334 add f32[]
 //   binding 11 (write): %3310 ne bool[8]
 
-// launch: 1 workgroups of 32 threads
+// launch: 1 workgroups of 256 threads
 
 @group(0) @binding(0) var<storage, read> b0: array<i32>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
@@ -47,73 +47,47 @@
 @group(0) @binding(10) var<storage, read_write> b10: array<f32>;
 @group(0) @binding(11) var<storage, read_write> b11: array<u32>;
 
-var<workgroup> red_f32_0: array<f32, 32>;
-var<workgroup> red_f32_1: array<f32, 32>;
-
-@compute @workgroup_size(32)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  var acc1: f32 = 0.0;
-  for (var j: i32 = lid; j < 8; j += 32) {
-    let v2: i32 = b0[j];
-    let v3: bool = v2 != -1;
-    let v4: f32 = select(0.0, 1.0, v3);
-    acc0 = acc0 + v4;
-    let v5: f32 = b1[j];
-    let v6: f32 = log(v5);
-    let v7: f32 = b2[j];
-    let v8: f32 = v6 + v7;
-    let v9: f32 = b3[j];
-    let v10: f32 = v8 - v9;
-    let v11: f32 = v10 * v4;
-    acc1 = acc1 + v11;
-  }
-  // wg_reduce (sum -> red12, sum -> red13): tree over 32 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  red_f32_1[lid] = acc1;
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
-  }
-  workgroupBarrier();
-  let red12: f32 = red_f32_0[0] + red_f32_0[1];
-  let red13: f32 = red_f32_1[0] + red_f32_1[1];
-  let v14: f32 = b4[row];
-  let v15: f32 = max(v14, 1.0);
-  let v16: f32 = b6[row];
-  let v17: f32 = v16 / v15;
-  let v18: f32 = max(red12, 1.0);
-  let v19: f32 = red13 / v18;
-  let v20: f32 = v17 + v19;
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 1) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    var acc1: f32 = 0.0;
+    for (var j: i32 = 0; j < 8; j += 1) {
+      let v2: i32 = b0[j];
+      let v3: bool = v2 != -1;
+      let v4: f32 = select(0.0, 1.0, v3);
+      acc0 = acc0 + v4;
+      let v5: f32 = b1[j];
+      let v6: f32 = log(v5);
+      let v7: f32 = b2[j];
+      let v8: f32 = v6 + v7;
+      let v9: f32 = b3[j];
+      let v10: f32 = v8 - v9;
+      let v11: f32 = v10 * v4;
+      acc1 = acc1 + v11;
+    }
+    let red12: f32 = acc0;
+    let red13: f32 = acc1;
+    let v14: f32 = b4[row];
+    let v15: f32 = max(v14, 1.0);
+    let v16: f32 = b6[row];
+    let v17: f32 = v16 / v15;
+    let v18: f32 = max(red12, 1.0);
+    let v19: f32 = red13 / v18;
+    let v20: f32 = v17 + v19;
     b5[row] = v15;
     b7[row] = v17;
     b8[row] = v18;
     b9[row] = v19;
     b10[row] = v20;
-  }
-  for (var j: i32 = lid; j < 8; j += 32) {
-    let v21: i32 = b0[j];
-    let v22: bool = v21 != -1;
-    b11[j] = select(0u, 1u, v22);
+    for (var j: i32 = 0; j < 8; j += 1) {
+      let v21: i32 = b0[j];
+      let v22: bool = v21 != -1;
+      b11[j] = select(0u, 1u, v22);
+    }
   }
 }

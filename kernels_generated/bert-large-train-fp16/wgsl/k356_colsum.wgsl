@@ -15,7 +15,7 @@
 //   binding 3 (read): %3327 max f32[]
 //   binding 4 (write): %3336 div f32[]
 
-// launch: 1 workgroups of 32 threads
+// launch: 1 workgroups of 256 threads
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
@@ -23,47 +23,27 @@
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
 @group(0) @binding(4) var<storage, read_write> b4: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 32>;
-
-@compute @workgroup_size(32)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 8; j += 32) {
-    let v1: f32 = b0[j];
-    let v2: f32 = b1[j];
-    let v3: bool = v1 >= v2;
-    let v4: f32 = select(0.0, 1.0, v3);
-    let v5: bool = b2[j] != 0u;
-    let v6: f32 = select(0.0, 1.0, v5);
-    let v7: f32 = v4 * v6;
-    acc0 = acc0 + v7;
-  }
-  // wg_reduce (sum -> red8): tree over 32 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red8: f32 = red_f32_0[0] + red_f32_0[1];
-  let v9: f32 = b3[row];
-  let v10: f32 = red8 / v9;
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 1) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 8; j += 1) {
+      let v1: f32 = b0[j];
+      let v2: f32 = b1[j];
+      let v3: bool = v1 >= v2;
+      let v4: f32 = select(0.0, 1.0, v3);
+      let v5: bool = b2[j] != 0u;
+      let v6: f32 = select(0.0, 1.0, v5);
+      let v7: f32 = v4 * v6;
+      acc0 = acc0 + v7;
+    }
+    let red8: f32 = acc0;
+    let v9: f32 = b3[row];
+    let v10: f32 = red8 / v9;
     b4[row] = v10;
   }
 }

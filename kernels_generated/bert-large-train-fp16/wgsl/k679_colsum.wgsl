@@ -7,47 +7,24 @@
 //   binding 0 (read): %6815 add f32[8,128,1024]
 //   binding 1 (write): %6817 reduce_sum f32[1,128,1024]
 
-// launch: 131072 workgroups of 32 threads as a 43691 x 3 grid (linear id = x + y * 43691)
+// launch: 512 workgroups of 256 threads
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read_write> b1: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 32>;
-
-@compute @workgroup_size(32)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
-  let wg = i32(group_id.x + group_id.y * 43691u);
-  if (wg >= 131072) {
-    return;
-  }
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 8; j += 32) {
-    let v1: f32 = b0[j * 131072 + row / 1024 * 1024 + row % 1024];
-    acc0 = acc0 + v1;
-  }
-  // wg_reduce (sum -> red2): tree over 32 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red2: f32 = red_f32_0[0] + red_f32_0[1];
-  if (lid == 0) {
+  let wg = i32(group_id.x);
+  let gid = wg * 256 + lid;
+  if (gid < 131072) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 8; j += 1) {
+      let v1: f32 = b0[j * 131072 + row / 1024 * 1024 + row % 1024];
+      acc0 = acc0 + v1;
+    }
+    let red2: f32 = acc0;
     b1[row] = red2;
   }
 }

@@ -15,7 +15,7 @@
 //   binding 4 (read): input learning_rate f32[1]
 //   binding 5 (write): %6834 sub f32[1024]
 
-// launch: 1024 workgroups of 256 threads
+// launch: 4 workgroups of 256 threads
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
@@ -24,57 +24,25 @@
 @group(0) @binding(4) var<storage, read> b4: array<f32>;
 @group(0) @binding(5) var<storage, read_write> b5: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 256>;
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v1: f32 = b0[j / 128 * 131072 + j % 128 * 1024 + row];
-    let v2: f32 = b1[j / 128 * 131072 + j % 128 * 1024 + row];
-    let v3: f32 = v1 * v2;
-    acc0 = acc0 + v3;
-  }
-  // wg_reduce (sum -> red4): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red4: f32 = red_f32_0[0] + red_f32_0[1];
-  let v5: f32 = b3[row];
-  let v6: f32 = b4[0];
-  let v7: f32 = v6 * red4;
-  let v8: f32 = v5 - v7;
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 1024) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v1: f32 = b0[j / 128 * 131072 + j % 128 * 1024 + row];
+      let v2: f32 = b1[j / 128 * 131072 + j % 128 * 1024 + row];
+      let v3: f32 = v1 * v2;
+      acc0 = acc0 + v3;
+    }
+    let red4: f32 = acc0;
+    let v5: f32 = b3[row];
+    let v6: f32 = b4[0];
+    let v7: f32 = v6 * red4;
+    let v8: f32 = v5 - v7;
     b2[row] = red4;
     b5[row] = v8;
   }
