@@ -9,6 +9,8 @@ import type { Graph } from "../ir/mod.ts";
 import type { Backend } from "../runtime/backend.ts";
 import { type GpuContext, openWebGPU } from "../runtime/webgpu/device.ts";
 import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
+import { formatProfile } from "../runtime/webgpu/timing.ts";
+import { readDebugFlags } from "../compiler/debug.ts";
 
 /** Kernels without their name and description, so identical fusions share code and a pipeline. */
 export const emitWGSLShared = (k: Kernel) => emitWGSL({ ...k, name: k.kind, about: [] });
@@ -49,6 +51,10 @@ export function webgpuBackend(ctx: GpuContext, opts: { fuse?: boolean } = {}): B
       }
       const { executor } = await c;
       const result = await executor.run(feeds, outputs);
+      // DEBUG=2: one line per kernel launch (time, GB/s, GFLOP/s), from a profiled re-run of the step.
+      if (readDebugFlags().level >= 2) {
+        for (const line of formatProfile(await executor.profile(1))) console.error(line);
+      }
       const out = new Map<string, Float32Array>();
       for (const [name, v] of Object.entries(result)) {
         out.set(name, v instanceof Float32Array ? v : Float32Array.from(v));
