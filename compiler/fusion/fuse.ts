@@ -121,7 +121,8 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     const isView = !isOutput[id] &&
       (inline[id] || readerKernels.size === 0 ||
         (opts.fuse
-          ? (isMovement(n.op) || n.op === "cast") && readerKernels.size > 1 && n.op !== "concat" && n.op !== "pad"
+          ? (isMovement(n.op) || n.op === "cast") && readerKernels.size > 1 && n.op !== "concat" &&
+            n.op !== "pad"
           : n.op === "reshape" || n.op === "broadcast")); // unfused: views as in eager frameworks
     if (isView) {
       // Each reader folds the index math in (views of a node read by several kernels make it a buffer).
