@@ -12,6 +12,7 @@ import { SafetensorsError } from "../runtime/checkpoint/safetensors.ts";
 import { InputError } from "../runtime/infer_input.ts";
 import { TokenizerError } from "../data/tokenizer/mod.ts";
 import { DatasetError } from "../data/finetune/mod.ts";
+import { DataError } from "../data/shards/errors.ts";
 import { DebugFlagError } from "../compiler/debug.ts";
 import { WebGPUBackendError } from "../engine/webgpu_backend.ts";
 
@@ -32,6 +33,7 @@ const USER_ERRORS = [
   IRError,
   TokenizerError,
   DatasetError,
+  DataError,
   DebugFlagError,
   WebGPUBackendError,
 ];
