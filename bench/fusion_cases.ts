@@ -85,48 +85,48 @@ export const FUSION_CASES: FusionCase[] = [
   },
   {
     name: "LayerNorm backward (row kernel for dx, column sums for dγ, dβ)",
-    body: (m) =>
+    body: (m, dt) =>
       layerNorm(
-        m.param("x", [B * S, H], "zeros"),
-        m.param("g", [H], "ones"),
-        m.param("b", [H], "zeros"),
+        m.param("x", [B * S, H], "zeros", dt),
+        m.param("g", [H], "ones", dt),
+        m.param("b", [H], "zeros", dt),
         1e-5,
       ),
     backward: true,
-    dtypes: ["f32"],
+    dtypes: ["f32", "f16"],
   },
   {
     name: "masked softmax + dropout, forward and backward",
-    body: (m) => {
-      const scores = m.param("scores", [B, 2, S, S], "zeros");
-      const mask = m.input("mask", "i32", [B, S]).cast("f32").sub(1).mul(10000).reshape([B, 1, 1, S]);
+    body: (m, dt) => {
+      const scores = m.param("scores", [B, 2, S, S], "zeros", dt);
+      const mask = m.input("mask", "i32", [B, S]).cast(dt).sub(1).mul(10000).reshape([B, 1, 1, S]);
       return dropout(softmax(scores, -1, mask), 0.25, m.input("rng_key", "u32", [2]));
     },
     backward: true,
-    dtypes: ["f32"],
+    dtypes: ["f32", "f16"],
     ints: { mask: (_r, i) => (i % S < S - 2 ? 1 : 0), rng_key: (r) => r.u32() },
   },
   {
     name: "cross-entropy forward and backward (ignored labels)",
-    body: (m) => {
-      const ce = crossEntropy(m.param("logits", [8, 50], "zeros"), m.input("labels", "i32", [8]), -1);
+    body: (m, dt) => {
+      const ce = crossEntropy(m.param("logits", [8, 50], "zeros", dt), m.input("labels", "i32", [8]), -1);
       return ce.loss.reshape([1]).add(ce.correct.reshape([1]));
     },
     backward: true,
-    dtypes: ["f32"],
+    dtypes: ["f32", "f16"],
     ints: { labels: (r, i) => (i === 3 ? -1 : r.int(0, 50)) },
   },
   {
     name: "GEMM epilogue: linear + bias + GELU + dropout + residual, forward and backward",
-    body: (m) => {
-      const x = m.param("x", [B, S, H], "zeros");
-      const w = m.param("w", [H, H], "zeros");
-      const b = m.param("bias", [H], "zeros");
+    body: (m, dt) => {
+      const x = m.param("x", [B, S, H], "zeros", dt);
+      const w = m.param("w", [H, H], "zeros", dt);
+      const b = m.param("bias", [H], "zeros", dt);
       const y = dropout(gelu(linear(x, w, b)), 0.1, m.input("rng_key", "u32", [2]));
       return y.add(x);
     },
     backward: true,
-    dtypes: ["f32"],
+    dtypes: ["f32", "f16"],
     ints: { rng_key: (r) => r.u32() },
   },
   {
@@ -142,26 +142,31 @@ export const FUSION_CASES: FusionCase[] = [
   },
   {
     name: "batched GEMMs through permutes (attention heads), forward and backward",
-    body: (m) => {
+    body: (m, dt) => {
       const heads = (t: Tensor) => t.reshape([B, S, 2, H / 2]).permute([0, 2, 1, 3]);
-      const q = heads(m.param("q", [B, S, H], "zeros"));
-      const k = heads(m.param("k", [B, S, H], "zeros"));
-      const v = heads(m.param("v", [B, S, H], "zeros"));
+      const q = heads(m.param("q", [B, S, H], "zeros", dt));
+      const k = heads(m.param("k", [B, S, H], "zeros", dt));
+      const v = heads(m.param("v", [B, S, H], "zeros", dt));
       const p = softmax(q.matmul(k, { transposeB: true }).mul(0.25), -1);
       return p.matmul(v).permute([0, 2, 1, 3]).reshape([B, S, H]);
     },
     backward: true,
-    dtypes: ["f32"],
+    dtypes: ["f32", "f16"],
   },
   {
     name: "embedding gather + LayerNorm, and the scatter-add of its backward",
-    body: (m) => {
-      const table = m.param("table", [40, H], "zeros");
+    body: (m, dt) => {
+      const table = m.param("table", [40, H], "zeros", dt);
       const ids = m.input("ids", "i32", [B, S]);
-      return layerNorm(table.gather(ids), m.param("g", [H], "ones"), m.param("b", [H], "zeros"), 1e-5);
+      return layerNorm(
+        table.gather(ids),
+        m.param("g", [H], "ones", dt),
+        m.param("b", [H], "zeros", dt),
+        1e-5,
+      );
     },
     backward: true,
-    dtypes: ["f32"],
+    dtypes: ["f32", "f16"],
     ints: { ids: (r) => r.int(0, 40) },
   },
 ];
