@@ -9,6 +9,7 @@ import type { Graph } from "../ir/mod.ts";
 import tiny from "../models/bert-tiny.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import { layerGraph } from "./util/layer_graph.ts";
+import { crossEntropy, ModelBuilder } from "../dsl/mod.ts";
 
 function kindsOf(r: FusionResult): Record<string, number> {
   const out: Record<string, number> = {};
@@ -131,4 +132,22 @@ Deno.test("fusion: a reduction read through a permute is not fused (it would be 
       }
     }
   }
+});
+
+Deno.test("fusion: cross-entropy's row reductions (max, log-sum-exp, picked logit, argmax) share one kernel", () => {
+  const m = new ModelBuilder("xent");
+  const logits = m.input("x", "f32", [16, 50]).matmul(m.param("w", [50, 50], "zeros")).add(
+    m.param("b", [50], "zeros"),
+  );
+  const ce = crossEntropy(logits, m.input("labels", "i32", [16]), -1);
+  m.output("loss", ce.loss);
+  m.output("correct", ce.correct);
+  const r = fuseGraph(m.graph, { fuse: true });
+  assertValidSchedule(m.graph, r);
+  const rowKernels = r.kernels.filter((k) => k.kind === "reduce" && k.space.join() === "16,50");
+  // Ideal: 1 — the GEMM with its bias epilogue, one row kernel, and the final sums over the rows (here
+  // 2 small kernels: the loss and the accuracy sums do not read a common tensor, so they stay apart).
+  assert.equal(rowKernels.length, 1);
+  assert.equal(r.kernels.filter((k) => k.kind === "matmul").length, 1);
+  assert.ok(r.kernels.length <= 4, `${r.kernels.length} kernels`);
 });

@@ -13,6 +13,7 @@
  */
 import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
 import { isElementwise, isMovement } from "../../ir/ops.ts";
+import { mergeSiblings } from "./siblings.ts";
 import { ANY, describeNeeds, ELEM, OPERAND, operandNeed, parseRowCandidate, ROW, usersOf } from "./needs.ts";
 import {
   type FusedKernel,
@@ -134,6 +135,23 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
       newKernel(id);
       continue;
     }
+    // A value written anyway that directly consumes a GEMM read by nothing else: keep it as the root of
+    // its own kernel, so the GEMM can take it as its epilogue (joining a reader would strand the GEMM).
+    if (
+      (readerKernels.size > 1 || isOutput[id]) && isElementwise(n.op) &&
+      n.inputs.some((i) => nodes[i].op === "matmul" && users[i].length === 1 && !isOutput[i])
+    ) {
+      for (const k of readerKernels) {
+        decisions.push({
+          producer: id,
+          consumerKernel: k,
+          ok: false,
+          reason: "kept as the epilogue of its GEMM",
+        });
+      }
+      newKernel(id);
+      continue;
+    }
     // Several readers (or a graph output): the value must be written to a buffer anyway, so compute it
     // in the earliest reader and write it from there (multi-output fusion). Only the earliest, so every
     // other reader still runs after the kernel that writes it.
@@ -181,13 +199,14 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
   const materialized = new Set<NodeId>();
   for (const n of nodes) if (isBuffer(n.op)) materialized.add(n.id);
   for (const k of scheduled) for (const r of k.roots) materialized.add(r);
-  return {
+  const result: FusionResult = {
     kernels: scheduled,
     kernelOf,
     materialized,
     decisions: decisions.map((d) => ({ ...d, consumerKernel: renumber[d.consumerKernel] })),
     fuelRefusals,
   };
+  return opts.fuse ? mergeSiblings(g, result, opts.takeFuel) : result;
 }
 
 /**
@@ -291,5 +310,10 @@ function storableHere(g: Graph, id: NodeId, k: FusedKernel, need: ReadonlySet<Ne
   const only = need.size === 1 ? [...need][0] : undefined;
   if (only === ELEM && size === numel(k.space)) return YES;
   if (only === ROW && k.kind === "reduce") return YES;
+  // Read through a broadcast from this reduce kernel's rows: that is a row-level value here.
+  const rc = only === undefined ? undefined : parseRowCandidate(only);
+  if (rc && k.kind === "reduce" && sameShape(rc.shape, k.space) && rc.axes.join() === k.axes!.join()) {
+    return YES;
+  }
   return no(`it is read as ${describeNeeds(need)} here, so this kernel cannot also write it`);
 }

@@ -2,78 +2,51 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k349_rowsum
 // What the first of them fuses:
-//   reduce kernel over [160,30522] reducing axes [1]
-//   %3284 broadcast f32[160,30522] (models/bert.ts:156)
-//   %3285 sub f32[160,30522] (models/bert.ts:156)
-//   %3286 exp f32[160,30522] (models/bert.ts:156) -> written
-//   %3287 reduce_sum f32[160,1] (models/bert.ts:156) -> written
-//   binding 0 (read): %3267 add f32[160,30522]
-//   binding 1 (read): %3283 stop_gradient f32[160,1]
-//   binding 2 (write): %3287 reduce_sum f32[160,1]
-//   binding 3 (write): %3286 exp f32[160,30522]
+//   reduce kernel over [8,2] reducing axes [1]
+//   %3218 cast f32[8,2] (models/bert.ts:144)
+//   %3220 add f32[8,2] (models/bert.ts:144) -> written
+//   %3307 where f32[8,2] (models/bert.ts:157)
+//   %3308 reduce_sum f32[8,1] (models/bert.ts:157) -> written
+//   binding 0 (read): input next_sentence_labels i32[8]
+//   binding 1 (read): %3217 matmul f16[8,2]
+//   binding 2 (read): param cls.seq_relationship.bias f32[2]
+//   binding 3 (write): %3308 reduce_sum f32[8,1]
+//   binding 4 (write): %3220 add f32[8,2]
 
-// launch: 160 workgroups of 256 threads
+// launch: 1 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read> b0: array<f32>;
-@group(0) @binding(1) var<storage, read> b1: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
+enable f16;
+
+@group(0) @binding(0) var<storage, read> b0: array<i32>;
+@group(0) @binding(1) var<storage, read> b1: array<f16>;
+@group(0) @binding(2) var<storage, read> b2: array<f32>;
 @group(0) @binding(3) var<storage, read_write> b3: array<f32>;
-
-var<workgroup> red_f32_0: array<f32, 256>;
+@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 30522; j += 256) {
-    let v1: f32 = b0[row * 30522 + j];
-    let v2: f32 = b1[row];
-    let v3: f32 = v1 - v2;
-    let v4: f32 = exp(v3);
-    acc0 = acc0 + v4;
-  }
-  // wg_reduce (sum -> red5): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red5: f32 = red_f32_0[0] + red_f32_0[1];
-  if (lid == 0) {
-    b2[row] = red5;
-  }
-  for (var j: i32 = lid; j < 30522; j += 256) {
-    let v6: f32 = b0[row * 30522 + j];
-    let v7: f32 = b1[row];
-    let v8: f32 = v6 - v7;
-    let v9: f32 = exp(v8);
-    b3[row * 30522 + j] = v9;
+  let gid = wg * 256 + lid;
+  if (gid < 8) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 2; j += 1) {
+      let v1: i32 = b0[row];
+      let v2: bool = j == v1;
+      let v3: f32 = f32(b1[row * 2 + j]);
+      let v4: f32 = b2[j];
+      let v5: f32 = v3 + v4;
+      let v6: f32 = select(0.0, v5, v2);
+      acc0 = acc0 + v6;
+    }
+    let red7: f32 = acc0;
+    b3[row] = red7;
+    for (var j: i32 = 0; j < 2; j += 1) {
+      let v8: f32 = f32(b1[row * 2 + j]);
+      let v9: f32 = b2[j];
+      let v10: f32 = v8 + v9;
+      b4[row * 2 + j] = v10;
+    }
   }
 }

@@ -2,19 +2,20 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k359_matmul
 // What the first of them fuses:
-//   matmul kernel over [160,1024]
-//   %3362 matmul f16[160,1024] (models/bert.ts:139) -> written
-//   binding 0 (read): %3358 add f32[160,30522]
-//   binding 1 (read): param bert.embeddings.word_embeddings.weight f32[30522,1024]
-//   binding 2 (write): %3362 matmul f16[160,1024]
+//   matmul kernel over [1024,1024]
+//   %3405 matmul f16[1024,1024] (models/bert.ts:140)
+//   %3406 cast f32[1024,1024] (models/bert.ts:140) -> written
+//   binding 0 (read): %3399 add f32[160,1024]
+//   binding 1 (read): %3230 gather f32[160,1024]
+//   binding 2 (write): %3406 cast f32[1024,1024]
 
-// launch: 16 workgroups of 64 threads
+// launch: 64 workgroups of 64 threads
 
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f16>;
+@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
 
 var<workgroup> As: array<f32, 1032>;
 var<workgroup> Bs: array<f32, 1024>;
@@ -287,39 +288,39 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_15_15: f32 = 0.0;
   let mm_af: i32 = lid % 8;
   let mm_as: i32 = lid / 8;
-  for (var mm_k0: i32 = 0; mm_k0 < 30522; mm_k0 += 8) {
-    As[mm_af * 129 + mm_as] = select(0.0, f32(f16(b0[min(mm_row0 + mm_as, 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + mm_as < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 8)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 8), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 8) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 16)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 16), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 16) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 24)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 24), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 24) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 32)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 32), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 32) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 40)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 40), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 40) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 48)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 48), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 48) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 56)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 56), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 56) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 64)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 64), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 64) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 72)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 72), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 72) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 80)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 80), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 80) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 88)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 88), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 88) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 96)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 96), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 96) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 104)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 104), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 104) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 112)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 112), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 112) < 160 && mm_k0 + mm_af < 30522);
-    As[mm_af * 129 + (mm_as + 120)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 120), 159) * 30522 + min(mm_k0 + mm_af, 30521)])), mm_row0 + (mm_as + 120) < 160 && mm_k0 + mm_af < 30522);
-    Bs[lid / 128 * 128 + lid % 128] = select(0.0, f32(f16(b1[min(mm_k0 + lid / 128, 30521) * 1024 + (mm_col0 + lid % 128)])), mm_k0 + lid / 128 < 30522);
-    Bs[(lid + 64) / 128 * 128 + (lid + 64) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 64) / 128, 30521) * 1024 + (mm_col0 + (lid + 64) % 128)])), mm_k0 + (lid + 64) / 128 < 30522);
-    Bs[(lid + 128) / 128 * 128 + (lid + 128) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 128) / 128, 30521) * 1024 + (mm_col0 + (lid + 128) % 128)])), mm_k0 + (lid + 128) / 128 < 30522);
-    Bs[(lid + 192) / 128 * 128 + (lid + 192) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 192) / 128, 30521) * 1024 + (mm_col0 + (lid + 192) % 128)])), mm_k0 + (lid + 192) / 128 < 30522);
-    Bs[(lid + 256) / 128 * 128 + (lid + 256) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 256) / 128, 30521) * 1024 + (mm_col0 + (lid + 256) % 128)])), mm_k0 + (lid + 256) / 128 < 30522);
-    Bs[(lid + 320) / 128 * 128 + (lid + 320) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 320) / 128, 30521) * 1024 + (mm_col0 + (lid + 320) % 128)])), mm_k0 + (lid + 320) / 128 < 30522);
-    Bs[(lid + 384) / 128 * 128 + (lid + 384) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 384) / 128, 30521) * 1024 + (mm_col0 + (lid + 384) % 128)])), mm_k0 + (lid + 384) / 128 < 30522);
-    Bs[(lid + 448) / 128 * 128 + (lid + 448) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 448) / 128, 30521) * 1024 + (mm_col0 + (lid + 448) % 128)])), mm_k0 + (lid + 448) / 128 < 30522);
-    Bs[(lid + 512) / 128 * 128 + (lid + 512) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 512) / 128, 30521) * 1024 + (mm_col0 + (lid + 512) % 128)])), mm_k0 + (lid + 512) / 128 < 30522);
-    Bs[(lid + 576) / 128 * 128 + (lid + 576) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 576) / 128, 30521) * 1024 + (mm_col0 + (lid + 576) % 128)])), mm_k0 + (lid + 576) / 128 < 30522);
-    Bs[(lid + 640) / 128 * 128 + (lid + 640) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 640) / 128, 30521) * 1024 + (mm_col0 + (lid + 640) % 128)])), mm_k0 + (lid + 640) / 128 < 30522);
-    Bs[(lid + 704) / 128 * 128 + (lid + 704) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 704) / 128, 30521) * 1024 + (mm_col0 + (lid + 704) % 128)])), mm_k0 + (lid + 704) / 128 < 30522);
-    Bs[(lid + 768) / 128 * 128 + (lid + 768) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 768) / 128, 30521) * 1024 + (mm_col0 + (lid + 768) % 128)])), mm_k0 + (lid + 768) / 128 < 30522);
-    Bs[(lid + 832) / 128 * 128 + (lid + 832) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 832) / 128, 30521) * 1024 + (mm_col0 + (lid + 832) % 128)])), mm_k0 + (lid + 832) / 128 < 30522);
-    Bs[(lid + 896) / 128 * 128 + (lid + 896) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 896) / 128, 30521) * 1024 + (mm_col0 + (lid + 896) % 128)])), mm_k0 + (lid + 896) / 128 < 30522);
-    Bs[(lid + 960) / 128 * 128 + (lid + 960) % 128] = select(0.0, f32(f16(b1[min(mm_k0 + (lid + 960) / 128, 30521) * 1024 + (mm_col0 + (lid + 960) % 128)])), mm_k0 + (lid + 960) / 128 < 30522);
+  for (var mm_k0: i32 = 0; mm_k0 < 160; mm_k0 += 8) {
+    As[mm_af * 129 + mm_as] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + mm_as)]));
+    As[mm_af * 129 + (mm_as + 8)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 8))]));
+    As[mm_af * 129 + (mm_as + 16)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 16))]));
+    As[mm_af * 129 + (mm_as + 24)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 24))]));
+    As[mm_af * 129 + (mm_as + 32)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 32))]));
+    As[mm_af * 129 + (mm_as + 40)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 40))]));
+    As[mm_af * 129 + (mm_as + 48)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 48))]));
+    As[mm_af * 129 + (mm_as + 56)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 56))]));
+    As[mm_af * 129 + (mm_as + 64)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 64))]));
+    As[mm_af * 129 + (mm_as + 72)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 72))]));
+    As[mm_af * 129 + (mm_as + 80)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 80))]));
+    As[mm_af * 129 + (mm_as + 88)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 88))]));
+    As[mm_af * 129 + (mm_as + 96)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 96))]));
+    As[mm_af * 129 + (mm_as + 104)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 104))]));
+    As[mm_af * 129 + (mm_as + 112)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 112))]));
+    As[mm_af * 129 + (mm_as + 120)] = f32(f16(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 120))]));
+    Bs[lid / 128 * 128 + lid % 128] = f32(f16(b1[(mm_k0 + lid / 128) * 1024 + (mm_col0 + lid % 128)]));
+    Bs[(lid + 64) / 128 * 128 + (lid + 64) % 128] = f32(f16(b1[(mm_k0 + (lid + 64) / 128) * 1024 + (mm_col0 + (lid + 64) % 128)]));
+    Bs[(lid + 128) / 128 * 128 + (lid + 128) % 128] = f32(f16(b1[(mm_k0 + (lid + 128) / 128) * 1024 + (mm_col0 + (lid + 128) % 128)]));
+    Bs[(lid + 192) / 128 * 128 + (lid + 192) % 128] = f32(f16(b1[(mm_k0 + (lid + 192) / 128) * 1024 + (mm_col0 + (lid + 192) % 128)]));
+    Bs[(lid + 256) / 128 * 128 + (lid + 256) % 128] = f32(f16(b1[(mm_k0 + (lid + 256) / 128) * 1024 + (mm_col0 + (lid + 256) % 128)]));
+    Bs[(lid + 320) / 128 * 128 + (lid + 320) % 128] = f32(f16(b1[(mm_k0 + (lid + 320) / 128) * 1024 + (mm_col0 + (lid + 320) % 128)]));
+    Bs[(lid + 384) / 128 * 128 + (lid + 384) % 128] = f32(f16(b1[(mm_k0 + (lid + 384) / 128) * 1024 + (mm_col0 + (lid + 384) % 128)]));
+    Bs[(lid + 448) / 128 * 128 + (lid + 448) % 128] = f32(f16(b1[(mm_k0 + (lid + 448) / 128) * 1024 + (mm_col0 + (lid + 448) % 128)]));
+    Bs[(lid + 512) / 128 * 128 + (lid + 512) % 128] = f32(f16(b1[(mm_k0 + (lid + 512) / 128) * 1024 + (mm_col0 + (lid + 512) % 128)]));
+    Bs[(lid + 576) / 128 * 128 + (lid + 576) % 128] = f32(f16(b1[(mm_k0 + (lid + 576) / 128) * 1024 + (mm_col0 + (lid + 576) % 128)]));
+    Bs[(lid + 640) / 128 * 128 + (lid + 640) % 128] = f32(f16(b1[(mm_k0 + (lid + 640) / 128) * 1024 + (mm_col0 + (lid + 640) % 128)]));
+    Bs[(lid + 704) / 128 * 128 + (lid + 704) % 128] = f32(f16(b1[(mm_k0 + (lid + 704) / 128) * 1024 + (mm_col0 + (lid + 704) % 128)]));
+    Bs[(lid + 768) / 128 * 128 + (lid + 768) % 128] = f32(f16(b1[(mm_k0 + (lid + 768) / 128) * 1024 + (mm_col0 + (lid + 768) % 128)]));
+    Bs[(lid + 832) / 128 * 128 + (lid + 832) % 128] = f32(f16(b1[(mm_k0 + (lid + 832) / 128) * 1024 + (mm_col0 + (lid + 832) % 128)]));
+    Bs[(lid + 896) / 128 * 128 + (lid + 896) % 128] = f32(f16(b1[(mm_k0 + (lid + 896) / 128) * 1024 + (mm_col0 + (lid + 896) % 128)]));
+    Bs[(lid + 960) / 128 * 128 + (lid + 960) % 128] = f32(f16(b1[(mm_k0 + (lid + 960) / 128) * 1024 + (mm_col0 + (lid + 960) % 128)]));
     workgroupBarrier();
     for (var mm_kk: i32 = 0; mm_kk < 8; mm_kk += 1) {
       let mm_av0: f32 = As[mm_kk * 129 + mm_ty];
@@ -635,10 +636,8 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let mm_e: i32 = lid + mm_q * 64;
       let mm_row: i32 = mm_row0 + mm_p * 8 + mm_e / 128;
       let mm_col: i32 = mm_col0 + mm_e % 128;
-      if (mm_row < 160) {
-        let mm_out: f32 = Cs[mm_e];
-        b2[mm_row * 1024 + mm_col] = f16(mm_out);
-      }
+      let mm_out: f32 = Cs[mm_e];
+      b2[mm_row * 1024 + mm_col] = mm_out;
     }
     workgroupBarrier();
   }

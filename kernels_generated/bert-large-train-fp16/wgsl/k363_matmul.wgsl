@@ -3,15 +3,10 @@
 // Used by 1 kernel: k363_matmul
 // What the first of them fuses:
 //   matmul kernel over [8,1024]
-//   %3412 matmul f16[8,1024] (models/bert.ts:144)
-//   %3413 cast f32[8,1024] (models/bert.ts:144)
-//   %3417 mul f32[8,1024] (models/bert.ts:129)
-//   %3418 sub f32[8,1024] (models/bert.ts:129)
-//   %3419 mul f32[8,1024] (models/bert.ts:129) -> written
-//   binding 0 (read): %3347 add f32[8,2]
-//   binding 1 (read): param cls.seq_relationship.weight f32[2,1024]
-//   binding 2 (write): %3419 mul f32[8,1024]
-//   binding 3 (read): %3214 tanh f32[8,1024]
+//   %3423 matmul f16[8,1024] (models/bert.ts:129) -> written
+//   binding 0 (read): %3419 mul f32[8,1024]
+//   binding 1 (read): param bert.pooler.dense.weight f32[1024,1024]
+//   binding 2 (write): %3423 matmul f16[8,1024]
 
 // launch: 64 workgroups of 64 threads
 
@@ -19,17 +14,16 @@ enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
-@group(0) @binding(3) var<storage, read> b3: array<f32>;
+@group(0) @binding(2) var<storage, read_write> b2: array<f16>;
 
-var<workgroup> As: array<f32, 68>;
-var<workgroup> Bs: array<f32, 64>;
+var<workgroup> As: array<f32, 272>;
+var<workgroup> Bs: array<f32, 256>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  // tile 16x16x4, 2x2 per thread, 64 threads
+  // tile 16x16x16, 2x2 per thread, 64 threads
   let mm_row0: i32 = wg / 64 * 16;
   let mm_col0: i32 = wg % 64 * 16;
   let mm_tx: i32 = lid % 8;
@@ -38,15 +32,21 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_0_1: f32 = 0.0;
   var mm_acc_1_0: f32 = 0.0;
   var mm_acc_1_1: f32 = 0.0;
-  let mm_af: i32 = lid % 4;
-  let mm_as: i32 = lid / 4;
+  let mm_af: i32 = lid % 16;
+  let mm_as: i32 = lid / 16;
   let mm_bf: i32 = lid % 16;
   let mm_bs: i32 = lid / 16;
-  for (var mm_k0: i32 = 0; mm_k0 < 2; mm_k0 += 4) {
-    As[mm_af * 17 + mm_as] = select(0.0, f32(f16(b0[min(mm_row0 + mm_as, 7) * 2 + min(mm_k0 + mm_af, 1)])), mm_row0 + mm_as < 8 && mm_k0 + mm_af < 2);
-    Bs[mm_bs * 16 + mm_bf] = select(0.0, f32(f16(b1[min(mm_k0 + mm_bs, 1) * 1024 + (mm_col0 + mm_bf)])), mm_k0 + mm_bs < 2);
+  for (var mm_k0: i32 = 0; mm_k0 < 1024; mm_k0 += 16) {
+    As[mm_af * 17 + mm_as] = select(0.0, f32(f16(b0[min(mm_row0 + mm_as, 7) * 1024 + (mm_k0 + mm_af)])), mm_row0 + mm_as < 8);
+    As[mm_af * 17 + (mm_as + 4)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 4), 7) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 4) < 8);
+    As[mm_af * 17 + (mm_as + 8)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 8), 7) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 8) < 8);
+    As[mm_af * 17 + (mm_as + 12)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 12), 7) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 12) < 8);
+    Bs[mm_bs * 16 + mm_bf] = f32(f16(b1[(mm_k0 + mm_bs) * 1024 + (mm_col0 + mm_bf)]));
+    Bs[(mm_bs + 4) * 16 + mm_bf] = f32(f16(b1[(mm_k0 + (mm_bs + 4)) * 1024 + (mm_col0 + mm_bf)]));
+    Bs[(mm_bs + 8) * 16 + mm_bf] = f32(f16(b1[(mm_k0 + (mm_bs + 8)) * 1024 + (mm_col0 + mm_bf)]));
+    Bs[(mm_bs + 12) * 16 + mm_bf] = f32(f16(b1[(mm_k0 + (mm_bs + 12)) * 1024 + (mm_col0 + mm_bf)]));
     workgroupBarrier();
-    for (var mm_kk: i32 = 0; mm_kk < 4; mm_kk += 1) {
+    for (var mm_kk: i32 = 0; mm_kk < 16; mm_kk += 1) {
       let mm_av0: f32 = As[mm_kk * 17 + mm_ty];
       let mm_av1: f32 = As[mm_kk * 17 + mm_ty + 8];
       let mm_bv0: f32 = Bs[mm_kk * 16 + mm_tx];
@@ -61,31 +61,15 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let mm_r0: i32 = mm_row0 + mm_ty;
   if (mm_r0 < 8) {
     let mm_c0_0: i32 = mm_col0 + mm_tx;
-    let v4: f32 = b3[mm_r0 * 1024 + mm_c0_0];
-    let v5: f32 = v4 * v4;
-    let v6: f32 = 1.0 - v5;
-    let v7: f32 = mm_acc_0_0 * v6;
-    b2[mm_r0 * 1024 + mm_c0_0] = v7;
+    b2[mm_r0 * 1024 + mm_c0_0] = f16(mm_acc_0_0);
     let mm_c0_1: i32 = mm_col0 + mm_tx + 8;
-    let v8: f32 = b3[mm_r0 * 1024 + mm_c0_1];
-    let v9: f32 = v8 * v8;
-    let v10: f32 = 1.0 - v9;
-    let v11: f32 = mm_acc_0_1 * v10;
-    b2[mm_r0 * 1024 + mm_c0_1] = v11;
+    b2[mm_r0 * 1024 + mm_c0_1] = f16(mm_acc_0_1);
   }
   let mm_r1: i32 = mm_row0 + mm_ty + 8;
   if (mm_r1 < 8) {
     let mm_c1_0: i32 = mm_col0 + mm_tx;
-    let v12: f32 = b3[mm_r1 * 1024 + mm_c1_0];
-    let v13: f32 = v12 * v12;
-    let v14: f32 = 1.0 - v13;
-    let v15: f32 = mm_acc_1_0 * v14;
-    b2[mm_r1 * 1024 + mm_c1_0] = v15;
+    b2[mm_r1 * 1024 + mm_c1_0] = f16(mm_acc_1_0);
     let mm_c1_1: i32 = mm_col0 + mm_tx + 8;
-    let v16: f32 = b3[mm_r1 * 1024 + mm_c1_1];
-    let v17: f32 = v16 * v16;
-    let v18: f32 = 1.0 - v17;
-    let v19: f32 = mm_acc_1_1 * v18;
-    b2[mm_r1 * 1024 + mm_c1_1] = v19;
+    b2[mm_r1 * 1024 + mm_c1_1] = f16(mm_acc_1_1);
   }
 }

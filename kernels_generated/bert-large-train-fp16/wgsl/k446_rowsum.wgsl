@@ -3,37 +3,37 @@
 // Used by 1 kernel: k446_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %4320 cast f32[1024,1024] (models/bert.ts:246)
-//   %4323 reshape f32[8,128,1024] (models/bert.ts:246)
-//   %4324 add f32[8,128,1024] (models/bert.ts:246) -> written
-//   %4327 mul f32[8,128,1024] (models/bert.ts:221)
-//   %4331 mul f32[8,128,1024] (models/bert.ts:221)
-//   %4332 mul f32[8,128,1024] (models/bert.ts:221)
-//   %4333 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %4334 mul f32[8,128,1] (models/bert.ts:221)
-//   %4335 div f32[8,128,1] (models/bert.ts:221)
-//   %4336 mul f32[8,128,1] (models/bert.ts:221)
-//   %4337 mul f32[8,128,1] (models/bert.ts:221)
-//   %4338 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4339 mul f32[8,128,1024] (models/bert.ts:221)
-//   %4340 add f32[8,128,1024] (models/bert.ts:221)
-//   %4341 add f32[8,128,1024] (models/bert.ts:221)
-//   %4342 neg f32[8,128,1024] (models/bert.ts:221)
-//   %4343 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %4344 mul f32[8,128,1] (models/bert.ts:221)
-//   %4345 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4346 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4347 where f32[8,128,1024] (models/bert.ts:222)
-//   %4348 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   binding 0 (read): %4293 add f32[8,128,1024]
-//   binding 1 (read): %4319 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.17.attention.output.LayerNorm.weight f32[1024]
-//   binding 3 (read): %2358 sub f32[8,128,1024]
-//   binding 4 (read): %2363 rsqrt f32[8,128,1]
-//   binding 5 (read): %2362 add f32[8,128,1]
-//   binding 6 (write): %4324 add f32[8,128,1024]
-//   binding 7 (write): %4346 add f32[8,128,1024]
-//   binding 8 (write): %4348 mul f32[8,128,1024]
+//   %4040 cast f32[1024,1024] (models/bert.ts:246)
+//   %4043 reshape f32[8,128,1024] (models/bert.ts:246)
+//   %4044 add f32[8,128,1024] (models/bert.ts:246) -> written
+//   %4047 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4051 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4052 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4053 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %4054 mul f32[8,128,1] (models/bert.ts:221)
+//   %4055 div f32[8,128,1] (models/bert.ts:221)
+//   %4056 mul f32[8,128,1] (models/bert.ts:221)
+//   %4057 mul f32[8,128,1] (models/bert.ts:221)
+//   %4058 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %4059 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4060 add f32[8,128,1024] (models/bert.ts:221)
+//   %4061 add f32[8,128,1024] (models/bert.ts:221)
+//   %4062 neg f32[8,128,1024] (models/bert.ts:221)
+//   %4063 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %4064 mul f32[8,128,1] (models/bert.ts:221)
+//   %4065 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %4066 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %4067 where f32[8,128,1024] (models/bert.ts:222)
+//   %4068 mul f32[8,128,1024] (models/bert.ts:222) -> written
+//   binding 0 (read): %4013 add f32[8,128,1024]
+//   binding 1 (read): %4039 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.19.attention.output.LayerNorm.weight f32[1024]
+//   binding 3 (read): %2620 sub f32[8,128,1024]
+//   binding 4 (read): %2625 rsqrt f32[8,128,1]
+//   binding 5 (read): %2624 add f32[8,128,1]
+//   binding 6 (write): %4044 add f32[8,128,1024]
+//   binding 7 (write): %4066 add f32[8,128,1024]
+//   binding 8 (write): %4068 mul f32[8,128,1024]
 //   binding 9 (read): input rng_key u32[2]
 
 // launch: 1024 workgroups of 256 threads
@@ -216,7 +216,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     b7[row * 1024 + j] = v45;
     let v46: u32 = b9[0];
     let v47: u32 = b9[1];
-    let v48: f32 = bf_philox(v46, v47, 53u, u32(row * 1024 + j));
+    let v48: f32 = bf_philox(v46, v47, 59u, u32(row * 1024 + j));
     let v49: bool = v48 >= 0.1;
     let v50: f32 = select(0.0, v45, v49);
     let v51: f32 = v50 * 1.1111112;

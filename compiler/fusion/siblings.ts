@@ -1,0 +1,147 @@
+/**
+ * Sibling fusion: after producer-consumer fusion, kernels that iterate over the same space and read a
+ * common tensor are merged into one multi-output kernel, which reads the shared tensor once and saves a
+ * launch. The typical cases are the reductions of one row space — cross-entropy's log-sum-exp, the picked
+ * logit and the accuracy's row maximum; LayerNorm backward's dγ and dβ column sums — which consumer-first
+ * fusion leaves apart because none reads another.
+ *
+ * Two kernels may merge only when neither depends on the other, directly or through other kernels (else
+ * the merged kernel would read its own output), and the schedule is then recomputed as a topological order.
+ */
+import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
+import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
+
+/** A merged kernel binds at most this many buffers (desktop WebGPU adapters allow at least 16). */
+export const MAX_SIBLING_BINDINGS = 12;
+
+/** The materialized nodes a kernel reads (looking through inline nodes and views). */
+function readsOf(g: Graph, r: FusionResult, k: FusedKernel): Set<NodeId> {
+  const out = new Set<NodeId>();
+  const seen = new Set<NodeId>();
+  const visit = (x: NodeId) => {
+    if (seen.has(x)) return;
+    seen.add(x);
+    if (k.members.has(x)) {
+      g.nodes[x].inputs.forEach(visit);
+    } else if (r.materialized.has(x)) {
+      out.add(x);
+    } else {
+      g.nodes[x].inputs.forEach(visit); // inline or view: computed here from what it reads
+    }
+  };
+  for (const m of k.members) g.nodes[m].inputs.forEach(visit);
+  return out;
+}
+
+function sameSpace(a: FusedKernel, b: FusedKernel): boolean {
+  if (a.kind === "reduce" && b.kind === "reduce") {
+    return sameShape(a.space, b.space) && a.axes!.join() === b.axes!.join();
+  }
+  if (a.kind === "loop" && b.kind === "loop") return numel(a.space) === numel(b.space);
+  return false;
+}
+
+export function mergeSiblings(g: Graph, r: FusionResult, takeFuel?: () => boolean): FusionResult {
+  const kernels = r.kernels.map((k) => ({ ...k, members: new Set(k.members), roots: [...k.roots] }));
+  const alive = kernels.map(() => true);
+  const reads = kernels.map((k) => readsOf(g, r, k));
+  const writerOf = new Map<NodeId, number>();
+  kernels.forEach((k, i) => k.roots.forEach((x) => writerOf.set(x, i)));
+  const decisions: FusionDecision[] = [...r.decisions];
+
+  /** Kernels a kernel reads from. */
+  const preds = (i: number) => {
+    const p = new Set<number>();
+    for (const x of reads[i]) {
+      const w = writerOf.get(x);
+      if (w !== undefined && w !== i) p.add(w);
+    }
+    return p;
+  };
+  /** Is kernel `to` reachable from `from` along read edges (from writes something `to` needs)? */
+  const dependsOn = (to: number, from: number): boolean => {
+    const stack = [to];
+    const seen = new Set<number>();
+    while (stack.length) {
+      const x = stack.pop()!;
+      for (const p of preds(x)) {
+        if (p === from) return true;
+        if (!seen.has(p)) {
+          seen.add(p);
+          stack.push(p);
+        }
+      }
+    }
+    return false;
+  };
+
+  // Group candidates by (space, axes) and try to merge each with the earlier ones sharing a read.
+  const byReads = new Map<NodeId, number[]>();
+  kernels.forEach((_, i) => reads[i].forEach((x) => byReads.set(x, [...(byReads.get(x) ?? []), i])));
+  for (let i = 0; i < kernels.length; i++) {
+    if (!alive[i] || (kernels[i].kind !== "reduce" && kernels[i].kind !== "loop")) continue;
+    for (const x of [...reads[i]].sort((a, b) => a - b)) {
+      for (const j of byReads.get(x) ?? []) {
+        if (j <= i || !alive[j] || !alive[i] || !sameSpace(kernels[i], kernels[j])) continue;
+        const bindings = new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]);
+        for (const root of [...kernels[i].roots, ...kernels[j].roots]) bindings.delete(root);
+        const count = bindings.size + kernels[i].roots.length + kernels[j].roots.length;
+        if (count > MAX_SIBLING_BINDINGS) {
+          decisions.push({
+            producer: kernels[j].roots[0],
+            consumerKernel: i,
+            ok: false,
+            reason: `sibling merge would bind ${count} buffers`,
+          });
+          continue;
+        }
+        if (dependsOn(j, i) || dependsOn(i, j)) continue;
+        if (takeFuel && !takeFuel()) continue;
+        // Merge j into i.
+        for (const m of kernels[j].members) kernels[i].members.add(m);
+        kernels[i].roots.push(...kernels[j].roots);
+        for (const root of kernels[j].roots) writerOf.set(root, i);
+        // Roots the merged kernel writes itself are no longer reads of it.
+        reads[i] = new Set([...reads[i], ...reads[j]].filter((y) => writerOf.get(y) !== i));
+        alive[j] = false;
+        decisions.push({ producer: kernels[j].roots[0], consumerKernel: i, ok: true, reason: "" });
+      }
+    }
+  }
+
+  // Topological order of the surviving kernels, preferring original order.
+  const ids = kernels.map((_, i) => i).filter((i) => alive[i]);
+  const indeg = new Map<number, number>(ids.map((i) => [i, preds(i).size]));
+  const succ = new Map<number, number[]>(ids.map((i) => [i, []]));
+  for (const i of ids) for (const p of preds(i)) succ.get(p)!.push(i);
+  const ready = ids.filter((i) => indeg.get(i) === 0);
+  const order: number[] = [];
+  while (ready.length) {
+    ready.sort((a, b) => a - b);
+    const i = ready.shift()!;
+    order.push(i);
+    for (const s of succ.get(i)!) {
+      indeg.set(s, indeg.get(s)! - 1);
+      if (indeg.get(s) === 0) ready.push(s);
+    }
+  }
+  if (order.length !== ids.length) throw new Error("internal: sibling fusion made the kernel graph cyclic");
+  const renumber = new Map(order.map((old, i) => [old, i]));
+  const scheduled = order.map((old, i) => ({
+    ...kernels[old],
+    id: i,
+    roots: [...kernels[old].roots].sort((a, b) => a - b),
+  }));
+  const kernelOf = new Int32Array(r.kernelOf.length).fill(-1);
+  for (const k of scheduled) for (const m of k.members) kernelOf[m] = k.id;
+  return {
+    kernels: scheduled,
+    kernelOf,
+    materialized: r.materialized,
+    decisions: decisions.map((d) => ({
+      ...d,
+      consumerKernel: renumber.get(d.consumerKernel) ?? d.consumerKernel,
+    })),
+    fuelRefusals: r.fuelRefusals,
+  };
+}
