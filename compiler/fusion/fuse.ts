@@ -135,11 +135,12 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
       newKernel(id);
       continue;
     }
-    // A value written anyway that directly consumes a GEMM read by nothing else: keep it as the root of
-    // its own kernel, so the GEMM can take it as its epilogue (joining a reader would strand the GEMM).
+    // A bias add written anyway whose GEMM is read by nothing else: keep it as the root of its own kernel,
+    // so the GEMM takes it as its epilogue (joining a reader would strand the GEMM's raw output).
     if (
-      (readerKernels.size > 1 || isOutput[id]) && isElementwise(n.op) &&
-      n.inputs.some((i) => nodes[i].op === "matmul" && users[i].length === 1 && !isOutput[i])
+      (readerKernels.size > 1 || isOutput[id]) && n.op === "add" &&
+      n.inputs.some((i) => nodes[i].op === "matmul" && users[i].length === 1 && !isOutput[i]) &&
+      n.inputs.some((i) => nodes[i].op === "broadcast") // a linear layer's bias
     ) {
       for (const k of readerKernels) {
         decisions.push({

@@ -2,12 +2,11 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k361_matmul
 // What the first of them fuses:
-//   matmul kernel over [2,1024]
-//   %3414 matmul f16[2,1024] (models/bert.ts:144)
-//   %3415 cast f32[2,1024] (models/bert.ts:144) -> written
-//   binding 0 (read): %3347 add f32[8,2]
-//   binding 1 (read): %3214 tanh f32[8,1024]
-//   binding 2 (write): %3415 cast f32[2,1024]
+//   matmul kernel over [8,1024]
+//   %3423 matmul f16[8,1024] (models/bert.ts:129) -> written
+//   binding 0 (read): %3419 mul f32[8,1024]
+//   binding 1 (read): param bert.pooler.dense.weight f32[1024,1024]
+//   binding 2 (write): %3423 matmul f16[8,1024]
 
 // launch: 64 workgroups of 64 threads
 
@@ -15,16 +14,16 @@ enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
+@group(0) @binding(2) var<storage, read_write> b2: array<f16>;
 
-var<workgroup> As: array<f32, 136>;
-var<workgroup> Bs: array<f32, 128>;
+var<workgroup> As: array<f32, 272>;
+var<workgroup> Bs: array<f32, 256>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  // tile 16x16x8, 2x2 per thread, 64 threads
+  // tile 16x16x16, 2x2 per thread, 64 threads
   let mm_row0: i32 = wg / 64 * 16;
   let mm_col0: i32 = wg % 64 * 16;
   let mm_tx: i32 = lid % 8;
@@ -33,17 +32,21 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var mm_acc_0_1: f32 = 0.0;
   var mm_acc_1_0: f32 = 0.0;
   var mm_acc_1_1: f32 = 0.0;
-  let mm_af: i32 = lid % 8;
-  let mm_as: i32 = lid / 8;
+  let mm_af: i32 = lid % 16;
+  let mm_as: i32 = lid / 16;
   let mm_bf: i32 = lid % 16;
   let mm_bs: i32 = lid / 16;
-  for (var mm_k0: i32 = 0; mm_k0 < 8; mm_k0 += 8) {
-    As[mm_af * 17 + mm_as] = select(0.0, f32(f16(b0[(mm_k0 + mm_af) * 2 + min(mm_row0 + mm_as, 1)])), mm_row0 + mm_as < 2);
-    As[mm_af * 17 + (mm_as + 8)] = select(0.0, f32(f16(b0[(mm_k0 + mm_af) * 2 + min(mm_row0 + (mm_as + 8), 1)])), mm_row0 + (mm_as + 8) < 2);
+  for (var mm_k0: i32 = 0; mm_k0 < 1024; mm_k0 += 16) {
+    As[mm_af * 17 + mm_as] = select(0.0, f32(f16(b0[min(mm_row0 + mm_as, 7) * 1024 + (mm_k0 + mm_af)])), mm_row0 + mm_as < 8);
+    As[mm_af * 17 + (mm_as + 4)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 4), 7) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 4) < 8);
+    As[mm_af * 17 + (mm_as + 8)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 8), 7) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 8) < 8);
+    As[mm_af * 17 + (mm_as + 12)] = select(0.0, f32(f16(b0[min(mm_row0 + (mm_as + 12), 7) * 1024 + (mm_k0 + mm_af)])), mm_row0 + (mm_as + 12) < 8);
     Bs[mm_bs * 16 + mm_bf] = f32(f16(b1[(mm_k0 + mm_bs) * 1024 + (mm_col0 + mm_bf)]));
     Bs[(mm_bs + 4) * 16 + mm_bf] = f32(f16(b1[(mm_k0 + (mm_bs + 4)) * 1024 + (mm_col0 + mm_bf)]));
+    Bs[(mm_bs + 8) * 16 + mm_bf] = f32(f16(b1[(mm_k0 + (mm_bs + 8)) * 1024 + (mm_col0 + mm_bf)]));
+    Bs[(mm_bs + 12) * 16 + mm_bf] = f32(f16(b1[(mm_k0 + (mm_bs + 12)) * 1024 + (mm_col0 + mm_bf)]));
     workgroupBarrier();
-    for (var mm_kk: i32 = 0; mm_kk < 8; mm_kk += 1) {
+    for (var mm_kk: i32 = 0; mm_kk < 16; mm_kk += 1) {
       let mm_av0: f32 = As[mm_kk * 17 + mm_ty];
       let mm_av1: f32 = As[mm_kk * 17 + mm_ty + 8];
       let mm_bv0: f32 = Bs[mm_kk * 16 + mm_tx];
@@ -56,17 +59,17 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     workgroupBarrier();
   }
   let mm_r0: i32 = mm_row0 + mm_ty;
-  if (mm_r0 < 2) {
+  if (mm_r0 < 8) {
     let mm_c0_0: i32 = mm_col0 + mm_tx;
-    b2[mm_r0 * 1024 + mm_c0_0] = mm_acc_0_0;
+    b2[mm_r0 * 1024 + mm_c0_0] = f16(mm_acc_0_0);
     let mm_c0_1: i32 = mm_col0 + mm_tx + 8;
-    b2[mm_r0 * 1024 + mm_c0_1] = mm_acc_0_1;
+    b2[mm_r0 * 1024 + mm_c0_1] = f16(mm_acc_0_1);
   }
   let mm_r1: i32 = mm_row0 + mm_ty + 8;
-  if (mm_r1 < 2) {
+  if (mm_r1 < 8) {
     let mm_c1_0: i32 = mm_col0 + mm_tx;
-    b2[mm_r1 * 1024 + mm_c1_0] = mm_acc_1_0;
+    b2[mm_r1 * 1024 + mm_c1_0] = f16(mm_acc_1_0);
     let mm_c1_1: i32 = mm_col0 + mm_tx + 8;
-    b2[mm_r1 * 1024 + mm_c1_1] = mm_acc_1_1;
+    b2[mm_r1 * 1024 + mm_c1_1] = f16(mm_acc_1_1);
   }
 }

@@ -3,38 +3,46 @@
 // Used by 1 kernel: k427_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %3900 cast f32[1024,1024] (models/bert.ts:246)
-//   %3903 reshape f32[8,128,1024] (models/bert.ts:246)
-//   %3904 add f32[8,128,1024] (models/bert.ts:246) -> written
-//   %3907 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3911 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3912 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3913 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3914 mul f32[8,128,1] (models/bert.ts:221)
-//   %3915 div f32[8,128,1] (models/bert.ts:221)
-//   %3916 mul f32[8,128,1] (models/bert.ts:221)
-//   %3917 mul f32[8,128,1] (models/bert.ts:221)
-//   %3918 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3919 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3920 add f32[8,128,1024] (models/bert.ts:221)
-//   %3921 add f32[8,128,1024] (models/bert.ts:221)
-//   %3922 neg f32[8,128,1024] (models/bert.ts:221)
-//   %3923 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3924 mul f32[8,128,1] (models/bert.ts:221)
-//   %3925 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3926 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3927 where f32[8,128,1024] (models/bert.ts:222)
-//   %3928 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   binding 0 (read): %3873 add f32[8,128,1024]
-//   binding 1 (read): %3899 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.20.attention.output.LayerNorm.weight f32[1024]
-//   binding 3 (read): %2751 sub f32[8,128,1024]
-//   binding 4 (read): %2756 rsqrt f32[8,128,1]
-//   binding 5 (read): %2755 add f32[8,128,1]
-//   binding 6 (write): %3904 add f32[8,128,1024]
-//   binding 7 (write): %3926 add f32[8,128,1024]
-//   binding 8 (write): %3928 mul f32[8,128,1024]
-//   binding 9 (read): input rng_key u32[2]
+//   %4105 cast f32[1024,1024] (models/bert.ts:234)
+//   %4108 reshape f32[8,128,1024] (models/bert.ts:234)
+//   %4109 add f32[8,128,1024] (models/bert.ts:234)
+//   %4116 cast f32[1024,1024] (models/bert.ts:234)
+//   %4119 reshape f32[8,128,1024] (models/bert.ts:234)
+//   %4120 add f32[8,128,1024] (models/bert.ts:234)
+//   %4127 cast f32[1024,1024] (models/bert.ts:234)
+//   %4130 reshape f32[8,128,1024] (models/bert.ts:234)
+//   %4131 add f32[8,128,1024] (models/bert.ts:234) -> written
+//   %4134 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4138 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4139 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4140 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %4141 mul f32[8,128,1] (models/bert.ts:221)
+//   %4142 div f32[8,128,1] (models/bert.ts:221)
+//   %4143 mul f32[8,128,1] (models/bert.ts:221)
+//   %4144 mul f32[8,128,1] (models/bert.ts:221)
+//   %4145 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %4146 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4147 add f32[8,128,1024] (models/bert.ts:221)
+//   %4148 add f32[8,128,1024] (models/bert.ts:221)
+//   %4149 neg f32[8,128,1024] (models/bert.ts:221)
+//   %4150 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %4151 mul f32[8,128,1] (models/bert.ts:221)
+//   %4152 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %4153 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %4154 where f32[8,128,1024] (models/bert.ts:222)
+//   %4155 mul f32[8,128,1024] (models/bert.ts:222) -> written
+//   binding 0 (read): %4066 add f32[8,128,1024]
+//   binding 1 (read): %4104 matmul f16[1024,1024]
+//   binding 2 (read): %4115 matmul f16[1024,1024]
+//   binding 3 (read): %4126 matmul f16[1024,1024]
+//   binding 4 (read): param bert.encoder.layer.18.output.LayerNorm.weight f32[1024]
+//   binding 5 (read): %2530 sub f32[8,128,1024]
+//   binding 6 (read): %2535 rsqrt f32[8,128,1]
+//   binding 7 (read): %2534 add f32[8,128,1]
+//   binding 8 (write): %4131 add f32[8,128,1024]
+//   binding 9 (write): %4153 add f32[8,128,1024]
+//   binding 10 (write): %4155 mul f32[8,128,1024]
+//   binding 11 (read): input rng_key u32[2]
 
 // launch: 1024 workgroups of 256 threads
 
@@ -42,14 +50,16 @@ enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
-@group(0) @binding(2) var<storage, read> b2: array<f32>;
-@group(0) @binding(3) var<storage, read> b3: array<f32>;
+@group(0) @binding(2) var<storage, read> b2: array<f16>;
+@group(0) @binding(3) var<storage, read> b3: array<f16>;
 @group(0) @binding(4) var<storage, read> b4: array<f32>;
 @group(0) @binding(5) var<storage, read> b5: array<f32>;
-@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
-@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
+@group(0) @binding(6) var<storage, read> b6: array<f32>;
+@group(0) @binding(7) var<storage, read> b7: array<f32>;
 @group(0) @binding(8) var<storage, read_write> b8: array<f32>;
-@group(0) @binding(9) var<storage, read> b9: array<u32>;
+@group(0) @binding(9) var<storage, read_write> b9: array<f32>;
+@group(0) @binding(10) var<storage, read_write> b10: array<f32>;
+@group(0) @binding(11) var<storage, read> b11: array<u32>;
 
 var<workgroup> red_f32_0: array<f32, 256>;
 var<workgroup> red_f32_1: array<f32, 256>;
@@ -102,13 +112,17 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     let v1: f32 = b0[row * 1024 + j];
     let v2: f32 = f32(b1[row * 1024 + j]);
     let v3: f32 = v1 + v2;
-    let v4: f32 = b2[j];
-    let v5: f32 = v3 * v4;
-    let v6: f32 = b3[row * 1024 + j];
-    let v7: f32 = v5 * v6;
-    acc0 = acc0 + v7;
+    let v4: f32 = f32(b2[row * 1024 + j]);
+    let v5: f32 = v3 + v4;
+    let v6: f32 = f32(b3[row * 1024 + j]);
+    let v7: f32 = v5 + v6;
+    let v8: f32 = b4[j];
+    let v9: f32 = v7 * v8;
+    let v10: f32 = b5[row * 1024 + j];
+    let v11: f32 = v9 * v10;
+    acc0 = acc0 + v11;
   }
-  // wg_reduce (sum -> red8): tree over 256 threads in workgroup memory
+  // wg_reduce (sum -> red12): tree over 256 threads in workgroup memory
   red_f32_0[lid] = acc0;
   workgroupBarrier();
   if (lid < 128) {
@@ -139,30 +153,34 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
   }
   workgroupBarrier();
-  let red8: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc9: f32 = 0.0;
+  let red12: f32 = red_f32_0[0] + red_f32_0[1];
+  var acc13: f32 = 0.0;
   for (var j: i32 = lid; j < 1024; j += 256) {
-    let v10: f32 = b0[row * 1024 + j];
-    let v11: f32 = f32(b1[row * 1024 + j]);
-    let v12: f32 = v10 + v11;
-    let v13: f32 = b2[j];
-    let v14: f32 = v12 * v13;
-    let v15: f32 = b4[row / 128 * 128 + row % 128];
-    let v16: f32 = v14 * v15;
-    let v17: f32 = red8 * (-0.5);
-    let v18: f32 = b5[row / 128 * 128 + row % 128];
-    let v19: f32 = v15 / v18;
-    let v20: f32 = v17 * v19;
-    let v21: f32 = v20 * 0.0009765625;
-    let v22: f32 = b3[row * 1024 + j];
-    let v23: f32 = v21 * v22;
-    let v24: f32 = v16 + v23;
-    let v25: f32 = v24 + v23;
-    let v26: f32 = -v25;
-    acc9 = acc9 + v26;
+    let v14: f32 = b0[row * 1024 + j];
+    let v15: f32 = f32(b1[row * 1024 + j]);
+    let v16: f32 = v14 + v15;
+    let v17: f32 = f32(b2[row * 1024 + j]);
+    let v18: f32 = v16 + v17;
+    let v19: f32 = f32(b3[row * 1024 + j]);
+    let v20: f32 = v18 + v19;
+    let v21: f32 = b4[j];
+    let v22: f32 = v20 * v21;
+    let v23: f32 = b6[row / 128 * 128 + row % 128];
+    let v24: f32 = v22 * v23;
+    let v25: f32 = red12 * (-0.5);
+    let v26: f32 = b7[row / 128 * 128 + row % 128];
+    let v27: f32 = v23 / v26;
+    let v28: f32 = v25 * v27;
+    let v29: f32 = v28 * 0.0009765625;
+    let v30: f32 = b5[row * 1024 + j];
+    let v31: f32 = v29 * v30;
+    let v32: f32 = v24 + v31;
+    let v33: f32 = v32 + v31;
+    let v34: f32 = -v33;
+    acc13 = acc13 + v34;
   }
-  // wg_reduce (sum -> red27): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc9;
+  // wg_reduce (sum -> red35): tree over 256 threads in workgroup memory
+  red_f32_1[lid] = acc13;
   workgroupBarrier();
   if (lid < 128) {
     red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
@@ -192,34 +210,38 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
   }
   workgroupBarrier();
-  let red27: f32 = red_f32_1[0] + red_f32_1[1];
+  let red35: f32 = red_f32_1[0] + red_f32_1[1];
   for (var j: i32 = lid; j < 1024; j += 256) {
-    let v28: f32 = b0[row * 1024 + j];
-    let v29: f32 = f32(b1[row * 1024 + j]);
-    let v30: f32 = v28 + v29;
-    b6[row * 1024 + j] = v30;
-    let v31: f32 = b2[j];
-    let v32: f32 = v30 * v31;
-    let v33: f32 = b4[row / 128 * 128 + row % 128];
-    let v34: f32 = v32 * v33;
-    let v35: f32 = red8 * (-0.5);
-    let v36: f32 = b5[row / 128 * 128 + row % 128];
-    let v37: f32 = v33 / v36;
-    let v38: f32 = v35 * v37;
-    let v39: f32 = v38 * 0.0009765625;
-    let v40: f32 = b3[row * 1024 + j];
-    let v41: f32 = v39 * v40;
-    let v42: f32 = v34 + v41;
-    let v43: f32 = v42 + v41;
-    let v44: f32 = red27 * 0.0009765625;
-    let v45: f32 = v43 + v44;
-    b7[row * 1024 + j] = v45;
-    let v46: u32 = b9[0];
-    let v47: u32 = b9[1];
-    let v48: f32 = bf_philox(v46, v47, 62u, u32(row * 1024 + j));
-    let v49: bool = v48 >= 0.1;
-    let v50: f32 = select(0.0, v45, v49);
-    let v51: f32 = v50 * 1.1111112;
-    b8[row * 1024 + j] = v51;
+    let v36: f32 = b0[row * 1024 + j];
+    let v37: f32 = f32(b1[row * 1024 + j]);
+    let v38: f32 = v36 + v37;
+    let v39: f32 = f32(b2[row * 1024 + j]);
+    let v40: f32 = v38 + v39;
+    let v41: f32 = f32(b3[row * 1024 + j]);
+    let v42: f32 = v40 + v41;
+    b8[row * 1024 + j] = v42;
+    let v43: f32 = b4[j];
+    let v44: f32 = v42 * v43;
+    let v45: f32 = b6[row / 128 * 128 + row % 128];
+    let v46: f32 = v44 * v45;
+    let v47: f32 = red12 * (-0.5);
+    let v48: f32 = b7[row / 128 * 128 + row % 128];
+    let v49: f32 = v45 / v48;
+    let v50: f32 = v47 * v49;
+    let v51: f32 = v50 * 0.0009765625;
+    let v52: f32 = b5[row * 1024 + j];
+    let v53: f32 = v51 * v52;
+    let v54: f32 = v46 + v53;
+    let v55: f32 = v54 + v53;
+    let v56: f32 = red35 * 0.0009765625;
+    let v57: f32 = v55 + v56;
+    b9[row * 1024 + j] = v57;
+    let v58: u32 = b11[0];
+    let v59: u32 = b11[1];
+    let v60: f32 = bf_philox(v58, v59, 57u, u32(row * 1024 + j));
+    let v61: bool = v60 >= 0.1;
+    let v62: f32 = select(0.0, v57, v61);
+    let v63: f32 = v62 * 1.1111112;
+    b10[row * 1024 + j] = v63;
   }
 }

@@ -3,37 +3,37 @@
 // Used by 1 kernel: k560_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %4880 cast f32[1024,1024] (models/bert.ts:246)
-//   %4883 reshape f32[8,128,1024] (models/bert.ts:246)
-//   %4884 add f32[8,128,1024] (models/bert.ts:246) -> written
-//   %4887 mul f32[8,128,1024] (models/bert.ts:221)
-//   %4891 mul f32[8,128,1024] (models/bert.ts:221)
-//   %4892 mul f32[8,128,1024] (models/bert.ts:221)
-//   %4893 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %4894 mul f32[8,128,1] (models/bert.ts:221)
-//   %4895 div f32[8,128,1] (models/bert.ts:221)
-//   %4896 mul f32[8,128,1] (models/bert.ts:221)
-//   %4897 mul f32[8,128,1] (models/bert.ts:221)
-//   %4898 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4899 mul f32[8,128,1024] (models/bert.ts:221)
-//   %4900 add f32[8,128,1024] (models/bert.ts:221)
-//   %4901 add f32[8,128,1024] (models/bert.ts:221)
-//   %4902 neg f32[8,128,1024] (models/bert.ts:221)
-//   %4903 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %4904 mul f32[8,128,1] (models/bert.ts:221)
-//   %4905 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4906 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4907 where f32[8,128,1024] (models/bert.ts:222)
-//   %4908 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   binding 0 (read): %4853 add f32[8,128,1024]
-//   binding 1 (read): %4879 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.13.attention.output.LayerNorm.weight f32[1024]
-//   binding 3 (read): %1834 sub f32[8,128,1024]
-//   binding 4 (read): %1839 rsqrt f32[8,128,1]
-//   binding 5 (read): %1838 add f32[8,128,1]
-//   binding 6 (write): %4884 add f32[8,128,1024]
-//   binding 7 (write): %4906 add f32[8,128,1024]
-//   binding 8 (write): %4908 mul f32[8,128,1024]
+//   %5580 cast f32[1024,1024] (models/bert.ts:246)
+//   %5583 reshape f32[8,128,1024] (models/bert.ts:246)
+//   %5584 add f32[8,128,1024] (models/bert.ts:246) -> written
+//   %5587 mul f32[8,128,1024] (models/bert.ts:221)
+//   %5591 mul f32[8,128,1024] (models/bert.ts:221)
+//   %5592 mul f32[8,128,1024] (models/bert.ts:221)
+//   %5593 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %5594 mul f32[8,128,1] (models/bert.ts:221)
+//   %5595 div f32[8,128,1] (models/bert.ts:221)
+//   %5596 mul f32[8,128,1] (models/bert.ts:221)
+//   %5597 mul f32[8,128,1] (models/bert.ts:221)
+//   %5598 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %5599 mul f32[8,128,1024] (models/bert.ts:221)
+//   %5600 add f32[8,128,1024] (models/bert.ts:221)
+//   %5601 add f32[8,128,1024] (models/bert.ts:221)
+//   %5602 neg f32[8,128,1024] (models/bert.ts:221)
+//   %5603 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %5604 mul f32[8,128,1] (models/bert.ts:221)
+//   %5605 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %5606 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %5607 where f32[8,128,1024] (models/bert.ts:222)
+//   %5608 mul f32[8,128,1024] (models/bert.ts:222) -> written
+//   binding 0 (read): %5553 add f32[8,128,1024]
+//   binding 1 (read): %5579 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.8.attention.output.LayerNorm.weight f32[1024]
+//   binding 3 (read): %1179 sub f32[8,128,1024]
+//   binding 4 (read): %1184 rsqrt f32[8,128,1]
+//   binding 5 (read): %1183 add f32[8,128,1]
+//   binding 6 (write): %5584 add f32[8,128,1024]
+//   binding 7 (write): %5606 add f32[8,128,1024]
+//   binding 8 (write): %5608 mul f32[8,128,1024]
 //   binding 9 (read): input rng_key u32[2]
 
 // launch: 1024 workgroups of 256 threads
@@ -216,7 +216,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     b7[row * 1024 + j] = v45;
     let v46: u32 = b9[0];
     let v47: u32 = b9[1];
-    let v48: f32 = bf_philox(v46, v47, 41u, u32(row * 1024 + j));
+    let v48: f32 = bf_philox(v46, v47, 26u, u32(row * 1024 + j));
     let v49: bool = v48 >= 0.1;
     let v50: f32 = select(0.0, v45, v49);
     let v51: f32 = v50 * 1.1111112;

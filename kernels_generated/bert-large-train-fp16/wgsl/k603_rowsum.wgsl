@@ -3,23 +3,23 @@
 // Used by 1 kernel: k603_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5201 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %5204 where f32[8,16,128,128] (models/bert.ts:234)
-//   %5205 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5206 div f32[8,16,128,128] (models/bert.ts:234)
-//   %5207 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5208 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %5209 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %5210 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %5211 add f32[8,16,128,128] (models/bert.ts:234)
-//   %5212 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5213 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %6041 cast f32[8,16,128,128] (models/bert.ts:234)
+//   %6044 where f32[8,16,128,128] (models/bert.ts:234)
+//   %6045 mul f32[8,16,128,128] (models/bert.ts:234)
+//   %6046 div f32[8,16,128,128] (models/bert.ts:234)
+//   %6047 mul f32[8,16,128,128] (models/bert.ts:234)
+//   %6048 neg f32[8,16,128,128] (models/bert.ts:234)
+//   %6049 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
+//   %6050 broadcast f32[8,16,128,128] (models/bert.ts:234)
+//   %6051 add f32[8,16,128,128] (models/bert.ts:234)
+//   %6052 mul f32[8,16,128,128] (models/bert.ts:234)
+//   %6053 mul f32[8,16,128,128] (models/bert.ts:234) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %5200 matmul f16[8,16,128,128]
-//   binding 2 (read): %1544 reduce_sum f32[8,16,128,1]
-//   binding 3 (read): %1546 div f32[8,16,128,128]
-//   binding 4 (write): %5213 mul f32[8,16,128,128]
-//   binding 5 (read): %1543 exp f32[8,16,128,128]
+//   binding 1 (read): %6040 matmul f16[8,16,128,128]
+//   binding 2 (read): %758 reduce_sum f32[8,16,128,1]
+//   binding 3 (read): %760 div f32[8,16,128,128]
+//   binding 4 (write): %6053 mul f32[8,16,128,128]
+//   binding 5 (read): %757 exp f32[8,16,128,128]
 
 // launch: 16384 workgroups of 128 threads
 
@@ -81,7 +81,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 128; j += 128) {
     let v1: u32 = b0[0];
     let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 34u, u32(row * 128 + j));
+    let v3: f32 = bf_philox(v1, v2, 16u, u32(row * 128 + j));
     let v4: bool = v3 >= 0.1;
     let v5: f32 = f32(b1[row * 128 + j]);
     let v6: f32 = select(0.0, v5, v4);
@@ -124,7 +124,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 128; j += 128) {
     let v14: u32 = b0[0];
     let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 34u, u32(row * 128 + j));
+    let v16: f32 = bf_philox(v14, v15, 16u, u32(row * 128 + j));
     let v17: bool = v16 >= 0.1;
     let v18: f32 = f32(b1[row * 128 + j]);
     let v19: f32 = select(0.0, v18, v17);

@@ -3,53 +3,60 @@
 // Used by 1 kernel: k674_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %5720 cast f32[1024,1024] (models/bert.ts:246)
-//   %5723 reshape f32[8,128,1024] (models/bert.ts:246)
-//   %5724 add f32[8,128,1024] (models/bert.ts:246) -> written
-//   %5727 mul f32[8,128,1024] (models/bert.ts:221)
-//   %5731 mul f32[8,128,1024] (models/bert.ts:221)
-//   %5732 mul f32[8,128,1024] (models/bert.ts:221)
-//   %5733 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %5734 mul f32[8,128,1] (models/bert.ts:221)
-//   %5735 div f32[8,128,1] (models/bert.ts:221)
-//   %5736 mul f32[8,128,1] (models/bert.ts:221)
-//   %5737 mul f32[8,128,1] (models/bert.ts:221)
-//   %5738 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %5739 mul f32[8,128,1024] (models/bert.ts:221)
-//   %5740 add f32[8,128,1024] (models/bert.ts:221)
-//   %5741 add f32[8,128,1024] (models/bert.ts:221)
-//   %5742 neg f32[8,128,1024] (models/bert.ts:221)
-//   %5743 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %5744 mul f32[8,128,1] (models/bert.ts:221)
-//   %5745 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %5746 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %5747 where f32[8,128,1024] (models/bert.ts:222)
-//   %5748 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   binding 0 (read): %5693 add f32[8,128,1024]
-//   binding 1 (read): %5719 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.7.attention.output.LayerNorm.weight f32[1024]
-//   binding 3 (read): %1048 sub f32[8,128,1024]
-//   binding 4 (read): %1053 rsqrt f32[8,128,1]
-//   binding 5 (read): %1052 add f32[8,128,1]
-//   binding 6 (write): %5724 add f32[8,128,1024]
-//   binding 7 (write): %5746 add f32[8,128,1024]
-//   binding 8 (write): %5748 mul f32[8,128,1024]
-//   binding 9 (read): input rng_key u32[2]
+//   %6765 cast f32[1024,1024] (models/bert.ts:234)
+//   %6768 reshape f32[8,128,1024] (models/bert.ts:234)
+//   %6769 add f32[8,128,1024] (models/bert.ts:234)
+//   %6776 cast f32[1024,1024] (models/bert.ts:234)
+//   %6779 reshape f32[8,128,1024] (models/bert.ts:234)
+//   %6780 add f32[8,128,1024] (models/bert.ts:234)
+//   %6787 cast f32[1024,1024] (models/bert.ts:234)
+//   %6790 reshape f32[8,128,1024] (models/bert.ts:234)
+//   %6791 add f32[8,128,1024] (models/bert.ts:234)
+//   %6792 where f32[8,128,1024] (models/bert.ts:108)
+//   %6793 mul f32[8,128,1024] (models/bert.ts:108) -> written
+//   %6796 mul f32[8,128,1024] (models/bert.ts:100)
+//   %6800 mul f32[8,128,1024] (models/bert.ts:100)
+//   %6801 mul f32[8,128,1024] (models/bert.ts:100)
+//   %6802 reduce_sum f32[8,128,1] (models/bert.ts:100)
+//   %6803 mul f32[8,128,1] (models/bert.ts:100)
+//   %6804 div f32[8,128,1] (models/bert.ts:100)
+//   %6805 mul f32[8,128,1] (models/bert.ts:100)
+//   %6806 mul f32[8,128,1] (models/bert.ts:100)
+//   %6807 broadcast f32[8,128,1024] (models/bert.ts:100)
+//   %6808 mul f32[8,128,1024] (models/bert.ts:100)
+//   %6809 add f32[8,128,1024] (models/bert.ts:100)
+//   %6810 add f32[8,128,1024] (models/bert.ts:100) -> written
+//   %6811 neg f32[8,128,1024] (models/bert.ts:100)
+//   %6812 reduce_sum f32[8,128,1] (models/bert.ts:100) -> written
+//   binding 0 (read): input rng_key u32[2]
+//   binding 1 (read): %6726 add f32[8,128,1024]
+//   binding 2 (read): %6764 matmul f16[1024,1024]
+//   binding 3 (read): %6775 matmul f16[1024,1024]
+//   binding 4 (read): %6786 matmul f16[1024,1024]
+//   binding 5 (read): param bert.embeddings.LayerNorm.weight f32[1024]
+//   binding 6 (read): %19 sub f32[8,128,1024]
+//   binding 7 (read): %25 rsqrt f32[8,128,1]
+//   binding 8 (read): %24 add f32[8,128,1]
+//   binding 9 (write): %6812 reduce_sum f32[8,128,1]
+//   binding 10 (write): %6793 mul f32[8,128,1024]
+//   binding 11 (write): %6810 add f32[8,128,1024]
 
 // launch: 1024 workgroups of 256 threads
 
 enable f16;
 
-@group(0) @binding(0) var<storage, read> b0: array<f32>;
-@group(0) @binding(1) var<storage, read> b1: array<f16>;
-@group(0) @binding(2) var<storage, read> b2: array<f32>;
-@group(0) @binding(3) var<storage, read> b3: array<f32>;
-@group(0) @binding(4) var<storage, read> b4: array<f32>;
+@group(0) @binding(0) var<storage, read> b0: array<u32>;
+@group(0) @binding(1) var<storage, read> b1: array<f32>;
+@group(0) @binding(2) var<storage, read> b2: array<f16>;
+@group(0) @binding(3) var<storage, read> b3: array<f16>;
+@group(0) @binding(4) var<storage, read> b4: array<f16>;
 @group(0) @binding(5) var<storage, read> b5: array<f32>;
-@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
-@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
-@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
-@group(0) @binding(9) var<storage, read> b9: array<u32>;
+@group(0) @binding(6) var<storage, read> b6: array<f32>;
+@group(0) @binding(7) var<storage, read> b7: array<f32>;
+@group(0) @binding(8) var<storage, read> b8: array<f32>;
+@group(0) @binding(9) var<storage, read_write> b9: array<f32>;
+@group(0) @binding(10) var<storage, read_write> b10: array<f32>;
+@group(0) @binding(11) var<storage, read_write> b11: array<f32>;
 
 var<workgroup> red_f32_0: array<f32, 256>;
 var<workgroup> red_f32_1: array<f32, 256>;
@@ -99,16 +106,26 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let row: i32 = wg;
   var acc0: f32 = 0.0;
   for (var j: i32 = lid; j < 1024; j += 256) {
-    let v1: f32 = b0[row * 1024 + j];
-    let v2: f32 = f32(b1[row * 1024 + j]);
-    let v3: f32 = v1 + v2;
-    let v4: f32 = b2[j];
-    let v5: f32 = v3 * v4;
-    let v6: f32 = b3[row * 1024 + j];
-    let v7: f32 = v5 * v6;
-    acc0 = acc0 + v7;
+    let v1: u32 = b0[0];
+    let v2: u32 = b0[1];
+    let v3: f32 = bf_philox(v1, v2, 0u, u32(row * 1024 + j));
+    let v4: bool = v3 >= 0.1;
+    let v5: f32 = b1[row * 1024 + j];
+    let v6: f32 = f32(b2[row * 1024 + j]);
+    let v7: f32 = v5 + v6;
+    let v8: f32 = f32(b3[row * 1024 + j]);
+    let v9: f32 = v7 + v8;
+    let v10: f32 = f32(b4[row * 1024 + j]);
+    let v11: f32 = v9 + v10;
+    let v12: f32 = select(0.0, v11, v4);
+    let v13: f32 = v12 * 1.1111112;
+    let v14: f32 = b5[j];
+    let v15: f32 = v13 * v14;
+    let v16: f32 = b6[row * 1024 + j];
+    let v17: f32 = v15 * v16;
+    acc0 = acc0 + v17;
   }
-  // wg_reduce (sum -> red8): tree over 256 threads in workgroup memory
+  // wg_reduce (sum -> red18): tree over 256 threads in workgroup memory
   red_f32_0[lid] = acc0;
   workgroupBarrier();
   if (lid < 128) {
@@ -139,30 +156,40 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
   }
   workgroupBarrier();
-  let red8: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc9: f32 = 0.0;
+  let red18: f32 = red_f32_0[0] + red_f32_0[1];
+  var acc19: f32 = 0.0;
   for (var j: i32 = lid; j < 1024; j += 256) {
-    let v10: f32 = b0[row * 1024 + j];
-    let v11: f32 = f32(b1[row * 1024 + j]);
-    let v12: f32 = v10 + v11;
-    let v13: f32 = b2[j];
-    let v14: f32 = v12 * v13;
-    let v15: f32 = b4[row / 128 * 128 + row % 128];
-    let v16: f32 = v14 * v15;
-    let v17: f32 = red8 * (-0.5);
-    let v18: f32 = b5[row / 128 * 128 + row % 128];
-    let v19: f32 = v15 / v18;
-    let v20: f32 = v17 * v19;
-    let v21: f32 = v20 * 0.0009765625;
-    let v22: f32 = b3[row * 1024 + j];
-    let v23: f32 = v21 * v22;
-    let v24: f32 = v16 + v23;
-    let v25: f32 = v24 + v23;
-    let v26: f32 = -v25;
-    acc9 = acc9 + v26;
+    let v20: u32 = b0[0];
+    let v21: u32 = b0[1];
+    let v22: f32 = bf_philox(v20, v21, 0u, u32(row * 1024 + j));
+    let v23: bool = v22 >= 0.1;
+    let v24: f32 = b1[row * 1024 + j];
+    let v25: f32 = f32(b2[row * 1024 + j]);
+    let v26: f32 = v24 + v25;
+    let v27: f32 = f32(b3[row * 1024 + j]);
+    let v28: f32 = v26 + v27;
+    let v29: f32 = f32(b4[row * 1024 + j]);
+    let v30: f32 = v28 + v29;
+    let v31: f32 = select(0.0, v30, v23);
+    let v32: f32 = v31 * 1.1111112;
+    let v33: f32 = b5[j];
+    let v34: f32 = v32 * v33;
+    let v35: f32 = b7[row / 128 * 128 + row % 128];
+    let v36: f32 = v34 * v35;
+    let v37: f32 = red18 * (-0.5);
+    let v38: f32 = b8[row / 128 * 128 + row % 128];
+    let v39: f32 = v35 / v38;
+    let v40: f32 = v37 * v39;
+    let v41: f32 = v40 * 0.0009765625;
+    let v42: f32 = b6[row * 1024 + j];
+    let v43: f32 = v41 * v42;
+    let v44: f32 = v36 + v43;
+    let v45: f32 = v44 + v43;
+    let v46: f32 = -v45;
+    acc19 = acc19 + v46;
   }
-  // wg_reduce (sum -> red27): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc9;
+  // wg_reduce (sum -> red47): tree over 256 threads in workgroup memory
+  red_f32_1[lid] = acc19;
   workgroupBarrier();
   if (lid < 128) {
     red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
@@ -192,34 +219,38 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
   }
   workgroupBarrier();
-  let red27: f32 = red_f32_1[0] + red_f32_1[1];
+  let red47: f32 = red_f32_1[0] + red_f32_1[1];
+  if (lid == 0) {
+    b9[row] = red47;
+  }
   for (var j: i32 = lid; j < 1024; j += 256) {
-    let v28: f32 = b0[row * 1024 + j];
-    let v29: f32 = f32(b1[row * 1024 + j]);
-    let v30: f32 = v28 + v29;
-    b6[row * 1024 + j] = v30;
-    let v31: f32 = b2[j];
-    let v32: f32 = v30 * v31;
-    let v33: f32 = b4[row / 128 * 128 + row % 128];
-    let v34: f32 = v32 * v33;
-    let v35: f32 = red8 * (-0.5);
-    let v36: f32 = b5[row / 128 * 128 + row % 128];
-    let v37: f32 = v33 / v36;
-    let v38: f32 = v35 * v37;
-    let v39: f32 = v38 * 0.0009765625;
-    let v40: f32 = b3[row * 1024 + j];
-    let v41: f32 = v39 * v40;
-    let v42: f32 = v34 + v41;
-    let v43: f32 = v42 + v41;
-    let v44: f32 = red27 * 0.0009765625;
-    let v45: f32 = v43 + v44;
-    b7[row * 1024 + j] = v45;
-    let v46: u32 = b9[0];
-    let v47: u32 = b9[1];
-    let v48: f32 = bf_philox(v46, v47, 23u, u32(row * 1024 + j));
-    let v49: bool = v48 >= 0.1;
-    let v50: f32 = select(0.0, v45, v49);
-    let v51: f32 = v50 * 1.1111112;
-    b8[row * 1024 + j] = v51;
+    let v48: u32 = b0[0];
+    let v49: u32 = b0[1];
+    let v50: f32 = bf_philox(v48, v49, 0u, u32(row * 1024 + j));
+    let v51: bool = v50 >= 0.1;
+    let v52: f32 = b1[row * 1024 + j];
+    let v53: f32 = f32(b2[row * 1024 + j]);
+    let v54: f32 = v52 + v53;
+    let v55: f32 = f32(b3[row * 1024 + j]);
+    let v56: f32 = v54 + v55;
+    let v57: f32 = f32(b4[row * 1024 + j]);
+    let v58: f32 = v56 + v57;
+    let v59: f32 = select(0.0, v58, v51);
+    let v60: f32 = v59 * 1.1111112;
+    b10[row * 1024 + j] = v60;
+    let v61: f32 = b5[j];
+    let v62: f32 = v60 * v61;
+    let v63: f32 = b7[row / 128 * 128 + row % 128];
+    let v64: f32 = v62 * v63;
+    let v65: f32 = red18 * (-0.5);
+    let v66: f32 = b8[row / 128 * 128 + row % 128];
+    let v67: f32 = v63 / v66;
+    let v68: f32 = v65 * v67;
+    let v69: f32 = v68 * 0.0009765625;
+    let v70: f32 = b6[row * 1024 + j];
+    let v71: f32 = v69 * v70;
+    let v72: f32 = v64 + v71;
+    let v73: f32 = v72 + v71;
+    b11[row * 1024 + j] = v73;
   }
 }
