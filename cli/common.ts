@@ -15,6 +15,7 @@ import { DatasetError } from "../data/finetune/mod.ts";
 import { DataError } from "../data/shards/errors.ts";
 import { DebugFlagError } from "../compiler/debug.ts";
 import { WebGPUBackendError } from "../engine/webgpu_backend.ts";
+import { PlanError } from "../runtime/plan_io.ts";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -36,6 +37,7 @@ const USER_ERRORS = [
   DataError,
   DebugFlagError,
   WebGPUBackendError,
+  PlanError,
 ];
 
 export type FlagSpec = NonNullable<ParseArgsConfig["options"]>;
