@@ -53,6 +53,32 @@ export interface FusionCase {
   tol?: Partial<Record<DType, Tolerance>>;
 }
 
+/**
+ * Self-attention of BERT's layout from given Q, K, V [b, s, heads·dh] (no projections): heads split by
+ * reshape + permute, scores scaled, the padding mask added, softmax, dropout when `rng_key` is given,
+ * PV, heads merged back. Forward only, so the attention fusion applies (compiler/fusion/attention.ts).
+ */
+export function attentionForward(
+  m: ModelBuilder,
+  dt: DType,
+  shape: { b: number; s: number; heads: number; dh: number },
+  dropoutProb: number,
+): Tensor {
+  const { b, s, heads, dh } = shape;
+  const split = (t: Tensor) => t.reshape([b, s, heads, dh]).permute([0, 2, 1, 3]);
+  const q = split(m.input("q", dt, [b, s, heads * dh]));
+  const k = split(m.input("k", dt, [b, s, heads * dh]));
+  const v = split(m.input("v", dt, [b, s, heads * dh]));
+  const mask = m.input("mask", "i32", [b, s]).cast(dt).sub(1).mul(10000).reshape([b, 1, 1, s]);
+  const key = dropoutProb > 0 ? m.input("rng_key", "u32", [2]) : undefined;
+  const p = dropout(
+    softmax(q.matmul(k, { transposeB: true }).mul(1 / Math.sqrt(dh)), -1, mask),
+    dropoutProb,
+    key,
+  );
+  return p.matmul(v).permute([0, 2, 1, 3]).reshape([b, s, heads * dh]);
+}
+
 /** Sizes: small enough for lavapipe in CI; the benchmark scales them with `scale`. */
 export let [B, S, H] = [2, 6, 32];
 export function setCaseSizes(b: number, s: number, h: number): void {
@@ -152,6 +178,13 @@ export const FUSION_CASES: FusionCase[] = [
     },
     backward: true,
     dtypes: ["f32", "f16"],
+  },
+  {
+    name: "attention forward (flash-style, one kernel)",
+    body: (m, dt) => attentionForward(m, dt, { b: B, s: S, heads: 2, dh: H / 2 }, 0.1),
+    backward: false,
+    dtypes: ["f32", "f16"],
+    ints: { mask: (_r, i) => (i % S < S - 2 ? 1 : 0), rng_key: (r) => r.u32() },
   },
   {
     name: "embedding gather + LayerNorm, and the scatter-add of its backward",

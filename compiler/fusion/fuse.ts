@@ -10,9 +10,13 @@
  * movement ops on buffers are "inline" (recomputed wherever read, for free or nearly); a movement op read
  * by several kernels is a "view" (each reader folds it into its index math, and its operand is
  * materialized).
+ *
+ * Two kernel-level passes follow: attention (attention.ts: QKᵀ, softmax and PV become one kernel where
+ * nothing else reads the probabilities) and sibling fusion (siblings.ts).
  */
 import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
 import { isElementwise, isMovement } from "../../ir/ops.ts";
+import { fuseAttention } from "./attention.ts";
 import { mergeSiblings } from "./siblings.ts";
 import { ANY, describeNeeds, ELEM, OPERAND, operandNeed, parseRowCandidate, ROW, usersOf } from "./needs.ts";
 import {
@@ -28,6 +32,11 @@ import {
 export interface FusionOptions {
   /** false: one kernel per op (constants inline; reshape/broadcast stay views) — the unfused baseline. */
   readonly fuse: boolean;
+  /**
+   * The attention fusion (compiler/fusion/attention.ts): on by default; false leaves attention as three
+   * kernels (QKᵀ, softmax, PV) and "always" skips its shape rule — both for benchmarks.
+   */
+  readonly attention?: boolean | "always";
   /** Returns false when the fusion budget (FUSION_FUEL) is spent. */
   readonly takeFuel?: () => boolean;
   readonly log?: (msg: string) => void;
@@ -207,7 +216,14 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     decisions: decisions.map((d) => ({ ...d, consumerKernel: renumber[d.consumerKernel] })),
     fuelRefusals,
   };
-  return opts.fuse ? mergeSiblings(g, result, opts.takeFuel) : result;
+  if (!opts.fuse) return result;
+  // Attention first, while its softmax kernel is still alone (a sibling merge would give it more roots).
+  const withAttention = opts.attention === false ? result : fuseAttention(g, result, {
+    takeFuel: opts.takeFuel,
+    log: opts.log,
+    always: opts.attention === "always",
+  });
+  return mergeSiblings(g, withAttention, opts.takeFuel);
 }
 
 /**

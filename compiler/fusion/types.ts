@@ -1,7 +1,12 @@
 /** What fusion decides: which graph nodes run together in which kernel, and why other pairs do not. */
 import type { NodeId } from "../../ir/mod.ts";
 
-export type FusedKind = "loop" | "reduce" | "matmul" | "scatter";
+/**
+ * `attention`: QKᵀ, the row softmax (with scale, mask, dropout) and PV in one kernel, one workgroup per
+ * tile of query rows (compiler/fusion/attention.ts); its space and axes are the softmax's, its anchor the
+ * PV GEMM.
+ */
+export type FusedKind = "loop" | "reduce" | "matmul" | "scatter" | "attention";
 
 /**
  * How a kernel member is read by its users inside the kernel:
@@ -20,11 +25,14 @@ export interface FusedKernel {
   readonly roots: NodeId[];
   /** Every node computed inside the kernel, roots included. */
   readonly members: Set<NodeId>;
-  /** Iteration space: the roots' shape for loop kernels, the reduced operand's shape for reduce kernels. */
+  /**
+   * Iteration space: the roots' shape for loop kernels, the reduced operand's shape for reduce kernels,
+   * the scores' shape for attention kernels.
+   */
   space: readonly number[];
-  /** Reduced axes (reduce kernels). */
+  /** Reduced axes (reduce kernels; the softmax's axis for attention kernels). */
   axes?: readonly number[];
-  /** The matmul or scatter node a matmul/scatter kernel is built around. */
+  /** The matmul or scatter node a matmul/scatter kernel is built around (attention: the PV matmul). */
   anchor?: NodeId;
 }
 

@@ -1,7 +1,8 @@
 /**
  * Lowers one fused kernel (a set of graph nodes, see compiler/fusion) to the kernel IR. The kernel's
  * shape of work is chosen here: one thread per element for loop kernels, one workgroup per row for
- * reduce kernels, the tiled template for matmuls, one thread per column for scatter-adds.
+ * reduce kernels, the tiled template for matmuls, one thread per column for scatter-adds, one workgroup
+ * per tile of query rows for attention (attention_template.ts).
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
@@ -28,6 +29,7 @@ import {
   wgId,
 } from "../kernel_ir/ir.ts";
 import { delinearize, type Idx } from "./index_math.ts";
+import { attentionKernel } from "./attention_template.ts";
 import { matmulKernel } from "./matmul_template.ts";
 import { computeType, LoweringError, Scope, ValueBuilder, type ValueContext } from "./values.ts";
 import { describeKernel, kernelName } from "./naming.ts";
@@ -54,6 +56,8 @@ function lowerByKind(g: Graph, k: FusedKernel, ctx: ValueContext): Kernel {
       return lowerMatmul(g, k, ctx, name, about, usesF16);
     case "scatter":
       return lowerScatter(g, k, ctx, name, about, usesF16);
+    case "attention":
+      return attentionKernel(g, k, ctx, name, about, usesF16);
   }
 }
 

@@ -8,10 +8,15 @@ import type { FusedKernel } from "../fusion/types.ts";
 /** Tags in the order they appear in names; each is present when its test holds for the kernel's ops. */
 const TAGS: readonly { tag: string; test: (ops: ReadonlyMap<string, number>, k: FusedKernel) => boolean }[] =
   [
+    // An attention kernel is named for what it computes, not for its GEMMs, softmax and permutes.
+    { tag: "attention", test: (_o, k) => k.kind === "attention" },
     { tag: "gather", test: (o) => o.has("gather") },
     { tag: "scatter_add", test: (o) => o.has("scatter_add") },
-    { tag: "matmul", test: (o) => o.has("matmul") },
-    { tag: "softmax", test: (o) => o.has("reduce_max") && o.has("exp") && !o.has("log") },
+    { tag: "matmul", test: (o, k) => o.has("matmul") && k.kind !== "attention" },
+    {
+      tag: "softmax",
+      test: (o, k) => o.has("reduce_max") && o.has("exp") && !o.has("log") && k.kind !== "attention",
+    },
     { tag: "logsumexp", test: (o) => o.has("reduce_max") && o.has("exp") && o.has("log") },
     { tag: "layernorm", test: (o) => o.has("rsqrt") && o.has("reduce_sum") },
     { tag: "rsqrt", test: (o) => o.has("rsqrt") && !o.has("reduce_sum") },
@@ -21,9 +26,13 @@ const TAGS: readonly { tag: string; test: (ops: ReadonlyMap<string, number>, k: 
     { tag: "argmax", test: (o) => o.has("reduce_max") && !o.has("exp") && (o.has("eq") || o.has("ge")) },
     { tag: "max", test: (o) => o.has("reduce_max") && !o.has("exp") && !o.has("eq") && !o.has("ge") },
     { tag: "colsum", test: (o, k) => o.has("reduce_sum") && k.axes !== undefined && k.axes[0] === 0 },
-    { tag: "rowsum", test: (o, k) => o.has("reduce_sum") && k.axes !== undefined && k.axes[0] !== 0 },
+    {
+      tag: "rowsum",
+      test: (o, k) =>
+        o.has("reduce_sum") && k.axes !== undefined && k.axes[0] !== 0 && k.kind !== "attention",
+    },
     { tag: "pad", test: (o) => o.has("pad") },
-    { tag: "permute", test: (o) => o.has("permute") },
+    { tag: "permute", test: (o, k) => o.has("permute") && k.kind !== "attention" },
     { tag: "eltwise", test: () => true },
   ];
 
