@@ -10,6 +10,7 @@ import type { FusionResult } from "./fusion/types.ts";
 import type { Kernel } from "./kernel_ir/ir.ts";
 import { kernelCost } from "./kernel_cost.ts";
 import { lowerKernel } from "./lower/lower_kernel.ts";
+import { vectorizeLoop } from "./lower/vectorize.ts";
 import { planMemory } from "./memory_plan.ts";
 import { UPDATE_PREFIX } from "./passes/sgd_update.ts";
 
@@ -69,7 +70,7 @@ export function buildPlan(
       return b;
     },
   };
-  const kernels = fusion.kernels.map((k) => lowerKernel(g, k, { ...ctx, members: k.members }));
+  const kernels = fusion.kernels.map((k) => vectorizeLoop(lowerKernel(g, k, { ...ctx, members: k.members })));
 
   const steps: PlanStep[] = kernels.map((_, i) => ({ op: "launch", kernel: i }));
   const outputs: Record<string, number> = {};

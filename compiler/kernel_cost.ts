@@ -6,8 +6,10 @@
  * buffer's traffic is capped at its size: a tensor read by many threads (a bias, a matmul operand reused
  * by many tiles) is assumed to come from cache after its first read, which is how a GPU's L2 behaves for
  * these sizes. So the figures are "unique bytes touched", the usual roofline convention.
+ *
+ * A vector load or store moves four elements, and a vector operation is four operations.
  */
-import type { Kernel, KExpr, KStmt } from "./kernel_ir/ir.ts";
+import { type Kernel, type KExpr, type KStmt, type KType, lanesOf, laneType } from "./kernel_ir/ir.ts";
 
 interface Counts {
   loads: Map<string, number>;
@@ -16,6 +18,9 @@ interface Counts {
 }
 
 const FLOAT_OPS = new Set(["add", "sub", "mul", "div", "max", "min"]);
+
+/** Floating-point operations one op on a value of type `t` does (0 for integers and bools). */
+const floatLanes = (t: KType) => (laneType(t) === "f32" || laneType(t) === "f16" ? lanesOf(t) : 0);
 
 function tripCount(s: Extract<KStmt, { k: "for" }>): number {
   if (s.to.k !== "lit" || s.step.k !== "lit" || s.step.v <= 0) return 1;
@@ -26,18 +31,18 @@ function tripCount(s: Extract<KStmt, { k: "for" }>): number {
 function countExpr(e: KExpr, w: number, c: Counts): void {
   switch (e.k) {
     case "load":
-      c.loads.set(e.buf, (c.loads.get(e.buf) ?? 0) + w);
+      c.loads.set(e.buf, (c.loads.get(e.buf) ?? 0) + w * lanesOf(e.t));
       countExpr(e.index, w, c);
       return;
     case "sload":
       countExpr(e.index, w, c);
       return;
     case "un":
-      if (e.t === "f32" || e.t === "f16") c.flops += w;
+      c.flops += w * floatLanes(e.t);
       countExpr(e.a, w, c);
       return;
     case "bin":
-      if ((e.a.t === "f32" || e.a.t === "f16") && FLOAT_OPS.has(e.op)) c.flops += w;
+      if (FLOAT_OPS.has(e.op)) c.flops += w * floatLanes(e.a.t);
       countExpr(e.a, w, c);
       countExpr(e.b, w, c);
       return;
@@ -47,7 +52,12 @@ function countExpr(e: KExpr, w: number, c: Counts): void {
       countExpr(e.b, w, c);
       return;
     case "cast":
+    case "splat":
+    case "lane":
       countExpr(e.a, w, c);
+      return;
+    case "vec":
+      for (const p of e.parts) countExpr(p, w, c);
       return;
     case "philox":
       countExpr(e.seed, w, c);
@@ -69,7 +79,7 @@ function countStmts(stmts: readonly KStmt[], w: number, c: Counts): void {
         countExpr(s.value, w, c);
         break;
       case "store":
-        c.stores.set(s.buf, (c.stores.get(s.buf) ?? 0) + w);
+        c.stores.set(s.buf, (c.stores.get(s.buf) ?? 0) + w * lanesOf(s.value.t));
         countExpr(s.index, w, c);
         countExpr(s.value, w, c);
         break;

@@ -323,6 +323,10 @@ function interpret(kern: Kernel, bufs: Record<string, Float64Array>) {
           }
           case "philox":
             throw new Error("philox not interpreted");
+          case "splat":
+          case "vec":
+          case "lane":
+            throw new Error(`vector ${e.k} not interpreted (matmul kernels are never vectorized)`);
         }
       };
       function* run(body: readonly KStmt[]): Generator<void, void, void> {

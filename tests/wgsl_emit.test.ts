@@ -21,6 +21,7 @@ import {
   type KBinding,
   type Kernel,
   type KStmt,
+  laneOf,
   let_,
   lid,
   lit,
@@ -30,8 +31,10 @@ import {
   ref,
   select,
   set,
+  splat,
   store,
   un,
+  vec,
   wgId,
 } from "../compiler/kernel_ir/ir.ts";
 import { pipelineKey } from "../runtime/webgpu/executor.ts";
@@ -348,6 +351,114 @@ test("pipeline cache key ignores comments and binding names, but not the code", 
   assert.equal(pipelineKey(a), pipelineKey(b));
   const c = emit(kernel({ body: [store("b_out", gid, mul(load("b_x", gid, "f32"), f32(3)))] })).code;
   assert.notEqual(pipelineKey(a), pipelineKey(c));
+});
+
+/** A four-lane kernel as compiler/lower/vectorize.ts produces them, touching every vector construct. */
+const vectorKernel = kernel({
+  bindings: [
+    { ...binding("b_x", "f32", "read", 0), vector: 4 },
+    { ...binding("b_h", "f16", "read", 1), vector: 4 },
+    { ...binding("b_m", "bool", "read", 2), vector: 4 },
+    binding("b_key", "u32", "read", 3),
+    binding("b_s", "f32", "read", 4),
+    { ...binding("b_out", "f32", "write", 5), vector: 4 },
+    { ...binding("b_i", "i32", "write", 6), vector: 4 },
+    { ...binding("b_u", "u32", "write", 7), vector: 4 },
+  ],
+  usesF16: true,
+  body: [
+    if_(lt(gid, i32(256)), [
+      let_("x", load("b_x", gid, "v4f32")),
+      let_("s", load("b_s", i32(0), "f32")),
+      let_("e", un("erf", mul(ref("x", "v4f32"), splat(ref("s", "f32"))))),
+      let_("t", un("tanh", load("b_h", gid, "v4f16"))),
+      let_("r", {
+        k: "philox",
+        t: "v4f32",
+        seed: load("b_key", i32(0), "u32"),
+        step: load("b_key", i32(1), "u32"),
+        stream: 5,
+        index: mul(cast(gid, "u32"), lit(4, "u32")),
+      }),
+      let_("keep", bin("and", load("b_m", gid, "v4bool"), bin("ge", ref("r", "v4f32"), splat(f32(0.5))))),
+      let_("ix", bin("mod", add(splat(mul(gid, i32(4))), vec([0, 1, 2, 3].map(i32))), splat(i32(1000)))),
+      let_("g", vec([0, 1, 2, 3].map((c) => load("b_s", laneOf(ref("ix", "v4i32"), c), "f32")))),
+      store(
+        "b_out",
+        gid,
+        select(
+          ref("keep", "v4bool"),
+          add(ref("e", "v4f32"), cast(ref("t", "v4f16"), "v4f32")),
+          bin("max", un("reciprocal", ref("g", "v4f32")), splat(f32(0))),
+        ),
+      ),
+      store(
+        "b_i",
+        gid,
+        add(cast(ref("x", "v4f32"), "v4i32"), cast(un("not", ref("keep", "v4bool")), "v4i32")),
+      ),
+      store("b_u", gid, un("neg", cast(cast(ref("g", "v4f32"), "v4bool"), "v4u32"))),
+    ]),
+  ],
+});
+
+test("vectors: vec4 bindings, splats, lane-wise casts and selects, vector helpers, Philox blocks", () => {
+  const code = emit(vectorKernel).code;
+  assert.match(code, /^enable f16;$/m);
+  const decls = code.split("\n").filter((l) => l.startsWith("@group(0)"));
+  assert.deepEqual(decls, [
+    "@group(0) @binding(0) var<storage, read> b_x: array<vec4<f32>>;",
+    "@group(0) @binding(1) var<storage, read> b_h: array<vec4<f16>>;",
+    "@group(0) @binding(2) var<storage, read> b_m: array<vec4<u32>>;",
+    "@group(0) @binding(3) var<storage, read> b_key: array<u32>;",
+    "@group(0) @binding(4) var<storage, read> b_s: array<f32>;",
+    "@group(0) @binding(5) var<storage, read_write> b_out: array<vec4<f32>>;",
+    "@group(0) @binding(6) var<storage, read_write> b_i: array<vec4<i32>>;",
+    "@group(0) @binding(7) var<storage, read_write> b_u: array<vec4<u32>>;",
+  ]);
+  // Arithmetic takes the scalar beside the vector; erf and tanh go lane by lane (f16 through f32).
+  assert.match(code, /let e: vec4<f32> = bf_erf4\(x \* s\);/);
+  assert.match(code, /let t: vec4<f16> = vec4<f16>\(bf_tanh4\(vec4<f32>\(b_h\[gid\]\)\)\);/);
+  assert.match(code, /let r: vec4<f32> = bf_philox4\(b_key\[0\], b_key\[1\], 5u, u32\(gid\) \* 4u\);/);
+  // Comparisons spell the splat; vector bools are & and |, and their storage is vec4<u32>.
+  assert.match(
+    code,
+    /let keep: vec4<bool> = \(b_m\[gid\] != vec4<u32>\(0u\)\) & \(r >= vec4<f32>\(0\.5\)\);/,
+  );
+  assert.match(code, /let ix: vec4<i32> = \(gid \* 4 \+ vec4<i32>\(0, 1, 2, 3\)\) % 1000;/);
+  assert.match(
+    code,
+    /let g: vec4<f32> = vec4<f32>\(b_s\[ix\.x\], b_s\[ix\.y\], b_s\[ix\.z\], b_s\[ix\.w\]\);/,
+  );
+  assert.match(
+    code,
+    /b_out\[gid\] = select\(max\(1\.0 \/ g, vec4<f32>\(0\.0\)\), e \+ vec4<f32>\(t\), keep\);/,
+  );
+  assert.match(
+    code,
+    /b_i\[gid\] = vec4<i32>\(x\) \+ select\(vec4<i32>\(0\), vec4<i32>\(1\), !keep\);/,
+  );
+  assert.match(code, /b_u\[gid\] = 0u - select\(vec4<u32>\(0u\), vec4<u32>\(1u\), g != vec4<f32>\(0\.0\)\);/);
+  for (const f of ["bf_erf", "bf_erf4", "bf_tanh", "bf_tanh4", "bf_mul_wide", "bf_philox4"]) {
+    assert.equal(count(code, `fn ${f}(`), 1, f);
+  }
+  assert.doesNotMatch(code, /fn bf_philox\(/);
+  const text = printKernel(vectorKernel);
+  assert.match(text, /bind 0 b_x: f32\[1024\] as 256 x vec4 read <- buffer 0/);
+  assert.match(text, /let ix: v4i32 = \(splat\(gid \* 4\) \+ v4i32\(0, 1, 2, 3\)\) % splat\(1000\)/);
+  assert.match(text, /let g: v4f32 = v4f32\(b_s\[ix\.x\], b_s\[ix\.y\], b_s\[ix\.z\], b_s\[ix\.w\]\)/);
+});
+
+test("vector spelling errors name the kernel", () => {
+  const bad = (e: Parameters<typeof let_>[1]) => kernel({ body: [let_("v", e)] });
+  assert.throws(() => emitWGSL(bad(cast(f32(1), "v4f32"))), /kernel k001_test: cast between f32 and v4f32/);
+  assert.throws(() => emitWGSL(bad(lit(1, "v4f32"))), /literal of vector type v4f32/);
+  assert.throws(() => emitWGSL(bad({ k: "splat", t: "v4f32", a: i32(1) })), /splat of a i32 value to v4f32/);
+  assert.throws(
+    () => emitWGSL(kernel({ body: [store("b_out", gid, splat(f32(1)))] })),
+    /store of a v4f32 value into f32 binding b_out/,
+  );
+  assert.throws(() => emitWGSL(bad(laneOf(f32(1), 0))), /lane 0 of a f32 value/);
 });
 
 test("printKernel dumps a kernel readably", () => {

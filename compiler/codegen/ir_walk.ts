@@ -18,7 +18,11 @@ export function mapExpr(e: KExpr, f: (e: KExpr) => KExpr): KExpr {
       return f({ ...e, index: mapExpr(e.index, f) });
     case "un":
     case "cast":
+    case "splat":
+    case "lane":
       return f({ ...e, a: mapExpr(e.a, f) });
+    case "vec":
+      return f({ ...e, parts: e.parts.map((p) => mapExpr(p, f)) });
     case "bin":
       return f({ ...e, a: mapExpr(e.a, f), b: mapExpr(e.b, f) });
     case "select":
@@ -89,7 +93,12 @@ export function forEachExpr(e: KExpr, f: (e: KExpr) => void): void {
       return forEachExpr(e.index, f);
     case "un":
     case "cast":
+    case "splat":
+    case "lane":
       return forEachExpr(e.a, f);
+    case "vec":
+      for (const p of e.parts) forEachExpr(p, f);
+      return;
     case "bin":
       forEachExpr(e.a, f);
       return forEachExpr(e.b, f);

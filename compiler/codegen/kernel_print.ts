@@ -2,7 +2,7 @@
  * A readable, target-free text dump of a kernel-IR Kernel (DEBUG=4, test failure messages). Every value
  * shows its type where it is declared; literals carry a type suffix unless they are i32.
  */
-import type { Kernel, KExpr, KStmt, KType } from "../kernel_ir/ir.ts";
+import { type Kernel, type KExpr, type KStmt, type KStorage, laneType } from "../kernel_ir/ir.ts";
 
 export function printKernel(k: Kernel): string {
   const out: string[] = [
@@ -11,14 +11,15 @@ export function printKernel(k: Kernel): string {
   ];
   for (const a of k.about) out.push(`  # ${a}`);
   k.bindings.forEach((b, i) => {
-    out.push(`  bind ${i} ${b.name}: ${b.t}[${b.elements}] ${b.access} <- buffer ${b.buffer}`);
+    const vec = b.vector ? ` as ${b.elements / b.vector} x vec${b.vector}` : "";
+    out.push(`  bind ${i} ${b.name}: ${b.t}[${b.elements}]${vec} ${b.access} <- buffer ${b.buffer}`);
   });
   for (const s of k.shared) out.push(`  shared ${s.name}: ${s.t}[${s.size}]`);
   printBody(k.body, 1, out);
   return out.join("\n") + "\n";
 }
 
-const SUFFIX: Record<KType, string> = { f32: "f", f16: "h", bf16: "bf", i32: "", u32: "u", bool: "" };
+const SUFFIX: Record<KStorage, string> = { f32: "f", f16: "h", bf16: "bf", i32: "", u32: "u", bool: "" };
 
 const INFIX: Record<string, string> = {
   add: "+",
@@ -36,12 +37,15 @@ const INFIX: Record<string, string> = {
   ge: ">=",
 };
 
+// Nested infix operands are always parenthesized: a dump should never make the reader recall precedence.
+const operandOf = (x: KExpr): string => (x.k === "bin" && x.op in INFIX ? `(${printExpr(x)})` : printExpr(x));
+
 export function printExpr(e: KExpr): string {
-  // Nested infix operands are always parenthesized: a dump should never make the reader recall precedence.
-  const operand = (x: KExpr) => (x.k === "bin" && x.op in INFIX ? `(${printExpr(x)})` : printExpr(x));
   switch (e.k) {
     case "lit":
-      return e.t === "bool" ? String(Boolean(e.v)) : `${Object.is(e.v, -0) ? "-0" : e.v}${SUFFIX[e.t]}`;
+      return e.t === "bool"
+        ? String(Boolean(e.v))
+        : `${Object.is(e.v, -0) ? "-0" : e.v}${SUFFIX[laneType(e.t)]}`;
     case "ref":
       return e.name;
     case "id":
@@ -54,12 +58,18 @@ export function printExpr(e: KExpr): string {
       return `${e.op}(${printExpr(e.a)})`;
     case "bin":
       return e.op in INFIX
-        ? `${operand(e.a)} ${INFIX[e.op]} ${operand(e.b)}`
+        ? `${operandOf(e.a)} ${INFIX[e.op]} ${operandOf(e.b)}`
         : `${e.op}(${printExpr(e.a)}, ${printExpr(e.b)})`;
     case "select":
       return `select(${printExpr(e.cond)}, ${printExpr(e.a)}, ${printExpr(e.b)})`;
     case "cast":
       return `${e.t}(${printExpr(e.a)})`;
+    case "splat":
+      return `splat(${printExpr(e.a)})`;
+    case "vec":
+      return `${e.t}(${e.parts.map(printExpr).join(", ")})`;
+    case "lane":
+      return `${operandOf(e.a)}.${"xyzw"[e.lane]}`;
     case "philox":
       return `philox(seed=${printExpr(e.seed)}, step=${printExpr(e.step)}, stream=${e.stream}, ` +
         `index=${printExpr(e.index)})`;

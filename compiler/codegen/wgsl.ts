@@ -5,7 +5,15 @@
  * function of the kernel, so it is byte-identical run to run.
  */
 import type { TargetKernel } from "../../runtime/plan.ts";
-import type { Kernel, KExpr, KStmt, KType } from "../kernel_ir/ir.ts";
+import {
+  isVector,
+  type Kernel,
+  type KExpr,
+  type KStmt,
+  type KType,
+  laneType,
+  vectorOf,
+} from "../kernel_ir/ir.ts";
 import { visitExprs, visitStmts } from "./ir_walk.ts";
 import { legalizeWGSL, type WgslLegal } from "./legalize_wgsl.ts";
 import { WgslNamer } from "./wgsl_names.ts";
@@ -35,7 +43,10 @@ interface Spelled {
 const atom = (s: string): Spelled => ({ s, p: ATOM });
 const paren = (x: Spelled, need: boolean) => (need ? `(${x.s})` : x.s);
 
-const isFloat = (t: KType) => t === "f32" || t === "f16";
+const isFloat = (t: KType) => laneType(t) === "f32" || laneType(t) === "f16";
+
+/** The WGSL spelling of a type: scalars as themselves, four-lane vectors as vec4<lane type>. */
+const typeName = (t: KType): string => (isVector(t) ? `vec4<${laneType(t)}>` : t);
 
 /** The shortest decimal that reads back (through a double, as WGSL's abstract floats do) as `v`. */
 function shortest(v: number, round: (x: number) => number): string {
@@ -64,8 +75,9 @@ function floatLiteral(v: number, t: "f32" | "f16"): Spelled {
   return signed.startsWith("-") ? { s: signed, p: UNARY } : atom(signed);
 }
 
+/** Zero of `t`; for a vector, of its lane type (vector arithmetic takes a scalar operand). */
 function zeroOf(t: KType): string {
-  switch (t) {
+  switch (laneType(t)) {
     case "f32":
       return "0.0";
     case "f16":
@@ -80,8 +92,12 @@ function zeroOf(t: KType): string {
 }
 
 function oneOf(t: KType): string {
-  return t === "f32" ? "1.0" : t === "f16" ? "1.0h" : t === "u32" ? "1u" : t === "bool" ? "true" : "1";
+  const l = laneType(t);
+  return l === "f32" ? "1.0" : l === "f16" ? "1.0h" : l === "u32" ? "1u" : l === "bool" ? "true" : "1";
 }
+
+/** `x` in all lanes of `t` when `t` is a vector (a WGSL splat constructor), else `x` itself. */
+const splatOf = (t: KType, x: string): string => (isVector(t) ? `${typeName(t)}(${x})` : x);
 
 const BIN_OPS: Partial<Record<string, { sym: string; p: number }>> = {
   add: { sym: "+", p: ADD },
@@ -98,6 +114,7 @@ const BIN_OPS: Partial<Record<string, { sym: string; p: number }>> = {
 };
 
 const FLOAT_ONLY = new Set(["exp", "log", "tanh", "erf", "sqrt", "rsqrt"]);
+const ARITH = new Set(["add", "sub", "mul", "div", "mod"]);
 
 class Speller {
   private readonly k: Kernel;
@@ -110,7 +127,7 @@ class Speller {
 
   constructor(private readonly legal: WgslLegal) {
     this.k = legal.kernel;
-    for (const b of this.k.bindings) this.bindingType.set(b.name, b.t);
+    for (const b of this.k.bindings) this.bindingType.set(b.name, b.vector ? vectorOf(b.t)! : b.t);
     for (const s of this.k.shared) this.sharedType.set(s.name, s.t);
   }
 
@@ -131,8 +148,9 @@ class Speller {
     const decls: string[] = [];
     k.bindings.forEach((b, i) => {
       const access = b.access === "read" ? "read" : "read_write";
+      const elem = b.vector ? `vec${b.vector}<${b.t}>` : b.t;
       decls.push(
-        `@group(0) @binding(${i}) var<storage, ${access}> ${this.names.name(b.name)}: array<${b.t}>;`,
+        `@group(0) @binding(${i}) var<storage, ${access}> ${this.names.name(b.name)}: array<${elem}>;`,
       );
     });
     const shared = k.shared.map((s) =>
@@ -172,8 +190,8 @@ class Speller {
       return true;
     }
     let f16 = false;
-    visitStmts(k.body, (s) => (f16 ||= s.k === "let" && s.t === "f16"));
-    visitExprs(k.body, (e) => (f16 ||= e.t === "f16"));
+    visitStmts(k.body, (s) => (f16 ||= s.k === "let" && laneType(s.t) === "f16"));
+    visitExprs(k.body, (e) => (f16 ||= laneType(e.t) === "f16"));
     return f16;
   }
 
@@ -223,7 +241,9 @@ class Speller {
     switch (s.k) {
       case "let":
         this.line(
-          `${s.mutable ? "var" : "let"} ${this.names.name(s.name)}: ${s.t} = ${this.expr(s.init).s};`,
+          `${s.mutable ? "var" : "let"} ${this.names.name(s.name)}: ${typeName(s.t)} = ${
+            this.expr(s.init).s
+          };`,
         );
         return;
       case "set":
@@ -300,15 +320,30 @@ class Speller {
         return atom(`select(${this.expr(e.b).s}, ${this.expr(e.a).s}, ${this.expr(e.cond).s})`);
       case "cast":
         return this.cast(this.expr(e.a), e.a.t, e.t);
+      case "splat":
+        if (e.a.t !== laneType(e.t)) this.fail(`splat of a ${e.a.t} value to ${e.t}`);
+        return atom(`${typeName(e.t)}(${this.expr(e.a).s})`);
+      case "vec": {
+        const t = laneType(e.t);
+        if (e.parts.length !== 4 || e.parts.some((p) => p.t !== t)) this.fail(`malformed ${e.t} constructor`);
+        return atom(`${typeName(e.t)}(${e.parts.map((p) => this.expr(p).s).join(", ")})`);
+      }
+      case "lane": {
+        if (!isVector(e.a.t) || !(e.lane >= 0 && e.lane < 4)) this.fail(`lane ${e.lane} of a ${e.a.t} value`);
+        const a = this.expr(e.a);
+        return atom(`${paren(a, a.p < ATOM)}.${"xyzw"[e.lane]}`);
+      }
       case "philox": {
-        this.prelude.add("bf_philox");
+        const fn = e.t === "v4f32" ? "bf_philox4" : "bf_philox";
+        this.prelude.add(fn);
         const u = (x: KExpr) => this.cast(this.expr(x), x.t, "u32").s;
-        return atom(`bf_philox(${u(e.seed)}, ${u(e.step)}, ${e.stream >>> 0}u, ${u(e.index)})`);
+        return atom(`${fn}(${u(e.seed)}, ${u(e.step)}, ${e.stream >>> 0}u, ${u(e.index)})`);
       }
     }
   }
 
   private literal(v: number, t: KType): Spelled {
+    if (isVector(t)) this.fail(`literal of vector type ${t} (splat a scalar literal)`);
     switch (t) {
       case "f32":
       case "f16":
@@ -328,15 +363,25 @@ class Speller {
 
   private cast(a: Spelled, from: KType, to: KType): Spelled {
     if (from === to) return a;
-    if (to === "bool") return { s: `${paren(a, a.p <= REL)} != ${zeroOf(from)}`, p: REL, op: "!=" };
-    if (from === "bool") return atom(`select(${zeroOf(to)}, ${oneOf(to)}, ${a.s})`);
-    return atom(`${to}(${a.s})`);
+    if (isVector(from) !== isVector(to)) this.fail(`cast between ${from} and ${to} (use splat or lane)`);
+    const zero = splatOf(from, zeroOf(from));
+    if (laneType(to) === "bool") return { s: `${paren(a, a.p <= REL)} != ${zero}`, p: REL, op: "!=" };
+    if (laneType(from) === "bool") {
+      return atom(`select(${splatOf(to, zeroOf(to))}, ${splatOf(to, oneOf(to))}, ${a.s})`);
+    }
+    return atom(`${typeName(to)}(${a.s})`);
   }
 
-  /** A call of an f32 prelude helper; f16 arguments go up to f32 and the result comes back down. */
-  private helper(fn: PreludeFn, a: Spelled, t: KType): Spelled {
-    this.prelude.add(fn);
-    return atom(t === "f16" ? `f16(${fn}(f32(${a.s})))` : `${fn}(${a.s})`);
+  /**
+   * A call of an f32 prelude helper (its vec4<f32> variant on vectors); f16 arguments go up to f32 and
+   * the result comes back down.
+   */
+  private helper(fn: "bf_erf" | "bf_tanh", a: Spelled, t: KType): Spelled {
+    const f: PreludeFn = isVector(t) ? `${fn}4` : fn;
+    this.prelude.add(f);
+    if (laneType(t) !== "f16") return atom(`${f}(${a.s})`);
+    const [f16, f32] = isVector(t) ? ["vec4<f16>", "vec4<f32>"] : ["f16", "f32"];
+    return atom(`${f16}(${f}(${f32}(${a.s})))`);
   }
 
   private unary(e: Extract<KExpr, { k: "un" }>): Spelled {
@@ -345,11 +390,11 @@ class Speller {
     if (FLOAT_ONLY.has(e.op) && !isFloat(t)) this.fail(`${e.op} of a ${t} value`);
     switch (e.op) {
       case "neg":
-        if (t === "u32") return { s: `0u - ${paren(a, a.p <= ADD)}`, p: ADD, op: "-" };
-        if (t === "bool") this.fail("neg of a bool value");
+        if (laneType(t) === "u32") return { s: `0u - ${paren(a, a.p <= ADD)}`, p: ADD, op: "-" };
+        if (laneType(t) === "bool") this.fail(`neg of a ${t} value`);
         return { s: `-${paren(a, a.p <= UNARY)}`, p: UNARY };
       case "not":
-        return { s: `${t === "bool" ? "!" : "~"}${paren(a, a.p <= UNARY)}`, p: UNARY };
+        return { s: `${laneType(t) === "bool" ? "!" : "~"}${paren(a, a.p <= UNARY)}`, p: UNARY };
       case "abs":
       case "exp":
       case "log":
@@ -367,8 +412,10 @@ class Speller {
   }
 
   private binary(e: Extract<KExpr, { k: "bin" }>): Spelled {
-    const a = this.expr(e.a);
-    const b = this.expr(e.b);
+    // WGSL's arithmetic operators take a scalar beside a vector, so a splat operand is spelled bare there.
+    const bare = ARITH.has(e.op) && isVector(e.a.t);
+    const a = this.expr(bare && e.a.k === "splat" && e.b.k !== "splat" ? e.a.a : e.a);
+    const b = this.expr(bare && e.b.k === "splat" && e.a.k !== "splat" ? e.b.a : e.b);
     if (e.op === "max" || e.op === "min") return atom(`${e.op}(${a.s}, ${b.s})`);
     if (e.op === "and" || e.op === "or") {
       if (e.a.t === "bool") {

@@ -1,10 +1,18 @@
 /**
  * WGSL helper functions the emitter calls for operations WGSL lacks (erf, Philox) or spells unsafely
  * (tanh). Only the helpers a kernel uses are emitted, in a fixed order, so output stays deterministic.
- * All helpers compute in f32; the emitter upcasts f16 arguments.
+ * All helpers compute in f32; the emitter upcasts f16 arguments. The `4` variants serve vectorized loop
+ * kernels (compiler/lower/vectorize.ts): erf and tanh lane by lane, and Philox's four words at once.
  */
 
-export type PreludeFn = "bf_erf" | "bf_tanh" | "bf_mul_wide" | "bf_philox";
+export type PreludeFn =
+  | "bf_erf"
+  | "bf_tanh"
+  | "bf_erf4"
+  | "bf_tanh4"
+  | "bf_mul_wide"
+  | "bf_philox"
+  | "bf_philox4";
 
 /**
  * erf with |error| <= 1e-7 in f32 (8.8e-8 simulated; the GPU's exp adds a little). Coefficients come from
@@ -78,10 +86,8 @@ fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
   return vec2<u32>(hi, a * b);
 }`;
 
-const PHILOX = `// The project's dropout uniform (runtime/numeric/philox.ts): Philox4x32-10 with counter
-// (index / 4, 0, step, 0) and key (seed, stream); word index % 4; (bits >> 8) * 2^-24.
-fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
-  var c0 = index >> 2u;
+// The ten rounds of Philox4x32-10 on the counter (c0..c3) and key (k0, k1), shared by both helpers.
+const PHILOX_ROUNDS = `  var c0 = index >> 2u;
   var c1 = 0u;
   var c2 = step;
   var c3 = 0u;
@@ -96,21 +102,51 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
     c3 = p0.y;
     k0 = k0 + 0x9e3779b9u;
     k1 = k1 + 0xbb67ae85u;
-  }
+  }`;
+
+const PHILOX = `// The project's dropout uniform (runtime/numeric/philox.ts): Philox4x32-10 with counter
+// (index / 4, 0, step, 0) and key (seed, stream); word index % 4; (bits >> 8) * 2^-24.
+fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
+${PHILOX_ROUNDS}
   let w = index & 3u;
   let bits = select(select(c3, c2, w == 2u), select(c1, c0, w == 0u), w < 2u);
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }`;
 
+// Elements index..index+3 (index a multiple of 4) are the four words of one block: computed once.
+const PHILOX4 =
+  `// bf_philox of the four elements index..index+3, index a multiple of 4: one block, all four words.
+fn bf_philox4(seed: u32, step: u32, stream: u32, index: u32) -> vec4<f32> {
+${PHILOX_ROUNDS}
+  return vec4<f32>(vec4<u32>(c0, c1, c2, c3) >> vec4<u32>(8u)) * (1.0 / 16777216.0);
+}`;
+
+/** A lane-by-lane vec4<f32> variant of the scalar helper `fn`. */
+const lanewise = (fn: string) =>
+  `fn ${fn}4(x: vec4<f32>) -> vec4<f32> {
+  return vec4<f32>(${fn}(x.x), ${fn}(x.y), ${fn}(x.z), ${fn}(x.w));
+}`;
+
 const SOURCES: Record<PreludeFn, { text: string; needs: readonly PreludeFn[] }> = {
   bf_erf: { text: ERF, needs: [] },
   bf_tanh: { text: TANH, needs: [] },
+  bf_erf4: { text: lanewise("bf_erf"), needs: ["bf_erf"] },
+  bf_tanh4: { text: lanewise("bf_tanh"), needs: ["bf_tanh"] },
   bf_mul_wide: { text: MUL_WIDE, needs: [] },
   bf_philox: { text: PHILOX, needs: ["bf_mul_wide"] },
+  bf_philox4: { text: PHILOX4, needs: ["bf_mul_wide"] },
 };
 
 /** Fixed emission order (dependencies first). */
-const ORDER: readonly PreludeFn[] = ["bf_erf", "bf_tanh", "bf_mul_wide", "bf_philox"];
+const ORDER: readonly PreludeFn[] = [
+  "bf_erf",
+  "bf_tanh",
+  "bf_erf4",
+  "bf_tanh4",
+  "bf_mul_wide",
+  "bf_philox",
+  "bf_philox4",
+];
 
 /** Names of all prelude functions, which kernel identifiers must not shadow. */
 export const PRELUDE_NAMES: readonly string[] = ORDER;

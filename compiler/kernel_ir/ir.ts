@@ -9,12 +9,46 @@
  * (wg * workgroupSize + lid). Buffers are flat arrays of one storage type; indices are i32 element
  * indices. Values in expressions have a compute type: f32, f16 (only where a kernel opts in), i32, u32 or
  * bool. Loads yield the buffer's storage type; the lowering inserts the casts it needs.
+ *
+ * Vectors: the vectorizer (compiler/lower/vectorize.ts) rewrites eligible loop kernels so each thread
+ * handles four consecutive elements. Values then are scalars (the same in all four lanes) or four-lane
+ * vectors (`KVector`); a binding marked `vector: 4` is read and written a vector at a time.
  */
 
 /** Element types as stored in buffers. `bool` is legalized to u32 storage by targets without byte types. */
 export type KStorage = "f32" | "f16" | "bf16" | "i32" | "u32" | "bool";
+/**
+ * Four-lane vectors (compiler/lower/vectorize.ts): lane i holds what thread-element i of four consecutive
+ * elements would hold in the scalar kernel. Operations on vectors work lane by lane.
+ */
+export type KVector = "v4f32" | "v4f16" | "v4i32" | "v4u32" | "v4bool";
 /** Types of values inside a kernel. */
-export type KType = KStorage;
+export type KType = KStorage | KVector;
+
+const VECTOR_OF: Partial<Record<KStorage, KVector>> = {
+  f32: "v4f32",
+  f16: "v4f16",
+  i32: "v4i32",
+  u32: "v4u32",
+  bool: "v4bool",
+};
+const LANE_OF: Record<KVector, KStorage> = {
+  v4f32: "f32",
+  v4f16: "f16",
+  v4i32: "i32",
+  v4u32: "u32",
+  v4bool: "bool",
+};
+
+export const isVector = (t: KType): t is KVector => t in LANE_OF;
+/** The type of one lane (a scalar type is its own lane type). */
+export const laneType = (t: KType): KStorage => (isVector(t) ? LANE_OF[t] : t);
+/** Number of lanes: 4 for vectors, 1 for scalars. */
+export const lanesOf = (t: KType): number => (isVector(t) ? 4 : 1);
+/** The four-lane vector of a scalar type (undefined for bf16, which has no vector type here). */
+export function vectorOf(t: KType): KVector | undefined {
+  return isVector(t) ? t : VECTOR_OF[t];
+}
 
 export type KUnOp =
   | "neg"
@@ -54,14 +88,23 @@ export type KExpr =
   | { readonly k: "un"; readonly t: KType; readonly op: KUnOp; readonly a: KExpr }
   | { readonly k: "bin"; readonly t: KType; readonly op: KBinOp; readonly a: KExpr; readonly b: KExpr }
   | { readonly k: "select"; readonly t: KType; readonly cond: KExpr; readonly a: KExpr; readonly b: KExpr }
+  /** Conversion between scalar types, or lane by lane between vector types (never scalar <-> vector). */
   | { readonly k: "cast"; readonly t: KType; readonly a: KExpr }
+  /** A scalar repeated in all four lanes; `a.t` is the lane type of `t`. */
+  | { readonly k: "splat"; readonly t: KVector; readonly a: KExpr }
+  /** A vector from four scalars of its lane type, lane 0 first. */
+  | { readonly k: "vec"; readonly t: KVector; readonly parts: readonly KExpr[] }
+  /** Lane `lane` (0-3) of the vector `a`. */
+  | { readonly k: "lane"; readonly t: KStorage; readonly a: KExpr; readonly lane: number }
   /**
    * Uniform [0,1) f32 of the project's Philox convention (runtime/numeric/philox.ts): key (seed, stream),
    * counter (floor(index/4), 0, step, 0), word index%4, (bits >>> 8) * 2^-24. seed/step are u32 exprs.
+   * With t = v4f32, `index` must be a multiple of 4 and the result is elements index..index+3: the four
+   * words of one Philox block.
    */
   | {
     readonly k: "philox";
-    readonly t: "f32";
+    readonly t: "f32" | "v4f32";
     readonly seed: KExpr;
     readonly step: KExpr;
     readonly stream: number;
@@ -121,6 +164,12 @@ export interface KBinding {
   readonly access: "read" | "write" | "read_write";
   /** Number of elements of the bound buffer (for bounds and for splitting over binding-size limits). */
   readonly elements: number;
+  /**
+   * Set when the buffer is accessed as an array of four-lane vectors of `t` (elements is then a multiple
+   * of 4): load and store indices count vectors (element index / 4), loads yield `vectorOf(t)` and
+   * stores take it. The buffer must be bound at an offset aligned to the vector's size.
+   */
+  readonly vector?: 4;
 }
 
 export interface KShared {
@@ -162,12 +211,20 @@ export const sload = (arr: string, index: KExpr, t: KType): KExpr => ({ k: "sloa
 export const cast = (a: KExpr, t: KType): KExpr => (a.t === t ? a : { k: "cast", t, a });
 export const un = (op: KUnOp, a: KExpr): KExpr => ({ k: "un", t: a.t, op, a });
 export const select = (cond: KExpr, a: KExpr, b: KExpr): KExpr => ({ k: "select", t: a.t, cond, a, b });
+/** `a` in all four lanes (a vector stays as it is). */
+export function splat(a: KExpr): KExpr {
+  const t = vectorOf(a.t);
+  if (t === undefined) throw new Error(`no vector type for ${a.t}`);
+  return isVector(a.t) ? a : { k: "splat", t, a };
+}
+export const vec = (parts: readonly KExpr[]): KExpr => ({ k: "vec", t: vectorOf(parts[0].t)!, parts });
+export const laneOf = (a: KExpr, lane: number): KExpr => ({ k: "lane", t: laneType(a.t), a, lane });
 
 const COMPARE: ReadonlySet<KBinOp> = new Set(["eq", "ne", "lt", "le", "gt", "ge"]);
 
-/** A binary op; comparisons yield bool. Integer literals are folded where trivially possible. */
+/** A binary op; comparisons yield bool (v4bool on vectors). Integer literals are folded where trivial. */
 export function bin(op: KBinOp, a: KExpr, b: KExpr): KExpr {
-  const t: KType = COMPARE.has(op) ? "bool" : a.t;
+  const t: KType = COMPARE.has(op) ? (isVector(a.t) ? "v4bool" : "bool") : a.t;
   if (a.k === "lit" && b.k === "lit" && (a.t === "i32" || a.t === "u32") && a.t === b.t) {
     const folded = foldInt(op, a.v, b.v, a.t);
     if (folded !== undefined) return lit(folded, t === "bool" ? "bool" : a.t);

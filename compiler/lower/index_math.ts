@@ -116,7 +116,12 @@ export function exprKey(e: KExpr): string {
     case "select":
       return `sel(${exprKey(e.cond)},${exprKey(e.a)},${exprKey(e.b)})`;
     case "cast":
+    case "splat":
       return `${e.t}(${exprKey(e.a)})`;
+    case "vec":
+      return `${e.t}(${e.parts.map(exprKey).join(",")})`;
+    case "lane":
+      return `${exprKey(e.a)}.${e.lane}`;
     case "philox":
       return `philox(${exprKey(e.seed)},${exprKey(e.step)},${e.stream},${exprKey(e.index)})`;
   }

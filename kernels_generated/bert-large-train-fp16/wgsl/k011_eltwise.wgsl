@@ -12,30 +12,31 @@
 //   binding 3 (write): %139 add f32[8,128,1024]
 //   binding 4 (read): param bert.encoder.layer.0.attention.output.LayerNorm.weight f32[1024]
 //   binding 5 (read): param bert.encoder.layer.0.attention.output.LayerNorm.bias f32[1024]
+//   vectorized: 4 consecutive elements per thread; vec4 bindings 0, 1, 3, 4, 5
 
-// launch: 4096 workgroups of 256 threads
+// launch: 1024 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
-@group(0) @binding(1) var<storage, read> b1: array<f32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> b1: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> b2: array<f32>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
-@group(0) @binding(4) var<storage, read> b4: array<f32>;
-@group(0) @binding(5) var<storage, read> b5: array<f32>;
+@group(0) @binding(3) var<storage, read_write> b3: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> b4: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> b5: array<vec4<f32>>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let gid = wg * 256 + lid;
-  if (gid < 1048576) {
-    let v0: f32 = b1[gid];
-    let v1: f32 = b2[gid / 131072 * 128 + gid / 1024 % 128];
-    let v2: f32 = v0 * v1;
+  if (gid < 262144) {
+    let v0: vec4<f32> = b1[gid];
+    let v1: f32 = b2[gid / 32768 * 128 + gid / 256 % 128];
+    let v2: vec4<f32> = v0 * v1;
     b0[gid] = v2;
-    let v3: f32 = b4[gid % 1024];
-    let v4: f32 = v2 * v3;
-    let v5: f32 = b5[gid % 1024];
-    let v6: f32 = v4 + v5;
+    let v3: vec4<f32> = b4[gid % 256];
+    let v4: vec4<f32> = v2 * v3;
+    let v5: vec4<f32> = b5[gid % 256];
+    let v6: vec4<f32> = v4 + v5;
     b3[gid] = v6;
   }
 }

@@ -11,13 +11,14 @@
 //   binding 2 (read): %1151 reduce_sum f32[8,16,128,1]
 //   binding 3 (write): %1157 where f32[8,16,128,128]
 //   binding 4 (read): input rng_key u32[2]
+//   vectorized: 4 consecutive elements per thread; vec4 bindings 0, 1, 3
 
-// launch: 8192 workgroups of 256 threads
+// launch: 2048 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
-@group(0) @binding(1) var<storage, read> b1: array<f32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> b1: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> b2: array<f32>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
+@group(0) @binding(3) var<storage, read_write> b3: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> b4: array<u32>;
 
 // Full 64-bit product of two u32 as (hi, lo).
@@ -34,9 +35,8 @@ fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
   return vec2<u32>(hi, a * b);
 }
 
-// The project's dropout uniform (runtime/numeric/philox.ts): Philox4x32-10 with counter
-// (index / 4, 0, step, 0) and key (seed, stream); word index % 4; (bits >> 8) * 2^-24.
-fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
+// bf_philox of the four elements index..index+3, index a multiple of 4: one block, all four words.
+fn bf_philox4(seed: u32, step: u32, stream: u32, index: u32) -> vec4<f32> {
   var c0 = index >> 2u;
   var c1 = 0u;
   var c2 = step;
@@ -53,9 +53,7 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
     k0 = k0 + 0x9e3779b9u;
     k1 = k1 + 0xbb67ae85u;
   }
-  let w = index & 3u;
-  let bits = select(select(c3, c2, w == 2u), select(c1, c0, w == 0u), w < 2u);
-  return f32(bits >> 8u) * (1.0 / 16777216.0);
+  return vec4<f32>(vec4<u32>(c0, c1, c2, c3) >> vec4<u32>(8u)) * (1.0 / 16777216.0);
 }
 
 @compute @workgroup_size(256)
@@ -63,17 +61,17 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let gid = wg * 256 + lid;
-  if (gid < 2097152) {
-    let v0: f32 = b1[gid];
-    let v1: f32 = b2[gid / 262144 * 2048 + gid / 16384 % 16 * 128 + gid / 128 % 128];
-    let v2: f32 = v0 / v1;
+  if (gid < 524288) {
+    let v0: vec4<f32> = b1[gid];
+    let v1: f32 = b2[gid / 65536 * 2048 + gid / 4096 % 16 * 128 + gid / 32 % 128];
+    let v2: vec4<f32> = v0 / v1;
     b0[gid] = v2;
     let v3: u32 = b4[0];
     let v4: u32 = b4[1];
-    let v5: f32 = bf_philox(v3, v4, 25u, u32(gid));
-    let v6: bool = v5 >= 0.1;
-    let v7: f32 = v2 * 1.1111112;
-    let v8: f32 = select(0.0, v7, v6);
+    let v5: vec4<f32> = bf_philox4(v3, v4, 25u, u32(gid) * 4u);
+    let v6: vec4<bool> = v5 >= vec4<f32>(0.1);
+    let v7: vec4<f32> = v2 * 1.1111112;
+    let v8: vec4<f32> = select(vec4<f32>(0.0), v7, v6);
     b3[gid] = v8;
   }
 }

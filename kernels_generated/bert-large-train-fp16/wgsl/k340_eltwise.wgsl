@@ -6,22 +6,23 @@
 //   %3227 add i32[8,20] (models/bert.ts:154) -> written
 //   binding 0 (write): %3227 add i32[8,20]
 //   binding 1 (read): input masked_lm_positions i32[8,20]
+//   vectorized: 4 consecutive elements per thread; vec4 bindings 0, 1
 
 // launch: 1 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read_write> b0: array<i32>;
-@group(0) @binding(1) var<storage, read> b1: array<i32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<vec4<i32>>;
+@group(0) @binding(1) var<storage, read> b1: array<vec4<i32>>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let gid = wg * 256 + lid;
-  if (gid < 160) {
-    let v0: i32 = b1[gid];
-    let v1: i32 = gid / 20;
+  if (gid < 40) {
+    let v0: vec4<i32> = b1[gid];
+    let v1: i32 = gid / 5;
     let v2: i32 = v1 * 128;
-    let v3: i32 = v0 + v2;
+    let v3: vec4<i32> = v0 + v2;
     b0[gid] = v3;
   }
 }

@@ -8,21 +8,22 @@
 //   binding 0 (write): %3230 gather f32[160,1024]
 //   binding 1 (read): %3227 add i32[8,20]
 //   binding 2 (read): %3196 add f32[8,128,1024]
+//   vectorized: 4 consecutive elements per thread; vec4 bindings 0, 2
 
-// launch: 640 workgroups of 256 threads
+// launch: 160 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> b1: array<i32>;
-@group(0) @binding(2) var<storage, read> b2: array<f32>;
+@group(0) @binding(2) var<storage, read> b2: array<vec4<f32>>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let gid = wg * 256 + lid;
-  if (gid < 163840) {
-    let v0: i32 = b1[gid / 1024];
-    let v1: f32 = b2[min(max(v0, 0), 1023) * 1024 + gid % 1024];
+  if (gid < 40960) {
+    let v0: i32 = b1[gid / 256];
+    let v1: vec4<f32> = b2[min(max(v0, 0), 1023) * 256 + gid % 256];
     b0[gid] = v1;
   }
 }

@@ -20,14 +20,15 @@
 //   binding 3 (read): %3320 reduce_sum f32[8,1]
 //   binding 4 (read): %3319 exp f32[8,2]
 //   binding 5 (read): input next_sentence_labels i32[8]
+//   vectorized: 4 consecutive elements per thread; vec4 bindings 0, 4
 
 // launch: 1 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
 @group(0) @binding(2) var<storage, read> b2: array<u32>;
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
-@group(0) @binding(4) var<storage, read> b4: array<f32>;
+@group(0) @binding(4) var<storage, read> b4: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read> b5: array<i32>;
 
 @compute @workgroup_size(256)
@@ -35,22 +36,24 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let gid = wg * 256 + lid;
-  if (gid < 16) {
+  if (gid < 4) {
     let v0: f32 = b1[0];
     let v1: f32 = 1.0 / v0;
-    let v2: bool = b2[gid / 2] != 0u;
-    let v3: f32 = select(0.0, 1.0, v2);
-    let v4: f32 = v1 * v3;
-    let v5: f32 = b3[gid / 2];
-    let v6: f32 = v4 / v5;
-    let v7: f32 = b4[gid];
-    let v8: f32 = v6 * v7;
-    let v9: i32 = gid % 2;
-    let v10: i32 = b5[gid / 2];
-    let v11: bool = v9 == v10;
-    let v12: f32 = -v4;
-    let v13: f32 = select(0.0, v12, v11);
-    let v14: f32 = v8 + v13;
+    let ix0: vec4<i32> = gid * 4 + vec4<i32>(0, 1, 2, 3);
+    let ix1: vec4<i32> = ix0 / 2;
+    let v2: vec4<bool> = vec4<bool>(b2[ix1.x] != 0u, b2[ix1.y] != 0u, b2[ix1.z] != 0u, b2[ix1.w] != 0u);
+    let v3: vec4<f32> = select(vec4<f32>(0.0), vec4<f32>(1.0), v2);
+    let v4: vec4<f32> = v1 * v3;
+    let v5: vec4<f32> = vec4<f32>(b3[ix1.x], b3[ix1.y], b3[ix1.z], b3[ix1.w]);
+    let v6: vec4<f32> = v4 / v5;
+    let v7: vec4<f32> = b4[gid];
+    let v8: vec4<f32> = v6 * v7;
+    let v9: vec4<i32> = ix0 % 2;
+    let v10: vec4<i32> = vec4<i32>(b5[ix1.x], b5[ix1.y], b5[ix1.z], b5[ix1.w]);
+    let v11: vec4<bool> = v9 == v10;
+    let v12: vec4<f32> = -v4;
+    let v13: vec4<f32> = select(vec4<f32>(0.0), v12, v11);
+    let v14: vec4<f32> = v8 + v13;
     b0[gid] = v14;
   }
 }

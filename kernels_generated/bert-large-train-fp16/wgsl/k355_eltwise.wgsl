@@ -19,36 +19,39 @@
 //   binding 2 (read): input masked_lm_ids i32[8,20]
 //   binding 3 (read): %3287 reduce_sum f32[160,1]
 //   binding 4 (read): %3286 exp f32[160,30522]
+//   vectorized: 4 consecutive elements per thread; vec4 bindings 0, 4
 
-// launch: 19077 workgroups of 256 threads
+// launch: 4770 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
 @group(0) @binding(2) var<storage, read> b2: array<i32>;
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
-@group(0) @binding(4) var<storage, read> b4: array<f32>;
+@group(0) @binding(4) var<storage, read> b4: array<vec4<f32>>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let gid = wg * 256 + lid;
-  if (gid < 4883520) {
+  if (gid < 1220880) {
     let v0: f32 = b1[0];
     let v1: f32 = 1.0 / v0;
-    let v2: i32 = b2[gid / 30522];
-    let v3: bool = v2 != -1;
-    let v4: f32 = select(0.0, 1.0, v3);
-    let v5: f32 = v1 * v4;
-    let v6: f32 = b3[gid / 30522];
-    let v7: f32 = v5 / v6;
-    let v8: f32 = b4[gid];
-    let v9: f32 = v7 * v8;
-    let v10: i32 = gid % 30522;
-    let v11: bool = v10 == v2;
-    let v12: f32 = -v5;
-    let v13: f32 = select(0.0, v12, v11);
-    let v14: f32 = v9 + v13;
+    let ix0: vec4<i32> = gid * 4 + vec4<i32>(0, 1, 2, 3);
+    let ix1: vec4<i32> = ix0 / 30522;
+    let v2: vec4<i32> = vec4<i32>(b2[ix1.x], b2[ix1.y], b2[ix1.z], b2[ix1.w]);
+    let v3: vec4<bool> = v2 != vec4<i32>(-1);
+    let v4: vec4<f32> = select(vec4<f32>(0.0), vec4<f32>(1.0), v3);
+    let v5: vec4<f32> = v1 * v4;
+    let v6: vec4<f32> = vec4<f32>(b3[ix1.x], b3[ix1.y], b3[ix1.z], b3[ix1.w]);
+    let v7: vec4<f32> = v5 / v6;
+    let v8: vec4<f32> = b4[gid];
+    let v9: vec4<f32> = v7 * v8;
+    let v10: vec4<i32> = ix0 % 30522;
+    let v11: vec4<bool> = v10 == v2;
+    let v12: vec4<f32> = -v5;
+    let v13: vec4<f32> = select(vec4<f32>(0.0), v12, v11);
+    let v14: vec4<f32> = v9 + v13;
     b0[gid] = v14;
   }
 }

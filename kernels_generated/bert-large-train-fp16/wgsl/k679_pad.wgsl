@@ -12,13 +12,14 @@
 //   binding 2 (write): %6828 sub f32[512,1024]
 //   binding 3 (read): param bert.embeddings.position_embeddings.weight f32[512,1024]
 //   binding 4 (read): input learning_rate f32[1]
+//   vectorized: 4 consecutive elements per thread; vec4 bindings 0, 1, 2, 3
 
-// launch: 2048 workgroups of 256 threads
+// launch: 512 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
-@group(0) @binding(1) var<storage, read> b1: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
-@group(0) @binding(3) var<storage, read> b3: array<f32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> b1: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> b2: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> b3: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> b4: array<f32>;
 
 @compute @workgroup_size(256)
@@ -26,14 +27,14 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let gid = wg * 256 + lid;
-  if (gid < 524288) {
-    let v0: f32 = b1[min(max(gid / 1024, 0), 127) * 1024 + gid % 1024];
-    let v1: f32 = select(0.0, v0, gid / 1024 >= 0 && gid / 1024 < 128);
+  if (gid < 131072) {
+    let v0: vec4<f32> = b1[min(max(gid / 256, 0), 127) * 256 + gid % 256];
+    let v1: vec4<f32> = select(vec4<f32>(0.0), v0, vec4<bool>(gid / 256 >= 0 && gid / 256 < 128));
     b0[gid] = v1;
-    let v2: f32 = b3[gid];
+    let v2: vec4<f32> = b3[gid];
     let v3: f32 = b4[0];
-    let v4: f32 = v3 * v1;
-    let v5: f32 = v2 - v4;
+    let v4: vec4<f32> = v3 * v1;
+    let v5: vec4<f32> = v2 - v4;
     b2[gid] = v5;
   }
 }

@@ -9,25 +9,26 @@
 //   binding 1 (read): param bert.embeddings.token_type_embeddings.weight f32[2,1024]
 //   binding 2 (read): input learning_rate f32[1]
 //   binding 3 (read): %6816 scatter_add f32[2,1024]
+//   vectorized: 4 consecutive elements per thread; vec4 bindings 0, 1, 3
 
-// launch: 8 workgroups of 256 threads
+// launch: 2 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
-@group(0) @binding(1) var<storage, read> b1: array<f32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> b1: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> b2: array<f32>;
-@group(0) @binding(3) var<storage, read> b3: array<f32>;
+@group(0) @binding(3) var<storage, read> b3: array<vec4<f32>>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let gid = wg * 256 + lid;
-  if (gid < 2048) {
-    let v0: f32 = b1[gid];
+  if (gid < 512) {
+    let v0: vec4<f32> = b1[gid];
     let v1: f32 = b2[0];
-    let v2: f32 = b3[gid];
-    let v3: f32 = v1 * v2;
-    let v4: f32 = v0 - v3;
+    let v2: vec4<f32> = b3[gid];
+    let v3: vec4<f32> = v1 * v2;
+    let v4: vec4<f32> = v0 - v3;
     b0[gid] = v4;
   }
 }
