@@ -178,7 +178,7 @@ export interface KShared {
   readonly size: number;
 }
 
-export type KernelKind = "loop" | "reduce" | "matmul" | "scatter" | "copy";
+export type KernelKind = "loop" | "reduce" | "matmul" | "scatter" | "attention" | "copy";
 
 export interface Kernel {
   /** Unique, descriptive name, e.g. `k012_layernorm_fwd`; used for file names and error messages. */

@@ -353,7 +353,7 @@ export function attentionKernel(
 
   return {
     name,
-    kind: "reduce",
+    kind: "attention",
     bindings: vb.bindings,
     shared: [
       { name: "att_w", t: "f32", size: Math.max(R * headDim, widest * T) },
