@@ -322,7 +322,7 @@ function canJoin(
  * A node the kernel must also write (an extra root) is stored where the kernel iterates: at each element
  * of its space, or once per row of a reduce kernel. A node read at any other index cannot be.
  */
-function storableHere(g: Graph, id: NodeId, k: FusedKernel, need: ReadonlySet<Need>): Verdict {
+function storableHere(g: Graph, id: NodeId, k: FusedKernel, need: Set<Need>): Verdict {
   const size = numel(g.nodes[id].type.shape);
   const only = need.size === 1 ? [...need][0] : undefined;
   if (only === ELEM && size === numel(k.space)) return YES;
@@ -330,6 +330,17 @@ function storableHere(g: Graph, id: NodeId, k: FusedKernel, need: ReadonlySet<Ne
   // Read through a broadcast from this reduce kernel's rows: that is a row-level value here.
   const rc = only === undefined ? undefined : parseRowCandidate(only);
   if (rc && k.kind === "reduce" && sameShape(rc.shape, k.space) && rc.axes.join() === k.axes!.join()) {
+    return YES;
+  }
+  // A loop kernel reading a per-row value through a broadcast (LayerNorm's 1/σ, softmax's sum) becomes a
+  // row kernel over those rows, which computes the value once per row and can write it — and can then take
+  // the reductions that produce it.
+  if (rc && k.kind === "loop" && numel(rc.shape) === numel(k.space)) {
+    k.kind = "reduce";
+    k.space = rc.shape;
+    k.axes = rc.axes;
+    need.clear();
+    need.add(ROW);
     return YES;
   }
   return no(`it is read as ${describeNeeds(need)} here, so this kernel cannot also write it`);

@@ -16,6 +16,11 @@
 //   %22 mul f32[8,128,1] (models/bert.ts:100)
 //   %24 add f32[8,128,1] (models/bert.ts:100) -> written
 //   %25 rsqrt f32[8,128,1] (models/bert.ts:100) -> written
+//   %27 mul f32[8,128,1024] (models/bert.ts:100) -> written
+//   %29 mul f32[8,128,1024] (models/bert.ts:100)
+//   %31 add f32[8,128,1024] (models/bert.ts:100)
+//   %36 mul f32[8,128,1024] (models/bert.ts:108)
+//   %38 where f32[8,128,1024] (models/bert.ts:108) -> written
 //   binding 0 (read): input input_ids i32[8,128]
 //   binding 1 (read): param bert.embeddings.word_embeddings.weight f32[30522,1024]
 //   binding 2 (read): param bert.embeddings.position_embeddings.weight f32[512,1024]
@@ -24,6 +29,11 @@
 //   binding 5 (write): %24 add f32[8,128,1]
 //   binding 6 (write): %25 rsqrt f32[8,128,1]
 //   binding 7 (write): %19 sub f32[8,128,1024]
+//   binding 8 (write): %27 mul f32[8,128,1024]
+//   binding 9 (write): %38 where f32[8,128,1024]
+//   binding 10 (read): input rng_key u32[2]
+//   binding 11 (read): param bert.embeddings.LayerNorm.weight f32[1024]
+//   binding 12 (read): param bert.embeddings.LayerNorm.bias f32[1024]
 
 // launch: 1024 workgroups of 256 threads
 
@@ -35,9 +45,52 @@
 @group(0) @binding(5) var<storage, read_write> b5: array<f32>;
 @group(0) @binding(6) var<storage, read_write> b6: array<f32>;
 @group(0) @binding(7) var<storage, read_write> b7: array<f32>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
+@group(0) @binding(9) var<storage, read_write> b9: array<f32>;
+@group(0) @binding(10) var<storage, read> b10: array<u32>;
+@group(0) @binding(11) var<storage, read> b11: array<f32>;
+@group(0) @binding(12) var<storage, read> b12: array<f32>;
 
 var<workgroup> red_f32_0: array<f32, 256>;
 var<workgroup> red_f32_1: array<f32, 256>;
+
+// Full 64-bit product of two u32 as (hi, lo).
+fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
+  let a_hi = a >> 16u;
+  let a_lo = a & 0xffffu;
+  let b_hi = b >> 16u;
+  let b_lo = b & 0xffffu;
+  let ll = a_lo * b_lo;
+  let lh = a_lo * b_hi;
+  let hl = a_hi * b_lo;
+  let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+  let hi = a_hi * b_hi + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
+  return vec2<u32>(hi, a * b);
+}
+
+// The project's dropout uniform (runtime/numeric/philox.ts): Philox4x32-10 with counter
+// (index / 4, 0, step, 0) and key (seed, stream); word index % 4; (bits >> 8) * 2^-24.
+fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
+  var c0 = index >> 2u;
+  var c1 = 0u;
+  var c2 = step;
+  var c3 = 0u;
+  var k0 = seed;
+  var k1 = stream;
+  for (var i = 0; i < 10; i++) {
+    let p0 = bf_mul_wide(c0, 0xd2511f53u);
+    let p1 = bf_mul_wide(c2, 0xcd9e8d57u);
+    c0 = p1.x ^ c1 ^ k0;
+    c1 = p1.y;
+    c2 = p0.x ^ c3 ^ k1;
+    c3 = p0.y;
+    k0 = k0 + 0x9e3779b9u;
+    k1 = k1 + 0xbb67ae85u;
+  }
+  let w = index & 3u;
+  let bits = select(select(c3, c2, w == 2u), select(c1, c0, w == 0u), w < 2u);
+  return f32(bits >> 8u) * (1.0 / 16777216.0);
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
@@ -151,5 +204,18 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     let v31: f32 = red8 * 0.0009765625;
     let v32: f32 = v30 - v31;
     b7[row * 1024 + j] = v32;
+    let v33: f32 = v32 * v23;
+    b8[row * 1024 + j] = v33;
+    let v34: u32 = b10[0];
+    let v35: u32 = b10[1];
+    let v36: f32 = bf_philox(v34, v35, 0u, u32(row * 1024 + j));
+    let v37: bool = v36 >= 0.1;
+    let v38: f32 = b11[j];
+    let v39: f32 = v33 * v38;
+    let v40: f32 = b12[j];
+    let v41: f32 = v39 + v40;
+    let v42: f32 = v41 * 1.1111112;
+    let v43: f32 = select(0.0, v42, v37);
+    b9[row * 1024 + j] = v43;
   }
 }

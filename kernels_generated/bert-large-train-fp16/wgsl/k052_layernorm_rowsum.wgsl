@@ -3,28 +3,35 @@
 // Used by 1 kernel: k052_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %512 cast f32[1024,1024] (models/bert.ts:243)
-//   %514 add f32[1024,1024] (models/bert.ts:243)
-//   %515 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %518 mul f32[8,128,1024] (models/bert.ts:222)
-//   %519 where f32[8,128,1024] (models/bert.ts:222)
-//   %520 add f32[8,128,1024] (models/bert.ts:243)
-//   %521 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %522 mul f32[8,128,1] (models/bert.ts:221)
-//   %523 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %524 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %525 mul f32[8,128,1024] (models/bert.ts:221)
-//   %526 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %527 mul f32[8,128,1] (models/bert.ts:221)
-//   %528 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %529 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
+//   %643 cast f32[1024,1024] (models/bert.ts:243)
+//   %645 add f32[1024,1024] (models/bert.ts:243)
+//   %646 reshape f32[8,128,1024] (models/bert.ts:243)
+//   %649 mul f32[8,128,1024] (models/bert.ts:222)
+//   %650 where f32[8,128,1024] (models/bert.ts:222)
+//   %651 add f32[8,128,1024] (models/bert.ts:243)
+//   %652 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %653 mul f32[8,128,1] (models/bert.ts:221)
+//   %654 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %655 sub f32[8,128,1024] (models/bert.ts:221) -> written
+//   %656 mul f32[8,128,1024] (models/bert.ts:221)
+//   %657 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %658 mul f32[8,128,1] (models/bert.ts:221)
+//   %659 add f32[8,128,1] (models/bert.ts:221) -> written
+//   %660 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
+//   %662 mul f32[8,128,1024] (models/bert.ts:221) -> written
+//   %664 mul f32[8,128,1024] (models/bert.ts:221)
+//   %666 add f32[8,128,1024] (models/bert.ts:221) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %511 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.3.attention.output.dense.bias f32[1024]
-//   binding 3 (read): %445 add f32[8,128,1024]
-//   binding 4 (write): %528 add f32[8,128,1]
-//   binding 5 (write): %529 rsqrt f32[8,128,1]
-//   binding 6 (write): %524 sub f32[8,128,1024]
+//   binding 1 (read): %642 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.4.attention.output.dense.bias f32[1024]
+//   binding 3 (read): %576 add f32[8,128,1024]
+//   binding 4 (write): %659 add f32[8,128,1]
+//   binding 5 (write): %660 rsqrt f32[8,128,1]
+//   binding 6 (write): %655 sub f32[8,128,1024]
+//   binding 7 (write): %662 mul f32[8,128,1024]
+//   binding 8 (write): %666 add f32[8,128,1024]
+//   binding 9 (read): param bert.encoder.layer.4.attention.output.LayerNorm.weight f32[1024]
+//   binding 10 (read): param bert.encoder.layer.4.attention.output.LayerNorm.bias f32[1024]
 
 // launch: 1024 workgroups of 256 threads
 
@@ -37,6 +44,10 @@ enable f16;
 @group(0) @binding(4) var<storage, read_write> b4: array<f32>;
 @group(0) @binding(5) var<storage, read_write> b5: array<f32>;
 @group(0) @binding(6) var<storage, read_write> b6: array<f32>;
+@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
+@group(0) @binding(9) var<storage, read> b9: array<f32>;
+@group(0) @binding(10) var<storage, read> b10: array<f32>;
 
 var<workgroup> red_f32_0: array<f32, 256>;
 var<workgroup> red_f32_1: array<f32, 256>;
@@ -88,7 +99,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v1: u32 = b0[0];
     let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 11u, u32(row * 1024 + j));
+    let v3: f32 = bf_philox(v1, v2, 14u, u32(row * 1024 + j));
     let v4: bool = v3 >= 0.1;
     let v5: f32 = f32(b1[row * 1024 + j]);
     let v6: f32 = b2[(row * 1024 + j) % 1024];
@@ -135,7 +146,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v14: u32 = b0[0];
     let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 11u, u32(row * 1024 + j));
+    let v16: f32 = bf_philox(v14, v15, 14u, u32(row * 1024 + j));
     let v17: bool = v16 >= 0.1;
     let v18: f32 = f32(b1[row * 1024 + j]);
     let v19: f32 = b2[(row * 1024 + j) % 1024];
@@ -191,7 +202,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v32: u32 = b0[0];
     let v33: u32 = b0[1];
-    let v34: f32 = bf_philox(v32, v33, 11u, u32(row * 1024 + j));
+    let v34: f32 = bf_philox(v32, v33, 14u, u32(row * 1024 + j));
     let v35: bool = v34 >= 0.1;
     let v36: f32 = f32(b1[row * 1024 + j]);
     let v37: f32 = b2[(row * 1024 + j) % 1024];
@@ -203,5 +214,12 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     let v43: f32 = red12 * 0.0009765625;
     let v44: f32 = v42 - v43;
     b6[row * 1024 + j] = v44;
+    let v45: f32 = v44 * v31;
+    b7[row * 1024 + j] = v45;
+    let v46: f32 = b9[j];
+    let v47: f32 = v45 * v46;
+    let v48: f32 = b10[j];
+    let v49: f32 = v47 + v48;
+    b8[row * 1024 + j] = v49;
   }
 }

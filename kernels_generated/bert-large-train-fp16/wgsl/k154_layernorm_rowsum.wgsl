@@ -3,28 +3,35 @@
 // Used by 1 kernel: k154_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1470 cast f32[1024,1024] (models/bert.ts:247)
-//   %1472 add f32[1024,1024] (models/bert.ts:247)
-//   %1473 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %1476 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1477 where f32[8,128,1024] (models/bert.ts:222)
-//   %1478 add f32[8,128,1024] (models/bert.ts:247)
-//   %1479 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1480 mul f32[8,128,1] (models/bert.ts:221)
-//   %1481 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1482 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1483 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1484 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1485 mul f32[8,128,1] (models/bert.ts:221)
-//   %1486 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1487 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
+//   %1863 cast f32[1024,1024] (models/bert.ts:247)
+//   %1865 add f32[1024,1024] (models/bert.ts:247)
+//   %1866 reshape f32[8,128,1024] (models/bert.ts:247)
+//   %1869 mul f32[8,128,1024] (models/bert.ts:222)
+//   %1870 where f32[8,128,1024] (models/bert.ts:222)
+//   %1871 add f32[8,128,1024] (models/bert.ts:247)
+//   %1872 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %1873 mul f32[8,128,1] (models/bert.ts:221)
+//   %1874 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %1875 sub f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1876 mul f32[8,128,1024] (models/bert.ts:221)
+//   %1877 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %1878 mul f32[8,128,1] (models/bert.ts:221)
+//   %1879 add f32[8,128,1] (models/bert.ts:221) -> written
+//   %1880 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
+//   %1882 mul f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1884 mul f32[8,128,1024] (models/bert.ts:221)
+//   %1886 add f32[8,128,1024] (models/bert.ts:221) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %1469 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.10.output.dense.bias f32[1024]
-//   binding 3 (read): %1452 add f32[8,128,1024]
-//   binding 4 (write): %1486 add f32[8,128,1]
-//   binding 5 (write): %1487 rsqrt f32[8,128,1]
-//   binding 6 (write): %1482 sub f32[8,128,1024]
+//   binding 1 (read): %1862 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.13.output.dense.bias f32[1024]
+//   binding 3 (read): %1845 add f32[8,128,1024]
+//   binding 4 (write): %1879 add f32[8,128,1]
+//   binding 5 (write): %1880 rsqrt f32[8,128,1]
+//   binding 6 (write): %1875 sub f32[8,128,1024]
+//   binding 7 (write): %1882 mul f32[8,128,1024]
+//   binding 8 (write): %1886 add f32[8,128,1024]
+//   binding 9 (read): param bert.encoder.layer.13.output.LayerNorm.weight f32[1024]
+//   binding 10 (read): param bert.encoder.layer.13.output.LayerNorm.bias f32[1024]
 
 // launch: 1024 workgroups of 256 threads
 
@@ -37,6 +44,10 @@ enable f16;
 @group(0) @binding(4) var<storage, read_write> b4: array<f32>;
 @group(0) @binding(5) var<storage, read_write> b5: array<f32>;
 @group(0) @binding(6) var<storage, read_write> b6: array<f32>;
+@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
+@group(0) @binding(9) var<storage, read> b9: array<f32>;
+@group(0) @binding(10) var<storage, read> b10: array<f32>;
 
 var<workgroup> red_f32_0: array<f32, 256>;
 var<workgroup> red_f32_1: array<f32, 256>;
@@ -88,7 +99,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v1: u32 = b0[0];
     let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 33u, u32(row * 1024 + j));
+    let v3: f32 = bf_philox(v1, v2, 42u, u32(row * 1024 + j));
     let v4: bool = v3 >= 0.1;
     let v5: f32 = f32(b1[row * 1024 + j]);
     let v6: f32 = b2[(row * 1024 + j) % 1024];
@@ -135,7 +146,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v14: u32 = b0[0];
     let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 33u, u32(row * 1024 + j));
+    let v16: f32 = bf_philox(v14, v15, 42u, u32(row * 1024 + j));
     let v17: bool = v16 >= 0.1;
     let v18: f32 = f32(b1[row * 1024 + j]);
     let v19: f32 = b2[(row * 1024 + j) % 1024];
@@ -191,7 +202,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v32: u32 = b0[0];
     let v33: u32 = b0[1];
-    let v34: f32 = bf_philox(v32, v33, 33u, u32(row * 1024 + j));
+    let v34: f32 = bf_philox(v32, v33, 42u, u32(row * 1024 + j));
     let v35: bool = v34 >= 0.1;
     let v36: f32 = f32(b1[row * 1024 + j]);
     let v37: f32 = b2[(row * 1024 + j) % 1024];
@@ -203,5 +214,12 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     let v43: f32 = red12 * 0.0009765625;
     let v44: f32 = v42 - v43;
     b6[row * 1024 + j] = v44;
+    let v45: f32 = v44 * v31;
+    b7[row * 1024 + j] = v45;
+    let v46: f32 = b9[j];
+    let v47: f32 = v45 * v46;
+    let v48: f32 = b10[j];
+    let v49: f32 = v47 + v48;
+    b8[row * 1024 + j] = v49;
   }
 }

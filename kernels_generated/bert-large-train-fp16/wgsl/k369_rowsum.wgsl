@@ -2,37 +2,57 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k369_rowsum
 // What the first of them fuses:
-//   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %3521 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %3524 where f32[8,16,128,128] (models/bert.ts:234)
-//   %3525 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3526 div f32[8,16,128,128] (models/bert.ts:234)
-//   %3527 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3528 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %3529 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %3530 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %3531 add f32[8,16,128,128] (models/bert.ts:234)
-//   %3532 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3533 mul f32[8,16,128,128] (models/bert.ts:234) -> written
-//   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %3520 matmul f16[8,16,128,128]
-//   binding 2 (read): %3116 reduce_sum f32[8,16,128,1]
-//   binding 3 (read): %3118 div f32[8,16,128,128]
-//   binding 4 (write): %3533 mul f32[8,16,128,128]
-//   binding 5 (read): %3115 exp f32[8,16,128,128]
+//   reduce kernel over [8,128,1024] reducing axes [2]
+//   %4320 cast f32[1024,1024] (models/bert.ts:246)
+//   %4323 reshape f32[8,128,1024] (models/bert.ts:246)
+//   %4324 add f32[8,128,1024] (models/bert.ts:246) -> written
+//   %4327 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4331 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4332 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4333 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %4334 mul f32[8,128,1] (models/bert.ts:221)
+//   %4335 div f32[8,128,1] (models/bert.ts:221)
+//   %4336 mul f32[8,128,1] (models/bert.ts:221)
+//   %4337 mul f32[8,128,1] (models/bert.ts:221)
+//   %4338 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %4339 mul f32[8,128,1024] (models/bert.ts:221)
+//   %4340 add f32[8,128,1024] (models/bert.ts:221)
+//   %4341 add f32[8,128,1024] (models/bert.ts:221)
+//   %4342 neg f32[8,128,1024] (models/bert.ts:221)
+//   %4343 reduce_sum f32[8,128,1] (models/bert.ts:221)
+//   %4344 mul f32[8,128,1] (models/bert.ts:221)
+//   %4345 broadcast f32[8,128,1024] (models/bert.ts:221)
+//   %4346 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %4347 where f32[8,128,1024] (models/bert.ts:222)
+//   %4348 mul f32[8,128,1024] (models/bert.ts:222) -> written
+//   binding 0 (read): %4293 add f32[8,128,1024]
+//   binding 1 (read): %4319 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.17.attention.output.LayerNorm.weight f32[1024]
+//   binding 3 (read): %2358 sub f32[8,128,1024]
+//   binding 4 (read): %2363 rsqrt f32[8,128,1]
+//   binding 5 (read): %2362 add f32[8,128,1]
+//   binding 6 (write): %4324 add f32[8,128,1024]
+//   binding 7 (write): %4346 add f32[8,128,1024]
+//   binding 8 (write): %4348 mul f32[8,128,1024]
+//   binding 9 (read): input rng_key u32[2]
 
-// launch: 16384 workgroups of 128 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
-@group(0) @binding(0) var<storage, read> b0: array<u32>;
+@group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
 @group(0) @binding(2) var<storage, read> b2: array<f32>;
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
+@group(0) @binding(4) var<storage, read> b4: array<f32>;
 @group(0) @binding(5) var<storage, read> b5: array<f32>;
+@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
+@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
+@group(0) @binding(9) var<storage, read> b9: array<u32>;
 
-var<workgroup> red_f32_0: array<f32, 128>;
+var<workgroup> red_f32_0: array<f32, 256>;
+var<workgroup> red_f32_1: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -72,29 +92,28 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let row: i32 = wg;
   var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v1: u32 = b0[0];
-    let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 70u, u32(row * 128 + j));
-    let v4: bool = v3 >= 0.1;
-    let v5: f32 = f32(b1[row * 128 + j]);
-    let v6: f32 = select(0.0, v5, v4);
-    let v7: f32 = v6 * 1.1111112;
-    let v8: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v9: f32 = v7 / v8;
-    let v10: f32 = b3[row * 128 + j];
-    let v11: f32 = v9 * v10;
-    let v12: f32 = -v11;
-    acc0 = acc0 + v12;
+  for (var j: i32 = lid; j < 1024; j += 256) {
+    let v1: f32 = b0[row * 1024 + j];
+    let v2: f32 = f32(b1[row * 1024 + j]);
+    let v3: f32 = v1 + v2;
+    let v4: f32 = b2[j];
+    let v5: f32 = v3 * v4;
+    let v6: f32 = b3[row * 1024 + j];
+    let v7: f32 = v5 * v6;
+    acc0 = acc0 + v7;
   }
-  // wg_reduce (sum -> red13): tree over 128 threads in workgroup memory
+  // wg_reduce (sum -> red8): tree over 256 threads in workgroup memory
   red_f32_0[lid] = acc0;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
+  }
   workgroupBarrier();
   if (lid < 64) {
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
@@ -120,21 +139,87 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
   }
   workgroupBarrier();
-  let red13: f32 = red_f32_0[0] + red_f32_0[1];
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v14: u32 = b0[0];
-    let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 70u, u32(row * 128 + j));
-    let v17: bool = v16 >= 0.1;
-    let v18: f32 = f32(b1[row * 128 + j]);
-    let v19: f32 = select(0.0, v18, v17);
-    let v20: f32 = v19 * 1.1111112;
-    let v21: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v22: f32 = v20 / v21;
-    let v23: f32 = v22 + red13;
-    let v24: f32 = b5[row * 128 + j];
-    let v25: f32 = v23 * v24;
-    let v26: f32 = v25 * 0.125;
-    b4[row * 128 + j] = v26;
+  let red8: f32 = red_f32_0[0] + red_f32_0[1];
+  var acc9: f32 = 0.0;
+  for (var j: i32 = lid; j < 1024; j += 256) {
+    let v10: f32 = b0[row * 1024 + j];
+    let v11: f32 = f32(b1[row * 1024 + j]);
+    let v12: f32 = v10 + v11;
+    let v13: f32 = b2[j];
+    let v14: f32 = v12 * v13;
+    let v15: f32 = b4[row / 128 * 128 + row % 128];
+    let v16: f32 = v14 * v15;
+    let v17: f32 = red8 * (-0.5);
+    let v18: f32 = b5[row / 128 * 128 + row % 128];
+    let v19: f32 = v15 / v18;
+    let v20: f32 = v17 * v19;
+    let v21: f32 = v20 * 0.0009765625;
+    let v22: f32 = b3[row * 1024 + j];
+    let v23: f32 = v21 * v22;
+    let v24: f32 = v16 + v23;
+    let v25: f32 = v24 + v23;
+    let v26: f32 = -v25;
+    acc9 = acc9 + v26;
+  }
+  // wg_reduce (sum -> red27): tree over 256 threads in workgroup memory
+  red_f32_1[lid] = acc9;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
+  }
+  workgroupBarrier();
+  let red27: f32 = red_f32_1[0] + red_f32_1[1];
+  for (var j: i32 = lid; j < 1024; j += 256) {
+    let v28: f32 = b0[row * 1024 + j];
+    let v29: f32 = f32(b1[row * 1024 + j]);
+    let v30: f32 = v28 + v29;
+    b6[row * 1024 + j] = v30;
+    let v31: f32 = b2[j];
+    let v32: f32 = v30 * v31;
+    let v33: f32 = b4[row / 128 * 128 + row % 128];
+    let v34: f32 = v32 * v33;
+    let v35: f32 = red8 * (-0.5);
+    let v36: f32 = b5[row / 128 * 128 + row % 128];
+    let v37: f32 = v33 / v36;
+    let v38: f32 = v35 * v37;
+    let v39: f32 = v38 * 0.0009765625;
+    let v40: f32 = b3[row * 1024 + j];
+    let v41: f32 = v39 * v40;
+    let v42: f32 = v34 + v41;
+    let v43: f32 = v42 + v41;
+    let v44: f32 = red27 * 0.0009765625;
+    let v45: f32 = v43 + v44;
+    b7[row * 1024 + j] = v45;
+    let v46: u32 = b9[0];
+    let v47: u32 = b9[1];
+    let v48: f32 = bf_philox(v46, v47, 53u, u32(row * 1024 + j));
+    let v49: bool = v48 >= 0.1;
+    let v50: f32 = select(0.0, v45, v49);
+    let v51: f32 = v50 * 1.1111112;
+    b8[row * 1024 + j] = v51;
   }
 }
