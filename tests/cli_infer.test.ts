@@ -1,28 +1,12 @@
 /** `deno task infer` as a user runs it: a subprocess, its output file, its exit code and its messages. */
 import assert from "node:assert/strict";
+import { ROOT, runCli, withTemp } from "./util/cli.ts";
+
 import { readSafetensorsFile, toFloat64 } from "../runtime/checkpoint/safetensors.ts";
 
-const ROOT = new URL("../", import.meta.url).pathname;
+const infer = (...args: string[]) => runCli("infer.ts", args);
+
 const FX = `${ROOT}tests/fixtures/hf-tiny/`;
-
-async function infer(...args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-read", "--allow-write", "--allow-env", `${ROOT}cli/infer.ts`, ...args],
-    cwd: ROOT,
-    env: { NO_COLOR: "1" },
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
-
-async function withTemp<T>(f: (dir: string) => Promise<T>): Promise<T> {
-  const dir = await Deno.makeTempDir();
-  try {
-    return await f(dir);
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-}
 
 Deno.test("infer writes Hugging Face outputs that match the fixture (qa head, batch 3)", () =>
   withTemp(async (dir) => {

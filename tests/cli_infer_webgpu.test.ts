@@ -1,26 +1,13 @@
 /** `deno task infer --backend webgpu` matches the PyTorch fixture, like the reference backend does. */
 import assert from "node:assert/strict";
 import { readSafetensorsFile, toFloat64 } from "../runtime/checkpoint/safetensors.ts";
+import { ROOT, runCli, withTemp } from "./util/cli.ts";
 import { testGpu } from "./util/webgpu.ts";
 
-const ROOT = new URL("../", import.meta.url).pathname;
 const FX = `${ROOT}tests/fixtures/hf-tiny/`;
 const gpu = await testGpu();
-
-async function infer(...args: string[]) {
-  const env: Record<string, string> = { NO_COLOR: "1" };
-  for (const k of ["DENO_WEBGPU_BACKEND", "XDG_RUNTIME_DIR"]) {
-    const v = Deno.env.get(k);
-    if (v) env[k] = v;
-  }
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-read", "--allow-write", "--allow-env", `${ROOT}cli/infer.ts`, ...args],
-    cwd: ROOT,
-    env,
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
+const infer = (...args: string[]) => runCli("infer.ts", args);
+const HEADS = { classification: ["logits"], qa: ["start_logits", "end_logits"] } as const;
 
 for (const fuse of [true, false]) {
   Deno.test({
@@ -28,15 +15,9 @@ for (const fuse of [true, false]) {
       fuse ? "" : " --no-fuse"
     } matches the fixture (classification and qa heads)`,
     ignore: !gpu.ctx,
-    fn: async () => {
-      const dir = await Deno.makeTempDir();
-      try {
-        for (
-          const [head, names] of [["classification", ["logits"]], ["qa", [
-            "start_logits",
-            "end_logits",
-          ]]] as const
-        ) {
+    fn: () =>
+      withTemp(async (dir) => {
+        for (const [head, names] of Object.entries(HEADS)) {
           const r = await infer(
             "--backend",
             "webgpu",
@@ -62,10 +43,7 @@ for (const fuse of [true, false]) {
             );
           }
         }
-      } finally {
-        await Deno.remove(dir, { recursive: true });
-      }
-    },
+      }),
   });
 }
 

@@ -1,26 +1,8 @@
 /** `deno task tokenize` as a user runs it: a subprocess, its output file, its exit code and messages. */
 import assert from "node:assert/strict";
+import { ROOT, runCli, withTemp } from "./util/cli.ts";
 
-const ROOT = new URL("../", import.meta.url).pathname;
-
-async function tokenize(...args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-read", "--allow-write", "--allow-env", `${ROOT}cli/tokenize.ts`, ...args],
-    cwd: ROOT,
-    env: { NO_COLOR: "1" },
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
-
-async function withTemp<T>(f: (dir: string) => Promise<T>): Promise<T> {
-  const dir = await Deno.makeTempDir();
-  try {
-    return await f(dir);
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-}
+const tokenize = (...args: string[]) => runCli("tokenize.ts", args);
 
 const golden: { text: string; tokens: string[]; ids: number[]; cased_ids: number[] }[] =
   (await Deno.readTextFile(

@@ -22,6 +22,7 @@
 import { type Graph, type NodeId, sameShape } from "../../ir/mod.ts";
 import { isElementwise } from "../../ir/ops.ts";
 import { usersOf } from "./needs.ts";
+import { readsOf, reductionStages } from "./kernel_facts.ts";
 import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
 
 /** Threads per workgroup of the attention kernel (see attention_template.ts for why so few). */
@@ -89,27 +90,6 @@ export function attentionRows(
   return Math.min(need, attentionRowsFit(keys, headDim, reductions, widestStage));
 }
 
-/** A kernel's reductions in stages: 0 if its operand needs no other reduction, else 1 + theirs. */
-export function reductionStages(g: Graph, k: FusedKernel): NodeId[][] {
-  const depth = new Map<NodeId, number>();
-  const stage = new Map<NodeId, number>();
-  const visit = (id: NodeId): number => {
-    if (!k.members.has(id)) return -1;
-    const have = depth.get(id);
-    if (have !== undefined) return have;
-    const n = g.nodes[id];
-    let d = -1;
-    for (const i of n.inputs) d = Math.max(d, visit(i));
-    if (isReduceOp(n.op)) stage.set(id, ++d);
-    depth.set(id, d);
-    return d;
-  };
-  for (const m of k.members) visit(m);
-  const stages: NodeId[][] = [];
-  for (const [id, s] of [...stage].sort((a, b) => a[0] - b[0])) (stages[s] ??= []).push(id);
-  return stages.filter((s) => s !== undefined);
-}
-
 /**
  * Where the fused kernel pays: when at least ATTENTION_MIN_ROWS query rows fit a workgroup, so each load
  * of K and V serves that many rows. Measured on lavapipe (2 cores), fused time / three-kernel time,
@@ -128,20 +108,6 @@ export const ATTENTION_MIN_ROWS = 8;
 export function attentionPays(rowsFit: number, keys: number, headDim: number): string | undefined {
   if (rowsFit >= ATTENTION_MIN_ROWS) return undefined;
   return `attention: with ${keys} keys and head dim ${headDim} only ${rowsFit} query rows fit a workgroup (under ${ATTENTION_MIN_ROWS}, measured no faster than three kernels)`;
-}
-
-/** Materialized nodes each kernel reads (looking through inline nodes and views). */
-function readsOf(g: Graph, r: FusionResult, k: FusedKernel): Set<NodeId> {
-  const out = new Set<NodeId>();
-  const seen = new Set<NodeId>();
-  const visit = (x: NodeId) => {
-    if (seen.has(x)) return;
-    seen.add(x);
-    if (k.members.has(x) || !r.materialized.has(x)) g.nodes[x].inputs.forEach(visit);
-    else out.add(x);
-  };
-  for (const m of k.members) g.nodes[m].inputs.forEach(visit);
-  return out;
 }
 
 /**

@@ -9,29 +9,11 @@
  * the merged kernel would read its own output), and the schedule is then recomputed as a topological order.
  */
 import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
+import { readsOf } from "./kernel_facts.ts";
 import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
 
 /** A merged kernel binds at most this many buffers (desktop WebGPU adapters allow at least 16). */
 export const MAX_SIBLING_BINDINGS = 12;
-
-/** The materialized nodes a kernel reads (looking through inline nodes and views). */
-function readsOf(g: Graph, r: FusionResult, k: FusedKernel): Set<NodeId> {
-  const out = new Set<NodeId>();
-  const seen = new Set<NodeId>();
-  const visit = (x: NodeId) => {
-    if (seen.has(x)) return;
-    seen.add(x);
-    if (k.members.has(x)) {
-      g.nodes[x].inputs.forEach(visit);
-    } else if (r.materialized.has(x)) {
-      out.add(x);
-    } else {
-      g.nodes[x].inputs.forEach(visit); // inline or view: computed here from what it reads
-    }
-  };
-  for (const m of k.members) g.nodes[m].inputs.forEach(visit);
-  return out;
-}
 
 function sameSpace(a: FusedKernel, b: FusedKernel): boolean {
   if (a.kind === "reduce" && b.kind === "reduce") {

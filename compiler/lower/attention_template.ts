@@ -35,7 +35,8 @@
  * where an extent is not a multiple of the thread count).
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
-import { ATTENTION_WORKGROUP, attentionRows, reductionStages } from "../fusion/attention.ts";
+import { ATTENTION_WORKGROUP, attentionRows } from "../fusion/attention.ts";
+import { reductionStages } from "../fusion/kernel_facts.ts";
 import type { FusedKernel } from "../fusion/types.ts";
 import {
   add,

@@ -6,6 +6,7 @@
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
+import { reductionStages } from "../fusion/kernel_facts.ts";
 import {
   add,
   bin,
@@ -97,30 +98,6 @@ function lowerLoop(
     usesF16,
   };
   return kernel;
-}
-
-/** Stage of each reduction: 0 if its operand needs no other in-kernel reduction, else 1 + theirs. */
-function reductionStages(g: Graph, k: FusedKernel): NodeId[][] {
-  const stage = new Map<NodeId, number>();
-  const depth = new Map<NodeId, number>(); // -1: no reduction below
-  const visit = (id: NodeId): number => {
-    if (!k.members.has(id)) return -1;
-    const have = depth.get(id);
-    if (have !== undefined) return have;
-    const n = g.nodes[id];
-    let d = -1;
-    for (const i of n.inputs) d = Math.max(d, visit(i));
-    if (n.op === "reduce_sum" || n.op === "reduce_max") {
-      stage.set(id, d + 1);
-      d = d + 1;
-    }
-    depth.set(id, d);
-    return d;
-  };
-  for (const m of k.members) visit(m);
-  const stages: NodeId[][] = [];
-  for (const [id, s] of [...stage].sort((a, b) => a[0] - b[0])) (stages[s] ??= []).push(id);
-  return stages.filter((s) => s !== undefined);
 }
 
 function lowerReduce(

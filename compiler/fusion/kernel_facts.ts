@@ -1,0 +1,42 @@
+/** Facts about a fused kernel that fusion passes and the lowering both need. */
+import type { Graph, NodeId } from "../../ir/mod.ts";
+import { isReduce } from "../../ir/ops.ts";
+import type { FusedKernel, FusionResult } from "./types.ts";
+
+/** The materialized nodes a kernel reads, looking through inline nodes and views (computed where read). */
+export function readsOf(g: Graph, r: FusionResult, k: FusedKernel): Set<NodeId> {
+  const out = new Set<NodeId>();
+  const seen = new Set<NodeId>();
+  const visit = (x: NodeId) => {
+    if (seen.has(x)) return;
+    seen.add(x);
+    if (k.members.has(x) || !r.materialized.has(x)) g.nodes[x].inputs.forEach(visit);
+    else out.add(x);
+  };
+  for (const m of k.members) g.nodes[m].inputs.forEach(visit);
+  return out;
+}
+
+/**
+ * A kernel's reductions in stages: stage 0 if a reduction's operand needs no other in-kernel reduction,
+ * else 1 + the latest stage it needs (LayerNorm: the mean, then the variance of the centred values).
+ */
+export function reductionStages(g: Graph, k: FusedKernel): NodeId[][] {
+  const depth = new Map<NodeId, number>(); // -1: no reduction below
+  const stage = new Map<NodeId, number>();
+  const visit = (id: NodeId): number => {
+    if (!k.members.has(id)) return -1;
+    const have = depth.get(id);
+    if (have !== undefined) return have;
+    const n = g.nodes[id];
+    let d = -1;
+    for (const i of n.inputs) d = Math.max(d, visit(i));
+    if (isReduce(n.op)) stage.set(id, ++d);
+    depth.set(id, d);
+    return d;
+  };
+  for (const m of k.members) visit(m);
+  const stages: NodeId[][] = [];
+  for (const [id, s] of [...stage].sort((a, b) => a[0] - b[0])) (stages[s] ??= []).push(id);
+  return stages.filter((s) => s !== undefined);
+}

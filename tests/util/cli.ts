@@ -1,0 +1,37 @@
+/** Commands as a user runs them: a subprocess of `deno run` on a cli/ script, its exit code and output. */
+
+export const ROOT = new URL("../../", import.meta.url).pathname;
+const DEFAULT_PERMS = ["--allow-read", "--allow-write", "--allow-env"];
+/** Environment passed through to commands (the WebGPU backend needs these on machines without a GPU). */
+const PASS_THROUGH = ["DENO_WEBGPU_BACKEND", "XDG_RUNTIME_DIR"];
+
+export interface CommandResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+export async function runCli(script: string, args: string[], perms = DEFAULT_PERMS): Promise<CommandResult> {
+  const env: Record<string, string> = { NO_COLOR: "1" };
+  for (const k of PASS_THROUGH) {
+    const v = Deno.env.get(k);
+    if (v) env[k] = v;
+  }
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", ...perms, `${ROOT}cli/${script}`, ...args],
+    cwd: ROOT,
+    env,
+  }).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+/** Runs `f` with a fresh temporary directory, removed afterwards. */
+export async function withTemp<T>(f: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await Deno.makeTempDir();
+  try {
+    return await f(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
