@@ -21,6 +21,7 @@ import { FUSION_CASES, graphOf, setCaseSizes } from "./fusion_cases.ts";
 
 const HELP = `
 deno task bench [--batch-size N] [--seq-len S] [--iterations K] [--json FILE] [--skip-compile]
+                [--case-batch B] [--case-seq S] [--case-hidden H]
 
 Fused vs unfused on WebGPU in one run: BERT-tiny forward and training step (batch N, sequence S),
 then each fusion kind alone; kernels launched, bytes moved and median step time, with ratios.
@@ -31,6 +32,9 @@ Finally the wall time of compiling BERT-large for a training step (fp16, batch 8
   --iterations K   timed steps per measurement, after one warm-up (default 5)
   --json FILE      also write the results as JSON
   --skip-compile   skip the BERT-large compile timing
+  --case-batch B, --case-seq S, --case-hidden H
+                   sizes of the per-fusion-kind graphs (default 16, 128, 256: large enough that the
+                   kernels' work, not the fixed cost of a step, is what is timed)
 
 Without a GPU, set DENO_WEBGPU_BACKEND=vulkan (Mesa's lavapipe).
 `;
@@ -139,6 +143,9 @@ await runMain(async () => {
     iterations: { type: "string" },
     json: { type: "string" },
     "skip-compile": { type: "boolean" },
+    "case-batch": { type: "string" },
+    "case-seq": { type: "string" },
+    "case-hidden": { type: "string" },
   }, HELP);
   const batch = positiveInt("batch-size", values["batch-size"], 4);
   const seq = positiveInt("seq-len", values["seq-len"], 64);
@@ -168,7 +175,11 @@ await runMain(async () => {
       await compare(ctx, name, g, bertFeeds(g, seq, tiny.config.vocab_size), iterations),
     );
   }
-  setCaseSizes(batch, seq, tiny.config.hidden_size);
+  setCaseSizes(
+    positiveInt("case-batch", values["case-batch"], 16),
+    positiveInt("case-seq", values["case-seq"], 128),
+    positiveInt("case-hidden", values["case-hidden"], 256),
+  );
   for (const c of FUSION_CASES) {
     const g = graphOf(c.name, c.body, "f32", c.backward);
     cases.push(await compare(ctx, c.name.slice(0, 44), g, randomFeeds(g, 3, c.ints), iterations));

@@ -135,12 +135,16 @@ export const FUSION_CASES: FusionCase[] = [
   {
     name: "cross-entropy forward and backward (ignored labels)",
     body: (m, dt) => {
-      const ce = crossEntropy(m.param("logits", [8, 50], "zeros", dt), m.input("labels", "i32", [8]), -1);
+      const ce = crossEntropy(
+        m.param("logits", [B * S, 4 * H], "zeros", dt),
+        m.input("labels", "i32", [B * S]),
+        -1,
+      );
       return ce.loss.reshape([1]).add(ce.correct.reshape([1]));
     },
     backward: true,
     dtypes: ["f32", "f16"],
-    ints: { labels: (r, i) => (i === 3 ? -1 : r.int(0, 50)) },
+    ints: { labels: (r, i) => (i === 3 ? -1 : r.int(0, 4 * H)) },
   },
   {
     name: "GEMM epilogue: linear + bias + GELU + dropout + residual, forward and backward",

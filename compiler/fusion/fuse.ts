@@ -43,6 +43,8 @@ export interface FusionOptions {
 }
 
 const isBuffer = (op: string) => op === "input" || op === "param";
+/** Reduce kernels with fewer rows do not also write large element-level outputs (see storableHere). */
+export const MIN_ROWS_FOR_ELEMENT_OUTPUTS = 16;
 const isReduceOp = (op: string) => op === "reduce_sum" || op === "reduce_max";
 
 /** Nodes computable at any index from constants and buffers alone, without a kernel of their own. */
@@ -325,7 +327,15 @@ function canJoin(
 function storableHere(g: Graph, id: NodeId, k: FusedKernel, need: Set<Need>): Verdict {
   const size = numel(g.nodes[id].type.shape);
   const only = need.size === 1 ? [...need][0] : undefined;
-  if (only === ELEM && size === numel(k.space)) return YES;
+  if (only === ELEM && size === numel(k.space)) {
+    // A reduction with few rows runs on few workgroups; element-level outputs there would lose the
+    // parallelism of a kernel of their own (a loss summed over a whole activation, say).
+    const rows = k.kind === "reduce" ? numel(k.space) / numel(k.axes!.map((a) => k.space[a])) : Infinity;
+    if (rows < MIN_ROWS_FOR_ELEMENT_OUTPUTS && size >= 65536) {
+      return no(`the kernel reduces to ${rows} row(s); writing ${size} elements there would serialize them`);
+    }
+    return YES;
+  }
   if (only === ROW && k.kind === "reduce") return YES;
   // Read through a broadcast from this reduce kernel's rows: that is a row-level value here.
   const rc = only === undefined ? undefined : parseRowCandidate(only);

@@ -9,8 +9,10 @@ import type { FusedKernel } from "../fusion/types.ts";
 import { reductionStages } from "../fusion/kernel_facts.ts";
 import {
   add,
+  barrier,
   bin,
   cast,
+  div,
   for_,
   gid,
   i32,
@@ -23,9 +25,11 @@ import {
   lit,
   load,
   lt,
+  mod,
   mul,
   ref,
   set,
+  sload,
   store,
   wgId,
 } from "../kernel_ir/ir.ts";
@@ -37,6 +41,11 @@ import { describeKernel, kernelName } from "./naming.ts";
 
 export const LOOP_WORKGROUP = 256;
 export const REDUCE_WORKGROUP_MAX = 256;
+/** From this many rows on, reduce kernels give each thread a whole row (see lowerReduce). */
+export const PER_THREAD_MIN_ROWS = 256;
+/** Column sums over at least this many rows split each column over SPLIT_GROUPS threads. */
+export const SPLIT_MIN_LENGTH = 256;
+export const SPLIT_GROUPS = 16;
 
 export function lowerKernel(g: Graph, k: FusedKernel, ctx: ValueContext): Kernel {
   const kernel = lowerByKind(g, k, ctx);
@@ -116,16 +125,33 @@ function lowerReduce(
   const rowLen = numel(rowShape);
   const rows = numel(outerShape);
   const trailing = axes.every((a, i) => a === space.length - axes.length + i);
-  // Column sums (reduced axes leading, e.g. bias gradients) and short rows: one thread per output row,
-  // looping over its elements — neighbouring threads read neighbouring columns (coalesced), and no
-  // workgroup sits mostly idle. Long trailing rows (LayerNorm, softmax): one workgroup per row.
-  const perThread = !trailing || rowLen <= 32;
-  const wg = perThread ? LOOP_WORKGROUP : Math.min(REDUCE_WORKGROUP_MAX, Math.max(32, nextPow2(rowLen)));
+  // One thread per output row, looping over its elements, for column sums (reduced axes leading, e.g. bias
+  // gradients: neighbouring threads read neighbouring columns), short rows, and whenever there are enough
+  // rows to fill the device: a workgroup per row pays for a shared-memory tree with a barrier per level,
+  // which on lavapipe (where WebGPU runs in CI) made LayerNorm 10x slower than a serial loop per thread.
+  // Few long rows (the cross-entropy over the vocabulary, per sequence): one workgroup per row.
+  // Long column sums (many rows reduced, few columns: a bias gradient over all tokens) would leave too few
+  // threads busy; there SPLIT_GROUPS threads share each column and combine their partial sums in
+  // workgroup memory, in a fixed order.
+  const split = !trailing && rowLen >= SPLIT_MIN_LENGTH;
+  const perThread = !split && (!trailing || rowLen <= 32 || rows >= PER_THREAD_MIN_ROWS);
+  const wg = split || perThread
+    ? LOOP_WORKGROUP
+    : Math.min(REDUCE_WORKGROUP_MAX, Math.max(32, nextPow2(rowLen)));
+  const columns = LOOP_WORKGROUP / SPLIT_GROUPS; // outputs per workgroup when split
 
   const vb = new ValueBuilder(ctx);
   const top = new Scope();
-  top.stmts.push(let_("row", perThread ? gid : wgId));
+  if (split) {
+    top.stmts.push(let_("row", add(mul(wgId, i32(columns)), mod(lid, i32(columns)))));
+    top.stmts.push(let_("grp", div(lid, i32(columns))));
+    top.stmts.push(let_("valid", lt(ref("row", "i32"), i32(rows))));
+  } else {
+    top.stmts.push(let_("row", perThread ? gid : wgId));
+  }
   const row = ref("row", "i32");
+  const grp = ref("grp", "i32");
+  const valid = ref("valid", "bool");
   const outer = delinearize(row, outerShape).dims;
   const elemIdx = (j: KExpr): Idx => {
     const r = delinearize(j, rowShape).dims;
@@ -144,9 +170,27 @@ function lowerReduce(
     const inner = new Scope(top);
     const j = ref("j", "i32");
     fill(inner, j);
+    if (split) return if_(valid, [for_("j", grp, i32(rowLen), i32(SPLIT_GROUPS), inner.stmts)]);
     return perThread
       ? for_("j", i32(0), i32(rowLen), i32(1), inner.stmts)
       : for_("j", lid, i32(rowLen), i32(wg), inner.stmts);
+  };
+  /** Combines the SPLIT_GROUPS partial values of each column in workgroup memory (a fixed-order tree). */
+  const combineGroups = (op: "add" | "max", acc: string, out: string) => {
+    top.stmts.push({ k: "sstore", arr: "colred", index: lid, value: ref(acc, "f32") }, barrier);
+    for (let step = SPLIT_GROUPS / 2; step >= 1; step /= 2) {
+      const other = sload("colred", add(lid, i32(step * columns)), "f32");
+      top.stmts.push(
+        if_(lt(grp, i32(step)), [{
+          k: "sstore",
+          arr: "colred",
+          index: lid,
+          value: bin(op, sload("colred", lid, "f32"), other),
+        }]),
+        barrier,
+      );
+    }
+    top.stmts.push(let_(out, sload("colred", mod(lid, i32(columns)), "f32")), barrier);
   };
 
   for (const stage of reductionStages(g, k)) {
@@ -168,7 +212,9 @@ function lowerReduce(
       const n = g.nodes[r];
       if (!isFloatish(computeType(n.type.dtype))) throw new LoweringError(`${name}: integer reductions`);
       const out = vb.fresh("red");
-      if (perThread) {
+      if (split) {
+        combineGroups(n.op === "reduce_sum" ? "add" : "max", accs[i], out);
+      } else if (perThread) {
         top.stmts.push(let_(out, ref(accs[i], "f32")));
       } else {
         top.stmts.push({
@@ -190,15 +236,17 @@ function lowerReduce(
       throw new LoweringError(`${name}: root %${r} is neither element- nor row-shaped`);
     }
   }
-  // Row-level results: every thread computes them (uniformly), thread 0 stores.
+  // Row-level results: every thread computes them (uniformly), thread 0 stores; when split, the first
+  // group of each valid column computes and stores them.
   const rowStores = new Scope(top);
   for (const r of rowRoots) {
-    const v = vb.valueAt(top, r, rowShapeIdx(g, r, rowIdx, space));
+    const v = vb.valueAt(split ? rowStores : top, r, rowShapeIdx(g, r, rowIdx, space));
     const n = g.nodes[r];
     rowStores.stmts.push(store(vb.bind(r, "write"), row, cast(v, n.type.dtype)));
   }
   if (rowStores.stmts.length) {
-    if (perThread) top.stmts.push(...rowStores.stmts);
+    if (split) top.stmts.push(if_(bin("and", valid, bin("eq", grp, i32(0))), rowStores.stmts));
+    else if (perThread) top.stmts.push(...rowStores.stmts);
     else top.stmts.push(if_(bin("eq", lid, i32(0)), rowStores.stmts));
   }
   if (elemRoots.length) {
@@ -214,9 +262,9 @@ function lowerReduce(
     name,
     kind: "reduce",
     bindings: vb.bindings,
-    shared: [],
+    shared: split ? [{ name: "colred", t: "f32", size: LOOP_WORKGROUP }] : [],
     workgroupSize: wg,
-    workgroups: perThread ? Math.max(1, Math.ceil(rows / wg)) : rows,
+    workgroups: split ? Math.ceil(rows / columns) : perThread ? Math.max(1, Math.ceil(rows / wg)) : rows,
     body: perThread ? [if_(lt(gid, i32(rows)), top.stmts)] : top.stmts,
     about: [...about, ...vb.describeBindings()],
     usesF16,

@@ -35,7 +35,7 @@
 //   binding 11 (read): param bert.embeddings.LayerNorm.weight f32[1024]
 //   binding 12 (read): param bert.embeddings.LayerNorm.bias f32[1024]
 
-// launch: 1024 workgroups of 256 threads
+// launch: 4 workgroups of 256 threads
 
 @group(0) @binding(0) var<storage, read> b0: array<i32>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
@@ -50,9 +50,6 @@
 @group(0) @binding(10) var<storage, read> b10: array<u32>;
 @group(0) @binding(11) var<storage, read> b11: array<f32>;
 @group(0) @binding(12) var<storage, read> b12: array<f32>;
-
-var<workgroup> red_f32_0: array<f32, 256>;
-var<workgroup> red_f32_1: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -96,126 +93,65 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v1: i32 = b0[row / 128 * 128 + row % 128];
-    let v2: f32 = b1[min(max(v1, 0), 30521) * 1024 + j];
-    let v3: f32 = b2[row % 128 * 1024 + j];
-    let v4: f32 = v2 + v3;
-    let v5: i32 = b3[row / 128 * 128 + row % 128];
-    let v6: f32 = b4[min(max(v5, 0), 1) * 1024 + j];
-    let v7: f32 = v4 + v6;
-    acc0 = acc0 + v7;
-  }
-  // wg_reduce (sum -> red8): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red8: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc9: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v10: i32 = b0[row / 128 * 128 + row % 128];
-    let v11: f32 = b1[min(max(v10, 0), 30521) * 1024 + j];
-    let v12: f32 = b2[row % 128 * 1024 + j];
-    let v13: f32 = v11 + v12;
-    let v14: i32 = b3[row / 128 * 128 + row % 128];
-    let v15: f32 = b4[min(max(v14, 0), 1) * 1024 + j];
-    let v16: f32 = v13 + v15;
-    let v17: f32 = red8 * 0.0009765625;
-    let v18: f32 = v16 - v17;
-    let v19: f32 = v18 * v18;
-    acc9 = acc9 + v19;
-  }
-  // wg_reduce (sum -> red20): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc9;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
-  }
-  workgroupBarrier();
-  let red20: f32 = red_f32_1[0] + red_f32_1[1];
-  let v21: f32 = red20 * 0.0009765625;
-  let v22: f32 = v21 + 1e-12;
-  let v23: f32 = inverseSqrt(v22);
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 1024) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v1: i32 = b0[row / 128 * 128 + row % 128];
+      let v2: f32 = b1[min(max(v1, 0), 30521) * 1024 + j];
+      let v3: f32 = b2[row % 128 * 1024 + j];
+      let v4: f32 = v2 + v3;
+      let v5: i32 = b3[row / 128 * 128 + row % 128];
+      let v6: f32 = b4[min(max(v5, 0), 1) * 1024 + j];
+      let v7: f32 = v4 + v6;
+      acc0 = acc0 + v7;
+    }
+    let red8: f32 = acc0;
+    var acc9: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v10: i32 = b0[row / 128 * 128 + row % 128];
+      let v11: f32 = b1[min(max(v10, 0), 30521) * 1024 + j];
+      let v12: f32 = b2[row % 128 * 1024 + j];
+      let v13: f32 = v11 + v12;
+      let v14: i32 = b3[row / 128 * 128 + row % 128];
+      let v15: f32 = b4[min(max(v14, 0), 1) * 1024 + j];
+      let v16: f32 = v13 + v15;
+      let v17: f32 = red8 * 0.0009765625;
+      let v18: f32 = v16 - v17;
+      let v19: f32 = v18 * v18;
+      acc9 = acc9 + v19;
+    }
+    let red20: f32 = acc9;
+    let v21: f32 = red20 * 0.0009765625;
+    let v22: f32 = v21 + 1e-12;
+    let v23: f32 = inverseSqrt(v22);
     b5[row] = v22;
     b6[row] = v23;
-  }
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v24: i32 = b0[row / 128 * 128 + row % 128];
-    let v25: f32 = b1[min(max(v24, 0), 30521) * 1024 + j];
-    let v26: f32 = b2[row % 128 * 1024 + j];
-    let v27: f32 = v25 + v26;
-    let v28: i32 = b3[row / 128 * 128 + row % 128];
-    let v29: f32 = b4[min(max(v28, 0), 1) * 1024 + j];
-    let v30: f32 = v27 + v29;
-    let v31: f32 = red8 * 0.0009765625;
-    let v32: f32 = v30 - v31;
-    b7[row * 1024 + j] = v32;
-    let v33: f32 = v32 * v23;
-    b8[row * 1024 + j] = v33;
-    let v34: u32 = b10[0];
-    let v35: u32 = b10[1];
-    let v36: f32 = bf_philox(v34, v35, 0u, u32(row * 1024 + j));
-    let v37: bool = v36 >= 0.1;
-    let v38: f32 = b11[j];
-    let v39: f32 = v33 * v38;
-    let v40: f32 = b12[j];
-    let v41: f32 = v39 + v40;
-    let v42: f32 = v41 * 1.1111112;
-    let v43: f32 = select(0.0, v42, v37);
-    b9[row * 1024 + j] = v43;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v24: i32 = b0[row / 128 * 128 + row % 128];
+      let v25: f32 = b1[min(max(v24, 0), 30521) * 1024 + j];
+      let v26: f32 = b2[row % 128 * 1024 + j];
+      let v27: f32 = v25 + v26;
+      let v28: i32 = b3[row / 128 * 128 + row % 128];
+      let v29: f32 = b4[min(max(v28, 0), 1) * 1024 + j];
+      let v30: f32 = v27 + v29;
+      let v31: f32 = red8 * 0.0009765625;
+      let v32: f32 = v30 - v31;
+      b7[row * 1024 + j] = v32;
+      let v33: f32 = v32 * v23;
+      b8[row * 1024 + j] = v33;
+      let v34: u32 = b10[0];
+      let v35: u32 = b10[1];
+      let v36: f32 = bf_philox(v34, v35, 0u, u32(row * 1024 + j));
+      let v37: bool = v36 >= 0.1;
+      let v38: f32 = b11[j];
+      let v39: f32 = v33 * v38;
+      let v40: f32 = b12[j];
+      let v41: f32 = v39 + v40;
+      let v42: f32 = v41 * 1.1111112;
+      let v43: f32 = select(0.0, v42, v37);
+      b9[row * 1024 + j] = v43;
+    }
   }
 }

@@ -33,7 +33,7 @@
 //   binding 9 (read): param bert.encoder.layer.7.attention.output.LayerNorm.weight f32[1024]
 //   binding 10 (read): param bert.encoder.layer.7.attention.output.LayerNorm.bias f32[1024]
 
-// launch: 1024 workgroups of 256 threads
+// launch: 4 workgroups of 256 threads
 
 enable f16;
 
@@ -48,9 +48,6 @@ enable f16;
 @group(0) @binding(8) var<storage, read_write> b8: array<f32>;
 @group(0) @binding(9) var<storage, read> b9: array<f32>;
 @group(0) @binding(10) var<storage, read> b10: array<f32>;
-
-var<workgroup> red_f32_0: array<f32, 256>;
-var<workgroup> red_f32_1: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -94,132 +91,71 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v1: u32 = b0[0];
-    let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 23u, u32(row * 1024 + j));
-    let v4: bool = v3 >= 0.1;
-    let v5: f32 = f32(b1[row * 1024 + j]);
-    let v6: f32 = b2[(row * 1024 + j) % 1024];
-    let v7: f32 = v5 + v6;
-    let v8: f32 = v7 * 1.1111112;
-    let v9: f32 = select(0.0, v8, v4);
-    let v10: f32 = b3[row * 1024 + j];
-    let v11: f32 = v9 + v10;
-    acc0 = acc0 + v11;
-  }
-  // wg_reduce (sum -> red12): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red12: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc13: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v14: u32 = b0[0];
-    let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 23u, u32(row * 1024 + j));
-    let v17: bool = v16 >= 0.1;
-    let v18: f32 = f32(b1[row * 1024 + j]);
-    let v19: f32 = b2[(row * 1024 + j) % 1024];
-    let v20: f32 = v18 + v19;
-    let v21: f32 = v20 * 1.1111112;
-    let v22: f32 = select(0.0, v21, v17);
-    let v23: f32 = b3[row * 1024 + j];
-    let v24: f32 = v22 + v23;
-    let v25: f32 = red12 * 0.0009765625;
-    let v26: f32 = v24 - v25;
-    let v27: f32 = v26 * v26;
-    acc13 = acc13 + v27;
-  }
-  // wg_reduce (sum -> red28): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc13;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
-  }
-  workgroupBarrier();
-  let red28: f32 = red_f32_1[0] + red_f32_1[1];
-  let v29: f32 = red28 * 0.0009765625;
-  let v30: f32 = v29 + 1e-12;
-  let v31: f32 = inverseSqrt(v30);
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 1024) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v1: u32 = b0[0];
+      let v2: u32 = b0[1];
+      let v3: f32 = bf_philox(v1, v2, 23u, u32(row * 1024 + j));
+      let v4: bool = v3 >= 0.1;
+      let v5: f32 = f32(b1[row * 1024 + j]);
+      let v6: f32 = b2[(row * 1024 + j) % 1024];
+      let v7: f32 = v5 + v6;
+      let v8: f32 = v7 * 1.1111112;
+      let v9: f32 = select(0.0, v8, v4);
+      let v10: f32 = b3[row * 1024 + j];
+      let v11: f32 = v9 + v10;
+      acc0 = acc0 + v11;
+    }
+    let red12: f32 = acc0;
+    var acc13: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v14: u32 = b0[0];
+      let v15: u32 = b0[1];
+      let v16: f32 = bf_philox(v14, v15, 23u, u32(row * 1024 + j));
+      let v17: bool = v16 >= 0.1;
+      let v18: f32 = f32(b1[row * 1024 + j]);
+      let v19: f32 = b2[(row * 1024 + j) % 1024];
+      let v20: f32 = v18 + v19;
+      let v21: f32 = v20 * 1.1111112;
+      let v22: f32 = select(0.0, v21, v17);
+      let v23: f32 = b3[row * 1024 + j];
+      let v24: f32 = v22 + v23;
+      let v25: f32 = red12 * 0.0009765625;
+      let v26: f32 = v24 - v25;
+      let v27: f32 = v26 * v26;
+      acc13 = acc13 + v27;
+    }
+    let red28: f32 = acc13;
+    let v29: f32 = red28 * 0.0009765625;
+    let v30: f32 = v29 + 1e-12;
+    let v31: f32 = inverseSqrt(v30);
     b4[row] = v30;
     b5[row] = v31;
-  }
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v32: u32 = b0[0];
-    let v33: u32 = b0[1];
-    let v34: f32 = bf_philox(v32, v33, 23u, u32(row * 1024 + j));
-    let v35: bool = v34 >= 0.1;
-    let v36: f32 = f32(b1[row * 1024 + j]);
-    let v37: f32 = b2[(row * 1024 + j) % 1024];
-    let v38: f32 = v36 + v37;
-    let v39: f32 = v38 * 1.1111112;
-    let v40: f32 = select(0.0, v39, v35);
-    let v41: f32 = b3[row * 1024 + j];
-    let v42: f32 = v40 + v41;
-    let v43: f32 = red12 * 0.0009765625;
-    let v44: f32 = v42 - v43;
-    b6[row * 1024 + j] = v44;
-    let v45: f32 = v44 * v31;
-    b7[row * 1024 + j] = v45;
-    let v46: f32 = b9[j];
-    let v47: f32 = v45 * v46;
-    let v48: f32 = b10[j];
-    let v49: f32 = v47 + v48;
-    b8[row * 1024 + j] = v49;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v32: u32 = b0[0];
+      let v33: u32 = b0[1];
+      let v34: f32 = bf_philox(v32, v33, 23u, u32(row * 1024 + j));
+      let v35: bool = v34 >= 0.1;
+      let v36: f32 = f32(b1[row * 1024 + j]);
+      let v37: f32 = b2[(row * 1024 + j) % 1024];
+      let v38: f32 = v36 + v37;
+      let v39: f32 = v38 * 1.1111112;
+      let v40: f32 = select(0.0, v39, v35);
+      let v41: f32 = b3[row * 1024 + j];
+      let v42: f32 = v40 + v41;
+      let v43: f32 = red12 * 0.0009765625;
+      let v44: f32 = v42 - v43;
+      b6[row * 1024 + j] = v44;
+      let v45: f32 = v44 * v31;
+      b7[row * 1024 + j] = v45;
+      let v46: f32 = b9[j];
+      let v47: f32 = v45 * v46;
+      let v48: f32 = b10[j];
+      let v49: f32 = v47 + v48;
+      b8[row * 1024 + j] = v49;
+    }
   }
 }

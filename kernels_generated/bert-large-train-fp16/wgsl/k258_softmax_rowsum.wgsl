@@ -23,7 +23,7 @@
 //   binding 5 (write): %3122 where f32[8,16,128,128]
 //   binding 6 (read): input rng_key u32[2]
 
-// launch: 16384 workgroups of 128 threads
+// launch: 64 workgroups of 256 threads
 
 enable f16;
 
@@ -34,9 +34,6 @@ enable f16;
 @group(0) @binding(4) var<storage, read_write> b4: array<f32>;
 @group(0) @binding(5) var<storage, read_write> b5: array<f32>;
 @group(0) @binding(6) var<storage, read> b6: array<u32>;
-
-var<workgroup> red_f32_0: array<f32, 128>;
-var<workgroup> red_f32_1: array<f32, 128>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -76,113 +73,60 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = bitcast<f32>(0xff800000u);
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v1: f32 = f32(b0[row * 128 + j]);
-    let v2: f32 = v1 * 0.125;
-    let v3: i32 = b1[row / 2048 * 128 + j];
-    let v4: f32 = f32(v3);
-    let v5: f32 = v4 - 1.0;
-    let v6: f32 = v5 * 10000.0;
-    let v7: f32 = v2 + v6;
-    acc0 = max(acc0, v7);
-  }
-  // wg_reduce (max -> red8): tree over 128 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 64]);
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 32]);
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 16]);
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 8]);
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 4]);
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 2]);
-  }
-  workgroupBarrier();
-  let red8: f32 = max(red_f32_0[0], red_f32_0[1]);
-  var acc9: f32 = 0.0;
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v10: f32 = f32(b0[row * 128 + j]);
-    let v11: f32 = v10 * 0.125;
-    let v12: i32 = b1[row / 2048 * 128 + j];
-    let v13: f32 = f32(v12);
-    let v14: f32 = v13 - 1.0;
-    let v15: f32 = v14 * 10000.0;
-    let v16: f32 = v11 + v15;
-    let v17: f32 = v16 - red8;
-    let v18: f32 = exp(v17);
-    acc9 = acc9 + v18;
-  }
-  // wg_reduce (sum -> red19): tree over 128 threads in workgroup memory
-  red_f32_1[lid] = acc9;
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
-  }
-  workgroupBarrier();
-  let red19: f32 = red_f32_1[0] + red_f32_1[1];
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 16384) {
+    let row: i32 = gid;
+    var acc0: f32 = bitcast<f32>(0xff800000u);
+    for (var j: i32 = 0; j < 128; j += 1) {
+      let v1: f32 = f32(b0[row * 128 + j]);
+      let v2: f32 = v1 * 0.125;
+      let v3: i32 = b1[row / 2048 * 128 + j];
+      let v4: f32 = f32(v3);
+      let v5: f32 = v4 - 1.0;
+      let v6: f32 = v5 * 10000.0;
+      let v7: f32 = v2 + v6;
+      acc0 = max(acc0, v7);
+    }
+    let red8: f32 = acc0;
+    var acc9: f32 = 0.0;
+    for (var j: i32 = 0; j < 128; j += 1) {
+      let v10: f32 = f32(b0[row * 128 + j]);
+      let v11: f32 = v10 * 0.125;
+      let v12: i32 = b1[row / 2048 * 128 + j];
+      let v13: f32 = f32(v12);
+      let v14: f32 = v13 - 1.0;
+      let v15: f32 = v14 * 10000.0;
+      let v16: f32 = v11 + v15;
+      let v17: f32 = v16 - red8;
+      let v18: f32 = exp(v17);
+      acc9 = acc9 + v18;
+    }
+    let red19: f32 = acc9;
     b2[row] = red19;
-  }
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v20: f32 = f32(b0[row * 128 + j]);
-    let v21: f32 = v20 * 0.125;
-    let v22: i32 = b1[row / 2048 * 128 + j];
-    let v23: f32 = f32(v22);
-    let v24: f32 = v23 - 1.0;
-    let v25: f32 = v24 * 10000.0;
-    let v26: f32 = v21 + v25;
-    let v27: f32 = v26 - red8;
-    let v28: f32 = exp(v27);
-    b3[row * 128 + j] = v28;
-    let v29: f32 = v28 / red19;
-    b4[row * 128 + j] = v29;
-    let v30: u32 = b6[0];
-    let v31: u32 = b6[1];
-    let v32: f32 = bf_philox(v30, v31, 70u, u32(row * 128 + j));
-    let v33: bool = v32 >= 0.1;
-    let v34: f32 = v29 * 1.1111112;
-    let v35: f32 = select(0.0, v34, v33);
-    b5[row * 128 + j] = v35;
+    for (var j: i32 = 0; j < 128; j += 1) {
+      let v20: f32 = f32(b0[row * 128 + j]);
+      let v21: f32 = v20 * 0.125;
+      let v22: i32 = b1[row / 2048 * 128 + j];
+      let v23: f32 = f32(v22);
+      let v24: f32 = v23 - 1.0;
+      let v25: f32 = v24 * 10000.0;
+      let v26: f32 = v21 + v25;
+      let v27: f32 = v26 - red8;
+      let v28: f32 = exp(v27);
+      b3[row * 128 + j] = v28;
+      let v29: f32 = v28 / red19;
+      b4[row * 128 + j] = v29;
+      let v30: u32 = b6[0];
+      let v31: u32 = b6[1];
+      let v32: f32 = bf_philox(v30, v31, 70u, u32(row * 128 + j));
+      let v33: bool = v32 >= 0.1;
+      let v34: f32 = v29 * 1.1111112;
+      let v35: f32 = select(0.0, v34, v33);
+      b5[row * 128 + j] = v35;
+    }
   }
 }

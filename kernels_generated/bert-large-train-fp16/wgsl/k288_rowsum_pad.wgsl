@@ -38,7 +38,7 @@
 //   binding 8 (write): %3454 mul f32[8,128,1024]
 //   binding 9 (read): input rng_key u32[2]
 
-// launch: 1024 workgroups of 256 threads
+// launch: 4 workgroups of 256 threads
 
 enable f16;
 
@@ -52,9 +52,6 @@ enable f16;
 @group(0) @binding(7) var<storage, read_write> b7: array<f32>;
 @group(0) @binding(8) var<storage, read_write> b8: array<f32>;
 @group(0) @binding(9) var<storage, read> b9: array<u32>;
-
-var<workgroup> red_f32_0: array<f32, 256>;
-var<workgroup> red_f32_1: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -98,133 +95,74 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v1: f32 = b0[row * 1024 + j];
-    let v2: f32 = f32(b1[row / 128 * 1024 + j]);
-    let v3: f32 = select(0.0, v2, row % 128 >= 0 && row % 128 < 1);
-    let v4: f32 = v1 + v3;
-    let v5: f32 = b2[j];
-    let v6: f32 = v4 * v5;
-    let v7: f32 = b3[row * 1024 + j];
-    let v8: f32 = v6 * v7;
-    acc0 = acc0 + v8;
-  }
-  // wg_reduce (sum -> red9): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red9: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc10: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v11: f32 = b0[row * 1024 + j];
-    let v12: f32 = f32(b1[row / 128 * 1024 + j]);
-    let v13: f32 = select(0.0, v12, row % 128 >= 0 && row % 128 < 1);
-    let v14: f32 = v11 + v13;
-    let v15: f32 = b2[j];
-    let v16: f32 = v14 * v15;
-    let v17: f32 = b4[row / 128 * 128 + row % 128];
-    let v18: f32 = v16 * v17;
-    let v19: f32 = red9 * (-0.5);
-    let v20: f32 = b5[row / 128 * 128 + row % 128];
-    let v21: f32 = v17 / v20;
-    let v22: f32 = v19 * v21;
-    let v23: f32 = v22 * 0.0009765625;
-    let v24: f32 = b3[row * 1024 + j];
-    let v25: f32 = v23 * v24;
-    let v26: f32 = v18 + v25;
-    let v27: f32 = v26 + v25;
-    let v28: f32 = -v27;
-    acc10 = acc10 + v28;
-  }
-  // wg_reduce (sum -> red29): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc10;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
-  }
-  workgroupBarrier();
-  let red29: f32 = red_f32_1[0] + red_f32_1[1];
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v30: f32 = b0[row * 1024 + j];
-    let v31: f32 = f32(b1[row / 128 * 1024 + j]);
-    let v32: f32 = select(0.0, v31, row % 128 >= 0 && row % 128 < 1);
-    let v33: f32 = v30 + v32;
-    b6[row * 1024 + j] = v33;
-    let v34: f32 = b2[j];
-    let v35: f32 = v33 * v34;
-    let v36: f32 = b4[row / 128 * 128 + row % 128];
-    let v37: f32 = v35 * v36;
-    let v38: f32 = red9 * (-0.5);
-    let v39: f32 = b5[row / 128 * 128 + row % 128];
-    let v40: f32 = v36 / v39;
-    let v41: f32 = v38 * v40;
-    let v42: f32 = v41 * 0.0009765625;
-    let v43: f32 = b3[row * 1024 + j];
-    let v44: f32 = v42 * v43;
-    let v45: f32 = v37 + v44;
-    let v46: f32 = v45 + v44;
-    let v47: f32 = red29 * 0.0009765625;
-    let v48: f32 = v46 + v47;
-    b7[row * 1024 + j] = v48;
-    let v49: u32 = b9[0];
-    let v50: u32 = b9[1];
-    let v51: f32 = bf_philox(v49, v50, 72u, u32(row * 1024 + j));
-    let v52: bool = v51 >= 0.1;
-    let v53: f32 = select(0.0, v48, v52);
-    let v54: f32 = v53 * 1.1111112;
-    b8[row * 1024 + j] = v54;
+  let gid = wg * 256 + lid;
+  if (gid < 1024) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v1: f32 = b0[row * 1024 + j];
+      let v2: f32 = f32(b1[row / 128 * 1024 + j]);
+      let v3: f32 = select(0.0, v2, row % 128 >= 0 && row % 128 < 1);
+      let v4: f32 = v1 + v3;
+      let v5: f32 = b2[j];
+      let v6: f32 = v4 * v5;
+      let v7: f32 = b3[row * 1024 + j];
+      let v8: f32 = v6 * v7;
+      acc0 = acc0 + v8;
+    }
+    let red9: f32 = acc0;
+    var acc10: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v11: f32 = b0[row * 1024 + j];
+      let v12: f32 = f32(b1[row / 128 * 1024 + j]);
+      let v13: f32 = select(0.0, v12, row % 128 >= 0 && row % 128 < 1);
+      let v14: f32 = v11 + v13;
+      let v15: f32 = b2[j];
+      let v16: f32 = v14 * v15;
+      let v17: f32 = b4[row / 128 * 128 + row % 128];
+      let v18: f32 = v16 * v17;
+      let v19: f32 = red9 * (-0.5);
+      let v20: f32 = b5[row / 128 * 128 + row % 128];
+      let v21: f32 = v17 / v20;
+      let v22: f32 = v19 * v21;
+      let v23: f32 = v22 * 0.0009765625;
+      let v24: f32 = b3[row * 1024 + j];
+      let v25: f32 = v23 * v24;
+      let v26: f32 = v18 + v25;
+      let v27: f32 = v26 + v25;
+      let v28: f32 = -v27;
+      acc10 = acc10 + v28;
+    }
+    let red29: f32 = acc10;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v30: f32 = b0[row * 1024 + j];
+      let v31: f32 = f32(b1[row / 128 * 1024 + j]);
+      let v32: f32 = select(0.0, v31, row % 128 >= 0 && row % 128 < 1);
+      let v33: f32 = v30 + v32;
+      b6[row * 1024 + j] = v33;
+      let v34: f32 = b2[j];
+      let v35: f32 = v33 * v34;
+      let v36: f32 = b4[row / 128 * 128 + row % 128];
+      let v37: f32 = v35 * v36;
+      let v38: f32 = red9 * (-0.5);
+      let v39: f32 = b5[row / 128 * 128 + row % 128];
+      let v40: f32 = v36 / v39;
+      let v41: f32 = v38 * v40;
+      let v42: f32 = v41 * 0.0009765625;
+      let v43: f32 = b3[row * 1024 + j];
+      let v44: f32 = v42 * v43;
+      let v45: f32 = v37 + v44;
+      let v46: f32 = v45 + v44;
+      let v47: f32 = red29 * 0.0009765625;
+      let v48: f32 = v46 + v47;
+      b7[row * 1024 + j] = v48;
+      let v49: u32 = b9[0];
+      let v50: u32 = b9[1];
+      let v51: f32 = bf_philox(v49, v50, 72u, u32(row * 1024 + j));
+      let v52: bool = v51 >= 0.1;
+      let v53: f32 = select(0.0, v48, v52);
+      let v54: f32 = v53 * 1.1111112;
+      b8[row * 1024 + j] = v54;
+    }
   }
 }

@@ -21,7 +21,7 @@
 //   binding 4 (write): %3533 mul f32[8,16,128,128]
 //   binding 5 (read): %3115 exp f32[8,16,128,128]
 
-// launch: 16384 workgroups of 128 threads
+// launch: 64 workgroups of 256 threads
 
 enable f16;
 
@@ -31,8 +31,6 @@ enable f16;
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
 @group(0) @binding(4) var<storage, read_write> b4: array<f32>;
 @group(0) @binding(5) var<storage, read> b5: array<f32>;
-
-var<workgroup> red_f32_0: array<f32, 128>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -72,69 +70,45 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v1: u32 = b0[0];
-    let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 70u, u32(row * 128 + j));
-    let v4: bool = v3 >= 0.1;
-    let v5: f32 = f32(b1[row * 128 + j]);
-    let v6: f32 = select(0.0, v5, v4);
-    let v7: f32 = v6 * 1.1111112;
-    let v8: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v9: f32 = v7 / v8;
-    let v10: f32 = b3[row * 128 + j];
-    let v11: f32 = v9 * v10;
-    let v12: f32 = -v11;
-    acc0 = acc0 + v12;
-  }
-  // wg_reduce (sum -> red13): tree over 128 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red13: f32 = red_f32_0[0] + red_f32_0[1];
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v14: u32 = b0[0];
-    let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 70u, u32(row * 128 + j));
-    let v17: bool = v16 >= 0.1;
-    let v18: f32 = f32(b1[row * 128 + j]);
-    let v19: f32 = select(0.0, v18, v17);
-    let v20: f32 = v19 * 1.1111112;
-    let v21: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v22: f32 = v20 / v21;
-    let v23: f32 = v22 + red13;
-    let v24: f32 = b5[row * 128 + j];
-    let v25: f32 = v23 * v24;
-    let v26: f32 = v25 * 0.125;
-    b4[row * 128 + j] = v26;
+  let gid = wg * 256 + lid;
+  if (gid < 16384) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 128; j += 1) {
+      let v1: u32 = b0[0];
+      let v2: u32 = b0[1];
+      let v3: f32 = bf_philox(v1, v2, 70u, u32(row * 128 + j));
+      let v4: bool = v3 >= 0.1;
+      let v5: f32 = f32(b1[row * 128 + j]);
+      let v6: f32 = select(0.0, v5, v4);
+      let v7: f32 = v6 * 1.1111112;
+      let v8: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+      let v9: f32 = v7 / v8;
+      let v10: f32 = b3[row * 128 + j];
+      let v11: f32 = v9 * v10;
+      let v12: f32 = -v11;
+      acc0 = acc0 + v12;
+    }
+    let red13: f32 = acc0;
+    for (var j: i32 = 0; j < 128; j += 1) {
+      let v14: u32 = b0[0];
+      let v15: u32 = b0[1];
+      let v16: f32 = bf_philox(v14, v15, 70u, u32(row * 128 + j));
+      let v17: bool = v16 >= 0.1;
+      let v18: f32 = f32(b1[row * 128 + j]);
+      let v19: f32 = select(0.0, v18, v17);
+      let v20: f32 = v19 * 1.1111112;
+      let v21: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+      let v22: f32 = v20 / v21;
+      let v23: f32 = v22 + red13;
+      let v24: f32 = b5[row * 128 + j];
+      let v25: f32 = v23 * v24;
+      let v26: f32 = v25 * 0.125;
+      b4[row * 128 + j] = v26;
+    }
   }
 }

@@ -44,7 +44,7 @@
 //   binding 10 (write): %3735 mul f32[8,128,1024]
 //   binding 11 (read): input rng_key u32[2]
 
-// launch: 1024 workgroups of 256 threads
+// launch: 4 workgroups of 256 threads
 
 enable f16;
 
@@ -60,9 +60,6 @@ enable f16;
 @group(0) @binding(9) var<storage, read_write> b9: array<f32>;
 @group(0) @binding(10) var<storage, read_write> b10: array<f32>;
 @group(0) @binding(11) var<storage, read> b11: array<u32>;
-
-var<workgroup> red_f32_0: array<f32, 256>;
-var<workgroup> red_f32_1: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -106,142 +103,83 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v1: f32 = b0[row * 1024 + j];
-    let v2: f32 = f32(b1[row * 1024 + j]);
-    let v3: f32 = v1 + v2;
-    let v4: f32 = f32(b2[row * 1024 + j]);
-    let v5: f32 = v3 + v4;
-    let v6: f32 = f32(b3[row * 1024 + j]);
-    let v7: f32 = v5 + v6;
-    let v8: f32 = b4[j];
-    let v9: f32 = v7 * v8;
-    let v10: f32 = b5[row * 1024 + j];
-    let v11: f32 = v9 * v10;
-    acc0 = acc0 + v11;
-  }
-  // wg_reduce (sum -> red12): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red12: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc13: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v14: f32 = b0[row * 1024 + j];
-    let v15: f32 = f32(b1[row * 1024 + j]);
-    let v16: f32 = v14 + v15;
-    let v17: f32 = f32(b2[row * 1024 + j]);
-    let v18: f32 = v16 + v17;
-    let v19: f32 = f32(b3[row * 1024 + j]);
-    let v20: f32 = v18 + v19;
-    let v21: f32 = b4[j];
-    let v22: f32 = v20 * v21;
-    let v23: f32 = b6[row / 128 * 128 + row % 128];
-    let v24: f32 = v22 * v23;
-    let v25: f32 = red12 * (-0.5);
-    let v26: f32 = b7[row / 128 * 128 + row % 128];
-    let v27: f32 = v23 / v26;
-    let v28: f32 = v25 * v27;
-    let v29: f32 = v28 * 0.0009765625;
-    let v30: f32 = b5[row * 1024 + j];
-    let v31: f32 = v29 * v30;
-    let v32: f32 = v24 + v31;
-    let v33: f32 = v32 + v31;
-    let v34: f32 = -v33;
-    acc13 = acc13 + v34;
-  }
-  // wg_reduce (sum -> red35): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc13;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
-  }
-  workgroupBarrier();
-  let red35: f32 = red_f32_1[0] + red_f32_1[1];
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v36: f32 = b0[row * 1024 + j];
-    let v37: f32 = f32(b1[row * 1024 + j]);
-    let v38: f32 = v36 + v37;
-    let v39: f32 = f32(b2[row * 1024 + j]);
-    let v40: f32 = v38 + v39;
-    let v41: f32 = f32(b3[row * 1024 + j]);
-    let v42: f32 = v40 + v41;
-    b8[row * 1024 + j] = v42;
-    let v43: f32 = b4[j];
-    let v44: f32 = v42 * v43;
-    let v45: f32 = b6[row / 128 * 128 + row % 128];
-    let v46: f32 = v44 * v45;
-    let v47: f32 = red12 * (-0.5);
-    let v48: f32 = b7[row / 128 * 128 + row % 128];
-    let v49: f32 = v45 / v48;
-    let v50: f32 = v47 * v49;
-    let v51: f32 = v50 * 0.0009765625;
-    let v52: f32 = b5[row * 1024 + j];
-    let v53: f32 = v51 * v52;
-    let v54: f32 = v46 + v53;
-    let v55: f32 = v54 + v53;
-    let v56: f32 = red35 * 0.0009765625;
-    let v57: f32 = v55 + v56;
-    b9[row * 1024 + j] = v57;
-    let v58: u32 = b11[0];
-    let v59: u32 = b11[1];
-    let v60: f32 = bf_philox(v58, v59, 66u, u32(row * 1024 + j));
-    let v61: bool = v60 >= 0.1;
-    let v62: f32 = select(0.0, v57, v61);
-    let v63: f32 = v62 * 1.1111112;
-    b10[row * 1024 + j] = v63;
+  let gid = wg * 256 + lid;
+  if (gid < 1024) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v1: f32 = b0[row * 1024 + j];
+      let v2: f32 = f32(b1[row * 1024 + j]);
+      let v3: f32 = v1 + v2;
+      let v4: f32 = f32(b2[row * 1024 + j]);
+      let v5: f32 = v3 + v4;
+      let v6: f32 = f32(b3[row * 1024 + j]);
+      let v7: f32 = v5 + v6;
+      let v8: f32 = b4[j];
+      let v9: f32 = v7 * v8;
+      let v10: f32 = b5[row * 1024 + j];
+      let v11: f32 = v9 * v10;
+      acc0 = acc0 + v11;
+    }
+    let red12: f32 = acc0;
+    var acc13: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v14: f32 = b0[row * 1024 + j];
+      let v15: f32 = f32(b1[row * 1024 + j]);
+      let v16: f32 = v14 + v15;
+      let v17: f32 = f32(b2[row * 1024 + j]);
+      let v18: f32 = v16 + v17;
+      let v19: f32 = f32(b3[row * 1024 + j]);
+      let v20: f32 = v18 + v19;
+      let v21: f32 = b4[j];
+      let v22: f32 = v20 * v21;
+      let v23: f32 = b6[row / 128 * 128 + row % 128];
+      let v24: f32 = v22 * v23;
+      let v25: f32 = red12 * (-0.5);
+      let v26: f32 = b7[row / 128 * 128 + row % 128];
+      let v27: f32 = v23 / v26;
+      let v28: f32 = v25 * v27;
+      let v29: f32 = v28 * 0.0009765625;
+      let v30: f32 = b5[row * 1024 + j];
+      let v31: f32 = v29 * v30;
+      let v32: f32 = v24 + v31;
+      let v33: f32 = v32 + v31;
+      let v34: f32 = -v33;
+      acc13 = acc13 + v34;
+    }
+    let red35: f32 = acc13;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v36: f32 = b0[row * 1024 + j];
+      let v37: f32 = f32(b1[row * 1024 + j]);
+      let v38: f32 = v36 + v37;
+      let v39: f32 = f32(b2[row * 1024 + j]);
+      let v40: f32 = v38 + v39;
+      let v41: f32 = f32(b3[row * 1024 + j]);
+      let v42: f32 = v40 + v41;
+      b8[row * 1024 + j] = v42;
+      let v43: f32 = b4[j];
+      let v44: f32 = v42 * v43;
+      let v45: f32 = b6[row / 128 * 128 + row % 128];
+      let v46: f32 = v44 * v45;
+      let v47: f32 = red12 * (-0.5);
+      let v48: f32 = b7[row / 128 * 128 + row % 128];
+      let v49: f32 = v45 / v48;
+      let v50: f32 = v47 * v49;
+      let v51: f32 = v50 * 0.0009765625;
+      let v52: f32 = b5[row * 1024 + j];
+      let v53: f32 = v51 * v52;
+      let v54: f32 = v46 + v53;
+      let v55: f32 = v54 + v53;
+      let v56: f32 = red35 * 0.0009765625;
+      let v57: f32 = v55 + v56;
+      b9[row * 1024 + j] = v57;
+      let v58: u32 = b11[0];
+      let v59: u32 = b11[1];
+      let v60: f32 = bf_philox(v58, v59, 66u, u32(row * 1024 + j));
+      let v61: bool = v60 >= 0.1;
+      let v62: f32 = select(0.0, v57, v61);
+      let v63: f32 = v62 * 1.1111112;
+      b10[row * 1024 + j] = v63;
+    }
   }
 }

@@ -36,7 +36,7 @@
 //   binding 8 (write): %4208 mul f32[8,128,1024]
 //   binding 9 (read): input rng_key u32[2]
 
-// launch: 1024 workgroups of 256 threads
+// launch: 4 workgroups of 256 threads
 
 enable f16;
 
@@ -50,9 +50,6 @@ enable f16;
 @group(0) @binding(7) var<storage, read_write> b7: array<f32>;
 @group(0) @binding(8) var<storage, read_write> b8: array<f32>;
 @group(0) @binding(9) var<storage, read> b9: array<u32>;
-
-var<workgroup> red_f32_0: array<f32, 256>;
-var<workgroup> red_f32_1: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -96,130 +93,71 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v1: f32 = b0[row * 1024 + j];
-    let v2: f32 = f32(b1[row * 1024 + j]);
-    let v3: f32 = v1 + v2;
-    let v4: f32 = b2[j];
-    let v5: f32 = v3 * v4;
-    let v6: f32 = b3[row * 1024 + j];
-    let v7: f32 = v5 * v6;
-    acc0 = acc0 + v7;
-  }
-  // wg_reduce (sum -> red8): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red8: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc9: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v10: f32 = b0[row * 1024 + j];
-    let v11: f32 = f32(b1[row * 1024 + j]);
-    let v12: f32 = v10 + v11;
-    let v13: f32 = b2[j];
-    let v14: f32 = v12 * v13;
-    let v15: f32 = b4[row / 128 * 128 + row % 128];
-    let v16: f32 = v14 * v15;
-    let v17: f32 = red8 * (-0.5);
-    let v18: f32 = b5[row / 128 * 128 + row % 128];
-    let v19: f32 = v15 / v18;
-    let v20: f32 = v17 * v19;
-    let v21: f32 = v20 * 0.0009765625;
-    let v22: f32 = b3[row * 1024 + j];
-    let v23: f32 = v21 * v22;
-    let v24: f32 = v16 + v23;
-    let v25: f32 = v24 + v23;
-    let v26: f32 = -v25;
-    acc9 = acc9 + v26;
-  }
-  // wg_reduce (sum -> red27): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc9;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
-  }
-  workgroupBarrier();
-  let red27: f32 = red_f32_1[0] + red_f32_1[1];
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v28: f32 = b0[row * 1024 + j];
-    let v29: f32 = f32(b1[row * 1024 + j]);
-    let v30: f32 = v28 + v29;
-    b6[row * 1024 + j] = v30;
-    let v31: f32 = b2[j];
-    let v32: f32 = v30 * v31;
-    let v33: f32 = b4[row / 128 * 128 + row % 128];
-    let v34: f32 = v32 * v33;
-    let v35: f32 = red8 * (-0.5);
-    let v36: f32 = b5[row / 128 * 128 + row % 128];
-    let v37: f32 = v33 / v36;
-    let v38: f32 = v35 * v37;
-    let v39: f32 = v38 * 0.0009765625;
-    let v40: f32 = b3[row * 1024 + j];
-    let v41: f32 = v39 * v40;
-    let v42: f32 = v34 + v41;
-    let v43: f32 = v42 + v41;
-    let v44: f32 = red27 * 0.0009765625;
-    let v45: f32 = v43 + v44;
-    b7[row * 1024 + j] = v45;
-    let v46: u32 = b9[0];
-    let v47: u32 = b9[1];
-    let v48: f32 = bf_philox(v46, v47, 56u, u32(row * 1024 + j));
-    let v49: bool = v48 >= 0.1;
-    let v50: f32 = select(0.0, v45, v49);
-    let v51: f32 = v50 * 1.1111112;
-    b8[row * 1024 + j] = v51;
+  let gid = wg * 256 + lid;
+  if (gid < 1024) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v1: f32 = b0[row * 1024 + j];
+      let v2: f32 = f32(b1[row * 1024 + j]);
+      let v3: f32 = v1 + v2;
+      let v4: f32 = b2[j];
+      let v5: f32 = v3 * v4;
+      let v6: f32 = b3[row * 1024 + j];
+      let v7: f32 = v5 * v6;
+      acc0 = acc0 + v7;
+    }
+    let red8: f32 = acc0;
+    var acc9: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v10: f32 = b0[row * 1024 + j];
+      let v11: f32 = f32(b1[row * 1024 + j]);
+      let v12: f32 = v10 + v11;
+      let v13: f32 = b2[j];
+      let v14: f32 = v12 * v13;
+      let v15: f32 = b4[row / 128 * 128 + row % 128];
+      let v16: f32 = v14 * v15;
+      let v17: f32 = red8 * (-0.5);
+      let v18: f32 = b5[row / 128 * 128 + row % 128];
+      let v19: f32 = v15 / v18;
+      let v20: f32 = v17 * v19;
+      let v21: f32 = v20 * 0.0009765625;
+      let v22: f32 = b3[row * 1024 + j];
+      let v23: f32 = v21 * v22;
+      let v24: f32 = v16 + v23;
+      let v25: f32 = v24 + v23;
+      let v26: f32 = -v25;
+      acc9 = acc9 + v26;
+    }
+    let red27: f32 = acc9;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v28: f32 = b0[row * 1024 + j];
+      let v29: f32 = f32(b1[row * 1024 + j]);
+      let v30: f32 = v28 + v29;
+      b6[row * 1024 + j] = v30;
+      let v31: f32 = b2[j];
+      let v32: f32 = v30 * v31;
+      let v33: f32 = b4[row / 128 * 128 + row % 128];
+      let v34: f32 = v32 * v33;
+      let v35: f32 = red8 * (-0.5);
+      let v36: f32 = b5[row / 128 * 128 + row % 128];
+      let v37: f32 = v33 / v36;
+      let v38: f32 = v35 * v37;
+      let v39: f32 = v38 * 0.0009765625;
+      let v40: f32 = b3[row * 1024 + j];
+      let v41: f32 = v39 * v40;
+      let v42: f32 = v34 + v41;
+      let v43: f32 = v42 + v41;
+      let v44: f32 = red27 * 0.0009765625;
+      let v45: f32 = v43 + v44;
+      b7[row * 1024 + j] = v45;
+      let v46: u32 = b9[0];
+      let v47: u32 = b9[1];
+      let v48: f32 = bf_philox(v46, v47, 56u, u32(row * 1024 + j));
+      let v49: bool = v48 >= 0.1;
+      let v50: f32 = select(0.0, v45, v49);
+      let v51: f32 = v50 * 1.1111112;
+      b8[row * 1024 + j] = v51;
+    }
   }
 }

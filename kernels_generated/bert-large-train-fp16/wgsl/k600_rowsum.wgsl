@@ -41,7 +41,7 @@
 //   binding 10 (write): %6793 mul f32[8,128,1024]
 //   binding 11 (write): %6810 add f32[8,128,1024]
 
-// launch: 1024 workgroups of 256 threads
+// launch: 4 workgroups of 256 threads
 
 enable f16;
 
@@ -57,9 +57,6 @@ enable f16;
 @group(0) @binding(9) var<storage, read_write> b9: array<f32>;
 @group(0) @binding(10) var<storage, read_write> b10: array<f32>;
 @group(0) @binding(11) var<storage, read_write> b11: array<f32>;
-
-var<workgroup> red_f32_0: array<f32, 256>;
-var<workgroup> red_f32_1: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -103,154 +100,93 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
-  var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v1: u32 = b0[0];
-    let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 0u, u32(row * 1024 + j));
-    let v4: bool = v3 >= 0.1;
-    let v5: f32 = b1[row * 1024 + j];
-    let v6: f32 = f32(b2[row * 1024 + j]);
-    let v7: f32 = v5 + v6;
-    let v8: f32 = f32(b3[row * 1024 + j]);
-    let v9: f32 = v7 + v8;
-    let v10: f32 = f32(b4[row * 1024 + j]);
-    let v11: f32 = v9 + v10;
-    let v12: f32 = select(0.0, v11, v4);
-    let v13: f32 = v12 * 1.1111112;
-    let v14: f32 = b5[j];
-    let v15: f32 = v13 * v14;
-    let v16: f32 = b6[row * 1024 + j];
-    let v17: f32 = v15 * v16;
-    acc0 = acc0 + v17;
-  }
-  // wg_reduce (sum -> red18): tree over 256 threads in workgroup memory
-  red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red18: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc19: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v20: u32 = b0[0];
-    let v21: u32 = b0[1];
-    let v22: f32 = bf_philox(v20, v21, 0u, u32(row * 1024 + j));
-    let v23: bool = v22 >= 0.1;
-    let v24: f32 = b1[row * 1024 + j];
-    let v25: f32 = f32(b2[row * 1024 + j]);
-    let v26: f32 = v24 + v25;
-    let v27: f32 = f32(b3[row * 1024 + j]);
-    let v28: f32 = v26 + v27;
-    let v29: f32 = f32(b4[row * 1024 + j]);
-    let v30: f32 = v28 + v29;
-    let v31: f32 = select(0.0, v30, v23);
-    let v32: f32 = v31 * 1.1111112;
-    let v33: f32 = b5[j];
-    let v34: f32 = v32 * v33;
-    let v35: f32 = b7[row / 128 * 128 + row % 128];
-    let v36: f32 = v34 * v35;
-    let v37: f32 = red18 * (-0.5);
-    let v38: f32 = b8[row / 128 * 128 + row % 128];
-    let v39: f32 = v35 / v38;
-    let v40: f32 = v37 * v39;
-    let v41: f32 = v40 * 0.0009765625;
-    let v42: f32 = b6[row * 1024 + j];
-    let v43: f32 = v41 * v42;
-    let v44: f32 = v36 + v43;
-    let v45: f32 = v44 + v43;
-    let v46: f32 = -v45;
-    acc19 = acc19 + v46;
-  }
-  // wg_reduce (sum -> red47): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc19;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
-  }
-  workgroupBarrier();
-  let red47: f32 = red_f32_1[0] + red_f32_1[1];
-  if (lid == 0) {
+  let gid = wg * 256 + lid;
+  if (gid < 1024) {
+    let row: i32 = gid;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v1: u32 = b0[0];
+      let v2: u32 = b0[1];
+      let v3: f32 = bf_philox(v1, v2, 0u, u32(row * 1024 + j));
+      let v4: bool = v3 >= 0.1;
+      let v5: f32 = b1[row * 1024 + j];
+      let v6: f32 = f32(b2[row * 1024 + j]);
+      let v7: f32 = v5 + v6;
+      let v8: f32 = f32(b3[row * 1024 + j]);
+      let v9: f32 = v7 + v8;
+      let v10: f32 = f32(b4[row * 1024 + j]);
+      let v11: f32 = v9 + v10;
+      let v12: f32 = select(0.0, v11, v4);
+      let v13: f32 = v12 * 1.1111112;
+      let v14: f32 = b5[j];
+      let v15: f32 = v13 * v14;
+      let v16: f32 = b6[row * 1024 + j];
+      let v17: f32 = v15 * v16;
+      acc0 = acc0 + v17;
+    }
+    let red18: f32 = acc0;
+    var acc19: f32 = 0.0;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v20: u32 = b0[0];
+      let v21: u32 = b0[1];
+      let v22: f32 = bf_philox(v20, v21, 0u, u32(row * 1024 + j));
+      let v23: bool = v22 >= 0.1;
+      let v24: f32 = b1[row * 1024 + j];
+      let v25: f32 = f32(b2[row * 1024 + j]);
+      let v26: f32 = v24 + v25;
+      let v27: f32 = f32(b3[row * 1024 + j]);
+      let v28: f32 = v26 + v27;
+      let v29: f32 = f32(b4[row * 1024 + j]);
+      let v30: f32 = v28 + v29;
+      let v31: f32 = select(0.0, v30, v23);
+      let v32: f32 = v31 * 1.1111112;
+      let v33: f32 = b5[j];
+      let v34: f32 = v32 * v33;
+      let v35: f32 = b7[row / 128 * 128 + row % 128];
+      let v36: f32 = v34 * v35;
+      let v37: f32 = red18 * (-0.5);
+      let v38: f32 = b8[row / 128 * 128 + row % 128];
+      let v39: f32 = v35 / v38;
+      let v40: f32 = v37 * v39;
+      let v41: f32 = v40 * 0.0009765625;
+      let v42: f32 = b6[row * 1024 + j];
+      let v43: f32 = v41 * v42;
+      let v44: f32 = v36 + v43;
+      let v45: f32 = v44 + v43;
+      let v46: f32 = -v45;
+      acc19 = acc19 + v46;
+    }
+    let red47: f32 = acc19;
     b9[row] = red47;
-  }
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v48: u32 = b0[0];
-    let v49: u32 = b0[1];
-    let v50: f32 = bf_philox(v48, v49, 0u, u32(row * 1024 + j));
-    let v51: bool = v50 >= 0.1;
-    let v52: f32 = b1[row * 1024 + j];
-    let v53: f32 = f32(b2[row * 1024 + j]);
-    let v54: f32 = v52 + v53;
-    let v55: f32 = f32(b3[row * 1024 + j]);
-    let v56: f32 = v54 + v55;
-    let v57: f32 = f32(b4[row * 1024 + j]);
-    let v58: f32 = v56 + v57;
-    let v59: f32 = select(0.0, v58, v51);
-    let v60: f32 = v59 * 1.1111112;
-    b10[row * 1024 + j] = v60;
-    let v61: f32 = b5[j];
-    let v62: f32 = v60 * v61;
-    let v63: f32 = b7[row / 128 * 128 + row % 128];
-    let v64: f32 = v62 * v63;
-    let v65: f32 = red18 * (-0.5);
-    let v66: f32 = b8[row / 128 * 128 + row % 128];
-    let v67: f32 = v63 / v66;
-    let v68: f32 = v65 * v67;
-    let v69: f32 = v68 * 0.0009765625;
-    let v70: f32 = b6[row * 1024 + j];
-    let v71: f32 = v69 * v70;
-    let v72: f32 = v64 + v71;
-    let v73: f32 = v72 + v71;
-    b11[row * 1024 + j] = v73;
+    for (var j: i32 = 0; j < 1024; j += 1) {
+      let v48: u32 = b0[0];
+      let v49: u32 = b0[1];
+      let v50: f32 = bf_philox(v48, v49, 0u, u32(row * 1024 + j));
+      let v51: bool = v50 >= 0.1;
+      let v52: f32 = b1[row * 1024 + j];
+      let v53: f32 = f32(b2[row * 1024 + j]);
+      let v54: f32 = v52 + v53;
+      let v55: f32 = f32(b3[row * 1024 + j]);
+      let v56: f32 = v54 + v55;
+      let v57: f32 = f32(b4[row * 1024 + j]);
+      let v58: f32 = v56 + v57;
+      let v59: f32 = select(0.0, v58, v51);
+      let v60: f32 = v59 * 1.1111112;
+      b10[row * 1024 + j] = v60;
+      let v61: f32 = b5[j];
+      let v62: f32 = v60 * v61;
+      let v63: f32 = b7[row / 128 * 128 + row % 128];
+      let v64: f32 = v62 * v63;
+      let v65: f32 = red18 * (-0.5);
+      let v66: f32 = b8[row / 128 * 128 + row % 128];
+      let v67: f32 = v63 / v66;
+      let v68: f32 = v65 * v67;
+      let v69: f32 = v68 * 0.0009765625;
+      let v70: f32 = b6[row * 1024 + j];
+      let v71: f32 = v69 * v70;
+      let v72: f32 = v64 + v71;
+      let v73: f32 = v72 + v71;
+      b11[row * 1024 + j] = v73;
+    }
   }
 }

@@ -21,7 +21,7 @@
 //   binding 7 (read): param bert.encoder.layer.0.attention.self.key.bias f32[1024]
 //   binding 8 (write): %6845 sub f32[1024]
 
-// launch: 4 workgroups of 256 threads
+// launch: 64 workgroups of 256 threads
 
 enable f16;
 
@@ -35,33 +35,76 @@ enable f16;
 @group(0) @binding(7) var<storage, read> b7: array<f32>;
 @group(0) @binding(8) var<storage, read_write> b8: array<f32>;
 
+var<workgroup> colred: array<f32, 256>;
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1024) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    var acc1: f32 = 0.0;
-    for (var j: i32 = 0; j < 1024; j += 1) {
+  let row: i32 = wg * 16 + lid % 16;
+  let grp: i32 = lid / 16;
+  let valid: bool = row < 1024;
+  var acc0: f32 = 0.0;
+  var acc1: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 1024; j += 16) {
       let v2: f32 = f32(b0[(j * 1024 + row) / 131072 * 131072 + (j * 1024 + row) / 64 % 16 * 8192 + (j * 1024 + row) / 1024 % 128 * 64 + (j * 1024 + row) % 64]);
       acc0 = acc0 + v2;
       let v3: f32 = f32(b1[(j * 1024 + row) / 131072 * 131072 + (j * 1024 + row) / 64 % 16 * 8192 + (j * 1024 + row) / 1024 % 128 * 64 + (j * 1024 + row) % 64]);
       acc1 = acc1 + v3;
     }
-    let red4: f32 = acc0;
-    let red5: f32 = acc1;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  workgroupBarrier();
+  let red4: f32 = colred[lid % 16];
+  workgroupBarrier();
+  colred[lid] = acc1;
+  workgroupBarrier();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  workgroupBarrier();
+  let red5: f32 = colred[lid % 16];
+  workgroupBarrier();
+  if (valid && grp == 0) {
+    b2[row] = red4;
+    b3[row] = red5;
     let v6: f32 = b4[row];
     let v7: f32 = b5[0];
     let v8: f32 = v7 * red5;
     let v9: f32 = v6 - v8;
+    b6[row] = v9;
     let v10: f32 = b7[row];
     let v11: f32 = v7 * red4;
     let v12: f32 = v10 - v11;
-    b2[row] = red4;
-    b3[row] = red5;
-    b6[row] = v9;
     b8[row] = v12;
   }
 }
