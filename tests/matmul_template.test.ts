@@ -128,6 +128,8 @@ Deno.test("matmul tiles: the choice for BERT-like and awkward shapes", () => {
   // Skinny: 40 masked positions against the vocabulary. 64×64 tiles are 62% useful but 3× faster per
   // flop than 16×16 tiles (83% useful), so they win on useful throughput.
   assert.equal(pick(40, 30522, 128), "64x64x16/8x8");
+  // Tall K (the MLM head's input gradient): two 64×64 workgroups keep both CI cores busy at full speed.
+  assert.equal(pick(40, 128, 30522), "64x64x16/8x8");
   // Few tokens (a test-sized batch): smaller tiles keep enough workgroups.
   assert.equal(pick(32, 128, 128), "32x32x16/4x4");
   // Deterministic and within bounds for a sweep of shapes.

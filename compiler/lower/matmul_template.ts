@@ -97,11 +97,14 @@ export class MatmulTemplateError extends Error {
 }
 
 /**
- * An epilogue runs straight from the accumulators when its code, copied once per micro-tile element,
- * stays under this many IR nodes: a plain store (~7–12 nodes) runs direct from 8×8 micro-tiles, staged
- * from 16×16 ones (whose 256 direct copies made lavapipe's compile 2.9 s instead of 1.4 s cold).
+ * An epilogue runs straight from the accumulators when it is copied at most DIRECT_EPILOGUE_COPIES times
+ * (micro-tiles up to 8×8: 16×16 ones' 256 direct copies made lavapipe's compile 2.9 s instead of 1.4 s cold)
+ * and its copies stay under DIRECT_EPILOGUE_NODES IR nodes. So a bias + GELU epilogue (~30 nodes) runs
+ * direct from 8×8 micro-tiles: staged through shared memory it cost the GEMM 2× on lavapipe (6.9 → 12.3 ms
+ * for BERT-tiny's FFN-in GEMM), where every barrier of the staging loop is expensive.
  */
-export const DIRECT_EPILOGUE_NODES = 1024;
+export const DIRECT_EPILOGUE_NODES = 4096;
+export const DIRECT_EPILOGUE_COPIES = 64;
 
 const I = (name: string) => ref(name, "i32");
 const F = (name: string) => ref(name, "f32");
@@ -232,7 +235,10 @@ export function matmulKernel(spec: MatmulSpec): Kernel {
   let probe: KStmt[] | undefined;
   if (mode === undefined) {
     probe = spec.epilogue(b, I("mm_row"), I("mm_col"), F("mm_out"));
-    mode = nodeCount(probe) * t.rm * t.rn <= DIRECT_EPILOGUE_NODES ? "direct" : "staged";
+    const copies = t.rm * t.rn;
+    mode = copies <= DIRECT_EPILOGUE_COPIES && nodeCount(probe) * copies <= DIRECT_EPILOGUE_NODES
+      ? "direct"
+      : "staged";
   }
   const direct = mode === "direct" ? directEpilogue(ctx) : undefined;
   if (direct) body.push(...direct);

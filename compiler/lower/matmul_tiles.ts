@@ -61,10 +61,12 @@ const SPEED = new Map<MatmulTiles, number>([
 ]);
 
 /**
- * Enough workgroups that a few CPU cores (or GPU multiprocessors) all get work: at 128×128×1024, four
- * 64×64 tiles beat one 128×128 tile.
+ * Enough workgroups that the CI machine's two cores both get work (at 128×128×1024, two or four 64×64 tiles
+ * beat one 128×128 tile). Two, not more: the MLM head's input gradient (40 × 128 with K = 30,522) ran in
+ * 170 ms as eight 32×32 tiles and 85 ms as two 64×64 ones on lavapipe. A discrete GPU wants far more
+ * workgroups (and split-K for such shapes); these tiles are tuned for the CPU device CI runs on.
  */
-export const MIN_WORKGROUPS = 4;
+export const MIN_WORKGROUPS = 2;
 
 /**
  * The candidate with the best useful throughput — its speed times the fraction of the C elements it
