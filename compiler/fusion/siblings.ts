@@ -14,6 +14,8 @@ import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
 
 /** A merged kernel binds at most this many buffers (desktop WebGPU adapters allow at least 16). */
 export const MAX_SIBLING_BINDINGS = 12;
+/** Refused sibling merges are reported only when the shared tensor has at least this many elements. */
+export const MIN_SHARED_ELEMENTS = 1024;
 
 function sameSpace(a: FusedKernel, b: FusedKernel): boolean {
   if (a.kind === "reduce" && b.kind === "reduce") {
@@ -60,6 +62,10 @@ export function mergeSiblings(g: Graph, r: FusionResult, takeFuel?: () => boolea
   // Group candidates by (space, axes) and try to merge each with the earlier ones sharing a read.
   const byReads = new Map<NodeId, number[]>();
   kernels.forEach((_, i) => reads[i].forEach((x) => byReads.set(x, [...(byReads.get(x) ?? []), i])));
+  // A scalar read by everything (the learning rate) pairs every parameter update with every other: merging
+  // them is welcome (fewer launches), but their refusals would flood the report, so only refusals between
+  // kernels sharing a sizeable tensor are recorded.
+  const worthReporting = (x: NodeId) => numel(g.nodes[x].type.shape) >= MIN_SHARED_ELEMENTS;
   for (let i = 0; i < kernels.length; i++) {
     if (!alive[i] || (kernels[i].kind !== "reduce" && kernels[i].kind !== "loop")) continue;
     for (const x of [...reads[i]].sort((a, b) => a - b)) {
@@ -69,6 +75,7 @@ export function mergeSiblings(g: Graph, r: FusionResult, takeFuel?: () => boolea
         for (const root of [...kernels[i].roots, ...kernels[j].roots]) bindings.delete(root);
         const count = bindings.size + kernels[i].roots.length + kernels[j].roots.length;
         if (count > MAX_SIBLING_BINDINGS) {
+          if (!worthReporting(x)) continue;
           decisions.push({
             producer: kernels[j].roots[0],
             consumerKernel: i,
