@@ -9,6 +9,11 @@ import { add, div, i32, type KExpr, mod, mul, sub } from "../kernel_ir/ir.ts";
 export interface Idx {
   readonly dims: readonly KExpr[];
   readonly lin?: KExpr;
+  /**
+   * Set when the linear index is `base + lane` with `base` a multiple of 4 and the same expression for
+   * four consecutive elements handled together: their random draws share one Philox block.
+   */
+  readonly quad?: { readonly base: KExpr; readonly lane: number };
 }
 
 export function linearize(idx: Idx, shape: readonly number[]): KExpr {
@@ -45,7 +50,8 @@ export function broadcastOperand(idx: Idx, inShape: readonly number[], outShape:
 
 export function reshapeOperand(idx: Idx, inShape: readonly number[], outShape: readonly number[]): Idx {
   const lin = linearize(idx, outShape);
-  return delinearize(lin, inShape);
+  // A reshape keeps the linear index, so a shared Philox block stays shared.
+  return idx.quad ? { ...delinearize(lin, inShape), quad: idx.quad } : delinearize(lin, inShape);
 }
 
 /** permute: result axis d is operand axis perm[d]. */

@@ -166,10 +166,22 @@ function lowerReduce(
   };
 
   /** for (j = lid; j < rowLen; j += wg) { ... } (per thread: j = 0..rowLen) with a fresh scope per body. */
-  const rowLoop = (fill: (s: Scope, j: KExpr) => void): KStmt => {
+  // Rows drawn from Philox (dropout) and walked by one thread: four consecutive elements per iteration
+  // share one Philox block, as the vectorized loop kernels do, instead of one block per element.
+  const quads = perThread && trailing && rowLen % 4 === 0 && rowLen >= 8 && readsRandom(g, k, ctx);
+  const rowLoop = (fill: (s: Scope, idx: Idx) => void): KStmt => {
     const inner = new Scope(top);
+    if (quads) {
+      const q4 = mul(ref("q", "i32"), i32(4));
+      const base = add(mul(row, i32(rowLen)), q4);
+      for (let c = 0; c < 4; c++) {
+        const j = add(q4, i32(c));
+        fill(inner, { ...elemIdx(j), quad: { base, lane: c } });
+      }
+      return for_("q", i32(0), i32(rowLen / 4), i32(1), inner.stmts);
+    }
     const j = ref("j", "i32");
-    fill(inner, j);
+    fill(inner, elemIdx(j));
     if (split) return if_(valid, [for_("j", grp, i32(rowLen), i32(SPLIT_GROUPS), inner.stmts)]);
     return perThread
       ? for_("j", i32(0), i32(rowLen), i32(1), inner.stmts)
@@ -201,10 +213,10 @@ function lowerReduce(
       top.stmts.push(let_(acc, init, true));
       return acc;
     });
-    top.stmts.push(rowLoop((s, j) => {
+    top.stmts.push(rowLoop((s, idx) => {
       stage.forEach((r, i) => {
         const n = g.nodes[r];
-        const v = cast(vb.valueAt(s, n.inputs[0], elemIdx(j)), "f32");
+        const v = cast(vb.valueAt(s, n.inputs[0], idx), "f32");
         s.stmts.push(set(accs[i], bin(n.op === "reduce_sum" ? "add" : "max", ref(accs[i], "f32"), v)));
       });
     }));
@@ -250,8 +262,7 @@ function lowerReduce(
     else top.stmts.push(if_(bin("eq", lid, i32(0)), rowStores.stmts));
   }
   if (elemRoots.length) {
-    top.stmts.push(rowLoop((s, j) => {
-      const idx = elemIdx(j);
+    top.stmts.push(rowLoop((s, idx) => {
       for (const r of elemRoots) {
         const lin = idx.lin ?? linearOver(idx, space);
         vb.storeAt(s, r, sameShapeAs(g, r, space) ? { dims: idx.dims, lin } : idxAtLinear(g, r, lin));
@@ -411,3 +422,16 @@ function nextPow2(x: number): number {
 }
 
 const isFloatish = (t: string) => t === "f32" || t === "f16";
+
+/** Does the kernel draw random numbers (a random_uniform read by a member, directly or through inline nodes)? */
+function readsRandom(g: Graph, k: FusedKernel, ctx: ValueContext): boolean {
+  const seen = new Set<NodeId>();
+  const visit = (id: NodeId): boolean => {
+    if (seen.has(id)) return false;
+    seen.add(id);
+    if (g.nodes[id].op === "random_uniform") return true;
+    if (!k.members.has(id) && !ctx.computedAnywhere(id)) return false;
+    return g.nodes[id].inputs.some(visit);
+  };
+  return [...k.members].some(visit);
+}

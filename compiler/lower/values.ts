@@ -25,6 +25,7 @@ import {
 import {
   broadcastOperand,
   clamp,
+  exprKey,
   type Idx,
   idxKey,
   linearize,
@@ -207,14 +208,25 @@ export class ValueBuilder {
         const key = n.inputs[0];
         const seed = this.valueAt(scope, key, { dims: [i32(0)], lin: i32(0) });
         const step = this.valueAt(scope, key, { dims: [i32(1)], lin: i32(1) });
-        return {
+        const draw = (t: "f32" | "v4f32", index: KExpr): KExpr => ({
           k: "philox",
-          t: "f32",
+          t,
           seed: cast(seed, "u32"),
           step: cast(step, "u32"),
           stream: n.attrs.stream as number,
-          index: cast(linearize(idx, n.type.shape), "u32"),
-        };
+          index: cast(index, "u32"),
+        });
+        if (idx.quad) {
+          // Four consecutive elements computed together: one Philox block serves all four.
+          const key = `philox4:${id}@${exprKey(idx.quad.base)}`;
+          let block = scope.lookup(key);
+          if (!block) {
+            block = this.letIn(scope, "rnd", draw("v4f32", idx.quad.base));
+            scope.remember(key, block);
+          }
+          return { k: "lane", t: "f32", a: block, lane: idx.quad.lane };
+        }
+        return draw("f32", linearize(idx, n.type.shape));
       }
       case "broadcast":
         return operand(0, broadcastOperand(idx, inShape(0), n.type.shape));

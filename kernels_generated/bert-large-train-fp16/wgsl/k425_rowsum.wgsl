@@ -70,6 +70,27 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }
 
+// bf_philox of the four elements index..index+3, index a multiple of 4: one block, all four words.
+fn bf_philox4(seed: u32, step: u32, stream: u32, index: u32) -> vec4<f32> {
+  var c0 = index >> 2u;
+  var c1 = 0u;
+  var c2 = step;
+  var c3 = 0u;
+  var k0 = seed;
+  var k1 = stream;
+  for (var i = 0; i < 10; i++) {
+    let p0 = bf_mul_wide(c0, 0xd2511f53u);
+    let p1 = bf_mul_wide(c2, 0xcd9e8d57u);
+    c0 = p1.x ^ c1 ^ k0;
+    c1 = p1.y;
+    c2 = p0.x ^ c3 ^ k1;
+    c3 = p0.y;
+    k0 = k0 + 0x9e3779b9u;
+    k1 = k1 + 0xbb67ae85u;
+  }
+  return vec4<f32>(vec4<u32>(c0, c1, c2, c3) >> vec4<u32>(8u)) * (1.0 / 16777216.0);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
@@ -78,37 +99,101 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   if (gid < 16384) {
     let row: i32 = gid;
     var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 128; j += 1) {
+    for (var q: i32 = 0; q < 32; q += 1) {
       let v1: u32 = b0[0];
       let v2: u32 = b0[1];
-      let v3: f32 = bf_philox(v1, v2, 40u, u32(row * 128 + j));
-      let v4: bool = v3 >= 0.1;
-      let v5: f32 = f32(b1[row * 128 + j]);
-      let v6: f32 = select(0.0, v5, v4);
-      let v7: f32 = v6 * 1.1111112;
-      let v8: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-      let v9: f32 = v7 / v8;
-      let v10: f32 = b3[row * 128 + j];
-      let v11: f32 = v9 * v10;
-      let v12: f32 = -v11;
-      acc0 = acc0 + v12;
+      let rnd3: vec4<f32> = bf_philox4(v1, v2, 40u, u32(row * 128 + q * 4));
+      let v4: f32 = rnd3.x;
+      let v5: bool = v4 >= 0.1;
+      let v6: f32 = f32(b1[row * 128 + q * 4]);
+      let v7: f32 = select(0.0, v6, v5);
+      let v8: f32 = v7 * 1.1111112;
+      let v9: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+      let v10: f32 = v8 / v9;
+      let v11: f32 = b3[row * 128 + q * 4];
+      let v12: f32 = v10 * v11;
+      let v13: f32 = -v12;
+      acc0 = acc0 + v13;
+      let v14: f32 = rnd3.y;
+      let v15: bool = v14 >= 0.1;
+      let v16: f32 = f32(b1[row * 128 + (q * 4 + 1)]);
+      let v17: f32 = select(0.0, v16, v15);
+      let v18: f32 = v17 * 1.1111112;
+      let v19: f32 = v18 / v9;
+      let v20: f32 = b3[row * 128 + (q * 4 + 1)];
+      let v21: f32 = v19 * v20;
+      let v22: f32 = -v21;
+      acc0 = acc0 + v22;
+      let v23: f32 = rnd3.z;
+      let v24: bool = v23 >= 0.1;
+      let v25: f32 = f32(b1[row * 128 + (q * 4 + 2)]);
+      let v26: f32 = select(0.0, v25, v24);
+      let v27: f32 = v26 * 1.1111112;
+      let v28: f32 = v27 / v9;
+      let v29: f32 = b3[row * 128 + (q * 4 + 2)];
+      let v30: f32 = v28 * v29;
+      let v31: f32 = -v30;
+      acc0 = acc0 + v31;
+      let v32: f32 = rnd3.w;
+      let v33: bool = v32 >= 0.1;
+      let v34: f32 = f32(b1[row * 128 + (q * 4 + 3)]);
+      let v35: f32 = select(0.0, v34, v33);
+      let v36: f32 = v35 * 1.1111112;
+      let v37: f32 = v36 / v9;
+      let v38: f32 = b3[row * 128 + (q * 4 + 3)];
+      let v39: f32 = v37 * v38;
+      let v40: f32 = -v39;
+      acc0 = acc0 + v40;
     }
-    let red13: f32 = acc0;
-    for (var j: i32 = 0; j < 128; j += 1) {
-      let v14: u32 = b0[0];
-      let v15: u32 = b0[1];
-      let v16: f32 = bf_philox(v14, v15, 40u, u32(row * 128 + j));
-      let v17: bool = v16 >= 0.1;
-      let v18: f32 = f32(b1[row * 128 + j]);
-      let v19: f32 = select(0.0, v18, v17);
-      let v20: f32 = v19 * 1.1111112;
-      let v21: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-      let v22: f32 = v20 / v21;
-      let v23: f32 = v22 + red13;
-      let v24: f32 = b5[row * 128 + j];
-      let v25: f32 = v23 * v24;
-      let v26: f32 = v25 * 0.125;
-      b4[row * 128 + j] = v26;
+    let red41: f32 = acc0;
+    for (var q: i32 = 0; q < 32; q += 1) {
+      let v42: u32 = b0[0];
+      let v43: u32 = b0[1];
+      let v44: f32 = bf_philox(v42, v43, 40u, u32(row * 128 + q * 4));
+      let v45: bool = v44 >= 0.1;
+      let v46: f32 = f32(b1[row * 128 + q * 4]);
+      let v47: f32 = select(0.0, v46, v45);
+      let v48: f32 = v47 * 1.1111112;
+      let v49: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+      let v50: f32 = v48 / v49;
+      let v51: f32 = v50 + red41;
+      let v52: f32 = b5[row * 128 + q * 4];
+      let v53: f32 = v51 * v52;
+      let v54: f32 = v53 * 0.125;
+      b4[row * 128 + q * 4] = v54;
+      let v55: f32 = bf_philox(v42, v43, 40u, u32(row * 128 + (q * 4 + 1)));
+      let v56: bool = v55 >= 0.1;
+      let v57: f32 = f32(b1[row * 128 + (q * 4 + 1)]);
+      let v58: f32 = select(0.0, v57, v56);
+      let v59: f32 = v58 * 1.1111112;
+      let v60: f32 = v59 / v49;
+      let v61: f32 = v60 + red41;
+      let v62: f32 = b5[row * 128 + (q * 4 + 1)];
+      let v63: f32 = v61 * v62;
+      let v64: f32 = v63 * 0.125;
+      b4[row * 128 + (q * 4 + 1)] = v64;
+      let v65: f32 = bf_philox(v42, v43, 40u, u32(row * 128 + (q * 4 + 2)));
+      let v66: bool = v65 >= 0.1;
+      let v67: f32 = f32(b1[row * 128 + (q * 4 + 2)]);
+      let v68: f32 = select(0.0, v67, v66);
+      let v69: f32 = v68 * 1.1111112;
+      let v70: f32 = v69 / v49;
+      let v71: f32 = v70 + red41;
+      let v72: f32 = b5[row * 128 + (q * 4 + 2)];
+      let v73: f32 = v71 * v72;
+      let v74: f32 = v73 * 0.125;
+      b4[row * 128 + (q * 4 + 2)] = v74;
+      let v75: f32 = bf_philox(v42, v43, 40u, u32(row * 128 + (q * 4 + 3)));
+      let v76: bool = v75 >= 0.1;
+      let v77: f32 = f32(b1[row * 128 + (q * 4 + 3)]);
+      let v78: f32 = select(0.0, v77, v76);
+      let v79: f32 = v78 * 1.1111112;
+      let v80: f32 = v79 / v49;
+      let v81: f32 = v80 + red41;
+      let v82: f32 = b5[row * 128 + (q * 4 + 3)];
+      let v83: f32 = v81 * v82;
+      let v84: f32 = v83 * 0.125;
+      b4[row * 128 + (q * 4 + 3)] = v84;
     }
   }
 }
