@@ -7,7 +7,7 @@ import { parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 import { DataError } from "../data/shards/errors.ts";
 import { readManifest } from "../data/shards/manifest.ts";
 import { ShardFile } from "../data/shards/reader.ts";
-import { loadTokenizer, TokenizerError } from "../data/tokenizer/mod.ts";
+import { loadTokenizer } from "../data/tokenizer/mod.ts";
 import { vocabHash } from "../data/pretraining/vocab.ts";
 
 const HELP = `
@@ -91,13 +91,4 @@ async function main() {
   }
 }
 
-async function mainWithDataErrors() {
-  try {
-    await main();
-  } catch (e) {
-    if (e instanceof DataError || e instanceof TokenizerError) throw new UsageError(e.message);
-    throw e;
-  }
-}
-
-if (import.meta.main) await runMain(mainWithDataErrors);
+if (import.meta.main) await runMain(main);

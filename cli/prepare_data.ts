@@ -8,8 +8,6 @@ import { brownShardDirName } from "../data/corpus/brown_shards.ts";
 import { defaultCacheDir } from "../data/corpus/cache.ts";
 import { DEFAULT_SETTINGS, prepareData } from "../data/pretraining/prepare.ts";
 import { progressBar } from "../data/pretraining/progress.ts";
-import { DataError } from "../data/shards/errors.ts";
-import { TokenizerError } from "../data/tokenizer/mod.ts";
 
 const D = DEFAULT_SETTINGS;
 const HELP = `
@@ -138,14 +136,4 @@ async function main() {
   );
 }
 
-/** The data pipeline's user errors (bad input, vocabulary, settings) are one line and exit code 1, too. */
-async function mainWithDataErrors() {
-  try {
-    await main();
-  } catch (e) {
-    if (e instanceof DataError || e instanceof TokenizerError) throw new UsageError(e.message);
-    throw e;
-  }
-}
-
-if (import.meta.main) await runMain(mainWithDataErrors);
+if (import.meta.main) await runMain(main);

@@ -4,7 +4,7 @@
  * is data/tokenizer/.
  */
 import { parseFlags, runMain, UsageError } from "./common.ts";
-import { loadTokenizer, TokenizerError } from "../data/tokenizer/mod.ts";
+import { loadTokenizer } from "../data/tokenizer/mod.ts";
 
 const HELP = `
 deno task tokenize --input FILE --output FILE.jsonl [--vocab FILE] [--cased]
@@ -149,14 +149,4 @@ async function main() {
   );
 }
 
-/** TokenizerError is a user mistake too (a bad vocabulary file): one line, exit code 1. */
-async function mainWithTokenizerErrors() {
-  try {
-    await main();
-  } catch (e) {
-    if (e instanceof TokenizerError) throw new UsageError(e.message);
-    throw e;
-  }
-}
-
-if (import.meta.main) await runMain(mainWithTokenizerErrors);
+if (import.meta.main) await runMain(main);
