@@ -291,12 +291,7 @@ function canJoin(
   // k is a loop kernel.
   if (rowLevel) {
     if (numel(k.space) !== numel(inShape)) return no("the reduced tensor and the kernel differ in size");
-    need.clear();
-    need.add(ROW);
-    k.kind = "reduce";
-    k.space = inShape;
-    k.axes = axes;
-    return YES;
+    return joinAtRowLevel(k, need, inShape, axes);
   }
   if (!levels.every((l) => l === ELEM)) return no(`its result is read as ${describeNeeds(need)}`);
   // Read elementwise by a kernel over the reduced shape: that kernel becomes the reduction's epilogue,
@@ -312,12 +307,7 @@ function canJoin(
     const ms = needs.get(m)!;
     if (ms.delete(ELEM)) ms.add(ROW);
   }
-  need.clear();
-  need.add(ROW);
-  k.kind = "reduce";
-  k.space = inShape;
-  k.axes = axes;
-  return YES;
+  return joinAtRowLevel(k, need, inShape, axes);
 }
 
 /**
@@ -346,12 +336,22 @@ function storableHere(g: Graph, id: NodeId, k: FusedKernel, need: Set<Need>): Ve
   // row kernel over those rows, which computes the value once per row and can write it — and can then take
   // the reductions that produce it.
   if (rc && k.kind === "loop" && numel(rc.shape) === numel(k.space)) {
-    k.kind = "reduce";
-    k.space = rc.shape;
-    k.axes = rc.axes;
-    need.clear();
-    need.add(ROW);
-    return YES;
+    return joinAtRowLevel(k, need, rc.shape, rc.axes);
   }
   return no(`it is read as ${describeNeeds(need)} here, so this kernel cannot also write it`);
+}
+
+/** Makes `k` a row kernel reducing `axes` of `space`, with the joining node read at row level. */
+function joinAtRowLevel(
+  k: FusedKernel,
+  need: Set<Need>,
+  space: readonly number[],
+  axes: readonly number[],
+): Verdict {
+  k.kind = "reduce";
+  k.space = space;
+  k.axes = axes;
+  need.clear();
+  need.add(ROW);
+  return YES;
 }
