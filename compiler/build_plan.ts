@@ -5,7 +5,7 @@
  */
 import { byteSize, type Graph, type NodeId, numel } from "../ir/mod.ts";
 import type { BufferRole, Plan, PlanBuffer, PlanKernel, PlanStep, TargetKernel } from "../runtime/plan.ts";
-import { storedBytes } from "../runtime/plan.ts";
+import { storedSize } from "../runtime/plan.ts";
 import type { FusionResult } from "./fusion/types.ts";
 import type { Kernel } from "./kernel_ir/ir.ts";
 import { kernelCost } from "./kernel_cost.ts";
@@ -107,9 +107,8 @@ export function buildPlan(
       }
       : { reads: [s.src], writes: [s.dst] }
   );
-  const stored = (b: (typeof buffers)[number]) => numel(b.shape) * storedBytes(b.dtype);
   const mem = planMemory(
-    buffers.map((b) => ({ id: b.id, bytes: stored(b), pinned: b.role !== "activation" })),
+    buffers.map((b) => ({ id: b.id, bytes: storedSize(b), pinned: b.role !== "activation" })),
     schedule,
   );
   const slotOf = (id: number) => {

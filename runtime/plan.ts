@@ -8,6 +8,8 @@
  * and reading outputs is always safe.
  */
 
+import { numel } from "../ir/dtype.ts";
+
 export type PlanDType = "f32" | "f16" | "bf16" | "i32" | "u32" | "bool";
 
 export type BufferRole = "input" | "param" | "output" | "activation";
@@ -86,4 +88,9 @@ export interface Plan {
 /** Bytes per element of a dtype as stored by the runtimes (bool widened to u32 for WGSL's sake). */
 export function storedBytes(dtype: PlanDType): number {
   return dtype === "f16" || dtype === "bf16" ? 2 : 4;
+}
+
+/** Bytes a buffer takes as the runtimes store it (before rounding up for alignment). */
+export function storedSize(b: { readonly shape: readonly number[]; readonly dtype: PlanDType }): number {
+  return numel(b.shape) * storedBytes(b.dtype);
 }

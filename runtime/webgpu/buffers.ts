@@ -3,6 +3,7 @@
  * through a mappable staging buffer. Stored forms (see runtime/plan.ts `storedBytes`): f32, i32, u32 as
  * themselves, f16 as IEEE half (Float16Array), bool as u32 0/1. bf16 has no WGSL form.
  */
+import { numel } from "../../ir/dtype.ts";
 import { type PlanBuffer, type PlanDType, storedBytes } from "../plan.ts";
 import { WebGPUError } from "./errors.ts";
 
@@ -11,18 +12,13 @@ export type HostArray = Float32Array | Int32Array | Uint32Array;
 /** Copy and binding sizes must be multiples of 4 bytes. */
 export const round4 = (n: number) => Math.ceil(n / 4) * 4;
 
-export const numelOf = (shape: readonly number[]) => shape.reduce((a, b) => a * b, 1);
-
-/** Bytes a buffer occupies on the GPU (before rounding to 4). */
-export const storedSize = (b: PlanBuffer) => numelOf(b.shape) * storedBytes(b.dtype);
-
 function noBF16(b: PlanBuffer): never {
   throw new WebGPUError(`buffer '${b.name}' is bf16: bf16 needs the CUDA backend`);
 }
 
 /** `data` in the stored form of `b`, padded with zeros to a multiple of 4 bytes. */
 export function encodeHost(b: PlanBuffer, data: ArrayLike<number>): Uint8Array<ArrayBuffer> {
-  const n = numelOf(b.shape);
+  const n = numel(b.shape);
   if (data.length !== n) {
     throw new WebGPUError(
       `buffer '${b.name}' has ${n} elements (shape [${b.shape.join(", ")}]), got ${data.length} values`,
@@ -57,7 +53,7 @@ export function encodeHost(b: PlanBuffer, data: ArrayLike<number>): Uint8Array<A
 
 /** The host array for `bytes` holding `b` in stored form: f32 for floats (f16 decoded), else i32/u32. */
 export function decodeHost(b: PlanBuffer, bytes: ArrayBuffer): HostArray {
-  const n = numelOf(b.shape);
+  const n = numel(b.shape);
   const kinds: Record<PlanDType, () => HostArray> = {
     f32: () => new Float32Array(bytes, 0, n).slice(),
     f16: () => Float32Array.from(new Float16Array(bytes, 0, n)),
