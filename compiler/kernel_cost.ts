@@ -9,6 +9,7 @@
  *
  * A vector load or store moves four elements, and a vector operation is four operations.
  */
+import { byteSize } from "../ir/mod.ts";
 import { type Kernel, type KExpr, type KStmt, type KType, lanesOf, laneType } from "./kernel_ir/ir.ts";
 
 interface Counts {
@@ -113,14 +114,12 @@ function countStmts(stmts: readonly KStmt[], w: number, c: Counts): void {
   }
 }
 
-const bytesPer = (t: string) => (t === "f16" || t === "bf16" ? 2 : t === "bool" ? 1 : 4);
-
 export function kernelCost(k: Kernel): { bytesRead: number; bytesWritten: number; flops: number } {
   const c: Counts = { loads: new Map(), stores: new Map(), flops: 0 };
   countStmts(k.body, k.workgroups * k.workgroupSize, c);
   let bytesRead = 0, bytesWritten = 0;
   for (const b of k.bindings) {
-    const per = bytesPer(b.t);
+    const per = byteSize(b.t);
     bytesRead += Math.min(c.loads.get(b.name) ?? 0, b.elements) * per;
     bytesWritten += Math.min(c.stores.get(b.name) ?? 0, b.elements) * per;
   }
