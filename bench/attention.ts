@@ -27,6 +27,7 @@ import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
 import { randomFeeds } from "../tests/util/fused_check.ts";
 import { attentionForward } from "./fusion_cases.ts";
 
+import { median, type Side, timeRound } from "./step_timing.ts";
 const HELP = `
 deno run -A bench/attention.ts [--iterations K] [--shapes "b,heads,s,dh;..."] [--precision fp32|fp16]
                                [--dropout P] [--json FILE]
@@ -43,19 +44,11 @@ moved and median step time.
 Without a GPU, set DENO_WEBGPU_BACKEND=vulkan (Mesa's lavapipe).
 `;
 
-const STEPS_PER_ROUND = 4;
-
 interface Shape {
   b: number;
   heads: number;
   s: number;
   dh: number;
-}
-
-interface Side {
-  kernels: number;
-  bytes: number;
-  ms: number;
 }
 
 function graphFor(shape: Shape, precision: Precision, dropoutProb: number): Graph {
@@ -81,15 +74,6 @@ async function prepare(
   return { executor, kernels: plan.steps.filter((s) => s.op === "launch").length, bytes: bytesMoved(plan) };
 }
 
-async function round(executor: WebGPUExecutor): Promise<number> {
-  const t0 = performance.now();
-  for (let j = 0; j < STEPS_PER_ROUND; j++) await executor.step();
-  await executor.finish();
-  return (performance.now() - t0) / STEPS_PER_ROUND;
-}
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-
 /**
  * Both sides, rounds interleaved (fused, three-kernel, fused, …) so that load from other processes hits
  * both alike; the ratio is the median of the per-pair ratios.
@@ -105,8 +89,8 @@ async function measurePair(
   try {
     const ta: number[] = [], tb: number[] = [], ratios: number[] = [];
     for (let i = 0; i < iterations; i++) {
-      ta.push(await round(a.executor));
-      tb.push(await round(b.executor));
+      ta.push(await timeRound(a.executor));
+      tb.push(await timeRound(b.executor));
       ratios.push(ta[i] / tb[i]);
     }
     return {

@@ -18,6 +18,7 @@ import { initParams } from "../runtime/init.ts";
 import type { GpuContext } from "../runtime/webgpu/device.ts";
 import { randomFeeds } from "../tests/util/fused_check.ts";
 import { FUSION_CASES, graphOf, setCaseSizes } from "./fusion_cases.ts";
+import { median, type Side, timeRound } from "./step_timing.ts";
 
 const HELP = `
 deno task bench [--batch-size N] [--seq-len S] [--iterations K] [--json FILE] [--skip-compile]
@@ -39,14 +40,6 @@ Finally the wall time of compiling BERT-large for a training step (fp16, batch 8
 Without a GPU, set DENO_WEBGPU_BACKEND=vulkan (Mesa's lavapipe).
 `;
 
-const STEPS_PER_ROUND = 4;
-
-interface Side {
-  kernels: number;
-  bytes: number;
-  ms: number;
-}
-
 interface CaseResult {
   name: string;
   fused: Side;
@@ -66,20 +59,12 @@ async function measure(
     for (const [name, data] of Object.entries(feeds)) executor.write(name, data);
     await executor.step();
     await executor.finish();
-    // Steps are submitted back to back and waited for once per round, so the fixed cost of a wait
-    // (milliseconds on lavapipe) does not swamp small cases; the median round gives the time per step.
     const times: number[] = [];
-    for (let i = 0; i < iterations; i++) {
-      const t0 = performance.now();
-      for (let j = 0; j < STEPS_PER_ROUND; j++) await executor.step();
-      await executor.finish();
-      times.push((performance.now() - t0) / STEPS_PER_ROUND);
-    }
-    times.sort((a, b) => a - b);
+    for (let i = 0; i < iterations; i++) times.push(await timeRound(executor));
     return {
       kernels: compiled.plan.steps.filter((s) => s.op === "launch").length,
       bytes: bytesMoved(compiled.plan),
-      ms: times[Math.floor(times.length / 2)],
+      ms: median(times),
     };
   } finally {
     executor.destroy();
