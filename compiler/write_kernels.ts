@@ -9,8 +9,8 @@ import type { Target } from "./build_plan.ts";
 
 const EXT: Record<Target, string> = { wgsl: "wgsl", cuda: "cu" };
 
+/** The comment header of a kernel file (both targets write `//` comments). */
 export function headerFor(
-  target: Target,
   command: string,
   users: readonly string[],
   about: readonly string[],
@@ -23,7 +23,6 @@ export function headerFor(
     `${c} What the first of them fuses:`,
     ...about.map((a) => `${c}   ${a}`),
   ];
-  void target;
   return lines.join("\n") + "\n\n";
 }
 
@@ -50,7 +49,7 @@ export function renderOutputs(
       const tk = k[t] as TargetKernel;
       const file = fileOf.get(t + tk.code)!;
       jsonKernels[i][t] = { file, grid: tk.grid, workgroupSize: tk.workgroupSize };
-      if (!files.has(file)) files.set(file, headerFor(t, command, users.get(file)!, k.about) + tk.code);
+      if (!files.has(file)) files.set(file, headerFor(command, users.get(file)!, k.about) + tk.code);
     });
   }
   files.set("plan.json", JSON.stringify({ ...plan, kernels: jsonKernels }, null, 1) + "\n");

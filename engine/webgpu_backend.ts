@@ -41,6 +41,7 @@ export async function requireWebGPU(): Promise<GpuContext> {
  */
 export function webgpuBackend(ctx: GpuContext, opts: { fuse?: boolean } = {}): Backend {
   const cache = new WeakMap<Graph, Promise<CompiledOnGpu>>();
+  const profileLaunches = readDebugFlags().level >= 2;
   return {
     name: opts.fuse === false ? "webgpu-unfused" : "webgpu",
     async run(g, feeds, outputs) {
@@ -52,7 +53,7 @@ export function webgpuBackend(ctx: GpuContext, opts: { fuse?: boolean } = {}): B
       const { executor } = await c;
       const result = await executor.run(feeds, outputs);
       // DEBUG=2: one line per kernel launch (time, GB/s, GFLOP/s), from a profiled re-run of the step.
-      if (readDebugFlags().level >= 2) {
+      if (profileLaunches) {
         for (const line of formatProfile(await executor.profile(1))) console.error(line);
       }
       const out = new Map<string, Float32Array>();

@@ -48,11 +48,6 @@ export const SPLIT_MIN_LENGTH = 256;
 export const SPLIT_GROUPS = 16;
 
 export function lowerKernel(g: Graph, k: FusedKernel, ctx: ValueContext): Kernel {
-  const kernel = lowerByKind(g, k, ctx);
-  return kernel;
-}
-
-function lowerByKind(g: Graph, k: FusedKernel, ctx: ValueContext): Kernel {
   const name = kernelName(g, k);
   const about = describeKernel(g, k);
   const usesF16 = [...k.members].some((m) => g.nodes[m].type.dtype === "f16") ||
