@@ -97,6 +97,8 @@ export interface ValueContext {
 export class ValueBuilder {
   private readonly bindingsByNode = new Map<NodeId, KBinding>();
   readonly bindings: KBinding[] = [];
+  /** The graph node each binding holds, by binding index. */
+  private readonly bindingNodes: NodeId[] = [];
   /** Values provided by the kernel template (reduction results, matmul accumulators). */
   readonly special = new Map<NodeId, (idx: Idx) => KExpr>();
   private tmp = 0;
@@ -126,13 +128,14 @@ export class ValueBuilder {
     };
     this.bindingsByNode.set(id, b);
     this.bindings.push(b);
+    this.bindingNodes.push(id);
     return b.name;
   }
 
   /** `binding i: tensor` lines for the kernel's description. */
   describeBindings(): string[] {
     return this.bindings.map((b, i) => {
-      const id = [...this.bindingsByNode].find(([, x]) => x.name === b.name)![0];
+      const id = this.bindingNodes[i];
       const n = this.ctx.graph.nodes[id];
       const what = n.op === "input" || n.op === "param" ? `${n.op} ${n.attrs.name}` : `%${id} ${n.op}`;
       return `binding ${i} (${b.access}): ${what} ${n.type.dtype}[${n.type.shape.join(",")}]`;
