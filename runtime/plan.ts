@@ -24,7 +24,16 @@ export interface PlanBuffer {
   readonly bytes: number;
   readonly role: BufferRole;
   readonly slot: number;
+  /**
+   * Bytes from the start of the slot (absent: 0). Non-zero where several buffers are parts of one larger
+   * buffer (an in-place concat: each parameter and each gradient is a piece of one flat vector the
+   * optimizer updates in a few launches). Always a multiple of PLAN_OFFSET_ALIGN.
+   */
+  readonly offset?: number;
 }
+
+/** Offsets inside a slot are multiples of this (WebGPU's minStorageBufferOffsetAlignment is at most 256). */
+export const PLAN_OFFSET_ALIGN = 256;
 
 export interface PlanSlot {
   readonly id: number;
