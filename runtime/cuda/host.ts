@@ -1,0 +1,64 @@
+/**
+ * Host values <-> a buffer's stored bytes on CUDA: f32, i32, u32 as themselves, f16 and bf16 as 2-byte
+ * bit patterns (rounded to nearest even), bool as a 4-byte u32 0/1 (the kernel ABI's bool). The same
+ * conventions as the WebGPU runtime's, plus bf16, which WGSL lacks.
+ */
+import { numel } from "../../ir/dtype.ts";
+import { decodeBF16, encodeBF16 } from "../numeric/half.ts";
+import { type PlanBuffer, storedSize } from "../plan.ts";
+import { CudaError } from "./errors.ts";
+
+export type HostArray = Float32Array | Int32Array | Uint32Array;
+
+/** `data` in the stored form of `b` (exactly storedSize(b) bytes). */
+export function encodeStored(b: PlanBuffer, data: ArrayLike<number>): Uint8Array<ArrayBuffer> {
+  const n = numel(b.shape);
+  if (data.length !== n) {
+    throw new CudaError(
+      `buffer '${b.name}' has ${n} elements (shape [${b.shape.join(", ")}]), got ${data.length} values`,
+    );
+  }
+  const out = new Uint8Array(storedSize(b));
+  switch (b.dtype) {
+    case "f32":
+      new Float32Array(out.buffer).set(data);
+      break;
+    case "f16":
+      new Float16Array(out.buffer).set(data);
+      break;
+    case "bf16":
+      new Uint16Array(out.buffer).set(encodeBF16(data));
+      break;
+    case "i32":
+      new Int32Array(out.buffer).set(data);
+      break;
+    case "u32":
+      new Uint32Array(out.buffer).set(data);
+      break;
+    case "bool": {
+      const u = new Uint32Array(out.buffer);
+      for (let i = 0; i < n; i++) u[i] = data[i] ? 1 : 0;
+      break;
+    }
+  }
+  return out;
+}
+
+/** Stored bytes back to host values: Float32Array for floats, Int32Array for i32, Uint32Array else. */
+export function decodeStored(b: PlanBuffer, bytes: Uint8Array<ArrayBuffer>): HostArray {
+  const n = numel(b.shape);
+  const buf = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+  switch (b.dtype) {
+    case "f32":
+      return new Float32Array(buf, 0, n);
+    case "f16":
+      return Float32Array.from(new Float16Array(buf, 0, n));
+    case "bf16":
+      return decodeBF16(new Uint16Array(buf, 0, n), new Float32Array(n));
+    case "i32":
+      return new Int32Array(buf, 0, n);
+    case "u32":
+    case "bool":
+      return new Uint32Array(buf, 0, n);
+  }
+}
