@@ -1,0 +1,318 @@
+/**
+ * cuBLASLt (libcublasLt.so) through Deno FFI, for GEMMs on CUDA (DESIGN principle 5), with its bias and
+ * GELU epilogues. Plans do not carry library calls yet, so the executor does not use this; bench/gpu_check.ts
+ * checks it against the CPU.
+ *
+ * C signatures from cuBLASLt's documented API (cublasLt.h is not installed on the development machine):
+ * cublasStatus_t is a C enum (i32); handles and descriptors are pointers; cublasComputeType_t,
+ * cudaDataType_t and the attribute enums are C enums (i32); `cublasLtMatrixLayoutCreate(layout*, cudaDataType
+ * type, uint64_t rows, uint64_t cols, int64_t ld)`; `cublasLtMatmul(handle, desc, const void* alpha, A, Adesc,
+ * B, Bdesc, const void* beta, C, Cdesc, D, Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace, size_t
+ * workspaceSize, cudaStream_t stream)` with A..D device addresses (u64 here) and alpha/beta host pointers;
+ * cublasLtMatmulHeuristicResult_t is 96 bytes with the algo (64 bytes) first and `state` (i32) at byte 72.
+ *
+ * Row-major tensors on a column-major library: a row-major [m, n] D is a column-major [n, m] Dᵀ, and
+ * Dᵀ = op(B)ᵀ·op(A)ᵀ, so B is passed as cuBLASLt's "A" and A as its "B", each with its row-major leading
+ * dimension. The bias epilogue adds a vector along Dᵀ's rows, i.e. one value per output column of D: a
+ * linear layer's bias.
+ */
+import type { CudaDriver, DevicePtr, Pointer } from "./driver.ts";
+import { CudaError } from "./errors.ts";
+import { discover, type DiscoverOptions, openDiscovered } from "./libs.ts";
+
+export const CUBLASLT_SYMBOLS = {
+  cublasLtCreate: { parameters: ["buffer"], result: "i32" },
+  cublasLtDestroy: { parameters: ["pointer"], result: "i32" },
+  cublasLtGetVersion: { parameters: [], result: "usize" },
+  cublasLtGetStatusName: { parameters: ["i32"], result: "pointer", optional: true },
+  cublasLtMatmulDescCreate: { parameters: ["buffer", "i32", "i32"], result: "i32" },
+  cublasLtMatmulDescDestroy: { parameters: ["pointer"], result: "i32" },
+  cublasLtMatmulDescSetAttribute: { parameters: ["pointer", "i32", "buffer", "usize"], result: "i32" },
+  cublasLtMatrixLayoutCreate: { parameters: ["buffer", "i32", "u64", "u64", "i64"], result: "i32" },
+  cublasLtMatrixLayoutDestroy: { parameters: ["pointer"], result: "i32" },
+  cublasLtMatrixLayoutSetAttribute: { parameters: ["pointer", "i32", "buffer", "usize"], result: "i32" },
+  cublasLtMatmulPreferenceCreate: { parameters: ["buffer"], result: "i32" },
+  cublasLtMatmulPreferenceDestroy: { parameters: ["pointer"], result: "i32" },
+  cublasLtMatmulPreferenceSetAttribute: { parameters: ["pointer", "i32", "buffer", "usize"], result: "i32" },
+  cublasLtMatmulAlgoGetHeuristic: {
+    parameters: [
+      "pointer",
+      "pointer",
+      "pointer",
+      "pointer",
+      "pointer",
+      "pointer",
+      "pointer",
+      "i32",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
+  cublasLtMatmul: {
+    parameters: [
+      "pointer", // handle
+      "pointer", // computeDesc
+      "buffer", // alpha (host)
+      "u64", // A
+      "pointer", // Adesc
+      "u64", // B
+      "pointer", // Bdesc
+      "buffer", // beta (host)
+      "u64", // C
+      "pointer", // Cdesc
+      "u64", // D
+      "pointer", // Ddesc
+      "buffer", // algo
+      "u64", // workspace
+      "usize", // workspaceSizeInBytes
+      "pointer", // stream
+    ],
+    result: "i32",
+  },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+// Enum values from cuBLAS's library_types.h / cublas_api.h / cublasLt.h.
+const CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14;
+const CUBLAS_COMPUTE_32F = 68;
+const CUBLAS_OP_N = 0, CUBLAS_OP_T = 1;
+const DESC_TRANSA = 3, DESC_TRANSB = 4, DESC_EPILOGUE = 7, DESC_BIAS_POINTER = 8;
+const LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6;
+const PREF_MAX_WORKSPACE_BYTES = 1;
+const EPILOGUE = { none: 1, bias: 4, gelu: 32, gelu_bias: 36 } as const;
+const HEURISTIC_RESULT_BYTES = 96;
+const HEURISTIC_STATE_OFFSET = 72;
+
+export type GemmDType = "f32" | "f16" | "bf16";
+export type Epilogue = keyof typeof EPILOGUE;
+
+const DATA_TYPE: Record<GemmDType, number> = { f32: CUDA_R_32F, f16: CUDA_R_16F, bf16: CUDA_R_16BF };
+
+/** D[m, n] = op(A)·op(B) (+ bias[n], GELU), row-major, `batch` matrices at element strides, f32 accumulate. */
+export interface GemmSpec {
+  readonly m: number;
+  readonly n: number;
+  readonly k: number;
+  /** A is stored [k, m] (and used transposed) instead of [m, k]. */
+  readonly transA?: boolean;
+  /** B is stored [n, k] (and used transposed) instead of [k, n]. */
+  readonly transB?: boolean;
+  /** Element type of A, B and D (and the bias); accumulation and alpha/beta are f32. */
+  readonly dtype: GemmDType;
+  readonly epilogue?: Epilogue;
+  readonly batch?: number;
+}
+
+const i32 = (v: number) => new Uint8Array(new Int32Array([v]).buffer);
+const i64 = (v: number) => new Uint8Array(new BigInt64Array([BigInt(v)]).buffer);
+const u64 = (v: bigint) => new Uint8Array(new BigUint64Array([v]).buffer);
+
+export class CublasLt {
+  private constructor(
+    private readonly lib: Deno.DynamicLibrary<typeof CUBLASLT_SYMBOLS>,
+    readonly path: string,
+    readonly handle: Pointer,
+    readonly driver: CudaDriver,
+    /** Device workspace for the algorithms that want one. */
+    readonly workspace: DevicePtr,
+    readonly workspaceBytes: number,
+  ) {}
+
+  static open(driver: CudaDriver, opts: DiscoverOptions & { workspaceBytes?: number } = {}): CublasLt {
+    const { lib, path } = openDiscovered(discover("cublasLt", opts), CUBLASLT_SYMBOLS);
+    const out = new BigUint64Array(1);
+    const status = lib.symbols.cublasLtCreate(out);
+    if (status !== 0) {
+      lib.close();
+      throw new CudaError(`cublasLtCreate failed with status ${status} (${path})`);
+    }
+    // 32 MiB: what cuBLAS itself uses on Hopper by default.
+    const workspaceBytes = opts.workspaceBytes ?? 32 << 20;
+    const workspace = driver.alloc(workspaceBytes, "cuBLASLt workspace");
+    return new CublasLt(lib, path, Deno.UnsafePointer.create(out[0]), driver, workspace, workspaceBytes);
+  }
+
+  get version(): number {
+    return Number(this.lib.symbols.cublasLtGetVersion());
+  }
+
+  /** A ready GEMM: descriptors made and an algorithm chosen by cuBLASLt's heuristic. */
+  plan(spec: GemmSpec, what: string): LtGemm {
+    return new LtGemm(this, this.lib.symbols, spec, what);
+  }
+
+  check(call: string, status: number, what: string): void {
+    if (status === 0) return;
+    const f = this.lib.symbols.cublasLtGetStatusName;
+    const p = f ? f(status) : null;
+    const name = p ? Deno.UnsafePointerView.getCString(p) : "CUBLAS_STATUS";
+    throw new CudaError(`${call} failed with ${name} (${status}) (${what})`);
+  }
+
+  close(): void {
+    this.lib.symbols.cublasLtDestroy(this.handle);
+    try {
+      this.driver.free(this.workspace);
+    } finally {
+      this.lib.close();
+    }
+  }
+}
+
+export class LtGemm {
+  private readonly desc: Pointer;
+  private readonly layouts: Pointer[] = [];
+  private readonly algo = new Uint8Array(HEURISTIC_RESULT_BYTES);
+  private readonly alpha = new Uint8Array(new Float32Array([1]).buffer);
+  private readonly beta = new Uint8Array(new Float32Array([0]).buffer);
+  private readonly a: Pointer;
+  private readonly b: Pointer;
+  private readonly d: Pointer;
+  private readonly biasSlot = new BigUint64Array(1);
+
+  constructor(
+    private readonly lt: CublasLt,
+    private readonly s: Deno.DynamicLibrary<typeof CUBLASLT_SYMBOLS>["symbols"],
+    readonly spec: GemmSpec,
+    readonly what: string,
+  ) {
+    const { m, n, k, dtype } = spec;
+    const batch = spec.batch ?? 1;
+    const out = new BigUint64Array(1);
+    const ptr = () => Deno.UnsafePointer.create(out[0]);
+    lt.check(
+      "cublasLtMatmulDescCreate",
+      s.cublasLtMatmulDescCreate(out, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      what,
+    );
+    this.desc = ptr();
+    // Library "A" is our B, library "B" is our A (see the header).
+    const setDesc = (attr: number, buf: Uint8Array<ArrayBuffer>, name: string) =>
+      lt.check(
+        `cublasLtMatmulDescSetAttribute(${name})`,
+        s.cublasLtMatmulDescSetAttribute(this.desc, attr, buf, BigInt(buf.byteLength)),
+        what,
+      );
+    setDesc(DESC_TRANSA, i32(spec.transB ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
+    setDesc(DESC_TRANSB, i32(spec.transA ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
+    const epilogue = spec.epilogue ?? "none";
+    setDesc(DESC_EPILOGUE, i32(EPILOGUE[epilogue]), "EPILOGUE");
+
+    const layout = (rows: number, cols: number, ld: number, stride: number, name: string) => {
+      lt.check(
+        `cublasLtMatrixLayoutCreate(${name})`,
+        s.cublasLtMatrixLayoutCreate(out, DATA_TYPE[dtype], BigInt(rows), BigInt(cols), BigInt(ld)),
+        what,
+      );
+      const l = ptr();
+      this.layouts.push(l);
+      if (batch > 1) {
+        lt.check(
+          "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)",
+          s.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_BATCH_COUNT, i32(batch), 4n),
+          what,
+        );
+        lt.check(
+          "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)",
+          s.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_STRIDED_BATCH_OFFSET, i64(stride), 8n),
+          what,
+        );
+      }
+      return l;
+    };
+    // Column-major views of the row-major operands: B [k, n] is Bᵀ [n, k] with ld n; stored [n, k] it is
+    // [k, n] with ld k and transposed. Likewise A.
+    this.b = spec.transB ? layout(k, n, k, n * k, "B") : layout(n, k, n, n * k, "B");
+    this.a = spec.transA ? layout(m, k, m, m * k, "A") : layout(k, m, k, m * k, "A");
+    this.d = layout(n, m, n, m * n, "D");
+
+    lt.check("cublasLtMatmulPreferenceCreate", s.cublasLtMatmulPreferenceCreate(out), what);
+    const pref = ptr();
+    try {
+      lt.check(
+        "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)",
+        s.cublasLtMatmulPreferenceSetAttribute(
+          pref,
+          PREF_MAX_WORKSPACE_BYTES,
+          u64(BigInt(lt.workspaceBytes)),
+          8n,
+        ),
+        what,
+      );
+      const count = new Int32Array(1);
+      lt.check(
+        "cublasLtMatmulAlgoGetHeuristic",
+        s.cublasLtMatmulAlgoGetHeuristic(
+          lt.handle,
+          this.desc,
+          this.b,
+          this.a,
+          this.d,
+          this.d,
+          pref,
+          1,
+          this.algo,
+          count,
+        ),
+        what,
+      );
+      const state = new DataView(this.algo.buffer).getInt32(HEURISTIC_STATE_OFFSET, true);
+      if (count[0] < 1 || state !== 0) {
+        throw new CudaError(
+          `cuBLASLt has no algorithm for ${what} (m ${m}, n ${n}, k ${k}, ${dtype}, epilogue ${epilogue}, batch ${batch})`,
+        );
+      }
+    } finally {
+      s.cublasLtMatmulPreferenceDestroy(pref);
+    }
+  }
+
+  /** Enqueues D = op(A)·op(B) (+ bias) on `stream`. */
+  run(a: DevicePtr, b: DevicePtr, d: DevicePtr, stream: Pointer, bias?: DevicePtr): void {
+    const { lt, s } = this;
+    const epilogue = this.spec.epilogue ?? "none";
+    if (epilogue === "bias" || epilogue === "gelu_bias") {
+      if (bias === undefined) throw new CudaError(`${this.what}: epilogue ${epilogue} needs a bias`);
+      if (this.biasSlot[0] !== bias) {
+        this.biasSlot[0] = bias;
+        lt.check(
+          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)",
+          s.cublasLtMatmulDescSetAttribute(
+            this.desc,
+            DESC_BIAS_POINTER,
+            new Uint8Array(this.biasSlot.buffer),
+            8n,
+          ),
+          this.what,
+        );
+      }
+    }
+    lt.check(
+      "cublasLtMatmul",
+      s.cublasLtMatmul(
+        lt.handle,
+        this.desc,
+        this.alpha,
+        b,
+        this.b,
+        a,
+        this.a,
+        this.beta,
+        d,
+        this.d,
+        d,
+        this.d,
+        this.algo,
+        lt.workspace,
+        BigInt(lt.workspaceBytes),
+        stream,
+      ),
+      this.what,
+    );
+  }
+
+  destroy(): void {
+    for (const l of this.layouts) this.s.cublasLtMatrixLayoutDestroy(l);
+    this.s.cublasLtMatmulDescDestroy(this.desc);
+  }
+}

@@ -1,0 +1,481 @@
+/**
+ * Executes a Plan on an NVIDIA GPU through the driver API. Everything that can be made once is made in
+ * `create`: one device allocation (the arena, see layout.ts) zeroed once, one module per distinct kernel
+ * source (NVRTC, cached on disk), the kernel arguments of every launch, and a CUDA graph holding the whole
+ * step program (launches, copies, then the parameter updates) so a step is one cuGraphLaunch.
+ *
+ * Kernel ABI (compiler/codegen/cuda.ts emits it): `extern "C" __global__ void bf_kernel(T0* b0, ...)`, one
+ * device pointer per binding in binding-index order; grid = TargetKernel.grid blocks, block =
+ * (workgroupSize, 1, 1); no dynamic shared memory.
+ *
+ * Ordering: the executor's stream is a blocking stream, so the synchronous cuMemcpyHtoD/DtoH of write()
+ * and read() (legacy default stream) wait for steps already launched, and later steps wait for them.
+ */
+import { type Plan, type PlanBuffer, type PlanKernel, storedSize } from "../plan.ts";
+import type { LaunchTime, Profile } from "../webgpu/timing.ts";
+import type { CudaContext } from "./context.ts";
+import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";
+import { CudaError } from "./errors.ts";
+import { decodeStored, encodeStored, type HostArray } from "./host.ts";
+import { kernelCacheKey } from "./kernel_cache.ts";
+import { type ArenaLayout, arenaLayout } from "./layout.ts";
+
+/** The kernel entry point every CUDA kernel of a plan defines. */
+export const KERNEL_ENTRY = "bf_kernel";
+
+// CUDA limits: threads per block, and grid dimensions (x up to 2^31 - 1, y and z up to 65535).
+const MAX_THREADS = 1024;
+const MAX_GRID = [2 ** 31 - 1, 65535, 65535] as const;
+
+export interface CudaExecutorOptions {
+  /** Capture the step program in a CUDA graph (default: unless BERTFUSE_CUDA_GRAPHS=0). */
+  readonly graphs?: boolean;
+}
+
+/** One step of the program as the driver sees it. */
+export type CudaStep =
+  | {
+    readonly op: "launch";
+    readonly index: number;
+    readonly kernel: PlanKernel;
+    readonly kernelIndex: number;
+    readonly fn: Pointer;
+    readonly grid: readonly [number, number, number];
+    readonly threads: number;
+    readonly args: KernelArgs;
+  }
+  | {
+    readonly op: "copy";
+    readonly index: number;
+    readonly src: DevicePtr;
+    readonly dst: DevicePtr;
+    readonly bytes: number;
+    readonly what: string;
+  };
+
+/** Whether CUDA graphs are on: BERTFUSE_CUDA_GRAPHS=0 turns them off (direct launches, for debugging). */
+export function cudaGraphsFromEnv(): boolean {
+  let v: string | undefined;
+  try {
+    v = Deno.env.get("BERTFUSE_CUDA_GRAPHS");
+  } catch {
+    v = undefined;
+  }
+  if (v === undefined || v === "" || v === "1") return true;
+  if (v === "0") return false;
+  throw new CudaError(`BERTFUSE_CUDA_GRAPHS must be 0 or 1, got '${v}'`);
+}
+
+export class CudaExecutor {
+  private destroyed = false;
+  private graphExec: Pointer = null;
+
+  private constructor(
+    readonly ctx: CudaContext,
+    readonly plan: Plan,
+    readonly layout: ArenaLayout,
+    private readonly arena: DevicePtr,
+    private readonly stream: Pointer,
+    private readonly modules: readonly Pointer[],
+    /** The step program followed by the parameter updates. */
+    readonly program: readonly CudaStep[],
+    /** Number of distinct modules (kernels with identical source share one). */
+    readonly moduleCount: number,
+  ) {}
+
+  static create(ctx: CudaContext, plan: Plan, opts: CudaExecutorOptions = {}): Promise<CudaExecutor> {
+    return Promise.resolve(CudaExecutor.createSync(ctx, plan, opts));
+  }
+
+  static createSync(ctx: CudaContext, plan: Plan, opts: CudaExecutorOptions = {}): CudaExecutor {
+    const { driver } = ctx;
+    checkKernels(plan);
+    const layout = arenaLayout(plan);
+    const { free } = driver.memGetInfo();
+    if (layout.totalBytes > free) {
+      throw new CudaError(
+        `plan ${plan.graph} needs ${layout.totalBytes} bytes of device memory; ${driver.info.name} has ${free} free`,
+      );
+    }
+    const arena = driver.alloc(layout.totalBytes, `plan ${plan.graph}`);
+    const modules: Pointer[] = [];
+    let stream: Pointer = null;
+    try {
+      // Zeroed once: some plans read regions nothing wrote yet and rely on them reading as zero.
+      driver.memsetD8(arena, 0, layout.totalBytes);
+      stream = driver.createStream();
+      const fnBySource = new Map<string, Pointer>();
+      const addressOf = (id: number) => arena + BigInt(layout.bufferOffsets[id]);
+      const launches = plan.kernels.map((k, kernelIndex) => {
+        const cuda = k.cuda!;
+        let fn = fnBySource.get(cuda.code);
+        if (!fn) {
+          const module = loadKernel(ctx, k);
+          modules.push(module);
+          fn = driver.getFunction(module, KERNEL_ENTRY, k.name);
+          fnBySource.set(cuda.code, fn);
+        }
+        const ordered = [...k.bindings].sort((a, b) => a.index - b.index);
+        return {
+          kernel: k,
+          kernelIndex,
+          fn,
+          grid: cuda.grid,
+          threads: cuda.workgroupSize,
+          args: new KernelArgs(ordered.map((b) => addressOf(b.buffer))),
+        };
+      });
+      const program: CudaStep[] = plan.steps.map((s, index): CudaStep => {
+        if (s.op === "launch") {
+          const l = launches[s.kernel];
+          if (!l) {
+            throw new CudaError(
+              `plan ${plan.graph}: step ${index} launches kernel ${s.kernel}, which it lacks`,
+            );
+          }
+          return { op: "launch", index, ...l };
+        }
+        const src = bufferOf(plan, s.src, `step ${index}`), dst = bufferOf(plan, s.dst, `step ${index}`);
+        return copyStep(index, src, dst, addressOf, `step ${index}: '${src.name}' -> '${dst.name}'`);
+      });
+      plan.updates.forEach((u, i) => {
+        const value = bufferOf(plan, u.value, `update ${i}`), param = bufferOf(plan, u.param, `update ${i}`);
+        program.push(
+          copyStep(
+            plan.steps.length + i,
+            value,
+            param,
+            addressOf,
+            `update of '${param.name}' from '${value.name}'`,
+          ),
+        );
+      });
+      const ex = new CudaExecutor(ctx, plan, layout, arena, stream, modules, program, fnBySource.size);
+      if (opts.graphs ?? cudaGraphsFromEnv()) ex.capture();
+      return ex;
+    } catch (e) {
+      for (const m of modules) tryIt(() => driver.unloadModule(m));
+      if (stream) tryIt(() => driver.destroyStream(stream));
+      tryIt(() => driver.free(arena));
+      throw e;
+    }
+  }
+
+  /** Whether steps replay a CUDA graph (else they launch kernel by kernel). */
+  get usesGraph(): boolean {
+    return this.graphExec !== null;
+  }
+
+  /** The buffer a name or id refers to: graph inputs, params and outputs by name, any buffer by id or name. */
+  buffer(target: string | number): PlanBuffer {
+    const p = this.plan;
+    if (typeof target === "number") {
+      const b = p.buffers[target];
+      if (!b) throw new CudaError(`plan ${p.graph} has no buffer ${target}`);
+      return b;
+    }
+    const id = p.inputs[target] ?? p.params[target] ?? p.outputs[target] ??
+      p.buffers.find((b) => b.name === target)?.id;
+    if (id === undefined) {
+      throw new CudaError(`plan ${p.graph} has no input, parameter or buffer '${target}'`);
+    }
+    return p.buffers[id];
+  }
+
+  /** The device address of a buffer, for interop (cuBLASLt calls, other CUDA code). */
+  address(target: string | number): DevicePtr {
+    return this.arena + BigInt(this.layout.bufferOffsets[this.buffer(target).id]);
+  }
+
+  /** Writes host values into a buffer, converted to its stored form (f16/bf16 rounded, bool as u32 0/1). */
+  write(target: string | number, data: ArrayLike<number>): void {
+    this.alive();
+    const b = this.buffer(target);
+    this.ctx.driver.copyHtoD(this.address(b.id), encodeStored(b, data), `write '${b.name}'`);
+  }
+
+  /** Reads a buffer: Float32Array for f32/f16/bf16, Int32Array for i32, Uint32Array for u32 and bool. */
+  read(target: string | number): Promise<HostArray> {
+    return this.readMany([target]).then((r) => r[0]);
+  }
+
+  /** Waits for the launched steps, then copies the buffers back. */
+  readMany(targets: readonly (string | number)[]): Promise<HostArray[]> {
+    this.alive();
+    this.sync();
+    return Promise.resolve(targets.map((t) => {
+      const b = this.buffer(t);
+      const bytes = new Uint8Array(storedSize(b));
+      this.ctx.driver.copyDtoH(bytes, this.address(b.id), `read '${b.name}'`);
+      return decodeStored(b, bytes);
+    }));
+  }
+
+  /**
+   * Runs the step program once (then the parameter updates): one graph launch, or each launch and copy in
+   * order. Resolves once the work is queued, not when it is done; errors inside kernels surface at the
+   * next read() or finish().
+   */
+  step(): Promise<void> {
+    this.alive();
+    if (this.graphExec) {
+      this.ctx.driver.launchGraph(this.graphExec, this.stream, `step of ${this.plan.graph}`);
+    } else for (const s of this.program) this.issue(s);
+    return Promise.resolve();
+  }
+
+  /** Writes `feeds` (by input or parameter name), steps, and reads the outputs (all of them by default). */
+  async run(
+    feeds: Readonly<Record<string, ArrayLike<number>>>,
+    outputNames?: readonly string[],
+  ): Promise<Record<string, HostArray>> {
+    for (const [name, data] of Object.entries(feeds)) this.write(name, data);
+    await this.step();
+    const names = outputNames ?? Object.keys(this.plan.outputs);
+    for (const n of names) {
+      if (this.plan.outputs[n] === undefined) {
+        throw new CudaError(`plan ${this.plan.graph} has no output '${n}'`);
+      }
+    }
+    const values = await this.readMany(names.map((n) => this.plan.outputs[n]));
+    return Object.fromEntries(names.map((n, i) => [n, values[i]]));
+  }
+
+  /** Resolves when all launched work has finished on the GPU. */
+  finish(): Promise<void> {
+    this.alive();
+    this.sync();
+    return Promise.resolve();
+  }
+
+  /**
+   * Per-launch GPU times with CUDA events over `iterations` steps (after one warm-up step), each launch
+   * bracketed by its own event pair (direct launches, so the times exclude graph scheduling), and the
+   * median time of a whole step as normally run (graph or not). Runs the program: buffers change as in step().
+   */
+  profile(iterations = 5): Promise<Profile> {
+    this.alive();
+    if (!Number.isInteger(iterations) || iterations < 1) {
+      throw new CudaError(`profile needs a positive whole number of iterations, got ${iterations}`);
+    }
+    const { driver } = this.ctx;
+    const launches = this.program.filter((s) => s.op === "launch");
+    const events: Pointer[] = [];
+    const event = () => {
+      const e = driver.createEvent();
+      events.push(e);
+      return e;
+    };
+    try {
+      const stepStart = event(), stepEnd = event();
+      const pairs = launches.map(() => [event(), event()] as const);
+      this.step();
+      this.sync();
+      const stepMs: number[] = [];
+      for (let i = 0; i < iterations; i++) {
+        driver.recordEvent(stepStart, this.stream);
+        this.step();
+        driver.recordEvent(stepEnd, this.stream);
+        this.sync();
+        stepMs.push(driver.elapsedMs(stepStart, stepEnd));
+      }
+      const samples: number[][] = launches.map(() => []);
+      for (let i = 0; i < iterations; i++) {
+        let j = 0;
+        for (const s of this.program) {
+          if (s.op !== "launch") {
+            this.issue(s);
+            continue;
+          }
+          driver.recordEvent(pairs[j][0], this.stream);
+          this.issue(s);
+          driver.recordEvent(pairs[j][1], this.stream);
+          j++;
+        }
+        this.sync();
+        pairs.forEach(([a, b], k) => samples[k].push(driver.elapsedMs(a, b) * 1e6));
+      }
+      const times = launches.map((s, j): LaunchTime => {
+        const k = (s as Extract<CudaStep, { op: "launch" }>).kernel;
+        const ns = median(samples[j]);
+        const bytes = k.bytesRead + k.bytesWritten;
+        return {
+          step: s.index,
+          kernel: (s as Extract<CudaStep, { op: "launch" }>).kernelIndex,
+          name: k.name,
+          ns,
+          bytes,
+          flops: k.flops,
+          gbPerS: ns > 0 ? bytes / ns : 0,
+          gflopPerS: ns > 0 ? k.flops / ns : 0,
+        };
+      });
+      return Promise.resolve({
+        // CUDA events are GPU timestamps; the shared Profile type calls that "timestamp".
+        method: "timestamp",
+        device: this.ctx.description,
+        iterations,
+        launches: times,
+        kernelNs: times.reduce((a, t) => a + t.ns, 0),
+        stepMs: median(stepMs),
+      });
+    } finally {
+      for (const e of events) tryIt(() => driver.destroyEvent(e));
+    }
+  }
+
+  destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    const { driver } = this.ctx;
+    // Errors here would hide the error that made the caller give up; the process is ending or moving on.
+    tryIt(() => driver.synchronize(this.stream));
+    if (this.graphExec) tryIt(() => driver.destroyGraphExec(this.graphExec));
+    for (const m of this.modules) tryIt(() => driver.unloadModule(m));
+    tryIt(() => driver.destroyStream(this.stream));
+    tryIt(() => driver.free(this.arena));
+  }
+
+  /** Captures the program into a graph; a capture the driver refuses falls back to direct launches. */
+  private capture(): void {
+    if (this.program.length === 0) return;
+    const { driver } = this.ctx;
+    driver.beginCapture(this.stream);
+    try {
+      for (const s of this.program) this.issue(s);
+    } catch (e) {
+      driver.abandonCapture(this.stream);
+      throw e;
+    }
+    try {
+      this.graphExec = driver.endCaptureAndInstantiate(this.stream);
+    } catch (e) {
+      console.error(
+        `warning: CUDA graph capture of ${this.plan.graph} failed (${
+          (e as Error).message
+        }); launching directly`,
+      );
+      this.graphExec = null;
+    }
+  }
+
+  private issue(s: CudaStep): void {
+    const { driver } = this.ctx;
+    if (s.op === "launch") {
+      driver.launch(s.fn, s.grid, s.threads, this.stream, s.args, `${s.kernel.name} (step ${s.index})`);
+    } else {
+      driver.copyDtoDAsync(s.dst, s.src, s.bytes, this.stream, s.what);
+    }
+  }
+
+  /** Waits for the stream; a kernel fault surfaces here, without the kernel's name (it is asynchronous). */
+  private sync(): void {
+    try {
+      this.ctx.driver.synchronize(this.stream);
+    } catch (e) {
+      throw new CudaError(
+        `${(e as Error).message} while running ${this.plan.graph}; to find the kernel, run again with ` +
+          `BERTFUSE_CUDA_GRAPHS=0 CUDA_LAUNCH_BLOCKING=1 (each launch then reports its own error)`,
+      );
+    }
+  }
+
+  private alive(): void {
+    if (this.destroyed) throw new CudaError(`executor for ${this.plan.graph} was destroyed`);
+  }
+}
+
+function bufferOf(plan: Plan, id: number, where: string): PlanBuffer {
+  const b = plan.buffers[id];
+  if (!b) throw new CudaError(`plan ${plan.graph}: ${where} refers to buffer ${id}, which it lacks`);
+  return b;
+}
+
+/** A device-to-device copy of the source's stored bytes (the plan's `bytes` counts bool as 1 byte). */
+function copyStep(
+  index: number,
+  src: PlanBuffer,
+  dst: PlanBuffer,
+  addressOf: (id: number) => DevicePtr,
+  what: string,
+): CudaStep {
+  const bytes = storedSize(src);
+  if (storedSize(dst) < bytes) {
+    throw new CudaError(`${what}: ${bytes} bytes do not fit in the destination's ${storedSize(dst)}`);
+  }
+  return { op: "copy", index, src: addressOf(src.id), dst: addressOf(dst.id), bytes, what };
+}
+
+/** Checks every kernel has CUDA code and a launch shape CUDA accepts, naming the kernel otherwise. */
+function checkKernels(plan: Plan): void {
+  for (const k of plan.kernels) {
+    const c = k.cuda;
+    if (!c) throw new CudaError(`kernel ${k.name} has no CUDA source (compile with the cuda emitter)`);
+    if (!Number.isInteger(c.workgroupSize) || c.workgroupSize < 1 || c.workgroupSize > MAX_THREADS) {
+      throw new CudaError(
+        `kernel ${k.name}: block of ${c.workgroupSize} threads (CUDA allows 1 to ${MAX_THREADS})`,
+      );
+    }
+    c.grid.forEach((g, i) => {
+      if (!Number.isInteger(g) || g < 1 || g > MAX_GRID[i]) {
+        throw new CudaError(
+          `kernel ${k.name}: grid [${c.grid.join(", ")}] has dimension ${"xyz"[i]} = ${g} (1 to ${
+            MAX_GRID[i]
+          })`,
+        );
+      }
+    });
+    const indices = k.bindings.map((b) => b.index).sort((a, b) => a - b);
+    indices.forEach((v, i) => {
+      if (v !== i) {
+        throw new CudaError(
+          `kernel ${k.name}: binding indices [${indices.join(", ")}] are not 0..${indices.length - 1} ` +
+            `(each is one parameter of ${KERNEL_ENTRY}, in order)`,
+        );
+      }
+    });
+    if (!c.code.includes(KERNEL_ENTRY)) {
+      throw new CudaError(`kernel ${k.name}: CUDA source does not define ${KERNEL_ENTRY}`);
+    }
+  }
+}
+
+/** The module for a kernel's source: from the disk cache when there, else compiled and cached. */
+function loadKernel(ctx: CudaContext, k: PlanKernel): Pointer {
+  const { driver, nvrtc, cache } = ctx;
+  const source = k.cuda!.code;
+  const arch = driver.arch;
+  const key = kernelCacheKey({
+    source,
+    arch,
+    nvrtcVersion: nvrtc.versionString,
+    options: nvrtc.options(arch),
+  });
+  const cached = cache.get(key);
+  if (cached) {
+    try {
+      return driver.loadModule(cached, k.name);
+    } catch {
+      // A corrupt or foreign entry: drop it and compile afresh below.
+      cache.remove(key);
+    }
+  }
+  const cubin = nvrtc.compile(source, arch, k.name);
+  const module = driver.loadModule(cubin, k.name);
+  cache.put(key, cubin);
+  return module;
+}
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  if (s.length === 0) return 0;
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
+function tryIt(f: () => void): void {
+  try {
+    f();
+  } catch {
+    // see callers
+  }
+}
