@@ -3,9 +3,9 @@
  * rendered for each target, the step program, and the memory plan (buffers with disjoint lifetimes share
  * a slot).
  */
-import { byteSize, type Graph, type NodeId, numel } from "../ir/mod.ts";
+import { byteSize, type DType, type Graph, type NodeId, numel } from "../ir/mod.ts";
 import type { BufferRole, Plan, PlanBuffer, PlanKernel, PlanStep, TargetKernel } from "../runtime/plan.ts";
-import { storedSize } from "../runtime/plan.ts";
+import { storedBytes, storedSize } from "../runtime/plan.ts";
 import type { FusionResult } from "./fusion/types.ts";
 import type { Kernel } from "./kernel_ir/ir.ts";
 import { kernelCost } from "./kernel_cost.ts";
@@ -31,18 +31,21 @@ export function buildPlan(
   g: Graph,
   fusion: FusionResult,
   emitters: Partial<Record<Target, Emitter>>,
+  /** The dtype each materialized node is stored in (compiler/storage_precision.ts); default its own. */
+  storedType: (id: NodeId) => DType = (id) => g.nodes[id].type.dtype,
 ): BuiltPlan {
   const bufferOfNode = new Map<NodeId, number>();
   const buffers: Omit<PlanBuffer, "slot">[] = [];
   const outputNodes = new Set(g.outputs.values());
   const addBuffer = (id: NodeId, role: BufferRole, name?: string): number => {
     const n = g.nodes[id];
+    const dtype = storedType(id);
     const b = {
       id: buffers.length,
       name: name ?? `%${id} ${n.op}`,
-      dtype: n.type.dtype,
+      dtype,
       shape: [...n.type.shape],
-      bytes: numel(n.type.shape) * byteSize(n.type.dtype),
+      bytes: numel(n.type.shape) * byteSize(dtype),
       role,
     };
     buffers.push(b);
@@ -60,9 +63,15 @@ export function buildPlan(
       bufferOfNode.set(r, addBuffer(r, outputNodes.has(r) ? "output" : "activation", outName));
     }
   }
+  // Flat vectors assembled in place (compiler/fusion/in_place.ts): a buffer each, which the buffers of
+  // their parts sit inside (placed after memory planning).
+  for (const c of fusion.inPlace.concats) {
+    bufferOfNode.set(c, addBuffer(c, outputNodes.has(c) ? "output" : "activation", outputName.get(c)));
+  }
 
   const ctx = {
     graph: g,
+    storedType,
     computedAnywhere: (id: NodeId) => fusion.kernelOf[id] < 0 && !fusion.materialized.has(id),
     bufferOf: (id: NodeId) => {
       const b = bufferOfNode.get(id);
@@ -94,8 +103,11 @@ export function buildPlan(
   const updates = Object.entries(outputs)
     .filter(([name]) => name.startsWith(UPDATE_PREFIX))
     .map(([name, value]) => {
-      const param = params[name.slice(UPDATE_PREFIX.length)];
-      if (param === undefined) throw new Error(`output '${name}' updates no parameter`);
+      // The state a step carries to the next: a parameter, an input (optimizer moments, counters) or a
+      // flat vector assembled in place (all parameters at once).
+      const target = name.slice(UPDATE_PREFIX.length);
+      const param = params[target] ?? inputs[target] ?? outputs[target];
+      if (param === undefined) throw new Error(`output '${name}' updates no parameter, input or output`);
       return { param, value };
     });
 
@@ -107,17 +119,49 @@ export function buildPlan(
       }
       : { reads: [s.src], writes: [s.dst] }
   );
+  // A part of an in-place flat vector lives in the vector's buffer: the memory plan sees only the vector
+  // (pinned: never shared, so the ranges no part covers keep reading as zero).
+  const container = new Map<number, { buffer: number; offset: number }>();
+  for (const [id, where] of fusion.inPlace.placed) {
+    const part = bufferOfNode.get(id);
+    if (part === undefined) throw new Error(`internal: placed %${id} has no buffer`);
+    const whole = bufferOfNode.get(where.concat)!;
+    container.set(part, {
+      buffer: whole,
+      offset: where.elementOffset * storedSize({ ...buffers[whole], shape: [1] }),
+    });
+  }
+  const inSlotOf = (id: number) => container.get(id)?.buffer ?? id;
+  const pinnedVector = new Set([...fusion.inPlace.concats].map((c) => bufferOfNode.get(c)!));
   const mem = planMemory(
-    buffers.map((b) => ({ id: b.id, bytes: storedSize(b), pinned: b.role !== "activation" })),
-    schedule,
+    buffers.filter((b) => !container.has(b.id)).map((b) => ({
+      id: b.id,
+      bytes: storedSize(b),
+      pinned: b.role !== "activation" || pinnedVector.has(b.id),
+    })),
+    schedule.map((s) => ({ reads: s.reads.map(inSlotOf), writes: s.writes.map(inSlotOf) })),
   );
   const slotOf = (id: number) => {
-    const s = mem.slotOf.get(id);
+    const s = mem.slotOf.get(inSlotOf(id));
     if (s === undefined) throw new Error(`internal: buffer ${id} has no slot`);
     return s;
   };
+  const offsetOf = (id: number) => container.get(id)?.offset ?? 0;
+  // Two ranges of one flat vector bound by one kernel, one of them written: WebGPU validates usage per
+  // buffer, not per range, and refuses a read-only and a writable binding of one buffer in a dispatch,
+  // so every binding of that buffer is declared read_write (the ranges never overlap).
+  const legalKernels = kernels.map((k) => {
+    const written = new Set(k.bindings.filter((b) => b.access !== "read").map((b) => slotOf(b.buffer)));
+    if (!k.bindings.some((b) => b.access === "read" && written.has(slotOf(b.buffer)))) return k;
+    return {
+      ...k,
+      bindings: k.bindings.map((b) =>
+        b.access === "read" && written.has(slotOf(b.buffer)) ? { ...b, access: "read_write" as const } : b
+      ),
+    };
+  });
 
-  const planKernels: PlanKernel[] = kernels.map((k) => {
+  const planKernels: PlanKernel[] = legalKernels.map((k) => {
     const cost = kernelCost(k);
     const pk: PlanKernel = {
       name: k.name,
@@ -134,7 +178,11 @@ export function buildPlan(
   const plan: Plan = {
     version: 1,
     graph: g.name,
-    buffers: buffers.map((b) => ({ ...b, slot: slotOf(b.id) })),
+    buffers: buffers.map((b) => ({
+      ...b,
+      slot: slotOf(b.id),
+      ...(offsetOf(b.id) ? { offset: offsetOf(b.id) } : {}),
+    })),
     slots: mem.slots.map((s) => ({ id: s.id, bytes: s.bytes })),
     inputs,
     params,
@@ -145,7 +193,7 @@ export function buildPlan(
   };
   return {
     plan,
-    kernels,
+    kernels: legalKernels,
     memory: {
       bytesWithReuse: mem.bytesWithReuse,
       bytesWithoutReuse: mem.bytesWithoutReuse,

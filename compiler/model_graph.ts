@@ -1,6 +1,8 @@
-/** The graph a compile starts from: one training step (forward, backward, SGD update) or inference. */
+/** The graph a compile starts from: one training step (forward, backward, optimizer) or inference. */
 import type { Graph } from "../ir/mod.ts";
 import type { BertModel, Head } from "../models/bert.ts";
+import { flatLayoutOf } from "./optimizer/layout.ts";
+import { appendOptimizer, appendScaledLoss, type OptimizerOptions } from "./optimizer/update.ts";
 import { differentiate } from "./passes/autodiff.ts";
 import { applyPrecision, type Precision } from "./passes/precision.ts";
 import { appendSgdUpdate } from "./passes/sgd_update.ts";
@@ -14,9 +16,14 @@ export interface GraphRequest {
   readonly seqLen: number;
   readonly maxPredictions?: number;
   readonly dropout?: boolean;
+  /**
+   * Training: the fused optimizer (default LAMB; dynamic loss scaling when the precision is fp16), or
+   * "sgd" — a plain `new:<param>` update with a `learning_rate` input, for tests of the step itself.
+   */
+  readonly optimizer?: OptimizerOptions | "sgd";
 }
 
-/** The graph of one training step (forward, backward, SGD update) or of inference. */
+/** The graph of one training step (forward, backward, optimizer update) or of inference. */
 export function buildModelGraph(req: GraphRequest): Graph {
   const train = req.mode === "train";
   let g = req.model.build({
@@ -28,6 +35,10 @@ export function buildModelGraph(req: GraphRequest): Graph {
     dropout: req.dropout,
     trackLocations: true,
   });
-  if (train) g = appendSgdUpdate(differentiate(g, "loss"));
+  if (train) {
+    const opt = req.optimizer ?? { kind: "lamb", dynamicScale: req.precision === "fp16" };
+    if (opt === "sgd") g = appendSgdUpdate(differentiate(g, "loss"));
+    else g = appendOptimizer(differentiate(g, appendScaledLoss(g)), flatLayoutOf(g), opt);
+  }
   return applyPrecision(g, req.precision);
 }

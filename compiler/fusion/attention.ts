@@ -347,5 +347,6 @@ export function fuseAttention(
     materialized,
     decisions: decisions.map((d) => ({ ...d, consumerKernel: renumber[d.consumerKernel] })),
     fuelRefusals,
+    inPlace: r.inPlace,
   };
 }

@@ -17,6 +17,7 @@
 import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
 import { isElementwise, isMovement } from "../../ir/ops.ts";
 import { fuseAttention } from "./attention.ts";
+import { findInPlaceConcats } from "./in_place.ts";
 import { mergeSiblings } from "./siblings.ts";
 import { ANY, describeNeeds, ELEM, OPERAND, operandNeed, parseRowCandidate, ROW, usersOf } from "./needs.ts";
 import {
@@ -69,6 +70,17 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
   const isOutput = new Uint8Array(nodes.length);
   for (const id of g.outputs.values()) isOutput[id] = 1;
   const inline = inlineNodes(g, opts.fuse);
+  // A tensor placed in a flat vector is written to its range there, so it must be a kernel's root, as
+  // an output is; the concat itself is a buffer, assembled by those writes.
+  const inPlace = findInPlaceConcats(g);
+  for (const [id, where] of inPlace.placed) {
+    isOutput[id] = 1;
+    opts.log?.(`fusion: %${id} ${nodes[id].op} is written in place into flat vector %${where.concat}`);
+  }
+  for (const [id, why] of inPlace.refused) {
+    opts.log?.(`fusion: concat %${id} is not assembled in place: ${why}`);
+  }
+  const isAssembled = (id: NodeId) => inPlace.concats.has(id);
 
   const kernelOf = new Int32Array(nodes.length).fill(-1);
   /** For inline nodes and views: the kernels that read them. */
@@ -124,7 +136,7 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
 
   for (let id = nodes.length - 1; id >= 0; id--) {
     const n = nodes[id];
-    if (isBuffer(n.op)) continue;
+    if (isBuffer(n.op) || isAssembled(id)) continue;
     const readerKernels = new Set<number>();
     for (const u of users[id]) {
       if (kernelOf[u] >= 0) readerKernels.add(kernelOf[u]);
@@ -209,7 +221,7 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
   const scheduled = order.map((k, i) => ({ ...k, id: i, roots: [...k.roots].sort((a, b) => a - b) }));
   for (let i = 0; i < kernelOf.length; i++) if (kernelOf[i] >= 0) kernelOf[i] = renumber[kernelOf[i]];
   const materialized = new Set<NodeId>();
-  for (const n of nodes) if (isBuffer(n.op)) materialized.add(n.id);
+  for (const n of nodes) if (isBuffer(n.op) || isAssembled(n.id)) materialized.add(n.id);
   for (const k of scheduled) for (const r of k.roots) materialized.add(r);
   const result: FusionResult = {
     kernels: scheduled,
@@ -217,6 +229,7 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     materialized,
     decisions: decisions.map((d) => ({ ...d, consumerKernel: renumber[d.consumerKernel] })),
     fuelRefusals,
+    inPlace,
   };
   if (!opts.fuse) return result;
   // Attention first, while its softmax kernel is still alone (a sibling merge would give it more roots).

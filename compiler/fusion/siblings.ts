@@ -132,5 +132,6 @@ export function mergeSiblings(g: Graph, r: FusionResult, takeFuel?: () => boolea
       consumerKernel: renumber.get(d.consumerKernel) ?? d.consumerKernel,
     })),
     fuelRefusals: r.fuelRefusals,
+    inPlace: r.inPlace,
   };
 }

@@ -1,5 +1,6 @@
 /** What fusion decides: which graph nodes run together in which kernel, and why other pairs do not. */
 import type { NodeId } from "../../ir/mod.ts";
+import type { InPlaceConcats } from "./in_place.ts";
 
 /**
  * `attention`: QKᵀ, the row softmax (with scale, mask, dropout) and PV in one kernel, one workgroup per
@@ -53,6 +54,8 @@ export interface FusionResult {
   readonly decisions: readonly FusionDecision[];
   /** Fusions refused by FUSION_FUEL running out. */
   readonly fuelRefusals: number;
+  /** Flat vectors assembled in place (in_place.ts): materialized, computed by no kernel. */
+  readonly inPlace: InPlaceConcats;
 }
 
 export type Verdict = { readonly ok: true } | { readonly ok: false; readonly reason: string };

@@ -71,7 +71,7 @@ export function decodeHost(b: PlanBuffer, bytes: ArrayBuffer): HostArray {
  */
 export async function readRanges(
   device: GPUDevice,
-  ranges: readonly { buffer: GPUBuffer; size: number }[],
+  ranges: readonly { buffer: GPUBuffer; offset?: number; size: number }[],
 ): Promise<ArrayBuffer[]> {
   const offsets: number[] = [];
   let total = 0;
@@ -87,7 +87,7 @@ export async function readRanges(
   try {
     const enc = device.createCommandEncoder({ label: "readback" });
     ranges.forEach((r, i) => {
-      if (r.size > 0) enc.copyBufferToBuffer(r.buffer, 0, staging, offsets[i], round4(r.size));
+      if (r.size > 0) enc.copyBufferToBuffer(r.buffer, r.offset ?? 0, staging, offsets[i], round4(r.size));
     });
     device.queue.submit([enc.finish()]);
     await staging.mapAsync(GPUMapMode.READ);

@@ -24,7 +24,9 @@ export type Encoded =
     readonly op: "copy";
     readonly index: number;
     readonly src: GPUBuffer;
+    readonly srcOffset: number;
     readonly dst: GPUBuffer;
+    readonly dstOffset: number;
     readonly size: number;
   };
 
@@ -48,7 +50,9 @@ export class WebGPUExecutor {
     checkPlan(ctx, plan);
 
     const slotSize = plan.slots.map((s) => Math.max(4, round4(s.bytes)));
-    for (const b of plan.buffers) slotSize[b.slot] = Math.max(slotSize[b.slot], round4(storedSize(b)));
+    for (const b of plan.buffers) {
+      slotSize[b.slot] = Math.max(slotSize[b.slot], offsetOf(b) + round4(storedSize(b)));
+    }
     const slots = await validated(
       device,
       "allocating the plan's buffers",
@@ -86,7 +90,7 @@ export class WebGPUExecutor {
                 const b = plan.buffers[pb.buffer];
                 return {
                   binding: pb.index,
-                  resource: { buffer: slots[b.slot], offset: 0, size: round4(storedSize(b)) },
+                  resource: { buffer: slots[b.slot], offset: offsetOf(b), size: round4(storedSize(b)) },
                 };
               }),
             }),
@@ -101,7 +105,9 @@ export class WebGPUExecutor {
           op: "copy",
           index,
           src: slots[value.slot],
+          srcOffset: offsetOf(value),
           dst: slots[param.slot],
+          dstOffset: offsetOf(param),
           size: round4(storedSize(param)),
         };
       });
@@ -137,7 +143,7 @@ export class WebGPUExecutor {
   write(target: string | number, data: ArrayLike<number>): void {
     this.alive();
     const b = this.buffer(target);
-    this.ctx.device.queue.writeBuffer(this.slots[b.slot], 0, encodeHost(b, data));
+    this.ctx.device.queue.writeBuffer(this.slots[b.slot], offsetOf(b), encodeHost(b, data));
   }
 
   /** Reads a buffer: Float32Array for f32/f16, Int32Array for i32, Uint32Array for u32 and bool (0/1). */
@@ -151,7 +157,7 @@ export class WebGPUExecutor {
     const bufs = targets.map((t) => this.buffer(t));
     const bytes = await readRanges(
       this.ctx.device,
-      bufs.map((b) => ({ buffer: this.slots[b.slot], size: storedSize(b) })),
+      bufs.map((b) => ({ buffer: this.slots[b.slot], offset: offsetOf(b), size: storedSize(b) })),
     );
     return bufs.map((b, i) => decodeHost(b, bytes[i]));
   }
@@ -252,6 +258,9 @@ function stepError(s: Encoded, message: string): WebGPUError {
   return new WebGPUError(`${what}: ${tidy(message)}`);
 }
 
+/** Where a buffer starts inside its slot (non-zero for the parts of a flat vector). */
+const offsetOf = (b: PlanBuffer): number => b.offset ?? 0;
+
 /** GPU buffer labels name the tensors in the slot, so driver messages about a buffer are readable. */
 function slotLabel(plan: Plan, slot: number): string {
   const names = plan.buffers.filter((b) => b.slot === slot).map((b) => b.name);
@@ -275,7 +284,7 @@ export function encodeProgram(
     } else {
       pass?.end();
       pass = null;
-      if (s.size > 0) enc.copyBufferToBuffer(s.src, 0, s.dst, 0, s.size);
+      if (s.size > 0) enc.copyBufferToBuffer(s.src, s.srcOffset, s.dst, s.dstOffset, s.size);
     }
   }
   pass?.end();
@@ -303,7 +312,15 @@ function encodedStep(
     );
   }
   // The plan's byte count is the logical size (bool = 1 byte); the copy moves the stored form.
-  return { op: "copy", index, src: slots[src.slot], dst: slots[dst.slot], size: round4(storedSize(src)) };
+  return {
+    op: "copy",
+    index,
+    src: slots[src.slot],
+    srcOffset: offsetOf(src),
+    dst: slots[dst.slot],
+    dstOffset: offsetOf(dst),
+    size: round4(storedSize(src)),
+  };
 }
 
 /**
@@ -389,8 +406,9 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
           `${maxStorageBuffersPerShaderStage}`,
       );
     }
-    const writers = new Map<number, string>();
-    const readers = new Map<number, string>();
+    type Range = { name: string; start: number; end: number };
+    const writers = new Map<number, Range[]>();
+    const readers = new Map<number, Range[]>();
     for (const pb of k.bindings) {
       const b = plan.buffers[pb.buffer];
       if (!b) throw new WebGPUError(`kernel ${k.name} binds buffer ${pb.buffer}, which the plan lacks`);
@@ -403,14 +421,24 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
             `device's maxStorageBufferBindingSize of ${maxStorageBufferBindingSize} bytes`,
         );
       }
-      // WebGPU rejects a writable binding that overlaps another binding of the same buffer.
-      const other = writers.get(b.slot) ?? (pb.access !== "read" ? readers.get(b.slot) : undefined);
-      if (other !== undefined) {
+      // WebGPU rejects a writable binding that overlaps another binding of the same buffer, and (in wgpu,
+      // which tracks usage per buffer) a read-only binding beside a writable one even where the ranges are
+      // disjoint: ranges of one flat vector may share a dispatch only as disjoint read_write bindings.
+      const range = { name: b.name, start: offsetOf(b), end: offsetOf(b) + round4(storedSize(b)) };
+      const others = [
+        ...(writers.get(b.slot) ?? []),
+        ...(pb.access !== "read" ? readers.get(b.slot) ?? [] : []),
+      ];
+      const clash = others.find((o) =>
+        pb.access === "read" || readers.has(b.slot) || (o.start < range.end && range.start < o.end)
+      );
+      if (clash !== undefined) {
         throw new WebGPUError(
-          `kernel ${k.name}: bindings '${other}' and '${b.name}' share memory slot ${b.slot} and one is written`,
+          `kernel ${k.name}: bindings '${clash.name}' and '${b.name}' share memory slot ${b.slot} and one is written`,
         );
       }
-      (pb.access === "read" ? readers : writers).set(b.slot, b.name);
+      const into = pb.access === "read" ? readers : writers;
+      into.set(b.slot, [...(into.get(b.slot) ?? []), range]);
     }
   }
 }
