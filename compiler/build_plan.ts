@@ -128,7 +128,7 @@ export function buildPlan(
     const whole = bufferOfNode.get(where.concat)!;
     container.set(part, {
       buffer: whole,
-      offset: where.elementOffset * storedSize({ ...buffers[whole], shape: [1] }),
+      offset: where.elementOffset * storedBytes(buffers[whole].dtype),
     });
   }
   const inSlotOf = (id: number) => container.get(id)?.buffer ?? id;
