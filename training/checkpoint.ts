@@ -282,18 +282,53 @@ async function hashFile(path: string, sync = false): Promise<{ bytes: number; sh
   try {
     if (sync) await file.sync();
     const h = createHash("sha256");
-    const buf = new Uint8Array(CHUNK);
-    let total = 0;
+    // Two buffers: the next read fills one while the other is hashed.
+    const bufs = [new Uint8Array(CHUNK), new Uint8Array(CHUNK)];
+    let total = 0, i = 0;
+    let pending = file.read(bufs[0]);
     while (true) {
-      const n = await file.read(buf);
+      const n = await pending;
       if (n === null) break;
-      h.update(buf.subarray(0, n));
+      const cur = bufs[i];
+      i ^= 1;
+      pending = file.read(bufs[i]);
+      h.update(cur.subarray(0, n));
       total += n;
     }
     return { bytes: total, sha256: h.digest("hex") };
   } finally {
     file.close();
   }
+}
+
+/**
+ * Reads a file of known size into one buffer, hashing chunk by chunk as they arrive (Deno.readFile is
+ * several times slower on multi-GB files, and hashing afterwards would be a second pass over memory).
+ */
+async function readHashed(path: string, size: number): Promise<{ bytes: Uint8Array; sha256: string }> {
+  const bytes = new Uint8Array(size);
+  const h = createHash("sha256");
+  const file = await Deno.open(path, { read: true });
+  try {
+    // The next chunk is read (off the main thread) while this one hashes the previous.
+    const readAt = (off: number) => file.read(bytes.subarray(off, Math.min(size, off + CHUNK)));
+    let off = 0;
+    let pending = size > 0 ? readAt(0) : undefined;
+    while (pending) {
+      const n = await pending;
+      if (n === null) {
+        fail(path, `ended after ${off} bytes, manifest.json says ${size} (truncated while reading?)`);
+      }
+      const start = off;
+      off += n;
+      pending = off < size ? readAt(off) : undefined;
+      h.update(bytes.subarray(start, off));
+    }
+    if ((await file.read(new Uint8Array(1))) !== null) fail(path, `grew past ${size} bytes while being read`);
+  } finally {
+    file.close();
+  }
+  return { bytes, sha256: h.digest("hex") };
 }
 
 async function syncDir(dir: string): Promise<void> {
@@ -360,9 +395,11 @@ async function writeOptimizerFile(
     for (const d of datas) {
       const bytes = new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
       for (let off = 0; off < bytes.length; off += CHUNK) {
+        // The write runs off the main thread while this one hashes the same (unchanging) bytes.
         const chunk = bytes.subarray(off, off + CHUNK);
+        const written = writeAll(file, chunk);
         h.update(chunk);
-        await writeAll(file, chunk);
+        await written;
       }
     }
     await file.sync();
@@ -540,9 +577,8 @@ export async function readCheckpoint(dir: string, opts: ReadOptions = {}): Promi
   for (const f of manifest.files) await checkSize(dir, f);
   const load = async (f: ManifestFile): Promise<Uint8Array> => {
     const path = join(dir, f.name);
-    const bytes = await Deno.readFile(path);
-    if (bytes.length !== f.bytes) fail(path, `is ${bytes.length} bytes, manifest.json says ${f.bytes}`);
-    checkHash(path, f, createHash("sha256").update(bytes).digest("hex"));
+    const { bytes, sha256 } = await readHashed(path, f.bytes);
+    checkHash(path, f, sha256);
     return bytes;
   };
   // Files the manifest lists beyond ours (none today) are verified too, so nothing listed goes unchecked.
