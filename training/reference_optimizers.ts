@@ -68,9 +68,13 @@ export interface StepReport {
   trustRatios?: Map<string, number>;
 }
 
-/** NVIDIA's no_decay list (bias, gamma, beta, LayerNorm) and Google's (LayerNorm, layer_norm, bias). */
+/**
+ * NVIDIA's no_decay list (bias, gamma, beta, LayerNorm), matched as substrings of the name as
+ * run_pretraining.py does (compiler/optimizer/layout.ts uses the same list). Google's list (LayerNorm,
+ * layer_norm, bias) selects the same tensors of our graphs.
+ */
 export function bertNoDecay(name: string): boolean {
-  return /bias|gamma|beta|LayerNorm|layer_norm/.test(name);
+  return /bias|gamma|beta|LayerNorm/.test(name);
 }
 
 /** Zero moments shaped like the parameters. */
@@ -222,7 +226,11 @@ export interface ScalerDecision {
   atFloor: boolean;
 }
 
-/** True if any element of any gradient is Inf or NaN, the overflow test of dynamic loss scaling. */
+/**
+ * True if any element of any gradient is Inf or NaN, the overflow test of dynamic loss scaling. (A device
+ * that tests "is the global norm finite" agrees except when the sum of squares alone overflows, i.e.
+ * finite gradients with a norm beyond the float range; both then skip or both apply in every other case.)
+ */
 export function hasNonFinite(grads: Iterable<ArrayLike<number>>): boolean {
   for (const g of grads) for (let i = 0; i < g.length; i++) if (!Number.isFinite(g[i])) return true;
   return false;

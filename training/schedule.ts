@@ -19,6 +19,10 @@
  * overflow does not advance the schedule. Pass the 1-based number of the update about to be applied
  * (the trainer's optimizer step after incrementing), not the count of batches seen.
  *
+ * Note the step down at the end of warmup: the rate climbs to just under `base`, then the decay branch
+ * starts at base * (1 - warmupProportion) ** degree (about 0.85 base for NVIDIA's phase 1), because the
+ * decay is measured from step 0, not from the end of warmup. That is NVIDIA's schedule and we keep it.
+ *
  * Two deliberate differences: past `totalSteps` the rate is 0 (NVIDIA's formula would take a fractional
  * power of a negative number and give NaN), and warmupProportion 0 means no warmup (NVIDIA would divide
  * 0 by 0 only at step 0, which it never evaluates).
