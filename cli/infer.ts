@@ -8,7 +8,9 @@ import { writeSafetensorsFile } from "../runtime/checkpoint/safetensors.ts";
 import { runInference } from "../runtime/infer.ts";
 import { InputError, parseEncodedRows } from "../runtime/infer_input.ts";
 import { referenceBackend } from "../runtime/reference/backend.ts";
-import { requireWebGPU, webgpuBackend } from "../engine/webgpu_backend.ts";
+import { webgpuBackend } from "../engine/webgpu_backend.ts";
+import { BACKEND_NAMES, chooseBackend, CudaBackendError, describeChoice } from "../engine/choose_backend.ts";
+import type { Backend } from "../runtime/backend.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
@@ -19,7 +21,7 @@ const DEFAULT_OUTPUT = "out/infer.safetensors";
 const HELP = `
 deno task infer [--checkpoint DIR] [--input FILE.jsonl] [--output FILE.safetensors]
                 [--head pretraining|classification|qa] [--batch-size N]
-                [--backend reference|webgpu] [--no-fuse] [--precision f32|f64]
+                [--backend reference|webgpu|cuda|auto] [--no-fuse] [--precision f32|f64]
 
 Runs BERT inference on token ids and writes the outputs as float32 safetensors under Hugging Face's
 output names.
@@ -35,9 +37,12 @@ output names.
                      qa: start_logits [N,S], end_logits [N,S]
                      default: from the config's "architectures", else pretraining
   --batch-size N     rows per batch; each batch is padded to its longest row (default 8)
-  --backend B        reference (default; the CPU interpreter) or webgpu (fused kernels on navigator.gpu;
-                     without a GPU set DENO_WEBGPU_BACKEND=vulkan to use Mesa's lavapipe)
-  --no-fuse          webgpu: one kernel per primitive op (the unfused baseline)
+  --backend B        reference (default; the CPU interpreter), webgpu (fused kernels on navigator.gpu;
+                     without a GPU set DENO_WEBGPU_BACKEND=vulkan to use Mesa's lavapipe), cuda (fused
+                     kernels on an NVIDIA GPU through the driver; needs --allow-ffi, which the task has), or
+                     auto (cuda if a driver and GPU are there, else webgpu if an adapter is, else reference;
+                     the choice and why go to stderr)
+  --no-fuse          webgpu, cuda: one kernel per primitive op (the unfused baseline)
   --precision P      reference backend arithmetic: f32 (default, rounds every f32 result) or f64
 
 S is the longest row; positions past a row's own length are padding and are written as 0.
@@ -54,9 +59,9 @@ await runMain(async () => {
     "no-fuse": { type: "boolean" },
     precision: { type: "string" },
   }, HELP);
-  const backendName = oneOf("backend", values.backend, ["reference", "webgpu"], "reference");
-  if (values["no-fuse"] && backendName !== "webgpu") {
-    throw new UsageError("--no-fuse applies to --backend webgpu");
+  const backendName = oneOf("backend", values.backend, BACKEND_NAMES, "reference");
+  if (values["no-fuse"] && backendName === "reference") {
+    throw new UsageError("--no-fuse applies to --backend webgpu, cuda or auto");
   }
   const precision = oneOf("precision", values.precision, ["f32", "f64"], "f32");
   const batchSize = positiveInt("batch-size", values["batch-size"], 8);
@@ -91,8 +96,21 @@ await runMain(async () => {
     return graphs.get(key)!;
   };
   const weights = await loadHfWeights(graphFor(1, 1), dir);
-  const backend = backendName === "webgpu"
-    ? webgpuBackend(await requireWebGPU(), { fuse: !values["no-fuse"] })
+  let choice;
+  try {
+    choice = await chooseBackend(backendName);
+  } catch (e) {
+    // runMain turns UsageError into one line and exit code 1; cli/common.ts does not list CudaBackendError.
+    if (e instanceof CudaBackendError) throw new UsageError(e.message);
+    throw e;
+  }
+  if (backendName === "auto") console.error(describeChoice(choice));
+  const fuse = !values["no-fuse"];
+  // The CUDA backend (and its emitter) loads only when chosen: a reference or WebGPU run never needs it.
+  const backend: Backend = choice.kind === "cuda"
+    ? (await import("../engine/cuda_backend.ts")).cudaBackend(choice.cuda, { fuse })
+    : choice.kind === "webgpu"
+    ? webgpuBackend(choice.gpu, { fuse })
     : referenceBackend(precision);
 
   const t0 = performance.now();

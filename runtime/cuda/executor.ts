@@ -83,8 +83,9 @@ export class CudaExecutor {
     readonly moduleCount: number,
   ) {}
 
+  /** Builds the executor; errors reject the promise (as the WebGPU executor's do). */
   static create(ctx: CudaContext, plan: Plan, opts: CudaExecutorOptions = {}): Promise<CudaExecutor> {
-    return Promise.resolve(CudaExecutor.createSync(ctx, plan, opts));
+    return promised(() => CudaExecutor.createSync(ctx, plan, opts));
   }
 
   static createSync(ctx: CudaContext, plan: Plan, opts: CudaExecutorOptions = {}): CudaExecutor {
@@ -201,14 +202,16 @@ export class CudaExecutor {
 
   /** Waits for the launched steps, then copies the buffers back. */
   readMany(targets: readonly (string | number)[]): Promise<HostArray[]> {
-    this.alive();
-    this.sync();
-    return Promise.resolve(targets.map((t) => {
-      const b = this.buffer(t);
-      const bytes = new Uint8Array(storedSize(b));
-      this.ctx.driver.copyDtoH(bytes, this.address(b.id), `read '${b.name}'`);
-      return decodeStored(b, bytes);
-    }));
+    return promised(() => {
+      this.alive();
+      this.sync();
+      return targets.map((t) => {
+        const b = this.buffer(t);
+        const bytes = new Uint8Array(storedSize(b));
+        this.ctx.driver.copyDtoH(bytes, this.address(b.id), `read '${b.name}'`);
+        return decodeStored(b, bytes);
+      });
+    });
   }
 
   /**
@@ -217,11 +220,16 @@ export class CudaExecutor {
    * next read() or finish().
    */
   step(): Promise<void> {
+    return promised(() => this.stepSync());
+  }
+
+  private stepSync(): void {
     this.alive();
     if (this.graphExec) {
       this.ctx.driver.launchGraph(this.graphExec, this.stream, `step of ${this.plan.graph}`);
-    } else for (const s of this.program) this.issue(s);
-    return Promise.resolve();
+    } else {
+      for (const s of this.program) this.issue(s);
+    }
   }
 
   /** Writes `feeds` (by input or parameter name), steps, and reads the outputs (all of them by default). */
@@ -243,9 +251,10 @@ export class CudaExecutor {
 
   /** Resolves when all launched work has finished on the GPU. */
   finish(): Promise<void> {
-    this.alive();
-    this.sync();
-    return Promise.resolve();
+    return promised(() => {
+      this.alive();
+      this.sync();
+    });
   }
 
   /**
@@ -254,6 +263,10 @@ export class CudaExecutor {
    * median time of a whole step as normally run (graph or not). Runs the program: buffers change as in step().
    */
   profile(iterations = 5): Promise<Profile> {
+    return promised(() => this.profileSync(iterations));
+  }
+
+  private profileSync(iterations: number): Profile {
     this.alive();
     if (!Number.isInteger(iterations) || iterations < 1) {
       throw new CudaError(`profile needs a positive whole number of iterations, got ${iterations}`);
@@ -269,12 +282,12 @@ export class CudaExecutor {
     try {
       const stepStart = event(), stepEnd = event();
       const pairs = launches.map(() => [event(), event()] as const);
-      this.step();
+      this.stepSync();
       this.sync();
       const stepMs: number[] = [];
       for (let i = 0; i < iterations; i++) {
         driver.recordEvent(stepStart, this.stream);
-        this.step();
+        this.stepSync();
         driver.recordEvent(stepEnd, this.stream);
         this.sync();
         stepMs.push(driver.elapsedMs(stepStart, stepEnd));
@@ -310,7 +323,7 @@ export class CudaExecutor {
           gflopPerS: ns > 0 ? k.flops / ns : 0,
         };
       });
-      return Promise.resolve({
+      return {
         // CUDA events are GPU timestamps; the shared Profile type calls that "timestamp".
         method: "timestamp",
         device: this.ctx.description,
@@ -318,7 +331,7 @@ export class CudaExecutor {
         launches: times,
         kernelNs: times.reduce((a, t) => a + t.ns, 0),
         stepMs: median(stepMs),
-      });
+      };
     } finally {
       for (const e of events) tryIt(() => driver.destroyEvent(e));
     }
@@ -470,6 +483,15 @@ function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   if (s.length === 0) return 0;
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
+/** Runs `f` now; its result or its exception as a promise (the executor's calls are synchronous FFI). */
+function promised<T>(f: () => T): Promise<T> {
+  try {
+    return Promise.resolve(f());
+  } catch (e) {
+    return Promise.reject(e);
+  }
 }
 
 function tryIt(f: () => void): void {
