@@ -1,0 +1,359 @@
+/**
+ * CUDA legalize rule "safe loads": every buffer and shared-array load whose index the kernel IR cannot
+ * prove in range gets its index clamped to [0, size - 1].
+ *
+ * Why: WebGPU has robust buffer access, so a WGSL load past the end of a binding reads some in-range
+ * element (or 0) and a store past the end is dropped; kernels may lean on that for rows past the end of a
+ * split or row layout whose values are computed and then thrown away. CUDA has no such net: the same load
+ * reads whatever lies beyond the buffer (another tensor, or an unmapped page and a fault). A clamped load
+ * reads a real element instead, whose value only ever reaches lanes whose result is discarded, exactly as
+ * on WebGPU. Stores are not rewritten: an out-of-range store would be a lowering bug on every target, so
+ * one the analysis cannot prove is reported (`unprovenStores`) and the tests require there are none.
+ *
+ * The proof is an interval analysis over the i32/u32 expressions of the kernel: ids from the launch shape
+ * (lid < workgroupSize, wg < workgroups), loop variables from their bounds (`for v = a; v < b; v += s`
+ * with s >= 1 gives a <= v <= b - 1), immutable locals from their definitions, and facts from enclosing
+ * branch conditions (`if (gid < N)`, `if (valid)` with `valid = row < rows`, and their negations in else
+ * branches). Mutable locals are unknown. Locals are re-evaluated under the facts at the point of use, so a
+ * row index defined before `if (valid)` is known in range inside it. Loads of integers (gather ids) are
+ * unknown, which is why gathers are clamped by the lowering itself and prove in range here.
+ */
+import { bin, i32, isVector, type Kernel, type KExpr, type KStmt, laneType, splat } from "../kernel_ir/ir.ts";
+import { mapExpr, visitStmts } from "./ir_walk.ts";
+
+/**
+ * A closed integer interval; unbounded ends are ±Infinity. lo > hi is the empty range: the value cannot
+ * exist there (a branch whose conditions contradict each other, a loop that never runs), so any claim
+ * about it holds.
+ */
+export interface Range {
+  readonly lo: number;
+  readonly hi: number;
+}
+
+const TOP: Range = { lo: -Infinity, hi: Infinity };
+const I32_MIN = -(2 ** 31), I32_MAX = 2 ** 31 - 1, U32_MAX = 2 ** 32 - 1;
+
+const range = (lo: number, hi: number): Range => ({ lo, hi });
+const isEmpty = (r: Range) => r.lo > r.hi;
+const join = (a: Range, b: Range): Range =>
+  isEmpty(a) ? b : isEmpty(b) ? a : { lo: Math.min(a.lo, b.lo), hi: Math.max(a.hi, b.hi) };
+const meet = (a: Range, b: Range): Range => ({ lo: Math.max(a.lo, b.lo), hi: Math.min(a.hi, b.hi) });
+
+/** A result that may have wrapped around its type is unknown. */
+function fits(r: Range, t: string): Range {
+  const [min, max] = t === "u32" ? [0, U32_MAX] : [I32_MIN, I32_MAX];
+  return isEmpty(r) || (r.lo >= min && r.hi <= max) ? r : TOP;
+}
+
+const within = (r: Range, t: string): Range =>
+  t === "u32" ? meet(r, range(0, U32_MAX)) : meet(r, range(I32_MIN, I32_MAX));
+const WRAPS = new Set(["add", "sub", "mul", "div"]);
+
+export interface SafeLoads {
+  readonly kernel: Kernel;
+  /** Loads (buffer or shared) whose index got clamped. */
+  readonly clampedLoads: number;
+  /** Stores whose index the analysis could not prove in range (left as they are). */
+  readonly unprovenStores: readonly string[];
+}
+
+/**
+ * The values a loop variable takes in `for v = from; v < to; v += step`: from the smallest start to the
+ * last value below the largest bound; with constant start and step, exactly the last one it reaches.
+ */
+function loopRange(from: Range, to: Range, step: Range): Range {
+  if (!(step.lo >= 1) || isEmpty(from) || isEmpty(to)) return isEmpty(from) || isEmpty(to) ? from : TOP;
+  if (from.lo === from.hi && step.lo === step.hi && Number.isFinite(to.hi)) {
+    return range(from.lo, from.lo + Math.floor((to.hi - 1 - from.lo) / step.lo) * step.lo);
+  }
+  return range(from.lo, to.hi - 1);
+}
+
+type Def = { readonly kind: "expr"; readonly e: KExpr } | { readonly kind: "range"; readonly r: Range };
+
+/** The rule: clamps unproven load indices; see the file comment. */
+export function clampUnprovenLoads(k: Kernel): SafeLoads {
+  const a = new Analysis(k);
+  const body = a.block(k.body);
+  return { kernel: { ...k, body }, clampedLoads: a.clamped, unprovenStores: a.unproven };
+}
+
+class Analysis {
+  clamped = 0;
+  readonly unproven: string[] = [];
+  /** Scoped definitions of locals (innermost last). */
+  private readonly scopes: Map<string, Def>[] = [new Map()];
+  /**
+   * Scoped facts: refined ranges under the enclosing conditions, keyed by a local's definition (so a
+   * shadowing local of the same name is not refined by mistake) or by "#lid", "#wg", "#gid".
+   */
+  private readonly facts: Map<Def | string, Range>[] = [new Map()];
+  /** Ranges of expression nodes under the current facts; cleared whenever the facts change. */
+  private cache = new Map<KExpr, Range>();
+  private readonly sizes = new Map<string, number>();
+
+  /** Names some `set` assigns: a loop variable among them is unknown (the IR never does this today). */
+  private readonly assigned = new Set<string>();
+
+  constructor(k: Kernel) {
+    visitStmts(k.body, (s) => {
+      if (s.k === "set") this.assigned.add(s.name);
+    });
+    for (const b of k.bindings) this.sizes.set(b.name, b.vector ? b.elements / b.vector : b.elements);
+    for (const s of k.shared) this.sizes.set(s.name, s.size);
+    const ws = k.workgroupSize, n = k.workgroups;
+    this.facts[0].set("#lid", range(0, ws - 1));
+    this.facts[0].set("#wg", range(0, Math.max(0, n - 1)));
+    this.facts[0].set("#gid", range(0, Math.max(0, n * ws - 1)));
+  }
+
+  // ---- statements ---------------------------------------------------------------------------------
+
+  block(body: readonly KStmt[]): KStmt[] {
+    this.scopes.push(new Map());
+    const out = body.map((s) => this.stmt(s));
+    this.scopes.pop();
+    return out;
+  }
+
+  private stmt(s: KStmt): KStmt {
+    switch (s.k) {
+      case "let": {
+        const init = this.safe(s.init);
+        this.define(s.name, s.mutable ? { kind: "range", r: TOP } : { kind: "expr", e: init });
+        return { ...s, init };
+      }
+      case "set":
+        return { ...s, value: this.safe(s.value) };
+      case "store":
+      case "sstore": {
+        const buf = s.k === "store" ? s.buf : s.arr;
+        if (!this.inRange(s.index, buf)) this.unproven.push(`${s.k} ${buf}: ${this.describe(s.index, buf)}`);
+        return { ...s, index: this.safe(s.index), value: this.safe(s.value) };
+      }
+      case "for": {
+        const from = this.safe(s.from), to = this.safe(s.to), step = this.safe(s.step);
+        const r = this.assigned.has(s.v) ? TOP : loopRange(this.of(from), this.of(to), this.of(step));
+        this.scopes.push(new Map([[s.v, { kind: "range", r }]]));
+        this.cache = new Map();
+        const body = this.block(s.body);
+        this.scopes.pop();
+        this.cache = new Map();
+        return { ...s, from, to, step, body };
+      }
+      case "if": {
+        const cond = this.safe(s.cond);
+        const then = this.under(cond, true, s.then);
+        if (!s.else) return { ...s, cond, then };
+        return { ...s, cond, then, else: this.under(cond, false, s.else) };
+      }
+      case "wg_reduce":
+        this.define(s.out, { kind: "range", r: TOP });
+        return { ...s, value: this.safe(s.value) };
+      case "barrier":
+      case "comment":
+        return s;
+    }
+  }
+
+  /** A branch body analysed under the facts that `cond` is `holds`. */
+  private under(cond: KExpr, holds: boolean, body: readonly KStmt[]): KStmt[] {
+    const facts = new Map<Def | string, Range>();
+    this.facts.push(facts);
+    this.assume(cond, holds, facts, 0);
+    // Ranges computed while collecting the facts predate them.
+    this.cache = new Map();
+    const out = this.block(body);
+    this.facts.pop();
+    this.cache = new Map();
+    return out;
+  }
+
+  private define(name: string, d: Def): void {
+    this.scopes[this.scopes.length - 1].set(name, d);
+  }
+
+  private lookup(name: string): Def | undefined {
+    for (let i = this.scopes.length - 1; i >= 0; i--) {
+      const d = this.scopes[i].get(name);
+      if (d) return d;
+    }
+    return undefined;
+  }
+
+  private fact(key: Def | string): Range | undefined {
+    let r: Range | undefined;
+    for (const f of this.facts) {
+      const have = f.get(key);
+      if (have) r = r ? meet(r, have) : have;
+    }
+    return r;
+  }
+
+  // ---- facts from conditions ----------------------------------------------------------------------
+
+  /** Records what `cond == holds` says about locals and ids (conjunctions when true, negations of one
+   * comparison when false). `depth` bounds the chase through bool locals. */
+  private assume(cond: KExpr, holds: boolean, into: Map<Def | string, Range>, depth: number): void {
+    if (depth > 8) return;
+    if (cond.k === "ref") {
+      const d = this.lookup(cond.name);
+      if (d?.kind === "expr") this.assume(d.e, holds, into, depth + 1);
+      return;
+    }
+    if (cond.k === "un" && cond.op === "not") return this.assume(cond.a, !holds, into, depth + 1);
+    if (cond.k !== "bin") return;
+    if (cond.op === "and" && holds) {
+      this.assume(cond.a, true, into, depth + 1);
+      this.assume(cond.b, true, into, depth + 1);
+      return;
+    }
+    if (cond.op === "or" && !holds) {
+      this.assume(cond.a, false, into, depth + 1);
+      this.assume(cond.b, false, into, depth + 1);
+      return;
+    }
+    const NEGATE: Record<string, string> = { lt: "ge", le: "gt", gt: "le", ge: "lt" };
+    const SWAP: Record<string, string> = { lt: "gt", le: "ge", gt: "lt", ge: "le" };
+    let op: string | undefined = holds ? cond.op : NEGATE[cond.op];
+    if (op === undefined || !SWAP[op] || isVector(cond.a.t)) return;
+    const refine = (x: KExpr, op: string, bound: Range) => {
+      // Mutable locals may change after the test; immutable ones and loop variables (only the loop's own
+      // increment changes them, after the body) keep the fact for the whole branch.
+      const def = x.k === "ref" ? this.lookup(x.name) : undefined;
+      if (def && def.kind === "range" && def.r === TOP) return;
+      const key = def ?? (x.k === "id" ? `#${x.which}` : undefined);
+      if (key === undefined) return;
+      const limit = op === "lt"
+        ? range(-Infinity, bound.hi - 1)
+        : op === "le"
+        ? range(-Infinity, bound.hi)
+        : op === "gt"
+        ? range(bound.lo + 1, Infinity)
+        : range(bound.lo, Infinity);
+      const have = into.get(key);
+      into.set(key, have ? meet(have, limit) : limit);
+    };
+    refine(cond.a, op, this.of(cond.b));
+    op = SWAP[op];
+    refine(cond.b, op, this.of(cond.a));
+  }
+
+  // ---- ranges -------------------------------------------------------------------------------------
+
+  /** The range of an integer expression (all lanes of a vector); TOP for anything else. */
+  of(e: KExpr): Range {
+    const have = this.cache.get(e);
+    if (have) return have;
+    const r = this.compute(e);
+    this.cache.set(e, r);
+    return r;
+  }
+
+  private compute(e: KExpr): Range {
+    const t = laneType(e.t);
+    if (t !== "i32" && t !== "u32") return TOP;
+    switch (e.k) {
+      case "lit":
+        return range(e.v, e.v);
+      case "id":
+        return this.fact(`#${e.which}`) ?? TOP;
+      case "ref": {
+        const d = this.lookup(e.name);
+        if (d === undefined) return TOP;
+        const base = d.kind === "range" ? d.r : this.of(d.e);
+        const f = this.fact(d);
+        return f ? meet(base, f) : base;
+      }
+      case "lane":
+      case "splat":
+        return this.of(e.a);
+      case "vec":
+        return e.parts.map((p) => this.of(p)).reduce(join);
+      case "select":
+        return join(this.of(e.a), this.of(e.b));
+      case "cast": {
+        const a = this.of(e.a);
+        const from = laneType(e.a.t);
+        if (from === "bool") return range(0, 1);
+        if (from === "i32" || from === "u32") return a.lo >= 0 && a.hi <= I32_MAX ? a : fits(a, t);
+        return TOP;
+      }
+      case "bin": {
+        const a = this.of(e.a), b = this.of(e.b);
+        if (isEmpty(a)) return a;
+        if (isEmpty(b)) return b;
+        // Unbounded ends stand for the type's limits; only arithmetic can leave them (and wrap).
+        const r = this.binary(e.op, within(a, t), within(b, t));
+        return WRAPS.has(e.op) ? fits(r, t) : r;
+      }
+      default:
+        return TOP;
+    }
+  }
+
+  private binary(op: string, a: Range, b: Range): Range {
+    switch (op) {
+      case "add":
+        return range(a.lo + b.lo, a.hi + b.hi);
+      case "sub":
+        return range(a.lo - b.hi, a.hi - b.lo);
+      case "mul": {
+        const p = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi].map((x) => (Number.isNaN(x) ? 0 : x));
+        return range(Math.min(...p), Math.max(...p));
+      }
+      case "div": {
+        // Truncating division by a divisor of one sign: monotone in each argument.
+        if (!(b.lo >= 1 || b.hi <= -1)) return TOP;
+        const q = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi].map((x) =>
+          Number.isNaN(x) ? 0 : Math.trunc(x)
+        );
+        return range(Math.min(...q), Math.max(...q));
+      }
+      case "mod": {
+        // Truncating remainder: the sign of the dividend, magnitude below the divisor's.
+        const m = Math.max(Math.abs(b.lo), Math.abs(b.hi));
+        if (b.lo <= 0 && b.hi >= 0) return TOP;
+        if (a.lo >= 0) return range(0, Math.min(a.hi, m - 1));
+        if (a.hi <= 0) return range(Math.max(a.lo, -(m - 1)), 0);
+        return range(-(m - 1), m - 1);
+      }
+      case "max":
+        return range(Math.max(a.lo, b.lo), Math.max(a.hi, b.hi));
+      case "min":
+        return range(Math.min(a.lo, b.lo), Math.min(a.hi, b.hi));
+      default:
+        return TOP;
+    }
+  }
+
+  // ---- the rewrite --------------------------------------------------------------------------------
+
+  private inRange(index: KExpr, buf: string): boolean {
+    const n = this.sizes.get(buf);
+    if (n === undefined) return false;
+    const r = this.of(index);
+    return isEmpty(r) || (r.lo >= 0 && r.hi <= n - 1);
+  }
+
+  /** `e` with the index of every unproven load inside it clamped. */
+  private safe(e: KExpr): KExpr {
+    return mapExpr(e, (x) => {
+      if (x.k !== "load" && x.k !== "sload") return x;
+      const buf = x.k === "load" ? x.buf : x.arr;
+      if (this.inRange(x.index, buf)) return x;
+      const n = this.sizes.get(buf);
+      if (n === undefined) return x; // unknown names are the emitter's error to report
+      this.clamped++;
+      const lit = (v: number) => (isVector(x.index.t) ? splat(i32(v)) : i32(v));
+      const index = bin("min", bin("max", x.index, lit(0)), lit(Math.max(0, n - 1)));
+      return { ...x, index };
+    });
+  }
+
+  private describe(e: KExpr, buf: string): string {
+    const r = this.of(e);
+    return `index in [${r.lo}, ${r.hi}], size ${this.sizes.get(buf)}`;
+  }
+}

@@ -1,0 +1,194 @@
+/**
+ * CUDA legalize rules: rewrite a kernel into the subset the CUDA emitter (cuda.ts) spells one to one, and
+ * choose the launch grid. `legalizeCUDA` applies them in order:
+ *
+ *  1. bool storage      -> u32 storage, as on WGSL (the runtime's buffers are the same for both targets):
+ *                          loads compare with 0u, stores select 1u/0u
+ *  2. safe loads        -> indices the IR cannot prove in range are clamped (cuda_bounds.ts; CUDA has no
+ *                          robust buffer access)
+ *  3. scalarize         -> four-lane arithmetic becomes four scalar computations; vector bindings keep
+ *                          their 16-byte (f16: 8-byte) loads and stores (cuda_scalarize.ts)
+ *  4. wg_reduce         -> each reduction gets a shared array of one slot per warp; a group of adjacent
+ *                          reductions shares one __syncthreads(); a group inside a loop ends with a
+ *                          barrier so the next iteration cannot overwrite slots still being read. The
+ *                          emitter spells a group as warp butterflies (__shfl_xor_sync), one slot write
+ *                          per warp, the barrier, and a left-to-right fold of the slots: a fixed order.
+ *  5. grid              -> [workgroups, 1, 1] (CUDA allows 2^31 - 1 blocks in x); past that a 2-D grid
+ *                          whose surplus blocks return at once, as on WGSL
+ */
+import {
+  barrier,
+  bin,
+  isVector,
+  type Kernel,
+  type KExpr,
+  type KShared,
+  type KStmt,
+  type KType,
+  lit,
+  load,
+  splat,
+  store,
+} from "../kernel_ir/ir.ts";
+import { clampUnprovenLoads } from "./cuda_bounds.ts";
+import { scalarize } from "./cuda_scalarize.ts";
+import { mapStmtExprs } from "./ir_walk.ts";
+
+export class CudaLegalizeError extends Error {
+  override name = "CudaLegalizeError";
+}
+
+/** CUDA's limit on threads per block. */
+export const MAX_BLOCK_SIZE = 1024;
+/** Static shared memory per block that every CUDA GPU allows without opting in. */
+export const MAX_STATIC_SHARED = 48 * 1024;
+/** gridDim.x and gridDim.y limits. */
+export const MAX_GRID_X = 2 ** 31 - 1;
+export const MAX_GRID_Y = 65535;
+export const WARP = 32;
+
+export interface CudaLegal {
+  readonly kernel: Kernel;
+  readonly grid: readonly [number, number, number];
+  /** Blocks whose linear id is at or past this return at once (set only for a 2-D grid). */
+  readonly guard: number | null;
+  /** wg_reduce output -> the shared array holding one partial result per warp (absent: one warp). */
+  readonly scratch: ReadonlyMap<string, string>;
+  /** Lanes that take part in a warp-level reduction: min(workgroupSize, 32). */
+  readonly warpWidth: number;
+  /** Load indices clamped by rule 2 (for the header). */
+  readonly clampedLoads: number;
+}
+
+export function legalizeCUDA(k: Kernel): CudaLegal {
+  if (!Number.isInteger(k.workgroupSize) || k.workgroupSize < 1 || k.workgroupSize > MAX_BLOCK_SIZE) {
+    throw new CudaLegalizeError(
+      `kernel ${k.name}: workgroup size ${k.workgroupSize} is not an integer in [1, ${MAX_BLOCK_SIZE}]`,
+    );
+  }
+  let kernel = boolStorageToU32(k);
+  const safe = clampUnprovenLoads(kernel);
+  kernel = scalarize(safe.kernel);
+  const reduced = planReductions(kernel);
+  kernel = reduced.kernel;
+  const bytes = kernel.shared.reduce((n, s) => n + s.size * bytesOf(s.t), 0);
+  if (bytes > MAX_STATIC_SHARED) {
+    throw new CudaLegalizeError(
+      `kernel ${k.name}: needs ${bytes} bytes of shared memory, over the ${MAX_STATIC_SHARED} of a block`,
+    );
+  }
+  const { grid, guard } = gridFor(kernel);
+  return {
+    kernel,
+    grid,
+    guard,
+    scratch: reduced.scratch,
+    warpWidth: Math.min(k.workgroupSize, WARP),
+    clampedLoads: safe.clampedLoads,
+  };
+}
+
+const bytesOf = (t: KType) => (t === "f16" || t === "bf16" ? 2 : 4) * (isVector(t) ? 4 : 1);
+
+// ---- rule 1: bool storage -----------------------------------------------------------------------------
+
+function boolStorageToU32(k: Kernel): Kernel {
+  const boolBufs = new Set(k.bindings.filter((b) => b.t === "bool").map((b) => b.name));
+  if (boolBufs.size === 0) return k;
+  const u32Of = (t: KType): KType => (isVector(t) ? "v4u32" : "u32");
+  const constant = (v: number, t: KType): KExpr => (isVector(t) ? splat(lit(v, "u32")) : lit(v, "u32"));
+  const asBool = (e: KExpr): KExpr =>
+    e.k === "load" && boolBufs.has(e.buf) ? bin("ne", load(e.buf, e.index, u32Of(e.t)), constant(0, e.t)) : e;
+  const rewrite = (body: readonly KStmt[]): KStmt[] =>
+    body.map((s0) => {
+      const s = mapStmtExprs(s0, asBool);
+      if (s.k === "store" && boolBufs.has(s.buf)) {
+        const t = s.value.t;
+        return store(s.buf, s.index, {
+          k: "select",
+          t: u32Of(t),
+          cond: s.value,
+          a: constant(1, t),
+          b: constant(0, t),
+        });
+      }
+      if (s.k === "for") return { ...s, body: rewrite(s.body) };
+      if (s.k === "if") {
+        const then = rewrite(s.then);
+        return s.else ? { ...s, then, else: rewrite(s.else) } : { ...s, then };
+      }
+      return s;
+    });
+  return {
+    ...k,
+    bindings: k.bindings.map((b) => (b.t === "bool" ? { ...b, t: "u32" } : b)),
+    body: rewrite(k.body),
+  };
+}
+
+// ---- rule 4: wg_reduce ----------------------------------------------------------------------------------
+
+function planReductions(k: Kernel): { kernel: Kernel; scratch: Map<string, string> } {
+  const scratch = new Map<string, string>();
+  let any = false;
+  const scan = (body: readonly KStmt[]) => {
+    for (const s of body) {
+      if (s.k === "wg_reduce") any = true;
+      if (s.k === "for") scan(s.body);
+      if (s.k === "if") {
+        scan(s.then);
+        if (s.else) scan(s.else);
+      }
+    }
+  };
+  scan(k.body);
+  if (!any) return { kernel: k, scratch };
+  const w = k.workgroupSize;
+  if ((w & (w - 1)) !== 0) {
+    throw new CudaLegalizeError(`kernel ${k.name}: wg_reduce needs a power-of-two workgroup size, got ${w}`);
+  }
+  const warps = Math.max(1, w / WARP);
+  if (warps === 1) return { kernel: k, scratch }; // one warp: the butterfly alone gives every lane the result
+  const taken = new Set<string>(k.shared.map((s) => s.name));
+  const shared: KShared[] = [...k.shared];
+  let n = 0;
+  const arrayFor = (s: Extract<KStmt, { k: "wg_reduce" }>) => {
+    let name: string;
+    do name = `red_${s.t}_${n++}`; while (taken.has(name));
+    taken.add(name);
+    shared.push({ name, t: s.t, size: warps });
+    scratch.set(s.out, name);
+  };
+  const rewrite = (body: readonly KStmt[], inLoop: boolean): KStmt[] => {
+    const out: KStmt[] = [];
+    body.forEach((s, i) => {
+      if (s.k === "wg_reduce") {
+        arrayFor(s);
+        out.push(s);
+        const last = body[i + 1]?.k !== "wg_reduce";
+        if (last && inLoop) out.push(barrier);
+      } else if (s.k === "for") out.push({ ...s, body: rewrite(s.body, true) });
+      else if (s.k === "if") {
+        const then = rewrite(s.then, inLoop);
+        out.push(s.else ? { ...s, then, else: rewrite(s.else, inLoop) } : { ...s, then });
+      } else out.push(s);
+    });
+    return out;
+  };
+  const body = rewrite(k.body, false);
+  return { kernel: { ...k, shared, body }, scratch };
+}
+
+// ---- rule 5: grid ---------------------------------------------------------------------------------------
+
+function gridFor(k: Kernel): { grid: [number, number, number]; guard: number | null } {
+  const n = k.workgroups;
+  if (!Number.isInteger(n) || n < 0) {
+    throw new CudaLegalizeError(`kernel ${k.name}: workgroup count ${n} is not a non-negative integer`);
+  }
+  if (n <= MAX_GRID_X) return { grid: [n, 1, 1], guard: null };
+  const y = Math.ceil(n / MAX_GRID_X);
+  if (y > MAX_GRID_Y) throw new CudaLegalizeError(`kernel ${k.name}: ${n} blocks exceed CUDA's grid`);
+  const x = Math.ceil(n / y);
+  return { grid: [x, y, 1], guard: x * y === n ? null : n };
+}
