@@ -4,8 +4,9 @@
  */
 import type { Precision } from "../compiler/passes/precision.ts";
 import type { OptimizerKind } from "../compiler/optimizer/update.ts";
+import type { BackendRequest } from "../engine/choose_backend.ts";
 
-export type BackendChoice = "auto" | "cuda" | "webgpu" | "reference";
+export type { BackendRequest as BackendChoice } from "../engine/choose_backend.ts";
 
 export interface TrainOptions {
   /** A models/*.ts file or a config.json. */
@@ -20,7 +21,8 @@ export interface TrainOptions {
   maxSteps: number;
   warmupProportion: number;
   gradientAccumulationSteps: number;
-  precision: Precision;
+  /** "auto": fp16 on CUDA (mixed precision with dynamic loss scaling), fp32 elsewhere. */
+  precision: Precision | "auto";
   /** A static loss scale; without it fp16 scales dynamically and fp32/bf16 do not scale. */
   lossScale?: number;
   /** Dynamic scaling's starting scale (default 2^16). */
@@ -36,7 +38,7 @@ export interface TrainOptions {
   initCheckpoint?: string;
   phase2: boolean;
   phase1EndStep: number;
-  backend: BackendChoice;
+  backend: BackendRequest;
   fuse: boolean;
   /** Complete checkpoints kept in the output folder. */
   keepCheckpoints: number;
@@ -76,7 +78,7 @@ export function checkTrainOptions(o: TrainOptions): void {
   if (o.lossScale !== undefined && !(o.lossScale > 0 && Number.isFinite(o.lossScale))) {
     bad(`--loss-scale must be a positive number`);
   }
-  if (o.lossScale !== undefined && o.precision !== "fp16") {
+  if (o.lossScale !== undefined && o.precision !== "fp16" && o.precision !== "auto") {
     bad(`--loss-scale applies to --precision fp16 only (fp32 and bf16 need no scaling)`);
   }
   if (o.phase2 && !(o.phase1EndStep >= 0)) bad(`--phase1-end-step must be a non-negative integer`);

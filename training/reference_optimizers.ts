@@ -229,7 +229,7 @@ export interface ScalerDecision {
 /**
  * True if any element of any gradient is Inf or NaN, the overflow test of dynamic loss scaling. (A device
  * that tests "is the global norm finite" agrees except when the sum of squares alone overflows, i.e.
- * finite gradients with a norm beyond the float range; both then skip or both apply in every other case.)
+ * finite gradients whose norm is beyond the float range.)
  */
 export function hasNonFinite(grads: Iterable<ArrayLike<number>>): boolean {
   for (const g of grads) for (let i = 0; i < g.length; i++) if (!Number.isFinite(g[i])) return true;

@@ -1,0 +1,348 @@
+/**
+ * A pre-training run: model, data, compiled step, the loop, logging and checkpoints.
+ *
+ * The step graph holds the whole update (forward, backward, optimizer, loss scaler, schedule), so the loop
+ * only feeds batches and launches; it reads from the device when it logs or checkpoints. Steps here are
+ * NVIDIA's global steps: one per train_batch_size sequences (gradient_accumulation_steps micro-batches),
+ * counted whether or not the update was skipped for overflow (the schedule counts applied updates only).
+ * In phase 2 checkpoint names continue from --phase1-end-step, as in run_pretraining.py.
+ */
+import { join } from "node:path";
+import { buildModelGraph } from "../compiler/model_graph.ts";
+import type { Precision } from "../compiler/passes/precision.ts";
+import { chooseBackend } from "../engine/choose_backend.ts";
+import { hparamsVector, stateVector } from "../compiler/optimizer/feeds.ts";
+import { flatLayoutOf, layoutTables } from "../compiler/optimizer/layout.ts";
+import { OPT, STATE } from "../compiler/optimizer/update.ts";
+import { ensureBrownShards } from "../data/corpus/brown_shards.ts";
+import { Loader } from "../data/loader.ts";
+import type { Batch } from "../data/loader_batch.ts";
+import { loadModel } from "../models/load.ts";
+import { loadHfWeights } from "../runtime/checkpoint/hf.ts";
+import { initParams } from "../runtime/init.ts";
+import {
+  CheckpointError,
+  findNewestCheckpoint,
+  type LoadedCheckpoint,
+  readCheckpoint,
+  writeCheckpoint,
+} from "./checkpoint.ts";
+import { openOn } from "./executor_factory.ts";
+import { checkTrainOptions, type TrainOptions, TrainOptionsError } from "./options.ts";
+import {
+  checkLayout,
+  flatFromParams,
+  layoutRecord,
+  paramsFromFlat,
+  readDeviceState,
+  restoreOptimizer,
+  stateRecord,
+} from "./run_state.ts";
+
+/** One logged step, as a line of metrics.jsonl. */
+export interface LogRecord {
+  step: number;
+  loss: number;
+  mlm_loss: number;
+  nsp_loss: number;
+  mlm_accuracy: number;
+  nsp_accuracy: number;
+  loss_scale: number;
+  learning_rate: number;
+  grad_norm: number;
+  skipped_steps: number;
+  optimizer_steps: number;
+  seq_per_s: number;
+  elapsed_s: number;
+}
+
+export interface RunEvents {
+  info?(msg: string): void;
+  /** Called for every logged step. */
+  log?(r: LogRecord): void;
+  checkpoint?(dir: string, step: number): void;
+  /** Polled between steps; true stops the run after the step (it is then checkpointed). */
+  stopRequested?(): boolean;
+}
+
+export interface RunResult {
+  readonly outputDir: string;
+  /** The global step reached. */
+  readonly step: number;
+  readonly lastCheckpoint?: string;
+  readonly stoppedBy: "max-steps" | "steps-this-run" | "signal";
+  readonly records: LogRecord[];
+  readonly backend: string;
+}
+
+const DATA_INPUTS = [
+  "input_ids",
+  "token_type_ids",
+  "attention_mask",
+  "masked_lm_positions",
+  "masked_lm_ids",
+  "next_sentence_labels",
+] as const;
+
+export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<RunResult> {
+  checkTrainOptions(o);
+  const info = ev.info ?? (() => {});
+  await Deno.mkdir(o.outputDir, { recursive: true });
+
+  // ---- where to start: a checkpoint of this run, a phase-1 checkpoint, an HF folder, or fresh ----
+  const start = await startingPoint(o);
+  if (start.resume) info(`resuming from ${start.resume.dir} (step ${start.resume.step})`);
+
+  const model = await loadModel(o.model);
+  const dataDir = o.inputDir ?? await ensureBrownShards({
+    onProgress: (phase, done, total) => info(`preparing the Brown corpus: ${phase} ${done}/${total}`),
+  });
+  const micro = o.trainBatchSize / o.gradientAccumulationSteps;
+  const loaderState = start.resume && !start.newPhase ? start.resume.state.loader : undefined;
+  const loader = await Loader.open(dataDir, {
+    batchSize: micro,
+    seed: loaderState ? undefined : o.seed,
+    // deno-lint-ignore no-explicit-any
+    state: loaderState as any,
+  });
+  const choice = await chooseBackend(o.backend);
+  const precision: Precision = o.precision !== "auto"
+    ? o.precision
+    : choice.kind === "cuda"
+    ? "fp16"
+    : "fp32";
+  if (precision === "bf16" && choice.kind === "webgpu") {
+    throw new TrainOptionsError("--precision bf16 needs the CUDA backend (WGSL has no bf16 type)");
+  }
+  const graph = buildModelGraph({
+    model,
+    mode: "train",
+    precision,
+    batchSize: micro,
+    seqLen: loader.seqLength,
+    maxPredictions: loader.maxPredictions,
+    optimizer: {
+      kind: o.optimizer,
+      dynamicScale: precision === "fp16" && o.lossScale === undefined,
+      accumulationSteps: o.gradientAccumulationSteps,
+    },
+  });
+  const layout = flatLayoutOf(graph);
+  const opened = await openOn(choice, graph, o.fuse);
+  const ex = opened.executor;
+  info(
+    `${model.name} ${precision}: ${layout.segments.length} tensors, ${
+      (layout.total / 1e6).toFixed(2)
+    }M flat elements; ` +
+      `backend ${opened.backend} (${opened.why})${
+        opened.kernels ? `, ${opened.kernels} kernels per step` : ""
+      }`,
+  );
+  info(
+    `data: ${dataDir} (sequence ${loader.seqLength}, ${loader.maxPredictions} predictions, micro-batch ${micro})`,
+  );
+
+  try {
+    // ---- initial device state ----
+    const tables = layoutTables(layout);
+    ex.write(OPT.segments, tables.segments);
+    ex.write(OPT.chunkSegment, tables.chunkSegment);
+    const schedule = {
+      learningRate: o.learningRate,
+      warmupProportion: o.warmupProportion,
+      totalSteps: o.maxSteps,
+      degree: 0.5,
+    };
+    ex.write(OPT.hparams, hparamsVector(schedule));
+    const baseStep = o.phase2 ? o.phase1EndStep : 0;
+    let step = 0; // global steps of this phase done
+    const scale = o.lossScale ?? (precision === "fp16" ? o.initLossScale : 1);
+    if (start.resume) {
+      const ck = start.resume;
+      checkLayout(ck.dir, ck.state.layout, layout);
+      ex.write(OPT.flatParams, flatFromParams(ck.model, layout));
+      restoreOptimizer(ex, ck, layout);
+      const saved = Float32Array.from(ck.state.device_state as number[]);
+      if (start.newPhase) {
+        // Phase 2 starts its own schedule (NVIDIA resets the optimizer's step) and keeps the moments.
+        ex.write(OPT.state, stateVector({ step: 0, lossScale: o.lossScale ?? saved[STATE.lossScale] }));
+      } else {
+        ex.write(OPT.state, saved);
+        step = ck.step - baseStep;
+      }
+    } else {
+      const weights = o.initCheckpoint
+        ? await loadHfWeights(graph, o.initCheckpoint)
+        : initParams(graph, o.seed);
+      if (o.initCheckpoint) info(`initial weights from ${o.initCheckpoint}`);
+      ex.write(OPT.flatParams, flatFromParams(weights, layout));
+      ex.write(OPT.m, new Float32Array(layout.total));
+      ex.write(OPT.v, new Float32Array(layout.total));
+      ex.write(OPT.state, stateVector({ step: 0, lossScale: scale }));
+    }
+    if (o.gradientAccumulationSteps > 1) ex.write(OPT.gradAcc, new Float32Array(layout.total));
+
+    const stopAt = Math.min(o.maxSteps, o.stepsThisRun !== undefined ? step + o.stepsThisRun : Infinity);
+    if (step >= o.maxSteps) {
+      info(`step ${baseStep + step} is already at --max-steps ${o.maxSteps}; nothing to do`);
+    }
+    const records: LogRecord[] = [];
+    let lastCheckpoint: string | undefined;
+    let savedAt = step;
+    const save = async () => {
+      const dev = await readDeviceState(ex);
+      const globalStep = baseStep + step;
+      const { dir } = await writeCheckpoint(o.outputDir, globalStep, {
+        model: {
+          graph,
+          config: { ...model.config, architectures: ["BertForPreTraining"], model_type: "bert" },
+          weights: paramsFromFlat(dev.flatParams, layout),
+        },
+        optimizer: dev.optimizer,
+        state: {
+          step: globalStep,
+          optimizerStep: dev.state[STATE.step],
+          lossScaler: { scale: dev.state[STATE.lossScale], cleanSteps: dev.state[STATE.cleanSteps] },
+          schedule,
+          rng: { seed: o.seed },
+          loader: loader.state(),
+          args: { ...o },
+          phase: o.phase2 ? 2 : 1,
+          layout: layoutRecord(layout),
+          device_state: Array.from(dev.state),
+          train_state: stateRecord(dev.state),
+        },
+      }, { keep: o.keepCheckpoints });
+      lastCheckpoint = dir;
+      savedAt = step;
+      ev.checkpoint?.(dir, globalStep);
+    };
+
+    let batch: Batch | undefined;
+    let windowStart = performance.now(), windowSteps = 0;
+    const t0 = performance.now();
+    let stoppedBy: RunResult["stoppedBy"] = step >= o.maxSteps ? "max-steps" : "steps-this-run";
+    while (step < stopAt) {
+      if (ev.stopRequested?.()) {
+        stoppedBy = "signal";
+        break;
+      }
+      for (let mi = 0; mi < o.gradientAccumulationSteps; mi++) {
+        batch = loader.next(batch);
+        for (const name of DATA_INPUTS) ex.write(name, batch[name]);
+        // Dropout's Philox key: (seed, micro-batch number), so a resumed run draws the same masks.
+        ex.write("rng_key", [o.seed >>> 0, (baseStep + step) * o.gradientAccumulationSteps + mi]);
+        if (o.gradientAccumulationSteps > 1) {
+          ex.write(OPT.apply, [mi === o.gradientAccumulationSteps - 1 ? 1 : 0]);
+        }
+        await ex.step();
+      }
+      step++;
+      windowSteps++;
+      if (step % o.logFreq === 0 || step === stopAt) {
+        const r = await readRecord(ex, baseStep + step);
+        const now = performance.now();
+        r.seq_per_s = (windowSteps * o.trainBatchSize) / ((now - windowStart) / 1000);
+        r.elapsed_s = (now - t0) / 1000;
+        windowStart = now;
+        windowSteps = 0;
+        records.push(r);
+        ev.log?.(r);
+      }
+      if (step % o.numStepsPerCheckpoint === 0) await save();
+      if (step >= o.maxSteps) stoppedBy = "max-steps";
+    }
+    if (savedAt !== step || !lastCheckpoint) await save();
+    return {
+      outputDir: o.outputDir,
+      step: baseStep + step,
+      lastCheckpoint,
+      stoppedBy,
+      records,
+      backend: opened.backend,
+    };
+  } finally {
+    ex.destroy();
+    loader.close();
+  }
+}
+
+async function readRecord(
+  ex: { read(n: string): Promise<ArrayLike<number>> },
+  step: number,
+): Promise<LogRecord> {
+  const names = ["loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", OPT.state];
+  const [loss, mlm, nsp, mlmAcc, nspAcc, state] = await Promise.all(names.map((n) => ex.read(n)));
+  return {
+    step,
+    loss: loss[0],
+    mlm_loss: mlm[0],
+    nsp_loss: nsp[0],
+    mlm_accuracy: mlmAcc[0],
+    nsp_accuracy: nspAcc[0],
+    loss_scale: state[STATE.lossScale],
+    learning_rate: state[STATE.learningRate],
+    grad_norm: state[STATE.gradNorm],
+    skipped_steps: state[STATE.skippedSteps],
+    optimizer_steps: state[STATE.step],
+    seq_per_s: 0,
+    elapsed_s: 0,
+  };
+}
+
+interface Start {
+  /** The checkpoint to continue from (this run's newest, or phase 1's last). */
+  readonly resume?: LoadedCheckpoint;
+  /** The checkpoint is phase 1's: start phase 2 from its weights and moments with a fresh schedule. */
+  readonly newPhase: boolean;
+}
+
+/**
+ * Decides where the run starts, before anything is written: a run that would overwrite checkpoints it
+ * was not asked to resume from is refused, and a corrupt checkpoint stops the run with its error.
+ */
+async function startingPoint(o: TrainOptions): Promise<Start> {
+  const newest = await findNewestCheckpoint(o.outputDir);
+  const newestStep = newest ? Number(newest.split("ckpt_").pop()) : -1;
+  if (o.phase2) {
+    if (newest && newestStep > o.phase1EndStep) {
+      if (!o.resumeFromCheckpoint) refuse(o.outputDir, newest);
+      return { resume: await readCheckpoint(newest), newPhase: false };
+    }
+    const phase1 = o.initCheckpoint ?? join(o.outputDir, `ckpt_${o.phase1EndStep}`);
+    try {
+      return { resume: await readCheckpoint(phase1), newPhase: true };
+    } catch (e) {
+      if (
+        o.initCheckpoint && e instanceof CheckpointError && !(await exists(join(phase1, "manifest.json")))
+      ) {
+        return { newPhase: true }; // a plain Hugging Face folder: weights only, loaded by runTraining
+      }
+      throw new CheckpointError(`--phase2: cannot start from phase 1's checkpoint: ${(e as Error).message}`);
+    }
+  }
+  if (!newest) {
+    if (o.resumeFromCheckpoint) {
+      throw new CheckpointError(`${o.outputDir}: no complete checkpoint to resume from`);
+    }
+    return { newPhase: false };
+  }
+  if (!o.resumeFromCheckpoint) refuse(o.outputDir, newest);
+  return { resume: await readCheckpoint(newest), newPhase: false };
+}
+
+function refuse(dir: string, newest: string): never {
+  throw new CheckpointError(
+    `${dir} already has checkpoints (newest ${newest}); pass --resume-from-checkpoint to continue that ` +
+      `run, or choose another --output-dir (nothing was overwritten)`,
+  );
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}

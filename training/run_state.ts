@@ -1,0 +1,104 @@
+/**
+ * What a checkpoint holds beyond the weights, and moving it between a checkpoint and a device: the flat
+ * moments, the on-device training state (update count, loss scale and its clean-step counter, skipped
+ * steps), the loader position, the seed and the layout the flat vectors follow (checked on resume, since
+ * moments are meaningless under another layout).
+ */
+import type { FlatLayout } from "../compiler/optimizer/layout.ts";
+import { OPT, STATE } from "../compiler/optimizer/update.ts";
+import type { StepExecutor } from "../runtime/backend.ts";
+import { CheckpointError, type LoadedCheckpoint, type OptimizerTensor } from "./checkpoint.ts";
+
+export interface LayoutRecord {
+  readonly total: number;
+  readonly chunk: number;
+  /** name:size, in order. */
+  readonly tensors: readonly string[];
+}
+
+export function layoutRecord(layout: FlatLayout): LayoutRecord {
+  return {
+    total: layout.total,
+    chunk: layout.chunk,
+    tensors: layout.segments.map((s) => `${s.name}:${s.size}`),
+  };
+}
+
+/** Throws unless a checkpoint's layout is the one the run's graph has. */
+export function checkLayout(dir: string, saved: unknown, layout: FlatLayout): void {
+  const want = layoutRecord(layout);
+  const got = saved as LayoutRecord | undefined;
+  const same = got && got.total === want.total && got.chunk === want.chunk &&
+    got.tensors?.length === want.tensors.length && got.tensors.every((t, i) => t === want.tensors[i]);
+  if (!same) {
+    throw new CheckpointError(
+      `${dir}: its optimizer state is laid out for another model (${got?.tensors?.length ?? "?"} tensors, ` +
+        `${
+          got?.total ?? "?"
+        } elements; this model has ${want.tensors.length} tensors, ${want.total} elements)`,
+    );
+  }
+}
+
+/** The parameters, one Float32Array each, cut out of the flat parameter vector. */
+export function paramsFromFlat(flat: ArrayLike<number>, layout: FlatLayout): Map<string, Float32Array> {
+  const f = flat instanceof Float32Array ? flat : Float32Array.from(flat);
+  return new Map(layout.segments.map((s) => [s.name, f.slice(s.offset, s.offset + s.size)]));
+}
+
+/** The flat parameter vector (zero padding) from per-parameter values. */
+export function flatFromParams(params: Map<string, ArrayLike<number>>, layout: FlatLayout): Float32Array {
+  const flat = new Float32Array(layout.total);
+  for (const s of layout.segments) {
+    const v = params.get(s.name);
+    if (!v) throw new CheckpointError(`no value for parameter '${s.name}'`);
+    if (v.length !== s.size) {
+      throw new CheckpointError(`parameter '${s.name}' has ${v.length} values, the model wants ${s.size}`);
+    }
+    flat.set(v, s.offset);
+  }
+  return flat;
+}
+
+export interface DeviceState {
+  readonly flatParams: Float32Array;
+  readonly optimizer: Map<string, OptimizerTensor>;
+  /** train.state as stored (update count, loss scale, ...). */
+  readonly state: Float32Array;
+}
+
+const asF32 = (x: ArrayLike<number>) => (x instanceof Float32Array ? x : Float32Array.from(x));
+
+/** Reads everything a checkpoint needs from the device (one sync). */
+export async function readDeviceState(ex: StepExecutor): Promise<DeviceState> {
+  const [flat, m, v, state] = await Promise.all([
+    ex.read(OPT.flatParams),
+    ex.read(OPT.m),
+    ex.read(OPT.v),
+    ex.read(OPT.state),
+  ]);
+  return {
+    flatParams: asF32(flat),
+    optimizer: new Map([[OPT.m, asF32(m)], [OPT.v, asF32(v)]]),
+    state: asF32(state),
+  };
+}
+
+/** Writes a checkpoint's moments and state vector to the device (the weights go separately). */
+export function restoreOptimizer(ex: StepExecutor, ck: LoadedCheckpoint, layout: FlatLayout): void {
+  for (const name of [OPT.m, OPT.v]) {
+    const t = ck.optimizer.get(name);
+    if (!t) throw new CheckpointError(`${ck.dir}: optimizer.safetensors has no '${name}'`);
+    if (t.length !== layout.total) {
+      throw new CheckpointError(
+        `${ck.dir}: '${name}' has ${t.length} values, the layout wants ${layout.total}`,
+      );
+    }
+    ex.write(name, t);
+  }
+}
+
+/** The scalar part of train.state, as plain JSON for trainer_state.json. */
+export function stateRecord(state: Float32Array): Record<string, number> {
+  return Object.fromEntries(Object.entries(STATE).map(([k, i]) => [k, state[i]]));
+}
