@@ -8,6 +8,8 @@ import { type DebugFlags, Fuel, readDebugFlags } from "./debug.ts";
 import { fuseGraph } from "./fusion/fuse.ts";
 import type { FusionResult } from "./fusion/types.ts";
 import { cse } from "./passes/cse.ts";
+import type { Precision } from "./passes/precision.ts";
+import { chooseStorage, detectPrecision, type StoragePlan } from "./storage_precision.ts";
 import { dce } from "./passes/dce.ts";
 import { simplify } from "./passes/simplify.ts";
 import { makePassContext, runPipeline } from "./pipeline.ts";
@@ -16,12 +18,20 @@ export interface CompileOptions {
   readonly fuse: boolean;
   readonly emitters: Partial<Record<Target, Emitter>>;
   readonly flags?: DebugFlags;
+  /**
+   * The mixed-precision policy's storage half (compiler/storage_precision.ts): activations between
+   * kernels are stored in the low precision. Default "auto": the precision `applyPrecision` prepared the
+   * graph for (GEMMs on operands cast from f32), so an fp32 graph narrows nothing.
+   */
+  readonly precision?: Precision | "auto";
 }
 
 export interface Compiled extends BuiltPlan {
   /** The graph after simplification, which the plan executes. */
   readonly graph: Graph;
   readonly fusion: FusionResult;
+  /** The stored dtype of every materialized value. */
+  readonly storage: StoragePlan;
   readonly passTimings: readonly { pass: string; ms: number }[];
 }
 
@@ -39,8 +49,12 @@ export function compileGraph(g: Graph, opts: CompileOptions): Compiled {
     takeFuel: () => fuel.take(),
     log: flags.level >= 3 ? (m) => console.error(m) : undefined,
   });
+  const precision = !opts.precision || opts.precision === "auto"
+    ? detectPrecision(piped.graph)
+    : opts.precision;
+  const storage = chooseStorage(piped.graph, fusion, precision);
   const t1 = performance.now();
-  const built = buildPlan(piped.graph, fusion, opts.emitters);
+  const built = buildPlan(piped.graph, fusion, opts.emitters, storage.storedType);
   const t2 = performance.now();
   if (flags.level >= 4) {
     for (const k of built.plan.kernels) if (k.wgsl) console.error(`// ${k.name}\n${k.wgsl.code}`);
@@ -55,5 +69,5 @@ export function compileGraph(g: Graph, opts: CompileOptions): Compiled {
       console.error(`pass ${t.pass}: ${t.ms.toFixed(1)} ms`);
     }
   }
-  return { ...built, graph: piped.graph, fusion, passTimings };
+  return { ...built, graph: piped.graph, fusion, storage, passTimings };
 }

@@ -36,7 +36,14 @@ import {
 import { delinearize, type Idx } from "./index_math.ts";
 import { attentionKernel } from "./attention_template.ts";
 import { matmulKernel } from "./matmul_template.ts";
-import { computeType, LoweringError, Scope, ValueBuilder, type ValueContext } from "./values.ts";
+import {
+  computeType,
+  LoweringError,
+  Scope,
+  storedTypeOf,
+  ValueBuilder,
+  type ValueContext,
+} from "./values.ts";
 import { describeKernel, kernelName } from "./naming.ts";
 
 export const LOOP_WORKGROUP = 256;
@@ -50,8 +57,9 @@ export const SPLIT_GROUPS = 16;
 export function lowerKernel(g: Graph, k: FusedKernel, ctx: ValueContext): Kernel {
   const name = kernelName(g, k);
   const about = describeKernel(g, k);
-  const usesF16 = [...k.members].some((m) => g.nodes[m].type.dtype === "f16") ||
-    [...k.members].some((m) => g.nodes[m].inputs.some((i) => g.nodes[i].type.dtype === "f16"));
+  // f16 arithmetic (a member typed f16) or storage (a member or operand whose buffer holds f16).
+  const f16 = (id: NodeId) => g.nodes[id].type.dtype === "f16" || storedTypeOf(ctx, id) === "f16";
+  const usesF16 = [...k.members].some((m) => f16(m) || g.nodes[m].inputs.some(f16));
   switch (k.kind) {
     case "loop":
       return lowerLoop(g, k, ctx, name, about, usesF16);
@@ -248,8 +256,7 @@ function lowerReduce(
   const rowStores = new Scope(top);
   for (const r of rowRoots) {
     const v = vb.valueAt(split ? rowStores : top, r, rowShapeIdx(g, r, rowIdx, space));
-    const n = g.nodes[r];
-    rowStores.stmts.push(store(vb.bind(r, "write"), row, cast(v, n.type.dtype)));
+    rowStores.stmts.push(store(vb.bind(r, "write"), row, cast(v, vb.storedType(r))));
   }
   if (rowStores.stmts.length) {
     if (split) top.stmts.push(if_(bin("and", valid, bin("eq", grp, i32(0))), rowStores.stmts));
@@ -376,7 +383,9 @@ function lowerScatter(
   const top = new Scope();
   const c = ref("c", "i32");
   top.stmts.push(let_("c", gid));
-  const zero = cast(lit(0, "f32"), sc.type.dtype);
+  // The accumulator is read, added to and written back in its stored type (the policy keeps it f32).
+  const st = vb.storedType(sc.id);
+  const zero = cast(lit(0, "f32"), st);
   top.stmts.push(
     for_("r", i32(0), i32(rows), i32(1), [store(out, add(mul(ref("r", "i32"), i32(cols)), c), zero)]),
   );
@@ -390,8 +399,8 @@ function lowerScatter(
   const u = vb.valueAt(body, updId, updIdx);
   const at = add(mul(target, i32(cols)), c);
   const inRange = bin("and", bin("ge", target, i32(0)), lt(target, i32(rows)));
-  const sum = add(cast(load(out, at, sc.type.dtype), "f32"), cast(u, "f32"));
-  body.stmts.push(if_(inRange, [store(out, at, cast(sum, sc.type.dtype))]));
+  const sum = add(cast(load(out, at, st), "f32"), cast(u, "f32"));
+  body.stmts.push(if_(inRange, [store(out, at, cast(sum, st))]));
   for (const root of k.roots) {
     if (root === sc.id) continue;
     vb.storeAt(body, root, idxAtLinear(g, root, updIdx.lin!));

@@ -92,6 +92,16 @@ export interface ValueContext {
   readonly computedAnywhere: (id: NodeId) => boolean;
   /** Plan buffer id of a materialized node. */
   readonly bufferOf: (id: NodeId) => number;
+  /**
+   * The dtype a materialized node's buffer holds (compiler/storage_precision.ts), when it differs from
+   * the node's graph dtype (an f32 activation stored f16); default: the graph dtype.
+   */
+  readonly storedType?: (id: NodeId) => DType;
+}
+
+/** The dtype `id`'s buffer holds under `ctx`: every load, store and binding of a node goes through this. */
+export function storedTypeOf(ctx: ValueContext, id: NodeId): DType {
+  return ctx.storedType?.(id) ?? ctx.graph.nodes[id].type.dtype;
 }
 
 export class ValueBuilder {
@@ -104,6 +114,11 @@ export class ValueBuilder {
   private tmp = 0;
 
   constructor(readonly ctx: ValueContext) {}
+
+  /** The dtype `id`'s buffer holds (loads widen it to the compute type, stores round to it). */
+  storedType(id: NodeId): DType {
+    return storedTypeOf(this.ctx, id);
+  }
 
   /** Binds a node's buffer to this kernel (once) and returns the binding's name. */
   bind(id: NodeId, access: KBinding["access"]): string {
@@ -122,7 +137,7 @@ export class ValueBuilder {
       // pipeline); the kernel's header says which tensor each binding is.
       name: `b${this.bindings.length}`,
       buffer: this.ctx.bufferOf(id),
-      t: n.type.dtype,
+      t: this.storedType(id),
       access,
       elements: numel(n.type.shape),
     };
@@ -138,7 +153,8 @@ export class ValueBuilder {
       const id = this.bindingNodes[i];
       const n = this.ctx.graph.nodes[id];
       const what = n.op === "input" || n.op === "param" ? `${n.op} ${n.attrs.name}` : `%${id} ${n.op}`;
-      return `binding ${i} (${b.access}): ${what} ${n.type.dtype}[${n.type.shape.join(",")}]`;
+      const stored = b.t === n.type.dtype ? "" : ` stored ${b.t}`;
+      return `binding ${i} (${b.access}): ${what} ${n.type.dtype}[${n.type.shape.join(",")}]${stored}`;
     });
   }
 
@@ -163,7 +179,7 @@ export class ValueBuilder {
       k: "store",
       buf: name,
       index: linearize(idx, n.type.shape),
-      value: cast(v, n.type.dtype),
+      value: cast(v, this.storedType(id)),
     });
   }
 
@@ -179,7 +195,8 @@ export class ValueBuilder {
       v = this.compute(scope, id, idx);
     } else {
       const name = this.bind(id, "read");
-      v = cast(load(name, linearize(idx, n.type.shape), n.type.dtype), computeType(n.type.dtype));
+      const t = this.storedType(id);
+      v = cast(load(name, linearize(idx, n.type.shape), t), computeType(t));
     }
     v = this.letIn(scope, "v", v);
     scope.remember(key, v);

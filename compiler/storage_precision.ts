@@ -1,0 +1,227 @@
+/**
+ * Mixed-precision policy, storage level: which dtype each materialized value is stored in.
+ *
+ * `applyPrecision` (passes/precision.ts) puts the GEMMs on low-precision operands; every other value of
+ * the graph stays f32. After fusion it is known which values live in buffers between kernels, and this
+ * module narrows those that are activations to the low precision (f16 or bf16): half the bytes stored and
+ * loaded, while every kernel still computes in f32 (a load widens stored→f32, a store rounds f32→stored;
+ * compiler/lower/values.ts). The graph's types do not change: the choice is a property of the buffers.
+ *
+ * What stays f32, and why:
+ * - graph inputs and parameters (f32 master weights, optimizer state, the feeds) and graph outputs
+ *   (losses, parameter gradients, updated parameters): the interface of the step;
+ * - results of reductions and per-row values of reduce kernels (LayerNorm and softmax statistics, loss
+ *   partials): they are sums of many terms whose rounding would not average out;
+ * - the accumulator of a scatter-add (the embedding gradient): it is read, added to and written back;
+ *   rounding at every addition would lose the small contributions ("gradient reductions in f32");
+ * - concats and their operands, through views (the optimizer concatenates every parameter gradient into
+ *   one flat f32 vector, assembled in place: the parts live inside the vector's buffer);
+ * - values that reach a graph output through elementwise ops and views only (a weight gradient GEMM
+ *   feeding the parameter update `w - lr·g`): the output could not be more precise than they are, and
+ *   the step's outputs are f32 by contract.
+ * Everything else of dtype f32 that a kernel materializes is an activation (forward values saved for the
+ * backward pass, activation gradients) and is narrowed. Integer and bool buffers are unchanged, and so are
+ * values the graph already types f16/bf16.
+ *
+ * `roundTripGraph` gives the graph the fused plan computes, for the reference interpreter: each narrowed
+ * value read by another kernel goes through f32→low→f32, and a low-precision GEMM whose accumulator feeds
+ * a cast to f32 in its own kernel is an f32 GEMM of the widened operands (the kernel never rounds the
+ * accumulator there, see lower/values.ts `convert`).
+ */
+import { type DType, Graph, isElementwise, isMovement, type NodeId, numel } from "../ir/mod.ts";
+import type { FusionResult } from "./fusion/types.ts";
+import type { Precision } from "./passes/precision.ts";
+import { LOW_DTYPE } from "./passes/precision.ts";
+
+/** Why a materialized f32 value keeps f32 storage. */
+export type KeepReason =
+  | "graph output"
+  | "reduction result"
+  | "row statistic"
+  | "scatter-add accumulator"
+  | "concat operand"
+  | "concat result"
+  | "feeds an output elementwise";
+
+export interface StoragePlan {
+  readonly precision: Precision;
+  /** The low-precision float type activations are stored in (f32 for fp32: nothing narrows). */
+  readonly low: DType;
+  /** Materialized values stored in `low` although the graph types them f32. */
+  readonly narrowed: ReadonlySet<NodeId>;
+  /** Materialized f32 kernel results that stay f32, with the reason. */
+  readonly kept: ReadonlyMap<NodeId, KeepReason>;
+  /** The dtype a node's buffer holds (its graph dtype unless narrowed). */
+  storedType(id: NodeId): DType;
+}
+
+/** The plan that narrows nothing (fp32, or a lowering without a policy). */
+export function fullStorage(g: Graph): StoragePlan {
+  return {
+    precision: "fp32",
+    low: "f32",
+    narrowed: new Set(),
+    kept: new Map(),
+    storedType: (id) => g.nodes[id].type.dtype,
+  };
+}
+
+/**
+ * The precision a graph was prepared for: the low dtype of GEMMs whose operands are both casts from f32
+ * (through views), which is what `applyPrecision` writes. A graph typed f16 throughout by its author, or
+ * an f32 one, is not mixed precision: "fp32" (nothing narrows).
+ */
+export function detectPrecision(g: Graph): Precision {
+  const castFromF32 = (id: NodeId): DType | undefined => {
+    let n = g.nodes[id];
+    while (isMovement(n.op) && n.op !== "concat" && n.inputs.length === 1) n = g.nodes[n.inputs[0]];
+    if (n.op !== "cast" || g.nodes[n.inputs[0]].type.dtype !== "f32") return undefined;
+    return n.type.dtype;
+  };
+  for (const n of g.nodes) {
+    if (n.op !== "matmul") continue;
+    const a = castFromF32(n.inputs[0]), b = castFromF32(n.inputs[1]);
+    if (a === b && a === "f16") return "fp16";
+    if (a === b && a === "bf16") return "bf16";
+  }
+  return "fp32";
+}
+
+/** Chooses the stored dtype of every materialized value of a fused graph (see the file comment). */
+export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precision): StoragePlan {
+  if (precision === "fp32") return fullStorage(g);
+  const low = LOW_DTYPE[precision];
+  const outputs = new Set(g.outputs.values());
+  const users: NodeId[][] = g.nodes.map(() => []);
+  for (const n of g.nodes) for (const i of n.inputs) users[i].push(n.id);
+
+  // Whether a value reaches a concat through views, or a graph output through elementwise ops and views
+  // (one backward walk: users come after their operands).
+  const toConcat = new Uint8Array(g.nodes.length);
+  const toOutput = new Uint8Array(g.nodes.length);
+  for (let id = g.nodes.length - 1; id >= 0; id--) {
+    if (outputs.has(id)) toOutput[id] = 1;
+    for (const u of users[id]) {
+      const op = g.nodes[u].op;
+      if (op === "concat") toConcat[id] = 1;
+      else if (isMovement(op) && toConcat[u]) toConcat[id] = 1;
+      if ((isElementwise(op) || isMovement(op)) && toOutput[u]) toOutput[id] = 1;
+    }
+  }
+
+  const narrowed = new Set<NodeId>();
+  const kept = new Map<NodeId, KeepReason>();
+  // Materialized by no kernel: a flat vector assembled in place from its parts (fusion/in_place.ts).
+  for (const id of fusion.materialized) {
+    const n = g.nodes[id];
+    if (fusion.kernelOf[id] < 0 && n.op === "concat" && n.type.dtype === "f32") kept.set(id, "concat result");
+  }
+  for (const k of fusion.kernels) {
+    for (const r of k.roots) {
+      const n = g.nodes[r];
+      if (n.type.dtype !== "f32") continue;
+      let why: KeepReason | undefined;
+      if (outputs.has(r)) why = "graph output";
+      else if (n.op === "reduce_sum" || n.op === "reduce_max") why = "reduction result";
+      else if (n.op === "concat") why = "concat result";
+      else if ((k.kind === "reduce" || k.kind === "attention") && numel(n.type.shape) !== numel(k.space)) {
+        why = "row statistic";
+      } else if (k.kind === "scatter" && r === k.anchor) why = "scatter-add accumulator";
+      else if (toConcat[r]) why = "concat operand";
+      else if (toOutput[r]) why = "feeds an output elementwise";
+      if (why) kept.set(r, why);
+      else narrowed.add(r);
+    }
+  }
+  return {
+    precision,
+    low,
+    narrowed,
+    kept,
+    storedType: (id) => (narrowed.has(id) ? low : g.nodes[id].type.dtype),
+  };
+}
+
+/** Buffers and bytes the policy narrowed (at their graph dtype, and as stored). */
+export function narrowingSummary(
+  g: Graph,
+  s: StoragePlan,
+): { buffers: number; bytesBefore: number; bytesAfter: number; kept: Map<KeepReason, number> } {
+  let bytesBefore = 0, bytesAfter = 0;
+  for (const id of s.narrowed) {
+    const n = numel(g.nodes[id].type.shape);
+    bytesBefore += 4 * n;
+    bytesAfter += (s.low === "f32" ? 4 : 2) * n;
+  }
+  const kept = new Map<KeepReason, number>();
+  for (const why of s.kept.values()) kept.set(why, (kept.get(why) ?? 0) + 1);
+  return { buffers: s.narrowed.size, bytesBefore, bytesAfter, kept };
+}
+
+/**
+ * The graph the fused plan computes, for the reference interpreter (see the file comment). A value is
+ * rebuilt once per kernel that computes it: inside its own kernel a narrowed value is the unrounded f32
+ * one, every other kernel reads it rounded. Kernels compute every float in f32 and round only at a cast to
+ * a low type and at a store, where the interpreter rounds each low-typed node: so each low-typed node
+ * computed in a kernel gets an f32 twin (the same op on its operands' twins), its value is the twin
+ * rounded, and a node of another type (a cast to f32, a comparison) reads the twins of its low operands.
+ * (Not modelled: a scatter-add into a low-typed buffer rounds at every addition.) `g` and `fusion` are the
+ * compiled ones (after simplification).
+ */
+export function roundTripGraph(g: Graph, fusion: FusionResult, s: StoragePlan): Graph {
+  const out = new Graph(`${g.name}-as-stored`);
+  const N = g.nodes.length;
+  const kernelOf = fusion.kernelOf;
+  // A value read from a buffer: an input, a parameter, another kernel's root, or a node materialized by
+  // no kernel (a flat vector assembled in place from its parts' buffers).
+  const loaded = (id: NodeId, ctx: number) => fusion.materialized.has(id) && kernelOf[id] !== ctx;
+  const isLow = (id: NodeId) => g.nodes[id].type.dtype === "f16" || g.nodes[id].type.dtype === "bf16";
+
+  // The kernels each node is computed in, found from its readers (one backward walk).
+  const ctxs: Set<number>[] = Array.from({ length: N }, () => new Set());
+  const STORED = -1; // the context of materialized nodes computed by no kernel
+  for (let id = N - 1; id >= 0; id--) {
+    if (kernelOf[id] >= 0) ctxs[id].add(kernelOf[id]);
+    else if (fusion.materialized.has(id)) ctxs[id].add(STORED);
+    for (const ctx of ctxs[id]) {
+      for (const i of g.nodes[id].inputs) if (!loaded(i, ctx)) ctxs[i].add(ctx);
+    }
+  }
+
+  const value = new Map<string, NodeId>(); // `${id}@${ctx}` -> the value as the graph types it
+  const twin = new Map<string, NodeId>(); // `${id}@${ctx}` -> a low value before rounding, in f32
+  const stored: NodeId[] = new Array(N);
+  const widen = (x: NodeId) => out.add("cast", [x], { to: "f32" });
+  const valueIn = (id: NodeId, ctx: number): NodeId =>
+    loaded(id, ctx) ? stored[id] : value.get(`${id}@${ctx}`)!;
+  const twinIn = (id: NodeId, ctx: number): NodeId =>
+    loaded(id, ctx) ? widen(stored[id]) : twin.get(`${id}@${ctx}`)!;
+  for (const n of g.nodes) {
+    for (const ctx of [...ctxs[n.id]].sort((a, b) => a - b)) {
+      const key = `${n.id}@${ctx}`;
+      const source = n.op === "input" || n.op === "param";
+      if (isLow(n.id) && !source && n.op !== "cast") {
+        // Computed in f32 from the operands' unrounded values; the graph's value is that, rounded.
+        const ins = n.inputs.map((i) => (isLow(i) ? twinIn(i, ctx) : valueIn(i, ctx)));
+        const t = out.add(n.op, ins, n.attrs, { shape: n.type.shape, dtype: "f32" }, n.loc);
+        twin.set(key, t);
+        value.set(key, out.add("cast", [t], { to: n.type.dtype }, undefined, n.loc));
+        continue;
+      }
+      // A cast rounds (to a low type) or widens its operand's unrounded value; other ops read low operands
+      // only to compare them.
+      const ins = n.inputs.map((i) => (isLow(i) && !source ? twinIn(i, ctx) : valueIn(i, ctx)));
+      const v = out.add(n.op, ins, n.attrs, n.type, n.loc);
+      value.set(key, v);
+      if (isLow(n.id)) twin.set(key, widen(v));
+    }
+    if (fusion.materialized.has(n.id)) {
+      const base = value.get(`${n.id}@${kernelOf[n.id] >= 0 ? kernelOf[n.id] : STORED}`)!;
+      stored[n.id] = s.narrowed.has(n.id)
+        ? out.add("cast", [out.add("cast", [base], { to: s.low }, undefined, n.loc)], { to: "f32" })
+        : base;
+    }
+  }
+  for (const [name, id] of g.outputs) out.setOutput(name, stored[id]);
+  return out;
+}
