@@ -52,14 +52,17 @@ export function niceTicks(lo: number, hi: number, target = 5): { ticks: number[]
   if (!(hi > lo)) throw new RangeError(`tick range [${lo}, ${hi}] is empty`);
   const raw = (hi - lo) / target;
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? 10 * mag;
+  // The candidate nearest to the raw spacing (by ratio), so the count stays near the target.
+  const step = [1, 2, 5, 10].map((m) => m * mag).reduce((best, s) =>
+    Math.abs(Math.log(s / raw)) < Math.abs(Math.log(best / raw)) ? s : best
+  );
   return { ticks: ticksEvery(lo, hi, step), step };
 }
 
 /** The multiples of `step` in [lo, hi] (with a little slack for rounding). */
 function ticksEvery(lo: number, hi: number, step: number): number[] {
   const ticks: number[] = [];
-  for (let i = Math.ceil(lo / step - 1e-9); i * step <= hi + step * 1e-9; i++) ticks.push(i * step);
+  for (let i = Math.ceil(lo / step - 1e-9); i * step <= hi + step * 1e-9; i++) ticks.push(i * step + 0); // + 0: no -0
   return ticks;
 }
 

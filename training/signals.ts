@@ -1,0 +1,86 @@
+/**
+ * Graceful stop: the first SIGINT or SIGTERM sets a flag that the training loop polls between steps
+ * (finish the step, save a checkpoint, exit 0). A second signal means "now": a message and an immediate
+ * exit with the conventional 128 + signal number, without saving.
+ *
+ *   using stop = new StopSignal().install();   // or stop.dispose() in a finally
+ *   for (...) { step(); if (stop.requested) { save(); break; } }
+ */
+
+export interface StopSignalOptions {
+  /** Default SIGINT and SIGTERM (where the platform cannot listen for one, it is left out). */
+  signals?: Deno.Signal[];
+  /** Where messages go (default: stderr). */
+  write?: (text: string) => void;
+  /** How to leave on the second signal (default Deno.exit; tests replace it). */
+  exit?: (code: number) => void;
+}
+
+const SIGNAL_NUMBERS: Partial<Record<Deno.Signal, number>> = {
+  SIGINT: 2,
+  SIGTERM: 15,
+  SIGHUP: 1,
+  SIGQUIT: 3,
+};
+
+export class StopSignal {
+  #requested: Deno.Signal | undefined;
+  #listeners: [Deno.Signal, () => void][] = [];
+  #write: (text: string) => void;
+  #exit: (code: number) => void;
+  readonly signals: Deno.Signal[];
+
+  constructor(o: StopSignalOptions = {}) {
+    this.signals = o.signals ?? ["SIGINT", "SIGTERM"];
+    const enc = new TextEncoder();
+    this.#write = o.write ?? ((t) => void Deno.stderr.writeSync(enc.encode(t)));
+    this.#exit = o.exit ?? ((code) => Deno.exit(code));
+  }
+
+  /** True once a stop was asked for. */
+  get requested(): boolean {
+    return this.#requested !== undefined;
+  }
+
+  /** The signal that asked for the stop. */
+  get signal(): Deno.Signal | undefined {
+    return this.#requested;
+  }
+
+  /** Starts listening; returns this. */
+  install(): this {
+    for (const sig of this.signals) {
+      const fn = () => this.handle(sig);
+      try {
+        Deno.addSignalListener(sig, fn);
+        this.#listeners.push([sig, fn]);
+      } catch {
+        // Windows listens only for SIGINT and SIGBREAK; the others cannot be delivered there anyway.
+      }
+    }
+    return this;
+  }
+
+  /** What a delivered signal does (public so it can be tested without sending signals). */
+  handle(sig: Deno.Signal): void {
+    if (this.#requested === undefined) {
+      this.#requested = sig;
+      this.#write(
+        `\n${sig}: stopping after this step and saving a checkpoint (send it again to quit at once without saving)\n`,
+      );
+      return;
+    }
+    this.#write(`\n${sig} again: quitting now without saving\n`);
+    this.#exit(128 + (SIGNAL_NUMBERS[sig] ?? 0));
+  }
+
+  /** Stops listening (the default signal behaviour returns). */
+  dispose(): void {
+    for (const [sig, fn] of this.#listeners) Deno.removeSignalListener(sig, fn);
+    this.#listeners = [];
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
