@@ -14,7 +14,7 @@
  * rename rather than after it so that a crash can never leave a `ckpt_<step>/` that looks like a
  * checkpoint but is not one; a `ckpt_<step>/` without a manifest (made by hand or by another tool) is still
  * treated as incomplete and skipped. Leftover `*.tmp-<pid>` and `*.old-<pid>` folders from crashes are
- * never read and are removed by the next save.
+ * never read and are removed by the next save (of any process id: one trainer per run folder).
  *
  * Reading verifies the manifest: every listed file present, sizes and SHA-256 equal, JSON parseable,
  * format version known, and the step in the folder name, the manifest and trainer_state.json equal. Any
@@ -160,6 +160,7 @@ export async function writeCheckpoint(
   await removeLeftovers(runDir);
   const tmp = join(runDir, `${checkpointDirName(step)}.tmp-${Deno.pid}`);
   let manifest: Manifest;
+  let old: string | undefined;
   try {
     await Deno.mkdir(tmp);
     const { graph, config, weights, dtype } = parts.model;
@@ -184,7 +185,6 @@ export async function writeCheckpoint(
     // The manifest is the last file written; the rename below is what makes the checkpoint visible.
     await writeSynced(join(tmp, FILES.manifest), encode(JSON.stringify(manifest, null, 2) + "\n"));
     await syncDir(tmp);
-    let old: string | undefined;
     if (await exists(finalDir)) {
       old = join(runDir, `${checkpointDirName(step)}.old-${Deno.pid}`);
       await Deno.rename(finalDir, old);
@@ -194,6 +194,8 @@ export async function writeCheckpoint(
     if (old) await Deno.remove(old, { recursive: true });
   } catch (e) {
     await Deno.remove(tmp, { recursive: true }).catch(() => {});
+    // Failed between moving an existing same-step checkpoint aside and moving the new one in: put it back.
+    if (old && !(await exists(finalDir))) await Deno.rename(old, finalDir).catch(() => {});
     throw e;
   }
   const removed = await pruneCheckpoints(runDir, keep, finalDir);
@@ -207,15 +209,16 @@ export async function writeCheckpoint(
  */
 export async function pruneCheckpoints(runDir: string, keep: number, protect?: string): Promise<string[]> {
   const complete = (await listCheckpoints(runDir)).filter((c) => c.complete).reverse();
+  // Compared by folder name, so "run/ckpt_5" and "run/ckpt_5/" are the same checkpoint.
   const kept = new Set<string>();
-  if (protect !== undefined) kept.add(join(protect));
+  if (protect !== undefined) kept.add(basename(protect));
   for (const c of complete) {
     if (kept.size >= keep) break;
-    kept.add(c.dir);
+    kept.add(basename(c.dir));
   }
   const removed: string[] = [];
   for (const c of complete) {
-    if (kept.has(c.dir)) continue;
+    if (kept.has(basename(c.dir))) continue;
     const aside = join(runDir, `${basename(c.dir)}.old-${Deno.pid}`);
     await Deno.rename(c.dir, aside);
     await Deno.remove(aside, { recursive: true });
