@@ -399,6 +399,13 @@ export class CudaDriver {
 }
 
 /**
+ * V8 keeps typed arrays of up to 64 bytes inside the JavaScript heap, where the garbage collector may move
+ * them; an address taken of one and used later could go stale. Arrays whose address outlives the call
+ * that took it are therefore made at least this many bytes long, which puts them off the heap.
+ */
+const OFF_HEAP_BYTES = 128;
+
+/**
  * cuLaunchKernel's kernelParams: an array of pointers, the i-th pointing at the value of parameter i.
  * Every parameter of our kernels is a device pointer (8 bytes), so the values live in one BigUint64Array
  * and the array of their addresses in another. Both must stay alive as long as launches use them (a
@@ -409,15 +416,39 @@ export class KernelArgs {
   readonly array: BigUint64Array<ArrayBuffer> | null;
 
   constructor(pointers: readonly DevicePtr[]) {
-    this.values = new BigUint64Array(pointers);
+    const room = Math.max(pointers.length, OFF_HEAP_BYTES / 8);
+    this.values = new BigUint64Array(room);
+    this.values.set(pointers);
     if (pointers.length === 0) {
       this.array = null;
       return;
     }
-    const base = Deno.UnsafePointer.value(Deno.UnsafePointer.of(this.values));
-    this.array = new BigUint64Array(pointers.length);
-    for (let i = 0; i < pointers.length; i++) this.array[i] = BigInt(base) + BigInt(8 * i);
+    const base = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(this.values)));
+    this.array = new BigUint64Array(room);
+    for (let i = 0; i < pointers.length; i++) this.array[i] = base + BigInt(8 * i);
   }
+}
+
+/**
+ * A `const char* const*` argument: the strings, NUL-terminated, packed into one off-heap buffer, and the
+ * array of their addresses. Keep the returned object alive until the call returns.
+ */
+export function cStringArray(strings: readonly string[]): {
+  bytes: Uint8Array<ArrayBuffer>;
+  pointers: BigUint64Array<ArrayBuffer>;
+} {
+  const enc = strings.map((s) => new TextEncoder().encode(s));
+  const total = enc.reduce((a, e) => a + e.length + 1, 0);
+  const bytes = new Uint8Array(Math.max(total, OFF_HEAP_BYTES));
+  const pointers = new BigUint64Array(Math.max(strings.length, OFF_HEAP_BYTES / 8));
+  const base = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(bytes)));
+  let at = 0;
+  enc.forEach((e, i) => {
+    bytes.set(e, at);
+    pointers[i] = base + BigInt(at);
+    at += e.length + 1;
+  });
+  return { bytes, pointers };
 }
 
 function check(s: DriverSymbols, call: string, status: number, kernel?: string): void {

@@ -7,7 +7,7 @@
  * `nvrtcCompileProgram(nvrtcProgram, int numOptions, const char* const* options)`; the size getters write
  * a size_t; `nvrtcGetErrorString(nvrtcResult)` returns a const char*.
  */
-import { cString } from "./driver.ts";
+import { cString, cStringArray } from "./driver.ts";
 import { CudaError } from "./errors.ts";
 import { discover, type DiscoverOptions, openDiscovered } from "./libs.ts";
 
@@ -80,11 +80,8 @@ export class Nvrtc {
     );
     const prog = Deno.UnsafePointer.create(progOut[0]);
     try {
-      const opts = this.options(arch).map(cString);
-      const optPtrs = new BigUint64Array(
-        opts.map((o) => BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(o)))),
-      );
-      const status = s.nvrtcCompileProgram(prog, opts.length, optPtrs);
+      const opts = cStringArray(this.options(arch));
+      const status = s.nvrtcCompileProgram(prog, this.options(arch).length, opts.pointers);
       if (status !== 0) {
         const log = this.log(prog);
         const what = status === NVRTC_ERROR_COMPILATION
