@@ -1,0 +1,179 @@
+/** `deno task train`: BERT pre-training (MLM + NSP) with the fused step, LAMB/AdamW and checkpoints. */
+import { fileURLToPath } from "node:url";
+import { BACKEND_NAMES } from "../engine/choose_backend.ts";
+import type { Precision } from "../compiler/passes/precision.ts";
+import { TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "../training/options.ts";
+import { runTraining } from "../training/run.ts";
+import { CheckpointError } from "../training/checkpoint.ts";
+import { ScheduleError } from "../training/schedule.ts";
+import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { TrainUi } from "./train_ui.ts";
+
+const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
+const DEFAULT_MODEL = here("../models/bert-tiny.ts");
+
+const HELP = `
+deno task train [--model M] [--input-dir DIR] [--output-dir DIR] [--train-batch-size N]
+                [--learning-rate LR] [--max-steps N] [--warmup-proportion P]
+                [--gradient-accumulation-steps N] [--precision fp32|fp16|bf16] [--loss-scale S]
+                [--optimizer lamb|adamw] [--seed N] [--log-freq N] [--num-steps-per-checkpoint N]
+                [--steps-this-run N] [--resume-from-checkpoint] [--init-checkpoint DIR]
+                [--phase2 --phase1-end-step N] [--backend auto|cuda|webgpu|reference] [--no-fuse]
+
+BERT pre-training (masked LM + next sentence prediction), NVIDIA's run_pretraining.py options in kebab
+case. With no arguments: BERT-tiny on the built-in Brown corpus (prepared on first use), ${TRAIN_DEFAULTS.maxSteps} steps on
+the best backend present. Each run folder holds metrics.jsonl, loss.svg / loss.png and ckpt_<step>/
+checkpoints (Hugging Face config.json + model.safetensors, optimizer state, manifest; the last 3 kept).
+Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second Ctrl-C exits at once.
+
+  --model M                      models/*.ts file or config.json (default: models/bert-tiny.ts)
+  --input-dir DIR                shards from deno task prepare-data (default: the Brown corpus)
+  --output-dir DIR               run folder (default: out/runs/<date>-<time>)
+  --train-batch-size N           sequences per optimizer step (default ${TRAIN_DEFAULTS.trainBatchSize})
+  --learning-rate LR             peak learning rate (default ${TRAIN_DEFAULTS.learningRate})
+  --max-steps N                  length of the schedule and of the run, in steps (default ${TRAIN_DEFAULTS.maxSteps})
+  --warmup-proportion P          fraction of max-steps warming up linearly (default ${TRAIN_DEFAULTS.warmupProportion}); then
+                                 polynomial decay with degree 0.5 (NVIDIA's PolyWarmUpScheduler)
+  --gradient-accumulation-steps N  micro-batches per step; train-batch-size must divide by it (default 1)
+  --precision P                  fp32, fp16 (mixed: f16 GEMMs and activations, f32 master weights; dynamic
+                                 loss scaling) or bf16 (CUDA only). Default: fp16 on CUDA, else fp32
+  --loss-scale S                 a static loss scale for fp16 instead of dynamic scaling
+  --init-loss-scale S            dynamic scaling's first scale (default 65536); it halves on overflow
+                                 (the step is skipped) and doubles after 2000 clean steps
+  --optimizer O                  lamb (default; NVIDIA's BERT LAMB) or adamw (BERT's Adam)
+  --seed N                       initialization, data order and dropout (default ${TRAIN_DEFAULTS.seed})
+  --log-freq N                   steps between log lines and metrics.jsonl records (default ${TRAIN_DEFAULTS.logFreq})
+  --num-steps-per-checkpoint N   steps between checkpoints (default ${TRAIN_DEFAULTS.numStepsPerCheckpoint})
+  --steps-this-run N             stop after N steps of this run and checkpoint
+  --resume-from-checkpoint       continue from the newest complete checkpoint in the output dir
+  --init-checkpoint DIR          start from these weights (Hugging Face layout), fresh optimizer
+  --phase2                       phase 2 (e.g. sequence 512 shards): start from ckpt_<phase1-end-step> in the
+                                 output dir (or --init-checkpoint) with a fresh schedule, keeping the moments
+  --phase1-end-step N            the last step of phase 1 (default ${TRAIN_DEFAULTS.phase1EndStep})
+  --backend B                    auto (default: CUDA, else WebGPU, else the CPU interpreter), cuda, webgpu,
+                                 reference
+  --no-fuse                      one kernel per primitive op (the unfused baseline, for comparison)
+  --keep-checkpoints N           complete checkpoints kept (default ${TRAIN_DEFAULTS.keepCheckpoints})
+`;
+
+function positiveNumber(flag: string, v: string | undefined, fallback: number): number {
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!(Number.isFinite(n) && n > 0)) throw new UsageError(`--${flag} must be a positive number, got '${v}'`);
+  return n;
+}
+
+function fraction(flag: string, v: string | undefined, fallback: number): number {
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!(n >= 0 && n < 1)) throw new UsageError(`--${flag} must be in [0, 1), got '${v}'`);
+  return n;
+}
+
+function nonNegativeInt(flag: string, v: string | undefined, fallback: number): number {
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!(Number.isInteger(n) && n >= 0)) {
+    throw new UsageError(`--${flag} must be a non-negative integer, got '${v}'`);
+  }
+  return n;
+}
+
+function stamp(d = new Date()): string {
+  const p = (n: number) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${
+    p(d.getSeconds())
+  }`;
+}
+
+await runMain(async () => {
+  const { values } = parseFlags(Deno.args, {
+    model: { type: "string" },
+    "input-dir": { type: "string" },
+    "output-dir": { type: "string" },
+    "train-batch-size": { type: "string" },
+    "learning-rate": { type: "string" },
+    "max-steps": { type: "string" },
+    "warmup-proportion": { type: "string" },
+    "gradient-accumulation-steps": { type: "string" },
+    precision: { type: "string" },
+    "loss-scale": { type: "string" },
+    "init-loss-scale": { type: "string" },
+    optimizer: { type: "string" },
+    seed: { type: "string" },
+    "log-freq": { type: "string" },
+    "num-steps-per-checkpoint": { type: "string" },
+    "steps-this-run": { type: "string" },
+    "resume-from-checkpoint": { type: "boolean" },
+    "init-checkpoint": { type: "string" },
+    phase2: { type: "boolean" },
+    "phase1-end-step": { type: "string" },
+    backend: { type: "string" },
+    "no-fuse": { type: "boolean" },
+    "keep-checkpoints": { type: "string" },
+  }, HELP);
+  const backend = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
+  const precision = values.precision === undefined
+    ? undefined
+    : oneOf<Precision>("precision", values.precision, ["fp32", "fp16", "bf16"], "fp32");
+  const o: TrainOptions = {
+    model: values.model ?? DEFAULT_MODEL,
+    inputDir: values["input-dir"],
+    outputDir: values["output-dir"] ?? `out/runs/${stamp()}`,
+    trainBatchSize: positiveInt(
+      "train-batch-size",
+      values["train-batch-size"],
+      TRAIN_DEFAULTS.trainBatchSize,
+    ),
+    learningRate: positiveNumber("learning-rate", values["learning-rate"], TRAIN_DEFAULTS.learningRate),
+    maxSteps: positiveInt("max-steps", values["max-steps"], TRAIN_DEFAULTS.maxSteps),
+    warmupProportion: fraction(
+      "warmup-proportion",
+      values["warmup-proportion"],
+      TRAIN_DEFAULTS.warmupProportion,
+    ),
+    gradientAccumulationSteps: positiveInt(
+      "gradient-accumulation-steps",
+      values["gradient-accumulation-steps"],
+      TRAIN_DEFAULTS.gradientAccumulationSteps,
+    ),
+    precision: precision ?? "auto",
+    lossScale: values["loss-scale"] === undefined
+      ? undefined
+      : positiveNumber("loss-scale", values["loss-scale"], 1),
+    initLossScale: positiveNumber("init-loss-scale", values["init-loss-scale"], TRAIN_DEFAULTS.initLossScale),
+    optimizer: oneOf("optimizer", values.optimizer, ["lamb", "adamw"], TRAIN_DEFAULTS.optimizer),
+    seed: nonNegativeInt("seed", values.seed, TRAIN_DEFAULTS.seed),
+    logFreq: positiveInt("log-freq", values["log-freq"], TRAIN_DEFAULTS.logFreq),
+    numStepsPerCheckpoint: positiveInt(
+      "num-steps-per-checkpoint",
+      values["num-steps-per-checkpoint"],
+      TRAIN_DEFAULTS.numStepsPerCheckpoint,
+    ),
+    stepsThisRun: values["steps-this-run"] === undefined
+      ? undefined
+      : positiveInt("steps-this-run", values["steps-this-run"], 1),
+    resumeFromCheckpoint: values["resume-from-checkpoint"] ?? false,
+    initCheckpoint: values["init-checkpoint"],
+    phase2: values.phase2 ?? false,
+    phase1EndStep: nonNegativeInt("phase1-end-step", values["phase1-end-step"], TRAIN_DEFAULTS.phase1EndStep),
+    backend,
+    fuse: !values["no-fuse"],
+    keepCheckpoints: positiveInt(
+      "keep-checkpoints",
+      values["keep-checkpoints"],
+      TRAIN_DEFAULTS.keepCheckpoints,
+    ),
+  };
+  const ui = new TrainUi(o);
+  try {
+    const result = await runTraining(o, ui.events());
+    await ui.finish(result);
+  } catch (e) {
+    ui.close();
+    if (e instanceof TrainOptionsError || e instanceof ScheduleError || e instanceof CheckpointError) {
+      throw new UsageError(e.message);
+    }
+    throw e;
+  }
+});
