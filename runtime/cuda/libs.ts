@@ -50,7 +50,7 @@ export interface Discovery {
 export interface DiscoverOptions {
   /** Environment lookup (tests pass their own). Default: Deno.env.get, or nothing without --allow-env. */
   readonly env?: (name: string) => string | undefined;
-  /** Extra site-packages folders (e.g. from asking python3), searched for nvidia/<pkg>/lib. */
+  /** Extra site-packages folders, searched for nvidia/<pkg>/lib before the ones found by listing. */
   readonly sitePackages?: readonly string[];
   /** Replaces the built-in system folders (tests use this to keep the real machine out). */
   readonly systemDirs?: readonly string[];
@@ -217,35 +217,6 @@ export function discover(library: CudaLibraryName, opts: DiscoverOptions = {}): 
     }
   }
   return { library, label: spec.label, path: null, sonames: spec.soname, searched };
-}
-
-/**
- * Asks python3 (each interpreter found, 10 s limit) for its site-packages folders, for wheels installed
- * somewhere the fixed list does not cover. Needs --allow-run; returns [] without it or on any failure.
- */
-export async function pythonSitePackages(): Promise<string[]> {
-  const status = await Deno.permissions.query({ name: "run" }).catch(() => undefined);
-  if (status?.state !== "granted") return [];
-  const out: string[] = [];
-  for (const exe of ["/opt/torch/.venv/bin/python3", "python3", "/usr/bin/python3"]) {
-    try {
-      const r = await new Deno.Command(exe, {
-        args: [
-          "-c",
-          "import site, sys; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()]))",
-        ],
-        stdout: "piped",
-        stderr: "null",
-        signal: AbortSignal.timeout(10_000),
-      }).output();
-      if (r.success) {
-        out.push(...new TextDecoder().decode(r.stdout).split("\n").filter((l) => l.startsWith("/")));
-      }
-    } catch {
-      // not installed, or timed out: the fixed folders remain
-    }
-  }
-  return [...new Set(out)];
 }
 
 /** The error text for a library that is nowhere: what was looked for and every folder searched. */
