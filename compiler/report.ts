@@ -5,6 +5,7 @@
  */
 import type { Plan } from "../runtime/plan.ts";
 import type { Compiled } from "./compile.ts";
+import { narrowingSummary } from "./storage_precision.ts";
 
 export interface CompileFigures {
   readonly kernels: number;
@@ -32,6 +33,37 @@ export function bytesMoved(p: Plan): number {
     else total += 2 * s.bytes;
   }
   return total;
+}
+
+/** What the storage policy (compiler/storage_precision.ts) narrowed, and why other f32 results stay f32. */
+function storageSection(fused: Compiled, unfused: Compiled): string[] {
+  const s = fused.storage;
+  const lines = ["## Activation storage", ""];
+  if (s.low === "f32") {
+    return [...lines, `Precision ${s.precision}: every buffer keeps its graph dtype.`, ""];
+  }
+  const f = narrowingSummary(fused.graph, s), u = narrowingSummary(unfused.graph, unfused.storage);
+  lines.push(
+    `Precision ${s.precision}: f32 activations between kernels are stored ${s.low} (every kernel computes in`,
+    "f32: loads widen, stores round).",
+    "",
+    "| | unfused | fused |",
+    "|---|---:|---:|",
+    `| buffers narrowed to ${s.low} | ${u.buffers} | ${f.buffers} |`,
+    `| their bytes, f32 → ${s.low} | ${mib(u.bytesBefore)} → ${mib(u.bytesAfter)} | ${mib(f.bytesBefore)} → ${
+      mib(f.bytesAfter)
+    } |`,
+    "",
+    "Kernel results that stay f32 (fused), by reason:",
+    "",
+    "| reason | buffers |",
+    "|---|---:|",
+  );
+  for (const [why, n] of [...f.kept].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))) {
+    lines.push(`| ${why} | ${n} |`);
+  }
+  lines.push("");
+  return lines;
 }
 
 function countBy<T>(xs: readonly T[], key: (x: T) => string): Map<string, number> {
@@ -81,6 +113,7 @@ export function fusionReport(title: string, command: string, fused: Compiled, un
     "counted once per kernel). Peak bytes are the sum of the memory plan's slots.",
     "",
   );
+  lines.push(...storageSection(fused, unfused));
   lines.push("## Fusions refused, by reason", "", "| reason | count |", "|---|---:|");
   const reasons = countBy(fused.fusion.decisions.filter((d) => !d.ok), (d) => d.reason);
   for (const [r, n] of [...reasons].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))) {
