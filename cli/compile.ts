@@ -1,6 +1,7 @@
 /** `deno task compile`: compile a model to fused kernels, a plan and a fusion report. */
 import { basename } from "node:path";
 import type { Emitter, Target } from "../compiler/build_plan.ts";
+import { emitCUDA } from "../compiler/codegen/cuda.ts";
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
@@ -17,7 +18,8 @@ deno task compile MODEL [--mode train|infer] [--precision fp32|fp16|bf16] [--tar
 
 Compiles a model (a models/*.ts file or a config.json) for one training step (forward, backward and
 parameter update) or for inference, and writes kernels_generated/<model>-<mode>-<precision>/:
-one file per distinct kernel (wgsl/*.wgsl), the plan (plan.json) and a fusion report (report.md).
+one file per distinct kernel (wgsl/*.wgsl, cuda/*.cu), the plan (plan.json) and a fusion report
+(report.md).
 
   MODEL              e.g. models/bert-large.ts (default: models/bert-tiny.ts)
   --mode M           train (default) or infer
@@ -35,8 +37,10 @@ Environment: DEBUG, DUMP_DIR, SKIP_PASSES, FUSION_FUEL (see the README).
 `;
 
 const EMITTERS: Record<Target, Emitter | undefined> = {
+  // The kernel's description goes into the file header (write_kernels.ts), not into the code, so the
+  // same fusion in every layer has one source.
   wgsl: (k) => emitWGSL({ ...k, about: [] }),
-  cuda: undefined,
+  cuda: (k) => emitCUDA({ ...k, about: [] }),
 };
 
 await runMain(async () => {

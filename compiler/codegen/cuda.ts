@@ -118,7 +118,9 @@ function isF32Midpoint(d: number): boolean {
 function floatLiteral(v: number): Spelled {
   const r = Math.fround(v);
   if (Number.isNaN(r)) return atom("__uint_as_float(0x7fc00000u)");
-  if (!Number.isFinite(r)) return atom(r > 0 ? "__uint_as_float(0x7f800000u)" : "__uint_as_float(0xff800000u)");
+  if (!Number.isFinite(r)) {
+    return atom(r > 0 ? "__uint_as_float(0x7f800000u)" : "__uint_as_float(0xff800000u)");
+  }
   const text = shortestF32(Math.abs(r)) + "f";
   return r < 0 || Object.is(r, -0) ? { s: `-${text}`, p: UNARY } : atom(text);
 }
@@ -201,7 +203,9 @@ class Speller {
       const t = this.type(b.t);
       return `${b.access === "read" ? "const " : ""}${t}* __restrict__ ${this.names.name(b.name)}`;
     });
-    const shared = k.shared.map((s) => `  __shared__ ${this.type(s.t)} ${this.names.name(s.name)}[${s.size}];`);
+    const shared = k.shared.map((s) =>
+      `  __shared__ ${this.type(s.t)} ${this.names.name(s.name)}[${s.size}];`
+    );
 
     // The body is spelled first: it decides which helpers, headers and ids are needed.
     const ids = this.usedIds();
@@ -370,7 +374,9 @@ class Speller {
       const v = this.expr(r.value);
       if (v.t !== r.t) this.fail(`wg_reduce of a ${v.t} value as ${r.t}`);
       const name = warps > 1 ? this.names.temp("warp") : this.names.name(r.out);
-      this.line(`const ${this.type(r.t)} ${name} = ${warpReduceName(helper, this.legal.warpWidth)}(${v.x.s});`);
+      this.line(
+        `const ${this.type(r.t)} ${name} = ${warpReduceName(helper, this.legal.warpWidth)}(${v.x.s});`,
+      );
       partial.push(name);
     }
     if (warps === 1) return;

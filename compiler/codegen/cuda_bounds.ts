@@ -218,26 +218,60 @@ class Analysis {
     const SWAP: Record<string, string> = { lt: "gt", le: "ge", gt: "lt", ge: "le" };
     let op: string | undefined = holds ? cond.op : NEGATE[cond.op];
     if (op === undefined || !SWAP[op] || isVector(cond.a.t)) return;
-    const refine = (x: KExpr, op: string, bound: Range) => {
-      // Mutable locals may change after the test; immutable ones and loop variables (only the loop's own
-      // increment changes them, after the body) keep the fact for the whole branch.
-      const def = x.k === "ref" ? this.lookup(x.name) : undefined;
-      if (def && def.kind === "range" && def.r === TOP) return;
-      const key = def ?? (x.k === "id" ? `#${x.which}` : undefined);
-      if (key === undefined) return;
-      const limit = op === "lt"
+    const limitOf = (op: string, bound: Range) =>
+      op === "lt"
         ? range(-Infinity, bound.hi - 1)
         : op === "le"
         ? range(-Infinity, bound.hi)
         : op === "gt"
         ? range(bound.lo + 1, Infinity)
         : range(bound.lo, Infinity);
-      const have = into.get(key);
-      into.set(key, have ? meet(have, limit) : limit);
-    };
-    refine(cond.a, op, this.of(cond.b));
+    this.refine(cond.a, limitOf(op, this.of(cond.b)), into, depth);
     op = SWAP[op];
-    refine(cond.b, op, this.of(cond.a));
+    this.refine(cond.b, limitOf(op, this.of(cond.a)), into, depth);
+  }
+
+  /**
+   * Records that `x` lies in `limit`: on a local or an id directly, and back through the definition of a
+   * local to what it is computed from (`grp = lid / 16` and `grp < 8` give `lid < 128`) where the step
+   * is exact: a quotient by a positive constant of a nonnegative value, or a sum, difference or product
+   * with a constant that cannot have wrapped.
+   */
+  private refine(x: KExpr, limit: Range, into: Map<Def | string, Range>, depth: number): void {
+    if (depth > 8 || isVector(x.t)) return;
+    if (x.k === "id") return this.narrow(`#${x.which}`, limit, into);
+    if (x.k === "ref") {
+      const def = this.lookup(x.name);
+      // Mutable locals may change after the test; immutable ones and loop variables (only the loop's own
+      // increment changes them, after the body) keep the fact for the whole branch.
+      if (!def || (def.kind === "range" && def.r === TOP)) return;
+      this.narrow(def, limit, into);
+      if (def.kind === "expr") this.refine(def.e, limit, into, depth + 1);
+      return;
+    }
+    if (x.k !== "bin") return;
+    const own = this.of(x);
+    if (!Number.isFinite(own.lo) || !Number.isFinite(own.hi)) return; // may have wrapped
+    const c = x.b.k === "lit"
+      ? x.b.v
+      : x.a.k === "lit" && (x.op === "add" || x.op === "mul")
+      ? x.a.v
+      : undefined;
+    const y = x.b.k === "lit" ? x.a : x.b;
+    if (c === undefined || y.k === "lit") return;
+    const shifted = (d: number) => range(limit.lo + d, limit.hi + d);
+    if (x.op === "add") this.refine(y, shifted(-c), into, depth + 1);
+    else if (x.op === "sub" && x.b.k === "lit") this.refine(y, shifted(c), into, depth + 1);
+    else if (x.op === "mul" && c > 0) {
+      this.refine(y, range(Math.ceil(limit.lo / c), Math.floor(limit.hi / c)), into, depth + 1);
+    } else if (x.op === "div" && x.b.k === "lit" && c > 0 && this.of(y).lo >= 0) {
+      this.refine(y, range(limit.lo * c, limit.hi * c + c - 1), into, depth + 1);
+    }
+  }
+
+  private narrow(key: Def | string, limit: Range, into: Map<Def | string, Range>): void {
+    const have = into.get(key);
+    into.set(key, have ? meet(have, limit) : limit);
   }
 
   // ---- ranges -------------------------------------------------------------------------------------

@@ -55,7 +55,8 @@ ${horner(ERF_LARGE, "u_large", "q")}
 
 // __umulhi gives the high word of the 64-bit product; the low word is the ordinary u32 product. Same
 // rounds, constants and key bumps as runtime/numeric/philox.ts and the WGSL prelude.
-const PHILOX_BLOCK = `// Philox4x32-10 of counter (index / 4, 0, step, 0) and key (seed, stream): the project's dropout
+const PHILOX_BLOCK =
+  `// Philox4x32-10 of counter (index / 4, 0, step, 0) and key (seed, stream): the project's dropout
 // stream (runtime/numeric/philox.ts).
 static __device__ __forceinline__ uint4 bf_philox_block(unsigned int seed, unsigned int step,
                                                         unsigned int stream, unsigned int index) {
@@ -84,7 +85,8 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
   return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
 }`;
 
-const PHILOX4 = `// The uniforms of elements index..index+3 (index a multiple of 4): the four words of one block.
+const PHILOX4 =
+  `// The uniforms of elements index..index+3 (index a multiple of 4): the four words of one block.
 static __device__ __forceinline__ float4 bf_philox4(unsigned int seed, unsigned int step, unsigned int stream,
                                                     unsigned int index) {
   const uint4 w = bf_philox_block(seed, step, stream, index);
@@ -125,9 +127,11 @@ export const CUDA_PRELUDE_NAMES: readonly string[] = [...ORDER, "bf_make_half4"]
 const SUFFIX: Record<string, string> = { float: "f32", int: "i32", "unsigned int": "u32", __half: "f16" };
 
 /** Name of the warp-level reduction of `r` over `width` lanes. */
-export const warpReduceName = (r: ReduceHelper, width: number) => `bf_warp_${r.op}_${SUFFIX[r.type]}_${width}`;
+export const warpReduceName = (r: ReduceHelper, width: number) =>
+  `bf_warp_${r.op}_${SUFFIX[r.type]}_${width}`;
 /** Name of the block-level fold of `warps` per-warp slots. */
-export const blockReduceName = (r: ReduceHelper, warps: number) => `bf_block_${r.op}_${SUFFIX[r.type]}_${warps}`;
+export const blockReduceName = (r: ReduceHelper, warps: number) =>
+  `bf_block_${r.op}_${SUFFIX[r.type]}_${warps}`;
 
 /**
  * Butterfly over `width` lanes: after the step with offset o, lanes i and i^o hold a op b and b op a,

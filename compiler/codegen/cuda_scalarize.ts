@@ -18,10 +18,10 @@ import {
   type KExpr,
   type KStmt,
   type KType,
+  type KVector,
   laneOf,
   laneType,
   ref,
-  type KVector,
 } from "../kernel_ir/ir.ts";
 import { visitExprs, visitStmts } from "./ir_walk.ts";
 
@@ -113,7 +113,13 @@ class Scalarizer {
         const lanes = [0, 1, 2, 3].map((c) => this.lane(s.init, c));
         const names = [0, 1, 2, 3].map((c) => this.fresh(`${s.name}_${c}`));
         this.declare(s.name, { kind: "lanes", names });
-        return names.map((name, c) => ({ k: "let", name, t: laneType(s.t), init: lanes[c], mutable: s.mutable }));
+        return names.map((name, c) => ({
+          k: "let",
+          name,
+          t: laneType(s.t),
+          init: lanes[c],
+          mutable: s.mutable,
+        }));
       }
       case "set": {
         const l = this.local(s.name);
@@ -125,7 +131,9 @@ class Scalarizer {
         return l.names.map((name, c) => ({ k: "set", name, value: temps[c] }));
       }
       case "store": {
-        if (!this.vectorBindings.has(s.buf)) return [{ ...s, index: this.scalar(s.index), value: this.scalar(s.value) }];
+        if (!this.vectorBindings.has(s.buf)) {
+          return [{ ...s, index: this.scalar(s.index), value: this.scalar(s.value) }];
+        }
         const index = this.scalar(s.index);
         const v = s.value;
         if (v.k === "ref" && this.local(v.name)?.kind === "vector") return [{ ...s, index, value: v }];
@@ -249,7 +257,9 @@ class Scalarizer {
       case "bin":
         return { k: "bin", t, op: e.op, a: this.lane(e.a, c), b: this.lane(e.b, c) };
       case "select": {
-        const cond = isVector(e.cond.t) ? this.lane(e.cond, c) : this.hoist(e.cond, () => this.scalar(e.cond), "sel");
+        const cond = isVector(e.cond.t)
+          ? this.lane(e.cond, c)
+          : this.hoist(e.cond, () => this.scalar(e.cond), "sel");
         return { k: "select", t, cond, a: this.lane(e.a, c), b: this.lane(e.b, c) };
       }
       case "cast":
