@@ -10,8 +10,11 @@
  * What stays f32, and why:
  * - graph inputs and parameters (f32 master weights, optimizer state, the feeds) and graph outputs
  *   (losses, parameter gradients, updated parameters): the interface of the step;
- * - results of reductions and per-row values of reduce kernels (LayerNorm and softmax statistics, loss
- *   partials): they are sums of many terms whose rounding would not average out;
+ * - results of reductions and the statistics computed from them (elementwise and through views, until a
+ *   broadcast takes them back to the shape of the activations; also any per-row result of a reduce
+ *   kernel): LayerNorm's mean and 1/σ, softmax's max and sum, loss partials, optimizer norms. They are
+ *   sums of many terms whose rounding would not average out, and their range is not an activation's
+ *   (an unfused LayerNorm backward's 1/σ³-like terms exceeded f16's 65504 in BERT-tiny);
  * - the accumulator of a scatter-add (the embedding gradient): it is read, added to and written back;
  *   rounding at every addition would lose the small contributions ("gradient reductions in f32");
  * - concats and their operands, through views (the optimizer concatenates every parameter gradient into
@@ -109,6 +112,17 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
     }
   }
 
+  // Statistics: a reduction, or computed from one elementwise or by a view that keeps its elements (not
+  // a broadcast back to the activations' shape, nor a concat with other values); one forward walk.
+  const statistic = new Uint8Array(g.nodes.length);
+  const VIEWS = new Set(["reshape", "permute", "slice"]);
+  for (const n of g.nodes) {
+    if (n.op === "reduce_sum" || n.op === "reduce_max") statistic[n.id] = 1;
+    else if ((isElementwise(n.op) || VIEWS.has(n.op)) && n.inputs.some((i) => statistic[i])) {
+      statistic[n.id] = 1;
+    }
+  }
+
   const narrowed = new Set<NodeId>();
   const kept = new Map<NodeId, KeepReason>();
   // Materialized by no kernel: a flat vector assembled in place from its parts (fusion/in_place.ts).
@@ -124,11 +138,15 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
       if (outputs.has(r)) why = "graph output";
       else if (n.op === "reduce_sum" || n.op === "reduce_max") why = "reduction result";
       else if (n.op === "concat") why = "concat result";
-      else if ((k.kind === "reduce" || k.kind === "attention") && numel(n.type.shape) !== numel(k.space)) {
-        why = "row statistic";
-      } else if (k.kind === "scatter" && r === k.anchor) why = "scatter-add accumulator";
+      else if (k.kind === "scatter" && r === k.anchor) why = "scatter-add accumulator";
       else if (toConcat[r]) why = "concat operand";
       else if (toOutput[r]) why = "feeds an output elementwise";
+      else if (
+        statistic[r] ||
+        ((k.kind === "reduce" || k.kind === "attention") && numel(n.type.shape) !== numel(k.space))
+      ) {
+        why = "row statistic";
+      }
       if (why) kept.set(r, why);
       else narrowed.add(r);
     }

@@ -103,7 +103,9 @@ Deno.test("storage policy: reduction results stay f32, the normalized activation
 Deno.test("storage policy: backward pass — statistics, reduction results and parameter gradients stay f32", async () => {
   const { differentiate } = await import("../compiler/passes/autodiff.ts");
   const m = new ModelBuilder("ln-bwd");
-  const x = m.param("x", [8, 32], "zeros");
+  // x comes from a GEMM, so LayerNorm's input gradient is an activation gradient (read by the GEMMs of
+  // dW0), not an output: the normalization's values are narrowed, its statistics kept.
+  const x = m.input("x0", "f32", [8, 16]).matmul(m.param("w0", [16, 32], "zeros"));
   const y = layerNorm(x, m.param("g", [32], "ones"), m.param("b", [32], "zeros"), 1e-12);
   const h = gelu(y.matmul(m.param("w", [32, 48], "zeros")));
   const probe = m.input("probe", "f32", [8, 48]);
@@ -127,6 +129,18 @@ Deno.test("storage policy: backward pass — statistics, reduction results and p
   // The activations between the kernels (normalized x, GELU input/output, their gradients) are narrowed.
   assert.ok(c.storage.narrowed.size >= 2, `${c.storage.narrowed.size} narrowed`);
   for (const id of c.storage.narrowed) assert.equal(c.graph.nodes[id].type.shape[0], 8);
+  // Unfused, every op is a kernel and stores its result: still no statistic (anything computed from a
+  // reduction before a broadcast, [8, 1] here) is narrowed, however many kernels it passes through.
+  const u = compileGraph(applyPrecision(differentiate(m.graph, "loss"), "fp16"), {
+    fuse: false,
+    emitters: {},
+    precision: "fp16",
+  });
+  assert.ok(u.storage.narrowed.size > c.storage.narrowed.size);
+  for (const id of u.storage.narrowed) {
+    const n = u.graph.nodes[id];
+    assert.ok(n.type.shape.join() !== "8,1", `%${id} ${n.op}[${n.type.shape}] narrowed`);
+  }
 });
 
 Deno.test("storage policy: operands of a concat stay f32 (the optimizer's flat gradient vector)", () => {
