@@ -1,28 +1,93 @@
-/** What `deno task train` shows and writes beside the run: progress, metrics.jsonl, the loss plot. */
+/**
+ * What `deno task train` shows and writes beside the run: a progress bar (loss, MLM accuracy, sequences/s,
+ * loss scale), metrics.jsonl (one record per logged step, continued on resume), the loss curve as SVG and
+ * PNG (redrawn at each checkpoint and at the end), and the SIGINT/SIGTERM stop flag.
+ */
+import { join } from "node:path";
+import { MetricsWriter, readMetrics } from "../training/metrics.ts";
 import type { TrainOptions } from "../training/options.ts";
+import { writeLossCurves } from "../training/plot.ts";
+import { Progress } from "../training/progress.ts";
 import type { LogRecord, RunEvents, RunResult } from "../training/run.ts";
+import { StopSignal } from "../training/signals.ts";
 
 export class TrainUi {
-  private stop = false;
+  private readonly stop = new StopSignal().install();
+  private progress: Progress | undefined;
+  private metrics: MetricsWriter | undefined;
+
   constructor(readonly o: TrainOptions) {}
+
+  private say(msg: string): void {
+    if (this.progress) this.progress.log(msg);
+    else console.error(msg);
+  }
 
   events(): RunEvents {
     return {
-      info: (m) => console.error(m),
-      log: (r: LogRecord) =>
-        console.error(
-          `step ${r.step}  loss ${r.loss.toFixed(4)}  mlm acc ${(100 * r.mlm_accuracy).toFixed(1)}%  ` +
-            `${r.seq_per_s.toFixed(1)} seq/s  scale ${r.loss_scale}  lr ${r.learning_rate.toExponential(2)}`,
-        ),
-      checkpoint: (dir) => console.error(`checkpoint ${dir}`),
-      stopRequested: () => this.stop,
+      info: (m) => this.say(m),
+      start: async ({ step, resumed, stopAt }) => {
+        this.metrics = await MetricsWriter.open(
+          join(this.o.outputDir, "metrics.jsonl"),
+          resumed ? { resumeStep: step } : {},
+        );
+        this.progress = new Progress({ total: stopAt });
+        this.progress.update({ step });
+      },
+      log: (r: LogRecord) => {
+        this.metrics?.write({ ...r });
+        this.progress?.update({
+          step: r.step,
+          loss: r.loss,
+          mlmAccuracy: r.mlm_accuracy,
+          seqPerSec: r.seq_per_s,
+          lossScale: r.loss_scale,
+          learningRate: r.learning_rate,
+        });
+      },
+      checkpoint: async (dir) => {
+        await this.metrics?.sync();
+        await this.plot();
+        this.say(`checkpoint ${dir}`);
+      },
+      stopRequested: () => {
+        if (this.stop.requested) this.say(`${this.stop.signal}: finishing the step and saving a checkpoint`);
+        return this.stop.requested;
+      },
     };
   }
 
-  finish(r: RunResult): Promise<void> {
-    console.error(`done: step ${r.step} (${r.stoppedBy}), ${r.lastCheckpoint ?? "no checkpoint"}`);
-    return Promise.resolve();
+  private async plot(): Promise<void> {
+    const path = join(this.o.outputDir, "metrics.jsonl");
+    const records = await readMetrics(path, { tolerateTornLastLine: true }).catch(() => []);
+    const points = records.map((r) => ({
+      step: Number(r.step),
+      loss: typeof r.loss === "number" ? r.loss : null,
+      mlmAccuracy: typeof r.mlm_accuracy === "number" ? r.mlm_accuracy : null,
+    }));
+    if (points.length >= 1) {
+      await writeLossCurves(this.o.outputDir, points, { title: "bertfuse pre-training" });
+    }
   }
 
-  close(): void {}
+  async finish(r: RunResult): Promise<void> {
+    await this.metrics?.sync();
+    this.metrics?.close();
+    await this.plot();
+    const last = r.records[r.records.length - 1];
+    this.progress?.finish(
+      `${r.stoppedBy === "signal" ? "stopped" : "done"} at step ${r.step} on ${r.backend}` +
+        (last
+          ? `: loss ${last.loss.toFixed(4)}, MLM accuracy ${(100 * last.mlm_accuracy).toFixed(1)}%`
+          : "") +
+        `\n  ${r.outputDir}: metrics.jsonl, loss_curve.svg/.png, ${r.lastCheckpoint ?? "no checkpoint"}`,
+    );
+    this.stop.dispose();
+  }
+
+  close(): void {
+    this.progress?.finish();
+    this.metrics?.close();
+    this.stop.dispose();
+  }
 }

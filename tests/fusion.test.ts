@@ -46,6 +46,18 @@ function assertValidSchedule(g: Graph, r: FusionResult): void {
       if (x < 0) continue;
       const op = g.nodes[x].op;
       if (op === "input" || op === "param") continue;
+      if (r.inPlace.concats.has(x)) {
+        // A flat vector assembled in place: each tensor placed in it is written by an earlier kernel.
+        for (const [part, where] of r.inPlace.placed) {
+          if (where.concat !== x || ["input", "param"].includes(g.nodes[part].op)) continue;
+          const pw = writtenBy.get(part);
+          assert.ok(
+            pw !== undefined && pw < k.id,
+            `kernel ${k.id} reads flat %${x} before part %${part} is written`,
+          );
+        }
+        continue;
+      }
       const w = writtenBy.get(x);
       assert.ok(w !== undefined, `kernel ${k.id} reads %${x} (${op}), which no kernel writes`);
       assert.ok(w < k.id, `kernel ${k.id} reads %${x} written later, by kernel ${w}`);

@@ -58,9 +58,11 @@ export interface LogRecord {
 
 export interface RunEvents {
   info?(msg: string): void;
+  /** Before the first step: the global step the run starts from, and whether it continues a run. */
+  start?(s: { step: number; resumed: boolean; stopAt: number }): Promise<void> | void;
   /** Called for every logged step. */
   log?(r: LogRecord): void;
-  checkpoint?(dir: string, step: number): void;
+  checkpoint?(dir: string, step: number): Promise<void> | void;
   /** Polled between steps; true stops the run after the step (it is then checkpointed). */
   stopRequested?(): boolean;
 }
@@ -193,6 +195,11 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     if (step >= o.maxSteps) {
       info(`step ${baseStep + step} is already at --max-steps ${o.maxSteps}; nothing to do`);
     }
+    await ev.start?.({
+      step: baseStep + step,
+      resumed: start.resume !== undefined,
+      stopAt: baseStep + stopAt,
+    });
     const records: LogRecord[] = [];
     let lastCheckpoint: string | undefined;
     let savedAt = step;
@@ -222,7 +229,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
       }, { keep: o.keepCheckpoints });
       lastCheckpoint = dir;
       savedAt = step;
-      ev.checkpoint?.(dir, globalStep);
+      await ev.checkpoint?.(dir, globalStep);
     };
 
     let batch: Batch | undefined;

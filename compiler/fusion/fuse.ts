@@ -349,6 +349,16 @@ function storableHere(g: Graph, id: NodeId, k: FusedKernel, need: Set<Need>): Ve
   // row kernel over those rows, which computes the value once per row and can write it — and can then take
   // the reductions that produce it.
   if (rc && k.kind === "loop" && numel(rc.shape) === numel(k.space)) {
+    // Not when there would be few rows: a scalar broadcast over a whole vector (the optimizer's overflow
+    // flag) would turn an elementwise kernel into one workgroup walking every element.
+    const rows = numel(rc.shape) / numel(rc.axes.map((a) => rc.shape[a]));
+    if (rows < MIN_ROWS_FOR_ELEMENT_OUTPUTS && numel(k.space) >= 65536) {
+      return no(
+        `it is a value per row of ${rows} row(s); a row kernel over ${
+          numel(k.space)
+        } elements would serialize them`,
+      );
+    }
     return joinAtRowLevel(k, need, rc.shape, rc.axes);
   }
   return no(`it is read as ${describeNeeds(need)} here, so this kernel cannot also write it`);
