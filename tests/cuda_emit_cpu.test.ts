@@ -1,0 +1,392 @@
+/**
+ * The emitted CUDA, run on the CPU: every fusion case (bench/fusion_cases.ts, f32 and f16) is compiled to
+ * a plan with CUDA kernels, the kernels are built as host C++ with g++ through a small shim (the CUDA
+ * built-ins as plain C++: threadIdx/blockIdx, __syncthreads as a std::barrier across one OS thread per
+ * CUDA thread, __shfl_xor_sync through an exchange array, half and bfloat16 conversions in software), the
+ * plan's steps run in order, and every output is compared with the reference interpreter on the same
+ * random inputs.
+ *
+ * What this checks: the spelling's semantics (operators, precedence, casts, rounding, index math,
+ * vector loads and lanes, Philox, wg_reduce's warp butterfly and per-warp slots, barriers, shared memory)
+ * on real kernels. What it cannot check: GPU-specific behaviour (memory model, warp scheduling, NVRTC).
+ * Host libm stands in for CUDA's expf/tanhf (both within a few ulp), so tolerances are the WebGPU tests'.
+ * Without g++ the test is reported as ignored.
+ */
+import assert from "node:assert/strict";
+import { emitCUDA } from "../compiler/codegen/cuda.ts";
+import { compileGraph } from "../compiler/compile.ts";
+import { FUSION_CASES, graphOf, type Tolerance } from "../bench/fusion_cases.ts";
+import { type Graph, isFloat, numel } from "../ir/mod.ts";
+import type { Plan, PlanBuffer } from "../runtime/plan.ts";
+import { storedBytes } from "../runtime/plan.ts";
+import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../runtime/numeric/half.ts";
+import { evaluate } from "../runtime/reference/interpreter.ts";
+import { seededRandom } from "./util/random.ts";
+import { buildModelGraph } from "../compiler/model_graph.ts";
+import type { Precision } from "../compiler/passes/precision.ts";
+import { loadModel } from "../models/load.ts";
+
+const CXX = Deno.env.get("CXX") ?? "g++";
+
+async function cxxVersion(): Promise<string | undefined> {
+  try {
+    const out = await new Deno.Command(CXX, { args: ["--version"], stdout: "piped", stderr: "piped" })
+      .output();
+    return out.success ? new TextDecoder().decode(out.stdout).split("\n")[0] : undefined;
+  } catch {
+    return undefined;
+  }
+}
+const version = await cxxVersion();
+if (!version) console.log(`CUDA-on-CPU tests ignored: ${CXX} not found`);
+
+// The tolerances of tests/util/fused_check.ts (one rounding per fused kernel vs one per op).
+const F32_TOL: Tolerance = { rtol: 2e-5, atol: 1e-6 };
+const F16_TOL: Tolerance = { rtol: 4e-3, atol: 1e-3 };
+
+/** CUDA's device built-ins as host C++ (see the file comment). */
+const SHIM = String.raw`
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+using std::max;
+using std::min;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+#define __align__(n) alignas(n)
+struct bf_dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local bf_dim3 threadIdx, blockIdx;
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned bf_bits(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline int __float2int_rz(float x) {
+  if (std::isnan(x)) return 0;
+  if (x >= 2147483648.0f) return INT32_MAX;
+  if (x <= -2147483648.0f) return INT32_MIN;
+  return int(x);
+}
+inline unsigned __float2uint_rz(float x) {
+  if (std::isnan(x) || x <= 0.0f) return 0u;
+  if (x >= 4294967296.0f) return UINT32_MAX;
+  return unsigned(x);
+}
+struct __half { uint16_t bits; };
+struct __nv_bfloat16 { uint16_t bits; };
+inline float __half2float(__half h) {
+  const unsigned s = (h.bits & 0x8000u) << 16, e = (h.bits >> 10) & 31u, m = h.bits & 1023u;
+  if (e == 31u) return __uint_as_float(s | 0x7f800000u | (m << 13));
+  if (e == 0u) return (s ? -1.0f : 1.0f) * std::ldexp(float(m), -24);
+  return __uint_as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+inline __half __float2half_rn(float f) {
+  const unsigned u = bf_bits(f), s = (u >> 16) & 0x8000u;
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return {uint16_t(s | 0x7e00u)};
+  if (a >= 65520.0f) return {uint16_t(s | 0x7c00u)};
+  if (a < 6.103515625e-05f) {  // subnormal: a multiple of 2^-24, rounded to nearest even
+    const float q = std::nearbyint(a * 16777216.0f);
+    return {uint16_t(s | unsigned(q))};
+  }
+  const unsigned au = u & 0x7fffffffu;
+  unsigned r = au + 0xfffu + ((au >> 13) & 1u);  // round the 13 dropped bits to nearest even
+  return {uint16_t(s | (((r >> 23) - 112u) << 10) | ((r >> 13) & 1023u))};
+}
+inline float __bfloat162float(__nv_bfloat16 b) { return __uint_as_float(unsigned(b.bits) << 16); }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  const unsigned u = bf_bits(f);
+  if (std::isnan(f)) return {uint16_t((u >> 16) | 0x40u)};
+  return {uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+static std::barrier<>* bf_barrier;
+inline void __syncthreads() { bf_barrier->arrive_and_wait(); }
+template <typename T> T __shfl_xor_sync(unsigned, T v, int o, int) {
+  static T slots[1024];
+  slots[threadIdx.x] = v;
+  __syncthreads();
+  const T r = slots[threadIdx.x ^ unsigned(o)];
+  __syncthreads();
+  return r;
+}
+// Kernels without barriers run thread after thread; the others get one OS thread per CUDA thread.
+static void bf_launch(unsigned blocks, unsigned threads, bool barriers, const std::function<void()>& f) {
+  if (!barriers) {
+    for (unsigned b = 0; b < blocks; ++b) {
+      blockIdx.x = b;
+      for (unsigned t = 0; t < threads; ++t) {
+        threadIdx.x = t;
+        f();
+      }
+    }
+    return;
+  }
+  std::barrier<> bar(threads);
+  bf_barrier = &bar;
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      threadIdx.x = t;
+      for (unsigned b = 0; b < blocks; ++b) {
+        blockIdx.x = b;
+        f();
+        bar.arrive_and_wait();
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+`;
+
+const C_TYPE: Record<string, string> = {
+  f32: "float",
+  f16: "__half",
+  bf16: "__nv_bfloat16",
+  i32: "int",
+  u32: "unsigned int",
+  bool: "unsigned int",
+};
+
+/** A C++ program running the plan's steps over buffers read from stdin, writing its outputs to stdout. */
+function program(plan: Plan): string {
+  const sources = new Map<string, number>();
+  const parts = [SHIM];
+  for (const k of plan.kernels) {
+    const code = k.cuda!.code;
+    if (sources.has(code)) continue;
+    sources.set(code, sources.size);
+    parts.push(`#define bf_kernel bf_kernel_${sources.size - 1}\n${code}#undef bf_kernel\n`);
+  }
+  const main = [
+    "int main() {",
+    `  std::vector<std::vector<unsigned char>> buf(${plan.buffers.length});`,
+    ...plan.buffers.map((b, i) =>
+      `  buf[${i}].resize(${Math.max(16, numel(b.shape) * storedBytes(b.dtype))});` +
+      ` if (std::fread(buf[${i}].data(), 1, ${numel(b.shape) * storedBytes(b.dtype)}, stdin) != ${
+        numel(b.shape) * storedBytes(b.dtype)
+      }) return 2;`
+    ),
+  ];
+  for (const s of plan.steps) {
+    if (s.op === "copy") {
+      main.push(`  std::memcpy(buf[${s.dst}].data(), buf[${s.src}].data(), ${s.bytes});`);
+      continue;
+    }
+    const k = plan.kernels[s.kernel];
+    const t = k.cuda!;
+    const args = k.bindings.map((b) =>
+      `reinterpret_cast<${C_TYPE[plan.buffers[b.buffer].dtype]}*>(buf[${b.buffer}].data())`
+    );
+    const barriers = /__syncthreads|__shfl_xor_sync/.test(t.code);
+    main.push(
+      `  bf_launch(${t.grid[0]}u, ${t.workgroupSize}u, ${barriers}, [&] { bf_kernel_${sources.get(t.code)}(${
+        args.join(", ")
+      }); });`,
+    );
+  }
+  for (const id of Object.values(plan.outputs)) {
+    const b = plan.buffers[id];
+    main.push(`  std::fwrite(buf[${id}].data(), 1, ${numel(b.shape) * storedBytes(b.dtype)}, stdout);`);
+  }
+  main.push("  return 0;", "}");
+  parts.push(main.join("\n"));
+  return parts.join("\n");
+}
+
+function encode(b: PlanBuffer, data: ArrayLike<number> | undefined): Uint8Array {
+  const n = numel(b.shape);
+  if (!data) return new Uint8Array(n * storedBytes(b.dtype));
+  switch (b.dtype) {
+    case "f32":
+      return new Uint8Array(Float32Array.from(data).buffer);
+    case "f16":
+      return new Uint8Array(encodeF16(data).buffer);
+    case "bf16":
+      return new Uint8Array(encodeBF16(data).buffer);
+    case "i32":
+      return new Uint8Array(Int32Array.from(data).buffer);
+    case "u32":
+      return new Uint8Array(Uint32Array.from(data).buffer);
+    case "bool":
+      return new Uint8Array(Uint32Array.from(data, (x) => (x ? 1 : 0)).buffer);
+  }
+}
+
+function decode(b: PlanBuffer, bytes: Uint8Array): ArrayLike<number> {
+  const n = numel(b.shape);
+  const ab = bytes.slice().buffer;
+  switch (b.dtype) {
+    case "f32":
+      return new Float32Array(ab, 0, n);
+    case "f16":
+      return decodeF16(new Uint16Array(ab, 0, n));
+    case "bf16":
+      return decodeBF16(new Uint16Array(ab, 0, n));
+    case "i32":
+      return new Int32Array(ab, 0, n);
+    default:
+      return new Uint32Array(ab, 0, n);
+  }
+}
+
+/** Random feeds: normals for floats, small ints unless the case says otherwise (as fused_check does). */
+function randomFeeds(
+  g: Graph,
+  seed: number,
+  ints: Record<string, (r: ReturnType<typeof seededRandom>, i: number) => number> = {},
+): Record<string, Float64Array> {
+  const r = seededRandom(seed);
+  const feeds: Record<string, Float64Array> = {};
+  for (const n of g.nodes) {
+    if (n.op !== "input" && n.op !== "param") continue;
+    const name = String(n.attrs.name);
+    const gen = ints[name];
+    feeds[name] = Float64Array.from(
+      { length: numel(n.type.shape) },
+      (_, i) => gen ? gen(r, i) : isFloat(n.type.dtype) ? r.normal() : r.int(0, 4),
+    );
+  }
+  return feeds;
+}
+
+async function runOnCpu(dir: string, plan: Plan, feeds: Record<string, ArrayLike<number>>) {
+  const src = `${dir}/prog.cpp`;
+  await Deno.writeTextFile(src, program(plan));
+  // The generated code includes these headers; on the host the shim provides everything.
+  await Deno.writeTextFile(`${dir}/cuda_fp16.h`, "");
+  await Deno.writeTextFile(`${dir}/cuda_bf16.h`, "");
+  const build = await new Deno.Command(CXX, {
+    args: ["-std=c++20", "-O1", "-fno-strict-aliasing", "-pthread", `-I${dir}`, src, "-o", `${dir}/prog`],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!build.success) {
+    throw new Error(`g++ failed:\n${new TextDecoder().decode(build.stderr).slice(0, 8000)}`);
+  }
+  const byName = new Map<string, ArrayLike<number>>(Object.entries(feeds));
+  const input: Uint8Array[] = plan.buffers.map((b) => {
+    const fed = b.role === "input" || b.role === "param" ? byName.get(b.name) : undefined;
+    return encode(b, fed);
+  });
+  const child = new Deno.Command(`${dir}/prog`, { stdin: "piped", stdout: "piped", stderr: "piped" }).spawn();
+  const writer = child.stdin.getWriter();
+  for (const chunk of input) await writer.write(chunk);
+  await writer.close();
+  const out = await child.output();
+  if (!out.success) throw new Error(`program failed (${out.code}): ${new TextDecoder().decode(out.stderr)}`);
+  const results = new Map<string, ArrayLike<number>>();
+  let at = 0;
+  for (const [name, id] of Object.entries(plan.outputs)) {
+    const b = plan.buffers[id];
+    const bytes = numel(b.shape) * storedBytes(b.dtype);
+    results.set(name, decode(b, out.stdout.subarray(at, at + bytes)));
+    at += bytes;
+  }
+  return results;
+}
+
+/** |cuda - ref| <= atol + rtol * max|ref|, per output tensor (as tests/util/fused_check.ts). */
+function compare(
+  ref: Map<string, ArrayLike<number>>,
+  got: Map<string, ArrayLike<number>>,
+  tol: Tolerance,
+  plan: Plan,
+): void {
+  for (const [name, expected] of ref) {
+    const out = got.get(name);
+    assert.ok(out, `missing output ${name}`);
+    let maxRef = 0, maxErr = 0;
+    for (let i = 0; i < expected.length; i++) {
+      maxRef = Math.max(maxRef, Math.abs(expected[i]));
+      const e = Math.abs(out[i] - expected[i]);
+      if (!(e <= maxErr)) maxErr = Number.isNaN(e) ? Infinity : e;
+    }
+    const limit = tol.atol + tol.rtol * maxRef;
+    assert.ok(
+      maxErr <= limit,
+      `${name}: max |cuda - ref| = ${maxErr.toExponential(3)} > ${limit.toExponential(3)} ` +
+        `(max |ref| ${maxRef.toExponential(3)}, ${plan.kernels.length} kernels)`,
+    );
+    if (Deno.env.get("CUDA_CPU_VERBOSE")) {
+      console.log(`${name}: ${maxErr.toExponential(3)} of ${limit.toExponential(3)}`);
+    }
+  }
+}
+
+for (const c of FUSION_CASES) {
+  for (const dtype of c.dtypes) {
+    Deno.test({
+      name: `CUDA on the CPU vs reference (${dtype}): ${c.name}${version ? "" : " (g++ not found)"}`,
+      ignore: !version,
+      async fn() {
+        const g = graphOf(c.name, c.body, dtype, c.backward);
+        const feeds = randomFeeds(g, 1000 + FUSION_CASES.indexOf(c), c.ints);
+        const tol = c.tol?.[dtype] ?? (dtype === "f16" ? F16_TOL : F32_TOL);
+        const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+        const ref = evaluate(g, feeds, { precision: "f32" });
+        const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
+        try {
+          compare(ref, await runOnCpu(dir, compiled.plan, feeds), tol, compiled.plan);
+        } finally {
+          await Deno.remove(dir, { recursive: true });
+        }
+      },
+    });
+  }
+}
+
+// A whole model: BERT-tiny inference (classification head, one short sequence) in each precision.
+// Tolerances are per output tensor, relative to its largest value; the reference rounds every op, a
+// fused kernel once, so the gap grows with depth and with narrower storage.
+const MODEL_TOL: Record<Precision, Tolerance> = {
+  fp32: { rtol: 1e-4, atol: 1e-5 },
+  fp16: { rtol: 1e-2, atol: 1e-3 },
+  bf16: { rtol: 3e-2, atol: 1e-2 },
+};
+for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
+  Deno.test({
+    name: `CUDA on the CPU vs reference: BERT-tiny inference, ${precision}${
+      version ? "" : " (g++ not found)"
+    }`,
+    ignore: !version,
+    async fn() {
+      const model = await loadModel("models/bert-tiny.ts");
+      const g = buildModelGraph({
+        model,
+        mode: "infer",
+        head: "classification",
+        precision,
+        batchSize: 1,
+        seqLen: 8,
+      });
+      const feeds = randomFeeds(g, 77, {
+        input_ids: (r) => r.int(0, 1000),
+        token_type_ids: (r) => r.int(0, 2),
+        attention_mask: (_, i) => (i < 6 ? 1 : 0),
+      });
+      const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+      const ref = evaluate(g, feeds, { precision: "f32" });
+      const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
+      try {
+        compare(ref, await runOnCpu(dir, compiled.plan, feeds), MODEL_TOL[precision], compiled.plan);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  });
+}
