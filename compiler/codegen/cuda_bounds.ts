@@ -70,6 +70,27 @@ function loopRange(from: Range, to: Range, step: Range): Range {
   return range(from.lo, to.hi - 1);
 }
 
+function findShadowed(body: readonly KStmt[], outer: readonly Set<string>[], out: Set<string>): void {
+  const here = new Set<string>();
+  const scopes = [...outer, here];
+  const declare = (name: string) => {
+    if (scopes.some((sc) => sc.has(name))) out.add(name);
+    here.add(name);
+  };
+  for (const s of body) {
+    if (s.k === "let") declare(s.name);
+    if (s.k === "wg_reduce") declare(s.out);
+    if (s.k === "for") {
+      if (scopes.some((sc) => sc.has(s.v))) out.add(s.v);
+      findShadowed(s.body, [...scopes, new Set([s.v])], out);
+    }
+    if (s.k === "if") {
+      findShadowed(s.then, scopes, out);
+      if (s.else) findShadowed(s.else, scopes, out);
+    }
+  }
+}
+
 type Def = { readonly kind: "expr"; readonly e: KExpr } | { readonly kind: "range"; readonly r: Range };
 
 /** The rule: clamps unproven load indices; see the file comment. */
@@ -96,10 +117,17 @@ class Analysis {
   /** Names some `set` assigns: a loop variable among them is unknown (the IR never does this today). */
   private readonly assigned = new Set<string>();
 
+  /**
+   * Names declared again while an outer declaration is visible. A definition is re-evaluated where it is
+   * used, and there a name inside it could mean the inner local; such names are simply unknown.
+   */
+  private readonly shadowed = new Set<string>();
+
   constructor(k: Kernel) {
     visitStmts(k.body, (s) => {
       if (s.k === "set") this.assigned.add(s.name);
     });
+    findShadowed(k.body, [], this.shadowed);
     for (const b of k.bindings) this.sizes.set(b.name, b.vector ? b.elements / b.vector : b.elements);
     for (const s of k.shared) this.sizes.set(s.name, s.size);
     const ws = k.workgroupSize, n = k.workgroups;
@@ -175,6 +203,7 @@ class Analysis {
   }
 
   private lookup(name: string): Def | undefined {
+    if (this.shadowed.has(name)) return undefined;
     for (let i = this.scopes.length - 1; i >= 0; i--) {
       const d = this.scopes[i].get(name);
       if (d) return d;
