@@ -201,10 +201,10 @@ class Speller {
     }
     const params = k.bindings.map((b) => {
       const t = this.type(b.t);
-      return `${b.access === "read" ? "const " : ""}${t}* __restrict__ ${this.names.name(b.name)}`;
+      return `${b.access === "read" ? "const " : ""}${t}* __restrict__ ${this.names.name(b.name, "binding")}`;
     });
     const shared = k.shared.map((s) =>
-      `  __shared__ ${this.type(s.t)} ${this.names.name(s.name)}[${s.size}];`
+      `  __shared__ ${this.type(s.t)} ${this.names.name(s.name, "shared")}[${s.size}];`
     );
 
     // The body is spelled first: it decides which helpers, headers and ids are needed.
@@ -318,7 +318,7 @@ class Speller {
       case "sstore": {
         const t = this.sharedType.get(s.arr) ?? this.fail(`store to unknown shared array ${s.arr}`);
         if (s.value.t !== t) this.fail(`store of a ${s.value.t} value into ${t} shared array ${s.arr}`);
-        this.line(`${this.names.name(s.arr)}[${this.index(s.index)}] = ${this.expr(s.value).x.s};`);
+        this.line(`${this.names.name(s.arr, "shared")}[${this.index(s.index)}] = ${this.expr(s.value).x.s};`);
         return;
       }
       case "for": {
@@ -381,7 +381,10 @@ class Speller {
     }
     if (warps === 1) return;
     const slot = (r: Reduce) =>
-      this.names.name(this.legal.scratch.get(r.out) ?? this.fail(`wg_reduce ${r.out} has no slots`));
+      this.names.name(
+        this.legal.scratch.get(r.out) ?? this.fail(`wg_reduce ${r.out} has no slots`),
+        "shared",
+      );
     this.line(`if ((lid & ${WARP - 1}) == 0) {`);
     group.forEach((r, i) => this.line(`  ${slot(r)}[lid / ${WARP}] = ${partial[i]};`));
     this.line("}");
@@ -403,7 +406,7 @@ class Speller {
 
   /** The spelled binding: as is, or reinterpreted as an array of its vector type. */
   private access(buf: string, t: KType, read: boolean): string {
-    const name = this.names.name(buf);
+    const name = this.names.name(buf, "binding");
     if (!isVector(t)) return name;
     const c = read && this.bindingConst.has(buf) ? "const " : "";
     return `reinterpret_cast<${c}${this.type(t)}*>(${name})`;
@@ -434,7 +437,7 @@ class Speller {
       case "sload": {
         const t = this.sharedType.get(e.arr) ?? this.fail(`load from unknown shared array ${e.arr}`);
         if (t !== e.t) this.fail(`load of ${e.t} from ${t} shared array ${e.arr}`);
-        return atom(`${this.names.name(e.arr)}[${this.index(e.index)}]`);
+        return atom(`${this.names.name(e.arr, "shared")}[${this.index(e.index)}]`);
       }
       case "un":
         return this.unary(e);

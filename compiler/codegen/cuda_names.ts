@@ -42,9 +42,14 @@ export class CudaNamer {
   private readonly spelled = new Map<string, string>();
   private readonly used = new Set<string>();
 
-  /** The C++ identifier for an IR name (the same one every time it is asked). */
-  name(irName: string): string {
-    const have = this.spelled.get(irName);
+  /**
+   * The C++ identifier for an IR name (the same one every time it is asked). Bindings, shared arrays and
+   * locals are separate kinds of IR names (WGSL lets a local reuse a binding's name; C++ would not let it
+   * redeclare a parameter), so each kind gets identifiers of its own.
+   */
+  name(irName: string, kind: "local" | "binding" | "shared" = "local"): string {
+    const key = `${kind}:${irName}`;
+    const have = this.spelled.get(key);
     if (have !== undefined) return have;
     let base = irName.replace(/[^A-Za-z0-9_]/g, "_");
     if (!IDENT.test(base)) base = `v_${base}`;
@@ -54,7 +59,7 @@ export class CudaNamer {
     let out = base;
     // A numbered suffix after one "_" (appending underscores could make a reserved "__").
     for (let n = 0; TAKEN.has(out) || this.used.has(out); n++) out = `${base.replace(/_+$/, "")}_${n}`;
-    this.spelled.set(irName, out);
+    this.spelled.set(key, out);
     this.used.add(out);
     return out;
   }
