@@ -21,6 +21,9 @@ import type { Plan, PlanBuffer } from "../runtime/plan.ts";
 import { storedBytes } from "../runtime/plan.ts";
 import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../runtime/numeric/half.ts";
 import { evaluate } from "../runtime/reference/interpreter.ts";
+import { uniformAt } from "../runtime/numeric/philox.ts";
+import { erf } from "../runtime/numeric/erf.ts";
+import { cudaPrelude } from "../compiler/codegen/cuda_prelude.ts";
 import { seededRandom } from "./util/random.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
@@ -390,3 +393,96 @@ for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
     },
   });
 }
+
+Deno.test({
+  name: `CUDA on the CPU: the Philox prelude is the reference's stream bit for bit${
+    version ? "" : " (g++ not found)"
+  }`,
+  ignore: !version,
+  async fn() {
+    const r = seededRandom(9);
+    // Site words across the whole u32 range (the carries of the 64-bit products), indices to 2^32 - 1.
+    const sites = Array.from({ length: 200 }, (_, i) => {
+      const index = i < 100 ? r.u32() : i;
+      return [r.u32(), i % 3 === 0 ? 0xffffffff : r.u32(), r.u32(), (index & ~3) >>> 0] as const;
+    });
+    const prelude = cudaPrelude({
+      helpers: new Set(["bf_philox", "bf_philox4"]),
+      reductions: new Map(),
+      warpWidth: 32,
+      warps: 1,
+    });
+    const main = [
+      "int main() {",
+      "  unsigned s[4];",
+      '  while (std::scanf("%u %u %u %u", &s[0], &s[1], &s[2], &s[3]) == 4) {',
+      "    const float4 q = bf_philox4(s[0], s[1], s[2], s[3]);",
+      '    std::printf("%u %u %u %u", bf_bits(q.x), bf_bits(q.y), bf_bits(q.z), bf_bits(q.w));',
+      '    for (unsigned j = 0; j < 4; ++j) std::printf(" %u", bf_bits(bf_philox(s[0], s[1], s[2], s[3] + j)));',
+      '    std::printf("\\n");',
+      "  }",
+      "}",
+    ].join("\n");
+    const dir = await Deno.makeTempDir({ prefix: "bertfuse-philox-" });
+    try {
+      await Deno.writeTextFile(`${dir}/p.cpp`, `${SHIM}\n${prelude}\n${main}\n`);
+      const build = await new Deno.Command(CXX, {
+        args: ["-std=c++20", "-O1", "-pthread", `${dir}/p.cpp`, "-o", `${dir}/p`],
+        stderr: "piped",
+      }).output();
+      assert.ok(build.success, new TextDecoder().decode(build.stderr));
+      const child = new Deno.Command(`${dir}/p`, { stdin: "piped", stdout: "piped" }).spawn();
+      const w = child.stdin.getWriter();
+      await w.write(new TextEncoder().encode(sites.map((x) => x.join(" ")).join("\n") + "\n"));
+      await w.close();
+      const lines = new TextDecoder().decode((await child.output()).stdout).trim().split("\n");
+      assert.equal(lines.length, sites.length);
+      sites.forEach(([seed, step, stream, index], i) => {
+        const got = lines[i].split(" ").map(Number);
+        // The float's bits: every uniform is exact in f32, so they must be equal, not close.
+        const want = [0, 1, 2, 3].map((j) =>
+          new Uint32Array(Float32Array.of(uniformAt(seed, step, stream, index + j)).buffer)[0]
+        );
+        assert.deepEqual(got, [...want, ...want], `site ${[seed, step, stream, index]}`);
+      });
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name: `CUDA on the CPU: the erf prelude is within 2e-7 of runtime/numeric/erf.ts${
+    version ? "" : " (g++ not found)"
+  }`,
+  ignore: !version,
+  async fn() {
+    const prelude = cudaPrelude({
+      helpers: new Set(["bf_erf"]),
+      reductions: new Map(),
+      warpWidth: 32,
+      warps: 1,
+    });
+    const main = [
+      "int main() {",
+      '  for (int i = -5000; i <= 5000; ++i) std::printf("%.9g\\n", bf_erf(i * 0.001f));',
+      "}",
+    ].join("\n");
+    const dir = await Deno.makeTempDir({ prefix: "bertfuse-erf-" });
+    try {
+      await Deno.writeTextFile(`${dir}/e.cpp`, `${SHIM}\n${prelude}\n${main}\n`);
+      const build = await new Deno.Command(CXX, {
+        args: ["-std=c++20", "-O1", "-pthread", `${dir}/e.cpp`, "-o", `${dir}/e`],
+        stderr: "piped",
+      }).output();
+      assert.ok(build.success, new TextDecoder().decode(build.stderr));
+      const out = await new Deno.Command(`${dir}/e`, { stdout: "piped" }).output();
+      const got = new TextDecoder().decode(out.stdout).trim().split("\n").map(Number);
+      let worst = 0;
+      got.forEach((y, i) => (worst = Math.max(worst, Math.abs(y - erf(Math.fround((i - 5000) * 0.001))))));
+      assert.ok(worst <= 2e-7, `max |bf_erf - erf| = ${worst}`);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
