@@ -15,7 +15,9 @@
  *   - Element types: f32 float, i32 int, u32 unsigned int, bool as unsigned int (4 bytes, 0 or 1, as on
  *     WGSL), f16 __half and bf16 __nv_bfloat16 (2 bytes each).
  *   - Launch grid = TargetKernel.grid ([x, y, z] blocks), block = (TargetKernel.workgroupSize, 1, 1).
- *     A grid with a zero dimension is not launched (CUDA rejects it; there is no work).
+ *     A grid with a zero dimension has no work and must be skipped (cuLaunchKernel rejects it).
+ *   - Source: CUDA C++17 for NVRTC; it includes only cuda_fp16.h / cuda_bf16.h, and only when it uses
+ *     them (pass the toolkit's include folder with -I where NVRTC lacks them built in).
  *   - A binding marked `vector` is read and written 4 elements at a time (float4/int4/uint4: 16 bytes;
  *     f16: 8 bytes): its pointer must be aligned to that size.
  *   - Bindings of one launch never overlap (the memory plan never puts two buffers of one step in one slot),
