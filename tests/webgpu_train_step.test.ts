@@ -31,6 +31,7 @@ for (const fuse of [true, false]) {
         batchSize: B,
         seqLen: S,
         maxPredictions: P,
+        optimizer: "sgd", // the step itself; tests/webgpu_optimizer_step.test.ts covers LAMB and AdamW
       });
       const r = seededRandom(fuse ? 11 : 12);
       const feeds: Record<string, ArrayLike<number>> = Object.fromEntries(initParams(g, 5));

@@ -50,7 +50,7 @@ export class TrainOptionsError extends Error {
 
 export const TRAIN_DEFAULTS = {
   trainBatchSize: 8,
-  learningRate: 1e-3,
+  learningRate: 6e-3, // NVIDIA's phase-1 LAMB rate
   maxSteps: 300,
   warmupProportion: 0.1,
   gradientAccumulationSteps: 1,
