@@ -18,6 +18,7 @@ import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
 import { isElementwise, isMovement } from "../../ir/ops.ts";
 import { fuseAttention } from "./attention.ts";
 import { findInPlaceConcats } from "./in_place.ts";
+import { mergeConsumers } from "./consumers.ts";
 import { mergeSiblings } from "./siblings.ts";
 import { ANY, describeNeeds, ELEM, OPERAND, operandNeed, parseRowCandidate, ROW, usersOf } from "./needs.ts";
 import {
@@ -81,6 +82,21 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     opts.log?.(`fusion: concat %${id} is not assembled in place: ${why}`);
   }
   const isAssembled = (id: NodeId) => inPlace.concats.has(id);
+  // An elementwise op on one tensor that lives in a buffer anyway, with only scalars or inline values
+  // beside it (the optimizer's unscaled gradient, g * 1/scale): recomputing it in each reader reads the
+  // same bytes as reading it back, so it is never written (XLA duplicates such producers too).
+  const cheapOverBuffer = (id: NodeId): boolean => {
+    const n = nodes[id];
+    if (!isElementwise(n.op) || n.op === "cast") return false;
+    let big = 0;
+    for (const i of n.inputs) {
+      const src = nodes[i];
+      const buffer = isBuffer(src.op) || isAssembled(i);
+      if (buffer && numel(src.type.shape) === numel(n.type.shape)) big++;
+      else if (!inline[i] && !(buffer && numel(src.type.shape) <= 64)) return false;
+    }
+    return big === 1;
+  };
 
   const kernelOf = new Int32Array(nodes.length).fill(-1);
   /** For inline nodes and views: the kernels that read them. */
@@ -145,8 +161,8 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     const isView = !isOutput[id] &&
       (inline[id] || readerKernels.size === 0 ||
         (opts.fuse
-          ? (isMovement(n.op) || n.op === "cast") && readerKernels.size > 1 && n.op !== "concat" &&
-            n.op !== "pad"
+          ? ((isMovement(n.op) || n.op === "cast") && n.op !== "concat" && n.op !== "pad" ||
+            cheapOverBuffer(id)) && readerKernels.size > 1
           : n.op === "reshape" || n.op === "broadcast")); // unfused: views as in eager frameworks
     if (isView) {
       // Each reader folds the index math in (views of a node read by several kernels make it a buffer).
@@ -238,7 +254,7 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     log: opts.log,
     always: opts.attention === "always",
   });
-  return mergeSiblings(g, withAttention, opts.takeFuel);
+  return mergeConsumers(g, mergeSiblings(g, withAttention, opts.takeFuel), opts.takeFuel);
 }
 
 /**

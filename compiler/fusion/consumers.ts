@@ -1,0 +1,161 @@
+/**
+ * Consumer merging (XLA's multi-output fusion of a consumer into its producer): after the other fusion
+ * passes, an elementwise loop kernel that reads a value another kernel writes, at the same elements, is
+ * folded into that producer kernel when everything else it reads already exists there. The producer then
+ * computes the consumer's values too and writes them, and a value only the consumer read need not be
+ * written at all.
+ *
+ * The case that matters is the optimizer: consumer-first fusion leaves "keep or update" selects (the new
+ * moments, written as graph outputs) in a kernel of their own that re-reads the moments the row kernel of
+ * the LAMB update just computed and wrote — four vector reads and two writes per step that this removes.
+ */
+import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import { isElementwise } from "../../ir/ops.ts";
+import { readsOf } from "./kernel_facts.ts";
+import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
+
+/** A merged kernel binds at most this many buffers (desktop WebGPU adapters allow at least 16). */
+export const MAX_MERGED_BINDINGS = 16;
+/** Roots of at most this many elements may move to the kernel that computes their operands. */
+const SMALL = 64;
+
+export function mergeConsumers(g: Graph, r: FusionResult, takeFuel?: () => boolean): FusionResult {
+  const kernels: FusedKernel[] = r.kernels.map((k) => ({
+    ...k,
+    members: new Set(k.members),
+    roots: [...k.roots],
+  }));
+  const alive = kernels.map(() => true);
+  const outputs = new Set(g.outputs.values());
+  const placed = r.inPlace.placed;
+  const writer = new Map<NodeId, number>();
+  kernels.forEach((k, i) => k.roots.forEach((x) => writer.set(x, i)));
+  const decisions: FusionDecision[] = [...r.decisions];
+  let reads = kernels.map((k) => readsOf(g, r, k));
+
+  /** The kernel index by which `x` exists, or -1 for buffers present before the step. */
+  const readyAt = (x: NodeId): number => {
+    const w = writer.get(x);
+    if (w !== undefined) return w;
+    if (r.inPlace.concats.has(x)) {
+      let last = -1;
+      for (const [part, where] of placed) {
+        if (where.concat === x) last = Math.max(last, writer.get(part) ?? -1);
+      }
+      return last;
+    }
+    return -1;
+  };
+
+  hoistSmallRoots();
+
+  for (let j = 0; j < kernels.length; j++) {
+    const k2 = kernels[j];
+    if (k2.kind !== "loop") continue;
+    const size = numel(k2.space);
+    if (![...k2.members].every((m) => numel(g.nodes[m].type.shape) === size)) continue;
+    // The producer: the latest kernel whose roots this one reads (everything else must be older).
+    const producers = [...reads[j]].map(readyAt).filter((i) => i >= 0 && i !== j);
+    if (producers.length === 0) continue;
+    const i = Math.max(...producers);
+    const k1 = kernels[i];
+    if (!alive[i] || (k1.kind !== "loop" && k1.kind !== "reduce") || numel(k1.space) !== size) continue;
+    // Every other value it reads must exist before the producer runs.
+    const late = [...reads[j]].find((x) => writer.get(x) !== i && readyAt(x) >= i);
+    if (late !== undefined) {
+      decisions.push({
+        producer: k2.roots[0],
+        consumerKernel: i,
+        ok: false,
+        reason: `it also reads %${late}, which kernel ${readyAt(late)} writes after its producer runs`,
+      });
+      continue;
+    }
+    const merged = new Set([...k1.members, ...k2.members]);
+    const roots = [...merged].filter((m) => isRoot(m, i, j)).sort((a, b) => a - b);
+    const inputs = new Set([...reads[i], ...reads[j]].filter((x) => !merged.has(x)));
+    const bindings = inputs.size + roots.length;
+    if (bindings > MAX_MERGED_BINDINGS) {
+      decisions.push({
+        producer: k2.roots[0],
+        consumerKernel: i,
+        ok: false,
+        reason: `merging into its producer would bind ${bindings} buffers`,
+      });
+      continue;
+    }
+    if (takeFuel && !takeFuel()) continue;
+    for (const m of k2.members) k1.members.add(m);
+    k1.roots.splice(0, k1.roots.length, ...roots);
+    for (const x of roots) writer.set(x, i);
+    for (const x of k2.roots) if (!roots.includes(x)) writer.delete(x);
+    alive[j] = false;
+    reads = kernels.map((k) => readsOf(g, { ...r, materialized: materializedNow() }, k));
+    decisions.push({ producer: k2.roots[0], consumerKernel: i, ok: true, reason: "" });
+  }
+
+  /**
+   * A small elementwise root computed from the roots of one earlier kernel (the optimizer's overflow flag,
+   * `||g|| <= max`, from the kernel that computes ||g||) moves into that kernel, so its readers can merge
+   * with kernels that run before the one consumer-first fusion happened to put it in.
+   */
+  function hoistSmallRoots(): void {
+    for (let k = 0; k < kernels.length; k++) {
+      for (const x of [...kernels[k].roots]) {
+        const n = g.nodes[x];
+        if (numel(n.type.shape) > SMALL || !isElementwise(n.op) || outputs.has(x) || placed.has(x)) continue;
+        const from = new Set<number>();
+        let ok = true;
+        for (const inp of n.inputs) {
+          const w = writer.get(inp);
+          if (w !== undefined && numel(g.nodes[inp].type.shape) === numel(n.type.shape)) from.add(w);
+          else if (w !== undefined || r.materialized.has(inp) || r.kernelOf[inp] >= 0) ok = false;
+        }
+        if (!ok || from.size !== 1) continue;
+        const p = [...from][0];
+        if (p >= k || (takeFuel && !takeFuel())) continue;
+        kernels[k].members.delete(x);
+        kernels[k].roots.splice(kernels[k].roots.indexOf(x), 1);
+        kernels[p].members.add(x);
+        kernels[p].roots.push(x);
+        kernels[p].roots.sort((a, b) => a - b);
+        writer.set(x, p);
+        decisions.push({ producer: x, consumerKernel: p, ok: true, reason: "" });
+      }
+    }
+    reads = kernels.map((k) => readsOf(g, r, k));
+  }
+
+  /** Is `m` (computed by kernels a and b once merged) read by another kernel, an output or a placed part? */
+  function isRoot(m: NodeId, a: number, b: number): boolean {
+    if (outputs.has(m) || placed.has(m)) return true;
+    for (let k = 0; k < kernels.length; k++) {
+      if (alive[k] && k !== a && k !== b && reads[k].has(m)) return true;
+    }
+    return false;
+  }
+
+  function materializedNow(): Set<NodeId> {
+    const out = new Set<NodeId>();
+    for (const x of r.materialized) if (writer.has(x) || r.kernelOf[x] < 0) out.add(x);
+    for (const x of writer.keys()) out.add(x);
+    return out;
+  }
+
+  const order = kernels.map((_, i) => i).filter((i) => alive[i]);
+  const renumber = new Map(order.map((old, i) => [old, i]));
+  const scheduled = order.map((old, i) => ({ ...kernels[old], id: i }));
+  const kernelOf = new Int32Array(r.kernelOf.length).fill(-1);
+  for (const k of scheduled) for (const m of k.members) kernelOf[m] = k.id;
+  return {
+    kernels: scheduled,
+    kernelOf,
+    materialized: materializedNow(),
+    decisions: decisions.map((d) => ({
+      ...d,
+      consumerKernel: renumber.get(d.consumerKernel) ?? d.consumerKernel,
+    })),
+    fuelRefusals: r.fuelRefusals,
+    inPlace: r.inPlace,
+  };
+}
