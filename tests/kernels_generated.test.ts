@@ -8,8 +8,24 @@ const ROOT = new URL("../", import.meta.url).pathname;
 
 /** The committed folders and the compile arguments that produce them. */
 const COMMITTED: Record<string, string[]> = {
-  "bert-large-train-fp16": ["models/bert-large.ts", "--mode", "train", "--precision", "fp16"],
-  "bert-base-infer-fp16": ["models/bert-base.ts", "--mode", "infer", "--precision", "fp16"],
+  "bert-large-train-fp16": [
+    "models/bert-large.ts",
+    "--mode",
+    "train",
+    "--precision",
+    "fp16",
+    "--target",
+    "all",
+  ],
+  "bert-base-infer-fp16": [
+    "models/bert-base.ts",
+    "--mode",
+    "infer",
+    "--precision",
+    "fp16",
+    "--target",
+    "all",
+  ],
 };
 
 async function listFiles(dir: string, prefix = ""): Promise<string[]> {
