@@ -3,7 +3,7 @@ import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES } from "../engine/choose_backend.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
 import { TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "../training/options.ts";
-import { runTraining } from "../training/run.ts";
+import { REFERENCE_MAX_STEPS, runTraining } from "../training/run.ts";
 import { CheckpointError } from "../training/checkpoint.ts";
 import { ScheduleError } from "../training/schedule.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
@@ -31,7 +31,8 @@ Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second
   --output-dir DIR               run folder (default: out/runs/<date>-<time>)
   --train-batch-size N           sequences per optimizer step (default ${TRAIN_DEFAULTS.trainBatchSize})
   --learning-rate LR             peak learning rate (default ${TRAIN_DEFAULTS.learningRate})
-  --max-steps N                  length of the schedule and of the run, in steps (default ${TRAIN_DEFAULTS.maxSteps})
+  --max-steps N                  length of the schedule and of the run, in steps (default ${TRAIN_DEFAULTS.maxSteps};
+                                 ${REFERENCE_MAX_STEPS} on the CPU interpreter)
   --warmup-proportion P          fraction of max-steps warming up linearly (default ${TRAIN_DEFAULTS.warmupProportion}); then
                                  polynomial decay with degree 0.5 (NVIDIA's PolyWarmUpScheduler)
   --gradient-accumulation-steps N  micro-batches per step; train-batch-size must divide by it (default 1)
@@ -126,7 +127,9 @@ await runMain(async () => {
       TRAIN_DEFAULTS.trainBatchSize,
     ),
     learningRate: positiveNumber("learning-rate", values["learning-rate"], TRAIN_DEFAULTS.learningRate),
-    maxSteps: positiveInt("max-steps", values["max-steps"], TRAIN_DEFAULTS.maxSteps),
+    maxSteps: values["max-steps"] === undefined
+      ? undefined
+      : positiveInt("max-steps", values["max-steps"], 1),
     warmupProportion: fraction(
       "warmup-proportion",
       values["warmup-proportion"],

@@ -17,8 +17,11 @@ export interface TrainOptions {
   /** Sequences per optimizer update (split into gradientAccumulationSteps micro-batches). */
   trainBatchSize: number;
   learningRate: number;
-  /** Length of the learning-rate schedule, in updates; the run stops there. */
-  maxSteps: number;
+  /**
+   * Length of the learning-rate schedule, in steps; the run stops there. Default: TRAIN_DEFAULTS.maxSteps,
+   * or REFERENCE_MAX_STEPS on the CPU interpreter.
+   */
+  maxSteps?: number;
   warmupProportion: number;
   gradientAccumulationSteps: number;
   /** "auto": fp16 on CUDA (mixed precision with dynamic loss scaling), fp32 elsewhere. */

@@ -28,7 +28,7 @@ import {
   writeCheckpoint,
 } from "./checkpoint.ts";
 import { openOn } from "./executor_factory.ts";
-import { checkTrainOptions, type TrainOptions, TrainOptionsError } from "./options.ts";
+import { checkTrainOptions, TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "./options.ts";
 import {
   checkLayout,
   flatFromParams,
@@ -78,6 +78,8 @@ export interface RunResult {
 }
 
 const BUILTIN_SEQ = 64;
+/** Default --max-steps on the reference interpreter (about 8 s a step for BERT-tiny at batch 8). */
+export const REFERENCE_MAX_STEPS = 20;
 const BUILTIN_PREDICTIONS = 10;
 
 const DATA_INPUTS = [
@@ -115,6 +117,12 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     state: loaderState as any,
   });
   const choice = await chooseBackend(o.backend);
+  // Unless asked, a demo-sized run: minutes on a GPU or lavapipe, and on the CPU interpreter too.
+  const maxSteps = o.maxSteps ??
+    (choice.kind === "reference" ? REFERENCE_MAX_STEPS : TRAIN_DEFAULTS.maxSteps);
+  if (o.maxSteps === undefined && choice.kind === "reference") {
+    info(`the CPU interpreter is slow: ${maxSteps} steps unless --max-steps says otherwise`);
+  }
   const precision: Precision = o.precision !== "auto"
     ? o.precision
     : choice.kind === "cuda"
@@ -159,7 +167,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     const schedule = {
       learningRate: o.learningRate,
       warmupProportion: o.warmupProportion,
-      totalSteps: o.maxSteps,
+      totalSteps: maxSteps,
       degree: 0.5,
     };
     ex.write(OPT.hparams, hparamsVector(schedule));
@@ -191,9 +199,9 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     }
     if (o.gradientAccumulationSteps > 1) ex.write(OPT.gradAcc, new Float32Array(layout.total));
 
-    const stopAt = Math.min(o.maxSteps, o.stepsThisRun !== undefined ? step + o.stepsThisRun : Infinity);
-    if (step >= o.maxSteps) {
-      info(`step ${baseStep + step} is already at --max-steps ${o.maxSteps}; nothing to do`);
+    const stopAt = Math.min(maxSteps, o.stepsThisRun !== undefined ? step + o.stepsThisRun : Infinity);
+    if (step >= maxSteps) {
+      info(`step ${baseStep + step} is already at --max-steps ${maxSteps}; nothing to do`);
     }
     await ev.start?.({
       step: baseStep + step,
@@ -220,7 +228,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
           schedule,
           rng: { seed: o.seed },
           loader: loader.state(),
-          args: JSON.parse(JSON.stringify(o)), // undefined options dropped
+          args: JSON.parse(JSON.stringify({ ...o, maxSteps })), // undefined options dropped
           phase: o.phase2 ? 2 : 1,
           layout: layoutRecord(layout),
           device_state: Array.from(dev.state),
@@ -235,7 +243,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     let batch: Batch | undefined;
     let windowStart = performance.now(), windowSteps = 0;
     const t0 = performance.now();
-    let stoppedBy: RunResult["stoppedBy"] = step >= o.maxSteps ? "max-steps" : "steps-this-run";
+    let stoppedBy: RunResult["stoppedBy"] = step >= maxSteps ? "max-steps" : "steps-this-run";
     while (step < stopAt) {
       if (ev.stopRequested?.()) {
         stoppedBy = "signal";
@@ -264,7 +272,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
         ev.log?.(r);
       }
       if (step % o.numStepsPerCheckpoint === 0) await save();
-      if (step >= o.maxSteps) stoppedBy = "max-steps";
+      if (step >= maxSteps) stoppedBy = "max-steps";
     }
     if (savedAt !== step || !lastCheckpoint) await save();
     return {

@@ -53,6 +53,12 @@ export class ReferenceExecutor {
   }
 
   write(name: string, data: ArrayLike<number>): void {
+    const pieces = this.pieces.get(name);
+    if (pieces) {
+      // A flat vector made of parameters: writing it writes each of them.
+      for (const p of pieces) this.write(p.name, Array.prototype.slice.call(data, p.offset, p.offset + p.size));
+      return;
+    }
     const size = this.sources.get(name);
     if (size === undefined) throw new IRError(`graph ${this.graph.name} has no input or parameter '${name}'`);
     if (data.length !== size) throw new IRError(`'${name}' takes ${size} values, got ${data.length}`);
