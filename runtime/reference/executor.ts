@@ -56,7 +56,9 @@ export class ReferenceExecutor {
     const pieces = this.pieces.get(name);
     if (pieces) {
       // A flat vector made of parameters: writing it writes each of them.
-      for (const p of pieces) this.write(p.name, Array.prototype.slice.call(data, p.offset, p.offset + p.size));
+      for (const p of pieces) {
+        this.write(p.name, Array.prototype.slice.call(data, p.offset, p.offset + p.size));
+      }
       return;
     }
     const size = this.sources.get(name);
