@@ -180,3 +180,44 @@ Deno.test("optimizer graph: the scale doubles after a window of clean steps, and
   s = evaluate(g, feeds).get(`new:${OPT.state}`)!;
   assert.deepEqual([s[STATE.step], s[STATE.lossScale], s[STATE.skippedSteps]], [3, 1, 1]);
 });
+
+Deno.test("optimizer graph: gradient accumulation updates once, from the mean of the micro-batches", () => {
+  const g = new Graph("optimizer-accumulating");
+  for (const [name, shape] of Object.entries(SHAPES)) {
+    g.add("param", [], { name, init: "zeros" }, { shape, dtype: "f32" });
+    g.setOutput(`grad.${name}`, g.add("input", [], { name: `g:${name}` }, { shape, dtype: "f32" }));
+  }
+  const layout = flatLayoutOf(g, 64);
+  appendOptimizer(g, layout, { kind: "lamb", dynamicScale: true, accumulationSteps: 2 });
+  const params = randomTensors(8, 0.5);
+  const feeds: Record<string, ArrayLike<number>> = {
+    ...optimizerFeeds(layout, SCHEDULE, { step: 0, lossScale: LOSS_SCALE }),
+    [OPT.gradAcc]: new Float64Array(layout.total),
+    [OPT.apply]: [0],
+  };
+  for (const [n, w] of params) feeds[n] = w;
+  const g1 = randomTensors(9, LOSS_SCALE * 0.3), g2 = randomTensors(10, LOSS_SCALE * 0.3);
+  for (const [n, x] of g1) feeds[`g:${n}`] = x;
+  // Micro-batch 1 of 2: nothing changes but the accumulator.
+  let out = evaluate(g, feeds, { precision: "f64" });
+  assertClose(out.get(`new:${OPT.flatParams}`)!, flatOf(layout, params), 0, "weights after micro-batch 1");
+  assertClose(out.get(`new:${OPT.gradAcc}`)!, flatOf(layout, g1), 1e-15, "accumulator after micro-batch 1");
+  assert.equal(out.get(`new:${OPT.state}`)![STATE.step], 0);
+  assert.equal(out.get(`new:${OPT.state}`)![STATE.micro], 1);
+  // Micro-batch 2 applies LAMB to the sum, divided by scale and by the 2 micro-batches.
+  feeds[OPT.gradAcc] = out.get(`new:${OPT.gradAcc}`)!;
+  feeds[OPT.state] = out.get(`new:${OPT.state}`)!;
+  feeds[OPT.apply] = [1];
+  for (const [n, x] of g2) feeds[`g:${n}`] = x;
+  out = evaluate(g, feeds, { precision: "f64" });
+  const sum = new Map([...g1].map(([n, x]) => [n, x.map((v, i) => v + g2.get(n)![i])]));
+  const ref = initMoments(params);
+  lambStep(params, sum, ref, {
+    lr: learningRate(1, { base: SCHEDULE.learningRate, ...SCHEDULE }),
+    lossScale: 2 * LOSS_SCALE,
+  });
+  assertClose(out.get(`new:${OPT.flatParams}`)!, flatOf(layout, params), 1e-8, "weights after the update");
+  assertClose(out.get(`new:${OPT.gradAcc}`)!, new Float64Array(layout.total), 0, "accumulator reset");
+  assert.equal(out.get(`new:${OPT.state}`)![STATE.step], 1);
+  assert.equal(out.get(`new:${OPT.state}`)![STATE.micro], 0);
+});

@@ -191,3 +191,36 @@ Deno.test("train: --help lists NVIDIA's options; bad flags are one-line errors",
   const unknown = await runCli("train.ts", ["--frobnicate"], ["-A"]);
   assert.equal(unknown.code, 1);
 });
+
+Deno.test({
+  name: "train: phase 2 continues from phase 1's checkpoint; --init-checkpoint; infer reads a checkpoint",
+  ignore: !gpu.ctx,
+  fn: () =>
+    withTemp(async (dir) => {
+      const small = { trainBatchSize: 2, logFreq: 1, numStepsPerCheckpoint: 1000 };
+      await runTraining(options(dir, { ...small, maxSteps: 2 }));
+      const p2 = await runTraining(
+        options(dir, { ...small, maxSteps: 3, phase2: true, phase1EndStep: 2, resumeFromCheckpoint: true }),
+      );
+      // Checkpoints are numbered on from phase 1's end; the schedule restarted (3 updates in phase 2).
+      assert.equal(p2.step, 5);
+      assert.ok(p2.lastCheckpoint!.endsWith("ckpt_5"));
+      const state = JSON.parse(await Deno.readTextFile(join(p2.lastCheckpoint!, "trainer_state.json")));
+      assert.equal(state.phase, 2);
+      assert.equal(state.optimizerStep, 3);
+      assert.deepEqual(p2.records.map((r) => r.optimizer_steps), [1, 2, 3]);
+      // A fresh run from those weights.
+      const fresh = await runTraining(
+        options(join(dir, "fresh"), { ...small, maxSteps: 1, initCheckpoint: p2.lastCheckpoint }),
+      );
+      assert.equal(fresh.step, 1);
+      // deno task infer reads the checkpoint as a Hugging Face folder.
+      const infer = await runCli("infer.ts", [
+        "--checkpoint",
+        p2.lastCheckpoint!,
+        "--output",
+        join(dir, "out.safetensors"),
+      ], ["-A"]);
+      assert.equal(infer.code, 0, infer.stderr);
+    }),
+});
