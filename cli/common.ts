@@ -16,6 +16,10 @@ import { DataError } from "../data/shards/errors.ts";
 import { DebugFlagError } from "../compiler/debug.ts";
 import { WebGPUBackendError } from "../engine/webgpu_backend.ts";
 import { PlanError } from "../runtime/plan_io.ts";
+import { CudaBackendError } from "../engine/choose_backend.ts";
+import { TrainOptionsError } from "../training/options.ts";
+import { ScheduleError } from "../training/schedule.ts";
+import { MetricsError } from "../training/metrics.ts";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -37,7 +41,11 @@ const USER_ERRORS = [
   DataError,
   DebugFlagError,
   WebGPUBackendError,
+  CudaBackendError,
   PlanError,
+  TrainOptionsError,
+  ScheduleError,
+  MetricsError,
 ];
 
 export type FlagSpec = NonNullable<ParseArgsConfig["options"]>;

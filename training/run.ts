@@ -94,7 +94,6 @@ const DATA_INPUTS = [
 export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<RunResult> {
   checkTrainOptions(o);
   const info = ev.info ?? (() => {});
-  await Deno.mkdir(o.outputDir, { recursive: true });
 
   // ---- where to start: a checkpoint of this run, a phase-1 checkpoint, an HF folder, or fresh ----
   const start = await startingPoint(o);
@@ -203,6 +202,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     if (step >= maxSteps) {
       info(`step ${baseStep + step} is already at --max-steps ${maxSteps}; nothing to do`);
     }
+    await Deno.mkdir(o.outputDir, { recursive: true }); // only now: a run that cannot start leaves nothing
     await ev.start?.({
       step: baseStep + step,
       resumed: start.resume !== undefined,
