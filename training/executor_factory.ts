@@ -6,6 +6,7 @@ import { compileForCuda } from "../engine/cuda_backend.ts";
 import { type BackendChoice, type BackendRequest, chooseBackend } from "../engine/choose_backend.ts";
 import { compileForWebGPU } from "../engine/webgpu_backend.ts";
 import type { Graph } from "../ir/mod.ts";
+import type { Plan } from "../runtime/plan.ts";
 import type { StepExecutor } from "../runtime/backend.ts";
 import { ReferenceExecutor } from "../runtime/reference/executor.ts";
 
@@ -17,6 +18,8 @@ export interface OpenedExecutor {
   readonly why: string;
   /** Kernel launches per step (0 for the reference interpreter). */
   readonly kernels: number;
+  /** The compiled plan (absent for the reference interpreter). */
+  readonly plan?: Plan;
 }
 
 export async function openExecutor(
@@ -32,11 +35,23 @@ export async function openOn(choice: BackendChoice, g: Graph, fuse: boolean): Pr
   switch (choice.kind) {
     case "cuda": {
       const { executor, compiled } = await compileForCuda(choice.cuda, g, fuse);
-      return { executor, backend: "cuda", why: choice.why, kernels: compiled.plan.kernels.length };
+      return {
+        executor,
+        backend: "cuda",
+        why: choice.why,
+        kernels: compiled.plan.kernels.length,
+        plan: compiled.plan,
+      };
     }
     case "webgpu": {
       const { executor, compiled } = await compileForWebGPU(choice.gpu, g, fuse);
-      return { executor, backend: "webgpu", why: choice.why, kernels: compiled.plan.kernels.length };
+      return {
+        executor,
+        backend: "webgpu",
+        why: choice.why,
+        kernels: compiled.plan.kernels.length,
+        plan: compiled.plan,
+      };
     }
     case "reference":
       return { executor: new ReferenceExecutor(g), backend: "reference", why: choice.why, kernels: 0 };

@@ -1,0 +1,203 @@
+/**
+ * `deno task bench:bert`: BERT training and inference throughput on a backend (CUDA, WebGPU), fused vs
+ * unfused in one run, in the result format of bench/results/ that the PyTorch peer (bench/peers/
+ * torch_bert.py) prints too: {"device","date","command","cases":[{"name","impl","seq_per_s","ms",
+ * "peak_bytes"}]}. On a GPU: `deno task bench:bert --model models/bert-large.ts --precision fp16` gives
+ * the issue's cases (train at sequence 128 with 20 predictions; inference at batch 64 and batch 1).
+ *
+ * Both sides run the same batches; rounds alternate between them so drift on a noisy machine hits both
+ * alike. A round submits a few steps back to back and waits once; the median round is reported. Model FLOP
+ * utilisation is printed for training against the plan's own FLOP count (and, for BERT-large at 128, the
+ * 240.6 GFLOP per sequence of DESIGN.md's reference).
+ */
+import { buildModelGraph } from "../compiler/model_graph.ts";
+import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
+import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
+import { OPT } from "../compiler/optimizer/update.ts";
+import type { Precision } from "../compiler/passes/precision.ts";
+import { BACKEND_NAMES, chooseBackend } from "../engine/choose_backend.ts";
+import type { Graph } from "../ir/mod.ts";
+import { loadModel } from "../models/load.ts";
+import { initParams } from "../runtime/init.ts";
+import type { Plan } from "../runtime/plan.ts";
+import { flatFromParams } from "../training/run_state.ts";
+import { openOn } from "../training/executor_factory.ts";
+import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
+import { median } from "./step_timing.ts";
+
+const HELP = `
+deno task bench:bert [--model M] [--backend auto|cuda|webgpu] [--precision fp32|fp16|bf16]
+                     [--mode train|infer|all] [--batch-size N] [--infer-batch-size N] [--seq-len S]
+                     [--max-predictions P] [--rounds N] [--steps-per-round N] [--json FILE]
+
+Sequences/s of a BERT training step (forward, backward, fused LAMB) and of inference, fused and unfused
+in one run. Defaults: BERT-tiny, batch 8, sequence 64, 10 predictions (the default train run); on a GPU
+use e.g. --model models/bert-large.ts --precision fp16 --batch-size 64 --seq-len 128 --max-predictions 20.
+
+  --mode M              train, infer (batch --infer-batch-size, and batch 1 for latency) or all (default)
+  --rounds N            timed rounds per side, alternating (default 5)
+  --steps-per-round N   steps submitted back to back per round (default 4)
+  --json FILE           write {"device","date","command","cases":[...]} (bench/results/ format)
+`;
+
+/** FLOP per sequence of a BERT-large training step at sequence 128 with 20 predictions (DESIGN.md). */
+const BERT_LARGE_S128_TRAIN_FLOP = 240.6e9;
+
+interface Case {
+  name: string;
+  impl: string;
+  seq_per_s: number;
+  ms: number;
+  peak_bytes: number;
+  kernels: number;
+  tflops?: number;
+}
+
+await runMain(async () => {
+  const { values } = parseFlags(Deno.args, {
+    model: { type: "string" },
+    backend: { type: "string" },
+    precision: { type: "string" },
+    mode: { type: "string" },
+    "batch-size": { type: "string" },
+    "infer-batch-size": { type: "string" },
+    "seq-len": { type: "string" },
+    "max-predictions": { type: "string" },
+    rounds: { type: "string" },
+    "steps-per-round": { type: "string" },
+    json: { type: "string" },
+  }, HELP);
+  const model = await loadModel(values.model ?? new URL("../models/bert-tiny.ts", import.meta.url).pathname);
+  const request = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
+  const precision = oneOf<Precision>("precision", values.precision, ["fp32", "fp16", "bf16"], "fp32");
+  const mode = oneOf("mode", values.mode, ["train", "infer", "all"], "all");
+  const batch = positiveInt("batch-size", values["batch-size"], 8);
+  const inferBatch = positiveInt("infer-batch-size", values["infer-batch-size"], 64);
+  const seq = positiveInt("seq-len", values["seq-len"], 64);
+  const preds = positiveInt("max-predictions", values["max-predictions"], 10);
+  const rounds = positiveInt("rounds", values.rounds, 5);
+  const perRound = positiveInt("steps-per-round", values["steps-per-round"], 4);
+  const choice = await chooseBackend(request);
+  if (choice.kind === "reference") throw new UsageError("bench:bert needs a device backend (cuda or webgpu)");
+  const device = choice.kind === "cuda" ? choice.cuda.description : choice.gpu.description;
+  console.error(`backend ${choice.kind}: ${choice.why}`);
+
+  const cases: Case[] = [];
+  const measure = async (name: string, g: Graph, feeds: Record<string, ArrayLike<number>>, seqs: number) => {
+    const sides = [];
+    for (const fuse of [true, false]) {
+      const opened = await openOn(choice, g, fuse);
+      const ex = opened.executor as typeof opened.executor & { finish(): Promise<void> };
+      for (const [n, v] of Object.entries(feeds)) ex.write(n, v);
+      const plan: Plan = opened.plan!;
+      const peak = plan.slots.reduce((a, s) => a + s.bytes, 0);
+      const flops = plan.kernels.reduce((a, k) => a + k.flops, 0);
+      sides.push({ fuse, ex, peak, flops, kernels: opened.kernels, times: [] as number[] });
+    }
+    const round = async (ex: { step(): Promise<void>; finish(): Promise<void> }) => {
+      const t0 = performance.now();
+      for (let i = 0; i < perRound; i++) await ex.step();
+      await ex.finish();
+      return (performance.now() - t0) / perRound;
+    };
+    for (const s of sides) await round(s.ex); // warm-up: compilation, first submissions
+    for (let r = 0; r < rounds; r++) for (const s of sides) s.times.push(await round(s.ex));
+    for (const s of sides) {
+      const ms = median(s.times);
+      cases.push({
+        name,
+        impl: s.fuse ? "bertfuse" : "bertfuse-unfused",
+        seq_per_s: seqs / (ms / 1000),
+        ms,
+        peak_bytes: s.peak,
+        kernels: s.kernels,
+        tflops: s.flops / (ms / 1000) / 1e12,
+      });
+      s.ex.destroy();
+    }
+  };
+
+  // Token ids and labels: any fixed values do (timing does not depend on them); a small LCG keeps runs equal.
+  let state = 12345;
+  const r = {
+    int: (lo: number, hi: number) => lo + ((state = (state * 1103515245 + 12345) >>> 0) % (hi - lo)),
+  };
+  const V = model.config.vocab_size;
+  const tokens = (B: number) => ({
+    input_ids: Int32Array.from({ length: B * seq }, () => r.int(0, V)),
+    token_type_ids: Int32Array.from({ length: B * seq }, (_, i) => (i % seq >= seq / 2 ? 1 : 0)),
+    attention_mask: new Int32Array(B * seq).fill(1),
+  });
+  const tag = `${model.name}`;
+  if (mode !== "infer") {
+    const g = buildModelGraph({
+      model,
+      mode: "train",
+      precision,
+      batchSize: batch,
+      seqLen: seq,
+      maxPredictions: preds,
+      optimizer: { kind: "lamb", dynamicScale: precision === "fp16" },
+    });
+    const layout = flatLayoutOf(g);
+    const feeds: Record<string, ArrayLike<number>> = {
+      ...optimizerFeeds(
+        layout,
+        { learningRate: 6e-3, warmupProportion: 0.1, totalSteps: 1000, degree: 0.5 },
+        { step: 0, lossScale: precision === "fp16" ? 2 ** 16 : 1 },
+      ),
+      [OPT.flatParams]: flatFromParams(initParams(g, 1), layout),
+      ...tokens(batch),
+      masked_lm_positions: Int32Array.from({ length: batch * preds }, () => r.int(0, seq)),
+      masked_lm_ids: Int32Array.from({ length: batch * preds }, () => r.int(0, V)),
+      next_sentence_labels: Int32Array.from({ length: batch }, () => r.int(0, 2)),
+      rng_key: [1, 0],
+    };
+    await measure(`${tag}-train-s${seq}-${precision}`, g, feeds, batch);
+  }
+  if (mode !== "train") {
+    for (const B of [inferBatch, 1]) {
+      const g = buildModelGraph({ model, mode: "infer", precision, batchSize: B, seqLen: seq });
+      await measure(`${tag}-infer-s${seq}-b${B}-${precision}`, g, {
+        ...Object.fromEntries(initParams(g, 1)),
+        ...tokens(B),
+      }, B);
+    }
+  }
+
+  console.log(`${device}: ${model.name}, ${precision}`);
+  console.log(`| case | impl | kernels | ms | seq/s | TFLOP/s | peak MiB |`);
+  console.log(`|---|---|---|---|---|---|---|`);
+  for (const c of cases) {
+    console.log(
+      `| ${c.name} | ${c.impl} | ${c.kernels} | ${c.ms.toFixed(2)} | ${c.seq_per_s.toFixed(1)} | ` +
+        `${c.tflops!.toFixed(3)} | ${(c.peak_bytes / 2 ** 20).toFixed(0)} |`,
+    );
+  }
+  for (let i = 0; i + 1 < cases.length; i += 2) {
+    console.log(
+      `${cases[i].name}: fused/unfused throughput ${
+        (cases[i].seq_per_s / cases[i + 1].seq_per_s).toFixed(2)
+      }x`,
+    );
+  }
+  const large = cases.find((c) =>
+    c.impl === "bertfuse" && c.name.includes("train-s128") && /large/.test(c.name)
+  );
+  if (large) {
+    console.log(
+      `BERT-large model FLOP rate: ${
+        (large.seq_per_s * BERT_LARGE_S128_TRAIN_FLOP / 1e12).toFixed(1)
+      } TFLOP/s`,
+    );
+  }
+  if (values.json) {
+    const out = {
+      device,
+      date: new Date().toISOString().slice(0, 10),
+      command: `deno task bench:bert ${Deno.args.join(" ")}`.trim(),
+      cases,
+    };
+    await Deno.writeTextFile(values.json, JSON.stringify(out, null, 2) + "\n");
+  }
+});
