@@ -28,6 +28,11 @@ import { seededRandom } from "./util/random.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
 import { loadModel } from "../models/load.ts";
+import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
+import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
+import { OPT } from "../compiler/optimizer/update.ts";
+import { initParams } from "../runtime/init.ts";
+import { roundTripGraph } from "../compiler/storage_precision.ts";
 
 const CXX = Deno.env.get("CXX") ?? "g++";
 
@@ -175,25 +180,32 @@ function program(plan: Plan): string {
     sources.set(code, sources.size);
     parts.push(`#define bf_kernel bf_kernel_${sources.size - 1}\n${code}#undef bf_kernel\n`);
   }
+  // Memory as the CUDA runtime lays it out: one zeroed block per memory-plan slot, each buffer at its
+  // offset inside its slot (the parts of an in-place flat vector share the vector's slot). Only inputs and
+  // parameters come from stdin, in plan order.
+  const slotBytes = plan.slots.map((sl) => sl.bytes);
+  for (const b of plan.buffers) {
+    slotBytes[b.slot] = Math.max(slotBytes[b.slot], (b.offset ?? 0) + numel(b.shape) * storedBytes(b.dtype));
+  }
+  const at = (id: number) => `(slot[${plan.buffers[id].slot}].data() + ${plan.buffers[id].offset ?? 0})`;
   const main = [
     "int main() {",
-    `  std::vector<std::vector<unsigned char>> buf(${plan.buffers.length});`,
-    ...plan.buffers.map((b, i) =>
-      `  buf[${i}].resize(${Math.max(16, numel(b.shape) * storedBytes(b.dtype))});` +
-      ` if (std::fread(buf[${i}].data(), 1, ${numel(b.shape) * storedBytes(b.dtype)}, stdin) != ${
-        numel(b.shape) * storedBytes(b.dtype)
-      }) return 2;`
-    ),
+    `  std::vector<std::vector<unsigned char>> slot(${plan.slots.length});`,
+    ...slotBytes.map((n, i) => `  slot[${i}].assign(${Math.max(16, n + 16)}, 0);`),
+    ...plan.buffers.filter((b) => b.role === "input" || b.role === "param").map((b) => {
+      const n = numel(b.shape) * storedBytes(b.dtype);
+      return `  if (std::fread(${at(b.id)}, 1, ${n}, stdin) != ${n}) return 2;`;
+    }),
   ];
   for (const s of plan.steps) {
     if (s.op === "copy") {
-      main.push(`  std::memcpy(buf[${s.dst}].data(), buf[${s.src}].data(), ${s.bytes});`);
+      main.push(`  std::memcpy(${at(s.dst)}, ${at(s.src)}, ${s.bytes});`);
       continue;
     }
     const k = plan.kernels[s.kernel];
     const t = k.cuda!;
     const args = k.bindings.map((b) =>
-      `reinterpret_cast<${C_TYPE[plan.buffers[b.buffer].dtype]}*>(buf[${b.buffer}].data())`
+      `reinterpret_cast<${C_TYPE[plan.buffers[b.buffer].dtype]}*>${at(b.buffer)}`
     );
     const barriers = /__syncthreads|__shfl_xor_sync/.test(t.code);
     main.push(
@@ -204,7 +216,7 @@ function program(plan: Plan): string {
   }
   for (const id of Object.values(plan.outputs)) {
     const b = plan.buffers[id];
-    main.push(`  std::fwrite(buf[${id}].data(), 1, ${numel(b.shape) * storedBytes(b.dtype)}, stdout);`);
+    main.push(`  std::fwrite(${at(id)}, 1, ${numel(b.shape) * storedBytes(b.dtype)}, stdout);`);
   }
   main.push("  return 0;", "}");
   parts.push(main.join("\n"));
@@ -282,10 +294,8 @@ async function runOnCpu(dir: string, plan: Plan, feeds: Record<string, ArrayLike
     throw new Error(`g++ failed:\n${new TextDecoder().decode(build.stderr).slice(0, 8000)}`);
   }
   const byName = new Map<string, ArrayLike<number>>(Object.entries(feeds));
-  const input: Uint8Array[] = plan.buffers.map((b) => {
-    const fed = b.role === "input" || b.role === "param" ? byName.get(b.name) : undefined;
-    return encode(b, fed);
-  });
+  const input: Uint8Array[] = plan.buffers.filter((b) => b.role === "input" || b.role === "param")
+    .map((b) => encode(b, byName.get(b.name)));
   const child = new Deno.Command(`${dir}/prog`, { stdin: "piped", stdout: "piped", stderr: "piped" }).spawn();
   const writer = child.stdin.getWriter();
   for (const chunk of input) await writer.write(chunk);
@@ -387,6 +397,69 @@ for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
       const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
       try {
         compare(ref, await runOnCpu(dir, compiled.plan, feeds), MODEL_TOL[precision], compiled.plan);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  });
+}
+
+// A whole training step — forward, backward with dropout, the fused LAMB update over the flat parameter
+// vector (in-place concats at plan offsets), loss scaling — on the small HF fixture configuration.
+for (const precision of ["fp32", "fp16"] as Precision[]) {
+  Deno.test({
+    name: `CUDA on the CPU vs reference: a BERT training step with LAMB, ${precision}${
+      version ? "" : " (g++ not found)"
+    }`,
+    ignore: !version,
+    async fn() {
+      const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
+      const [B, S, P] = [2, 8, 3];
+      const g = buildModelGraph({
+        model,
+        mode: "train",
+        precision,
+        batchSize: B,
+        seqLen: S,
+        maxPredictions: P,
+        optimizer: { kind: "lamb", dynamicScale: precision === "fp16" },
+      });
+      const layout = flatLayoutOf(g);
+      const r = seededRandom(91);
+      const feeds: Record<string, ArrayLike<number>> = {
+        ...Object.fromEntries(initParams(g, 3)),
+        ...optimizerFeeds(
+          layout,
+          { learningRate: 0.01, warmupProportion: 0.2, totalSteps: 20, degree: 0.5 },
+          { step: 4, lossScale: precision === "fp16" ? 1024 : 1 },
+        ),
+        input_ids: Array.from({ length: B * S }, () => r.int(0, model.config.vocab_size)),
+        token_type_ids: Array.from({ length: B * S }, (_, i) => (i % S >= S / 2 ? 1 : 0)),
+        attention_mask: Array.from({ length: B * S }, (_, i) => (i % S < S - 1 ? 1 : 0)),
+        masked_lm_positions: Array.from({ length: B * P }, () => r.int(0, S)),
+        masked_lm_ids: Array.from({ length: B * P }, () => r.int(0, model.config.vocab_size)),
+        next_sentence_labels: Array.from({ length: B }, () => r.int(0, 2)),
+        rng_key: [r.u32(), 5],
+      };
+      const m = new Float64Array(layout.total), v = new Float64Array(layout.total);
+      for (const sgm of layout.segments) {
+        for (let i = sgm.offset; i < sgm.offset + sgm.size; i++) {
+          m[i] = 1e-3 * r.normal();
+          v[i] = 1e-6 * Math.abs(r.normal());
+        }
+      }
+      feeds[OPT.m] = m;
+      feeds[OPT.v] = v;
+      const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+      // In fp16 the interpreter gets the plan's own roundings (activations stored in f16).
+      const refGraph = precision === "fp16"
+        ? roundTripGraph(compiled.graph, compiled.fusion, compiled.storage)
+        : g;
+      const ref = evaluate(refGraph, feeds, { precision: "f32" });
+      const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
+      try {
+        const tol = precision === "fp16" ? F16_TOL : { rtol: 2e-4, atol: 1e-6 };
+        compare(ref, await runOnCpu(dir, compiled.plan, feeds), tol, compiled.plan);
       } finally {
         await Deno.remove(dir, { recursive: true });
       }
