@@ -406,7 +406,7 @@ for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
 
 // A whole training step — forward, backward with dropout, the fused LAMB update over the flat parameter
 // vector (in-place concats at plan offsets), loss scaling — on the small HF fixture configuration.
-for (const precision of ["fp32", "fp16"] as Precision[]) {
+for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
   Deno.test({
     name: `CUDA on the CPU vs reference: a BERT training step with LAMB, ${precision}${
       version ? "" : " (g++ not found)"
@@ -458,7 +458,11 @@ for (const precision of ["fp32", "fp16"] as Precision[]) {
       const ref = evaluate(refGraph, feeds, { precision: "f32" });
       const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
       try {
-        const tol = precision === "fp16" ? F16_TOL : { rtol: 2e-4, atol: 1e-6 };
+        const tol = precision === "fp32"
+          ? { rtol: 2e-4, atol: 1e-6 }
+          : precision === "fp16"
+          ? F16_TOL
+          : MODEL_TOL.bf16;
         compare(ref, await runOnCpu(dir, compiled.plan, feeds), tol, compiled.plan);
       } finally {
         await Deno.remove(dir, { recursive: true });
