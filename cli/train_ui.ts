@@ -15,6 +15,8 @@ export class TrainUi {
   private readonly stop = new StopSignal().install();
   private progress: Progress | undefined;
   private metrics: MetricsWriter | undefined;
+  /** Skipped steps already reported (from train.state; resumed runs start from the checkpoint's count). */
+  private skipped = 0;
 
   constructor(readonly o: TrainOptions) {}
 
@@ -26,7 +28,8 @@ export class TrainUi {
   events(): RunEvents {
     return {
       info: (m) => this.say(m),
-      start: async ({ step, resumed, stopAt }) => {
+      start: async ({ step, resumed, stopAt, skippedSteps }) => {
+        this.skipped = skippedSteps;
         this.metrics = await MetricsWriter.open(
           join(this.o.outputDir, "metrics.jsonl"),
           resumed ? { resumeStep: step } : {},
@@ -36,6 +39,13 @@ export class TrainUi {
       },
       log: (r: LogRecord) => {
         this.metrics?.write({ ...r });
+        if (r.skipped_steps > this.skipped) {
+          this.say(
+            `${r.skipped_steps - this.skipped} step(s) skipped for gradient overflow by step ${r.step} ` +
+              `(${r.skipped_steps} in all); loss scale now ${r.loss_scale}`,
+          );
+          this.skipped = r.skipped_steps;
+        }
         this.progress?.update({
           step: r.step,
           loss: r.loss,

@@ -59,7 +59,7 @@ export interface LogRecord {
 export interface RunEvents {
   info?(msg: string): void;
   /** Before the first step: the global step the run starts from, and whether it continues a run. */
-  start?(s: { step: number; resumed: boolean; stopAt: number }): Promise<void> | void;
+  start?(s: { step: number; resumed: boolean; stopAt: number; skippedSteps: number }): Promise<void> | void;
   /** Called for every logged step. */
   log?(r: LogRecord): void;
   checkpoint?(dir: string, step: number): Promise<void> | void;
@@ -203,10 +203,14 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
       info(`step ${baseStep + step} is already at --max-steps ${maxSteps}; nothing to do`);
     }
     await Deno.mkdir(o.outputDir, { recursive: true }); // only now: a run that cannot start leaves nothing
+    const skippedSteps = start.resume && !start.newPhase
+      ? Number((start.resume.state.train_state as Record<string, number> | undefined)?.skippedSteps ?? 0)
+      : 0;
     await ev.start?.({
       step: baseStep + step,
       resumed: start.resume !== undefined,
       stopAt: baseStep + stopAt,
+      skippedSteps,
     });
     const records: LogRecord[] = [];
     let lastCheckpoint: string | undefined;
