@@ -221,3 +221,24 @@ Deno.test("optimizer graph: gradient accumulation updates once, from the mean of
   assert.equal(out.get(`new:${OPT.state}`)![STATE.step], 1);
   assert.equal(out.get(`new:${OPT.state}`)![STATE.micro], 0);
 });
+
+Deno.test("optimizer graph: a static loss scale (--loss-scale) still skips overflowing steps but never changes", () => {
+  const g = new Graph("optimizer-static-scale");
+  for (const [name, shape] of Object.entries(SHAPES)) {
+    g.add("param", [], { name, init: "zeros" }, { shape, dtype: "f32" });
+    g.setOutput(`grad.${name}`, g.add("input", [], { name: `g:${name}` }, { shape, dtype: "f32" }));
+  }
+  const layout = flatLayoutOf(g, 64);
+  appendOptimizer(g, layout, { kind: "lamb", dynamicScale: false, scaleWindow: 1 });
+  const feeds: Record<string, ArrayLike<number>> = {
+    ...optimizerFeeds(layout, SCHEDULE, { step: 3, lossScale: 128, cleanSteps: 5 }),
+  };
+  for (const [n, w] of randomTensors(11, 0.5)) feeds[n] = w;
+  const grads = randomTensors(12, 1);
+  for (const [n, x] of grads) feeds[`g:${n}`] = x;
+  let s = evaluate(g, feeds).get(`new:${OPT.state}`)!;
+  assert.deepEqual([s[STATE.step], s[STATE.lossScale], s[STATE.skippedSteps]], [4, 128, 0]);
+  (feeds["g:cls.seq_relationship.weight"] as Float64Array)[1] = -Infinity;
+  s = evaluate(g, feeds).get(`new:${OPT.state}`)!;
+  assert.deepEqual([s[STATE.step], s[STATE.lossScale], s[STATE.skippedSteps]], [3, 128, 1]);
+});
