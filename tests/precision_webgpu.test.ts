@@ -11,20 +11,18 @@ import { FUSION_CASES, type FusionCase, graphOf } from "../bench/fusion_cases.ts
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
 import { type Compiled, compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
-import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
-import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
 import { OPT } from "../compiler/optimizer/update.ts";
 import { applyPrecision, type Precision } from "../compiler/passes/precision.ts";
 import { roundTripGraph } from "../compiler/storage_precision.ts";
 import type { Graph } from "../ir/mod.ts";
 import { defineBert } from "../models/bert.ts";
 import { readBertConfig } from "../models/bert_config.ts";
-import { initParams } from "../runtime/init.ts";
 import { evaluate } from "../runtime/reference/interpreter.ts";
 import type { GpuContext } from "../runtime/webgpu/device.ts";
 import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
 import { F16_TOL, randomFeeds, type Tolerance } from "./util/fused_check.ts";
 import { seededRandom } from "./util/random.ts";
+import { batchFeeds, optimizerStepFeeds } from "./util/bert_feeds.ts";
 import { testGpu } from "./util/webgpu.ts";
 
 const gpu = await testGpu();
@@ -174,35 +172,11 @@ Deno.test({
       seqLen: S,
       maxPredictions: P,
     });
-    const layout = flatLayoutOf(g);
     const r = seededRandom(23);
-    const feeds: Record<string, ArrayLike<number>> = {
-      ...Object.fromEntries(initParams(g, 9)),
-      ...optimizerFeeds(
-        layout,
-        { learningRate: 0.01, warmupProportion: 0.2, totalSteps: 20, degree: 0.5 },
-        { step: 6, lossScale: 1024, cleanSteps: 3 },
-      ),
+    const feeds = {
+      ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: CONFIG.vocab_size }, r, 9),
+      ...optimizerStepFeeds(g, r, 1024),
     };
-    const m = new Float32Array(layout.total), v = new Float32Array(layout.total);
-    for (const s of layout.segments) {
-      for (let i = s.offset; i < s.offset + s.size; i++) {
-        m[i] = 1e-3 * r.normal();
-        v[i] = 1e-6 * Math.abs(r.normal());
-      }
-    }
-    feeds[OPT.m] = m;
-    feeds[OPT.v] = v;
-    feeds.input_ids = Array.from({ length: B * S }, () => r.int(0, CONFIG.vocab_size));
-    feeds.token_type_ids = Array.from({ length: B * S }, (_, i) => (i % S >= S / 2 ? 1 : 0));
-    feeds.attention_mask = Array.from({ length: B * S }, (_, i) => (i % S < S - (i % 3) ? 1 : 0));
-    feeds.masked_lm_positions = Array.from({ length: B * P }, () => r.int(0, S));
-    feeds.masked_lm_ids = Array.from(
-      { length: B * P },
-      (_, i) => (i % 4 === 3 ? -1 : r.int(0, CONFIG.vocab_size)),
-    );
-    feeds.next_sentence_labels = Array.from({ length: B }, () => r.int(0, 2));
-    feeds.rng_key = [r.u32(), 7];
     const { compiled, out } = await runFused(gpu.ctx!, g, feeds, "fp16");
     assert.equal(compiled.storage.precision, "fp16");
     assert.ok(compiled.storage.narrowed.size > 40, `only ${compiled.storage.narrowed.size} buffers narrowed`);
