@@ -83,7 +83,8 @@ export class Progress {
     this.#interval = o.intervalMs ?? (this.tty ? 100 : 10_000);
     this.#columns = o.columns ?? (() => {
       try {
-        return Deno.consoleSize().columns;
+        // A pseudo-terminal without a size (script, some CI runners) reports 0 columns.
+        return Deno.consoleSize().columns || 100;
       } catch {
         return 100;
       }
