@@ -9,7 +9,8 @@ import { storedBytes, storedSize } from "../runtime/plan.ts";
 import type { FusionResult } from "./fusion/types.ts";
 import type { Kernel } from "./kernel_ir/ir.ts";
 import { kernelCost } from "./kernel_cost.ts";
-import { lowerKernel } from "./lower/lower_kernel.ts";
+import { deriveGemm, type GemmCall, outputOperand } from "./lower/gemm_library.ts";
+import { lowerGemmEpilogue, lowerKernel } from "./lower/lower_kernel.ts";
 import { vectorizeLoop } from "./lower/vectorize.ts";
 import { planMemory } from "./memory_plan.ts";
 import { UPDATE_PREFIX } from "./passes/sgd_update.ts";
@@ -17,9 +18,26 @@ import { UPDATE_PREFIX } from "./passes/sgd_update.ts";
 export type Target = "wgsl" | "cuda";
 export type Emitter = (k: Kernel) => TargetKernel;
 
+/** Whether a matmul kernel's GEMM became a library call on CUDA, and why (not). */
+export interface GemmDecision {
+  readonly kernel: string;
+  readonly library: boolean;
+  readonly reason: string;
+}
+
+export interface BuildOptions {
+  /**
+   * With a CUDA emitter: give matmul kernels that qualify a cuBLASLt variant (PlanKernel.cudaGemm) beside
+   * their template code. Default true.
+   */
+  readonly libraryGemms?: boolean;
+}
+
 export interface BuiltPlan {
   readonly plan: Plan;
   readonly kernels: readonly Kernel[];
+  /** One entry per matmul kernel when compiled for CUDA (empty otherwise). */
+  readonly gemms: readonly GemmDecision[];
   readonly memory: {
     readonly bytesWithReuse: number;
     readonly bytesWithoutReuse: number;
@@ -33,6 +51,7 @@ export function buildPlan(
   emitters: Partial<Record<Target, Emitter>>,
   /** The dtype each materialized node is stored in (compiler/storage_precision.ts); default its own. */
   storedType: (id: NodeId) => DType = (id) => g.nodes[id].type.dtype,
+  options: BuildOptions = {},
 ): BuiltPlan {
   const bufferOfNode = new Map<NodeId, number>();
   const buffers: Omit<PlanBuffer, "slot">[] = [];
@@ -81,6 +100,46 @@ export function buildPlan(
   };
   const kernels = fusion.kernels.map((k) => vectorizeLoop(lowerKernel(g, k, { ...ctx, members: k.members })));
 
+  // CUDA: GEMMs as cuBLASLt calls where they qualify. The product goes straight to the kernel's output
+  // when the epilogue is only that store; otherwise to an f32 scratch buffer of the plan, which an
+  // epilogue kernel (lowered from the same fused kernel) reads. The scratch is a plan buffer rather than
+  // an executor-managed workspace so that the memory plan gives it a lifetime of one step and lets it
+  // share a slot with other dead activations (no per-GEMM or worst-case allocation beside the arena), and
+  // every runtime (and the CPU test harness) sees the same addresses the plan describes.
+  const gemms: GemmDecision[] = [];
+  const gemmOf = new Map<number, { call: GemmCall; epilogue?: Kernel; scratch?: number }>();
+  if (emitters.cuda && options.libraryGemms !== false) {
+    fusion.kernels.forEach((k, i) => {
+      if (k.kind !== "matmul") return;
+      const kctx = { ...ctx, members: k.members };
+      const v = deriveGemm(g, k, kctx);
+      if (!v.ok) {
+        gemms.push({ kernel: kernels[i].name, library: false, reason: v.reason });
+        return;
+      }
+      const base = { m: v.m, n: v.n, k: v.k, batch: v.batch, a: v.a, b: v.b, compute: "32F" as const };
+      if (v.direct) {
+        const d = outputOperand(ctx.bufferOf(v.direct.root), v.direct.dtype, v.m, v.n);
+        gemmOf.set(i, { call: { ...base, d } });
+        gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt writes the output" });
+        return;
+      }
+      const mm = g.nodes[k.anchor!];
+      const scratch = buffers.length;
+      buffers.push({
+        id: scratch,
+        name: `%${mm.id} matmul product f32 (cuBLASLt)`,
+        dtype: "f32",
+        shape: [...mm.type.shape],
+        bytes: numel(mm.type.shape) * 4,
+        role: "activation",
+      });
+      const epilogue = vectorizeLoop(lowerGemmEpilogue(g, k, kctx, { buffer: scratch }));
+      gemmOf.set(i, { call: { ...base, d: outputOperand(scratch, "f32", v.m, v.n) }, epilogue, scratch });
+      gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt, then an epilogue kernel" });
+    });
+  }
+
   const steps: PlanStep[] = kernels.map((_, i) => ({ op: "launch", kernel: i }));
   const outputs: Record<string, number> = {};
   for (const [name, id] of g.outputs) {
@@ -111,14 +170,23 @@ export function buildPlan(
       return { param, value };
     });
 
-  const schedule = steps.map((s) =>
-    s.op === "launch"
-      ? {
-        reads: kernels[s.kernel].bindings.filter((b) => b.access !== "write").map((b) => b.buffer),
-        writes: kernels[s.kernel].bindings.filter((b) => b.access !== "read").map((b) => b.buffer),
-      }
-      : { reads: [s.src], writes: [s.dst] }
-  );
+  // A library GEMM's step also writes and reads its scratch (the epilogue's other buffers are the
+  // template kernel's), so the scratch lives exactly during that step.
+  const schedule = steps.map((s) => {
+    if (s.op !== "launch") return { reads: [s.src], writes: [s.dst] };
+    const scratch = gemmOf.get(s.kernel)?.scratch;
+    const extra = scratch === undefined ? [] : [scratch];
+    return {
+      reads: [
+        ...kernels[s.kernel].bindings.filter((b) => b.access !== "write").map((b) => b.buffer),
+        ...extra,
+      ],
+      writes: [
+        ...kernels[s.kernel].bindings.filter((b) => b.access !== "read").map((b) => b.buffer),
+        ...extra,
+      ],
+    };
+  });
   // A part of an in-place flat vector lives in the vector's buffer: the memory plan sees only the vector
   // (pinned: never shared, so the ranges no part covers keep reading as zero).
   const container = new Map<number, { buffer: number; offset: number }>();
@@ -150,7 +218,7 @@ export function buildPlan(
   // Two ranges of one flat vector bound by one kernel, one of them written: WebGPU validates usage per
   // buffer, not per range, and refuses a read-only and a writable binding of one buffer in a dispatch,
   // so every binding of that buffer is declared read_write (the ranges never overlap).
-  const legalKernels = kernels.map((k) => {
+  const legalize = (k: Kernel): Kernel => {
     const written = new Set(k.bindings.filter((b) => b.access !== "read").map((b) => slotOf(b.buffer)));
     if (!k.bindings.some((b) => b.access === "read" && written.has(slotOf(b.buffer)))) return k;
     return {
@@ -159,18 +227,33 @@ export function buildPlan(
         b.access === "read" && written.has(slotOf(b.buffer)) ? { ...b, access: "read_write" as const } : b
       ),
     };
-  });
+  };
+  const legalKernels = kernels.map(legalize);
+  const planBindings = (k: Kernel) =>
+    k.bindings.map((b, index) => ({ index, name: b.name, buffer: b.buffer, access: b.access }));
 
-  const planKernels: PlanKernel[] = legalKernels.map((k) => {
+  const planKernels: PlanKernel[] = legalKernels.map((k, i) => {
     const cost = kernelCost(k);
+    const lib = gemmOf.get(i);
+    const epi = lib?.epilogue && legalize(lib.epilogue);
     const pk: PlanKernel = {
       name: k.name,
       kind: k.kind,
-      bindings: k.bindings.map((b, index) => ({ index, name: b.name, buffer: b.buffer, access: b.access })),
+      bindings: planBindings(k),
       about: k.about,
       ...cost,
       ...(emitters.wgsl ? { wgsl: emitters.wgsl(k) } : {}),
       ...(emitters.cuda ? { cuda: emitters.cuda(k) } : {}),
+      ...(lib && emitters.cuda
+        ? {
+          cudaGemm: {
+            call: lib.call,
+            ...(epi
+              ? { epilogue: { name: epi.name, bindings: planBindings(epi), cuda: emitters.cuda(epi) } }
+              : {}),
+          },
+        }
+        : {}),
     };
     return pk;
   });
@@ -194,6 +277,7 @@ export function buildPlan(
   return {
     plan,
     kernels: legalKernels,
+    gemms,
     memory: {
       bytesWithReuse: mem.bytesWithReuse,
       bytesWithoutReuse: mem.bytesWithoutReuse,

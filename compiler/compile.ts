@@ -24,6 +24,8 @@ export interface CompileOptions {
    * graph for (GEMMs on operands cast from f32), so an fp32 graph narrows nothing.
    */
   readonly precision?: Precision | "auto";
+  /** CUDA: matmul kernels that qualify get a cuBLASLt variant (build_plan.ts); default true. */
+  readonly libraryGemms?: boolean;
 }
 
 export interface Compiled extends BuiltPlan {
@@ -54,7 +56,9 @@ export function compileGraph(g: Graph, opts: CompileOptions): Compiled {
     : opts.precision;
   const storage = chooseStorage(piped.graph, fusion, precision);
   const t1 = performance.now();
-  const built = buildPlan(piped.graph, fusion, opts.emitters, storage.storedType);
+  const built = buildPlan(piped.graph, fusion, opts.emitters, storage.storedType, {
+    libraryGemms: opts.libraryGemms,
+  });
   const t2 = performance.now();
   if (flags.level >= 4) {
     for (const k of built.plan.kernels) if (k.wgsl) console.error(`// ${k.name}\n${k.wgsl.code}`);

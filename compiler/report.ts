@@ -66,6 +66,28 @@ function storageSection(fused: Compiled, unfused: Compiled): string[] {
   return lines;
 }
 
+/** CUDA: how many GEMMs run as cuBLASLt calls, and why the others stay template kernels. */
+function gemmSection(c: Compiled): string[] {
+  if (c.gemms.length === 0) return [];
+  const lib = c.gemms.filter((d) => d.library);
+  const lines = [
+    "## GEMMs on CUDA: cuBLASLt or the template",
+    "",
+    `${lib.length} of ${c.gemms.length} GEMMs per step are cuBLASLt calls (compiler/lower/gemm_library.ts); the`,
+    `other ${c.gemms.length - lib.length} run as the tiled template kernel, for the reasons below`,
+    "(`BERTFUSE_CUDA_GEMM=template` runs every GEMM as the template, for comparison).",
+    "",
+    "| GEMM | count |",
+    "|---|---:|",
+  ];
+  const reasons = countBy(c.gemms, (d) => `${d.library ? "library" : "template"}: ${d.reason}`);
+  for (const [r, n] of [...reasons].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))) {
+    lines.push(`| ${r.replaceAll("|", "\\|")} | ${n} |`);
+  }
+  lines.push("");
+  return lines;
+}
+
 function countBy<T>(xs: readonly T[], key: (x: T) => string): Map<string, number> {
   const m = new Map<string, number>();
   for (const x of xs) m.set(key(x), (m.get(key(x)) ?? 0) + 1);
@@ -114,6 +136,7 @@ export function fusionReport(title: string, command: string, fused: Compiled, un
     "",
   );
   lines.push(...storageSection(fused, unfused));
+  lines.push(...gemmSection(fused));
   lines.push("## Fusions refused, by reason", "", "| reason | count |", "|---|---:|");
   const reasons = countBy(fused.fusion.decisions.filter((d) => !d.ok), (d) => d.reason);
   for (const [r, n] of [...reasons].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))) {

@@ -52,6 +52,32 @@ export function renderOutputs(
       if (!files.has(file)) files.set(file, headerFor(command, users.get(file)!, k.about) + tk.code);
     });
   }
+  // CUDA library GEMMs: their epilogue kernels get files of their own (shared by identical code, too).
+  const epiUsers = new Map<string, string[]>();
+  for (const k of plan.kernels) {
+    const e = k.cudaGemm?.epilogue;
+    if (!e) continue;
+    const key = "cuda-epilogue" + e.cuda.code;
+    if (!fileOf.has(key)) fileOf.set(key, `cuda/${e.name}.cu`);
+    const f = fileOf.get(key)!;
+    epiUsers.set(f, [...(epiUsers.get(f) ?? []), e.name]);
+  }
+  plan.kernels.forEach((k, i) => {
+    const g = k.cudaGemm;
+    if (!g) return;
+    const e = g.epilogue;
+    if (!e) return;
+    const file = fileOf.get("cuda-epilogue" + e.cuda.code)!;
+    jsonKernels[i].cudaGemm = {
+      ...g,
+      epilogue: { ...e, cuda: { file, grid: e.cuda.grid, workgroupSize: e.cuda.workgroupSize } },
+    };
+    const about = [
+      `epilogue of ${k.name}'s cuBLASLt GEMM (the product read from an f32 scratch)`,
+      ...k.about,
+    ];
+    if (!files.has(file)) files.set(file, headerFor(command, epiUsers.get(file)!, about) + e.cuda.code);
+  });
   files.set("plan.json", JSON.stringify({ ...plan, kernels: jsonKernels }, null, 1) + "\n");
   files.set("report.md", report);
   return files;

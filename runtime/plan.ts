@@ -57,12 +57,57 @@ export interface TargetKernel {
   readonly workgroupSize: number;
 }
 
+/**
+ * One matrix of a library GEMM, row-major with element offsets and strides: for batch β,
+ * op(X)[i][j] = buffer[offset + β·batchStride + (trans ? j·ld + i : i·ld + j)] (D is never transposed).
+ */
+export interface PlanGemmOperand {
+  readonly buffer: number;
+  readonly offset: number;
+  readonly dtype: "f32" | "f16" | "bf16";
+  readonly ld: number;
+  readonly trans: boolean;
+  readonly batchStride: number;
+}
+
+/**
+ * A GEMM as one library call (cuBLASLt on CUDA): D[β] (m×n) = op(A[β]) (m×k) · op(B[β]) (k×n) for
+ * β < batch, alpha 1, beta 0, accumulated in f32 ("32F": CUBLAS_COMPUTE_32F). compiler/lower/gemm_library.ts
+ * derives it.
+ */
+export interface PlanGemm {
+  readonly m: number;
+  readonly n: number;
+  readonly k: number;
+  readonly batch: number;
+  readonly a: PlanGemmOperand;
+  readonly b: PlanGemmOperand;
+  readonly d: PlanGemmOperand;
+  readonly compute: "32F";
+}
+
+/**
+ * The CUDA library variant of a matmul kernel: the GEMM call, then (unless the call writes the kernel's
+ * only output itself) an elementwise epilogue kernel that reads the call's f32 product from D's buffer
+ * (a scratch buffer of the plan) and computes and stores every output of the fused kernel.
+ */
+export interface PlanCudaGemm {
+  readonly call: PlanGemm;
+  readonly epilogue?: {
+    readonly name: string;
+    readonly bindings: readonly PlanBinding[];
+    readonly cuda: TargetKernel;
+  };
+}
+
 export interface PlanKernel {
   readonly name: string;
   readonly kind: string;
   readonly bindings: readonly PlanBinding[];
   readonly wgsl?: TargetKernel;
   readonly cuda?: TargetKernel;
+  /** On CUDA, the GEMM as a cuBLASLt call (+ epilogue kernel) instead of the `cuda` template kernel. */
+  readonly cudaGemm?: PlanCudaGemm;
   /** What the kernel fuses, for reports and error messages. */
   readonly about: readonly string[];
   /** Estimated bytes read and written per launch (the fusion report's traffic model). */

@@ -41,11 +41,25 @@ export async function readPlanDir(dir: string): Promise<Plan> {
   };
   const kernels: PlanKernel[] = [];
   for (const k of stored.kernels) {
-    const { wgsl, cuda, ...rest } = k as typeof k & { wgsl?: StoredTarget; cuda?: StoredTarget };
+    const { wgsl, cuda, cudaGemm, ...rest } = k as typeof k & {
+      wgsl?: StoredTarget;
+      cuda?: StoredTarget;
+      cudaGemm?: { epilogue?: { cuda: StoredTarget } };
+    };
+    // A library GEMM's epilogue kernel is stored in a file of its own, like the kernels.
+    const epi = cudaGemm?.epilogue;
     kernels.push({
       ...rest,
       ...(wgsl ? { wgsl: await load(wgsl, k.name) } : {}),
       ...(cuda ? { cuda: await load(cuda, k.name) } : {}),
+      ...(cudaGemm
+        ? {
+          cudaGemm: {
+            ...cudaGemm,
+            ...(epi ? { epilogue: { ...epi, cuda: await load(epi.cuda, k.name) } } : {}),
+          },
+        }
+        : {}),
     } as PlanKernel);
   }
   return { ...stored, kernels };

@@ -443,7 +443,16 @@ Deno.test("CUDA: deno task compile --target all and --precision bf16 --target cu
       const r = await run(...flags, "--batch-size", "2", "--seq-len", "16", "--out", out);
       assert.ok(r.success, new TextDecoder().decode(r.stderr));
       const plan = JSON.parse(await Deno.readTextFile(`${out}/plan.json`));
-      const files = new Set<string>(plan.kernels.map((k: { cuda: { file: string } }) => k.cuda.file));
+      type Stored = { cuda: { file: string }; cudaGemm?: { epilogue?: { cuda: { file: string } } } };
+      const files = new Set<string>(
+        plan.kernels.flatMap((
+          k: Stored,
+        ) => [k.cuda.file, ...(k.cudaGemm?.epilogue ? [k.cudaGemm.epilogue.cuda.file] : [])]),
+      );
+      // Library GEMMs' epilogue kernels have files of their own.
+      if (!wgsl) {
+        assert.ok([...files].some((f) => f.endsWith("_epilogue.cu")), "a bf16 training step has an epilogue");
+      }
       for (const f of files) {
         assert.match(f, /^cuda\/k\d+_\w+\.cu$/);
         const text = await Deno.readTextFile(`${out}/${f}`);

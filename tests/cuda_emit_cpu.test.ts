@@ -16,8 +16,9 @@ import assert from "node:assert/strict";
 import { emitCUDA } from "../compiler/codegen/cuda.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { FUSION_CASES, graphOf, type Tolerance } from "../bench/fusion_cases.ts";
-import { type Graph, isFloat, numel } from "../ir/mod.ts";
-import type { Plan, PlanBuffer } from "../runtime/plan.ts";
+import { type DType, type Graph, isFloat, numel } from "../ir/mod.ts";
+import type { ModelBuilder, Tensor } from "../dsl/mod.ts";
+import type { Plan, PlanBinding, PlanBuffer, PlanGemmOperand, TargetKernel } from "../runtime/plan.ts";
 import { storedBytes } from "../runtime/plan.ts";
 import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../runtime/numeric/half.ts";
 import { evaluate } from "../runtime/reference/interpreter.ts";
@@ -132,6 +133,30 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int o, int) {
   __syncthreads();
   return r;
 }
+inline float bf_to_f32(float x) { return x; }
+inline float bf_to_f32(__half x) { return __half2float(x); }
+inline float bf_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline void bf_from_f32(float v, float* p) { *p = v; }
+inline void bf_from_f32(float v, __half* p) { *p = __float2half_rn(v); }
+inline void bf_from_f32(float v, __nv_bfloat16* p) { *p = __float2bfloat16_rn(v); }
+// cuBLASLt's matmul as the plan describes it (runtime/plan.ts PlanGemm): row-major, for batch q
+// op(X)[i][j] = X[q*s + (trans ? j*ld + i : i*ld + j)], D[q][i][j] = D[q*sd + i*ldd + j], operands widened
+// to f32, one f32 sum per element in increasing k, rounded once to D's type.
+template <typename TA, typename TB, typename TD>
+static void bf_gemm(long m, long n, long k, long batch, const TA* A, long lda, bool ta, long sa, const TB* B,
+                    long ldb, bool tb, long sb, TD* D, long ldd, long sd) {
+  for (long q = 0; q < batch; ++q)
+    for (long i = 0; i < m; ++i)
+      for (long j = 0; j < n; ++j) {
+        float acc = 0.0f;
+        for (long p = 0; p < k; ++p) {
+          const float a = bf_to_f32(A[q * sa + (ta ? p * lda + i : i * lda + p)]);
+          const float b = bf_to_f32(B[q * sb + (tb ? j * ldb + p : p * ldb + j)]);
+          acc += a * b;
+        }
+        bf_from_f32(acc, &D[q * sd + i * ldd + j]);
+      }
+}
 // Kernels without barriers run thread after thread; the others get one OS thread per CUDA thread.
 static void bf_launch(unsigned blocks, unsigned threads, bool barriers, const std::function<void()>& f) {
   if (!barriers) {
@@ -170,15 +195,22 @@ const C_TYPE: Record<string, string> = {
   bool: "unsigned int",
 };
 
-/** A C++ program running the plan's steps over buffers read from stdin, writing its outputs to stdout. */
-function program(plan: Plan): string {
+/**
+ * A C++ program running the plan's steps over buffers read from stdin, writing its outputs to stdout.
+ * `library`: matmul kernels with a library variant run it (bf_gemm per the descriptor, then the epilogue
+ * kernel), as the CUDA executor does by default.
+ */
+function program(plan: Plan, library = false): string {
   const sources = new Map<string, number>();
   const parts = [SHIM];
-  for (const k of plan.kernels) {
-    const code = k.cuda!.code;
-    if (sources.has(code)) continue;
+  const addSource = (code: string) => {
+    if (sources.has(code)) return;
     sources.set(code, sources.size);
     parts.push(`#define bf_kernel bf_kernel_${sources.size - 1}\n${code}#undef bf_kernel\n`);
+  };
+  for (const k of plan.kernels) {
+    addSource(k.cuda!.code);
+    if (library && k.cudaGemm?.epilogue) addSource(k.cudaGemm.epilogue.cuda.code);
   }
   // Memory as the CUDA runtime lays it out: one zeroed block per memory-plan slot, each buffer at its
   // offset inside its slot (the parts of an in-place flat vector share the vector's slot). Only inputs and
@@ -203,16 +235,33 @@ function program(plan: Plan): string {
       continue;
     }
     const k = plan.kernels[s.kernel];
-    const t = k.cuda!;
-    const args = k.bindings.map((b) =>
-      `reinterpret_cast<${C_TYPE[plan.buffers[b.buffer].dtype]}*>${at(b.buffer)}`
-    );
-    const barriers = /__syncthreads|__shfl_xor_sync/.test(t.code);
+    const launch = (t: TargetKernel, bindings: readonly PlanBinding[]) => {
+      const args = bindings.map((b) =>
+        `reinterpret_cast<${C_TYPE[plan.buffers[b.buffer].dtype]}*>${at(b.buffer)}`
+      );
+      const barriers = /__syncthreads|__shfl_xor_sync/.test(t.code);
+      main.push(
+        `  bf_launch(${t.grid[0]}u, ${t.workgroupSize}u, ${barriers}, [&] { bf_kernel_${
+          sources.get(t.code)
+        }(${args.join(", ")}); });`,
+      );
+    };
+    const lib = library ? k.cudaGemm : undefined;
+    if (!lib) {
+      launch(k.cuda!, k.bindings);
+      continue;
+    }
+    const { call } = lib;
+    const ptr = (o: PlanGemmOperand) =>
+      `(reinterpret_cast<${C_TYPE[o.dtype]}*>${at(o.buffer)} + ${o.offset})`;
+    const op = (o: PlanGemmOperand) => `${ptr(o)}, ${o.ld}, ${o.trans}, ${o.batchStride}`;
     main.push(
-      `  bf_launch(${t.grid[0]}u, ${t.workgroupSize}u, ${barriers}, [&] { bf_kernel_${sources.get(t.code)}(${
-        args.join(", ")
-      }); });`,
+      `  bf_gemm(${call.m}, ${call.n}, ${call.k}, ${call.batch}, ${op(call.a)}, ${op(call.b)}, ${
+        ptr(call.d)
+      }, ` +
+        `${call.d.ld}, ${call.d.batchStride});`,
     );
+    if (lib.epilogue) launch(lib.epilogue.cuda, lib.epilogue.bindings);
   }
   for (const id of Object.values(plan.outputs)) {
     const b = plan.buffers[id];
@@ -279,9 +328,14 @@ function randomFeeds(
   return feeds;
 }
 
-async function runOnCpu(dir: string, plan: Plan, feeds: Record<string, ArrayLike<number>>) {
+async function runOnCpu(
+  dir: string,
+  plan: Plan,
+  feeds: Record<string, ArrayLike<number>>,
+  library = false,
+) {
   const src = `${dir}/prog.cpp`;
-  await Deno.writeTextFile(src, program(plan));
+  await Deno.writeTextFile(src, program(plan, library));
   // The generated code includes these headers; on the host the shim provides everything.
   await Deno.writeTextFile(`${dir}/cuda_fp16.h`, "");
   await Deno.writeTextFile(`${dir}/cuda_bf16.h`, "");
@@ -363,6 +417,70 @@ for (const c of FUSION_CASES) {
   }
 }
 
+// The library path (PlanKernel.cudaGemm: bf_gemm per the descriptor, then the epilogue kernel) on the
+// fusion cases with a GEMM that qualifies, and on small graphs that exercise every descriptor field:
+// transposed operands, leading dimensions wider than the matrix (a slice of rows), element offsets,
+// batch strides (a 3-D batched product, attention heads through a permute at batch 1), epilogues.
+const LIBRARY_CASES: { name: string; body: (m: ModelBuilder, dt: DType) => Tensor; backward: boolean }[] = [
+  ...FUSION_CASES.filter((c) => c.name.startsWith("GEMM epilogue")),
+  {
+    name: "linear layer with a transposed weight, forward and backward",
+    body: (m, dt) =>
+      m.param("x", [5, 7], "zeros", dt).matmul(m.param("w", [6, 7], "zeros", dt), { transposeB: true })
+        .add(m.param("bias", [6], "zeros", dt)).mul(0.5),
+    backward: true,
+  },
+  {
+    name: "a slice of rows (ld 32, offset 16) times a weight, forward and backward",
+    body: (m, dt) =>
+      m.param("x", [2, 4, 8], "zeros", dt).slice(1, 2, 3).reshape([2, 8])
+        .matmul(m.param("w", [8, 3], "zeros", dt)),
+    backward: true,
+  },
+  {
+    name: "batched 3-D product with batch strides, forward and backward",
+    body: (m, dt) => m.param("a", [3, 4, 5], "zeros", dt).matmul(m.param("b", [3, 5, 2], "zeros", dt)),
+    backward: true,
+  },
+  {
+    name: "attention heads through permutes at batch 1, forward and backward",
+    body: (m, dt) => {
+      const heads = (t: Tensor) => t.reshape([1, 4, 2, 3]).permute([0, 2, 1, 3]);
+      const q = heads(m.param("q", [1, 4, 6], "zeros", dt));
+      const k = heads(m.param("k", [1, 4, 6], "zeros", dt));
+      const v = heads(m.param("v", [1, 4, 6], "zeros", dt));
+      return q.matmul(k, { transposeB: true }).mul(0.25).matmul(v).permute([0, 2, 1, 3]).reshape([1, 4, 6]);
+    },
+    backward: true,
+  },
+];
+for (const c of LIBRARY_CASES) {
+  for (const dtype of ["f32", "f16"] as DType[]) {
+    Deno.test({
+      name: `CUDA on the CPU vs reference (${dtype}), library GEMMs: ${c.name}${
+        version ? "" : " (g++ not found)"
+      }`,
+      ignore: !version,
+      async fn() {
+        const g = graphOf(c.name, c.body, dtype, c.backward);
+        const feeds = randomFeeds(g, 2000 + LIBRARY_CASES.indexOf(c));
+        const tol = dtype === "f16" ? F16_TOL : F32_TOL;
+        const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+        const lib = compiled.gemms.filter((d) => d.library).length;
+        // Mixed plans (a GEMM whose operand is computed on load stays a template kernel) are fine.
+        assert.ok(lib > 0, `some GEMM should go to the library: ${JSON.stringify(compiled.gemms)}`);
+        const ref = evaluate(g, feeds, { precision: "f32" });
+        const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
+        try {
+          compare(ref, await runOnCpu(dir, compiled.plan, feeds, true), tol, compiled.plan);
+        } finally {
+          await Deno.remove(dir, { recursive: true });
+        }
+      },
+    });
+  }
+}
+
 // A whole model: BERT-tiny inference (classification head, one short sequence) in each precision.
 // Tolerances are per output tensor, relative to its largest value; the reference rounds every op, a
 // fused kernel once, so the gap grows with depth and with narrower storage.
@@ -371,11 +489,15 @@ const MODEL_TOL: Record<Precision, Tolerance> = {
   fp16: { rtol: 1e-2, atol: 1e-3 },
   bf16: { rtol: 3e-2, atol: 1e-2 },
 };
-for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
+for (
+  const [precision, library] of (["fp32", "fp16", "bf16"] as Precision[]).flatMap((p) =>
+    [[p, false], [p, true]] as const
+  )
+) {
   Deno.test({
     name: `CUDA on the CPU vs reference: BERT-tiny inference, ${precision}${
-      version ? "" : " (g++ not found)"
-    }`,
+      library ? ", library GEMMs" : ""
+    }${version ? "" : " (g++ not found)"}`,
     ignore: !version,
     async fn() {
       const model = await loadModel("models/bert-tiny.ts");
@@ -396,7 +518,8 @@ for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
       const ref = evaluate(g, feeds, { precision: "f32" });
       const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
       try {
-        compare(ref, await runOnCpu(dir, compiled.plan, feeds), MODEL_TOL[precision], compiled.plan);
+        if (library) logLibrary(compiled.gemms);
+        compare(ref, await runOnCpu(dir, compiled.plan, feeds, library), MODEL_TOL[precision], compiled.plan);
       } finally {
         await Deno.remove(dir, { recursive: true });
       }
@@ -406,11 +529,15 @@ for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
 
 // A whole training step — forward, backward with dropout, the fused LAMB update over the flat parameter
 // vector (in-place concats at plan offsets), loss scaling — on the small HF fixture configuration.
-for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
+for (
+  const [precision, library] of (["fp32", "fp16", "bf16"] as Precision[]).flatMap((p) =>
+    [[p, false], [p, true]] as const
+  )
+) {
   Deno.test({
     name: `CUDA on the CPU vs reference: a BERT training step with LAMB, ${precision}${
-      version ? "" : " (g++ not found)"
-    }`,
+      library ? ", library GEMMs" : ""
+    }${version ? "" : " (g++ not found)"}`,
     ignore: !version,
     async fn() {
       const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
@@ -463,12 +590,23 @@ for (const precision of ["fp32", "fp16", "bf16"] as Precision[]) {
           : precision === "fp16"
           ? F16_TOL
           : MODEL_TOL.bf16;
-        compare(ref, await runOnCpu(dir, compiled.plan, feeds), tol, compiled.plan);
+        if (library) {
+          logLibrary(compiled.gemms);
+          assert.ok(compiled.gemms.some((d) => d.library), "some GEMMs of a training step go to the library");
+        }
+        compare(ref, await runOnCpu(dir, compiled.plan, feeds, library), tol, compiled.plan);
       } finally {
         await Deno.remove(dir, { recursive: true });
       }
     },
   });
+}
+
+/** How many GEMMs ran as library calls (CUDA_CPU_VERBOSE=1). */
+function logLibrary(gemms: readonly { library: boolean }[]): void {
+  if (Deno.env.get("CUDA_CPU_VERBOSE")) {
+    console.log(`library GEMMs: ${gemms.filter((d) => d.library).length} of ${gemms.length}`);
+  }
 }
 
 Deno.test({

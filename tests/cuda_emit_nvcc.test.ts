@@ -49,6 +49,9 @@ function collectKernels(): Map<string, string> {
       for (const k of compiled.plan.kernels) {
         const code = k.cuda!.code;
         if (!sources.has(code)) sources.set(code, `${c.name} (${dt}): ${k.name}`);
+        // The epilogue kernel of a cuBLASLt GEMM.
+        const e = k.cudaGemm?.epilogue;
+        if (e && !sources.has(e.cuda.code)) sources.set(e.cuda.code, `${c.name} (${dt}): ${e.name}`);
       }
     }
   }
@@ -71,6 +74,8 @@ async function collectBert(sources: Map<string, string>): Promise<void> {
           const code = k.cuda!.code;
           const label = `bert-tiny ${mode} ${precision} b${size.batchSize} s${size.seqLen}: ${k.name}`;
           if (!sources.has(code)) sources.set(code, label);
+          const e = k.cudaGemm?.epilogue;
+          if (e && !sources.has(e.cuda.code)) sources.set(e.cuda.code, `${label} (GEMM epilogue)`);
         }
       }
     }

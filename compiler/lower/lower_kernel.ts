@@ -33,7 +33,7 @@ import {
   store,
   wgId,
 } from "../kernel_ir/ir.ts";
-import { delinearize, type Idx } from "./index_math.ts";
+import { delinearize, type Idx, linearize } from "./index_math.ts";
 import { attentionKernel } from "./attention_template.ts";
 import { matmulKernel } from "./matmul_template.ts";
 import {
@@ -361,6 +361,58 @@ function lowerMatmul(
   });
   // The template is built before the bindings are complete (loaders bind lazily), so attach them now.
   return { ...kernel, bindings: vb.bindings, about: [...about, ...vb.describeBindings()] };
+}
+
+/**
+ * The epilogue of a matmul kernel whose product a library GEMM (compiler/lower/gemm_library.ts) wrote to
+ * an f32 scratch buffer laid out like the matmul node ([batch…, m, n], contiguous): a loop kernel, one
+ * thread per product element, that computes and stores every root exactly as lowerMatmul's epilogue
+ * does, with the matmul's value loaded from the scratch buffer instead of the template's accumulator.
+ * The same ValueBuilder and `special` hook as the template, so the two paths share all lowering logic.
+ */
+export function lowerGemmEpilogue(
+  g: Graph,
+  k: FusedKernel,
+  ctx: ValueContext,
+  scratch: { readonly buffer: number },
+): Kernel {
+  const mmId = k.anchor!;
+  const mmShape = g.nodes[mmId].type.shape;
+  const total = numel(mmShape);
+  const name = `${kernelName(g, k)}_epilogue`;
+  const f16 = (id: NodeId) => g.nodes[id].type.dtype === "f16" || storedTypeOf(ctx, id) === "f16";
+  const usesF16 = k.roots.some(f16) || [...k.members].some((m) => m !== mmId && f16(m));
+  const vb = new ValueBuilder(ctx);
+  const t = vb.bindBuffer(
+    scratch.buffer,
+    "f32",
+    "read",
+    total,
+    `%${mmId} matmul product f32 (library GEMM output)`,
+  );
+  vb.special.set(mmId, (idx) => load(t, linearize(idx, mmShape), "f32"));
+  const body = new Scope();
+  for (const root of k.roots) {
+    if (numel(g.nodes[root].type.shape) !== total) {
+      throw new LoweringError(`${name}: epilogue root %${root} differs in size from the matmul`);
+    }
+    vb.storeAt(
+      body,
+      root,
+      sameShapeAs(g, root, mmShape) ? delinearize(gid, mmShape) : idxAtLinear(g, root, gid),
+    );
+  }
+  return {
+    name,
+    kind: "loop",
+    bindings: vb.bindings,
+    shared: [],
+    workgroupSize: LOOP_WORKGROUP,
+    workgroups: Math.max(1, Math.ceil(total / LOOP_WORKGROUP)),
+    body: [if_(lt(gid, i32(total)), body.stmts)],
+    about: [`epilogue of a library GEMM: ${describeKernel(g, k).join("; ")}`, ...vb.describeBindings()],
+    usesF16,
+  };
 }
 
 function lowerScatter(

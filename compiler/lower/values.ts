@@ -147,10 +147,24 @@ export class ValueBuilder {
     return b.name;
   }
 
+  /**
+   * Binds a plan buffer that holds no graph node (a GEMM's f32 scratch output, see lowerGemmEpilogue)
+   * and returns the binding's name.
+   */
+  bindBuffer(buffer: number, t: KBinding["t"], access: KBinding["access"], elements: number, what: string) {
+    const b: KBinding = { name: `b${this.bindings.length}`, buffer, t, access, elements };
+    this.bindings.push(b);
+    this.bindingNodes.push(-1);
+    this.extraAbout.set(this.bindings.length - 1, what);
+    return b.name;
+  }
+  private readonly extraAbout = new Map<number, string>();
+
   /** `binding i: tensor` lines for the kernel's description. */
   describeBindings(): string[] {
     return this.bindings.map((b, i) => {
       const id = this.bindingNodes[i];
+      if (id < 0) return `binding ${i} (${b.access}): ${this.extraAbout.get(i)}`;
       const n = this.ctx.graph.nodes[id];
       const what = n.op === "input" || n.op === "param" ? `${n.op} ${n.attrs.name}` : `%${id} ${n.op}`;
       const stored = b.t === n.type.dtype ? "" : ` stored ${b.t}`;
