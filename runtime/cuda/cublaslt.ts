@@ -1,7 +1,7 @@
 /**
  * cuBLASLt (libcublasLt.so) through Deno FFI, for GEMMs on CUDA (DESIGN principle 5), with its bias and
- * GELU epilogues. Plans do not carry library calls yet, so the executor does not use this; bench/gpu_check.ts
- * checks it against the CPU.
+ * GELU epilogues. The executor runs plans' library GEMMs (PlanKernel.cudaGemm) through `LtCall`;
+ * bench/gpu_check.ts checks `LtGemm` against the CPU.
  *
  * C signatures from cuBLASLt's documented API (cublasLt.h is not installed on the development machine):
  * cublasStatus_t is a C enum (i32); handles and descriptors are pointers; cublasComputeType_t,
@@ -79,6 +79,10 @@ const CUBLAS_OP_N = 0, CUBLAS_OP_T = 1;
 const DESC_TRANSA = 3, DESC_TRANSB = 4, DESC_EPILOGUE = 7, DESC_BIAS_POINTER = 8;
 const LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6;
 const PREF_MAX_WORKSPACE_BYTES = 1;
+// cublasLtMatmulPreferenceAttributes_t: MIN_ALIGNMENT_{A,B,C,D}_BYTES (uint32_t, default 256). The
+// heuristic only returns algorithms that work with pointers aligned this much, so they are set to the
+// alignment the pointers really have (cuBLASLt docs, "cublasLtMatmulPreferenceAttributes_t").
+const PREF_MIN_ALIGNMENT = { a: 5, b: 6, c: 7, d: 8 } as const;
 const EPILOGUE = { none: 1, bias: 4, gelu: 32, gelu_bias: 36 } as const;
 const HEURISTIC_RESULT_BYTES = 96;
 const HEURISTIC_STATE_OFFSET = 72;
@@ -130,6 +134,10 @@ export class CublasLt {
     const workspaceBytes = opts.workspaceBytes ?? 32 << 20;
     const workspace = driver.alloc(workspaceBytes, "cuBLASLt workspace");
     return new CublasLt(lib, path, Deno.UnsafePointer.create(out[0]), driver, workspace, workspaceBytes);
+  }
+
+  get symbols(): Deno.DynamicLibrary<typeof CUBLASLT_SYMBOLS>["symbols"] {
+    return this.lib.symbols;
   }
 
   get version(): number {
@@ -314,5 +322,182 @@ export class LtGemm {
   destroy(): void {
     for (const l of this.layouts) this.s.cublasLtMatrixLayoutDestroy(l);
     this.s.cublasLtMatmulDescDestroy(this.desc);
+  }
+}
+
+/** One matrix of a library GEMM as the plan describes it (runtime/plan.ts PlanGemmOperand). */
+export interface LtOperand {
+  readonly dtype: GemmDType;
+  readonly ld: number;
+  readonly trans: boolean;
+  readonly batchStride: number;
+}
+
+/** A plan's GEMM (runtime/plan.ts PlanGemm) without its buffers, plus the pointers' alignments in bytes. */
+export interface LtCallSpec {
+  readonly m: number;
+  readonly n: number;
+  readonly k: number;
+  readonly batch: number;
+  readonly a: LtOperand;
+  readonly b: LtOperand;
+  readonly d: LtOperand;
+  readonly align: { readonly a: number; readonly b: number; readonly d: number };
+}
+
+/** The largest power of two (at most 256) that divides a device address. */
+export function alignmentOf(p: DevicePtr): number {
+  let a = 1;
+  while (a < 256 && p % BigInt(a * 2) === 0n) a *= 2;
+  return a;
+}
+
+/**
+ * A plan GEMM ready to run: descriptors made and an algorithm chosen by cuBLASLt's heuristic once; the
+ * executor keeps one per distinct spec (same sizes, layouts, types and alignments) and runs it with each
+ * step's pointers. Row-major to column-major as in the file comment: D (m×n, ld) is the column-major
+ * n×m Dᵀ = op(B)ᵀ·op(A)ᵀ, so our B is the library's "A" and our A its "B". A row-major X stored with
+ * leading dimension ld is the column-major Xᵀ with the same ld: untransposed B (k×n) is the library's
+ * n×k "A" as is (OP_N), transposed B (stored n×k) is its k×n view used transposed (OP_T); likewise A.
+ * Batches: BATCH_COUNT and STRIDED_BATCH_OFFSET (elements) on every layout (cuBLASLt docs,
+ * "cublasLtMatrixLayoutAttribute_t"). C is D with beta 0.
+ */
+export class LtCall {
+  private readonly desc: Pointer;
+  private readonly layouts: Pointer[] = [];
+  private readonly algo = new Uint8Array(HEURISTIC_RESULT_BYTES);
+  private readonly alpha = new Uint8Array(new Float32Array([1]).buffer);
+  private readonly beta = new Uint8Array(new Float32Array([0]).buffer);
+  private readonly libA: Pointer;
+  private readonly libB: Pointer;
+  private readonly d: Pointer;
+
+  constructor(private readonly lt: CublasLt, readonly spec: LtCallSpec, readonly what: string) {
+    const s = lt.symbols;
+    const { m, n, k, batch } = spec;
+    const out = new BigUint64Array(1);
+    const ptr = () => Deno.UnsafePointer.create(out[0]);
+    // f32 accumulation and f32 alpha/beta whatever the operand types (the template's numerics).
+    lt.check(
+      "cublasLtMatmulDescCreate",
+      s.cublasLtMatmulDescCreate(out, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      what,
+    );
+    this.desc = ptr();
+    try {
+      const setDesc = (attr: number, buf: Uint8Array<ArrayBuffer>, name: string) =>
+        lt.check(
+          `cublasLtMatmulDescSetAttribute(${name})`,
+          s.cublasLtMatmulDescSetAttribute(this.desc, attr, buf, BigInt(buf.byteLength)),
+          what,
+        );
+      setDesc(DESC_TRANSA, i32(spec.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
+      setDesc(DESC_TRANSB, i32(spec.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
+      setDesc(DESC_EPILOGUE, i32(EPILOGUE.none), "EPILOGUE");
+      const layout = (op: LtOperand, rows: number, cols: number, name: string) => {
+        lt.check(
+          `cublasLtMatrixLayoutCreate(${name})`,
+          s.cublasLtMatrixLayoutCreate(out, DATA_TYPE[op.dtype], BigInt(rows), BigInt(cols), BigInt(op.ld)),
+          what,
+        );
+        const l = ptr();
+        this.layouts.push(l);
+        if (batch > 1) {
+          lt.check(
+            `cublasLtMatrixLayoutSetAttribute(${name}, BATCH_COUNT)`,
+            s.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_BATCH_COUNT, i32(batch), 4n),
+            what,
+          );
+          lt.check(
+            `cublasLtMatrixLayoutSetAttribute(${name}, STRIDED_BATCH_OFFSET)`,
+            s.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_STRIDED_BATCH_OFFSET, i64(op.batchStride), 8n),
+            what,
+          );
+        }
+        return l;
+      };
+      // Column-major shapes of the stored matrices: untransposed, the library sees our [r, c] as [c, r].
+      this.libA = spec.b.trans ? layout(spec.b, k, n, "B") : layout(spec.b, n, k, "B");
+      this.libB = spec.a.trans ? layout(spec.a, m, k, "A") : layout(spec.a, k, m, "A");
+      this.d = layout(spec.d, n, m, "D");
+      lt.check("cublasLtMatmulPreferenceCreate", s.cublasLtMatmulPreferenceCreate(out), what);
+      const pref = ptr();
+      try {
+        const setPref = (attr: number, buf: Uint8Array<ArrayBuffer>, name: string) =>
+          lt.check(
+            `cublasLtMatmulPreferenceSetAttribute(${name})`,
+            s.cublasLtMatmulPreferenceSetAttribute(pref, attr, buf, BigInt(buf.byteLength)),
+            what,
+          );
+        setPref(PREF_MAX_WORKSPACE_BYTES, u64(BigInt(lt.workspaceBytes)), "MAX_WORKSPACE_BYTES");
+        const u32 = (v: number) => new Uint8Array(new Uint32Array([v]).buffer);
+        // Library A is our B, library B our A.
+        setPref(PREF_MIN_ALIGNMENT.a, u32(spec.align.b), "MIN_ALIGNMENT_A_BYTES");
+        setPref(PREF_MIN_ALIGNMENT.b, u32(spec.align.a), "MIN_ALIGNMENT_B_BYTES");
+        setPref(PREF_MIN_ALIGNMENT.c, u32(spec.align.d), "MIN_ALIGNMENT_C_BYTES");
+        setPref(PREF_MIN_ALIGNMENT.d, u32(spec.align.d), "MIN_ALIGNMENT_D_BYTES");
+        const count = new Int32Array(1);
+        lt.check(
+          "cublasLtMatmulAlgoGetHeuristic",
+          s.cublasLtMatmulAlgoGetHeuristic(
+            lt.handle,
+            this.desc,
+            this.libA,
+            this.libB,
+            this.d,
+            this.d,
+            pref,
+            1,
+            this.algo,
+            count,
+          ),
+          what,
+        );
+        const state = new DataView(this.algo.buffer).getInt32(HEURISTIC_STATE_OFFSET, true);
+        if (count[0] < 1 || state !== 0) {
+          throw new CudaError(
+            `cuBLASLt has no algorithm for ${what} (m ${m}, n ${n}, k ${k}, batch ${batch}, ` +
+              `${spec.a.dtype} -> ${spec.d.dtype})`,
+          );
+        }
+      } finally {
+        s.cublasLtMatmulPreferenceDestroy(pref);
+      }
+    } catch (e) {
+      this.destroy();
+      throw e;
+    }
+  }
+
+  /** Enqueues D = op(A)·op(B) on `stream` (capturable: the workspace is given, nothing is allocated). */
+  run(a: DevicePtr, b: DevicePtr, d: DevicePtr, stream: Pointer, what = this.what): void {
+    const { lt } = this;
+    lt.check(
+      "cublasLtMatmul",
+      lt.symbols.cublasLtMatmul(
+        lt.handle,
+        this.desc,
+        this.alpha,
+        b,
+        this.libA,
+        a,
+        this.libB,
+        this.beta,
+        d,
+        this.d,
+        d,
+        this.d,
+        this.algo,
+        lt.workspace,
+        BigInt(lt.workspaceBytes),
+        stream,
+      ),
+      what,
+    );
+  }
+
+  destroy(): void {
+    for (const l of this.layouts.splice(0)) this.lt.symbols.cublasLtMatrixLayoutDestroy(l);
+    if (this.desc) this.lt.symbols.cublasLtMatmulDescDestroy(this.desc);
   }
 }

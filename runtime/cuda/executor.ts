@@ -8,17 +8,33 @@
  * device pointer per binding in binding-index order; grid = TargetKernel.grid blocks, block =
  * (workgroupSize, 1, 1); no dynamic shared memory.
  *
+ * GEMMs: a matmul kernel with a library variant (PlanKernel.cudaGemm) runs as one cublasLtMatmul (its
+ * algorithm chosen once per distinct call by cuBLASLt's heuristic, with the cuBLASLt workspace) followed by
+ * its epilogue kernel, when there is one; `BERTFUSE_CUDA_GEMM=template` runs the tiled template kernel
+ * instead, so the two can be measured against each other. Both are captured into the CUDA graph alike.
+ *
  * Ordering: the executor's stream is a blocking stream, so the synchronous cuMemcpyHtoD/DtoH of write()
  * and read() (legacy default stream) wait for steps already launched, and later steps wait for them.
  */
-import { type Plan, type PlanBuffer, type PlanKernel, storedSize } from "../plan.ts";
+import {
+  type Plan,
+  type PlanBinding,
+  type PlanBuffer,
+  type PlanGemmOperand,
+  type PlanKernel,
+  storedBytes,
+  storedSize,
+  type TargetKernel,
+} from "../plan.ts";
 import type { LaunchTime, Profile } from "../webgpu/timing.ts";
 import type { CudaContext } from "./context.ts";
 import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";
 import { CudaError } from "./errors.ts";
 import { decodeStored, encodeStored, type HostArray } from "./host.ts";
 import { kernelCacheKey } from "./kernel_cache.ts";
+import { alignmentOf, CublasLt, LtCall, type LtCallSpec } from "./cublaslt.ts";
 import { type ArenaLayout, arenaLayout } from "./layout.ts";
+import type { DiscoverOptions } from "./libs.ts";
 
 /** The kernel entry point every CUDA kernel of a plan defines. */
 export const KERNEL_ENTRY = "bf_kernel";
@@ -30,6 +46,33 @@ const MAX_GRID = [2 ** 31 - 1, 65535, 65535] as const;
 export interface CudaExecutorOptions {
   /** Capture the step program in a CUDA graph (default: unless BERTFUSE_CUDA_GRAPHS=0). */
   readonly graphs?: boolean;
+  /** GEMMs with a library variant: cuBLASLt ("library", the default) or the template kernel. */
+  readonly gemm?: CudaGemmMode;
+  /** Where to look for libcublasLt (default: the usual search, runtime/cuda/libs.ts). */
+  readonly cublasLt?: DiscoverOptions;
+}
+
+export type CudaGemmMode = "library" | "template";
+
+/** BERTFUSE_CUDA_GEMM: library (default) or template. */
+export function cudaGemmFromEnv(): CudaGemmMode {
+  let v: string | undefined;
+  try {
+    v = Deno.env.get("BERTFUSE_CUDA_GEMM");
+  } catch {
+    v = undefined;
+  }
+  if (v === undefined || v === "" || v === "library") return "library";
+  if (v === "template") return "template";
+  throw new CudaError(`BERTFUSE_CUDA_GEMM must be library or template, got '${v}'`);
+}
+
+/** A kernel launch as the driver sees it. */
+interface Launch {
+  readonly fn: Pointer;
+  readonly grid: readonly [number, number, number];
+  readonly threads: number;
+  readonly args: KernelArgs;
 }
 
 /** One step of the program as the driver sees it. */
@@ -43,6 +86,18 @@ export type CudaStep =
     readonly grid: readonly [number, number, number];
     readonly threads: number;
     readonly args: KernelArgs;
+  }
+  | {
+    /** A library GEMM (cuBLASLt) and then its epilogue kernel, if any. */
+    readonly op: "gemm";
+    readonly index: number;
+    readonly kernel: PlanKernel;
+    readonly kernelIndex: number;
+    readonly call: LtCall;
+    readonly a: DevicePtr;
+    readonly b: DevicePtr;
+    readonly d: DevicePtr;
+    readonly epilogue?: Launch;
   }
   | {
     readonly op: "copy";
@@ -81,7 +136,14 @@ export class CudaExecutor {
     readonly program: readonly CudaStep[],
     /** Number of distinct modules (kernels with identical source share one). */
     readonly moduleCount: number,
+    /** cuBLASLt and its prepared calls, when the program runs library GEMMs. */
+    private readonly lt?: { readonly lib: CublasLt; readonly calls: readonly LtCall[] },
   ) {}
+
+  /** Library GEMMs per step (0 when every GEMM runs as a template kernel). */
+  get libraryGemms(): number {
+    return this.program.filter((s) => s.op === "gemm").length;
+  }
 
   /** Builds the executor; errors reject the promise (as the WebGPU executor's do). */
   static create(ctx: CudaContext, plan: Plan, opts: CudaExecutorOptions = {}): Promise<CudaExecutor> {
@@ -91,6 +153,7 @@ export class CudaExecutor {
   static createSync(ctx: CudaContext, plan: Plan, opts: CudaExecutorOptions = {}): CudaExecutor {
     const { driver } = ctx;
     checkKernels(plan);
+    const gemmMode = opts.gemm ?? cudaGemmFromEnv();
     const layout = arenaLayout(plan);
     const { free } = driver.memGetInfo();
     if (layout.totalBytes > free) {
@@ -101,30 +164,74 @@ export class CudaExecutor {
     const arena = driver.alloc(layout.totalBytes, `plan ${plan.graph}`);
     const modules: Pointer[] = [];
     let stream: Pointer = null;
+    let lt: CublasLt | undefined;
+    const calls = new Map<string, LtCall>();
     try {
       // Zeroed once: some plans read regions nothing wrote yet and rely on them reading as zero.
       driver.memsetD8(arena, 0, layout.totalBytes);
       stream = driver.createStream();
       const fnBySource = new Map<string, Pointer>();
       const addressOf = (id: number) => arena + BigInt(layout.bufferOffsets[id]);
-      const launches = plan.kernels.map((k, kernelIndex) => {
-        const cuda = k.cuda!;
+      const launchOf = (name: string, cuda: TargetKernel, bindings: readonly PlanBinding[]): Launch => {
         let fn = fnBySource.get(cuda.code);
         if (!fn) {
-          const module = loadKernel(ctx, k);
+          const module = loadKernel(ctx, cuda.code, name);
           modules.push(module);
-          fn = driver.getFunction(module, KERNEL_ENTRY, k.name);
+          fn = driver.getFunction(module, KERNEL_ENTRY, name);
           fnBySource.set(cuda.code, fn);
         }
-        const ordered = [...k.bindings].sort((a, b) => a.index - b.index);
+        const ordered = [...bindings].sort((a, b) => a.index - b.index);
         return {
-          kernel: k,
-          kernelIndex,
           fn,
           grid: cuda.grid,
           threads: cuda.workgroupSize,
           args: new KernelArgs(ordered.map((b) => addressOf(b.buffer))),
         };
+      };
+      const useLibrary = gemmMode === "library";
+      if (useLibrary && plan.kernels.some((k) => k.cudaGemm)) lt = CublasLt.open(driver, opts.cublasLt);
+      type Prepared =
+        | Omit<Extract<CudaStep, { op: "launch" }>, "op" | "index">
+        | Omit<
+          Extract<CudaStep, { op: "gemm" }>,
+          "index"
+        >;
+      const launches = plan.kernels.map((k, kernelIndex): Prepared => {
+        const g = useLibrary ? k.cudaGemm : undefined;
+        if (!g || !lt) return { kernel: k, kernelIndex, ...launchOf(k.name, k.cuda!, k.bindings) };
+        const { call } = g;
+        const elementAt = (o: PlanGemmOperand, what: string) => {
+          const b = bufferOf(plan, o.buffer, `kernel ${k.name}: GEMM operand ${what}`);
+          return addressOf(b.id) + BigInt(o.offset * storedBytes(o.dtype));
+        };
+        const a = elementAt(call.a, "A"), b = elementAt(call.b, "B"), d = elementAt(call.d, "D");
+        const spec: LtCallSpec = {
+          m: call.m,
+          n: call.n,
+          k: call.k,
+          batch: call.batch,
+          a: call.a,
+          b: call.b,
+          d: call.d,
+          align: { a: alignmentOf(a), b: alignmentOf(b), d: alignmentOf(d) },
+        };
+        const key = JSON.stringify([
+          spec.m,
+          spec.n,
+          spec.k,
+          spec.batch,
+          ...[spec.a, spec.b, spec.d].map(
+            (o) => [o.dtype, o.ld, o.trans, o.batchStride],
+          ),
+          spec.align,
+        ]);
+        let lc = calls.get(key);
+        if (!lc) {
+          lc = new LtCall(lt, spec, k.name);
+          calls.set(key, lc);
+        }
+        const epilogue = g.epilogue && launchOf(g.epilogue.name, g.epilogue.cuda, g.epilogue.bindings);
+        return { op: "gemm", kernel: k, kernelIndex, call: lc, a, b, d, ...(epilogue ? { epilogue } : {}) };
       });
       const program: CudaStep[] = plan.steps.map((s, index): CudaStep => {
         if (s.op === "launch") {
@@ -134,7 +241,7 @@ export class CudaExecutor {
               `plan ${plan.graph}: step ${index} launches kernel ${s.kernel}, which it lacks`,
             );
           }
-          return { op: "launch", index, ...l };
+          return "op" in l ? { ...l, index } : { op: "launch", index, ...l };
         }
         const src = bufferOf(plan, s.src, `step ${index}`), dst = bufferOf(plan, s.dst, `step ${index}`);
         return copyStep(index, src, dst, addressOf, `step ${index}: '${src.name}' -> '${dst.name}'`);
@@ -151,10 +258,22 @@ export class CudaExecutor {
           ),
         );
       });
-      const ex = new CudaExecutor(ctx, plan, layout, arena, stream, modules, program, fnBySource.size);
+      const ex = new CudaExecutor(
+        ctx,
+        plan,
+        layout,
+        arena,
+        stream,
+        modules,
+        program,
+        fnBySource.size,
+        lt && { lib: lt, calls: [...calls.values()] },
+      );
       if (opts.graphs ?? cudaGraphsFromEnv()) ex.capture();
       return ex;
     } catch (e) {
+      for (const c of calls.values()) tryIt(() => c.destroy());
+      if (lt) tryIt(() => lt!.close());
       for (const m of modules) tryIt(() => driver.unloadModule(m));
       if (stream) tryIt(() => driver.destroyStream(stream));
       tryIt(() => driver.free(arena));
@@ -272,7 +391,8 @@ export class CudaExecutor {
       throw new CudaError(`profile needs a positive whole number of iterations, got ${iterations}`);
     }
     const { driver } = this.ctx;
-    const launches = this.program.filter((s) => s.op === "launch");
+    // A library GEMM counts as one launch: the call and its epilogue kernel, timed together.
+    const launches = this.program.filter((s) => s.op !== "copy");
     const events: Pointer[] = [];
     const event = () => {
       const e = driver.createEvent();
@@ -296,7 +416,7 @@ export class CudaExecutor {
       for (let i = 0; i < iterations; i++) {
         let j = 0;
         for (const s of this.program) {
-          if (s.op !== "launch") {
+          if (s.op === "copy") {
             this.issue(s);
             continue;
           }
@@ -309,12 +429,12 @@ export class CudaExecutor {
         pairs.forEach(([a, b], k) => samples[k].push(driver.elapsedMs(a, b) * 1e6));
       }
       const times = launches.map((s, j): LaunchTime => {
-        const k = (s as Extract<CudaStep, { op: "launch" }>).kernel;
+        const k = (s as Extract<CudaStep, { op: "launch" | "gemm" }>).kernel;
         const ns = median(samples[j]);
         const bytes = k.bytesRead + k.bytesWritten;
         return {
           step: s.index,
-          kernel: (s as Extract<CudaStep, { op: "launch" }>).kernelIndex,
+          kernel: (s as Extract<CudaStep, { op: "launch" | "gemm" }>).kernelIndex,
           name: k.name,
           ns,
           bytes,
@@ -345,6 +465,8 @@ export class CudaExecutor {
     tryIt(() => driver.synchronize(this.stream));
     if (this.graphExec) tryIt(() => driver.destroyGraphExec(this.graphExec));
     for (const m of this.modules) tryIt(() => driver.unloadModule(m));
+    for (const c of this.lt?.calls ?? []) tryIt(() => c.destroy());
+    if (this.lt) tryIt(() => this.lt!.lib.close());
     tryIt(() => driver.destroyStream(this.stream));
     tryIt(() => driver.free(this.arena));
   }
@@ -376,6 +498,19 @@ export class CudaExecutor {
     const { driver } = this.ctx;
     if (s.op === "launch") {
       driver.launch(s.fn, s.grid, s.threads, this.stream, s.args, `${s.kernel.name} (step ${s.index})`);
+    } else if (s.op === "gemm") {
+      s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`);
+      const e = s.epilogue;
+      if (e) {
+        driver.launch(
+          e.fn,
+          e.grid,
+          e.threads,
+          this.stream,
+          e.args,
+          `${s.kernel.name} epilogue (step ${s.index})`,
+        );
+      }
     } else {
       driver.copyDtoDAsync(s.dst, s.src, s.bytes, this.stream, s.what);
     }
@@ -424,39 +559,42 @@ function checkKernels(plan: Plan): void {
   for (const k of plan.kernels) {
     const c = k.cuda;
     if (!c) throw new CudaError(`kernel ${k.name} has no CUDA source (compile with the cuda emitter)`);
-    if (!Number.isInteger(c.workgroupSize) || c.workgroupSize < 1 || c.workgroupSize > MAX_THREADS) {
+    checkTarget(k.name, c, k.bindings);
+    const e = k.cudaGemm?.epilogue;
+    if (e) checkTarget(`${k.name} (GEMM epilogue ${e.name})`, e.cuda, e.bindings);
+  }
+}
+
+function checkTarget(name: string, c: TargetKernel, bindings: readonly PlanBinding[]): void {
+  if (!Number.isInteger(c.workgroupSize) || c.workgroupSize < 1 || c.workgroupSize > MAX_THREADS) {
+    throw new CudaError(
+      `kernel ${name}: block of ${c.workgroupSize} threads (CUDA allows 1 to ${MAX_THREADS})`,
+    );
+  }
+  c.grid.forEach((g, i) => {
+    if (!Number.isInteger(g) || g < 1 || g > MAX_GRID[i]) {
       throw new CudaError(
-        `kernel ${k.name}: block of ${c.workgroupSize} threads (CUDA allows 1 to ${MAX_THREADS})`,
+        `kernel ${name}: grid [${c.grid.join(", ")}] has dimension ${"xyz"[i]} = ${g} (1 to ${MAX_GRID[i]})`,
       );
     }
-    c.grid.forEach((g, i) => {
-      if (!Number.isInteger(g) || g < 1 || g > MAX_GRID[i]) {
-        throw new CudaError(
-          `kernel ${k.name}: grid [${c.grid.join(", ")}] has dimension ${"xyz"[i]} = ${g} (1 to ${
-            MAX_GRID[i]
-          })`,
-        );
-      }
-    });
-    const indices = k.bindings.map((b) => b.index).sort((a, b) => a - b);
-    indices.forEach((v, i) => {
-      if (v !== i) {
-        throw new CudaError(
-          `kernel ${k.name}: binding indices [${indices.join(", ")}] are not 0..${indices.length - 1} ` +
-            `(each is one parameter of ${KERNEL_ENTRY}, in order)`,
-        );
-      }
-    });
-    if (!c.code.includes(KERNEL_ENTRY)) {
-      throw new CudaError(`kernel ${k.name}: CUDA source does not define ${KERNEL_ENTRY}`);
+  });
+  const indices = bindings.map((b) => b.index).sort((a, b) => a - b);
+  indices.forEach((v, i) => {
+    if (v !== i) {
+      throw new CudaError(
+        `kernel ${name}: binding indices [${indices.join(", ")}] are not 0..${indices.length - 1} ` +
+          `(each is one parameter of ${KERNEL_ENTRY}, in order)`,
+      );
     }
+  });
+  if (!c.code.includes(KERNEL_ENTRY)) {
+    throw new CudaError(`kernel ${name}: CUDA source does not define ${KERNEL_ENTRY}`);
   }
 }
 
 /** The module for a kernel's source: from the disk cache when there, else compiled and cached. */
-function loadKernel(ctx: CudaContext, k: PlanKernel): Pointer {
+function loadKernel(ctx: CudaContext, source: string, name: string): Pointer {
   const { driver, nvrtc, cache } = ctx;
-  const source = k.cuda!.code;
   const arch = driver.arch;
   const key = kernelCacheKey({
     source,
@@ -467,14 +605,14 @@ function loadKernel(ctx: CudaContext, k: PlanKernel): Pointer {
   const cached = cache.get(key);
   if (cached) {
     try {
-      return driver.loadModule(cached, k.name);
+      return driver.loadModule(cached, name);
     } catch {
       // A corrupt or foreign entry: drop it and compile afresh below.
       cache.remove(key);
     }
   }
-  const cubin = nvrtc.compile(source, arch, k.name);
-  const module = driver.loadModule(cubin, k.name);
+  const cubin = nvrtc.compile(source, arch, name);
+  const module = driver.loadModule(cubin, name);
   cache.put(key, cubin);
   return module;
 }
