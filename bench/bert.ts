@@ -143,7 +143,7 @@ await runMain(async () => {
     const feeds: Record<string, ArrayLike<number>> = {
       ...optimizerFeeds(
         layout,
-        { learningRate: 6e-3, warmupProportion: 0.1, totalSteps: 1000, degree: 0.5 },
+        { base: 6e-3, warmupProportion: 0.1, totalSteps: 1000 },
         { step: 0, lossScale: precision === "fp16" ? 2 ** 16 : 1 },
       ),
       [OPT.flatParams]: flatFromParams(initParams(g, 1), layout),

@@ -5,7 +5,7 @@
  */
 import { byteSize, type DType, type Graph, type NodeId, numel } from "../ir/mod.ts";
 import type { BufferRole, Plan, PlanBuffer, PlanKernel, PlanStep, TargetKernel } from "../runtime/plan.ts";
-import { storedBytes, storedSize } from "../runtime/plan.ts";
+import { storedBytes, storedSize, UPDATE_PREFIX } from "../runtime/plan.ts";
 import type { FusionResult } from "./fusion/types.ts";
 import type { Kernel } from "./kernel_ir/ir.ts";
 import { kernelCost } from "./kernel_cost.ts";
@@ -13,7 +13,6 @@ import { deriveGemm, type GemmCall, outputOperand } from "./lower/gemm_library.t
 import { lowerGemmEpilogue, lowerKernel } from "./lower/lower_kernel.ts";
 import { vectorizeLoop } from "./lower/vectorize.ts";
 import { planMemory } from "./memory_plan.ts";
-import { UPDATE_PREFIX } from "./passes/sgd_update.ts";
 
 export type Target = "wgsl" | "cuda";
 export type Emitter = (k: Kernel) => TargetKernel;

@@ -32,6 +32,12 @@ export interface PlanBuffer {
   readonly offset?: number;
 }
 
+/**
+ * Graph outputs named `<UPDATE_PREFIX><name>` hold the value of `<name>` (a parameter, an input, or a flat
+ * vector assembled from them) after the step; runtimes copy them back (`Plan.updates`).
+ */
+export const UPDATE_PREFIX = "new:";
+
 /** Offsets inside a slot are multiples of this (WebGPU's minStorageBufferOffsetAlignment is at most 256). */
 export const PLAN_OFFSET_ALIGN = 256;
 

@@ -26,13 +26,10 @@ import { uniformAt } from "../runtime/numeric/philox.ts";
 import { erf } from "../runtime/numeric/erf.ts";
 import { cudaPrelude } from "../compiler/codegen/cuda_prelude.ts";
 import { seededRandom } from "./util/random.ts";
+import { batchFeeds, optimizerStepFeeds } from "./util/bert_feeds.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
 import { loadModel } from "../models/load.ts";
-import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
-import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
-import { OPT } from "../compiler/optimizer/update.ts";
-import { initParams } from "../runtime/init.ts";
 import { roundTripGraph } from "../compiler/storage_precision.ts";
 
 const CXX = Deno.env.get("CXX") ?? "g++";
@@ -551,37 +548,16 @@ for (
         maxPredictions: P,
         optimizer: { kind: "lamb", dynamicScale: precision === "fp16" },
       });
-      const layout = flatLayoutOf(g);
       const r = seededRandom(91);
-      const feeds: Record<string, ArrayLike<number>> = {
-        ...Object.fromEntries(initParams(g, 3)),
-        ...optimizerFeeds(
-          layout,
-          { learningRate: 0.01, warmupProportion: 0.2, totalSteps: 20, degree: 0.5 },
-          { step: 4, lossScale: precision === "fp16" ? 1024 : 1 },
-        ),
-        input_ids: Array.from({ length: B * S }, () => r.int(0, model.config.vocab_size)),
-        token_type_ids: Array.from({ length: B * S }, (_, i) => (i % S >= S / 2 ? 1 : 0)),
-        attention_mask: Array.from({ length: B * S }, (_, i) => (i % S < S - 1 ? 1 : 0)),
-        masked_lm_positions: Array.from({ length: B * P }, () => r.int(0, S)),
-        masked_lm_ids: Array.from({ length: B * P }, () => r.int(0, model.config.vocab_size)),
-        next_sentence_labels: Array.from({ length: B }, () => r.int(0, 2)),
-        rng_key: [r.u32(), 5],
+      const feeds = {
+        ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: model.config.vocab_size }, r, 3),
+        ...optimizerStepFeeds(g, r, precision === "fp16" ? 1024 : 1),
       };
-      const m = new Float64Array(layout.total), v = new Float64Array(layout.total);
-      for (const sgm of layout.segments) {
-        for (let i = sgm.offset; i < sgm.offset + sgm.size; i++) {
-          m[i] = 1e-3 * r.normal();
-          v[i] = 1e-6 * Math.abs(r.normal());
-        }
-      }
-      feeds[OPT.m] = m;
-      feeds[OPT.v] = v;
       const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
-      // In fp16 the interpreter gets the plan's own roundings (activations stored in f16).
-      const refGraph = precision === "fp16"
-        ? roundTripGraph(compiled.graph, compiled.fusion, compiled.storage)
-        : g;
+      // With low-precision storage the interpreter gets the plan's own roundings.
+      const refGraph = precision === "fp32"
+        ? g
+        : roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
       const ref = evaluate(refGraph, feeds, { precision: "f32" });
       const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
       try {

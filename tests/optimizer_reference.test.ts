@@ -29,7 +29,7 @@ const SHAPES: Record<string, number[]> = {
   "cls.seq_relationship.weight": [2, 16],
   "cls.seq_relationship.bias": [2],
 };
-const SCHEDULE = { learningRate: 0.02, warmupProportion: 0.25, totalSteps: 8, degree: 0.5 };
+const SCHEDULE = { base: 0.02, warmupProportion: 0.25, totalSteps: 8, degree: 0.5 };
 const LOSS_SCALE = 512;
 
 /** Parameters, gradient inputs `g:<name>` fed as `grad.<name>`, and the optimizer. */
@@ -87,7 +87,7 @@ async function compareSteps(
     const grads = randomTensors(100 + step, LOSS_SCALE * 0.3);
     for (const [n, gr] of grads) feeds[`g:${n}`] = gr;
     const out = await run(g, feeds);
-    const o = { lr: learningRate(step, { base: SCHEDULE.learningRate, ...SCHEDULE }), lossScale: LOSS_SCALE };
+    const o = { lr: learningRate(step, SCHEDULE), lossScale: LOSS_SCALE };
     const report = kind === "lamb" ? lambStep(params, grads, ref, o) : adamwStep(params, grads, ref, o);
     assert.ok(report.clipFactor < 1, "the test should exercise clipping");
     assertClose(out[`new:${OPT.flatParams}`], flatOf(layout, params), rtol, `step ${step} weights`);
@@ -213,7 +213,7 @@ Deno.test("optimizer graph: gradient accumulation updates once, from the mean of
   const sum = new Map([...g1].map(([n, x]) => [n, x.map((v, i) => v + g2.get(n)![i])]));
   const ref = initMoments(params);
   lambStep(params, sum, ref, {
-    lr: learningRate(1, { base: SCHEDULE.learningRate, ...SCHEDULE }),
+    lr: learningRate(1, SCHEDULE),
     lossScale: 2 * LOSS_SCALE,
   });
   assertClose(out.get(`new:${OPT.flatParams}`)!, flatOf(layout, params), 1e-8, "weights after the update");

@@ -163,12 +163,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     const tables = layoutTables(layout);
     ex.write(OPT.segments, tables.segments);
     ex.write(OPT.chunkSegment, tables.chunkSegment);
-    const schedule = {
-      learningRate: o.learningRate,
-      warmupProportion: o.warmupProportion,
-      totalSteps: maxSteps,
-      degree: 0.5,
-    };
+    const schedule = { base: o.learningRate, warmupProportion: o.warmupProportion, totalSteps: maxSteps };
     ex.write(OPT.hparams, hparamsVector(schedule));
     const baseStep = o.phase2 ? o.phase1EndStep : 0;
     let step = 0; // global steps of this phase done

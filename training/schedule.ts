@@ -28,18 +28,8 @@
  * 0 by 0 only at step 0, which it never evaluates).
  */
 
-export interface ScheduleOptions {
-  /** Peak learning rate (`--learning-rate`). */
-  base: number;
-  /** Fraction of totalSteps spent warming up, in [0, 1) (`--warmup-proportion`). */
-  warmupProportion: number;
-  /** Optimizer updates in the run (`--max-steps`). */
-  totalSteps: number;
-  /** Power of the decay; default 0.5 as in NVIDIA's PolyWarmUpScheduler. */
-  degree?: number;
-}
-
-export const DEFAULT_DEGREE = 0.5;
+import { DEFAULT_DEGREE, type ScheduleOptions } from "../compiler/optimizer/feeds.ts";
+export { DEFAULT_DEGREE, type ScheduleOptions };
 
 export class ScheduleError extends Error {
   constructor(message: string) {

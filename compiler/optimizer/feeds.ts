@@ -6,15 +6,23 @@
 import { type FlatLayout, layoutTables } from "./layout.ts";
 import { OPT, STATE, STATE_SIZE } from "./update.ts";
 
-export interface Schedule {
-  /** Peak learning rate. */
-  readonly learningRate: number;
-  /** Fraction of totalSteps spent warming up linearly from 0. */
+/**
+ * NVIDIA's PolyWarmUpScheduler: linear warmup to `base`, then polynomial decay. The device computes it
+ * (compiler/optimizer/update.ts); training/schedule.ts is the same function on the host.
+ */
+export interface ScheduleOptions {
+  /** Peak learning rate (`--learning-rate`). */
+  readonly base: number;
+  /** Fraction of totalSteps spent warming up, in [0, 1) (`--warmup-proportion`). */
   readonly warmupProportion: number;
+  /** Optimizer updates in the run (`--max-steps`). */
   readonly totalSteps: number;
-  /** Exponent of the polynomial decay after warmup (NVIDIA: 0.5). */
-  readonly degree: number;
+  /** Power of the decay; default DEFAULT_DEGREE. */
+  readonly degree?: number;
 }
+
+/** NVIDIA's PolyWarmUpScheduler default. */
+export const DEFAULT_DEGREE = 0.5;
 
 export interface TrainState {
   readonly step: number;
@@ -32,14 +40,14 @@ export function stateVector(s: TrainState): Float32Array {
   return v;
 }
 
-export function hparamsVector(s: Schedule): Float32Array {
-  return Float32Array.from([s.learningRate, s.warmupProportion, s.totalSteps, s.degree]);
+export function hparamsVector(s: ScheduleOptions): Float32Array {
+  return Float32Array.from([s.base, s.warmupProportion, s.totalSteps, s.degree ?? DEFAULT_DEGREE]);
 }
 
 /** Inputs for a first step: tables, hyperparameters, zero moments, the given state. */
 export function optimizerFeeds(
   layout: FlatLayout,
-  schedule: Schedule,
+  schedule: ScheduleOptions,
   state: TrainState,
 ): Record<string, Float32Array | Int32Array> {
   const { segments, chunkSegment } = layoutTables(layout);

@@ -26,6 +26,7 @@
  */
 import type { Graph, NodeId } from "../../ir/mod.ts";
 import { GraphEditor } from "../graph_edit.ts";
+import { UPDATE_PREFIX } from "../../runtime/plan.ts";
 import { GRAD_PREFIX } from "../passes/autodiff.ts";
 import type { FlatLayout } from "./layout.ts";
 
@@ -149,7 +150,7 @@ export function appendOptimizer(g: Graph, layout: FlatLayout, opts: OptimizerOpt
     const acc = input(OPT.gradAcc, [P]);
     apply = input(OPT.apply, [1]);
     grad = b.add(acc, grad);
-    g.setOutput("new:" + OPT.gradAcc, b.where(b.ge(at(apply, [P]), k(0.5, [P])), k(0, [P]), grad));
+    g.setOutput(UPDATE_PREFIX + OPT.gradAcc, b.where(b.ge(at(apply, [P]), k(0.5, [P])), k(0, [P]), grad));
   }
   const applying = b.ge(apply, k(0.5));
 
@@ -223,9 +224,9 @@ export function appendOptimizer(g: Graph, layout: FlatLayout, opts: OptimizerOpt
 
   // ---- commit, or keep everything as it was (overflow, or a micro-batch that only accumulates) ----
   const updP = at(update, [P]);
-  g.setOutput("new:" + OPT.flatParams, b.where(updP, w1, w));
-  g.setOutput("new:" + OPT.m, b.where(updP, m1, m));
-  g.setOutput("new:" + OPT.v, b.where(updP, v1, v));
+  g.setOutput(UPDATE_PREFIX + OPT.flatParams, b.where(updP, w1, w));
+  g.setOutput(UPDATE_PREFIX + OPT.m, b.where(updP, m1, m));
+  g.setOutput(UPDATE_PREFIX + OPT.v, b.where(updP, v1, v));
 
   // ---- state ----
   const one = k(1), zero = k(0);
@@ -256,7 +257,7 @@ export function appendOptimizer(g: Graph, layout: FlatLayout, opts: OptimizerOpt
   slots[STATE.learningRate] = lastLr;
   slots[STATE.overflow] = lastOverflow;
   slots[STATE.micro] = micro1;
-  g.setOutput("new:" + OPT.state, b.node("concat", slots, { axis: 0 }));
+  g.setOutput(UPDATE_PREFIX + OPT.state, b.node("concat", slots, { axis: 0 }));
   return g;
 }
 

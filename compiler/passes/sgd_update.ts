@@ -9,8 +9,8 @@ import { GraphEditor } from "../graph_edit.ts";
 import { GRAD_PREFIX } from "./autodiff.ts";
 
 export const LEARNING_RATE_INPUT = "learning_rate";
-/** Graph outputs named `new:<param>` are the parameter's value after the step (the plan copies them back). */
-export const UPDATE_PREFIX = "new:";
+import { UPDATE_PREFIX } from "../../runtime/plan.ts";
+export { UPDATE_PREFIX };
 
 export function appendSgdUpdate(g: Graph): Graph {
   const b = new GraphEditor(g);

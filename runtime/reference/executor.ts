@@ -8,9 +8,8 @@
  * second opinion for tests.
  */
 import { type Graph, IRError, type NodeId, numel } from "../../ir/mod.ts";
+import { UPDATE_PREFIX } from "../plan.ts";
 import { evaluate } from "./interpreter.ts";
-
-const UPDATE_PREFIX = "new:";
 
 /** A range of a flat output that holds an input or parameter (through reshapes). */
 interface Piece {

@@ -43,7 +43,7 @@ export function optimizerStepFeeds(g: Graph, r: Rng, lossScale: number): Record<
   const layout = flatLayoutOf(g);
   const feeds: Record<string, ArrayLike<number>> = optimizerFeeds(
     layout,
-    { learningRate: 0.01, warmupProportion: 0.2, totalSteps: 20, degree: 0.5 },
+    { base: 0.01, warmupProportion: 0.2, totalSteps: 20, degree: 0.5 },
     { step: 6, lossScale, cleanSteps: 3 },
   );
   const m = new Float32Array(layout.total), v = new Float32Array(layout.total);
