@@ -23,7 +23,7 @@ import type { Plan } from "../runtime/plan.ts";
 import { flatFromParams } from "../training/run_state.ts";
 import { openOn } from "../training/executor_factory.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
-import { median } from "./step_timing.ts";
+import { median, type Steppable, timeRound } from "./step_timing.ts";
 
 const HELP = `
 deno task bench:bert [--model M] [--backend auto|cuda|webgpu] [--precision fp32|fp16|bf16]
@@ -87,21 +87,15 @@ await runMain(async () => {
     const sides = [];
     for (const fuse of [true, false]) {
       const opened = await openOn(choice, g, fuse);
-      const ex = opened.executor as typeof opened.executor & { finish(): Promise<void> };
+      const ex = opened.executor as typeof opened.executor & Steppable;
       for (const [n, v] of Object.entries(feeds)) ex.write(n, v);
       const plan: Plan = opened.plan!;
       const peak = plan.slots.reduce((a, s) => a + s.bytes, 0);
       const flops = plan.kernels.reduce((a, k) => a + k.flops, 0);
       sides.push({ fuse, ex, peak, flops, kernels: opened.kernels, times: [] as number[] });
     }
-    const round = async (ex: { step(): Promise<void>; finish(): Promise<void> }) => {
-      const t0 = performance.now();
-      for (let i = 0; i < perRound; i++) await ex.step();
-      await ex.finish();
-      return (performance.now() - t0) / perRound;
-    };
-    for (const s of sides) await round(s.ex); // warm-up: compilation, first submissions
-    for (let r = 0; r < rounds; r++) for (const s of sides) s.times.push(await round(s.ex));
+    for (const s of sides) await timeRound(s.ex, perRound); // warm-up: compilation, first submissions
+    for (let r = 0; r < rounds; r++) for (const s of sides) s.times.push(await timeRound(s.ex, perRound));
     for (const s of sides) {
       const ms = median(s.times);
       cases.push({

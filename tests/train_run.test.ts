@@ -10,7 +10,7 @@ import { readMetrics } from "../training/metrics.ts";
 import { TRAIN_DEFAULTS, type TrainOptions } from "../training/options.ts";
 import { runTraining } from "../training/run.ts";
 import { findNewestCheckpoint, verifyCheckpoint } from "../training/checkpoint.ts";
-import { ROOT, runCli, withTemp } from "./util/cli.ts";
+import { cliEnv, ROOT, runCli, withTemp } from "./util/cli.ts";
 import { testGpu } from "./util/webgpu.ts";
 
 const gpu = await testGpu();
@@ -76,11 +76,6 @@ Deno.test({
   ignore: !gpu.ctx,
   fn: () =>
     withTemp(async (dir) => {
-      const env: Record<string, string> = { NO_COLOR: "1" };
-      for (const k of ["DENO_WEBGPU_BACKEND", "XDG_RUNTIME_DIR"]) {
-        const v = Deno.env.get(k);
-        if (v) env[k] = v;
-      }
       const child = new Deno.Command(Deno.execPath(), {
         args: [
           "run",
@@ -98,7 +93,7 @@ Deno.test({
           "1",
         ],
         cwd: ROOT,
-        env,
+        env: cliEnv(),
         stderr: "piped",
         stdout: "null",
       }).spawn();

@@ -347,7 +347,8 @@ async function syncDir(dir: string): Promise<void> {
   } catch { /* best effort */ }
 }
 
-async function exists(path: string): Promise<boolean> {
+/** Whether anything (file, folder, link) is at `path`; other errors than NotFound propagate. */
+export async function exists(path: string): Promise<boolean> {
   try {
     await Deno.lstat(path);
     return true;

@@ -3,7 +3,7 @@
  * picks (CUDA, then WebGPU, then the reference interpreter), with the reason for the log.
  */
 import { compileForCuda } from "../engine/cuda_backend.ts";
-import { type BackendChoice, type BackendRequest, chooseBackend } from "../engine/choose_backend.ts";
+import type { BackendChoice } from "../engine/choose_backend.ts";
 import { compileForWebGPU } from "../engine/webgpu_backend.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../runtime/plan.ts";
@@ -22,38 +22,19 @@ export interface OpenedExecutor {
   readonly plan?: Plan;
 }
 
-export async function openExecutor(
-  g: Graph,
-  request: BackendRequest,
-  fuse: boolean,
-): Promise<OpenedExecutor> {
-  return await openOn(await chooseBackend(request), g, fuse);
-}
-
 /** Compiles `g` for a backend already chosen (the precision may depend on which one it is). */
 export async function openOn(choice: BackendChoice, g: Graph, fuse: boolean): Promise<OpenedExecutor> {
-  switch (choice.kind) {
-    case "cuda": {
-      const { executor, compiled } = await compileForCuda(choice.cuda, g, fuse);
-      return {
-        executor,
-        backend: "cuda",
-        why: choice.why,
-        kernels: compiled.plan.kernels.length,
-        plan: compiled.plan,
-      };
-    }
-    case "webgpu": {
-      const { executor, compiled } = await compileForWebGPU(choice.gpu, g, fuse);
-      return {
-        executor,
-        backend: "webgpu",
-        why: choice.why,
-        kernels: compiled.plan.kernels.length,
-        plan: compiled.plan,
-      };
-    }
-    case "reference":
-      return { executor: new ReferenceExecutor(g), backend: "reference", why: choice.why, kernels: 0 };
+  if (choice.kind === "reference") {
+    return { executor: new ReferenceExecutor(g), backend: "reference", why: choice.why, kernels: 0 };
   }
+  const { executor, compiled } = choice.kind === "cuda"
+    ? await compileForCuda(choice.cuda, g, fuse)
+    : await compileForWebGPU(choice.gpu, g, fuse);
+  return {
+    executor,
+    backend: choice.kind,
+    why: choice.why,
+    kernels: compiled.plan.kernels.length,
+    plan: compiled.plan,
+  };
 }

@@ -22,6 +22,7 @@ import { loadHfWeights } from "../runtime/checkpoint/hf.ts";
 import { initParams } from "../runtime/init.ts";
 import {
   CheckpointError,
+  exists,
   findNewestCheckpoint,
   type LoadedCheckpoint,
   readCheckpoint,
@@ -357,13 +358,4 @@ function refuse(dir: string, newest: string): never {
     `${dir} already has checkpoints (newest ${newest}); pass --resume-from-checkpoint to continue that ` +
       `run, or choose another --output-dir (nothing was overwritten)`,
   );
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.stat(path);
-    return true;
-  } catch {
-    return false;
-  }
 }

@@ -90,7 +90,8 @@ export function mergeConsumers(g: Graph, r: FusionResult, takeFuel?: () => boole
     for (const x of roots) writer.set(x, i);
     for (const x of k2.roots) if (!roots.includes(x)) writer.delete(x);
     alive[j] = false;
-    reads = kernels.map((k) => readsOf(g, { ...r, materialized: materializedNow() }, k));
+    const now = { ...r, materialized: materializedNow() };
+    reads = kernels.map((k) => readsOf(g, now, k));
     decisions.push({ producer: k2.roots[0], consumerKernel: i, ok: true, reason: "" });
   }
 

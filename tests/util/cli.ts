@@ -11,12 +11,18 @@ export interface CommandResult {
   stderr: string;
 }
 
-export async function runCli(script: string, args: string[], perms = DEFAULT_PERMS): Promise<CommandResult> {
+/** The environment commands run with: plain output, and the WebGPU settings passed through. */
+export function cliEnv(): Record<string, string> {
   const env: Record<string, string> = { NO_COLOR: "1" };
   for (const k of PASS_THROUGH) {
     const v = Deno.env.get(k);
     if (v) env[k] = v;
   }
+  return env;
+}
+
+export async function runCli(script: string, args: string[], perms = DEFAULT_PERMS): Promise<CommandResult> {
+  const env = cliEnv();
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["run", ...perms, `${ROOT}cli/${script}`, ...args],
     cwd: ROOT,
