@@ -6,8 +6,6 @@ import type { Precision } from "../compiler/passes/precision.ts";
 import type { OptimizerKind } from "../compiler/optimizer/update.ts";
 import type { BackendRequest } from "../engine/choose_backend.ts";
 
-export type { BackendRequest as BackendChoice } from "../engine/choose_backend.ts";
-
 export interface TrainOptions {
   /** A models/*.ts file or a config.json. */
   model: string;
