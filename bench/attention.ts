@@ -1,5 +1,5 @@
 /**
- * The attention fusion alone: forward self-attention (bench/fusion_cases.ts `attentionForward`) compiled
+ * The attention fusion alone: forward self-attention (cases/fusion_cases.ts `attentionForward`) compiled
  * fused with the attention kernel and fused without it (QKᵀ GEMM, softmax row kernel, PV GEMM), timed
  * in the same run on the same device, for BERT-tiny-like and BERT-base-like shapes. The shape rule of
  * compiler/fusion/attention.ts (`attentionPays`) is derived from these numbers.
@@ -24,8 +24,8 @@ import { ModelBuilder } from "../dsl/mod.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { GpuContext } from "../runtime/webgpu/device.ts";
 import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
-import { randomFeeds } from "../tests/util/fused_check.ts";
-import { attentionForward } from "./fusion_cases.ts";
+import { randomFeeds } from "../cases/random_feeds.ts";
+import { attentionForward } from "../cases/fusion_cases.ts";
 
 import { median, type Side, timeRound } from "./step_timing.ts";
 const HELP = `

@@ -14,10 +14,10 @@ import { compileForWebGPU, emitWGSLShared, requireWebGPU } from "../engine/webgp
 import type { Graph } from "../ir/mod.ts";
 import large from "../models/bert-large.ts";
 import tiny from "../models/bert-tiny.ts";
-import { initParams } from "../runtime/init.ts";
+import { initParams } from "../model_io/init_params.ts";
 import type { GpuContext } from "../runtime/webgpu/device.ts";
-import { randomFeeds } from "../tests/util/fused_check.ts";
-import { FUSION_CASES, graphOf, setCaseSizes } from "./fusion_cases.ts";
+import { randomFeeds } from "../cases/random_feeds.ts";
+import { FUSION_CASES, graphOf, setCaseSizes } from "../cases/fusion_cases.ts";
 import { median, type Side, timeRound } from "./step_timing.ts";
 
 const HELP = `

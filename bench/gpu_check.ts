@@ -3,7 +3,7 @@
  *
  *   deno run -A bench/gpu_check.ts [--dtypes f32,f16,bf16] [--seed N] [--json FILE] [--no-cublaslt]
  *
- * 1. every fusion case of bench/fusion_cases.ts (the graphs tests/webgpu_fused.test.ts runs on WebGPU),
+ * 1. every fusion case of cases/fusion_cases.ts (the graphs tests/webgpu/webgpu_fused.test.ts runs on WebGPU),
  *    in f32, f16 and bf16, fused and unfused, on CUDA against the reference interpreter with fresh random
  *    inputs; outputs are poisoned (NaN / -12345) before the step, so an output a kernel never writes fails;
  * 2. one BERT encoder layer forward and backward (f32), fused, with CUDA graphs on and off (they must
@@ -22,12 +22,12 @@ import type { CudaContext } from "../runtime/cuda/context.ts";
 import { CublasLt, type Epilogue, type GemmDType } from "../runtime/cuda/cublaslt.ts";
 import { CudaExecutor } from "../runtime/cuda/executor.ts";
 import { decodeStored, encodeStored } from "../runtime/cuda/host.ts";
-import type { PlanBuffer } from "../runtime/plan.ts";
+import type { PlanBuffer } from "../plan/plan.ts";
 import { evaluate } from "../runtime/reference/interpreter.ts";
-import { randomFeeds } from "../tests/util/fused_check.ts";
-import { layerGraph } from "../tests/util/layer_graph.ts";
-import { seededRandom } from "../tests/util/random.ts";
-import { FUSION_CASES, graphOf, type Tolerance } from "./fusion_cases.ts";
+import { randomFeeds } from "../cases/random_feeds.ts";
+import { layerGraph } from "../cases/layer_graph.ts";
+import { seededRandom } from "../cases/random.ts";
+import { FUSION_CASES, graphOf, type Tolerance } from "../cases/fusion_cases.ts";
 
 const HELP = `
 deno run -A bench/gpu_check.ts [--dtypes f32,f16,bf16] [--seed N] [--json FILE] [--no-cublaslt]

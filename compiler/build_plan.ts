@@ -4,8 +4,8 @@
  * a slot).
  */
 import { byteSize, type DType, type Graph, type NodeId, numel } from "../ir/mod.ts";
-import type { BufferRole, Plan, PlanBuffer, PlanKernel, PlanStep, TargetKernel } from "../runtime/plan.ts";
-import { storedBytes, storedSize, UPDATE_PREFIX } from "../runtime/plan.ts";
+import type { BufferRole, Plan, PlanBuffer, PlanKernel, PlanStep, TargetKernel } from "../plan/plan.ts";
+import { storedBytes, storedSize, UPDATE_PREFIX } from "../plan/plan.ts";
 import type { FusionResult } from "./fusion/types.ts";
 import type { Kernel } from "./kernel_ir/ir.ts";
 import { kernelCost } from "./kernel_cost.ts";

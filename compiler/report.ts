@@ -3,7 +3,7 @@
  * kind, launches and GEMMs per step, estimated bytes moved fused vs unfused, peak memory with and without
  * buffer reuse, and why fusions were refused. Contains no timings, so it is byte-identical run to run.
  */
-import type { Plan } from "../runtime/plan.ts";
+import type { Plan } from "../plan/plan.ts";
 import type { Compiled } from "./compile.ts";
 import { narrowingSummary } from "./storage_precision.ts";
 

@@ -4,7 +4,7 @@
  * plan as JSON with file references instead of code, and the fusion report. The directory is assembled
  * beside the target and renamed into place, so a crash never leaves a half-written mix of old and new.
  */
-import type { Plan, TargetKernel } from "../runtime/plan.ts";
+import type { Plan, TargetKernel } from "../plan/plan.ts";
 import type { Target } from "./build_plan.ts";
 
 const EXT: Record<Target, string> = { wgsl: "wgsl", cuda: "cu" };

@@ -6,7 +6,7 @@
  */
 import { type Graph, numel } from "../ir/mod.ts";
 import type { Backend } from "./backend.ts";
-import type { EncodedRow } from "./infer_input.ts";
+import type { EncodedRow } from "../model_io/infer_input.ts";
 
 export interface OutputSpec {
   name: string;

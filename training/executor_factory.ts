@@ -6,7 +6,7 @@ import { compileForCuda } from "../engine/cuda_backend.ts";
 import type { BackendChoice } from "../engine/choose_backend.ts";
 import { compileForWebGPU } from "../engine/webgpu_backend.ts";
 import type { Graph } from "../ir/mod.ts";
-import type { Plan } from "../runtime/plan.ts";
+import type { Plan } from "../plan/plan.ts";
 import type { StepExecutor } from "../runtime/backend.ts";
 import { ReferenceExecutor } from "../runtime/reference/executor.ts";
 

@@ -18,8 +18,8 @@ import { ensureBrownShards } from "../data/corpus/brown_shards.ts";
 import { Loader } from "../data/loader.ts";
 import type { Batch } from "../data/loader_batch.ts";
 import { loadModel } from "../models/load.ts";
-import { loadHfWeights } from "../runtime/checkpoint/hf.ts";
-import { initParams } from "../runtime/init.ts";
+import { loadHfWeights } from "../model_io/hf_checkpoint.ts";
+import { initParams } from "../model_io/init_params.ts";
 import {
   CheckpointError,
   exists,

@@ -31,7 +31,7 @@
  * which for + - * / sqrt gives exactly the half-precision result (24 >= 2·11 + 2 bits). erf is the WGSL
  * prelude's polynomial; exp, log, sqrt, rsqrt, tanh are expf, logf, sqrtf, rsqrtf, tanhf.
  */
-import type { TargetKernel } from "../../runtime/plan.ts";
+import type { TargetKernel } from "../../plan/plan.ts";
 import { isVector, type Kernel, type KExpr, type KStmt, type KType, laneType } from "../kernel_ir/ir.ts";
 import { visitExprs, visitStmts } from "./ir_walk.ts";
 import { type CudaLegal, legalizeCUDA, WARP } from "./legalize_cuda.ts";

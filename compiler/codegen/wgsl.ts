@@ -4,7 +4,7 @@
  * kernel's `about` lines as a comment header, the prelude helpers the kernel uses. Output is a pure
  * function of the kernel, so it is byte-identical run to run.
  */
-import type { TargetKernel } from "../../runtime/plan.ts";
+import type { TargetKernel } from "../../plan/plan.ts";
 import {
   isVector,
   type Kernel,

@@ -15,7 +15,7 @@
  * bytes (the alignment WebGPU requires of a binding's offset), and a tensor is placed in one concat only.
  */
 import { byteSize, type Graph, type NodeId, numel } from "../../ir/mod.ts";
-import { PLAN_OFFSET_ALIGN } from "../../runtime/plan.ts";
+import { PLAN_OFFSET_ALIGN } from "../../plan/plan.ts";
 
 export interface Placement {
   /** The in-place concat whose buffer holds this tensor. */

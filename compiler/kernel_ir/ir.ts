@@ -97,7 +97,7 @@ export type KExpr =
   /** Lane `lane` (0-3) of the vector `a`. */
   | { readonly k: "lane"; readonly t: KStorage; readonly a: KExpr; readonly lane: number }
   /**
-   * Uniform [0,1) f32 of the project's Philox convention (runtime/numeric/philox.ts): key (seed, stream),
+   * Uniform [0,1) f32 of the project's Philox convention (numeric/philox.ts): key (seed, stream),
    * counter (floor(index/4), 0, step, 0), word index%4, (bits >>> 8) * 2^-24. seed/step are u32 exprs.
    * With t = v4f32, `index` must be a multiple of 4 and the result is elements index..index+3: the four
    * words of one Philox block.

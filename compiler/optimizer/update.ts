@@ -26,7 +26,7 @@
  */
 import type { Graph, NodeId } from "../../ir/mod.ts";
 import { GraphEditor } from "../graph_edit.ts";
-import { UPDATE_PREFIX } from "../../runtime/plan.ts";
+import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import { GRAD_PREFIX } from "../passes/autodiff.ts";
 import type { FlatLayout } from "./layout.ts";
 

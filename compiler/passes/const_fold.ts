@@ -13,8 +13,8 @@
  */
 import { type DType, type Node, numel, type OpName, type TensorType } from "../../ir/mod.ts";
 import type { Attrs } from "../../ir/ops.ts";
-import { roundBF16, roundF16 } from "../../runtime/numeric/half.ts";
-import { castValue, runOp } from "../../runtime/reference/kernels.ts";
+import { roundBF16, roundF16 } from "../../numeric/half.ts";
+import { castValue, runOp } from "../../numeric/reference_ops.ts";
 
 export type FoldPrecision = "f64" | "f32";
 const PRECISIONS: readonly FoldPrecision[] = ["f64", "f32"];

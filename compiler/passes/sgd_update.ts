@@ -9,7 +9,7 @@ import { GraphEditor } from "../graph_edit.ts";
 import { GRAD_PREFIX } from "./autodiff.ts";
 
 export const LEARNING_RATE_INPUT = "learning_rate";
-import { UPDATE_PREFIX } from "../../runtime/plan.ts";
+import { UPDATE_PREFIX } from "../../plan/plan.ts";
 export { UPDATE_PREFIX };
 
 export function appendSgdUpdate(g: Graph): Graph {

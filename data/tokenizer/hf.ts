@@ -2,7 +2,7 @@
  * The same vocabulary and settings as a Tokenizer of the npm package @huggingface/tokenizers (BERT
  * normalizer, BERT pre-tokenizer, WordPiece). Not our tokenizer: it is a second implementation that the
  * tests and the benchmark compare ours with (ours is faster, and follows BERT where this one differs:
- * see tests/data_tokenizer_hf.test.ts).
+ * see tests/cpu/data_tokenizer_hf.test.ts).
  */
 import { Tokenizer as HfTokenizer } from "@huggingface/tokenizers";
 import type { VocabConfig } from "./vocab.ts";

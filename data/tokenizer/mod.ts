@@ -2,7 +2,7 @@
  * The public face of the BERT WordPiece tokenizer. Other parts of the data pipeline (pretraining data,
  * fine-tuning features, the CLI) import only this file.
  *
- * The tokenizer follows the original BERT algorithm exactly (tests/data_tokenizer.test.ts compares it
+ * The tokenizer follows the original BERT algorithm exactly (tests/cpu/data_tokenizer.test.ts compares it
  * with an independent Python implementation, tools/wordpiece_reference.py): control characters removed,
  * whitespace split, CJK characters split off, lower-casing and accent stripping for uncased vocabularies,
  * punctuation split, then greedy longest-match WordPiece with "##" continuations and [UNK] for words over

@@ -325,7 +325,7 @@ export class LtGemm {
   }
 }
 
-/** One matrix of a library GEMM as the plan describes it (runtime/plan.ts PlanGemmOperand). */
+/** One matrix of a library GEMM as the plan describes it (plan/plan.ts PlanGemmOperand). */
 export interface LtOperand {
   readonly dtype: GemmDType;
   readonly ld: number;
@@ -333,7 +333,7 @@ export interface LtOperand {
   readonly batchStride: number;
 }
 
-/** A plan's GEMM (runtime/plan.ts PlanGemm) without its buffers, plus the pointers' alignments in bytes. */
+/** A plan's GEMM (plan/plan.ts PlanGemm) without its buffers, plus the pointers' alignments in bytes. */
 export interface LtCallSpec {
   readonly m: number;
   readonly n: number;

@@ -25,7 +25,7 @@ import {
   storedBytes,
   storedSize,
   type TargetKernel,
-} from "../plan.ts";
+} from "../../plan/plan.ts";
 import type { LaunchTime, Profile } from "../webgpu/timing.ts";
 import type { CudaContext } from "./context.ts";
 import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";

@@ -4,8 +4,8 @@
  * conventions as the WebGPU runtime's, plus bf16, which WGSL lacks.
  */
 import { numel } from "../../ir/dtype.ts";
-import { decodeBF16, encodeBF16 } from "../numeric/half.ts";
-import { type PlanBuffer, storedSize } from "../plan.ts";
+import { decodeBF16, encodeBF16 } from "../../numeric/half.ts";
+import { type PlanBuffer, storedSize } from "../../plan/plan.ts";
 import { CudaError } from "./errors.ts";
 
 export type HostArray = Float32Array | Int32Array | Uint32Array;

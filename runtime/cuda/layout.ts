@@ -6,7 +6,7 @@
  * guarantees), so every buffer start is 256-byte aligned (plan offsets are multiples of
  * PLAN_OFFSET_ALIGN, also 256). A pure function of the plan, so it is tested without a GPU.
  */
-import { type Plan, PLAN_OFFSET_ALIGN, storedSize } from "../plan.ts";
+import { type Plan, PLAN_OFFSET_ALIGN, storedSize } from "../../plan/plan.ts";
 import { CudaError } from "./errors.ts";
 
 export const ARENA_ALIGN = 256;

@@ -8,7 +8,7 @@
  * second opinion for tests.
  */
 import { type Graph, IRError, type NodeId, numel } from "../../ir/mod.ts";
-import { UPDATE_PREFIX } from "../plan.ts";
+import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import { evaluate } from "./interpreter.ts";
 
 /** A range of a flat output that holds an input or parameter (through reshapes). */

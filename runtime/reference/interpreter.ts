@@ -8,8 +8,8 @@
  * faithfully; reductions and matmuls accumulate in f64 before that single rounding.
  */
 import { type DType, type Graph, IRError, type NodeId, numel, typeToString } from "../../ir/mod.ts";
-import { roundBF16, roundF16 } from "../numeric/half.ts";
-import { type Buf, castValue, runOp } from "./kernels.ts";
+import { roundBF16, roundF16 } from "../../numeric/half.ts";
+import { type Buf, castValue, runOp } from "../../numeric/reference_ops.ts";
 
 export type Precision = "f64" | "f32";
 

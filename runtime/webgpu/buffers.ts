@@ -1,10 +1,10 @@
 /**
  * Host <-> GPU data: converting JavaScript numbers to a buffer's stored form and back, and reading buffers
- * through a mappable staging buffer. Stored forms (see runtime/plan.ts `storedBytes`): f32, i32, u32 as
+ * through a mappable staging buffer. Stored forms (see plan/plan.ts `storedBytes`): f32, i32, u32 as
  * themselves, f16 as IEEE half (Float16Array), bool as u32 0/1. bf16 has no WGSL form.
  */
 import { numel } from "../../ir/dtype.ts";
-import { type PlanBuffer, type PlanDType, storedBytes } from "../plan.ts";
+import { type PlanBuffer, type PlanDType, storedBytes } from "../../plan/plan.ts";
 import { WebGPUError } from "./errors.ts";
 
 export type HostArray = Float32Array | Int32Array | Uint32Array;

@@ -3,7 +3,7 @@
  * per memory-plan slot, one pipeline per distinct kernel source, one bind group per kernel. A step then
  * only records dispatches and copies into one command encoder and submits it.
  */
-import { type Plan, type PlanBuffer, type PlanKernel, type PlanStep, storedSize } from "../plan.ts";
+import { type Plan, type PlanBuffer, type PlanKernel, type PlanStep, storedSize } from "../../plan/plan.ts";
 import { decodeHost, encodeHost, type HostArray, readRanges, round4 } from "./buffers.ts";
 import type { GpuContext } from "./device.ts";
 import { tidy, validated, WebGPUError } from "./errors.ts";

@@ -4,7 +4,7 @@
  * submitted alone and timed on the wall clock until onSubmittedWorkDone (which includes submission
  * overhead, so those times are upper bounds).
  */
-import type { Plan } from "../plan.ts";
+import type { Plan } from "../../plan/plan.ts";
 import type { GpuContext } from "./device.ts";
 import type { Encoded } from "./executor.ts";
 import { encodeProgram } from "./executor.ts";

@@ -8,8 +8,8 @@ import { optimizerFeeds } from "../../compiler/optimizer/feeds.ts";
 import { flatLayoutOf } from "../../compiler/optimizer/layout.ts";
 import { OPT } from "../../compiler/optimizer/update.ts";
 import type { Graph } from "../../ir/mod.ts";
-import { initParams } from "../../runtime/init.ts";
-import type { Rng } from "./random.ts";
+import { initParams } from "../../model_io/init_params.ts";
+import type { Rng } from "../../cases/random.ts";
 
 export interface StepShape {
   readonly batch: number;

@@ -4,10 +4,9 @@
  */
 import assert from "node:assert/strict";
 import { compileForWebGPU } from "../../engine/webgpu_backend.ts";
-import { type Graph, isFloat, numel } from "../../ir/mod.ts";
+import type { Graph } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import type { GpuContext } from "../../runtime/webgpu/device.ts";
-import { type Rng, seededRandom } from "./random.ts";
 
 export interface Tolerance {
   rtol: number;
@@ -17,27 +16,6 @@ export interface Tolerance {
 export const F32_TOL: Tolerance = { rtol: 2e-5, atol: 1e-6 };
 /** f16 storage: about 3 decimal digits; a fused kernel rounds once where the reference rounds per op. */
 export const F16_TOL: Tolerance = { rtol: 4e-3, atol: 1e-3 };
-
-/** Random feeds for every input and parameter: normals for floats, in-range ids for integers. */
-export function randomFeeds(
-  g: Graph,
-  seed: number,
-  ints: Record<string, (r: Rng, i: number) => number> = {},
-): Record<string, Float64Array> {
-  const r = seededRandom(seed);
-  const feeds: Record<string, Float64Array> = {};
-  for (const n of g.nodes) {
-    if (n.op !== "input" && n.op !== "param") continue;
-    const name = String(n.attrs.name);
-    const size = numel(n.type.shape);
-    const gen = ints[name];
-    feeds[name] = Float64Array.from(
-      { length: size },
-      (_, i) => gen ? gen(r, i) : isFloat(n.type.dtype) ? r.normal() : r.int(0, 4),
-    );
-  }
-  return feeds;
-}
 
 export interface CheckResult {
   kernels: number;

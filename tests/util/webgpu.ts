@@ -7,7 +7,7 @@
  */
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import type { Kernel } from "../../compiler/kernel_ir/ir.ts";
-import type { BufferRole, Plan, PlanBuffer, PlanDType, PlanStep } from "../../runtime/plan.ts";
+import type { BufferRole, Plan, PlanBuffer, PlanDType, PlanStep } from "../../plan/plan.ts";
 import { type GpuContext, openWebGPU } from "../../runtime/webgpu/device.ts";
 
 export type TestGpu = { ctx: GpuContext; skip?: undefined } | { ctx?: undefined; skip: string };

@@ -1,0 +1,130 @@
+/**
+ * `deno task prepare-data` and `deno task data-dump` as a user runs them, with the permissions of their
+ * task entries: output files, JSON lines, the summary with tokens/s, and one-line errors with exit 1.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { brownCorpusText } from "../../data/corpus/brown.ts";
+import { readManifest } from "../../data/shards/manifest.ts";
+import { ShardFile } from "../../data/shards/reader.ts";
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+
+async function run(script: string, perms: string[], ...args: string[]) {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", ...perms, `${ROOT}cli/${script}`, ...args],
+    cwd: ROOT,
+    env: { NO_COLOR: "1" },
+  }).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+const prepare = (...args: string[]) =>
+  run("prepare_data.ts", ["--allow-read", "--allow-write", "--allow-env"], ...args);
+const dump = (...args: string[]) => run("data_dump.ts", ["--allow-read", "--allow-env"], ...args);
+
+/** One line "error: ..." on stderr and exit code 1. */
+function assertUserError(r: { code: number; stderr: string }, pattern: RegExp) {
+  assert.equal(r.code, 1, r.stderr);
+  const lines = r.stderr.trim().split("\n").filter((l) =>
+    !l.startsWith("reading") && !l.startsWith("tokenizing")
+  );
+  assert.equal(lines.length, 1, r.stderr);
+  assert.match(lines[0], /^error: /);
+  assert.match(lines[0], pattern);
+}
+
+const dir = await Deno.makeTempDir({ prefix: "bertfuse-cli-" });
+globalThis.addEventListener("unload", () => Deno.removeSync(dir, { recursive: true }));
+const input = join(dir, "in.txt");
+await Deno.writeTextFile(input, (await brownCorpusText()).split("\n\n").slice(0, 20).join("\n\n"));
+
+Deno.test("prepare-data writes shards and a manifest and reports tokens/s; data-dump prints them", async () => {
+  const out = join(dir, "shards");
+  const r = await prepare(
+    "--input",
+    input,
+    "--output",
+    out,
+    "--dupe-factor",
+    "2",
+    "--workers",
+    "2",
+    "--seed",
+    "9",
+  );
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /20 documents, \d+ sentences, \d+ tokens -> \d+ instances/);
+  assert.match(r.stdout, /M input tokens\/s, [\d.]+M instance tokens\/s/);
+  assert.match(r.stderr, /making shards +\[#+\]/);
+  const m = await readManifest(out);
+  assert.equal(m.settings.seed, 9);
+  assert.equal(m.settings.dupe_factor, 2);
+
+  const d = await dump("--input", out, "--limit", "5", "--tokens");
+  assert.equal(d.code, 0, d.stderr);
+  const lines = d.stdout.trim().split("\n").map((l) => JSON.parse(l));
+  assert.equal(lines.length, 5);
+  const shard = ShardFile.open(join(out, m.shards[0].file));
+  lines.forEach((x, i) => {
+    assert.deepEqual(Object.keys(x), [
+      "input_ids",
+      "token_type_ids",
+      "attention_mask",
+      "masked_lm_positions",
+      "masked_lm_ids",
+      "next_sentence_label",
+      "tokens",
+    ]);
+    const rec = shard.instance(i);
+    assert.deepEqual(x.input_ids, rec.inputIds);
+    assert.equal(x.token_type_ids.length, x.input_ids.length);
+    assert.equal(x.token_type_ids.indexOf(1), rec.segmentBStart);
+    assert.ok(x.attention_mask.every((v: number) => v === 1));
+    assert.deepEqual(x.masked_lm_positions, rec.maskedLmPositions);
+    assert.deepEqual(x.masked_lm_ids, rec.maskedLmIds);
+    assert.equal(x.tokens[0], "[CLS]");
+    assert.equal(x.tokens.at(-1), "[SEP]");
+    assert.equal(x.tokens.filter((t: string) => t === "[SEP]").length >= 2, true);
+  });
+  shard.close();
+  const all = await dump("--input", out);
+  assert.equal(all.stdout.trim().split("\n").length, m.records);
+});
+
+Deno.test("prepare-data: bad flags and inputs are one-line errors with exit code 1", async () => {
+  const out = join(dir, "never");
+  assertUserError(
+    await prepare("--input", input, "--output", out, "--masked-lm-prob", "1.5"),
+    /--masked-lm-prob/,
+  );
+  assertUserError(await prepare("--input", input, "--output", out, "--dupe-factor", "0"), /--dupe-factor/);
+  assertUserError(await prepare("--input", input, "--output", out, "--seed", "-1"), /--seed/);
+  assertUserError(await prepare("--input", input, "--output", out, "--max-seq-length", "3"), /at least 5/);
+  assertUserError(await prepare("--input", input, "--output", out, "--nonsense"), /nonsense/);
+  assertUserError(await prepare("--input", input), /--output DIR is required/);
+  assertUserError(
+    await prepare("--input", join(dir, "missing.txt"), "--output", out),
+    /missing\.txt: no such file/,
+  );
+  const empty = join(dir, "empty.txt");
+  await Deno.writeTextFile(empty, "\n\n   \n");
+  assertUserError(await prepare("--input", empty, "--output", out), /has no sentences/);
+  assertUserError(
+    await prepare("--input", input, "--output", out, "--vocab", join(dir, "nope.txt")),
+    /nope\.txt/,
+  );
+  await assert.rejects(() => Deno.stat(out), Deno.errors.NotFound);
+});
+
+Deno.test("data-dump: missing or damaged data is a one-line error", async () => {
+  assertUserError(await dump("--input", join(dir, "none")), /manifest\.json/);
+  assertUserError(await dump(), /--input DIR is required/);
+  const out = join(dir, "dmg");
+  assert.equal((await prepare("--input", input, "--output", out, "--dupe-factor", "1", "--quiet")).code, 0);
+  const m = await readManifest(out);
+  const file = join(out, m.shards[0].file);
+  const bytes = await Deno.readFile(file);
+  await Deno.writeFile(file, bytes.subarray(0, bytes.length - 1));
+  assertUserError(await dump("--input", out), new RegExp(`${m.shards[0].file}.*truncated.*byte offset`));
+});

@@ -1,0 +1,534 @@
+/**
+ * The CUDA runtime's FFI layer and executor against a fake driver and a fake NVRTC, so CI (no GPU)
+ * exercises the real call paths: the fake libcuda is C compiled here against the toolkit's cuda.h, so each
+ * fake function has the real prototype (a mismatch is a compile error) and the Deno bindings are called
+ * across the same ABI as on a GPU. Device memory is host memory; kernels do not run — the fake records
+ * each launch (grid, block, the pointer arguments) so the tests can check what the executor asked for.
+ * Graph capture is emulated: captured launches and copies run at cuGraphLaunch.
+ *
+ * Needs gcc and cuda.h ($CUDA_HOME/include or /usr/local/cuda*); ignored without them.
+ */
+import assert from "node:assert/strict";
+import { compileGraph } from "../../compiler/compile.ts";
+import { emitCUDAShared } from "../../engine/cuda_backend.ts";
+import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
+import type { CudaContext } from "../../runtime/cuda/context.ts";
+import { CudaDriver } from "../../runtime/cuda/driver.ts";
+import { CudaError, CudaUnavailableError } from "../../runtime/cuda/errors.ts";
+import { CudaExecutor } from "../../runtime/cuda/executor.ts";
+import { KernelCache } from "../../runtime/cuda/kernel_cache.ts";
+import { Nvrtc } from "../../runtime/cuda/nvrtc.ts";
+import type { Plan, PlanBuffer } from "../../plan/plan.ts";
+import { randomFeeds } from "../../cases/random_feeds.ts";
+
+const FAKE_DRIVER = String.raw`
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Launch log: kernel params per launch, read back by the test through fake_* functions. */
+typedef struct { unsigned g[3], b[3], shared; int nparams; uint64_t params[64]; } Launch;
+static Launch launches[4096];
+static int nlaunch = 0;
+typedef struct { char *src; } Module;
+typedef struct { int nparams; } Func;
+/* A captured op: a launch (with its parameter values) or a device-to-device copy. */
+typedef struct { int kind; Launch l; uint64_t dst, src; size_t n; } Op;
+typedef struct { Op ops[8192]; int n; } Graph;
+static Graph *capturing = 0;
+static int ctx_dummy, stream_count = 0, event_clock = 0;
+
+int fake_launch_count(void) { return nlaunch; }
+void fake_reset(void) { nlaunch = 0; }
+/* out: g0 g1 g2 b0 b1 b2 shared nparams params... */
+void fake_launch(int i, uint64_t *out) {
+  Launch *l = &launches[i];
+  for (int k = 0; k < 3; k++) { out[k] = l->g[k]; out[3 + k] = l->b[k]; }
+  out[6] = l->shared; out[7] = (uint64_t)l->nparams;
+  for (int k = 0; k < l->nparams; k++) out[8 + k] = l->params[k];
+}
+
+static const char *names[] = {"CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_MEMORY"};
+CUresult cuGetErrorName(CUresult e, const char **p) {
+  if (e == 701) { *p = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"; return CUDA_SUCCESS; }
+  if (e == 100) { *p = "CUDA_ERROR_NO_DEVICE"; return CUDA_SUCCESS; }
+  if ((int)e < 3) { *p = names[e]; return CUDA_SUCCESS; }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGetErrorString(CUresult e, const char **p) { return cuGetErrorName(e, p); }
+CUresult cuInit(unsigned int flags) {
+  const char *e = getenv("FAKE_CUDA_INIT_ERROR");
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return e ? (CUresult)atoi(e) : CUDA_SUCCESS;
+}
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
+CUresult cuDeviceGet(CUdevice *d, int ordinal) { if (ordinal != 0) return CUDA_ERROR_INVALID_VALUE; *d = 0; return CUDA_SUCCESS; }
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute a, CUdevice d) {
+  if (d != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) *pi = 9;
+  else if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) *pi = 0;
+  else if (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) *pi = 132;
+  else return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) { strncpy(name, "Fake GPU", (size_t)len); return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)&ctx_dummy; return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { return CUDA_SUCCESS; }
+CUresult cuCtxSetCurrent(CUcontext c) { return c == (CUcontext)&ctx_dummy ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = (size_t)1 << 34; *t = (size_t)1 << 35; return CUDA_SUCCESS; }
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+  void *m = aligned_alloc(256, (n + 255) / 256 * 256);
+  if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+  memset(m, 0xAB, n); /* garbage, so a missing cuMemsetD8 shows */
+  *p = (CUdeviceptr)(uintptr_t)m; return CUDA_SUCCESS;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { free((void *)(uintptr_t)p); return CUDA_SUCCESS; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
+CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+  if (!st) return CUDA_ERROR_INVALID_VALUE;
+  if (capturing) { Op *o = &capturing->ops[capturing->n++]; o->kind = 1; o->dst = d; o->src = s; o->n = n; return CUDA_SUCCESS; }
+  memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
+}
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS; }
+CUresult cuStreamCreate(CUstream *s, unsigned int flags) { *s = (CUstream)malloc(16); stream_count++; return CUDA_SUCCESS; }
+CUresult cuStreamDestroy_v2(CUstream s) { free(s); stream_count--; return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize(CUstream s) { return capturing ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
+CUresult cuEventCreate(CUevent *e, unsigned int flags) { *e = (CUevent)calloc(1, sizeof(int)); return CUDA_SUCCESS; }
+CUresult cuEventDestroy_v2(CUevent e) { free(e); return CUDA_SUCCESS; }
+CUresult cuEventRecord(CUevent e, CUstream s) { *(int *)e = ++event_clock; return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(CUevent e) { return CUDA_SUCCESS; }
+CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { *ms = 0.001f * (float)(*(int *)b - *(int *)a); return CUDA_SUCCESS; }
+CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+  if (strncmp((const char *)image, "FAKECUBIN sm_90\n", 16) != 0) return CUDA_ERROR_INVALID_IMAGE;
+  Module *mod = malloc(sizeof(Module)); mod->src = strdup((const char *)image + 16);
+  *m = (CUmodule)mod; return CUDA_SUCCESS;
+}
+CUresult cuModuleUnload(CUmodule m) { free(((Module *)m)->src); free(m); return CUDA_SUCCESS; }
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+  const char *src = ((Module *)m)->src;
+  char sig[128]; snprintf(sig, sizeof sig, " %s(", name);
+  const char *at = strstr(src, sig);
+  if (!at) return CUDA_ERROR_NOT_FOUND;
+  Func *fn = malloc(sizeof(Func)); fn->nparams = 0;
+  const char *close = strchr(at, ')');
+  for (const char *c = at + strlen(sig); c < close; c++) if (*c == '*') fn->nparams++;
+  *f = (CUfunction)fn; return CUDA_SUCCESS;
+}
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream st, void **params, void **extra) {
+  if (!st || extra) return CUDA_ERROR_INVALID_VALUE;
+  if (bx * by * bz > 1024 || gx == 7777) return (CUresult)701;
+  Launch l = {{gx, gy, gz}, {bx, by, bz}, shared, ((Func *)f)->nparams, {0}};
+  for (int i = 0; i < l.nparams; i++) l.params[i] = *(uint64_t *)params[i];
+  if (capturing) { Op *o = &capturing->ops[capturing->n++]; o->kind = 0; o->l = l; return CUDA_SUCCESS; }
+  launches[nlaunch++] = l; return CUDA_SUCCESS;
+}
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  if (capturing || mode > 2) return CUDA_ERROR_INVALID_VALUE;
+  capturing = calloc(1, sizeof(Graph)); return CUDA_SUCCESS;
+}
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+  if (!capturing) return CUDA_ERROR_INVALID_VALUE;
+  *g = (CUgraph)capturing; capturing = 0; return CUDA_SUCCESS;
+}
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags) {
+  Graph *copy = malloc(sizeof(Graph)); memcpy(copy, g, sizeof(Graph)); *e = (CUgraphExec)copy; return CUDA_SUCCESS;
+}
+CUresult cuGraphDestroy(CUgraph g) { free(g); return CUDA_SUCCESS; }
+CUresult cuGraphExecDestroy(CUgraphExec e) { free(e); return CUDA_SUCCESS; }
+CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+  Graph *g = (Graph *)e;
+  for (int i = 0; i < g->n; i++) {
+    Op *o = &g->ops[i];
+    if (o->kind == 0) launches[nlaunch++] = o->l;
+    else memmove((void *)(uintptr_t)o->dst, (void *)(uintptr_t)o->src, o->n);
+  }
+  return CUDA_SUCCESS;
+}
+`;
+
+/** NVRTC's documented prototypes (nvrtc.h is not installed here); the "CUBIN" is a tag plus the source. */
+const FAKE_NVRTC = String.raw`
+#include <stdlib.h>
+#include <string.h>
+typedef struct { char *src; char *log; char *cubin; } Prog;
+static int compiles = 0;
+int fake_compile_count(void) { return compiles; }
+int nvrtcVersion(int *major, int *minor) { *major = 13; *minor = 0; return 0; }
+const char *nvrtcGetErrorString(int r) { return r == 6 ? "NVRTC_ERROR_COMPILATION" : "NVRTC_ERROR"; }
+int nvrtcCreateProgram(Prog **p, const char *src, const char *name, int nh, const char *const *h, const char *const *inc) {
+  if (nh != 0 || h || inc || !name) return 3;
+  *p = calloc(1, sizeof(Prog)); (*p)->src = strdup(src); return 0;
+}
+int nvrtcCompileProgram(Prog *p, int n, const char *const *opts) {
+  compiles++;
+  int arch = 0;
+  for (int i = 0; i < n; i++) if (strcmp(opts[i], "--gpu-architecture=sm_90") == 0) arch = 1;
+  if (!arch) { p->log = strdup("fake nvrtc: no --gpu-architecture=sm_90"); return 5; }
+  const char *err = strstr(p->src, "#error");
+  if (err) { p->log = strdup("kernel.cu(3): error: planted #error"); return 6; }
+  p->cubin = malloc(strlen(p->src) + 17);
+  strcpy(p->cubin, "FAKECUBIN sm_90\n"); strcat(p->cubin, p->src);
+  return 0;
+}
+int nvrtcGetCUBINSize(Prog *p, size_t *n) { *n = strlen(p->cubin) + 1; return 0; }
+int nvrtcGetCUBIN(Prog *p, char *out) { strcpy(out, p->cubin); return 0; }
+int nvrtcGetProgramLogSize(Prog *p, size_t *n) { *n = p->log ? strlen(p->log) + 1 : 1; return 0; }
+int nvrtcGetProgramLog(Prog *p, char *out) { strcpy(out, p->log ? p->log : ""); return 0; }
+int nvrtcDestroyProgram(Prog **p) { free((*p)->src); free((*p)->log); free((*p)->cubin); free(*p); *p = 0; return 0; }
+`;
+
+function cudaInclude(): string | undefined {
+  const roots = [Deno.env.get("CUDA_HOME"), "/usr/local/cuda", "/usr/local/cuda-13.0"].filter(Boolean);
+  for (const r of roots) {
+    try {
+      if (Deno.statSync(`${r}/include/cuda.h`).isFile) return `${r}/include`;
+    } catch {
+      // next
+    }
+  }
+  return undefined;
+}
+
+/** Builds the fakes into a temp dir: libcuda.so.1 and libnvrtc.so.13. */
+async function buildFakes(): Promise<{ dir?: string; why: string }> {
+  const inc = cudaInclude();
+  if (!inc) return { why: "no cuda.h (CUDA toolkit headers) found" };
+  const dir = await Deno.makeTempDir({ prefix: "bertfuse-fake-cuda-" });
+  await Deno.writeTextFile(`${dir}/fake_cuda.c`, FAKE_DRIVER);
+  await Deno.writeTextFile(`${dir}/fake_nvrtc.c`, FAKE_NVRTC);
+  for (const [src, lib] of [["fake_cuda.c", "libcuda.so.1"], ["fake_nvrtc.c", "libnvrtc.so.13"]]) {
+    let r;
+    try {
+      r = await new Deno.Command("gcc", {
+        args: [
+          "-shared",
+          "-fPIC",
+          "-O1",
+          // No -Werror: a prototype that differs from cuda.h's is an error by itself ("conflicting types").
+          `-I${inc}`,
+          "-o",
+          `${dir}/${lib}`,
+          `${dir}/${src}`,
+        ],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+    } catch {
+      return { why: "no gcc" };
+    }
+    if (!r.success) throw new Error(`fake ${lib} did not build:\n${new TextDecoder().decode(r.stderr)}`);
+  }
+  return { dir, why: "" };
+}
+
+const fakes = await buildFakes();
+if (!fakes.dir) console.log(`fake-driver tests skipped: ${fakes.why}`);
+const dir = fakes.dir ?? "";
+/** Discovery confined to the fake folder. */
+const discoverOpts = { env: (n: string) => (n === "LD_LIBRARY_PATH" ? dir : undefined), systemDirs: [] };
+
+const FAKE_SYMBOLS = {
+  fake_launch_count: { parameters: [], result: "i32" },
+  fake_reset: { parameters: [], result: "void" },
+  fake_launch: { parameters: ["i32", "buffer"], result: "void" },
+} as const;
+const NVRTC_FAKE_SYMBOLS = { fake_compile_count: { parameters: [], result: "i32" } } as const;
+
+interface LaunchRecord {
+  grid: number[];
+  block: number[];
+  shared: number;
+  params: bigint[];
+}
+
+let ctx: CudaContext | undefined;
+let fake: Deno.DynamicLibrary<typeof FAKE_SYMBOLS> | undefined;
+let fakeNvrtc: Deno.DynamicLibrary<typeof NVRTC_FAKE_SYMBOLS> | undefined;
+
+function open(): { ctx: CudaContext; fake: NonNullable<typeof fake>; compiles: () => number } {
+  if (!ctx) {
+    const driver = CudaDriver.open(0, discoverOpts);
+    const nvrtc = Nvrtc.open(discoverOpts);
+    ctx = { driver, nvrtc, cache: new KernelCache(`${dir}/cache`), description: "fake" };
+    // The same files, opened again for the fakes' own inspection functions (dlopen shares the library).
+    fake = Deno.dlopen(`${dir}/libcuda.so.1`, FAKE_SYMBOLS);
+    fakeNvrtc = Deno.dlopen(`${dir}/libnvrtc.so.13`, NVRTC_FAKE_SYMBOLS);
+  }
+  return { ctx, fake: fake!, compiles: () => fakeNvrtc!.symbols.fake_compile_count() };
+}
+
+function launchesSince(f: NonNullable<typeof fake>, from = 0): LaunchRecord[] {
+  const out: LaunchRecord[] = [];
+  const n = f.symbols.fake_launch_count();
+  for (let i = from; i < n; i++) {
+    const buf = new BigUint64Array(8 + 64);
+    f.symbols.fake_launch(i, buf);
+    out.push({
+      grid: [0, 1, 2].map((k) => Number(buf[k])),
+      block: [3, 4, 5].map((k) => Number(buf[k])),
+      shared: Number(buf[6]),
+      params: [...buf.subarray(8, 8 + Number(buf[7]))],
+    });
+  }
+  return out;
+}
+
+const ignore = !fakes.dir;
+
+Deno.test({
+  name: "fake driver: open reads the device (name, sm_90, SM count, driver version)",
+  ignore,
+  fn: () => {
+    const { ctx } = open();
+    assert.equal(ctx.driver.info.name, "Fake GPU");
+    assert.deepEqual(ctx.driver.info.capability, [9, 0]);
+    assert.equal(ctx.driver.arch, "sm_90");
+    assert.equal(ctx.driver.info.smCount, 132);
+    assert.equal(ctx.driver.info.driverVersion, 13000);
+    assert.equal(ctx.nvrtc.versionString, "13.0");
+    assert.equal(ctx.driver.path, `${dir}/libcuda.so.1`);
+  },
+});
+
+Deno.test({
+  name: "fake driver: a cuInit failure is CudaUnavailableError with the status name",
+  ignore,
+  fn: () => {
+    Deno.env.set("FAKE_CUDA_INIT_ERROR", "100");
+    try {
+      assert.throws(
+        () => CudaDriver.open(0, discoverOpts),
+        (e: unknown) =>
+          e instanceof CudaUnavailableError &&
+          /cuInit failed with CUDA_ERROR_NO_DEVICE \(100\)/.test(e.message),
+      );
+    } finally {
+      Deno.env.delete("FAKE_CUDA_INIT_ERROR");
+    }
+  },
+});
+
+/** A fused plan of real emitted CUDA kernels (a backward pass: several kernels, shared modules). */
+function realPlan(): { plan: Plan; feeds: Record<string, Float64Array> } {
+  const c = FUSION_CASES.find((c) => c.name.startsWith("LayerNorm backward"))!;
+  const g = graphOf(c.name, c.body, "f32", c.backward);
+  const { plan } = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDAShared } });
+  return { plan, feeds: randomFeeds(g, 7) };
+}
+
+for (const graphs of [true, false]) {
+  Deno.test({
+    name:
+      `fake driver: a real plan launches every kernel with its grid, block and binding addresses (graphs ${
+        graphs ? "on" : "off"
+      })`,
+    ignore,
+    fn: async () => {
+      const { ctx, fake } = open();
+      const { plan, feeds } = realPlan();
+      const ex = await CudaExecutor.create(ctx, plan, { graphs });
+      try {
+        assert.equal(ex.usesGraph, graphs);
+        const before = fake.symbols.fake_launch_count();
+        // Capture records; nothing runs before the first step.
+        assert.equal(launchesSince(fake, before).length, 0);
+        for (const [name, data] of Object.entries(feeds)) ex.write(name, data);
+        await ex.step();
+        await ex.finish();
+        const got = launchesSince(fake, before);
+        const launchSteps = plan.steps.filter((s) => s.op === "launch");
+        assert.equal(got.length, launchSteps.length);
+        launchSteps.forEach((s, i) => {
+          const k = plan.kernels[(s as { kernel: number }).kernel];
+          assert.deepEqual(got[i].grid, [...k.cuda!.grid], k.name);
+          assert.deepEqual(got[i].block, [k.cuda!.workgroupSize, 1, 1], k.name);
+          assert.equal(got[i].shared, 0);
+          const want = [...k.bindings].sort((a, b) => a.index - b.index).map((b) => ex.address(b.buffer));
+          assert.deepEqual(got[i].params, want, k.name);
+          for (const p of got[i].params) assert.equal(p % 256n, 0n, "256-byte aligned");
+        });
+        // Inputs written are read back exactly (through cuMemcpyHtoD/DtoH and the arena addresses).
+        for (const [name, data] of Object.entries(feeds)) {
+          assert.deepEqual([...await ex.read(name)], [...Float32Array.from(data)], name);
+        }
+      } finally {
+        ex.destroy();
+      }
+    },
+  });
+}
+
+/** A hand-made plan: two kernels, a copy step and a parameter update, f16 and bool buffers. */
+function handPlan(code: (i: number) => string): Plan {
+  const buf = (
+    id: number,
+    name: string,
+    dtype: PlanBuffer["dtype"],
+    role: PlanBuffer["role"],
+    offset?: number,
+  ): PlanBuffer => ({
+    id,
+    name,
+    dtype,
+    shape: [5],
+    bytes: 5 * (dtype === "f16" ? 2 : dtype === "bool" ? 1 : 4),
+    role,
+    slot: id === 4 ? 3 : id,
+    ...(offset ? { offset } : {}),
+  });
+  const kernel = (i: number, bindings: number[]) => ({
+    name: `k${i}`,
+    kind: "test",
+    bindings: bindings.map((buffer, index) => ({
+      index,
+      name: `b${index}`,
+      buffer,
+      access: index === 0 ? "write" as const : "read" as const,
+    })),
+    cuda: { code: code(i), grid: [2, 1, 1] as const, workgroupSize: 128 },
+    about: [],
+    bytesRead: 0,
+    bytesWritten: 0,
+    flops: 0,
+  });
+  return {
+    version: 1,
+    graph: "hand",
+    buffers: [
+      buf(0, "w", "f32", "param"),
+      buf(1, "x", "f16", "input"),
+      buf(2, "m", "bool", "input"),
+      buf(3, "y", "f32", "output"),
+      buf(4, "w_new", "f32", "activation", 256),
+    ],
+    slots: [{ id: 0, bytes: 32 }, { id: 1, bytes: 16 }, { id: 2, bytes: 32 }, { id: 3, bytes: 512 }],
+    inputs: { x: 1, m: 2 },
+    params: { w: 0 },
+    outputs: { y: 3 },
+    kernels: [kernel(0, [4, 0, 1]), kernel(1, [3, 1, 2])],
+    steps: [{ op: "launch", kernel: 0 }, { op: "launch", kernel: 1 }, {
+      op: "copy",
+      src: 0,
+      dst: 3,
+      bytes: 20,
+    }],
+    updates: [{ param: 0, value: 4 }],
+  };
+}
+
+const SAME = (_i: number) =>
+  `extern "C" __global__ void bf_kernel(float* b0, const float* b1, const __half* b2) {}`;
+
+Deno.test({
+  name:
+    "fake driver: copies and updates move the stored bytes; f16 and bool round-trip; identical sources share a module",
+  ignore,
+  fn: async () => {
+    const { ctx } = open();
+    const ex = await CudaExecutor.create(ctx, handPlan(SAME));
+    try {
+      assert.equal(ex.moduleCount, 1);
+      assert.equal(ex.address("w_new") - ex.address(4), 0n);
+      assert.equal(Number(ex.address(4) - ex.address(3)), 256, "w_new sits 256 bytes into y's slot");
+      ex.write("x", [0.1, 2, -3, 65504, 1e-8]);
+      ex.write("m", [0, 1, 7, 0, 1]);
+      assert.deepEqual([...await ex.read("x")], [0.0999755859375, 2, -3, 65504, 0]);
+      assert.deepEqual([...await ex.read("m")], [0, 1, 1, 0, 1]);
+      // Never-written buffers read as zero: the arena is zeroed once (the fake allocates garbage).
+      assert.deepEqual([...await ex.read(4)], [0, 0, 0, 0, 0]);
+      ex.write("w", [1, 2, 3, 4, 5]);
+      ex.write(4, [9, 8, 7, 6, 5]);
+      await ex.step();
+      // Step: the copy w -> y ran before the update w_new -> w.
+      assert.deepEqual([...await ex.read("y")], [1, 2, 3, 4, 5]);
+      assert.deepEqual([...await ex.read("w")], [9, 8, 7, 6, 5]);
+      const r = await ex.run({ x: [1, 1, 1, 1, 1] });
+      assert.deepEqual(Object.keys(r), ["y"]);
+      assert.deepEqual([...r.y], [9, 8, 7, 6, 5]);
+      const p = await ex.profile(2);
+      assert.equal(p.launches.length, 2);
+      assert.deepEqual(p.launches.map((l) => l.name), ["k0", "k1"]);
+      assert.ok(p.launches.every((l) => l.ns > 0) && p.stepMs > 0);
+    } finally {
+      ex.destroy();
+    }
+  },
+});
+
+Deno.test({
+  name: "fake driver: NVRTC output is cached on disk by key; a second executor compiles nothing",
+  ignore,
+  fn: async () => {
+    const { ctx, compiles } = open();
+    const unique = (i: number) => `${SAME(i)}\n// cache test ${crypto.randomUUID()} ${i}`;
+    const plan = handPlan(unique);
+    const c0 = compiles();
+    (await CudaExecutor.create(ctx, plan)).destroy();
+    assert.equal(compiles() - c0, 2);
+    (await CudaExecutor.create(ctx, plan)).destroy();
+    assert.equal(compiles() - c0, 2, "served from the cache");
+    const files = [...Deno.readDirSync(`${dir}/cache`)].map((e) => e.name);
+    assert.ok(files.every((f) => /^[0-9a-f]{64}\.cubin$/.test(f)), files.join(", "));
+    // A corrupt entry is dropped and recompiled.
+    for (const f of files) Deno.writeFileSync(`${dir}/cache/${f}`, new Uint8Array([1, 2, 3]));
+    (await CudaExecutor.create(ctx, plan)).destroy();
+    assert.ok(compiles() - c0 >= 4);
+  },
+});
+
+Deno.test({
+  name: "fake driver: errors name the call, the status and the kernel",
+  ignore,
+  fn: async () => {
+    const { ctx } = open();
+    const bad = (i: number) => (i === 1 ? `#error planted\n${SAME(i)}` : SAME(i));
+    await assert.rejects(
+      () => CudaExecutor.create(ctx, handPlan(bad)),
+      (e: unknown) =>
+        e instanceof CudaError &&
+        /^kernel k1: CUDA source did not compile with NVRTC 13\.0 for sm_90:\n.*planted #error/.test(
+          e.message,
+        ),
+    );
+    const plan = handPlan(SAME);
+    const failing = {
+      ...plan,
+      kernels: plan.kernels.map((k, i) =>
+        i === 1 ? { ...k, cuda: { ...k.cuda!, grid: [7777, 1, 1] as const } } : k
+      ),
+    };
+    await assert.rejects(
+      () =>
+        CudaExecutor.create(ctx, failing, { graphs: false }).then((ex) =>
+          ex.step().finally(() => ex.destroy())
+        ),
+      (e: unknown) =>
+        e instanceof CudaError &&
+        e.message ===
+          "cuLaunchKernel failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (701) (kernel k1 (step 1))",
+    );
+    const noEntry = (_i: number) => `extern "C" __global__ void other(float* b0) {}`;
+    await assert.rejects(
+      () => CudaExecutor.create(ctx, handPlan(noEntry)),
+      /kernel k0: CUDA source does not define bf_kernel/,
+    );
+  },
+});
+
+Deno.test({
+  name: "fake driver: closing",
+  ignore,
+  fn: () => {
+    fake?.close();
+    fakeNvrtc?.close();
+    ctx?.nvrtc.close();
+    ctx?.driver.close();
+    if (dir) Deno.removeSync(dir, { recursive: true });
+  },
+});

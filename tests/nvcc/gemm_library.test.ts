@@ -1,0 +1,182 @@
+/**
+ * The library-GEMM descriptor (compiler/lower/gemm_library.ts) on small graphs: every field of the call
+ * for plain, transposed, batched, sliced and cast operands, the epilogue split, and the refusals with
+ * their reasons. The numbers these calls produce are checked by tests/nvcc/cuda_emit_cpu.test.ts.
+ */
+import assert from "node:assert/strict";
+import { graphOf } from "../../cases/fusion_cases.ts";
+import { emitCUDA } from "../../compiler/codegen/cuda.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { reshapeView } from "../../compiler/lower/gemm_library.ts";
+import type { ModelBuilder, Tensor } from "../../dsl/mod.ts";
+import type { DType } from "../../ir/mod.ts";
+import type { Plan, PlanKernel } from "../../plan/plan.ts";
+
+function compile(body: (m: ModelBuilder, dt: DType) => Tensor, dt: DType = "f32") {
+  const g = graphOf("gemm", body, dt, false);
+  return compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+}
+
+function onlyGemm(plan: Plan): PlanKernel {
+  const ks = plan.kernels.filter((k) => k.kind === "matmul");
+  assert.equal(ks.length, 1);
+  return ks[0];
+}
+
+const bufferNamed = (plan: Plan, name: string) => plan.buffers.find((b) => b.name === name)!.id;
+
+Deno.test("library GEMM: plain [5,7]·[7,6] writes the output directly", () => {
+  const c = compile((m) => m.param("x", [5, 7], "zeros", "f32").matmul(m.param("w", [7, 6], "zeros", "f32")));
+  const k = onlyGemm(c.plan);
+  assert.deepEqual(k.cudaGemm, {
+    call: {
+      m: 5,
+      n: 6,
+      k: 7,
+      batch: 1,
+      a: { buffer: bufferNamed(c.plan, "x"), offset: 0, dtype: "f32", batchStride: 0, trans: false, ld: 7 },
+      b: { buffer: bufferNamed(c.plan, "w"), offset: 0, dtype: "f32", batchStride: 0, trans: false, ld: 6 },
+      d: { buffer: c.plan.outputs.out, offset: 0, dtype: "f32", ld: 6, trans: false, batchStride: 30 },
+      compute: "32F",
+    },
+  });
+  assert.deepEqual(c.gemms.map((d) => d.library), [true]);
+});
+
+Deno.test("library GEMM: transposed operands read with their stored leading dimension", () => {
+  const tb = onlyGemm(
+    compile((m) =>
+      m.param("x", [5, 7], "zeros", "f32").matmul(m.param("w", [6, 7], "zeros", "f32"), { transposeB: true })
+    ).plan,
+  ).cudaGemm!.call;
+  assert.deepEqual([tb.m, tb.n, tb.k, tb.b.trans, tb.b.ld, tb.a.trans, tb.a.ld], [
+    5,
+    6,
+    7,
+    true,
+    7,
+    false,
+    7,
+  ]);
+  const ta = onlyGemm(
+    compile((m) =>
+      m.param("x", [7, 5], "zeros", "f32").matmul(m.param("w", [7, 6], "zeros", "f32"), { transposeA: true })
+    ).plan,
+  ).cudaGemm!.call;
+  assert.deepEqual([ta.m, ta.n, ta.k, ta.a.trans, ta.a.ld, ta.b.trans, ta.b.ld], [
+    5,
+    6,
+    7,
+    true,
+    5,
+    false,
+    6,
+  ]);
+});
+
+Deno.test("library GEMM: a batched product has one batch stride per operand", () => {
+  const call = onlyGemm(
+    compile((m) => m.param("a", [3, 4, 5], "zeros", "f32").matmul(m.param("b", [3, 5, 2], "zeros", "f32")))
+      .plan,
+  ).cudaGemm!.call;
+  assert.deepEqual(
+    [call.batch, call.a.batchStride, call.b.batchStride, call.d.batchStride, call.d.ld],
+    [3, 20, 10, 8, 2],
+  );
+});
+
+Deno.test("library GEMM: a slice of rows is an element offset and a wider leading dimension", () => {
+  const call = onlyGemm(
+    compile((m) =>
+      m.param("x", [2, 4, 8], "zeros", "f32").slice(1, 2, 3).reshape([2, 8]).matmul(
+        m.param("w", [8, 3], "zeros", "f32"),
+      )
+    ).plan,
+  ).cudaGemm!.call;
+  assert.deepEqual([call.a.offset, call.a.ld, call.a.trans, call.m, call.k], [16, 32, false, 2, 8]);
+});
+
+Deno.test("library GEMM: f16 operands (no rounding on load); an epilogue reads the f32 product from a scratch", () => {
+  const c = compile((m) =>
+    m.param("x", [5, 7], "zeros", "f16").matmul(m.param("w", [7, 6], "zeros", "f16")).cast("f32")
+      .add(m.param("bias", [6], "zeros", "f32"))
+  );
+  const g = onlyGemm(c.plan).cudaGemm!;
+  assert.equal(g.call.a.dtype, "f16");
+  assert.equal(g.call.b.dtype, "f16");
+  const scratch = c.plan.buffers[g.call.d.buffer];
+  assert.equal(g.call.d.dtype, "f32");
+  assert.equal(scratch.dtype, "f32");
+  assert.match(scratch.name, /matmul product f32 \(cuBLASLt\)/);
+  assert.ok(g.epilogue, "an epilogue kernel");
+  // The epilogue reads the scratch and the bias and writes the output, nothing else.
+  const bound = g.epilogue.bindings.map((b) => [b.buffer, b.access]);
+  assert.deepEqual(
+    bound.sort(),
+    [[g.call.d.buffer, "read"], [bufferNamed(c.plan, "bias"), "read"], [c.plan.outputs.out, "write"]].sort(),
+  );
+  assert.match(g.epilogue.cuda.code, /bf_kernel/);
+});
+
+Deno.test("library GEMM: refusals name the reason", () => {
+  const reason = (body: (m: ModelBuilder, dt: DType) => Tensor) => {
+    const c = compile(body);
+    assert.equal(c.gemms.length, 1);
+    assert.equal(c.gemms[0].library, false);
+    assert.equal(onlyGemm(c.plan).cudaGemm, undefined);
+    return c.gemms[0].reason;
+  };
+  // f32 buffers rounded to f16 on load: cuBLASLt's FAST_16F rounding is undocumented.
+  assert.match(
+    reason((m) =>
+      m.param("x", [5, 7], "zeros", "f32").cast("f16").matmul(
+        m.param("w", [7, 6], "zeros", "f32").cast("f16"),
+      )
+    ),
+    /A is stored f32 and rounded to f16 on load/,
+  );
+  // Attention heads at batch 2: [B, H] batch axes with strides [S·H·D, D].
+  const heads = (t: Tensor, b: number) => t.reshape([b, 4, 2, 3]).permute([0, 2, 1, 3]);
+  assert.equal(
+    reason((m) =>
+      heads(m.param("q", [2, 4, 6], "zeros", "f32"), 2).matmul(
+        heads(m.param("k", [2, 4, 6], "zeros", "f32"), 2),
+        {
+          transposeB: true,
+        },
+      )
+    ),
+    "A: batch axes [2, 2] have strides [24, 3], which do not collapse to one stride",
+  );
+  // An operand computed on load (a broadcast view: no strided matrix has a zero row stride here).
+  assert.match(
+    reason((m) =>
+      m.param("x", [7], "zeros", "f32").broadcastTo([5, 7]).matmul(m.param("w", [7, 6], "zeros", "f32"))
+    ),
+    /^A is computed on load \(broadcast\)/,
+  );
+});
+
+Deno.test("library GEMM: attention heads at batch 1 collapse to one batch stride", () => {
+  const heads = (t: Tensor) => t.reshape([1, 4, 2, 3]).permute([0, 2, 1, 3]);
+  const call = onlyGemm(
+    compile((m) =>
+      heads(m.param("q", [1, 4, 6], "zeros", "f32")).matmul(heads(m.param("k", [1, 4, 6], "zeros", "f32")), {
+        transposeB: true,
+      })
+    ).plan,
+  ).cudaGemm!.call;
+  // Head h of row s is at s·6 + h·3: batch stride 3, leading dimension 6.
+  assert.deepEqual(
+    [call.batch, call.m, call.n, call.k, call.a.batchStride, call.a.ld, call.b.trans, call.b.ld],
+    [2, 4, 4, 3, 3, 6, true, 6],
+  );
+});
+
+Deno.test("reshapeView: merges contiguous axes, refuses a permuted merge", () => {
+  const v = { shape: [2, 3, 4], strides: [12, 4, 1], offset: 5 };
+  assert.deepEqual(reshapeView(v, [6, 4]), { shape: [6, 4], strides: [4, 1], offset: 5 });
+  assert.deepEqual(reshapeView(v, [2, 1, 12])?.strides, [12, 0, 1]);
+  // [B, H, S, D] permuted to [B, S, H, D] and merged to [B·S, H·D]: S and H are not adjacent in memory.
+  assert.equal(reshapeView({ shape: [2, 3, 4, 5], strides: [60, 5, 15, 1], offset: 0 }, [6, 20]), undefined);
+});

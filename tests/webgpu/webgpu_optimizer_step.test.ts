@@ -1,0 +1,51 @@
+/**
+ * A whole BERT training step with the fused optimizer — forward, backward, LAMB or AdamW over the flat
+ * parameter vector, loss scaling, clipping, the schedule — on WebGPU, fused and unfused, against the
+ * reference interpreter: the loss, every gradient, the updated parameters, moments and state.
+ */
+import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { OPT, type OptimizerKind } from "../../compiler/optimizer/update.ts";
+import { defineBert } from "../../models/bert.ts";
+import { readBertConfig } from "../../models/bert_config.ts";
+import { checkAgainstReference } from "../util/fused_check.ts";
+import { seededRandom } from "../../cases/random.ts";
+import { batchFeeds, optimizerStepFeeds } from "../util/bert_feeds.ts";
+import { testGpu } from "../util/webgpu.ts";
+
+const gpu = await testGpu();
+const CONFIG = readBertConfig(
+  new URL("../fixtures/hf-tiny/pretraining/config.json", import.meta.url).pathname,
+);
+
+for (const kind of ["lamb", "adamw"] as OptimizerKind[]) {
+  for (const fuse of [true, false]) {
+    Deno.test({
+      name: `webgpu training step with ${kind} (${fuse ? "fused" : "unfused"}) matches the reference`,
+      ignore: !gpu.ctx,
+      fn: async () => {
+        const [B, S, P] = [2, 12, 4];
+        const g = buildModelGraph({
+          model: defineBert("tiny-fixture", CONFIG),
+          mode: "train",
+          precision: "fp32",
+          batchSize: B,
+          seqLen: S,
+          maxPredictions: P,
+          optimizer: { kind, dynamicScale: true },
+        });
+        const r = seededRandom(fuse ? 21 : 22);
+        const feeds = {
+          ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: CONFIG.vocab_size }, r, 5),
+          ...optimizerStepFeeds(g, r, 1024),
+        };
+        // flat.params is the parameters' own buffer, read back after the step copied the update into it;
+        // new:flat.params is what the reference computes for it.
+        await checkAgainstReference(gpu.ctx!, g, feeds, {
+          fuse,
+          tol: { rtol: 2e-4, atol: 1e-6 },
+          skip: (name) => name === OPT.flatParams,
+        });
+      },
+    });
+  }
+}
