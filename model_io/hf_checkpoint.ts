@@ -14,13 +14,10 @@ import {
   toFloat32,
   writeSafetensorsFile,
 } from "./safetensors.ts";
+import { CheckpointError } from "./checkpoint_error.ts";
+import { type HfHeadParts, writeHfHeadFiles } from "./hf_head_files.ts";
 
-export class CheckpointError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "CheckpointError";
-  }
-}
+export { CheckpointError };
 
 /** Tensors a checkpoint may hold that our graphs do not need as parameters (tied or buffers). */
 const TIED_OR_BUFFER: Record<string, (name: string) => string | undefined> = {
@@ -110,9 +107,10 @@ export async function loadHfWeights(g: Graph, dir: string): Promise<Map<string, 
 export type WeightDType = "F32" | "F16" | "BF16";
 
 /**
- * Writes a checkpoint folder in Hugging Face layout: `config.json` and `model.safetensors` with the
- * graph's parameter names (the tied decoder is omitted, as Hugging Face does). Both files are written
- * atomically.
+ * Writes a checkpoint folder in Hugging Face layout: `model.safetensors` with the graph's parameter names
+ * (the tied decoder is omitted, as Hugging Face does) and `config.json`. With `head`, config.json names
+ * the head's architecture (and labels), and the tokenizer files are written beside it
+ * (model_io/hf_head_files.ts). Every file is written atomically. Returns the names of the files written.
  */
 export async function writeHfCheckpoint(
   dir: string,
@@ -120,7 +118,8 @@ export async function writeHfCheckpoint(
   config: object,
   weights: Map<string, ArrayLike<number>>,
   dtype: WeightDType = "F32",
-): Promise<void> {
+  head?: HfHeadParts,
+): Promise<string[]> {
   await Deno.mkdir(dir, { recursive: true });
   const tensors = new Map<string, { dtype: WeightDType; shape: number[]; data: number[] | Float32Array }>();
   for (const [name, node] of g.sources("param")) {
@@ -129,8 +128,15 @@ export async function writeHfCheckpoint(
     const data = w instanceof Float32Array ? w : Float32Array.from(w);
     tensors.set(name, { dtype, shape: [...node.type.shape], data });
   }
+  if (head) {
+    // Config and tokenizer first: they validate labels and vocabulary before the large file is written.
+    const names = await writeHfHeadFiles(dir, config, head);
+    await writeSafetensorsFile(`${dir}/model.safetensors`, tensors, { format: "pt" });
+    return ["model.safetensors", ...names];
+  }
   await writeSafetensorsFile(`${dir}/model.safetensors`, tensors, { format: "pt" });
   const tmp = `${dir}/config.json.tmp-${Deno.pid}`;
   await Deno.writeTextFile(tmp, JSON.stringify(config, null, 2) + "\n");
   await Deno.rename(tmp, `${dir}/config.json`);
+  return ["model.safetensors", "config.json"];
 }

@@ -3,6 +3,8 @@
  *
  *   config.json, model.safetensors   Hugging Face layout (model_io/hf_checkpoint.ts), so
  *                                    `deno task infer --checkpoint ckpt_<step>` reads it as is
+ *   vocab.txt, tokenizer_config.json, special_tokens_map.json
+ *                                    the tokenizer, when the caller gives one (ModelPart.head)
  *   optimizer.safetensors            named f32 tensors: moments and whatever else the optimizer keeps
  *   trainer_state.json               step, optimizer step, loss scaler, schedule, RNG, loader position, args
  *   manifest.json                    format and version, and every other file with its size and SHA-256
@@ -33,6 +35,7 @@ import {
   type WeightDType,
   writeHfCheckpoint,
 } from "../model_io/hf_checkpoint.ts";
+import type { HfHeadParts } from "../model_io/hf_head_files.ts";
 import { parseSafetensors, SafetensorsError, type TensorEntry, toFloat32 } from "../model_io/safetensors.ts";
 
 // One error class for every checkpoint problem, the one cli/common.ts already turns into a one-line error.
@@ -78,6 +81,12 @@ export interface ModelPart {
   weights: Map<string, ArrayLike<number>>;
   /** Default F32 (exact round trip). */
   dtype?: WeightDType;
+  /**
+   * The head, its labels and the tokenizer: config.json then names the architecture and the folder
+   * carries vocab.txt, tokenizer_config.json and special_tokens_map.json (model_io/hf_head_files.ts),
+   * so Hugging Face's from_pretrained opens it. Omitted: config and weights only, as before.
+   */
+  head?: HfHeadParts;
 }
 
 /** A flat f32 vector, or one with a shape (its element count must match). */
@@ -158,10 +167,10 @@ export async function writeCheckpoint(
   let old: string | undefined;
   try {
     await Deno.mkdir(tmp);
-    const { graph, config, weights, dtype } = parts.model;
-    await writeHfCheckpoint(tmp, graph, config, weights, dtype ?? "F32");
+    const { graph, config, weights, dtype, head } = parts.model;
+    const written = await writeHfCheckpoint(tmp, graph, config, weights, dtype ?? "F32", head);
     const files: ManifestFile[] = [];
-    for (const name of [FILES.config, FILES.model]) {
+    for (const name of written) {
       // hf.ts fsyncs the safetensors file but not config.json; hashFile syncs what it reads.
       files.push({ name, ...await hashFile(join(tmp, name), true) });
     }

@@ -29,6 +29,7 @@ import {
   writeCheckpoint,
 } from "./checkpoint.ts";
 import { openOn } from "./executor_factory.ts";
+import { shardTokenizer } from "./checkpoint_tokenizer.ts";
 import { checkTrainOptions, TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "./options.ts";
 import {
   checkLayout,
@@ -116,6 +117,8 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     // deno-lint-ignore no-explicit-any
     state: loaderState as any,
   });
+  const shardTok = await shardTokenizer(loader.manifest);
+  if ("unavailable" in shardTok) info(`checkpoints will carry no tokenizer: ${shardTok.unavailable}`);
   const choice = await chooseBackend(o.backend);
   // Unless asked, a demo-sized run: minutes on a GPU or lavapipe, and on the CPU interpreter too.
   const maxSteps = o.maxSteps ??
@@ -219,6 +222,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
           graph,
           config: { ...model.config, architectures: ["BertForPreTraining"], model_type: "bert" },
           weights: paramsFromFlat(dev.flatParams, layout),
+          head: { head: "pretraining", tokenizer: "tokenizer" in shardTok ? shardTok.tokenizer : undefined },
         },
         optimizer: dev.optimizer,
         state: {
