@@ -11,8 +11,8 @@ import { join } from "node:path";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
 import { chooseBackend } from "../engine/choose_backend.ts";
-import { hparamsVector, stateVector } from "../compiler/optimizer/feeds.ts";
-import { flatLayoutOf, layoutTables } from "../compiler/optimizer/layout.ts";
+import { stateVector } from "../compiler/optimizer/feeds.ts";
+import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
 import { OPT, STATE } from "../compiler/optimizer/update.ts";
 import { ensureBrownShards } from "../data/corpus/brown_shards.ts";
 import { Loader } from "../data/loader.ts";
@@ -31,13 +31,11 @@ import {
 import { openOn } from "./executor_factory.ts";
 import { shardTokenizer } from "./checkpoint_tokenizer.ts";
 import { checkTrainOptions, TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "./options.ts";
+import { launchUpdate, writeCheckpointStart, writeFreshStart, writeOptimizerConstants } from "./device_setup.ts";
 import {
-  checkLayout,
-  flatFromParams,
   layoutRecord,
   paramsFromFlat,
   readDeviceState,
-  restoreOptimizer,
   stateRecord,
 } from "./run_state.ts";
 
@@ -164,20 +162,14 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
 
   try {
     // ---- initial device state ----
-    const tables = layoutTables(layout);
-    ex.write(OPT.segments, tables.segments);
-    ex.write(OPT.chunkSegment, tables.chunkSegment);
     const schedule = { base: o.learningRate, warmupProportion: o.warmupProportion, totalSteps: maxSteps };
-    ex.write(OPT.hparams, hparamsVector(schedule));
+    writeOptimizerConstants(ex, layout, schedule, o.gradientAccumulationSteps);
     const baseStep = o.phase2 ? o.phase1EndStep : 0;
     let step = 0; // global steps of this phase done
     const scale = o.lossScale ?? (precision === "fp16" ? o.initLossScale : 1);
     if (start.resume) {
       const ck = start.resume;
-      checkLayout(ck.dir, ck.state.layout, layout);
-      ex.write(OPT.flatParams, flatFromParams(ck.model, layout));
-      restoreOptimizer(ex, ck, layout);
-      const saved = Float32Array.from(ck.state.device_state as number[]);
+      const saved = writeCheckpointStart(ex, ck, layout);
       if (start.newPhase) {
         // Phase 2 starts its own schedule (NVIDIA resets the optimizer's step) and keeps the moments.
         ex.write(OPT.state, stateVector({ step: 0, lossScale: o.lossScale ?? saved[STATE.lossScale] }));
@@ -190,12 +182,8 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
         ? await loadHfWeights(graph, o.initCheckpoint)
         : initParams(graph, o.seed);
       if (o.initCheckpoint) info(`initial weights from ${o.initCheckpoint}`);
-      ex.write(OPT.flatParams, flatFromParams(weights, layout));
-      ex.write(OPT.m, new Float32Array(layout.total));
-      ex.write(OPT.v, new Float32Array(layout.total));
-      ex.write(OPT.state, stateVector({ step: 0, lossScale: scale }));
+      writeFreshStart(ex, layout, weights, scale);
     }
-    if (o.gradientAccumulationSteps > 1) ex.write(OPT.gradAcc, new Float32Array(layout.total));
 
     const stopAt = Math.min(maxSteps, o.stepsThisRun !== undefined ? step + o.stepsThisRun : Infinity);
     if (step >= maxSteps) {
@@ -253,16 +241,15 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
         stoppedBy = "signal";
         break;
       }
-      for (let mi = 0; mi < o.gradientAccumulationSteps; mi++) {
-        batch = loader.next(batch);
-        for (const name of DATA_INPUTS) ex.write(name, batch[name]);
-        // Dropout's Philox key: (seed, micro-batch number), so a resumed run draws the same masks.
-        ex.write("rng_key", [o.seed >>> 0, (baseStep + step) * o.gradientAccumulationSteps + mi]);
-        if (o.gradientAccumulationSteps > 1) {
-          ex.write(OPT.apply, [mi === o.gradientAccumulationSteps - 1 ? 1 : 0]);
-        }
-        await ex.step();
-      }
+      await launchUpdate(ex, {
+        seed: o.seed,
+        step: baseStep + step,
+        accumulationSteps: o.gradientAccumulationSteps,
+        feed: () => {
+          batch = loader.next(batch);
+          for (const name of DATA_INPUTS) ex.write(name, batch[name]);
+        },
+      });
       step++;
       windowSteps++;
       if (step % o.logFreq === 0 || step === stopAt) {

@@ -1,0 +1,113 @@
+/**
+ * What every training loop does with the device around its steps, shared by pre-training (run.ts) and
+ * fine-tuning (finetune/loop.ts): write the optimizer's constant inputs, start from fresh weights or from
+ * a checkpoint, launch one update (its micro-batches, with the dropout key that makes resume exact), and
+ * read the device back into a checkpoint.
+ */
+import type { Graph } from "../ir/mod.ts";
+import { hparamsVector, type ScheduleOptions, stateVector } from "../compiler/optimizer/feeds.ts";
+import { type FlatLayout, layoutTables } from "../compiler/optimizer/layout.ts";
+import { OPT, STATE } from "../compiler/optimizer/update.ts";
+import type { StepExecutor } from "../runtime/backend.ts";
+import { type LoadedCheckpoint, writeCheckpoint } from "./checkpoint.ts";
+import {
+  checkLayout,
+  flatFromParams,
+  layoutRecord,
+  paramsFromFlat,
+  readDeviceState,
+  restoreOptimizer,
+  stateRecord,
+} from "./run_state.ts";
+
+/** The layout tables and schedule (written once), and a zero accumulator when updates accumulate. */
+export function writeOptimizerConstants(
+  ex: StepExecutor,
+  layout: FlatLayout,
+  schedule: ScheduleOptions,
+  accumulationSteps: number,
+): void {
+  const tables = layoutTables(layout);
+  ex.write(OPT.segments, tables.segments);
+  ex.write(OPT.chunkSegment, tables.chunkSegment);
+  ex.write(OPT.hparams, hparamsVector(schedule));
+  if (accumulationSteps > 1) ex.write(OPT.gradAcc, new Float32Array(layout.total));
+}
+
+/** A first step: these weights, zero moments, no updates yet, the given loss scale. */
+export function writeFreshStart(
+  ex: StepExecutor,
+  layout: FlatLayout,
+  weights: Map<string, ArrayLike<number>>,
+  lossScale: number,
+): void {
+  ex.write(OPT.flatParams, flatFromParams(weights, layout));
+  ex.write(OPT.m, new Float32Array(layout.total));
+  ex.write(OPT.v, new Float32Array(layout.total));
+  ex.write(OPT.state, stateVector({ step: 0, lossScale }));
+}
+
+/** Weights and moments from a checkpoint of this layout; returns its saved train.state vector. */
+export function writeCheckpointStart(ex: StepExecutor, ck: LoadedCheckpoint, layout: FlatLayout): Float32Array {
+  checkLayout(ck.dir, ck.state.layout, layout);
+  ex.write(OPT.flatParams, flatFromParams(ck.model, layout));
+  restoreOptimizer(ex, ck, layout);
+  return Float32Array.from(ck.state.device_state as number[]);
+}
+
+export interface UpdateOptions {
+  seed: number;
+  /** Global steps done before this one (counted across phases). */
+  step: number;
+  accumulationSteps: number;
+  /** Writes micro-batch `micro`'s data inputs. */
+  feed(micro: number): void;
+}
+
+/** One optimizer update: its micro-batches, the last one applying the summed gradient. */
+export async function launchUpdate(ex: StepExecutor, u: UpdateOptions): Promise<void> {
+  for (let mi = 0; mi < u.accumulationSteps; mi++) {
+    u.feed(mi);
+    // Dropout's Philox key: (seed, micro-batch number), so a resumed run draws the same masks.
+    ex.write("rng_key", [u.seed >>> 0, u.step * u.accumulationSteps + mi]);
+    if (u.accumulationSteps > 1) ex.write(OPT.apply, [mi === u.accumulationSteps - 1 ? 1 : 0]);
+    await ex.step();
+  }
+}
+
+export interface SaveOptions {
+  runDir: string;
+  step: number;
+  graph: Graph;
+  layout: FlatLayout;
+  /** config.json contents. */
+  config: object;
+  schedule: ScheduleOptions;
+  seed: number;
+  keep: number;
+  /** The rest of trainer_state.json (loader position, args, ...). */
+  extra: Record<string, unknown>;
+}
+
+/** Reads weights, moments and state from the device (one sync) and writes `ckpt_<step>/`. */
+export async function saveDeviceCheckpoint(ex: StepExecutor, s: SaveOptions): Promise<string> {
+  const dev = await readDeviceState(ex);
+  const { dir } = await writeCheckpoint(s.runDir, s.step, {
+    model: { graph: s.graph, config: s.config, weights: paramsFromFlat(dev.flatParams, s.layout) },
+    optimizer: dev.optimizer,
+    state: {
+      loader: null,
+      args: {},
+      ...s.extra,
+      step: s.step,
+      optimizerStep: dev.state[STATE.step],
+      lossScaler: { scale: dev.state[STATE.lossScale], cleanSteps: dev.state[STATE.cleanSteps] },
+      schedule: s.schedule,
+      rng: { seed: s.seed },
+      layout: layoutRecord(s.layout),
+      device_state: Array.from(dev.state),
+      train_state: stateRecord(dev.state),
+    },
+  }, { keep: s.keep });
+  return dir;
+}
