@@ -33,7 +33,7 @@
  */
 import type { TargetKernel } from "../../plan/plan.ts";
 import { isVector, type Kernel, type KExpr, type KStmt, type KType, laneType } from "../kernel_ir/ir.ts";
-import { visitExprs, visitStmts } from "./ir_walk.ts";
+import { visitExprs, visitStmts } from "../kernel_ir/walk.ts";
 import { type CudaLegal, legalizeCUDA, WARP } from "./legalize_cuda.ts";
 import { CudaNamer } from "./cuda_names.ts";
 import {

@@ -19,7 +19,7 @@
  * unknown, which is why gathers are clamped by the lowering itself and prove in range here.
  */
 import { bin, i32, isVector, type Kernel, type KExpr, type KStmt, laneType, splat } from "../kernel_ir/ir.ts";
-import { mapExpr, visitStmts } from "./ir_walk.ts";
+import { mapExpr, visitStmts } from "../kernel_ir/walk.ts";
 
 /**
  * A closed integer interval; unbounded ends are ±Infinity. lo > hi is the empty range: the value cannot

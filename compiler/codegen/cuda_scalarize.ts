@@ -23,7 +23,7 @@ import {
   laneType,
   ref,
 } from "../kernel_ir/ir.ts";
-import { visitExprs, visitStmts } from "./ir_walk.ts";
+import { visitExprs, visitStmts } from "../kernel_ir/walk.ts";
 
 export class CudaScalarizeError extends Error {
   override name = "CudaScalarizeError";

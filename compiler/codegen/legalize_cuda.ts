@@ -32,7 +32,7 @@ import {
 } from "../kernel_ir/ir.ts";
 import { clampUnprovenLoads } from "./cuda_bounds.ts";
 import { scalarize } from "./cuda_scalarize.ts";
-import { mapStmtExprs } from "./ir_walk.ts";
+import { mapStmtExprs } from "../kernel_ir/walk.ts";
 
 export class CudaLegalizeError extends Error {
   override name = "CudaLegalizeError";

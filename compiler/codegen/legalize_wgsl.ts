@@ -25,7 +25,7 @@ import {
   splat,
   store,
 } from "../kernel_ir/ir.ts";
-import { mapStmtExprs, visitExprs, visitStmts } from "./ir_walk.ts";
+import { mapStmtExprs, visitExprs, visitStmts } from "../kernel_ir/walk.ts";
 
 export class WgslLegalizeError extends Error {
   override name = "WgslLegalizeError";

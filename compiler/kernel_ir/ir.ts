@@ -15,6 +15,9 @@
  * vectors (`KVector`); a binding marked `vector: 4` is read and written a vector at a time.
  */
 
+import { K_BINARY, type KBinOp, type KUnOp } from "./ops.ts";
+export { K_BINARY, K_UNARY, type KBinOp, type KUnOp } from "./ops.ts";
+
 /** Element types as stored in buffers. `bool` is legalized to u32 storage by targets without byte types. */
 export type KStorage = "f32" | "f16" | "bf16" | "i32" | "u32" | "bool";
 /**
@@ -49,35 +52,6 @@ export const lanesOf = (t: KType): number => (isVector(t) ? 4 : 1);
 export function vectorOf(t: KType): KVector | undefined {
   return isVector(t) ? t : VECTOR_OF[t];
 }
-
-export type KUnOp =
-  | "neg"
-  | "abs"
-  | "exp"
-  | "log"
-  | "tanh"
-  | "erf"
-  | "sqrt"
-  | "rsqrt"
-  | "reciprocal"
-  | "not";
-
-export type KBinOp =
-  | "add"
-  | "sub"
-  | "mul"
-  | "div" // float division, or truncating integer division on i32/u32
-  | "mod" // integer remainder (i32/u32 only)
-  | "max"
-  | "min"
-  | "and" // logical on bool
-  | "or"
-  | "eq"
-  | "ne"
-  | "lt"
-  | "le"
-  | "gt"
-  | "ge";
 
 export type KExpr =
   | { readonly k: "lit"; readonly t: KType; readonly v: number }
@@ -220,11 +194,9 @@ export function splat(a: KExpr): KExpr {
 export const vec = (parts: readonly KExpr[]): KExpr => ({ k: "vec", t: vectorOf(parts[0].t)!, parts });
 export const laneOf = (a: KExpr, lane: number): KExpr => ({ k: "lane", t: laneType(a.t), a, lane });
 
-const COMPARE: ReadonlySet<KBinOp> = new Set(["eq", "ne", "lt", "le", "gt", "ge"]);
-
 /** A binary op; comparisons yield bool (v4bool on vectors). Integer literals are folded where trivial. */
 export function bin(op: KBinOp, a: KExpr, b: KExpr): KExpr {
-  const t: KType = COMPARE.has(op) ? (isVector(a.t) ? "v4bool" : "bool") : a.t;
+  const t: KType = K_BINARY[op].compare ? (isVector(a.t) ? "v4bool" : "bool") : a.t;
   if (a.k === "lit" && b.k === "lit" && (a.t === "i32" || a.t === "u32") && a.t === b.t) {
     const folded = foldInt(op, a.v, b.v, a.t);
     if (folded !== undefined) return lit(folded, t === "bool" ? "bool" : a.t);
@@ -244,30 +216,31 @@ export function bin(op: KBinOp, a: KExpr, b: KExpr): KExpr {
   return { k: "bin", t, op, a, b };
 }
 
+/** Integer constant folding, per op; null where an op is left for the target to compute. */
+const FOLD_INT: Record<
+  KBinOp,
+  ((a: number, b: number, wrap: (x: number) => number) => number | undefined) | null
+> = {
+  add: (a, b, wrap) => wrap(a + b),
+  sub: (a, b, wrap) => wrap(a - b),
+  mul: (a, b, wrap) => wrap(Math.imul(a, b)),
+  div: (a, b, wrap) => (b === 0 ? undefined : wrap(Math.trunc(a / b))),
+  mod: (a, b, wrap) => (b === 0 ? undefined : wrap(a % b)),
+  max: (a, b) => Math.max(a, b),
+  min: (a, b) => Math.min(a, b),
+  eq: (a, b) => (a === b ? 1 : 0),
+  lt: (a, b) => (a < b ? 1 : 0),
+  ne: null,
+  le: null,
+  gt: null,
+  ge: null,
+  and: null,
+  or: null,
+};
+
 function foldInt(op: KBinOp, a: number, b: number, t: "i32" | "u32"): number | undefined {
   const wrap = (x: number) => (t === "i32" ? x | 0 : x >>> 0);
-  switch (op) {
-    case "add":
-      return wrap(a + b);
-    case "sub":
-      return wrap(a - b);
-    case "mul":
-      return wrap(Math.imul(a, b));
-    case "div":
-      return b === 0 ? undefined : wrap(Math.trunc(a / b));
-    case "mod":
-      return b === 0 ? undefined : wrap(a % b);
-    case "max":
-      return Math.max(a, b);
-    case "min":
-      return Math.min(a, b);
-    case "eq":
-      return a === b ? 1 : 0;
-    case "lt":
-      return a < b ? 1 : 0;
-    default:
-      return undefined;
-  }
+  return FOLD_INT[op]?.(a, b, wrap);
 }
 
 export const add = (a: KExpr, b: KExpr) => bin("add", a, b);

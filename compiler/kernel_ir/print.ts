@@ -2,7 +2,7 @@
  * A readable, target-free text dump of a kernel-IR Kernel (DEBUG=4, test failure messages). Every value
  * shows its type where it is declared; literals carry a type suffix unless they are i32.
  */
-import { type Kernel, type KExpr, type KStmt, type KStorage, laneType } from "../kernel_ir/ir.ts";
+import { type Kernel, type KExpr, type KStmt, type KStorage, laneType } from "./ir.ts";
 
 export function printKernel(k: Kernel): string {
   const out: string[] = [

@@ -3,7 +3,7 @@
  * rewrite statement lists, and visit every expression or statement. Kept apart from the rules so each
  * rule reads as "what changes", not "how to walk".
  */
-import type { KExpr, KStmt } from "../kernel_ir/ir.ts";
+import type { KExpr, KStmt } from "./ir.ts";
 
 /** Rebuilds `e` bottom-up: children first, then `f` on the node with its new children. */
 export function mapExpr(e: KExpr, f: (e: KExpr) => KExpr): KExpr {

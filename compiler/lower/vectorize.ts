@@ -56,7 +56,7 @@ import {
   vec,
   vectorOf,
 } from "../kernel_ir/ir.ts";
-import { visitExprs } from "../codegen/ir_walk.ts";
+import { visitExprs } from "../kernel_ir/walk.ts";
 import { exprKey } from "./index_math.ts";
 
 /** Elements per thread after vectorization. */

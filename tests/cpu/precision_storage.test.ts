@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { type Compiled, compileGraph } from "../../compiler/compile.ts";
 import type { Kernel, KExpr } from "../../compiler/kernel_ir/ir.ts";
-import { visitExprs } from "../../compiler/codegen/ir_walk.ts";
+import { visitExprs } from "../../compiler/kernel_ir/walk.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { applyPrecision } from "../../compiler/passes/precision.ts";
 import { detectPrecision, type KeepReason, roundTripGraph } from "../../compiler/storage_precision.ts";
