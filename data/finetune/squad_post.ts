@@ -30,6 +30,9 @@ export interface NBestEntry {
   probability: number;
   start_logit: number;
   end_logit: number;
+  /** The answer's characters in the context, [start, end); 0 and 0 for the null answer. */
+  start: number;
+  end: number;
 }
 
 export interface SquadPrediction {
@@ -50,6 +53,8 @@ interface Candidate {
   text: string;
   start_logit: number;
   end_logit: number;
+  start: number;
+  end: number;
 }
 
 export function squadPredictions(
@@ -75,7 +80,7 @@ export function squadPredictions(
       }
       if (v2 && r.start_logits[0] + r.end_logits[0] < nullScore) {
         nullScore = r.start_logits[0] + r.end_logits[0];
-        nullCand = { text: "", start_logit: r.start_logits[0], end_logit: r.end_logits[0] };
+        nullCand = { text: "", start_logit: r.start_logits[0], end_logit: r.end_logits[0], start: 0, end: 0 };
       }
       const ends = bestIndexes(r.end_logits, nBest);
       for (const s of bestIndexes(r.start_logits, nBest)) {
@@ -86,6 +91,8 @@ export function squadPredictions(
             text: ex.context.slice(f.charStart[s], f.charEnd[en]),
             start_logit: r.start_logits[s],
             end_logit: r.end_logits[en],
+            start: f.charStart[s],
+            end: f.charEnd[en],
           });
         }
       }
@@ -102,7 +109,7 @@ export function squadPredictions(
       best.push(c);
     }
     if (nullCand && !seen.has("")) best.push(nullCand);
-    if (best.length === 0) best.push({ text: "", start_logit: 0, end_logit: 0 });
+    if (best.length === 0) best.push({ text: "", start_logit: 0, end_logit: 0, start: 0, end: 0 });
     const scores = best.map((c) => c.start_logit + c.end_logit);
     const max = Math.max(...scores);
     const exps = scores.map((s) => Math.exp(s - max));

@@ -15,7 +15,14 @@ export type { SpecialIds, Tokenizer } from "./types.ts";
 export { TokenizerError } from "./errors.ts";
 export { BertTokenizer, type TokensWithOffsets } from "./bert.ts";
 export { truncatePair } from "./encode.ts";
-export { builtInVocab, readVocabFile, type VocabConfig } from "./vocab.ts";
+export {
+  bertSettings,
+  builtInVocab,
+  parseTokenizerJson,
+  parseVocabTxt,
+  readVocabFile,
+  type VocabConfig,
+} from "./vocab.ts";
 
 const builtIn = new Map<boolean, Promise<BertTokenizer>>();
 
