@@ -19,7 +19,8 @@ import { SIMPLIFY_PASSES } from "../compiler/compile.ts";
 import { applyPrecision, type Precision } from "../compiler/passes/precision.ts";
 import { quietContext, runPipeline } from "../compiler/pipeline.ts";
 import { bytesMoved } from "../compiler/report.ts";
-import { emitWGSLShared, requireWebGPU } from "../engine/webgpu_backend.ts";
+import { emitWGSLShared, WEBGPU } from "../engine/backends.ts";
+import { openRow } from "../engine/choose_backend.ts";
 import { ModelBuilder } from "../dsl/mod.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { GpuContext } from "../runtime/webgpu/device.ts";
@@ -128,7 +129,7 @@ await runMain(async () => {
   const precision = (values.precision ?? "fp32") as Precision;
   if (precision !== "fp32" && precision !== "fp16") throw new Error(`--precision: fp32 or fp16`);
   const dropoutProb = Number(values.dropout ?? "0");
-  const ctx = await requireWebGPU();
+  const ctx = await openRow(WEBGPU);
   console.log(`device: ${ctx.description}; ${precision}, dropout ${dropoutProb}`);
   console.log(
     `${"b,heads,s,dh".padEnd(16)} ${"kernels".padStart(8)} ${"3-kernel".padStart(8)}  ${"MiB".padStart(8)} ${

@@ -15,13 +15,12 @@ import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
 import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
 import { OPT } from "../compiler/optimizer/update.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
-import { BACKEND_NAMES, chooseBackend } from "../engine/choose_backend.ts";
+import { BACKEND_NAMES, openBackend } from "../engine/choose_backend.ts";
 import type { Graph } from "../ir/mod.ts";
 import { loadModel } from "../models/load.ts";
 import { initParams } from "../model_io/init_params.ts";
 import type { Plan } from "../plan/plan.ts";
 import { flatFromParams } from "../training/run_state.ts";
-import { openOn } from "../training/executor_factory.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
 import { median, type Steppable, timeRound } from "./step_timing.ts";
 
@@ -77,22 +76,22 @@ await runMain(async () => {
   const preds = positiveInt("max-predictions", values["max-predictions"], 10);
   const rounds = positiveInt("rounds", values.rounds, 5);
   const perRound = positiveInt("steps-per-round", values["steps-per-round"], 4);
-  const choice = await chooseBackend(request);
-  if (choice.kind === "reference") throw new UsageError("bench:bert needs a device backend (cuda or webgpu)");
-  const device = choice.kind === "cuda" ? choice.cuda.description : choice.gpu.description;
+  const choice = await openBackend(request);
+  if (!choice.row.emitter) throw new UsageError("bench:bert needs a device backend (cuda or webgpu)");
+  const device = choice.device;
   console.error(`backend ${choice.kind}: ${choice.why}`);
 
   const cases: Case[] = [];
   const measure = async (name: string, g: Graph, feeds: Record<string, ArrayLike<number>>, seqs: number) => {
     const sides = [];
     for (const fuse of [true, false]) {
-      const opened = await openOn(choice, g, fuse);
+      const opened = await choice.compile(g, fuse);
       const ex = opened.executor as typeof opened.executor & Steppable;
       for (const [n, v] of Object.entries(feeds)) ex.write(n, v);
-      const plan: Plan = opened.plan!;
+      const plan: Plan = opened.compiled!.plan;
       const peak = plan.slots.reduce((a, s) => a + s.bytes, 0);
       const flops = plan.kernels.reduce((a, k) => a + k.flops, 0);
-      sides.push({ fuse, ex, peak, flops, kernels: opened.kernels, times: [] as number[] });
+      sides.push({ fuse, ex, peak, flops, kernels: plan.kernels.length, times: [] as number[] });
     }
     for (const s of sides) await timeRound(s.ex, perRound); // warm-up: compilation, first submissions
     for (let r = 0; r < rounds; r++) for (const s of sides) s.times.push(await timeRound(s.ex, perRound));

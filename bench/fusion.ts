@@ -10,7 +10,8 @@ import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import { bytesMoved } from "../compiler/report.ts";
-import { compileForWebGPU, emitWGSLShared, requireWebGPU } from "../engine/webgpu_backend.ts";
+import { emitWGSLShared, WEBGPU } from "../engine/backends.ts";
+import { openRow } from "../engine/choose_backend.ts";
 import type { Graph } from "../ir/mod.ts";
 import large from "../models/bert-large.ts";
 import tiny from "../models/bert-tiny.ts";
@@ -54,7 +55,7 @@ async function measure(
   fuse: boolean,
   iterations: number,
 ): Promise<Side> {
-  const { executor, compiled } = await compileForWebGPU(ctx, g, fuse);
+  const { executor, compiled } = await WEBGPU.compile(ctx, g, fuse);
   try {
     for (const [name, data] of Object.entries(feeds)) executor.write(name, data);
     await executor.step();
@@ -135,7 +136,7 @@ await runMain(async () => {
   const batch = positiveInt("batch-size", values["batch-size"], 4);
   const seq = positiveInt("seq-len", values["seq-len"], 64);
   const iterations = positiveInt("iterations", values.iterations, 5);
-  const ctx = await requireWebGPU();
+  const ctx = await openRow(WEBGPU);
   console.log(`device: ${ctx.description}`);
   console.log(
     `${pad("case", 44)} ${"kernels".padStart(8)} ${"unfused".padStart(8)} ${"ratio".padStart(8)}  ${

@@ -15,8 +15,8 @@
  */
 import { parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
 import { compileGraph } from "../compiler/compile.ts";
-import { CudaBackendError } from "../engine/choose_backend.ts";
-import { compileForCuda, emitCUDAShared, requireCuda } from "../engine/cuda_backend.ts";
+import { CUDA, emitCUDAShared } from "../engine/backends.ts";
+import { openRow } from "../engine/choose_backend.ts";
 import { type DType, type Graph, isFloat } from "../ir/mod.ts";
 import type { CudaContext } from "../runtime/cuda/context.ts";
 import { CublasLt, type Epilogue, type GemmDType } from "../runtime/cuda/cublaslt.ts";
@@ -86,7 +86,7 @@ async function checkGraph(
   let executor: CudaExecutor | undefined;
   try {
     const ref = evaluate(g, feeds, { precision: "f32" });
-    const compiled = await compileForCuda(ctx, g, fuse);
+    const compiled = await CUDA.compile(ctx, g, fuse);
     executor = compiled.executor;
     for (const name of Object.keys(executor.plan.outputs)) poison(executor, name);
     const out = await executor.run(feeds);
@@ -267,13 +267,8 @@ await runMain(async () => {
     if (!(d in TOL)) throw new UsageError(`--dtypes: unknown dtype '${d}' (f32, f16, bf16)`);
   }
   const seed = positiveInt("seed", values.seed, 20261121);
-  let ctx: CudaContext;
-  try {
-    ctx = requireCuda();
-  } catch (e) {
-    if (e instanceof CudaBackendError) throw new UsageError(e.message);
-    throw e;
-  }
+  // A missing driver or GPU is one line (BackendUnavailableError, a user error for runMain).
+  const ctx = await openRow(CUDA);
   console.log(`device: ${ctx.description}; kernel cache ${ctx.cache.dir}`);
   const t0 = performance.now();
   await fusionCases(ctx, dtypes, seed);

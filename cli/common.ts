@@ -14,9 +14,8 @@ import { TokenizerError } from "../data/tokenizer/mod.ts";
 import { DatasetError } from "../data/finetune/mod.ts";
 import { DataError } from "../data/shards/errors.ts";
 import { DebugFlagError } from "../compiler/debug.ts";
-import { WebGPUBackendError } from "../engine/webgpu_backend.ts";
 import { PlanError } from "../plan/plan_io.ts";
-import { CudaBackendError } from "../engine/choose_backend.ts";
+import { BackendUnavailableError } from "../engine/choose_backend.ts";
 import { TrainOptionsError } from "../training/options.ts";
 import { ScheduleError } from "../training/schedule.ts";
 import { MetricsError } from "../training/metrics.ts";
@@ -40,8 +39,7 @@ const USER_ERRORS = [
   DatasetError,
   DataError,
   DebugFlagError,
-  WebGPUBackendError,
-  CudaBackendError,
+  BackendUnavailableError,
   PlanError,
   TrainOptionsError,
   ScheduleError,

@@ -9,6 +9,7 @@ import type { Precision } from "../compiler/passes/precision.ts";
 import { figuresOf, fusionReport } from "../compiler/report.ts";
 import { renderOutputs, writeOutputDir } from "../compiler/write_kernels.ts";
 import { loadModel } from "../models/load.ts";
+import { precisionRefusal, rowForTarget } from "../engine/capabilities.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 
 const HELP = `
@@ -74,9 +75,8 @@ await runMain(async () => {
   for (const t of targets) {
     if (!EMITTERS[t]) throw new UsageError(`--target ${t}: the ${t} emitter is not available in this build`);
   }
-  if (precision === "bf16" && targets.includes("wgsl")) {
-    throw new UsageError("--precision bf16 needs --target cuda: WGSL has no bf16 type");
-  }
+  const refusal = targets.map((t) => precisionRefusal(rowForTarget(t), precision)).find((r) => r);
+  if (refusal) throw new UsageError(refusal);
   await Deno.stat(modelPath).catch(() => {
     throw new UsageError(`model file not found: ${modelPath}`);
   });

@@ -7,10 +7,7 @@ import { loadHfWeights } from "../model_io/hf_checkpoint.ts";
 import { writeSafetensorsFile } from "../model_io/safetensors.ts";
 import { runInference } from "../runtime/infer.ts";
 import { InputError, parseEncodedRows } from "../model_io/infer_input.ts";
-import { referenceBackend } from "../runtime/reference/backend.ts";
-import { webgpuBackend } from "../engine/webgpu_backend.ts";
-import { BACKEND_NAMES, chooseBackend, CudaBackendError, describeChoice } from "../engine/choose_backend.ts";
-import type { Backend } from "../runtime/backend.ts";
+import { BACKEND_NAMES, describeChoice, openBackend } from "../engine/choose_backend.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
@@ -96,22 +93,9 @@ await runMain(async () => {
     return graphs.get(key)!;
   };
   const weights = await loadHfWeights(graphFor(1, 1), dir);
-  let choice;
-  try {
-    choice = await chooseBackend(backendName);
-  } catch (e) {
-    // runMain turns UsageError into one line and exit code 1; cli/common.ts does not list CudaBackendError.
-    if (e instanceof CudaBackendError) throw new UsageError(e.message);
-    throw e;
-  }
+  const choice = await openBackend(backendName);
   if (backendName === "auto") console.error(describeChoice(choice));
-  const fuse = !values["no-fuse"];
-  // The CUDA backend (and its emitter) loads only when chosen: a reference or WebGPU run never needs it.
-  const backend: Backend = choice.kind === "cuda"
-    ? (await import("../engine/cuda_backend.ts")).cudaBackend(choice.cuda, { fuse })
-    : choice.kind === "webgpu"
-    ? webgpuBackend(choice.gpu, { fuse })
-    : referenceBackend(precision);
+  const backend = choice.graphBackend({ fuse: !values["no-fuse"], precision });
 
   const t0 = performance.now();
   const results = await runInference(rows, {

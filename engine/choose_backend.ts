@@ -1,32 +1,46 @@
 /**
- * Which backend runs a command: the one asked for, or with `auto` the fastest one present — CUDA when
- * the driver loads and sees a GPU, else WebGPU when navigator.gpu gives an adapter, else the reference
- * interpreter. One module so that `infer` and `train` choose alike; the choice and the reasons the faster
- * backends were passed over come back as one line for stderr.
+ * Which backend runs a command: the one asked for, or with `auto` the first row of the backend table
+ * (engine/backends.ts), in preference order, whose probe succeeds — today CUDA when the driver loads and
+ * sees a GPU, else WebGPU when navigator.gpu gives an adapter, else the reference interpreter. Every
+ * command opens its backend here (`openBackend`), so they choose alike; the choice and the reasons the
+ * faster backends were passed over come back as one line for stderr.
  */
-import { type CudaContext, openCuda } from "../runtime/cuda/context.ts";
-import { CudaUnavailableError } from "../runtime/cuda/errors.ts";
-import { type GpuContext, openWebGPU } from "../runtime/webgpu/device.ts";
-import { WebGPUBackendError } from "./webgpu_backend.ts";
+import type { Precision } from "../compiler/passes/precision.ts";
+import type { Graph } from "../ir/mod.ts";
+import type { Backend } from "../runtime/backend.ts";
+import {
+  type BackendLimits,
+  type BackendRow,
+  BackendUnavailableError,
+  type CompiledStep,
+  type GraphBackendOptions,
+  isUnavailable,
+} from "./backend_row.ts";
+import { type BackendName, type BackendRequest, BACKENDS } from "./backends.ts";
+import { precisionRefusal } from "./capabilities.ts";
 
-/** `--backend cuda` cannot run here; the message is one line naming what is missing. */
-export class CudaBackendError extends Error {
-  override name = "CudaBackendError";
+export { BACKEND_NAMES, type BackendName, type BackendRequest } from "./backends.ts";
+export { BackendUnavailableError };
+
+/** An opened backend: its row, the context its probe opened, and why it was chosen. */
+export interface BackendChoice {
+  /** The row's name: "cuda", "webgpu", "reference". */
+  readonly kind: BackendName;
+  readonly row: BackendRow;
+  readonly why: string;
+  /** The device's name for benchmark records. */
+  readonly device: string;
+  readonly limits: BackendLimits;
+  /** Compiles `g` for this backend and loads it into a step executor. */
+  compile(g: Graph, fuse: boolean): Promise<CompiledStep>;
+  /** A graph-level Backend (inference): each graph compiled once, run on named feeds. */
+  graphBackend(opts?: GraphBackendOptions): Backend;
+  /** Why this backend cannot run `--precision p` (one line), or undefined when it can. */
+  refusePrecision(p: Precision): string | undefined;
 }
 
-export const BACKEND_NAMES = ["auto", "reference", "webgpu", "cuda"] as const;
-export type BackendRequest = (typeof BACKEND_NAMES)[number];
-
-export type BackendChoice =
-  | { readonly kind: "cuda"; readonly cuda: CudaContext; readonly why: string }
-  | { readonly kind: "webgpu"; readonly gpu: GpuContext; readonly why: string }
-  | { readonly kind: "reference"; readonly why: string };
-
-/** The probes, replaceable in tests. Each returns a context or the reason there is none. */
-export interface Probes {
-  readonly cuda: () => CudaContext | { unavailable: string };
-  readonly webgpu: () => Promise<GpuContext | { unavailable: string }>;
-}
+/** Probes by row name, replacing the rows' own in tests; each returns a context or `{ unavailable }`. */
+export type Probes = Partial<Record<BackendName, () => unknown>>;
 
 /** The first clause of a long "not found" message: what is missing, without the list of folders. */
 function brief(message: string): string {
@@ -34,50 +48,66 @@ function brief(message: string): string {
   return cut > 0 ? message.slice(0, cut) : message;
 }
 
-export const DEFAULT_PROBES: Probes = {
-  cuda: () => {
-    try {
-      return openCuda();
-    } catch (e) {
-      if (e instanceof CudaUnavailableError) return { unavailable: e.message };
-      throw e;
-    }
-  },
-  webgpu: () => openWebGPU(),
-};
+function bind(row: BackendRow, ctx: unknown, why: string): BackendChoice {
+  return {
+    kind: row.name as BackendName,
+    row,
+    why,
+    // Read from the context when asked, so a test's fake context need only hold what the test reads.
+    get device() {
+      return row.device(ctx);
+    },
+    get limits() {
+      return row.limits(ctx);
+    },
+    compile: (g, fuse) => row.compile(ctx, g, fuse),
+    graphBackend: (opts = {}) => row.graphBackend(ctx, opts),
+    refusePrecision: (p) => precisionRefusal(row, p),
+  };
+}
+
+/** What the row's probe (or the test's replacement) opened. */
+async function probe(row: BackendRow, probes: Probes): Promise<unknown> {
+  const replaced = probes[row.name as BackendName];
+  return replaced ? await replaced() : await row.probe();
+}
 
 /**
- * Opens the requested backend. An explicit `cuda` or `webgpu` that cannot run throws its backend's
- * one-line error (CudaBackendError, WebGPUBackendError); `auto` falls through to the next one.
+ * Opens the requested backend. An explicit name that cannot run throws BackendUnavailableError with one
+ * line naming what is missing; `auto` falls through to the next row.
  */
-export async function chooseBackend(
-  request: BackendRequest,
-  probes: Probes = DEFAULT_PROBES,
-): Promise<BackendChoice> {
-  switch (request) {
-    case "reference":
-      return { kind: "reference", why: "asked for" };
-    case "cuda": {
-      const cuda = probes.cuda();
-      if ("unavailable" in cuda) throw new CudaBackendError(`--backend cuda: ${cuda.unavailable}`);
-      return { kind: "cuda", cuda, why: `asked for; ${cuda.description}` };
+export async function openBackend(request: BackendRequest, probes: Probes = {}): Promise<BackendChoice> {
+  if (request !== "auto") {
+    const row = BACKENDS.find((r) => r.name === request);
+    if (!row) throw new BackendUnavailableError(request, `--backend ${request}: no such backend`);
+    const ctx = await probe(row, probes);
+    if (isUnavailable(ctx)) {
+      throw new BackendUnavailableError(row.name, `--backend ${row.name}: ${ctx.unavailable}`);
     }
-    case "webgpu": {
-      const gpu = await probes.webgpu();
-      if ("unavailable" in gpu) throw new WebGPUBackendError(`--backend webgpu: ${gpu.unavailable}`);
-      return { kind: "webgpu", gpu, why: `asked for; adapter '${gpu.description}'` };
-    }
-    case "auto": {
-      const cuda = probes.cuda();
-      if (!("unavailable" in cuda)) return { kind: "cuda", cuda, why: `auto: ${cuda.description}` };
-      const noCuda = `no CUDA (${brief(cuda.unavailable)})`;
-      const gpu = await probes.webgpu();
-      if (!("unavailable" in gpu)) {
-        return { kind: "webgpu", gpu, why: `auto: ${noCuda}; WebGPU adapter '${gpu.description}'` };
-      }
-      return { kind: "reference", why: `auto: ${noCuda}; no WebGPU (${gpu.unavailable})` };
-    }
+    const says = row.says(ctx, false);
+    return bind(row, ctx, says ? `asked for; ${says}` : "asked for");
   }
+  const passed: string[] = [];
+  for (const row of [...BACKENDS].sort((a, b) => b.preference - a.preference)) {
+    const ctx = await probe(row, probes);
+    if (isUnavailable(ctx)) {
+      passed.push(`no ${row.label} (${brief(ctx.unavailable)})`);
+      continue;
+    }
+    return bind(row, ctx, `auto: ${[...passed, row.says(ctx, true)].filter(Boolean).join("; ")}`);
+  }
+  throw new BackendUnavailableError("auto", `--backend auto: ${passed.join("; ")}`);
+}
+
+/** The context of one row, opened as `--backend <name>` would be: for tools tied to one backend. */
+export async function openRow<Ctx, Step extends CompiledStep, Name extends string>(
+  row: BackendRow<Ctx, Step, Name>,
+): Promise<Ctx> {
+  const ctx = await row.probe();
+  if (isUnavailable(ctx)) {
+    throw new BackendUnavailableError(row.name, `--backend ${row.name}: ${ctx.unavailable}`);
+  }
+  return ctx;
 }
 
 /** The stderr line: "backend: reference (auto: no CUDA (...); no WebGPU (...))". */

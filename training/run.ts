@@ -10,7 +10,7 @@
 import { join } from "node:path";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
-import { chooseBackend } from "../engine/choose_backend.ts";
+import { openBackend } from "../engine/choose_backend.ts";
 import { stateVector } from "../compiler/optimizer/feeds.ts";
 import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
 import { OPT, STATE } from "../compiler/optimizer/update.ts";
@@ -28,7 +28,6 @@ import {
   readCheckpoint,
   writeCheckpoint,
 } from "./checkpoint.ts";
-import { openOn } from "./executor_factory.ts";
 import { shardTokenizer } from "./checkpoint_tokenizer.ts";
 import { checkTrainOptions, TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "./options.ts";
 import { launchUpdate, writeCheckpointStart, writeFreshStart, writeOptimizerConstants } from "./device_setup.ts";
@@ -117,21 +116,16 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
   });
   const shardTok = await shardTokenizer(loader.manifest);
   if ("unavailable" in shardTok) info(`checkpoints will carry no tokenizer: ${shardTok.unavailable}`);
-  const choice = await chooseBackend(o.backend);
+  const choice = await openBackend(o.backend);
   // Unless asked, a demo-sized run: minutes on a GPU or lavapipe, and on the CPU interpreter too.
   const maxSteps = o.maxSteps ??
     (choice.kind === "reference" ? REFERENCE_MAX_STEPS : TRAIN_DEFAULTS.maxSteps);
   if (o.maxSteps === undefined && choice.kind === "reference") {
     info(`the CPU interpreter is slow: ${maxSteps} steps unless --max-steps says otherwise`);
   }
-  const precision: Precision = o.precision !== "auto"
-    ? o.precision
-    : choice.kind === "cuda"
-    ? "fp16"
-    : "fp32";
-  if (precision === "bf16" && choice.kind === "webgpu") {
-    throw new TrainOptionsError("--precision bf16 needs the CUDA backend (WGSL has no bf16 type)");
-  }
+  const precision: Precision = o.precision !== "auto" ? o.precision : choice.row.autoPrecision;
+  const refusal = choice.refusePrecision(precision);
+  if (refusal) throw new TrainOptionsError(refusal);
   const graph = buildModelGraph({
     model,
     mode: "train",
@@ -146,15 +140,13 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     },
   });
   const layout = flatLayoutOf(graph);
-  const opened = await openOn(choice, graph, o.fuse);
-  const ex = opened.executor;
+  const { executor: ex, compiled } = await choice.compile(graph, o.fuse);
+  const kernels = compiled?.plan.kernels.length ?? 0;
   info(
     `${model.name} ${precision}: ${layout.segments.length} tensors, ${
       (layout.total / 1e6).toFixed(2)
     }M flat elements; ` +
-      `backend ${opened.backend} (${opened.why})${
-        opened.kernels ? `, ${opened.kernels} kernels per step` : ""
-      }`,
+      `backend ${choice.kind} (${choice.why})${kernels ? `, ${kernels} kernels per step` : ""}`,
   );
   info(
     `data: ${dataDir} (sequence ${loader.seqLength}, ${loader.maxPredictions} predictions, micro-batch ${micro})`,
@@ -272,7 +264,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
       lastCheckpoint,
       stoppedBy,
       records,
-      backend: opened.backend,
+      backend: choice.kind,
     };
   } finally {
     ex.destroy();

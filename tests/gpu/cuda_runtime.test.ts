@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
-import { chooseBackend, describeChoice, type Probes } from "../../engine/choose_backend.ts";
+import { describeChoice, openBackend, type Probes } from "../../engine/choose_backend.ts";
 import type { CudaContext } from "../../runtime/cuda/context.ts";
 import { CudaDriver } from "../../runtime/cuda/driver.ts";
 import { CudaError, CudaUnavailableError } from "../../runtime/cuda/errors.ts";
@@ -286,24 +286,24 @@ const probes = (cuda: string | null, webgpu: boolean): Probes => ({
 
 Deno.test("auto picks CUDA, then WebGPU, then the reference interpreter, and says why", async () => {
   const missing = "libcuda.so.1 (the NVIDIA driver) not found; searched LD_LIBRARY_PATH, /a, /b";
-  assert.equal((await chooseBackend("auto", probes(null, true))).kind, "cuda");
-  const w = await chooseBackend("auto", probes(missing, true));
+  assert.equal((await openBackend("auto", probes(null, true))).kind, "cuda");
+  const w = await openBackend("auto", probes(missing, true));
   assert.equal(w.kind, "webgpu");
   assert.equal(
     describeChoice(w),
     "backend: webgpu (auto: no CUDA (libcuda.so.1 (the NVIDIA driver) not found); WebGPU adapter 'fake adapter')",
   );
-  const r = await chooseBackend("auto", probes(missing, false));
+  const r = await openBackend("auto", probes(missing, false));
   assert.equal(r.kind, "reference");
   assert.match(
     describeChoice(r),
     /^backend: reference \(auto: no CUDA \(.*not found\); no WebGPU \(no adapter\)\)$/,
   );
   await assert.rejects(
-    () => chooseBackend("cuda", probes(missing, true)),
+    () => openBackend("cuda", probes(missing, true)),
     /^CudaBackendError: --backend cuda: libcuda\.so\.1/,
   );
-  assert.equal((await chooseBackend("reference", probes(null, true))).kind, "reference");
+  assert.equal((await openBackend("reference", probes(null, true))).kind, "reference");
 });
 
 Deno.test({

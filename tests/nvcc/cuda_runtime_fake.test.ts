@@ -10,7 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
-import { emitCUDAShared } from "../../engine/cuda_backend.ts";
+import { emitCUDAShared } from "../../engine/backends.ts";
 import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
 import type { CudaContext } from "../../runtime/cuda/context.ts";
 import { CudaDriver } from "../../runtime/cuda/driver.ts";

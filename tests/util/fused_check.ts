@@ -3,7 +3,7 @@
  * feeds, and compares every output: |gpu - ref| <= atol + rtol * max|ref| per output tensor.
  */
 import assert from "node:assert/strict";
-import { compileForWebGPU } from "../../engine/webgpu_backend.ts";
+import { WEBGPU } from "../../engine/backends.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import type { GpuContext } from "../../runtime/webgpu/device.ts";
@@ -29,7 +29,7 @@ export async function checkAgainstReference(
   opts: { fuse: boolean; tol: Tolerance; skip?: (output: string) => boolean },
 ): Promise<CheckResult> {
   const ref = evaluate(g, feeds, { precision: "f32" });
-  const { executor, compiled } = await compileForWebGPU(ctx, g, opts.fuse);
+  const { executor, compiled } = await WEBGPU.compile(ctx, g, opts.fuse);
   try {
     const out = await executor.run(feeds);
     let worst = { name: "", err: 0, scale: 0 };

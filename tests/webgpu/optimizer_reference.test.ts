@@ -7,7 +7,7 @@
  * steps doubles the scale.
  */
 import assert from "node:assert/strict";
-import { compileForWebGPU } from "../../engine/webgpu_backend.ts";
+import { WEBGPU } from "../../engine/backends.ts";
 import { optimizerFeeds } from "../../compiler/optimizer/feeds.ts";
 import { type FlatLayout, flatLayoutOf } from "../../compiler/optimizer/layout.ts";
 import { appendOptimizer, OPT, type OptimizerKind, STATE } from "../../compiler/optimizer/update.ts";
@@ -110,7 +110,7 @@ const viaInterpreter = (g: Graph, feeds: Record<string, ArrayLike<number>>) =>
   Promise.resolve(Object.fromEntries(evaluate(g, feeds, { precision: "f64" })));
 
 const viaWebGPU = async (g: Graph, feeds: Record<string, ArrayLike<number>>) => {
-  const { executor } = await compileForWebGPU(gpu.ctx!, g, true);
+  const { executor } = await WEBGPU.compile(gpu.ctx!, g, true);
   try {
     return await executor.run(feeds);
   } finally {

@@ -48,7 +48,7 @@ import { checkAgainstReference, F16_TOL, F32_TOL } from "../util/fused_check.ts"
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { type Rng, seededRandom } from "../../cases/random.ts";
 import { testGpu } from "../util/webgpu.ts";
-import { compileForWebGPU } from "../../engine/webgpu_backend.ts";
+import { WEBGPU } from "../../engine/backends.ts";
 import { differentiate } from "../../compiler/passes/autodiff.ts";
 
 // ---- hand-built kernels ------------------------------------------------------------------------------
@@ -634,7 +634,7 @@ Deno.test({
     const outs: Float32Array[] = [];
     const sources: string[] = [];
     for (let run = 0; run < 2; run++) {
-      const { executor, compiled } = await compileForWebGPU(gpu.ctx!, g, true);
+      const { executor, compiled } = await WEBGPU.compile(gpu.ctx!, g, true);
       try {
         assert.ok(compiled.kernels.some(isVectorized));
         sources.push(compiled.plan.kernels.map((k) => k.wgsl!.code).join("\n"));

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
-import { emitWGSLShared } from "../../engine/webgpu_backend.ts";
+import { emitWGSLShared } from "../../engine/backends.ts";
 import { checkAgainstReference, F32_TOL } from "../util/fused_check.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { testGpu } from "../util/webgpu.ts";

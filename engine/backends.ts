@@ -1,0 +1,116 @@
+/**
+ * The backend table: one row per backend `--backend` can name, with its probe, capabilities, emitter and
+ * executor (engine/backend_row.ts says what each field means). Every command chooses through
+ * engine/choose_backend.ts, which walks this table; a new backend is a new row here. This is the one place
+ * the compiler (emitters, compileGraph) and the runtimes (devices, executors) meet.
+ */
+import type { Emitter, Target } from "../compiler/build_plan.ts";
+import { emitCUDA } from "../compiler/codegen/cuda.ts";
+import { emitWGSL } from "../compiler/codegen/wgsl.ts";
+import { compileGraph } from "../compiler/compile.ts";
+import type { Graph } from "../ir/mod.ts";
+import type { Plan } from "../plan/plan.ts";
+import { type CudaContext, openCuda } from "../runtime/cuda/context.ts";
+import { CudaUnavailableError } from "../runtime/cuda/errors.ts";
+import { CudaExecutor } from "../runtime/cuda/executor.ts";
+import { referenceBackend } from "../runtime/reference/backend.ts";
+import { ReferenceExecutor } from "../runtime/reference/executor.ts";
+import { type GpuContext, openWebGPU } from "../runtime/webgpu/device.ts";
+import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
+import type { BackendRow, CompiledStep } from "./backend_row.ts";
+import { compiledBackend } from "./device_backend.ts";
+
+/**
+ * Kernels without their name and description, so identical fusions (the same pattern in every encoder
+ * layer) have identical source: one shader or NVRTC compile, one cache entry and one pipeline or module
+ * for all of them. Every compiled row's emitter goes through here.
+ */
+export function shareIdenticalKernels(emit: Emitter): Emitter {
+  return (k) => emit({ ...k, name: k.kind, about: [] });
+}
+
+export const emitWGSLShared: Emitter = shareIdenticalKernels(emitWGSL);
+export const emitCUDAShared: Emitter = shareIdenticalKernels(emitCUDA);
+const WGSL = { target: "wgsl", emit: emitWGSLShared } as const;
+const CUDA_C = { target: "cuda", emit: emitCUDAShared } as const;
+
+/** A compiled row's `compile`: the graph through the compiler with one emitter, then into its executor. */
+function compiling<Ctx, Ex extends CompiledStep["executor"]>(
+  emitter: { readonly target: Target; readonly emit: Emitter },
+  load: (ctx: Ctx, plan: Plan) => Promise<Ex>,
+): (ctx: Ctx, g: Graph, fuse: boolean) => Promise<Required<CompiledStep<Ex>>> {
+  return async (ctx, g, fuse) => {
+    const compiled = compileGraph(g, { fuse, emitters: { [emitter.target]: emitter.emit } });
+    return { compiled, executor: await load(ctx, compiled.plan) };
+  };
+}
+
+/** The reference interpreter opens nothing; its context only names it. */
+export interface ReferenceContext {
+  readonly description: string;
+}
+
+export const REFERENCE: BackendRow<ReferenceContext, CompiledStep<ReferenceExecutor>, "reference"> = {
+  name: "reference",
+  label: "reference interpreter",
+  preference: 0,
+  dtypes: ["f32", "f16", "bf16"],
+  autoPrecision: "fp32",
+  probe: () => Promise.resolve({ description: "the reference interpreter (CPU)" }),
+  says: () => "",
+  device: (ctx) => ctx.description,
+  limits: () => ({}),
+  compile: (_ctx, g) => Promise.resolve({ executor: new ReferenceExecutor(g) }),
+  graphBackend: (_ctx, opts) => referenceBackend(opts.precision),
+};
+
+export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor>>, "webgpu"> = {
+  name: "webgpu",
+  label: "WebGPU",
+  preference: 2,
+  // f16 needs the adapter's shader-f16 feature; the executor refuses f16 kernels on a device without it.
+  dtypes: ["f32", "f16"],
+  lacks: { bf16: "WGSL has no bf16 type" },
+  emitter: WGSL,
+  autoPrecision: "fp32",
+  probe: () => openWebGPU(),
+  says: (ctx, auto) => `${auto ? "WebGPU " : ""}adapter '${ctx.description}'`,
+  device: (ctx) => ctx.description,
+  limits: (ctx) => ({ maxStorageBindingBytes: ctx.limits.maxStorageBufferBindingSize }),
+  compile: compiling(WGSL, (ctx, plan) => WebGPUExecutor.create(ctx, plan)),
+  graphBackend: (ctx, opts) =>
+    compiledBackend((g, fuse) => WEBGPU.compile(ctx, g, fuse), { name: "webgpu", ...opts }),
+};
+
+export const CUDA: BackendRow<CudaContext, Required<CompiledStep<CudaExecutor>>, "cuda"> = {
+  name: "cuda",
+  label: "CUDA",
+  preference: 3,
+  dtypes: ["f32", "f16", "bf16"],
+  emitter: CUDA_C,
+  // Mixed precision with dynamic loss scaling: what tensor cores are for.
+  autoPrecision: "fp16",
+  probe() {
+    try {
+      return Promise.resolve(openCuda());
+    } catch (e) {
+      if (e instanceof CudaUnavailableError) return Promise.resolve({ unavailable: e.message });
+      throw e;
+    }
+  },
+  says: (ctx) => ctx.description,
+  device: (ctx) => ctx.description,
+  limits: () => ({}),
+  compile: compiling(CUDA_C, (ctx, plan) => CudaExecutor.create(ctx, plan)),
+  graphBackend: (ctx, opts) =>
+    compiledBackend((g, fuse) => CUDA.compile(ctx, g, fuse), { name: "cuda", paramsStay: true, ...opts }),
+};
+
+/** Every backend, in the order `--backend` lists them. */
+const ROWS = [REFERENCE, WEBGPU, CUDA] as const;
+export const BACKENDS: readonly BackendRow[] = ROWS;
+
+export type BackendName = (typeof ROWS)[number]["name"];
+export type BackendRequest = "auto" | BackendName;
+/** The `--backend` values: `auto` and every row's name. */
+export const BACKEND_NAMES: readonly BackendRequest[] = ["auto", ...ROWS.map((r) => r.name)];
