@@ -1,4 +1,7 @@
-/** `deno task infer`: run a Hugging Face BERT checkpoint on JSON-lines input, write safetensors. */
+/**
+ * `deno task infer`: run a Hugging Face BERT checkpoint on token ids (JSON lines in, safetensors out) or on
+ * text (questions, texts, fill-mask; JSON answers on stdout, textinfer/ does the work).
+ */
 import { fileURLToPath } from "node:url";
 import { defineBert, type Head, headOf, INFER_OUTPUTS } from "../models/bert.ts";
 import { readBertConfig } from "../models/bert_config.ts";
@@ -9,14 +12,19 @@ import { runInference } from "../runtime/infer.ts";
 import { InputError, parseEncodedRows } from "../model_io/infer_input.ts";
 import { BACKEND_NAMES, describeChoice, openBackend } from "../engine/choose_backend.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { isTokenIdInput, parseRequests, prepareRequests, runPrepared } from "../textinfer/mod.ts";
+import { openTextModel } from "../textinfer/checkpoint.ts";
+import { requestsFromFlags, TEXT_FLAGS, TEXT_HELP, textOptions, tinyCheckpointFor } from "./infer_text.ts";
 
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
-const DEFAULT_CHECKPOINT = here("../tests/fixtures/hf-tiny/pretraining");
+const TINY = here("../tests/fixtures/hf-tiny");
+const DEFAULT_CHECKPOINT = `${TINY}/pretraining`;
 const DEFAULT_INPUT = here("../tests/fixtures/hf-tiny/inputs.jsonl");
 const DEFAULT_OUTPUT = "out/infer.safetensors";
 
 const HELP = `
 deno task infer [--checkpoint DIR] [--input FILE.jsonl] [--output FILE.safetensors]
+                [--question Q --context C | --text T [--text-pair U]]
                 [--head pretraining|classification|qa] [--batch-size N]
                 [--backend reference|webgpu|cuda|auto] [--no-fuse] [--precision f32|f64]
 
@@ -43,7 +51,7 @@ output names.
   --precision P      reference backend arithmetic: f32 (default, rounds every f32 result) or f64
 
 S is the longest row; positions past a row's own length are padding and are written as 0.
-`;
+${TEXT_HELP}`;
 
 await runMain(async () => {
   const { values } = parseFlags(Deno.args, {
@@ -55,6 +63,7 @@ await runMain(async () => {
     backend: { type: "string" },
     "no-fuse": { type: "boolean" },
     precision: { type: "string" },
+    ...TEXT_FLAGS,
   }, HELP);
   const backendName = oneOf("backend", values.backend, BACKEND_NAMES, "reference");
   if (values["no-fuse"] && backendName === "reference") {
@@ -62,10 +71,25 @@ await runMain(async () => {
   }
   const precision = oneOf("precision", values.precision, ["f32", "f64"], "f32");
   const batchSize = positiveInt("batch-size", values["batch-size"], 8);
-  const dir = values.checkpoint ?? DEFAULT_CHECKPOINT;
   const inputPath = values.input ?? DEFAULT_INPUT;
+  let inputText: string | undefined;
+  // Text requests come from flags, or from an --input whose first line has no "input_ids".
+  let requests = requestsFromFlags(values);
+  if (requests && values.input !== undefined) {
+    throw new UsageError("--input and --question/--text exclude each other");
+  }
+  if (!requests && values.input !== undefined) {
+    inputText = await readInput(inputPath);
+    if (!isTokenIdInput(inputText)) requests = parseRequests(inputText, inputPath);
+  }
+  if (requests && values.output !== undefined) {
+    throw new UsageError("--output is for token-id input; text answers go to stdout");
+  }
+  const dir = values.checkpoint ?? (requests ? tinyCheckpointFor(requests, TINY) : DEFAULT_CHECKPOINT);
   const outputPath = values.output ?? DEFAULT_OUTPUT;
-  if (values.checkpoint === undefined && values.input === undefined) {
+  if (values.checkpoint === undefined && requests) {
+    console.error(`no --checkpoint given: the built-in tiny random checkpoint ${dir} (meaningless answers)`);
+  } else if (values.checkpoint === undefined && values.input === undefined) {
     console.error("no --checkpoint/--input given: running the built-in tiny checkpoint on its sample input");
   }
 
@@ -73,13 +97,8 @@ await runMain(async () => {
   const head: Head = values.head === undefined
     ? headOf(config)
     : oneOf("head", values.head, ["pretraining", "classification", "qa"], "pretraining");
-  let inputText: string;
-  try {
-    inputText = await Deno.readTextFile(inputPath);
-  } catch (e) {
-    throw new InputError(`${inputPath}: cannot read (${(e as Error).message})`);
-  }
-  const rows = parseEncodedRows(inputText, inputPath, {
+  inputText ??= requests ? "" : await readInput(inputPath);
+  const rows = requests ? [] : parseEncodedRows(inputText, inputPath, {
     vocabSize: config.vocab_size,
     typeVocabSize: config.type_vocab_size,
     maxPositions: config.max_position_embeddings,
@@ -93,9 +112,23 @@ await runMain(async () => {
     return graphs.get(key)!;
   };
   const weights = await loadHfWeights(graphFor(1, 1), dir);
+  // Text: the tokenizer and every request are checked before a backend opens.
+  const outputs = INFER_OUTPUTS[head];
+  const textModel = requests &&
+    await openTextModel(
+      dir,
+      config,
+      head,
+      (rs) => runInference(rs, { batchSize, outputs, graphFor, backend, weights }),
+    );
+  const prepared = textModel && prepareRequests(textModel, requests!, textOptions(values));
   const choice = await openBackend(backendName);
   if (backendName === "auto") console.error(describeChoice(choice));
   const backend = choice.graphBackend({ fuse: !values["no-fuse"], precision });
+  if (textModel && prepared) {
+    await runPrepared(textModel, prepared, (a) => console.log(JSON.stringify(a)));
+    return;
+  }
 
   const t0 = performance.now();
   const results = await runInference(rows, {
@@ -134,3 +167,11 @@ await runMain(async () => {
   for (const [name, r] of results) console.log(`  ${name} [${r.shape.join(", ")}]`);
   console.log(`wrote ${outputPath}`);
 });
+
+async function readInput(path: string): Promise<string> {
+  try {
+    return await Deno.readTextFile(path);
+  } catch (e) {
+    throw new InputError(`${path}: cannot read (${(e as Error).message})`);
+  }
+}
