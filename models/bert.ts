@@ -162,15 +162,17 @@ function buildBert(name: string, cfg: BertConfig, opts: BuildOptions): Graph {
       m.output("nsp_accuracy", nspCe.correct.div(nspCe.count.maximum(1)));
     }
   } else if (head === "classification") {
-    if (cfg.num_labels < 2) {
-      throw new ModelError(
-        `${name}: the classification head needs num_labels >= 2 (regression is not supported)`,
-      );
+    if (!(cfg.num_labels >= 1)) {
+      throw new ModelError(`${name}: the classification head needs num_labels >= 1 (1 is regression)`);
     }
     const classifier = dense("classifier", cfg.num_labels, H);
     const logits = linear(drop(pooled(), cfg.hidden_dropout_prob), classifier.weight, classifier.bias);
     if (mode === "infer") m.output("logits", logits);
-    else {
+    else if (cfg.num_labels === 1) {
+      // One output is regression (STS-B), as Hugging Face's BertForSequenceClassification: mean squared error.
+      const target = m.input("labels", "f32", [B]);
+      m.output("loss", logits.cast("f32").reshape([B]).sub(target).square().mean(0, false));
+    } else {
       const ce = crossEntropy(logits, m.input("labels", "i32", [B]), IGNORE_INDEX);
       m.output("loss", ce.loss);
       m.output("accuracy", ce.correct.div(ce.count.maximum(1)));

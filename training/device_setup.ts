@@ -8,6 +8,7 @@ import type { Graph } from "../ir/mod.ts";
 import { hparamsVector, type ScheduleOptions, stateVector } from "../compiler/optimizer/feeds.ts";
 import { type FlatLayout, layoutTables } from "../compiler/optimizer/layout.ts";
 import { OPT, STATE } from "../compiler/optimizer/update.ts";
+import type { HfHeadParts } from "../model_io/hf_head_files.ts";
 import type { StepExecutor } from "../runtime/backend.ts";
 import { type LoadedCheckpoint, writeCheckpoint } from "./checkpoint.ts";
 import {
@@ -48,7 +49,11 @@ export function writeFreshStart(
 }
 
 /** Weights and moments from a checkpoint of this layout; returns its saved train.state vector. */
-export function writeCheckpointStart(ex: StepExecutor, ck: LoadedCheckpoint, layout: FlatLayout): Float32Array {
+export function writeCheckpointStart(
+  ex: StepExecutor,
+  ck: LoadedCheckpoint,
+  layout: FlatLayout,
+): Float32Array {
   checkLayout(ck.dir, ck.state.layout, layout);
   ex.write(OPT.flatParams, flatFromParams(ck.model, layout));
   restoreOptimizer(ex, ck, layout);
@@ -82,6 +87,8 @@ export interface SaveOptions {
   layout: FlatLayout;
   /** config.json contents. */
   config: object;
+  /** The head, its labels and the tokenizer, for the Hugging Face files beside the weights. */
+  head?: HfHeadParts;
   schedule: ScheduleOptions;
   seed: number;
   keep: number;
@@ -93,7 +100,12 @@ export interface SaveOptions {
 export async function saveDeviceCheckpoint(ex: StepExecutor, s: SaveOptions): Promise<string> {
   const dev = await readDeviceState(ex);
   const { dir } = await writeCheckpoint(s.runDir, s.step, {
-    model: { graph: s.graph, config: s.config, weights: paramsFromFlat(dev.flatParams, s.layout) },
+    model: {
+      graph: s.graph,
+      config: s.config,
+      weights: paramsFromFlat(dev.flatParams, s.layout),
+      ...(s.head ? { head: s.head } : {}),
+    },
     optimizer: dev.optimizer,
     state: {
       loader: null,

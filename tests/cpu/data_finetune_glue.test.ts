@@ -64,7 +64,8 @@ Deno.test("SST-2 and CoLA layouts: single sentences, CoLA without a header, test
   assert.equal((await readGlue("cola", `${GLUE}CoLA`, "test"))[0].textA, "Bill whistled past the house.");
   assert.equal(glueTask("SST2"), "sst-2");
   assert.equal(glueTask("mrpc"), "mrpc");
-  assert.throws(() => glueTask("QNLI"), /unknown GLUE task 'QNLI' \(known: MRPC, SST-2, CoLA\)/);
+  assert.equal(glueTask("QNLI"), "qnli");
+  assert.throws(() => glueTask("XNLI"), /unknown GLUE task 'XNLI' \(known: MRPC, SST-2, CoLA, STS-B/);
 });
 
 Deno.test("malformed GLUE files: errors name the file and line", async () => {
@@ -85,7 +86,7 @@ Deno.test("malformed GLUE files: errors name the file and line", async () => {
     "mrpc",
     "train",
     mrpcHead + "1\t1\t2\ta\tb\nyes\t1\t2\ta\tb\n",
-    /^x\/train\.tsv:3: label 'yes' is not 0 or 1$/,
+    /^x\/train\.tsv:3: label 'yes' is not one of mrpc's labels \(0, 1\)$/,
   );
   bad("mrpc", "train", "1\t1\t2\ta\tb\n", /^x\/train\.tsv:1: expected a header starting with 'Quality'/);
   bad(
@@ -98,7 +99,7 @@ Deno.test("malformed GLUE files: errors name the file and line", async () => {
     "cola",
     "train",
     "gj04\t1\t\tok.\ngj04\t2\t\tbad label.\n",
-    /^x\/train\.tsv:2: label '2' is not 0 or 1$/,
+    /^x\/train\.tsv:2: label '2' is not one of cola's labels \(0, 1\)$/,
   );
   bad("cola", "train", "gj04\t1\tok.\n", /^x\/train\.tsv:1: expected 4 tab-separated columns, got 3$/);
   bad("sst-2", "train", "sentence\tlabel\n\n", /^x\/train\.tsv: no examples$/);
