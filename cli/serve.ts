@@ -1,0 +1,178 @@
+/** `deno task serve`: serve a checkpoint over HTTP (KServe v2, text endpoints, metrics). Wiring only. */
+import { fileURLToPath } from "node:url";
+import { type Head } from "../models/bert.ts";
+import { BACKEND_NAMES, describeChoice, openBackend } from "../engine/choose_backend.ts";
+import { ServedModel } from "../serve/served_model.ts";
+import { startServer } from "../serve/server.ts";
+import { drainOnSignals } from "../serve/signals.ts";
+import { textRoutes } from "../serve/text_routes.ts";
+import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+
+const DEFAULT_CHECKPOINT = fileURLToPath(new URL("../tests/fixtures/hf-tiny/qa", import.meta.url));
+
+const HELP = `
+deno task serve [--checkpoint DIR] [--model-name NAME] [--head pretraining|classification|qa]
+                [--host 127.0.0.1] [--port 8080] [--backend auto|reference|webgpu|cuda] [--no-fuse]
+                [--precision f32|f64] [--max-batch-size 8] [--max-delay-ms 5] [--max-queue 256]
+                [--max-body-bytes 1048576] [--max-seq-length N] [--buckets 16,32,64,...]
+                [--doc-stride N] [--max-query-length N] [--n-best-size N] [--max-answer-length N] [--top-k N]
+
+Serves a Hugging Face BERT checkpoint over HTTP. Endpoints (docs/serving.md has examples):
+
+  GET  /v2/health/live, /v2/health/ready, /v2, /v2/models/NAME[/ready]    KServe v2 health and metadata
+  POST /v2/models/NAME/infer     KServe v2 inference: input_ids, attention_mask, token_type_ids [N,S]
+  POST /v1/qa                    {"question","context"} -> {"answer","start","end","score",...}
+  POST /v1/classify              {"text","text_pair"?} -> {"label","score","scores"}
+  POST /v1/fill-mask             {"text","top_k"?} -> {"filled","masks"}
+  GET  /metrics                  Prometheus text: requests, errors, batch sizes, queue and compute time
+
+The text endpoints need the checkpoint's tokenizer (vocab.txt or tokenizer.json) and the matching head;
+their answers are those of deno task infer --question/--text with the same options.
+
+  --checkpoint DIR      folder with config.json and model.safetensors (Hugging Face layout)
+                        default: the tiny random QA checkpoint in tests/fixtures/hf-tiny/qa
+  --model-name NAME     the name in /v2/models/NAME (default: the checkpoint folder's name)
+  --head H              default: from the config's "architectures", else pretraining
+  --host H              address to bind (default 127.0.0.1: this machine only)
+  --port P              TCP port (default 8080; 0 picks a free one; the address is printed)
+  --backend B           as deno task infer (default auto: cuda, else webgpu, else reference)
+  --no-fuse             webgpu, cuda: one kernel per primitive op
+  --precision P         reference backend arithmetic: f32 (default) or f64
+  --max-batch-size N    sequences per batch (default 8; 1 turns dynamic batching off)
+  --max-delay-ms T      how long a sequence may wait for others to fill its batch (default 5)
+  --max-queue N         sequences that may wait; past it requests get 503 (default 256)
+  --max-body-bytes N    largest request body; past it 413 (default 1048576)
+  --max-seq-length N    longest sequence accepted (default: max_position_embeddings)
+  --buckets L           sequence-length buckets, comma-separated (default: 16, 32, 64, ... up to the max)
+  --doc-stride N, --max-query-length N, --n-best-size N, --max-answer-length N, --top-k N
+                        text endpoints: as deno task infer (--max-seq-length also sets the QA window)
+
+Every (batch size, bucket) plan is compiled and run once before the server reports ready. SIGTERM or
+SIGINT stop taking connections, answer the requests in flight, and exit 0.
+`;
+
+function nonNegative(flag: string, v: string | undefined, fallback: number, integer: boolean): number {
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (v.trim() === "" || !Number.isFinite(n) || n < 0 || (integer && !Number.isInteger(n))) {
+    throw new UsageError(`--${flag} must be a non-negative ${integer ? "integer" : "number"}, got '${v}'`);
+  }
+  return n;
+}
+
+function bucketList(v: string | undefined): number[] | undefined {
+  if (v === undefined) return undefined;
+  const xs = v.split(",").map((x) => Number(x.trim()));
+  if (!xs.length || xs.some((x) => !Number.isInteger(x) || x <= 0)) {
+    throw new UsageError(`--buckets must be comma-separated positive integers, got '${v}'`);
+  }
+  return [...new Set(xs)].sort((a, b) => a - b);
+}
+
+await runMain(async () => {
+  const { values } = parseFlags(Deno.args, {
+    checkpoint: { type: "string" },
+    "model-name": { type: "string" },
+    head: { type: "string" },
+    host: { type: "string" },
+    port: { type: "string" },
+    backend: { type: "string" },
+    "no-fuse": { type: "boolean" },
+    precision: { type: "string" },
+    "max-batch-size": { type: "string" },
+    "max-delay-ms": { type: "string" },
+    "max-queue": { type: "string" },
+    "max-body-bytes": { type: "string" },
+    "max-seq-length": { type: "string" },
+    buckets: { type: "string" },
+    "doc-stride": { type: "string" },
+    "max-query-length": { type: "string" },
+    "n-best-size": { type: "string" },
+    "max-answer-length": { type: "string" },
+    "top-k": { type: "string" },
+  }, HELP);
+  const optional = (flag: keyof typeof values) =>
+    values[flag] === undefined ? undefined : positiveInt(flag, values[flag] as string, 0);
+  const textOptions = {
+    maxSeqLength: optional("max-seq-length"),
+    docStride: optional("doc-stride"),
+    maxQueryLength: optional("max-query-length"),
+    nBestSize: optional("n-best-size"),
+    maxAnswerLength: optional("max-answer-length"),
+    topK: optional("top-k"),
+  };
+  const backendName = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
+  const precision = oneOf("precision", values.precision, ["f32", "f64"], "f32");
+  const port = nonNegative("port", values.port, 8080, true);
+  if (port > 65535) throw new UsageError(`--port must be at most 65535, got '${values.port}'`);
+  const maxBatch = positiveInt("max-batch-size", values["max-batch-size"], 8);
+  const maxDelayMs = nonNegative("max-delay-ms", values["max-delay-ms"], 5, false);
+  const maxQueue = positiveInt("max-queue", values["max-queue"], 256);
+  const maxBodyBytes = positiveInt("max-body-bytes", values["max-body-bytes"], 1 << 20);
+  const maxSeqLen = textOptions.maxSeqLength;
+  const buckets = bucketList(values.buckets);
+  const dir = (values.checkpoint ?? DEFAULT_CHECKPOINT).replace(/\/$/, "");
+  if (values.checkpoint === undefined) {
+    console.error("no --checkpoint given: serving the built-in tiny QA checkpoint");
+  }
+  const head = values.head === undefined
+    ? undefined
+    : oneOf<Head>("head", values.head, ["pretraining", "classification", "qa"], "pretraining");
+
+  const model = await ServedModel.load(dir, {
+    name: values["model-name"] ?? dir.slice(dir.lastIndexOf("/") + 1),
+    backend: async () => {
+      const choice = await openBackend(backendName);
+      console.error(describeChoice(choice));
+      return choice.graphBackend({ fuse: !values["no-fuse"], precision });
+    },
+    head,
+    maxBatch,
+    maxSeqLen,
+    buckets,
+  });
+  const log = (line: string) => console.error(line);
+  let server;
+  try {
+    server = await startServer(model, {
+      hostname: values.host ?? "127.0.0.1",
+      port,
+      maxDelayMs,
+      maxQueue,
+      maxBodyBytes,
+      log,
+      extraRoutes: (ctx) => textRoutes(ctx, textOptions, log),
+    });
+  } catch (e) {
+    const at = `${values.host ?? "127.0.0.1"}:${port}`;
+    if (e instanceof Deno.errors.AddrInUse || e instanceof Deno.errors.AddrNotAvailable) {
+      throw new UsageError(`cannot listen on ${at}: ${(e as Error).message}`);
+    }
+    // The task grants the network on 127.0.0.1 only, so binding elsewhere is a deliberate extra step.
+    if (e instanceof Deno.errors.NotCapable || e instanceof Deno.errors.PermissionDenied) {
+      throw new UsageError(
+        `cannot listen on ${at}: deno task serve may bind 127.0.0.1 only; to serve other hosts run ` +
+          `deno run --allow-read --allow-env --allow-ffi --allow-net=${values.host}:${port} cli/serve.ts ...`,
+      );
+    }
+    throw e;
+  }
+  const stopped = drainOnSignals(server, log);
+  const { hostname, port: bound } = server.addr;
+  const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+  console.log(
+    `listening on http://${host}:${bound} (model '${model.name}', head ${model.head}, ${model.backend.name})`,
+  );
+  const t0 = performance.now();
+  await server.ready;
+  console.log(
+    `ready: ${model.batchSizes.length * model.buckets.length} plans (batch ${model.batchSizes.join(",")} × ` +
+      `length ${model.buckets.join(",")}) compiled and warmed in ${
+        ((performance.now() - t0) / 1000).toFixed(1)
+      } s`,
+  );
+  await stopped;
+  console.log("stopped");
+  // An open WebGPU device can keep the event loop alive; everything has been answered by now.
+  Deno.exit(0);
+});

@@ -1,0 +1,61 @@
+/**
+ * Reading a request body as JSON within a byte limit. The limit is checked on the declared
+ * Content-Length first and again while streaming, so a client that lies about (or omits) the length
+ * still cannot make the server hold more than the limit in memory.
+ */
+import { HttpError } from "./http_error.ts";
+
+export async function readJsonBody(req: Request, maxBytes: number): Promise<unknown> {
+  const tooLarge = () => new HttpError(413, `request body exceeds the limit of ${maxBytes} bytes`);
+  const declared = req.headers.get("content-length");
+  if (declared !== null && Number(declared) > maxBytes) throw tooLarge();
+  if (!req.body) throw new HttpError(400, "request body is empty (expected a JSON object)");
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  const reader = req.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      await reader.cancel();
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.byteLength;
+  }
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new HttpError(400, "request body is not valid UTF-8");
+  }
+  if (text.trim() === "") throw new HttpError(400, "request body is empty (expected a JSON object)");
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new HttpError(400, `request body is not valid JSON (${(e as Error).message})`);
+  }
+}
+
+/** The body as a JSON object (not an array, string or null), or a 400 naming what came instead. */
+export function asObject(v: unknown, what = "request body"): Record<string, unknown> {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) {
+    const got = v === null ? "null" : Array.isArray(v) ? "an array" : `a ${typeof v}`;
+    throw new HttpError(400, `${what} must be a JSON object, got ${got}`);
+  }
+  return v as Record<string, unknown>;
+}
+
+/** Rejects fields a handler does not know, so a misspelt option is not silently ignored. */
+export function onlyFields(o: Record<string, unknown>, allowed: readonly string[], what: string): void {
+  const extra = Object.keys(o).filter((k) => !allowed.includes(k));
+  if (extra.length) {
+    throw new HttpError(400, `${what}: unknown field '${extra[0]}' (expected ${allowed.join(", ")})`);
+  }
+}

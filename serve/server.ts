@@ -1,0 +1,191 @@
+/**
+ * The HTTP server: KServe v2 health, metadata and inference, the text endpoints when the checkpoint has
+ * a tokenizer, and Prometheus metrics, on Deno.serve. It listens at once (so /v2/health/live answers while
+ * plans compile), compiles and warms every batch shape, then reports ready; inference asked before that
+ * gets 503. `drain()` stops taking connections, lets every request in flight finish (their sequences are
+ * already queued, and the batcher keeps running), then resolves.
+ */
+import { Batcher } from "./batcher.ts";
+import { readJsonBody } from "./body.ts";
+import { HttpError } from "./http_error.ts";
+import { inferResponse, MODEL_VERSION, modelMetadata, parseInferRequest } from "./kserve.ts";
+import { ServeMetrics } from "./metrics.ts";
+import { createRouter, type Route } from "./router.ts";
+import type { RowOutputs, ServedModel } from "./served_model.ts";
+import type { EncodedRow } from "../model_io/infer_input.ts";
+
+export interface ServeOptions {
+  hostname: string;
+  /** 0 picks a free port; the chosen one is in `Server.addr`. */
+  port: number;
+  maxDelayMs: number;
+  /** Sequences that may wait in the batching queue; one request may hold at most this many. */
+  maxQueue: number;
+  maxBodyBytes: number;
+  log: (line: string) => void;
+  /** Extra routes (the text endpoints), given the function that runs sequences through the batcher. */
+  extraRoutes?: (ctx: RouteContext) => Promise<Route[]> | Route[];
+}
+
+export interface RouteContext {
+  model: ServedModel;
+  /** Runs sequences through the batcher; each resolves to its own outputs. 503 when not ready. */
+  runRows: (rows: EncodedRow[]) => Promise<RowOutputs[]>;
+  readBody: (req: Request) => Promise<unknown>;
+}
+
+export interface Server {
+  readonly addr: Deno.NetAddr;
+  readonly metrics: ServeMetrics;
+  /** Resolves when every shape is compiled and warmed; rejects if warming fails. */
+  readonly ready: Promise<void>;
+  /** Stops taking requests, finishes those in flight, closes the listener. */
+  drain(): Promise<void>;
+}
+
+export async function startServer(model: ServedModel, opts: ServeOptions): Promise<Server> {
+  const metrics = new ServeMetrics();
+  const batcher = new Batcher({
+    maxBatch: model.maxBatch,
+    maxDelayMs: opts.maxDelayMs,
+    maxQueue: opts.maxQueue,
+    run: (rows, bucket) => model.run(rows, bucket),
+    metrics,
+  });
+  const state = { ready: false, draining: false };
+
+  const requireModel = (name: string | undefined, version?: string) => {
+    if (name !== model.name || (version !== undefined && version !== MODEL_VERSION)) {
+      const v = version !== undefined ? ` version ${version}` : "";
+      throw new HttpError(
+        404,
+        `unknown model '${name}'${v} (this server has '${model.name}' version ${MODEL_VERSION})`,
+      );
+    }
+  };
+  const requireServing = () => {
+    if (state.draining) throw new HttpError(503, "server is shutting down");
+    if (!state.ready) {
+      throw new HttpError(503, "model is still compiling; see /v2/health/ready", { "retry-after": "1" });
+    }
+  };
+  const runRows = (rows: EncodedRow[]) => {
+    requireServing();
+    if (rows.length > opts.maxQueue) {
+      throw new HttpError(
+        413,
+        `${rows.length} sequences in one request exceed the limit of ${opts.maxQueue}`,
+      );
+    }
+    const items = rows.map((row) => {
+      const bucket = model.bucketFor(row.input_ids.length);
+      if (bucket === undefined) {
+        throw new HttpError(
+          400,
+          `sequence of ${row.input_ids.length} tokens exceeds the maximum of ${model.maxSeqLen}`,
+        );
+      }
+      return { row, bucket };
+    });
+    return Promise.all(batcher.submit(items));
+  };
+  const readBody = (req: Request) => readJsonBody(req, opts.maxBodyBytes);
+  const ctx: RouteContext = { model, runRows, readBody };
+
+  const MODEL = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
+  const routes: Route[] = [
+    { method: "GET", path: /^\/v2\/health\/live$/, endpoint: "live", handler: () => ({ live: true }) },
+    {
+      method: "GET",
+      path: /^\/v2\/health\/ready$/,
+      endpoint: "ready",
+      handler: () => {
+        if (!state.ready || state.draining) {
+          throw new HttpError(503, state.draining ? "server is shutting down" : "model is still compiling");
+        }
+        return { ready: true };
+      },
+    },
+    {
+      method: "GET",
+      path: /^\/v2\/?$/,
+      endpoint: "server_metadata",
+      handler: () => ({ name: "bertfuse", version: "1", extensions: [] }),
+    },
+    {
+      method: "GET",
+      path: new RegExp(`^${MODEL}/ready$`),
+      endpoint: "model_ready",
+      handler: (_req, [name, version]) => {
+        requireModel(name, version);
+        requireServing();
+        return { name: model.name, ready: true };
+      },
+    },
+    {
+      method: "GET",
+      path: new RegExp(`^${MODEL}/?$`),
+      endpoint: "model_metadata",
+      handler: (_req, [name, version]) => {
+        requireModel(name, version);
+        return modelMetadata(model);
+      },
+    },
+    {
+      method: "POST",
+      path: new RegExp(`^${MODEL}/infer$`),
+      endpoint: "infer",
+      timed: true,
+      handler: async (req, [name, version]) => {
+        requireModel(name, version);
+        requireServing();
+        const parsed = parseInferRequest(await readBody(req), model, opts.maxQueue);
+        return inferResponse(model, parsed, await runRows(parsed.rows));
+      },
+    },
+    {
+      method: "GET",
+      path: /^\/metrics$/,
+      endpoint: "metrics",
+      handler: () =>
+        new Response(metrics.render(), {
+          headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
+        }),
+    },
+    ...(await opts.extraRoutes?.(ctx) ?? []),
+  ];
+  const handle = createRouter(routes, metrics, opts.log);
+
+  return new Promise((resolveStart, rejectStart) => {
+    let httpServer: Deno.HttpServer<Deno.NetAddr>;
+    try {
+      httpServer = Deno.serve({
+        hostname: opts.hostname,
+        port: opts.port,
+        onListen: (addr) => {
+          const ready = model.warm().then(() => {
+            state.ready = true;
+          });
+          // The caller awaits `ready`; this keeps an unawaited rejection from killing the process first.
+          ready.catch(() => {});
+          resolveStart({
+            addr,
+            metrics,
+            ready,
+            drain: async () => {
+              state.draining = true;
+              await httpServer.shutdown();
+              await batcher.drained();
+            },
+          });
+        },
+        onError: (e) => {
+          opts.log(`error: ${e instanceof Error ? e.stack ?? e.message : e}`);
+          return new Response(JSON.stringify({ error: "internal error" }), { status: 500 });
+        },
+      }, handle);
+    } catch (e) {
+      rejectStart(e);
+    }
+  });
+}

@@ -1,0 +1,115 @@
+/**
+ * `deno task serve` as a process: it prints its address, answers, and on SIGTERM answers what is in
+ * flight and exits 0; bad flags and a taken port are one line and exit 1.
+ */
+import assert from "node:assert/strict";
+import { cliEnv, ROOT, runCli } from "../util/cli.ts";
+
+const dec = new TextDecoder();
+
+/** Spawns `deno task serve ARGS`, waits for its "ready" line, and returns the base URL and the process. */
+async function spawnServe(args: string[]) {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["task", "--quiet", "serve", ...args],
+    cwd: ROOT,
+    env: cliEnv(),
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const reader = child.stdout.getReader();
+  let out = "";
+  while (!/^ready: /m.test(out)) {
+    const { done, value } = await reader.read();
+    if (done) throw new Error(`serve exited before ready:\n${out}`);
+    out += dec.decode(value);
+  }
+  const url = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/)![1];
+  const rest = (async () => {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return out;
+      out += dec.decode(value);
+    }
+  })();
+  const stderr = new Response(child.stderr).text();
+  return { child, url, stdout: rest, stderr };
+}
+
+Deno.test("SIGTERM answers every request in flight, then exits 0", async () => {
+  // A long batching delay keeps the requests queued when the signal arrives.
+  const s = await spawnServe([
+    "--backend",
+    "reference",
+    "--port",
+    "0",
+    "--max-batch-size",
+    "8",
+    "--max-delay-ms",
+    "1500",
+  ]);
+  const ask = (n: number) =>
+    fetch(`${s.url}/v2/models/qa/infer`, {
+      method: "POST",
+      body: JSON.stringify({
+        inputs: [{ name: "input_ids", shape: [1, 4], datatype: "INT64", data: [2, n, 7, 9] }],
+      }),
+    });
+  const inFlight = [ask(10), ask(20), ask(30)];
+  await new Promise((r) => setTimeout(r, 400));
+  s.child.kill("SIGTERM");
+  const answers = await Promise.all(inFlight);
+  for (const r of answers) {
+    assert.equal(r.status, 200);
+    const body = await r.json();
+    assert.deepEqual(body.outputs[0].shape, [1, 4]);
+  }
+  const { code } = await s.child.status;
+  const stdout = await s.stdout, stderr = await s.stderr;
+  assert.equal(code, 0, stderr);
+  assert.match(stderr, /draining: finishing requests in flight/);
+  assert.match(stdout, /^stopped$/m);
+  // After the drain nothing listens any more.
+  await assert.rejects(fetch(`${s.url}/v2/health/live`));
+});
+
+Deno.test("a taken port, a bad flag and another host are one line and exit 1", async () => {
+  const s = await spawnServe(["--backend", "reference", "--port", "0", "--buckets", "16"]);
+  try {
+    const port = new URL(s.url).port;
+    const perms = ["--allow-read", "--allow-env", "--allow-net=127.0.0.1"];
+    const cases: [string[], RegExp][] = [
+      [
+        ["--backend", "reference", "--port", port],
+        new RegExp(`^error: cannot listen on 127\\.0\\.0\\.1:${port}: `),
+      ],
+      [["--port", "70000"], /^error: --port must be at most 65535/],
+      [["--max-delay-ms", "soon"], /^error: --max-delay-ms must be a non-negative number, got 'soon'/],
+      [["--buckets", "16,x"], /^error: --buckets must be comma-separated positive integers/],
+      [["--checkpoint", "/nonexistent"], /^error: \/nonexistent\/config\.json: cannot read/],
+      [
+        ["--backend", "reference", "--host", "0.0.0.0", "--port", "0"],
+        /^error: cannot listen on 0\.0\.0\.0:0: deno task serve may bind 127\.0\.0\.1 only/,
+      ],
+    ];
+    for (const [args, message] of cases) {
+      const r = await runCli("serve.ts", args, perms);
+      assert.equal(r.code, 1, `${args.join(" ")}: ${r.stderr}`);
+      const errors = r.stderr.trim().split("\n").filter((l) => l.startsWith("error"));
+      assert.equal(errors.length, 1, r.stderr);
+      assert.match(errors[0], message);
+      assert.ok(!r.stderr.includes("    at "), `no stack trace: ${r.stderr}`);
+    }
+    const help = await runCli("serve.ts", ["--help"], perms);
+    assert.equal(help.code, 0);
+    for (
+      const flag of ["--checkpoint", "--port", "--host", "--max-batch-size", "--max-delay-ms", "--max-queue"]
+    ) {
+      assert.ok(help.stdout.includes(flag), flag);
+    }
+  } finally {
+    s.child.kill("SIGTERM");
+    assert.equal((await s.child.status).code, 0);
+    await s.stdout;
+    await s.stderr;
+  }
+});
