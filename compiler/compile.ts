@@ -1,31 +1,31 @@
 /**
- * The compiler driver: model -> graph (training step or inference) -> simplification passes -> fusion
- * -> lowering -> per-target kernels -> Plan. Command-line tools and the runtimes' callers go through here.
+ * The compiler driver: one named-pass pipeline from a graph to a Plan. The graph passes (simplification)
+ * run first, then the kernel-level stages (compiler/stages/: fusion, storage precision, lowering,
+ * vectorizing, library calls, schedule, memory plan, legalization, shared sources, emission), every one
+ * with the same hooks (compiler/pipeline.ts). compiler/README.md lists them in order. Command-line tools
+ * and the runtimes' callers go through here.
  */
 import type { Graph } from "../ir/mod.ts";
-import { buildPlan, type BuiltPlan, type Emitter, type Target } from "./build_plan.ts";
-import { type DebugFlags, Fuel, readDebugFlags } from "./debug.ts";
-import { fuseGraph } from "./fusion/fuse.ts";
+import { type BuiltPlan, builtPlanOf } from "./build_plan.ts";
+import { type DebugFlags, readDebugFlags } from "./debug.ts";
 import type { FusionResult } from "./fusion/types.ts";
 import { cse } from "./passes/cse.ts";
-import type { Precision } from "./passes/precision.ts";
-import { chooseStorage, detectPrecision, type StoragePlan } from "./storage_precision.ts";
 import { dce } from "./passes/dce.ts";
 import { simplify } from "./passes/simplify.ts";
-import { makePassContext, runPipeline } from "./pipeline.ts";
+import {
+  makePassContext,
+  type PassContext,
+  runPipeline,
+  runStages,
+  type StageInfo,
+  stageInfo,
+} from "./pipeline.ts";
+import { KERNEL_LEVEL, KERNEL_STAGES } from "./stages/mod.ts";
+import type { KernelOptions, KernelState } from "./stages/state.ts";
+import type { StoragePlan } from "./storage_precision.ts";
 
-export interface CompileOptions {
-  readonly fuse: boolean;
-  readonly emitters: Partial<Record<Target, Emitter>>;
+export interface CompileOptions extends KernelOptions {
   readonly flags?: DebugFlags;
-  /**
-   * The mixed-precision policy's storage half (compiler/storage_precision.ts): activations between
-   * kernels are stored in the low precision. Default "auto": the precision `applyPrecision` prepared the
-   * graph for (GEMMs on operands cast from f32), so an fp32 graph narrows nothing.
-   */
-  readonly precision?: Precision | "auto";
-  /** CUDA: matmul kernels that qualify get a cuBLASLt variant (build_plan.ts); default true. */
-  readonly libraryGemms?: boolean;
 }
 
 export interface Compiled extends BuiltPlan {
@@ -39,39 +39,38 @@ export interface Compiled extends BuiltPlan {
 
 export const SIMPLIFY_PASSES = [simplify, cse, dce];
 
+/** Every stage of the compile in the order it runs, and whether SKIP_PASSES may name it. */
+export const COMPILE_STAGES: readonly StageInfo[] = [
+  ...SIMPLIFY_PASSES.map((p) => ({ name: p.name, skippable: true })),
+  ...KERNEL_STAGES.map(stageInfo),
+];
+
+/** The kernel-level stages over a simplified graph; the final state holds the Plan. */
+export function runKernelStages(
+  graph: Graph,
+  options: KernelOptions,
+  ctx: PassContext,
+  stages = KERNEL_STAGES,
+): ReturnType<typeof runStages<KernelState>> {
+  return runStages<KernelState>(
+    { graph, options, fusing: options.fuse },
+    stages,
+    KERNEL_LEVEL,
+    ctx,
+    COMPILE_STAGES,
+  );
+}
+
 export function compileGraph(g: Graph, opts: CompileOptions): Compiled {
-  const flags = opts.flags ?? readDebugFlags();
-  const fuel = new Fuel(flags.fusionFuel);
-  const piped = runPipeline(g, SIMPLIFY_PASSES, makePassContext(flags, fuel), {
-    knownPasses: [...SIMPLIFY_PASSES.map((p) => p.name), "fusion"],
-  });
-  const t0 = performance.now();
-  const fusion = fuseGraph(piped.graph, {
-    fuse: opts.fuse && !flags.skipPasses.has("fusion"),
-    takeFuel: () => fuel.take(),
-    log: flags.level >= 3 ? (m) => console.error(m) : undefined,
-  });
-  const precision = !opts.precision || opts.precision === "auto"
-    ? detectPrecision(piped.graph)
-    : opts.precision;
-  const storage = chooseStorage(piped.graph, fusion, precision);
-  const t1 = performance.now();
-  const built = buildPlan(piped.graph, fusion, opts.emitters, storage.storedType, {
-    libraryGemms: opts.libraryGemms,
-  });
-  const t2 = performance.now();
-  if (flags.level >= 4) {
-    for (const k of built.plan.kernels) if (k.wgsl) console.error(`// ${k.name}\n${k.wgsl.code}`);
-  }
-  const passTimings = [
-    ...piped.timings.map((t) => ({ pass: t.pass, ms: t.ms })),
-    { pass: "fusion", ms: t1 - t0 },
-    { pass: "lower+emit+plan", ms: t2 - t1 },
-  ];
-  if (flags.level >= 1) {
-    for (const t of passTimings) {
-      console.error(`pass ${t.pass}: ${t.ms.toFixed(1)} ms`);
-    }
-  }
-  return { ...built, graph: piped.graph, fusion, storage, passTimings };
+  const ctx = makePassContext(opts.flags ?? readDebugFlags());
+  const piped = runPipeline(g, SIMPLIFY_PASSES, ctx, { stages: COMPILE_STAGES });
+  const { state, records } = runKernelStages(piped.graph, opts, ctx);
+  const passTimings = [...piped.timings, ...records].map((t) => ({ pass: t.pass, ms: t.ms }));
+  return {
+    ...builtPlanOf(state),
+    graph: piped.graph,
+    fusion: state.fusion!,
+    storage: state.storage!,
+    passTimings,
+  };
 }

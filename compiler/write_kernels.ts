@@ -1,11 +1,13 @@
 /**
- * Writes a compiled plan to a directory: one file per distinct kernel source (kernels of identical code,
- * e.g. the same fusion in every encoder layer, share a file, named after the first kernel using it), the
- * plan as JSON with file references instead of code, and the fusion report. The directory is assembled
+ * Writes a compiled plan to a directory: one file per group of kernels sharing a source (the compiler's
+ * share-sources stage, compiler/stages/share_sources.ts: the same fusion in every encoder layer), named
+ * after the first kernel of the group; the plan as JSON with file references instead of code, and the
+ * fusion report. The directory is assembled
  * beside the target and renamed into place, so a crash never leaves a half-written mix of old and new.
  */
 import type { Plan, TargetKernel } from "../plan/plan.ts";
 import type { Target } from "./build_plan.ts";
+import { sourceGroups } from "./stages/share_sources.ts";
 
 const EXT: Record<Target, string> = { wgsl: "wgsl", cuda: "cu" };
 
@@ -34,40 +36,42 @@ export function renderOutputs(
 ): Map<string, string> {
   const files = new Map<string, string>();
   const targets: Target[] = (["wgsl", "cuda"] as const).filter((t) => plan.kernels.some((k) => k[t]));
-  const fileOf = new Map<string, string>(); // target + code -> file
   const jsonKernels = plan.kernels.map((k) => ({ ...k } as Record<string, unknown>));
-  for (const t of targets) {
+  /** The file of each kernel (named after the first of its group), and the kernels using each file. */
+  const filesOf = (groups: number[], fileName: (first: number) => string) => {
     const users = new Map<string, string[]>();
-    for (const k of plan.kernels) {
-      const tk = k[t] as TargetKernel;
-      const key = tk.code;
-      if (!fileOf.has(t + key)) fileOf.set(t + key, `${t}/${k.name}.${EXT[t]}`);
-      const f = fileOf.get(t + key)!;
-      users.set(f, [...(users.get(f) ?? []), k.name]);
-    }
+    const file = groups.map((first) => (first < 0 ? "" : fileName(first)));
+    return {
+      file,
+      addUser: (f: string, name: string) => users.set(f, [...(users.get(f) ?? []), name]),
+      users,
+    };
+  };
+  for (const t of targets) {
+    const { file, addUser, users } = filesOf(
+      sourceGroups(plan.kernels, (k) => k[t]),
+      (first) => `${t}/${plan.kernels[first].name}.${EXT[t]}`,
+    );
+    plan.kernels.forEach((k, i) => addUser(file[i], k.name));
     plan.kernels.forEach((k, i) => {
       const tk = k[t] as TargetKernel;
-      const file = fileOf.get(t + tk.code)!;
-      jsonKernels[i][t] = { file, grid: tk.grid, workgroupSize: tk.workgroupSize };
-      if (!files.has(file)) files.set(file, headerFor(command, users.get(file)!, k.about) + tk.code);
+      jsonKernels[i][t] = { file: file[i], grid: tk.grid, workgroupSize: tk.workgroupSize };
+      if (!files.has(file[i])) {
+        files.set(file[i], headerFor(command, users.get(file[i])!, k.about) + tk.code);
+      }
     });
   }
   // CUDA library GEMMs: their epilogue kernels get files of their own (shared by identical code, too).
-  const epiUsers = new Map<string, string[]>();
-  for (const k of plan.kernels) {
-    const e = k.cudaGemm?.epilogue;
-    if (!e) continue;
-    const key = "cuda-epilogue" + e.cuda.code;
-    if (!fileOf.has(key)) fileOf.set(key, `cuda/${e.name}.cu`);
-    const f = fileOf.get(key)!;
-    epiUsers.set(f, [...(epiUsers.get(f) ?? []), e.name]);
-  }
+  const epi = filesOf(
+    sourceGroups(plan.kernels, (k) => k.cudaGemm?.epilogue?.cuda),
+    (first) => `cuda/${plan.kernels[first].cudaGemm!.epilogue!.name}.cu`,
+  );
+  plan.kernels.forEach((k, i) => k.cudaGemm?.epilogue && epi.addUser(epi.file[i], k.cudaGemm.epilogue.name));
   plan.kernels.forEach((k, i) => {
     const g = k.cudaGemm;
-    if (!g) return;
-    const e = g.epilogue;
-    if (!e) return;
-    const file = fileOf.get("cuda-epilogue" + e.cuda.code)!;
+    const e = g?.epilogue;
+    if (!g || !e) return;
+    const file = epi.file[i];
     jsonKernels[i].cudaGemm = {
       ...g,
       epilogue: { ...e, cuda: { file, grid: e.cuda.grid, workgroupSize: e.cuda.workgroupSize } },
@@ -76,7 +80,7 @@ export function renderOutputs(
       `epilogue of ${k.name}'s cuBLASLt GEMM (the product read from an f32 scratch)`,
       ...k.about,
     ];
-    if (!files.has(file)) files.set(file, headerFor(command, epiUsers.get(file)!, about) + e.cuda.code);
+    if (!files.has(file)) files.set(file, headerFor(command, epi.users.get(file)!, about) + e.cuda.code);
   });
   files.set("plan.json", JSON.stringify({ ...plan, kernels: jsonKernels }, null, 1) + "\n");
   files.set("report.md", report);

@@ -4,32 +4,27 @@
  * Walking the graph backwards, each node either joins the one kernel that reads it, or becomes the root
  * of a kernel of its own (its value is then written to a buffer). A node joins only when every user is in
  * that kernel — so each kernel has one root, all members are ancestors of it, and ordering kernels by
- * root gives a valid schedule — and when `canJoin` agrees; otherwise the reason is recorded.
+ * root gives a valid schedule — and when the decision (join.ts `decideJoin`, a pure question) says yes;
+ * `applyJoin` then carries it out. Otherwise the reason is recorded.
  *
  * Not every node needs a kernel: inputs and params are buffers; constants, iotas, random draws and
  * movement ops on buffers are "inline" (recomputed wherever read, for free or nearly); a movement op read
  * by several kernels is a "view" (each reader folds it into its index math, and its operand is
  * materialized).
  *
- * Two kernel-level passes follow: attention (attention.ts: QKᵀ, softmax and PV become one kernel where
- * nothing else reads the probabilities) and sibling fusion (siblings.ts).
+ * Kernel-level fusion stages follow (compiler/stages/fusion.ts runs each as a named stage; `fuseGraph`
+ * runs them all): attention (attention.ts: QKᵀ, softmax and PV become one kernel where nothing else reads
+ * the probabilities), sibling fusion (siblings.ts) and consumer merging (consumers.ts).
  */
-import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
+import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { isElementwise, isMovement } from "../../ir/ops.ts";
 import { fuseAttention } from "./attention.ts";
 import { findInPlaceConcats } from "./in_place.ts";
 import { mergeConsumers } from "./consumers.ts";
 import { mergeSiblings } from "./siblings.ts";
-import { ANY, describeNeeds, ELEM, OPERAND, operandNeed, parseRowCandidate, ROW, usersOf } from "./needs.ts";
-import {
-  type FusedKernel,
-  type FusionDecision,
-  type FusionResult,
-  type Need,
-  no,
-  type Verdict,
-  YES,
-} from "./types.ts";
+import { applyJoin, decideJoin } from "./join.ts";
+import { ELEM, operandNeed, ROW, usersOf } from "./needs.ts";
+import { type FusedKernel, type FusionDecision, type FusionResult, type Need, no } from "./types.ts";
 
 export interface FusionOptions {
   /** false: one kernel per op (constants inline; reshape/broadcast stay views) — the unfused baseline. */
@@ -45,8 +40,6 @@ export interface FusionOptions {
 }
 
 const isBuffer = (op: string) => op === "input" || op === "param";
-/** Reduce kernels with fewer rows do not also write large element-level outputs (see storableHere). */
-export const MIN_ROWS_FOR_ELEMENT_OUTPUTS = 16;
 const isReduceOp = (op: string) => op === "reduce_sum" || op === "reduce_max";
 
 /** Nodes computable at any index from constants and buffers alone, without a kernel of their own. */
@@ -65,7 +58,24 @@ function inlineNodes(g: Graph, fuse: boolean): Uint8Array {
   return inline;
 }
 
+/** Every fusion stage in order: producer-consumer fusion, then (when fusing) attention, siblings, consumers. */
 export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
+  const result = fuseProducers(g, opts);
+  if (!opts.fuse) return result;
+  // Attention first, while its softmax kernel is still alone (a sibling merge would give it more roots).
+  const withAttention = opts.attention === false ? result : fuseAttention(g, result, {
+    takeFuel: opts.takeFuel,
+    log: opts.log,
+    always: opts.attention === "always",
+  });
+  return mergeConsumers(g, mergeSiblings(g, withAttention, opts.takeFuel), opts.takeFuel);
+}
+
+/**
+ * Producer-consumer fusion, consumers first; with `fuse: false`, one kernel per op (the unfused
+ * baseline). Flat vectors assembled in place are found here in both cases.
+ */
+export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">): FusionResult {
   const nodes = g.nodes;
   const users = usersOf(g);
   const isOutput = new Uint8Array(nodes.length);
@@ -201,8 +211,7 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     const extraRoot = readerKernels.size > 1 || isOutput[id] === 1;
     const k = kernels[kid];
     const need = needOf(id, kid);
-    let verdict = extraRoot ? storableHere(g, id, k, need) : YES;
-    if (verdict.ok) verdict = canJoin(g, id, k, need, needs);
+    let verdict = decideJoin(g, id, k, need, needs, extraRoot);
     if (verdict.ok && opts.takeFuel && !opts.takeFuel()) {
       verdict = no("FUSION_FUEL is spent");
       fuelRefusals++;
@@ -219,10 +228,8 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
       }`,
     );
     if (verdict.ok) {
-      if (extraRoot) k.roots.push(id);
-      k.members.add(id);
+      applyJoin(k, id, need, verdict.adapt, needs, extraRoot);
       kernelOf[id] = kid;
-      needs.set(id, need);
     } else {
       newKernel(id);
     }
@@ -239,7 +246,7 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
   const materialized = new Set<NodeId>();
   for (const n of nodes) if (isBuffer(n.op) || isAssembled(n.id)) materialized.add(n.id);
   for (const k of scheduled) for (const r of k.roots) materialized.add(r);
-  const result: FusionResult = {
+  return {
     kernels: scheduled,
     kernelOf,
     materialized,
@@ -247,150 +254,4 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     fuelRefusals,
     inPlace,
   };
-  if (!opts.fuse) return result;
-  // Attention first, while its softmax kernel is still alone (a sibling merge would give it more roots).
-  const withAttention = opts.attention === false ? result : fuseAttention(g, result, {
-    takeFuel: opts.takeFuel,
-    log: opts.log,
-    always: opts.attention === "always",
-  });
-  return mergeConsumers(g, mergeSiblings(g, withAttention, opts.takeFuel), opts.takeFuel);
-}
-
-/**
- * May `id` (all of whose users are in kernel `k`) be computed inside `k`? May adapt `k` (a loop kernel
- * becomes a reduce or matmul kernel when it absorbs one).
- */
-function canJoin(
-  g: Graph,
-  id: NodeId,
-  k: FusedKernel,
-  need: Set<Need>,
-  needs: Map<NodeId, Set<Need>>,
-): Verdict {
-  const n = g.nodes[id];
-  if (need.has(OPERAND) && !(isMovement(n.op) || n.op === "cast" || n.op === "stop_gradient")) {
-    return no(
-      `a matmul operand may be read through movement and casts only; ${n.op} would be recomputed per tile`,
-    );
-  }
-  if (n.op === "scatter_add") return no("scatter_add writes whole rows; its result is materialized");
-  if (n.op === "matmul") {
-    if (k.kind !== "loop") return no(`a matmul epilogue cannot go into a ${k.kind} kernel`);
-    if (need.size !== 1 || !need.has(ELEM)) {
-      return no(`the matmul result is read as ${describeNeeds(need)}, not elementwise`);
-    }
-    if (numel(n.type.shape) !== numel(k.space)) {
-      return no("the epilogue iterates over a different number of elements");
-    }
-    k.kind = "matmul";
-    k.anchor = id;
-    return YES;
-  }
-  if (!(n.op === "reduce_sum" || n.op === "reduce_max")) return YES;
-
-  // A reduction: it must be read at the row level of a kernel reducing the same tensor over the same axes.
-  if (k.kind === "matmul" || k.kind === "scatter") {
-    return no(`a ${k.kind} kernel does not contain reductions`);
-  }
-  const inShape = g.nodes[n.inputs[0]].type.shape;
-  const axes = n.attrs.axes as number[];
-  const sameAxes = (a: readonly number[] | undefined) =>
-    a !== undefined && a.length === axes.length && a.every((x, i) => x === axes[i]);
-  const levels = [...need].map((x) => {
-    const rc = parseRowCandidate(x);
-    if (rc) return sameShape(rc.shape, inShape) && sameAxes(rc.axes) ? "row" : "other-row";
-    return x;
-  });
-  if (levels.some((l) => l !== "row" && l !== ROW && l !== ELEM)) {
-    return no(`its result is read as ${describeNeeds(need)}: the reduction would be recomputed per element`);
-  }
-  const rowLevel = levels.every((l) => l === "row" || l === ROW);
-  if (k.kind === "reduce") {
-    if (!sameShape(k.space, inShape) || !sameAxes(k.axes)) {
-      return no(
-        `the kernel reduces [${k.space}] over axes [${k.axes}], this reduces [${inShape}] over [${axes}]`,
-      );
-    }
-    if (!rowLevel) return no("its result is read at the element level of a reduce kernel");
-    need.clear();
-    need.add(ROW);
-    return YES;
-  }
-  // k is a loop kernel.
-  if (rowLevel) {
-    if (numel(k.space) !== numel(inShape)) return no("the reduced tensor and the kernel differ in size");
-    return joinAtRowLevel(k, need, inShape, axes);
-  }
-  if (!levels.every((l) => l === ELEM)) return no(`its result is read as ${describeNeeds(need)}`);
-  // Read elementwise by a kernel over the reduced shape: that kernel becomes the reduction's epilogue,
-  // computed once per row.
-  if (numel(k.space) !== numel(n.type.shape)) return no("the kernel iterates over a different shape");
-  for (const m of k.members) {
-    const ms = needs.get(m)!;
-    if ([...ms].some((x) => x !== ELEM && x !== ANY)) {
-      return no("the kernel's members are read at several levels; cannot turn it into a row epilogue");
-    }
-  }
-  for (const m of k.members) {
-    const ms = needs.get(m)!;
-    if (ms.delete(ELEM)) ms.add(ROW);
-  }
-  return joinAtRowLevel(k, need, inShape, axes);
-}
-
-/**
- * A node the kernel must also write (an extra root) is stored where the kernel iterates: at each element
- * of its space, or once per row of a reduce kernel. A node read at any other index cannot be.
- */
-function storableHere(g: Graph, id: NodeId, k: FusedKernel, need: Set<Need>): Verdict {
-  const size = numel(g.nodes[id].type.shape);
-  const only = need.size === 1 ? [...need][0] : undefined;
-  if (only === ELEM && size === numel(k.space)) {
-    // A reduction with few rows runs on few workgroups; element-level outputs there would lose the
-    // parallelism of a kernel of their own (a loss summed over a whole activation, say).
-    const rows = k.kind === "reduce" ? numel(k.space) / numel(k.axes!.map((a) => k.space[a])) : Infinity;
-    if (rows < MIN_ROWS_FOR_ELEMENT_OUTPUTS && size >= 65536) {
-      return no(`the kernel reduces to ${rows} row(s); writing ${size} elements there would serialize them`);
-    }
-    return YES;
-  }
-  if (only === ROW && k.kind === "reduce") return YES;
-  // Read through a broadcast from this reduce kernel's rows: that is a row-level value here.
-  const rc = only === undefined ? undefined : parseRowCandidate(only);
-  if (rc && k.kind === "reduce" && sameShape(rc.shape, k.space) && rc.axes.join() === k.axes!.join()) {
-    return YES;
-  }
-  // A loop kernel reading a per-row value through a broadcast (LayerNorm's 1/σ, softmax's sum) becomes a
-  // row kernel over those rows, which computes the value once per row and can write it — and can then take
-  // the reductions that produce it.
-  if (rc && k.kind === "loop" && numel(rc.shape) === numel(k.space)) {
-    // Not when there would be few rows: a scalar broadcast over a whole vector (the optimizer's overflow
-    // flag) would turn an elementwise kernel into one workgroup walking every element.
-    const rows = numel(rc.shape) / numel(rc.axes.map((a) => rc.shape[a]));
-    if (rows < MIN_ROWS_FOR_ELEMENT_OUTPUTS && numel(k.space) >= 65536) {
-      return no(
-        `it is a value per row of ${rows} row(s); a row kernel over ${
-          numel(k.space)
-        } elements would serialize them`,
-      );
-    }
-    return joinAtRowLevel(k, need, rc.shape, rc.axes);
-  }
-  return no(`it is read as ${describeNeeds(need)} here, so this kernel cannot also write it`);
-}
-
-/** Makes `k` a row kernel reducing `axes` of `space`, with the joining node read at row level. */
-function joinAtRowLevel(
-  k: FusedKernel,
-  need: Set<Need>,
-  space: readonly number[],
-  axes: readonly number[],
-): Verdict {
-  k.kind = "reduce";
-  k.space = space;
-  k.axes = axes;
-  need.clear();
-  need.add(ROW);
-  return YES;
 }

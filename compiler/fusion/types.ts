@@ -58,6 +58,23 @@ export interface FusionResult {
   readonly inPlace: InPlaceConcats;
 }
 
-export type Verdict = { readonly ok: true } | { readonly ok: false; readonly reason: string };
+/**
+ * How a kernel changes when a node joins it, as a join decision describes it (decisions only describe;
+ * fuse.ts `applyJoin` applies): a loop kernel becomes a matmul kernel when it absorbs a GEMM, or a row
+ * (reduce) kernel when it absorbs a reduction or must write a per-row value.
+ */
+export interface Adaptation {
+  /** The kernel's new kind, space, reduced axes and anchor (fields left out keep their value). */
+  readonly kernel?: Partial<Pick<FusedKernel, "kind" | "space" | "axes" | "anchor">>;
+  /** How the joining node is read once it is in the kernel (replaces the need it was asked with). */
+  readonly need?: ReadonlySet<Need>;
+  /** Every member read at the element level is then read at the row level (the kernel becomes a row epilogue). */
+  readonly membersToRow?: boolean;
+}
+
+/** A fusion decision: yes (with how the kernel adapts, if it does) or no with the reason. */
+export type Verdict =
+  | { readonly ok: true; readonly adapt?: Adaptation }
+  | { readonly ok: false; readonly reason: string };
 export const YES: Verdict = { ok: true };
 export const no = (reason: string): Verdict => ({ ok: false, reason });

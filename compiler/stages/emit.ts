@@ -1,0 +1,72 @@
+/**
+ * Emission: each kernel rendered for each target without its description (the plan keeps that in
+ * PlanKernel.about, and kernels_generated/ writes it into the file header), so that identical kernels
+ * render identically (share_sources.ts groups them next); the plan's kernels with their costs, bindings
+ * and library GEMMs; the Plan itself.
+ */
+import type { Plan, PlanKernel } from "../../plan/plan.ts";
+import type { Kernel } from "../kernel_ir/ir.ts";
+import { kernelCost } from "../kernel_cost.ts";
+import type { Stage } from "../pipeline.ts";
+import { type Emitter, type KernelState, need } from "./state.ts";
+
+const NAME = "emit";
+
+const planBindings = (k: Kernel) =>
+  k.bindings.map((b, index) => ({ index, name: b.name, buffer: b.buffer, access: b.access }));
+
+export const emitStage: Stage<KernelState> = {
+  name: NAME,
+  about: "each group of identical kernels rendered once per target (WGSL, CUDA C); the Plan assembled",
+  run: (s, ctx) => {
+    const kernels = need(s.kernels, "lowered kernels", NAME);
+    const buffers = need(s.buffers, "buffers", NAME);
+    const schedule = need(s.schedule, "the schedule", NAME);
+    const memory = need(s.memory, "the memory plan", NAME);
+    const gemmOf = s.gemmOf ?? new Map();
+    const { wgsl, cuda } = s.options.emitters;
+    const render = (emit: Emitter, k: Kernel) => emit({ ...k, about: [] });
+    const planKernels: PlanKernel[] = kernels.map((k, i) => {
+      const lib = gemmOf.get(i);
+      const epi = lib?.epilogue;
+      return {
+        name: k.name,
+        kind: k.kind,
+        bindings: planBindings(k),
+        about: k.about,
+        ...kernelCost(k),
+        ...(wgsl ? { wgsl: render(wgsl, k) } : {}),
+        ...(cuda ? { cuda: render(cuda, k) } : {}),
+        ...(lib && cuda
+          ? {
+            cudaGemm: {
+              call: lib.call,
+              ...(epi
+                ? { epilogue: { name: epi.name, bindings: planBindings(epi), cuda: render(cuda, epi) } }
+                : {}),
+            },
+          }
+          : {}),
+      };
+    });
+    if (ctx.flags.level >= 4) {
+      for (const k of planKernels) if (k.wgsl) ctx.log(4, `// ${k.name}\n${k.wgsl.code}`);
+    }
+    const plan: Plan = {
+      version: 1,
+      graph: s.graph.name,
+      buffers: buffers.map((b) => {
+        const offset = memory.offsetOf.get(b.id);
+        return { ...b, slot: memory.slotOf.get(b.id)!, ...(offset ? { offset } : {}) };
+      }),
+      slots: memory.slots,
+      inputs: schedule.inputs,
+      params: schedule.params,
+      outputs: schedule.outputs,
+      kernels: planKernels,
+      steps: schedule.steps,
+      updates: schedule.updates,
+    };
+    return { ...s, plan };
+  },
+};

@@ -1,0 +1,68 @@
+/**
+ * The fusion stages: producer-consumer fusion (consumers first), then the kernel-level fusions in the
+ * order they must run — attention while its softmax kernel is still alone, sibling fusion, consumer
+ * merging. Each spends the one FUSION_FUEL budget and logs its decisions at DEBUG=3.
+ */
+import { fuseAttention } from "../fusion/attention.ts";
+import { mergeConsumers } from "../fusion/consumers.ts";
+import { fuseProducers } from "../fusion/fuse.ts";
+import { mergeSiblings } from "../fusion/siblings.ts";
+import type { FusionResult } from "../fusion/types.ts";
+import type { PassContext, Stage } from "../pipeline.ts";
+import { type KernelState, need } from "./state.ts";
+
+const takeFuel = (ctx: PassContext) => () => ctx.fuel.take();
+const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => console.error(m) : undefined;
+
+export const fusionStage: Stage<KernelState> = {
+  name: "fusion",
+  about:
+    "producer-consumer fusion, consumers first: each node joins the one kernel reading it, or roots its own",
+  run: (s, ctx) => ({
+    ...s,
+    fusion: fuseProducers(s.graph, { fuse: s.fusing, takeFuel: takeFuel(ctx), log: logOf(ctx) }),
+  }),
+  // The unfused baseline: one kernel per op; the later fusion stages then do nothing either.
+  skip: (s, ctx) => ({
+    ...s,
+    fusing: false,
+    fusion: fuseProducers(s.graph, { fuse: false, takeFuel: takeFuel(ctx), log: logOf(ctx) }),
+  }),
+};
+
+/** A kernel-level fusion stage, which does nothing when not fusing or when skipped. */
+function kernelFusion(
+  name: string,
+  about: string,
+  fuse: (s: KernelState, f: FusionResult, ctx: PassContext) => FusionResult,
+): Stage<KernelState> {
+  return {
+    name,
+    about,
+    run: (s, ctx) => {
+      if (!s.fusing) return s;
+      const f = need(s.fusion, "the fusion", name);
+      const next = fuse(s, f, ctx);
+      return next === f ? s : { ...s, fusion: next };
+    },
+    skip: (s) => s,
+  };
+}
+
+export const attentionStage = kernelFusion(
+  "fusion-attention",
+  "QKᵀ, softmax and PV become one attention kernel where nothing else reads the probabilities",
+  (s, f, ctx) => fuseAttention(s.graph, f, { takeFuel: takeFuel(ctx), log: logOf(ctx) }),
+);
+
+export const siblingStage = kernelFusion(
+  "fusion-siblings",
+  "kernels over one space that read a common tensor merge into one multi-output kernel",
+  (s, f, ctx) => mergeSiblings(s.graph, f, takeFuel(ctx)),
+);
+
+export const consumerStage = kernelFusion(
+  "fusion-consumers",
+  "an elementwise kernel reading a producer's output at the same elements folds into that producer",
+  (s, f, ctx) => mergeConsumers(s.graph, f, takeFuel(ctx)),
+);

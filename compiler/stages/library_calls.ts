@@ -1,0 +1,72 @@
+/**
+ * Library calls (CUDA): GEMMs as cuBLASLt calls where they qualify (compiler/lower/gemm_library.ts). The
+ * product goes straight to the kernel's output when the epilogue is only that store; otherwise to an f32
+ * scratch buffer of the plan, which an epilogue kernel (lowered from the same fused kernel) reads. The
+ * scratch is a plan buffer rather than an executor-managed workspace so that the memory plan gives it a
+ * lifetime of one step and lets it share a slot with other dead activations (no per-GEMM or worst-case
+ * allocation beside the arena), and every runtime (and the CPU test harness) sees the same addresses the
+ * plan describes.
+ */
+import { numel } from "../../ir/mod.ts";
+import { deriveGemm, outputOperand } from "../lower/gemm_library.ts";
+import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
+import { vectorizeLoop } from "../lower/vectorize.ts";
+import type { Stage } from "../pipeline.ts";
+import {
+  type GemmDecision,
+  type KernelState,
+  type LibraryGemm,
+  need,
+  type StateBuffer,
+  valueContext,
+} from "./state.ts";
+
+const NAME = "library-calls";
+
+export const libraryCallsStage: Stage<KernelState> = {
+  name: NAME,
+  about: "CUDA: GEMMs that qualify become cuBLASLt calls, with an epilogue kernel where one is left",
+  run: (s) => {
+    if (!s.options.emitters.cuda || s.options.libraryGemms === false) return { ...s, gemms: [] };
+    const g = s.graph;
+    const fusion = need(s.fusion, "the fusion", NAME);
+    const kernels = need(s.kernels, "lowered kernels", NAME);
+    const ctx = valueContext(s, NAME);
+    const buffers: StateBuffer[] = [...need(s.buffers, "buffers", NAME)];
+    const gemms: GemmDecision[] = [];
+    const gemmOf = new Map<number, LibraryGemm>();
+    fusion.kernels.forEach((k, i) => {
+      if (k.kind !== "matmul") return;
+      const kctx = { ...ctx, members: k.members };
+      const v = deriveGemm(g, k, kctx);
+      if (!v.ok) {
+        gemms.push({ kernel: kernels[i].name, library: false, reason: v.reason });
+        return;
+      }
+      const base = { m: v.m, n: v.n, k: v.k, batch: v.batch, a: v.a, b: v.b, compute: "32F" as const };
+      if (v.direct) {
+        const d = outputOperand(ctx.bufferOf(v.direct.root), v.direct.dtype, v.m, v.n);
+        gemmOf.set(i, { call: { ...base, d } });
+        gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt writes the output" });
+        return;
+      }
+      const mm = g.nodes[k.anchor!];
+      const scratch = buffers.length;
+      buffers.push({
+        id: scratch,
+        name: `%${mm.id} matmul product f32 (cuBLASLt)`,
+        dtype: "f32",
+        shape: [...mm.type.shape],
+        bytes: numel(mm.type.shape) * 4,
+        role: "activation",
+      });
+      const lowered = lowerGemmEpilogue(g, k, kctx, { buffer: scratch });
+      const epilogue = s.vectorized ? vectorizeLoop(lowered) : lowered;
+      gemmOf.set(i, { call: { ...base, d: outputOperand(scratch, "f32", v.m, v.n) }, epilogue, scratch });
+      gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt, then an epilogue kernel" });
+    });
+    return { ...s, buffers, gemmOf, gemms };
+  },
+  // Every GEMM runs as the template kernel.
+  skip: (s) => ({ ...s, gemms: [] }),
+};

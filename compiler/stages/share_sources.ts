@@ -1,0 +1,58 @@
+/**
+ * One source for identical kernels: the same fusion in every encoder layer lowers to kernels that differ
+ * only in their names, descriptions and the buffers they are bound to, none of which is in the source
+ * (the emit stage renders kernels without their description; the plan keeps it in PlanKernel.about, and
+ * binds buffers by index). This stage groups the kernels of equal source per target and gives every
+ * kernel of a group the group's one TargetKernel. Every consumer goes by these groups: kernels_generated/
+ * writes one file per group (write_kernels.ts), the WebGPU executor builds one pipeline and the CUDA
+ * executor loads one module per distinct source.
+ *
+ * Grouping compares sources rather than kernel IR: the IR of two layers' kernels differs in binding
+ * buffer ids, and keying a 100 MB-as-JSON kernel list costs more than emitting it.
+ */
+import type { PlanKernel, TargetKernel } from "../../plan/plan.ts";
+import type { Stage } from "../pipeline.ts";
+import { type KernelState, need, type Target } from "./state.ts";
+
+/** For each item, the index of the first one whose source (`sourceOf`) has the same code; -1 without one. */
+export function sourceGroups<T>(items: readonly T[], sourceOf: (x: T) => TargetKernel | undefined): number[] {
+  const first = new Map<string, number>();
+  return items.map((x, i) => {
+    const code = sourceOf(x)?.code;
+    if (code === undefined) return -1;
+    const have = first.get(code);
+    if (have !== undefined) return have;
+    first.set(code, i);
+    return i;
+  });
+}
+
+const TARGETS: readonly Target[] = ["wgsl", "cuda"];
+const epilogueOf = (k: PlanKernel) => k.cudaGemm?.epilogue?.cuda;
+
+export const shareSourcesStage: Stage<KernelState> = {
+  name: "share-sources",
+  about: "kernels of equal source (the same fusion in every layer) are grouped and share one source object",
+  run: (s) => {
+    const plan = need(s.plan, "the plan", "share-sources");
+    const groups = Object.fromEntries(
+      TARGETS.filter((t) => s.options.emitters[t]).map((t) => [t, sourceGroups(plan.kernels, (k) => k[t])]),
+    ) as Partial<Record<Target, number[]>>;
+    const epilogues = sourceGroups(plan.kernels, epilogueOf);
+    const first = (t: Target, i: number) => plan.kernels[groups[t]![i]][t];
+    const kernels = plan.kernels.map((k, i): PlanKernel => {
+      const e = k.cudaGemm?.epilogue;
+      return {
+        ...k,
+        ...(groups.wgsl ? { wgsl: first("wgsl", i) } : {}),
+        ...(groups.cuda ? { cuda: first("cuda", i) } : {}),
+        ...(e
+          ? {
+            cudaGemm: { ...k.cudaGemm!, epilogue: { ...e, cuda: epilogueOf(plan.kernels[epilogues[i]])! } },
+          }
+          : {}),
+      };
+    });
+    return { ...s, plan: { ...plan, kernels }, shared: { ...groups, epilogues } };
+  },
+};

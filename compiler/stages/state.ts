@@ -1,0 +1,129 @@
+/**
+ * The state the kernel-level stages thread through the compile: each stage returns a copy with the part
+ * it makes filled in (and never mutates the state it was given, which the pipeline keeps for dumps and
+ * error reports). A field is present once the stage that makes it has run.
+ */
+import type { DType, Graph, NodeId } from "../../ir/mod.ts";
+import type { Plan, PlanBuffer, PlanStep, TargetKernel } from "../../plan/plan.ts";
+import type { FusionResult } from "../fusion/types.ts";
+import type { Kernel } from "../kernel_ir/ir.ts";
+import type { GemmCall } from "../lower/gemm_library.ts";
+import type { ValueContext } from "../lower/values.ts";
+import type { Precision } from "../passes/precision.ts";
+import type { StoragePlan } from "../storage_precision.ts";
+
+export type Target = "wgsl" | "cuda";
+export type Emitter = (k: Kernel) => TargetKernel;
+
+/** Whether a matmul kernel's GEMM became a library call on CUDA, and why (not). */
+export interface GemmDecision {
+  readonly kernel: string;
+  readonly library: boolean;
+  readonly reason: string;
+}
+
+/** What the caller asked for: the options every stage may read. */
+export interface KernelOptions {
+  /** false: one kernel per op (the unfused baseline). */
+  readonly fuse: boolean;
+  readonly emitters: Partial<Record<Target, Emitter>>;
+  /** The storage precision, or "auto": the precision the graph was prepared for. */
+  readonly precision?: Precision | "auto";
+  /** CUDA: matmul kernels that qualify get a cuBLASLt variant; default true. */
+  readonly libraryGemms?: boolean;
+}
+
+/** A plan buffer before memory planning gives it a slot. */
+export type StateBuffer = Omit<PlanBuffer, "slot">;
+
+/** A GEMM that runs as a library call, with the epilogue kernel that reads its f32 scratch product. */
+export interface LibraryGemm {
+  readonly call: GemmCall;
+  readonly epilogue?: Kernel;
+  readonly scratch?: number;
+}
+
+/** The step program and the plan's named entry points. */
+export interface Schedule {
+  readonly steps: readonly PlanStep[];
+  readonly inputs: Readonly<Record<string, number>>;
+  readonly params: Readonly<Record<string, number>>;
+  readonly outputs: Readonly<Record<string, number>>;
+  readonly updates: readonly { readonly param: number; readonly value: number }[];
+  /** The buffers each step reads and writes (a library GEMM's step also its scratch). */
+  readonly access: readonly { readonly reads: readonly number[]; readonly writes: readonly number[] }[];
+}
+
+/** Where each buffer lives: its slot and byte offset (the parts of an in-place flat vector sit inside it). */
+export interface MemoryLayout {
+  readonly slotOf: ReadonlyMap<number, number>;
+  readonly offsetOf: ReadonlyMap<number, number>;
+  readonly slots: readonly { readonly id: number; readonly bytes: number }[];
+  readonly bytesWithReuse: number;
+  readonly bytesWithoutReuse: number;
+  readonly peakLiveBytes: number;
+}
+
+/**
+ * Kernels of equal source in groups, per target: `wgsl[i]` is the first kernel whose WGSL source kernel
+ * i shares (share_sources.ts); `epilogues` likewise for the CUDA epilogues of library GEMMs (-1: none).
+ */
+export interface SharedSources {
+  readonly wgsl?: readonly number[];
+  readonly cuda?: readonly number[];
+  readonly epilogues: readonly number[];
+}
+
+export interface KernelState {
+  /** The graph after the graph passes, which the plan executes. */
+  readonly graph: Graph;
+  readonly options: KernelOptions;
+  /** False when the unfused baseline was asked for, or the fusion stage skipped: later fusion stages do nothing. */
+  readonly fusing: boolean;
+  readonly fusion?: FusionResult;
+  readonly storage?: StoragePlan;
+  readonly buffers?: readonly StateBuffer[];
+  readonly bufferOfNode?: ReadonlyMap<NodeId, number>;
+  /** One per fused kernel, in fusion's order. */
+  readonly kernels?: readonly Kernel[];
+  /** Whether the vectorize stage ran (GEMM epilogues lowered later are vectorized too). */
+  readonly vectorized?: boolean;
+  /** Library GEMMs by kernel index, and one decision per matmul kernel (CUDA only). */
+  readonly gemmOf?: ReadonlyMap<number, LibraryGemm>;
+  readonly gemms?: readonly GemmDecision[];
+  readonly schedule?: Schedule;
+  readonly memory?: MemoryLayout;
+  /** Whether the kernels were legalized for the targets compiled (per-target rules, legalize.ts). */
+  readonly legalized?: boolean;
+  readonly shared?: SharedSources;
+  readonly plan?: Plan;
+}
+
+/** A part of the state a stage needs; a missing one is an ordering mistake in the stage list. */
+export function need<T>(value: T | undefined, what: string, stage: string): T {
+  if (value === undefined) {
+    throw new Error(`internal: stage '${stage}' needs ${what}, which no earlier stage made`);
+  }
+  return value;
+}
+
+/** The lowering's view of the state: buffers, stored dtypes, and which nodes no kernel computes. */
+export function valueContext(s: KernelState, stage: string): Omit<ValueContext, "members"> {
+  const fusion = need(s.fusion, "the fusion", stage);
+  const storage = need(s.storage, "the storage plan", stage);
+  const bufferOfNode = need(s.bufferOfNode, "buffers", stage);
+  return {
+    graph: s.graph,
+    storedType: storage.storedType,
+    computedAnywhere: (id: NodeId) => fusion.kernelOf[id] < 0 && !fusion.materialized.has(id),
+    bufferOf: (id: NodeId) => {
+      const b = bufferOfNode.get(id);
+      if (b === undefined) throw new Error(`internal: %${id} has no buffer`);
+      return b;
+    },
+  };
+}
+
+/** The dtype a node's buffer holds (its own when no storage plan was made). */
+export const storedTypeOf = (s: KernelState, id: NodeId): DType =>
+  s.storage?.storedType(id) ?? s.graph.nodes[id].type.dtype;

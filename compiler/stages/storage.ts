@@ -1,0 +1,19 @@
+/** The storage precision stage: the dtype each materialized value is stored in (storage_precision.ts). */
+import type { Stage } from "../pipeline.ts";
+import { chooseStorage, detectPrecision, fullStorage } from "../storage_precision.ts";
+import { type KernelState, need } from "./state.ts";
+
+export const storageStage: Stage<KernelState> = {
+  name: "storage-precision",
+  about: "activations between kernels are stored in the low precision (f16/bf16); kernels compute in f32",
+  run: (s) => {
+    const p = s.options.precision;
+    const precision = !p || p === "auto" ? detectPrecision(s.graph) : p;
+    return {
+      ...s,
+      storage: chooseStorage(s.graph, need(s.fusion, "the fusion", "storage-precision"), precision),
+    };
+  },
+  // Every buffer in its graph dtype.
+  skip: (s) => ({ ...s, storage: fullStorage(s.graph) }),
+};
