@@ -14,9 +14,9 @@ export type DebugLevel = 0 | 1 | 2 | 3 | 4 | 5;
 export interface DebugFlags {
   /** 0 quiet; 1 pass and step timings; 2 kernel launches; 3 fusion decisions; 4 kernel source; 5 IR. */
   readonly level: DebugLevel;
-  /** Where the pipeline writes numbered IR dumps before and after each pass. */
+  /** Where the pipeline writes numbered dumps: IR before and after each graph pass, the kernel state after each stage. */
   readonly dumpDir?: string;
-  /** Pass names the pipeline skips. */
+  /** Pass and stage names the pipeline skips (compiler/README.md marks those that may be). */
   readonly skipPasses: ReadonlySet<string>;
   /** Number of fusions allowed before fusion stops (unlimited when undefined). */
   readonly fusionFuel?: number;
@@ -28,7 +28,7 @@ export const DEBUG_LEVELS: Readonly<Record<Exclude<DebugLevel, 0>, string>> = {
   2: "one line per kernel launch (time, GB/s, GFLOP/s)",
   3: "fusion decisions with their reasons, simplification rule counts",
   4: "kernel source",
-  5: "the IR after every pass",
+  5: "the IR after every pass, the kernel-level state after every stage",
 };
 
 export const QUIET: DebugFlags = { level: 0, skipPasses: new Set() };
@@ -140,12 +140,12 @@ const FLAG_ROWS: readonly (readonly [string, string, string])[] = [
   [
     "`DUMP_DIR`",
     "a directory",
-    "write `NN-before-<pass>.ir` and `NN-after-<pass>.ir` (IR text form) for every pass that runs",
+    "write `NN-before-<pass>.ir` and `NN-after-<pass>.ir` for every graph pass, `NN-after-<stage>.kernels` for every kernel stage",
   ],
   [
     "`SKIP_PASSES`",
     "pass names, comma-separated",
-    "skip those passes; an unknown name is an error listing the passes",
+    "skip those passes (compiler/README.md marks which); an unknown or unskippable name is an error",
   ],
   [
     "`FUSION_FUEL`",
