@@ -204,7 +204,9 @@ async function loadSquadTask(o: FinetuneOptions, tok: BertTokenizer, seqLen: num
     const file = need(o.trainFile, "--train-file (SQuAD JSON)", "squad");
     const ds = await readSquad(file);
     checkV2(ds.v2, o, file);
-    const examples = o.trainLimit === undefined ? ds.examples : ds.examples.slice(0, o.trainLimit);
+    // Training uses each question's first answer, as Hugging Face's SQuAD processor does (dev files list several).
+    const examples = (o.trainLimit === undefined ? ds.examples : ds.examples.slice(0, o.trainLimit))
+      .map((e) => ({ ...e, answers: e.answers.slice(0, 1) }));
     const { features, skipped } = squadFeatures(examples, tok, { ...opts, training: true });
     if (skipped.length) {
       // BERT's run_squad skips such questions with a warning; a data file that says one thing and means
