@@ -10,7 +10,15 @@
  * A vector load or store moves four elements, and a vector operation is four operations.
  */
 import { byteSize } from "../ir/mod.ts";
-import { type Kernel, type KExpr, type KStmt, type KType, lanesOf, laneType } from "./kernel_ir/ir.ts";
+import {
+  type KBinOp,
+  type Kernel,
+  type KExpr,
+  type KStmt,
+  type KType,
+  lanesOf,
+  laneType,
+} from "./kernel_ir/ir.ts";
 
 interface Counts {
   loads: Map<string, number>;
@@ -18,7 +26,24 @@ interface Counts {
   flops: number;
 }
 
-const FLOAT_OPS = new Set(["add", "sub", "mul", "div", "max", "min"]);
+/** Whether a binary op counts as a floating-point operation (comparisons, logic and mod do not). */
+const FLOAT_OP: Record<KBinOp, boolean> = {
+  add: true,
+  sub: true,
+  mul: true,
+  div: true,
+  max: true,
+  min: true,
+  mod: false,
+  and: false,
+  or: false,
+  eq: false,
+  ne: false,
+  lt: false,
+  le: false,
+  gt: false,
+  ge: false,
+};
 
 /** Floating-point operations one op on a value of type `t` does (0 for integers and bools). */
 const floatLanes = (t: KType) => (laneType(t) === "f32" || laneType(t) === "f16" ? lanesOf(t) : 0);
@@ -43,7 +68,7 @@ function countExpr(e: KExpr, w: number, c: Counts): void {
       countExpr(e.a, w, c);
       return;
     case "bin":
-      if (FLOAT_OPS.has(e.op)) c.flops += w * floatLanes(e.a.t);
+      if (FLOAT_OP[e.op]) c.flops += w * floatLanes(e.a.t);
       countExpr(e.a, w, c);
       countExpr(e.b, w, c);
       return;

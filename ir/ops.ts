@@ -27,8 +27,8 @@ export type OpCategory =
   | "scatter"
   | "random";
 
-export interface OpDef {
-  readonly category: OpCategory;
+export interface OpDef<C extends OpCategory = OpCategory> {
+  readonly category: C;
   /** Number of operands; -1 means one or more (concat). */
   readonly arity: number;
   /** Required attributes and their kinds. Optional ones are listed in `optional`. */
@@ -58,7 +58,7 @@ function checkShape(shape: readonly number[], what: string): void {
   );
 }
 
-function unaryFloat(doc: string): OpDef {
+function unaryFloat(doc: string): OpDef<"unary"> {
   return {
     category: "unary",
     arity: 1,
@@ -71,7 +71,7 @@ function unaryFloat(doc: string): OpDef {
   };
 }
 
-function unaryNumeric(doc: string): OpDef {
+function unaryNumeric(doc: string): OpDef<"unary"> {
   return {
     category: "unary",
     arity: 1,
@@ -94,7 +94,7 @@ function sameOperands(a: TensorType, b: TensorType): void {
   );
 }
 
-function binaryNumeric(doc: string): OpDef {
+function binaryNumeric(doc: string): OpDef<"binary"> {
   return {
     category: "binary",
     arity: 2,
@@ -108,7 +108,7 @@ function binaryNumeric(doc: string): OpDef {
   };
 }
 
-function binaryLogical(doc: string): OpDef {
+function binaryLogical(doc: string): OpDef<"binary"> {
   return {
     category: "binary",
     arity: 2,
@@ -122,7 +122,7 @@ function binaryLogical(doc: string): OpDef {
   };
 }
 
-function compare(doc: string): OpDef {
+function compare(doc: string): OpDef<"compare"> {
   return {
     category: "compare",
     arity: 2,
@@ -135,7 +135,7 @@ function compare(doc: string): OpDef {
   };
 }
 
-function reduce(doc: string): OpDef {
+function reduce(doc: string): OpDef<"reduce"> {
   return {
     category: "reduce",
     arity: 1,
@@ -435,6 +435,13 @@ export const OPS = {
 } satisfies Record<string, OpDef>;
 
 export type OpName = keyof typeof OPS;
+/**
+ * The ops of one category, as a type: tables over a category (the lowering's map of elementwise ops to
+ * kernel-IR ops) are keyed by it, so a new op of that category is a type error until it has a row.
+ */
+export type OpNameOf<C extends OpCategory> = {
+  [K in OpName]: (typeof OPS)[K]["category"] extends C ? K : never;
+}[OpName];
 
 export function isOpName(s: string): s is OpName {
   return Object.hasOwn(OPS, s);

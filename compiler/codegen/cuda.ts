@@ -32,8 +32,29 @@
  * prelude's polynomial; exp, log, sqrt, rsqrt, tanh are expf, logf, sqrtf, rsqrtf, tanhf.
  */
 import type { TargetKernel } from "../../plan/plan.ts";
-import { isVector, type Kernel, type KExpr, type KStmt, type KType, laneType } from "../kernel_ir/ir.ts";
-import { visitExprs, visitStmts } from "../kernel_ir/walk.ts";
+import {
+  isVector,
+  type Kernel,
+  type KExpr,
+  type KStmt,
+  type KType,
+  type KUnOp,
+  laneType,
+} from "../kernel_ir/ir.ts";
+import { visitStmts } from "../kernel_ir/walk.ts";
+import {
+  atom,
+  call,
+  CFamilySpeller,
+  negate,
+  not,
+  paren,
+  reciprocal,
+  REL,
+  type Spelled,
+  type ThreadId,
+  UNARY,
+} from "./c_family.ts";
 import { type CudaLegal, legalizeCUDA, WARP } from "./legalize_cuda.ts";
 import { CudaNamer } from "./cuda_names.ts";
 import {
@@ -53,20 +74,6 @@ export function emitCUDA(k: Kernel): TargetKernel {
   const legal = legalizeCUDA(k);
   return { code: new Speller(legal).kernel(), grid: legal.grid, workgroupSize: legal.kernel.workgroupSize };
 }
-
-// Precedence levels of spelled C++ expressions; parentheses are added where the grammar needs them or
-// where mixing would make a reader stop and think (bitwise operators against comparisons, always).
-const ATOM = 100, UNARY = 90, MUL = 80, ADD = 70, REL = 50, BIT = 40, AND = 30, OR = 20;
-
-interface Spelled {
-  readonly s: string;
-  readonly p: number;
-  /** The operator at the top, for chains C++ reads without parentheses (a && b && c). */
-  readonly op?: string;
-}
-
-const atom = (s: string): Spelled => ({ s, p: ATOM });
-const paren = (x: Spelled, need: boolean) => (need ? `(${x.s})` : x.s);
 
 const C_TYPE: Record<string, string> = {
   f32: "float",
@@ -127,56 +134,47 @@ function floatLiteral(v: number): Spelled {
   return r < 0 || Object.is(r, -0) ? { s: `-${text}`, p: UNARY } : atom(text);
 }
 
-const BIN_OPS: Partial<Record<string, { sym: string; p: number }>> = {
-  add: { sym: "+", p: ADD },
-  sub: { sym: "-", p: ADD },
-  mul: { sym: "*", p: MUL },
-  div: { sym: "/", p: MUL },
-  mod: { sym: "%", p: MUL },
-  eq: { sym: "==", p: REL },
-  ne: { sym: "!=", p: REL },
-  lt: { sym: "<", p: REL },
-  le: { sym: "<=", p: REL },
-  gt: { sym: ">", p: REL },
-  ge: { sym: ">=", p: REL },
-};
-
-const F32_MATH: Record<string, string> = {
-  exp: "expf",
-  log: "logf",
-  sqrt: "sqrtf",
-  rsqrt: "rsqrtf",
-  tanh: "tanhf",
-  abs: "fabsf",
-  erf: "bf_erf",
+/**
+ * How CUDA spells each unary op: on floats in f32 (halves are widened before and rounded after, see the
+ * file comment), on integers and bool as they are; an op without a spelling for a type is refused.
+ */
+const SPELL_UNARY: Record<
+  KUnOp,
+  {
+    readonly float?: (x: Spelled) => Spelled;
+    readonly int?: (a: Spelled, t: KType) => Spelled;
+    readonly helper?: CudaHelper;
+  }
+> = {
+  neg: { float: (x) => negate(x, false), int: (a, t) => negate(a, t === "u32") },
+  abs: { float: call("fabsf"), int: (a, t) => (t === "u32" ? a : call("abs")(a)) },
+  exp: { float: call("expf") },
+  log: { float: call("logf") },
+  sqrt: { float: call("sqrtf") },
+  rsqrt: { float: call("rsqrtf") },
+  tanh: { float: call("tanhf") },
+  erf: { float: call("bf_erf"), helper: "bf_erf" },
+  reciprocal: { float: (x) => reciprocal(x, "1.0f") },
+  not: { int: (a, t) => not(a, t === "bool") },
 };
 
 type Reduce = Extract<KStmt, { k: "wg_reduce" }>;
 
-class Speller {
-  private readonly k: Kernel;
+class Speller extends CFamilySpeller {
   private readonly names = new CudaNamer();
   private readonly helpers = new Set<CudaHelper>();
   private readonly reductions = new Map<string, ReduceHelper>();
-  private readonly bindingType = new Map<string, KType>();
-  private readonly bindingConst = new Set<string>();
-  private readonly sharedType = new Map<string, KType>();
-  private readonly lines: string[] = [];
-  private depth = 1;
   private fp16 = false;
   private bf16 = false;
+  protected readonly barrier = "__syncthreads();";
+  protected readonly builtins = { lid: "threadIdx.x", x: "blockIdx.x", y: "blockIdx.y" };
 
-  constructor(private readonly legal: CudaLegal) {
-    this.k = legal.kernel;
-    for (const b of this.k.bindings) {
-      this.bindingType.set(b.name, b.vector ? `v4${b.t}` as KType : b.t);
-      if (b.access === "read") this.bindingConst.add(b.name);
-    }
-    for (const s of this.k.shared) this.sharedType.set(s.name, s.t);
+  constructor(private readonly cuda: CudaLegal) {
+    super(cuda);
   }
 
-  private fail(msg: string): never {
-    throw new CudaEmitError(`kernel ${this.k.name}: ${msg}`);
+  protected error(msg: string): Error {
+    return new CudaEmitError(msg);
   }
 
   /** The C++ name of a kernel-IR type (noting the header it needs). */
@@ -196,9 +194,9 @@ class Speller {
       `// launch: grid [${gx}, ${gy}, ${gz}] of ${k.workgroupSize}-thread blocks` +
         (gy > 1 ? ` (linear block id = x + y * ${gx}, ${k.workgroups} blocks)` : ""),
     );
-    if (this.legal.clampedLoads) {
+    if (this.cuda.clampedLoads) {
       header.push(
-        `// bounds: ${this.legal.clampedLoads} load index(es) clamped into their array (not provably in range)`,
+        `// bounds: ${this.cuda.clampedLoads} load index(es) clamped into their array (not provably in range)`,
       );
     }
     const params = k.bindings.map((b) => {
@@ -210,9 +208,7 @@ class Speller {
     );
 
     // The body is spelled first: it decides which helpers, headers and ids are needed.
-    const ids = this.usedIds();
-    this.prologue(ids);
-    this.block(k.body);
+    const { lines } = this.body();
 
     const parts: string[] = [header.join("\n")];
     const includes: string[] = [];
@@ -222,7 +218,7 @@ class Speller {
     const prelude = cudaPrelude({
       helpers: this.helpers,
       reductions: this.reductions,
-      warpWidth: this.legal.warpWidth,
+      warpWidth: this.cuda.warpWidth,
       warps: Math.max(1, k.workgroupSize / WARP),
     });
     if (prelude) parts.push(prelude);
@@ -230,131 +226,18 @@ class Speller {
       [
         `extern "C" __global__ void __launch_bounds__(${k.workgroupSize}) bf_kernel(${params.join(", ")}) {`,
         ...shared,
-        ...this.lines,
+        ...lines,
         "}",
       ].join("\n"),
     );
     return parts.join("\n\n") + "\n";
   }
 
-  /** Which thread ids the body (and the grid guard, and wg_reduce) reads; gid implies lid and wg. */
-  private usedIds(): Set<"lid" | "wg" | "gid"> {
-    const ids = new Set<"lid" | "wg" | "gid">();
-    visitExprs(this.k.body, (e) => {
-      if (e.k === "id") ids.add(e.which);
-    });
+  /** A reduction reads lid to pick its warp's slot. */
+  protected override moreIds(ids: Set<ThreadId>): void {
     visitStmts(this.k.body, (s) => {
-      if (s.k === "wg_reduce" && this.legal.scratch.has(s.out)) ids.add("lid");
+      if (s.k === "wg_reduce" && this.cuda.scratch.has(s.out)) ids.add("lid");
     });
-    if (this.legal.guard !== null) ids.add("wg");
-    if (ids.has("gid")) {
-      ids.add("lid");
-      ids.add("wg");
-    }
-    return ids;
-  }
-
-  private prologue(ids: Set<string>): void {
-    const [gx, gy] = this.legal.grid;
-    if (ids.has("lid")) this.line("const int lid = static_cast<int>(threadIdx.x);");
-    if (ids.has("wg")) {
-      this.line(
-        gy > 1
-          ? `const int wg = static_cast<int>(blockIdx.x + blockIdx.y * ${gx}u);`
-          : "const int wg = static_cast<int>(blockIdx.x);",
-      );
-    }
-    if (this.legal.guard !== null) {
-      // The block id is uniform across the block, so returning here is legal before barriers.
-      this.line(`if (wg >= ${this.legal.guard}) {`);
-      this.line("  return;");
-      this.line("}");
-    }
-    if (ids.has("gid")) this.line(`const int gid = wg * ${this.k.workgroupSize} + lid;`);
-  }
-
-  private line(text: string): void {
-    this.lines.push("  ".repeat(this.depth) + text);
-  }
-
-  private block(body: readonly KStmt[]): void {
-    for (let i = 0; i < body.length; i++) {
-      const s = body[i];
-      if (s.k !== "wg_reduce") {
-        this.stmt(s);
-        continue;
-      }
-      // Adjacent reductions form one group sharing one barrier (legalize_cuda.ts, rule 4).
-      const group: Reduce[] = [];
-      while (i < body.length && body[i].k === "wg_reduce") group.push(body[i++] as Reduce);
-      i--;
-      this.reduceGroup(group);
-    }
-  }
-
-  private nested(body: readonly KStmt[]): void {
-    this.depth++;
-    this.block(body);
-    this.depth--;
-  }
-
-  private stmt(s: KStmt): void {
-    switch (s.k) {
-      case "let": {
-        const init = this.expr(s.init);
-        if (init.t !== s.t) this.fail(`let ${s.name}: ${s.t} initialized with a ${init.t} value`);
-        this.line(`${s.mutable ? "" : "const "}${this.type(s.t)} ${this.names.name(s.name)} = ${init.x.s};`);
-        return;
-      }
-      case "set":
-        this.line(`${this.names.name(s.name)} = ${this.expr(s.value).x.s};`);
-        return;
-      case "store": {
-        const t = this.bindingType.get(s.buf) ?? this.fail(`store to unknown binding ${s.buf}`);
-        if (s.value.t !== t) this.fail(`store of a ${s.value.t} value into ${t} binding ${s.buf}`);
-        if (this.bindingConst.has(s.buf)) this.fail(`store to read-only binding ${s.buf}`);
-        const at = `${this.access(s.buf, t, false)}[${this.index(s.index)}]`;
-        this.line(`${at} = ${this.expr(s.value).x.s};`);
-        return;
-      }
-      case "sstore": {
-        const t = this.sharedType.get(s.arr) ?? this.fail(`store to unknown shared array ${s.arr}`);
-        if (s.value.t !== t) this.fail(`store of a ${s.value.t} value into ${t} shared array ${s.arr}`);
-        this.line(`${this.names.name(s.arr, "shared")}[${this.index(s.index)}] = ${this.expr(s.value).x.s};`);
-        return;
-      }
-      case "for": {
-        const v = this.names.name(s.v);
-        for (const e of [s.from, s.to, s.step]) if (e.t !== "i32") this.fail(`for bound of type ${e.t}`);
-        const to = this.expr(s.to).x;
-        this.line(
-          `for (int ${v} = ${this.expr(s.from).x.s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += ${
-            this.expr(s.step).x.s
-          }) {`,
-        );
-        this.nested(s.body);
-        this.line("}");
-        return;
-      }
-      case "if":
-        if (s.cond.t !== "bool") this.fail(`if condition is ${s.cond.t}, not bool`);
-        this.line(`if (${this.expr(s.cond).x.s}) {`);
-        this.nested(s.then);
-        if (s.else && s.else.length) {
-          this.line("} else {");
-          this.nested(s.else);
-        }
-        this.line("}");
-        return;
-      case "barrier":
-        this.line("__syncthreads();");
-        return;
-      case "comment":
-        for (const text of s.text.split("\n")) this.line(`// ${text}`);
-        return;
-      case "wg_reduce":
-        return this.reduceGroup([s]);
-    }
   }
 
   /**
@@ -362,7 +245,7 @@ class Speller {
    * lane 0 of each warp writes its warp's result to the reduction's slot array, one barrier, and every
    * thread folds the slots left to right. Same inputs, same order, same bits.
    */
-  private reduceGroup(group: readonly Reduce[]): void {
+  protected reduceGroup(group: readonly Reduce[]): void {
     const warps = Math.max(1, this.k.workgroupSize / WARP);
     const what = group.map((r) => `${r.op} -> ${r.out}`).join(", ");
     this.line(
@@ -374,17 +257,17 @@ class Speller {
       if (isVector(r.t)) this.fail(`wg_reduce of ${r.t} survived legalization (internal error)`);
       const helper = this.reduceHelper(r);
       const v = this.expr(r.value);
-      if (v.t !== r.t) this.fail(`wg_reduce of a ${v.t} value as ${r.t}`);
+      if (r.value.t !== r.t) this.fail(`wg_reduce of a ${r.value.t} value as ${r.t}`);
       const name = warps > 1 ? this.names.temp("warp") : this.names.name(r.out);
       this.line(
-        `const ${this.type(r.t)} ${name} = ${warpReduceName(helper, this.legal.warpWidth)}(${v.x.s});`,
+        `const ${this.type(r.t)} ${name} = ${warpReduceName(helper, this.cuda.warpWidth)}(${v.s});`,
       );
       partial.push(name);
     }
     if (warps === 1) return;
     const slot = (r: Reduce) =>
       this.names.name(
-        this.legal.scratch.get(r.out) ?? this.fail(`wg_reduce ${r.out} has no slots`),
+        this.cuda.scratch.get(r.out) ?? this.fail(`wg_reduce ${r.out} has no slots`),
         "shared",
       );
     this.line(`if ((lid & ${WARP - 1}) == 0) {`);
@@ -406,77 +289,82 @@ class Speller {
     return this.reductions.get(key)!;
   }
 
+  // ---- the C-family hooks -------------------------------------------------------------------------
+
+  protected local(name: string): string {
+    return this.names.name(name);
+  }
+
+  protected sharedName(name: string): string {
+    return this.names.name(name, "shared");
+  }
+
   /** The spelled binding: as is, or reinterpreted as an array of its vector type. */
-  private access(buf: string, t: KType, read: boolean): string {
+  protected bufferAccess(buf: string, t: KType, read: boolean): string {
     const name = this.names.name(buf, "binding");
     if (!isVector(t)) return name;
-    const c = read && this.bindingConst.has(buf) ? "const " : "";
+    const c = read && this.readOnly.has(buf) ? "const " : "";
     return `reinterpret_cast<${c}${this.type(t)}*>(${name})`;
   }
 
-  private index(e: KExpr): string {
-    if (e.t !== "i32" && e.t !== "u32") this.fail(`index of type ${e.t}`);
-    return this.expr(e).x.s;
+  protected declaration(name: string, t: KType, mutable: boolean): string {
+    return `${mutable ? "" : "const "}${this.type(t)} ${this.names.name(name)}`;
   }
 
-  private expr(e: KExpr): { x: Spelled; t: KType } {
-    return { x: this.spell(e), t: e.t };
+  protected loopVariable(v: string): string {
+    return `int ${v}`;
   }
 
-  private spell(e: KExpr): Spelled {
-    switch (e.k) {
-      case "lit":
-        return this.literal(e.v, e.t);
-      case "ref":
-        return atom(this.names.name(e.name));
-      case "id":
-        return atom(e.which);
-      case "load": {
-        const t = this.bindingType.get(e.buf) ?? this.fail(`load from unknown binding ${e.buf}`);
-        if (t !== e.t) this.fail(`load of ${e.t} from ${t} binding ${e.buf}`);
-        return atom(`${this.access(e.buf, t, true)}[${this.index(e.index)}]`);
-      }
-      case "sload": {
-        const t = this.sharedType.get(e.arr) ?? this.fail(`load from unknown shared array ${e.arr}`);
-        if (t !== e.t) this.fail(`load of ${e.t} from ${t} shared array ${e.arr}`);
-        return atom(`${this.names.name(e.arr, "shared")}[${this.index(e.index)}]`);
-      }
-      case "un":
-        return this.unary(e);
-      case "bin":
-        return this.binary(e);
-      case "select": {
-        if (e.cond.t !== "bool") this.fail(`select on a ${e.cond.t} condition`);
-        const c = this.spell(e.cond);
-        return atom(`(${paren(c, c.p < REL)} ? ${this.spell(e.a).s} : ${this.spell(e.b).s})`);
-      }
-      case "cast":
-        return this.cast(this.spell(e.a), e.a.t, e.t);
-      case "vec": {
-        const t = laneType(e.t);
-        if (e.parts.length !== 4 || e.parts.some((p) => p.t !== t)) this.fail(`malformed ${e.t} constructor`);
-        const make = MAKE_VECTOR[e.t] ?? this.fail(`no CUDA vector type for ${e.t}`);
-        this.type(e.t);
-        return atom(`${make}(${e.parts.map((p) => this.spell(p).s).join(", ")})`);
-      }
-      case "lane": {
-        if (!isVector(e.a.t) || !(e.lane >= 0 && e.lane < 4)) this.fail(`lane ${e.lane} of a ${e.a.t} value`);
-        const a = this.spell(e.a);
-        return atom(`${paren(a, a.p < ATOM)}.${"xyzw"[e.lane]}`);
-      }
-      case "philox": {
-        const fn = e.t === "v4f32" ? "bf_philox4" : "bf_philox";
-        this.helpers.add(fn);
-        const u = (x: KExpr) => this.cast(this.spell(x), x.t, "u32").s;
-        return atom(`${fn}(${u(e.seed)}, ${u(e.step)}, ${e.stream >>> 0}u, ${u(e.index)})`);
-      }
-      case "splat":
-        return this.fail(`${e.k} of ${e.t} survived legalization (internal error)`);
-    }
+  protected idDeclaration(which: ThreadId): string {
+    return `const int ${which}`;
   }
 
-  private literal(v: number, t: KType): Spelled {
-    if (isVector(t)) this.fail(`literal of vector type ${t}`);
+  protected toInt(x: string): string {
+    return `static_cast<int>(${x})`;
+  }
+
+  protected use(helper: CudaHelper): void {
+    this.helpers.add(helper);
+  }
+
+  protected select(cond: Spelled, a: Spelled, b: Spelled): Spelled {
+    return atom(`(${paren(cond, cond.p < REL)} ? ${a.s} : ${b.s})`);
+  }
+
+  protected splat(e: Extract<KExpr, { k: "splat" }>): Spelled {
+    return this.fail(`${e.k} of ${e.t} survived legalization (internal error)`);
+  }
+
+  protected vector(t: KType, parts: readonly string[]): Spelled {
+    const make = MAKE_VECTOR[t] ?? this.fail(`no CUDA vector type for ${t}`);
+    this.type(t);
+    return atom(`${make}(${parts.join(", ")})`);
+  }
+
+  protected minMax(op: "max" | "min", t: KType): string {
+    return isFloat(t) ? (op === "max" ? "fmaxf" : "fminf") : op;
+  }
+
+  /** Halves are computed in f32. */
+  protected override operands(e: Extract<KExpr, { k: "bin" }>): [Spelled, Spelled] {
+    const a = this.expr(e.a), b = this.expr(e.b);
+    return isHalf(e.a.t) ? [this.toF32(a, e.a.t), this.toF32(b, e.a.t)] : [a, b];
+  }
+
+  /** Arithmetic on halves is rounded back (comparisons yield bool as they are). */
+  protected override rounded(r: Spelled, t: KType): Spelled {
+    return isHalf(t) ? this.fromF32(r, t) : r;
+  }
+
+  protected unary(op: KUnOp, a: Spelled, t: KType): Spelled {
+    const spell = SPELL_UNARY[op];
+    if (spell.helper) this.helpers.add(spell.helper);
+    if (!isFloat(t)) return (spell.int ?? this.fail(`${op} of a ${t} value`))(a, t);
+    const float = spell.float ?? this.fail(`${op} of a ${t} value`);
+    return this.fromF32(float(this.toF32(a, t)), t);
+  }
+
+  protected literal(v: number, t: KType): Spelled {
     switch (t) {
       case "f32":
         return floatLiteral(v);
@@ -523,7 +411,7 @@ class Speller {
     return a;
   }
 
-  private cast(a: Spelled, from: KType, to: KType): Spelled {
+  protected cast(a: Spelled, from: KType, to: KType): Spelled {
     if (from === to) return a;
     if (isVector(from) || isVector(to)) this.fail(`cast between ${from} and ${to} survived legalization`);
     if (to === "bool") {
@@ -544,76 +432,6 @@ class Speller {
     // From an integer type.
     if (isFloat(to)) return this.fromF32(atom(`static_cast<float>(${a.s})`), to);
     return atom(`static_cast<${this.type(to)}>(${a.s})`);
-  }
-
-  private unary(e: Extract<KExpr, { k: "un" }>): Spelled {
-    const t = e.a.t;
-    const a = this.spell(e.a);
-    if (isFloat(t)) {
-      // f16/bf16: in f32, rounded back (see the file comment).
-      const x = this.toF32(a, t);
-      let r: Spelled;
-      if (e.op === "neg") r = { s: `-${paren(x, x.p <= UNARY)}`, p: UNARY };
-      else if (e.op === "reciprocal") r = { s: `1.0f / ${paren(x, x.p <= MUL)}`, p: MUL, op: "/" };
-      else if (e.op === "not") return this.fail(`not of a ${t} value`);
-      else {
-        const fn = F32_MATH[e.op];
-        if (fn === "bf_erf") this.helpers.add("bf_erf");
-        r = atom(`${fn}(${x.s})`);
-      }
-      return this.fromF32(r, t);
-    }
-    switch (e.op) {
-      case "neg":
-        if (t === "u32") return { s: `0u - ${paren(a, a.p <= ADD)}`, p: ADD, op: "-" };
-        if (t !== "i32") this.fail(`neg of a ${t} value`);
-        return { s: `-${paren(a, a.p <= UNARY)}`, p: UNARY };
-      case "not":
-        return { s: `${t === "bool" ? "!" : "~"}${paren(a, a.p < ATOM)}`, p: UNARY };
-      case "abs":
-        if (t === "u32") return a;
-        if (t !== "i32") this.fail(`abs of a ${t} value`);
-        return atom(`abs(${a.s})`);
-      default:
-        return this.fail(`${e.op} of a ${t} value`);
-    }
-  }
-
-  private binary(e: Extract<KExpr, { k: "bin" }>): Spelled {
-    const t = e.a.t;
-    if (e.b.t !== t) this.fail(`${e.op} of ${t} and ${e.b.t}`);
-    const a0 = this.spell(e.a), b0 = this.spell(e.b);
-    const half = isHalf(t);
-    const a = half ? this.toF32(a0, t) : a0;
-    const b = half ? this.toF32(b0, t) : b0;
-    // Results of arithmetic on halves are rounded back; comparisons yield bool as they are.
-    const back = (r: Spelled) => (half ? this.fromF32(r, t) : r);
-    if (e.op === "max" || e.op === "min") {
-      const fn = isFloat(t) ? (e.op === "max" ? "fmaxf" : "fminf") : e.op;
-      if (t === "bool") this.fail(`${e.op} of bool values`);
-      return back(atom(`${fn}(${a.s}, ${b.s})`));
-    }
-    if (e.op === "and" || e.op === "or") {
-      if (t === "bool") {
-        const [sym, p] = e.op === "and" ? ["&&", AND] : ["||", OR];
-        const left = paren(a, a.p < REL && a.op !== sym);
-        return { s: `${left} ${sym} ${paren(b, b.p < REL)}`, p, op: sym };
-      }
-      if (isFloat(t)) this.fail(`${e.op} of ${t} values`);
-      const sym = e.op === "and" ? "&" : "|";
-      return { s: `${paren(a, a.p < UNARY)} ${sym} ${paren(b, b.p < UNARY)}`, p: BIT, op: sym };
-    }
-    const op = BIN_OPS[e.op] ?? this.fail(`unknown binary op ${e.op}`);
-    if (op.p === REL) {
-      return { s: `${paren(a, a.p <= REL)} ${op.sym} ${paren(b, b.p <= REL)}`, p: REL, op: op.sym };
-    }
-    if (e.op === "mod" && isFloat(t)) this.fail(`mod of ${t} values`);
-    if (t === "bool") this.fail(`${e.op} of bool values`);
-    // Arithmetic is left-associative: a same-level right operand keeps its parentheses (float addition is
-    // not associative), and so does a negated one, for legibility.
-    const left = paren(a, a.p < op.p);
-    const right = paren(b, b.p <= op.p || b.p === UNARY);
-    return back({ s: `${left} ${op.sym} ${right}`, p: op.p, op: op.sym });
   }
 }
 

@@ -10,45 +10,27 @@
  * on WebGPU. Stores are not rewritten: an out-of-range store would be a lowering bug on every target, so
  * one the analysis cannot prove is reported (`unprovenStores`) and the tests require there are none.
  *
- * The proof is an interval analysis over the i32/u32 expressions of the kernel: ids from the launch shape
- * (lid < workgroupSize, wg < workgroups), loop variables from their bounds (`for v = a; v < b; v += s`
- * with s >= 1 gives a <= v <= b - 1), immutable locals from their definitions, and facts from enclosing
- * branch conditions (`if (gid < N)`, `if (valid)` with `valid = row < rows`, and their negations in else
- * branches). Mutable locals are unknown. Locals are re-evaluated under the facts at the point of use, so a
+ * The proof is an interval analysis over the i32/u32 expressions of the kernel (the rule of each op is in
+ * kernel_ir/index_facts.ts): ids from the launch shape (lid < workgroupSize, wg < workgroups), loop
+ * variables from their bounds (`for v = a; v < b; v += s` with s >= 1 gives a <= v <= b - 1), immutable
+ * locals from their definitions, and facts from enclosing branch conditions (`if (gid < N)`, `if (valid)`
+ * with `valid = row < rows`, and their negations in else branches). Mutable locals are unknown. Locals are re-evaluated under the facts at the point of use, so a
  * row index defined before `if (valid)` is known in range inside it. Loads of integers (gather ids) are
  * unknown, which is why gathers are clamped by the lowering itself and prove in range here.
  */
 import { bin, i32, isVector, type Kernel, type KExpr, type KStmt, laneType, splat } from "../kernel_ir/ir.ts";
+import {
+  fits,
+  I32_MAX,
+  isEmpty,
+  join,
+  meet,
+  type Range,
+  range,
+  rangeOfBinary,
+  TOP,
+} from "../kernel_ir/index_facts.ts";
 import { mapExpr, visitStmts } from "../kernel_ir/walk.ts";
-
-/**
- * A closed integer interval; unbounded ends are ±Infinity. lo > hi is the empty range: the value cannot
- * exist there (a branch whose conditions contradict each other, a loop that never runs), so any claim
- * about it holds.
- */
-export interface Range {
-  readonly lo: number;
-  readonly hi: number;
-}
-
-const TOP: Range = { lo: -Infinity, hi: Infinity };
-const I32_MIN = -(2 ** 31), I32_MAX = 2 ** 31 - 1, U32_MAX = 2 ** 32 - 1;
-
-const range = (lo: number, hi: number): Range => ({ lo, hi });
-const isEmpty = (r: Range) => r.lo > r.hi;
-const join = (a: Range, b: Range): Range =>
-  isEmpty(a) ? b : isEmpty(b) ? a : { lo: Math.min(a.lo, b.lo), hi: Math.max(a.hi, b.hi) };
-const meet = (a: Range, b: Range): Range => ({ lo: Math.max(a.lo, b.lo), hi: Math.min(a.hi, b.hi) });
-
-/** A result that may have wrapped around its type is unknown. */
-function fits(r: Range, t: string): Range {
-  const [min, max] = t === "u32" ? [0, U32_MAX] : [I32_MIN, I32_MAX];
-  return isEmpty(r) || (r.lo >= min && r.hi <= max) ? r : TOP;
-}
-
-const within = (r: Range, t: string): Range =>
-  t === "u32" ? meet(r, range(0, U32_MAX)) : meet(r, range(I32_MIN, I32_MAX));
-const WRAPS = new Set(["add", "sub", "mul", "div"]);
 
 export interface SafeLoads {
   readonly kernel: Kernel;
@@ -347,45 +329,8 @@ class Analysis {
         const a = this.of(e.a), b = this.of(e.b);
         if (isEmpty(a)) return a;
         if (isEmpty(b)) return b;
-        // Unbounded ends stand for the type's limits; only arithmetic can leave them (and wrap).
-        const r = this.binary(e.op, within(a, t), within(b, t));
-        return WRAPS.has(e.op) ? fits(r, t) : r;
+        return rangeOfBinary(e.op, t, a, b);
       }
-      default:
-        return TOP;
-    }
-  }
-
-  private binary(op: string, a: Range, b: Range): Range {
-    switch (op) {
-      case "add":
-        return range(a.lo + b.lo, a.hi + b.hi);
-      case "sub":
-        return range(a.lo - b.hi, a.hi - b.lo);
-      case "mul": {
-        const p = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi].map((x) => (Number.isNaN(x) ? 0 : x));
-        return range(Math.min(...p), Math.max(...p));
-      }
-      case "div": {
-        // Truncating division by a divisor of one sign: monotone in each argument.
-        if (!(b.lo >= 1 || b.hi <= -1)) return TOP;
-        const q = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi].map((x) =>
-          Number.isNaN(x) ? 0 : Math.trunc(x)
-        );
-        return range(Math.min(...q), Math.max(...q));
-      }
-      case "mod": {
-        // Truncating remainder: the sign of the dividend, magnitude below the divisor's.
-        const m = Math.max(Math.abs(b.lo), Math.abs(b.hi));
-        if (b.lo <= 0 && b.hi >= 0) return TOP;
-        if (a.lo >= 0) return range(0, Math.min(a.hi, m - 1));
-        if (a.hi <= 0) return range(Math.max(a.lo, -(m - 1)), 0);
-        return range(-(m - 1), m - 1);
-      }
-      case "max":
-        return range(Math.max(a.lo, b.lo), Math.max(a.hi, b.hi));
-      case "min":
-        return range(Math.min(a.lo, b.lo), Math.min(a.hi, b.hi));
       default:
         return TOP;
     }

@@ -2,7 +2,7 @@
  * CUDA legalize rules: rewrite a kernel into the subset the CUDA emitter (cuda.ts) spells one to one, and
  * choose the launch grid. `legalizeCUDA` applies them in order:
  *
- *  1. bool storage      -> u32 storage, as on WGSL (the runtime's buffers are the same for both targets):
+ *  1. bool storage      -> u32 storage, as on WGSL (legalize_bool.ts, shared with WGSL):
  *                          loads compare with 0u, stores select 1u/0u
  *  2. safe loads        -> indices the IR cannot prove in range are clamped (cuda_bounds.ts; CUDA has no
  *                          robust buffer access)
@@ -16,23 +16,10 @@
  *  5. grid              -> [workgroups, 1, 1] (CUDA allows 2^31 - 1 blocks in x); past that a 2-D grid
  *                          whose surplus blocks return at once, as on WGSL
  */
-import {
-  barrier,
-  bin,
-  isVector,
-  type Kernel,
-  type KExpr,
-  type KShared,
-  type KStmt,
-  type KType,
-  lit,
-  load,
-  splat,
-  store,
-} from "../kernel_ir/ir.ts";
+import { barrier, isVector, type Kernel, type KShared, type KStmt, type KType } from "../kernel_ir/ir.ts";
 import { clampUnprovenLoads } from "./cuda_bounds.ts";
 import { scalarize } from "./cuda_scalarize.ts";
-import { mapStmtExprs } from "../kernel_ir/walk.ts";
+import { boolStorageToU32 } from "./legalize_bool.ts";
 
 export class CudaLegalizeError extends Error {
   override name = "CudaLegalizeError";
@@ -89,42 +76,6 @@ export function legalizeCUDA(k: Kernel): CudaLegal {
 }
 
 const bytesOf = (t: KType) => (t === "f16" || t === "bf16" ? 2 : 4) * (isVector(t) ? 4 : 1);
-
-// ---- rule 1: bool storage -----------------------------------------------------------------------------
-
-function boolStorageToU32(k: Kernel): Kernel {
-  const boolBufs = new Set(k.bindings.filter((b) => b.t === "bool").map((b) => b.name));
-  if (boolBufs.size === 0) return k;
-  const u32Of = (t: KType): KType => (isVector(t) ? "v4u32" : "u32");
-  const constant = (v: number, t: KType): KExpr => (isVector(t) ? splat(lit(v, "u32")) : lit(v, "u32"));
-  const asBool = (e: KExpr): KExpr =>
-    e.k === "load" && boolBufs.has(e.buf) ? bin("ne", load(e.buf, e.index, u32Of(e.t)), constant(0, e.t)) : e;
-  const rewrite = (body: readonly KStmt[]): KStmt[] =>
-    body.map((s0) => {
-      const s = mapStmtExprs(s0, asBool);
-      if (s.k === "store" && boolBufs.has(s.buf)) {
-        const t = s.value.t;
-        return store(s.buf, s.index, {
-          k: "select",
-          t: u32Of(t),
-          cond: s.value,
-          a: constant(1, t),
-          b: constant(0, t),
-        });
-      }
-      if (s.k === "for") return { ...s, body: rewrite(s.body) };
-      if (s.k === "if") {
-        const then = rewrite(s.then);
-        return s.else ? { ...s, then, else: rewrite(s.else) } : { ...s, then };
-      }
-      return s;
-    });
-  return {
-    ...k,
-    bindings: k.bindings.map((b) => (b.t === "bool" ? { ...b, t: "u32" } : b)),
-    body: rewrite(k.body),
-  };
-}
 
 // ---- rule 4: wg_reduce ----------------------------------------------------------------------------------
 

@@ -3,8 +3,8 @@
  * the launch grid. Each rule is a function of its own; `legalizeWGSL` applies them in order.
  *
  *  1. bf16 anywhere             -> error (WGSL has no bf16; the CUDA backend has)
- *  2. bool storage              -> u32 storage (bool is not host-shareable in WGSL); loads compare with
- *                                  0u, stores select 1u/0u (lane by lane for vector bindings)
+ *  2. bool storage              -> u32 storage (bool is not host-shareable in WGSL; legalize_bool.ts):
+ *                                  loads compare with 0u, stores select 1u/0u (lane by lane on vectors)
  *  3. wg_reduce                 -> shared-memory tree with barriers (fixed combination order)
  *  4. > 65,535 workgroups       -> 2-D grid; the emitter recovers the linear id as wg.x + wg.y * gridX and
  *                                  returns early from workgroups past the end
@@ -12,7 +12,6 @@
 import {
   barrier,
   bin,
-  isVector,
   type Kernel,
   type KExpr,
   type KShared,
@@ -20,12 +19,10 @@ import {
   type KType,
   lid,
   lit,
-  load,
   sload,
-  splat,
-  store,
 } from "../kernel_ir/ir.ts";
-import { mapStmtExprs, visitExprs, visitStmts } from "../kernel_ir/walk.ts";
+import { visitExprs, visitStmts } from "../kernel_ir/walk.ts";
+import { boolStorageToU32 } from "./legalize_bool.ts";
 
 export class WgslLegalizeError extends Error {
   override name = "WgslLegalizeError";
@@ -80,43 +77,7 @@ function rejectBF16(k: Kernel): void {
   });
 }
 
-// ---- rule 2: bool storage -----------------------------------------------------------------------------
-
-function boolStorageToU32(k: Kernel): Kernel {
-  const boolBufs = new Set(k.bindings.filter((b) => b.t === "bool").map((b) => b.name));
-  if (boolBufs.size === 0) return k;
-  // On vector bindings the loads and stores are v4bool and the constants are splat.
-  const u32Of = (t: KType): KType => (isVector(t) ? "v4u32" : "u32");
-  const constant = (v: number, t: KType): KExpr => (isVector(t) ? splat(lit(v, "u32")) : lit(v, "u32"));
-  const asBool = (e: KExpr): KExpr =>
-    e.k === "load" && boolBufs.has(e.buf) ? bin("ne", load(e.buf, e.index, u32Of(e.t)), constant(0, e.t)) : e;
-  const rewrite = (body: readonly KStmt[]): KStmt[] =>
-    body.map((s0) => {
-      const s = mapStmtExprs(s0, asBool);
-      if (s.k === "store" && boolBufs.has(s.buf)) {
-        const t = s.value.t;
-        const value: KExpr = {
-          k: "select",
-          t: u32Of(t),
-          cond: s.value,
-          a: constant(1, t),
-          b: constant(0, t),
-        };
-        return store(s.buf, s.index, value);
-      }
-      if (s.k === "for") return { ...s, body: rewrite(s.body) };
-      if (s.k === "if") {
-        const then = rewrite(s.then);
-        return s.else ? { ...s, then, else: rewrite(s.else) } : { ...s, then };
-      }
-      return s;
-    });
-  return {
-    ...k,
-    bindings: k.bindings.map((b) => (b.t === "bool" ? { ...b, t: "u32" } : b)),
-    body: rewrite(k.body),
-  };
-}
+// ---- rule 2: bool storage is legalize_bool.ts ---------------------------------------------------------
 
 // ---- rule 3: wg_reduce ----------------------------------------------------------------------------------
 

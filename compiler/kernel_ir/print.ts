@@ -2,7 +2,7 @@
  * A readable, target-free text dump of a kernel-IR Kernel (DEBUG=4, test failure messages). Every value
  * shows its type where it is declared; literals carry a type suffix unless they are i32.
  */
-import { type Kernel, type KExpr, type KStmt, type KStorage, laneType } from "./ir.ts";
+import { type KBinOp, type Kernel, type KExpr, type KStmt, type KStorage, laneType } from "./ir.ts";
 
 export function printKernel(k: Kernel): string {
   const out: string[] = [
@@ -21,7 +21,8 @@ export function printKernel(k: Kernel): string {
 
 const SUFFIX: Record<KStorage, string> = { f32: "f", f16: "h", bf16: "bf", i32: "", u32: "u", bool: "" };
 
-const INFIX: Record<string, string> = {
+/** Each binary op's infix symbol; null for those printed as calls (`max(a, b)`). */
+const INFIX: Record<KBinOp, string | null> = {
   add: "+",
   sub: "-",
   mul: "*",
@@ -35,10 +36,12 @@ const INFIX: Record<string, string> = {
   le: "<=",
   gt: ">",
   ge: ">=",
+  max: null,
+  min: null,
 };
 
 // Nested infix operands are always parenthesized: a dump should never make the reader recall precedence.
-const operandOf = (x: KExpr): string => (x.k === "bin" && x.op in INFIX ? `(${printExpr(x)})` : printExpr(x));
+const operandOf = (x: KExpr): string => (x.k === "bin" && INFIX[x.op] ? `(${printExpr(x)})` : printExpr(x));
 
 export function printExpr(e: KExpr): string {
   switch (e.k) {
@@ -55,9 +58,10 @@ export function printExpr(e: KExpr): string {
     case "sload":
       return `${e.arr}[${printExpr(e.index)}]`;
     case "un":
+      // Every unary op prints as a call of its name (K_UNARY's key), so a new op needs no row here.
       return `${e.op}(${printExpr(e.a)})`;
     case "bin":
-      return e.op in INFIX
+      return INFIX[e.op]
         ? `${operandOf(e.a)} ${INFIX[e.op]} ${operandOf(e.b)}`
         : `${e.op}(${printExpr(e.a)}, ${printExpr(e.b)})`;
     case "select":

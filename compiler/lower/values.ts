@@ -4,7 +4,7 @@
  * (recursively) otherwise. Each computed value is bound to a local once per scope, so a value read twice
  * at the same index is computed once.
  */
-import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import { type DType, type Graph, type NodeId, numel, type OpNameOf } from "../../ir/mod.ts";
 import {
   bin,
   cast,
@@ -55,7 +55,11 @@ export class Scope {
   }
 }
 
-const UNARY: Partial<Record<string, KUnOp>> = {
+/**
+ * The kernel-IR op of each elementwise graph op, keyed by the graph's op categories so that a new graph op
+ * is a type error here until it has one; null marks the ops `compute` lowers by a case of its own.
+ */
+const UNARY: { readonly [K in OpNameOf<"unary">]: KUnOp | null } = {
   neg: "neg",
   abs: "abs",
   exp: "exp",
@@ -66,8 +70,10 @@ const UNARY: Partial<Record<string, KUnOp>> = {
   rsqrt: "rsqrt",
   reciprocal: "reciprocal",
   not: "not",
+  stop_gradient: null,
+  cast: null,
 };
-const BINARY: Partial<Record<string, KBinOp>> = {
+const BINARY: { readonly [K in OpNameOf<"binary" | "compare">]: KBinOp } = {
   add: "add",
   sub: "sub",
   mul: "mul",
@@ -83,6 +89,8 @@ const BINARY: Partial<Record<string, KBinOp>> = {
   gt: "gt",
   ge: "ge",
 };
+const kernelUnary = (op: string) => (op in UNARY ? UNARY[op as keyof typeof UNARY] : null);
+const kernelBinary = (op: string) => (op in BINARY ? BINARY[op as keyof typeof BINARY] : undefined);
 
 export interface ValueContext {
   readonly graph: Graph;
@@ -223,9 +231,9 @@ export class ValueBuilder {
     const ct = computeType(n.type.dtype);
     const operand = (i: number, at: Idx) => this.valueAt(scope, n.inputs[i], at);
     const inShape = (i: number) => g.nodes[n.inputs[i]].type.shape;
-    const un1 = UNARY[n.op];
+    const un1 = kernelUnary(n.op);
     if (un1) return un(un1, operand(0, idx));
-    const bin1 = BINARY[n.op];
+    const bin1 = kernelBinary(n.op);
     if (bin1) return bin(bin1, operand(0, idx), operand(1, idx));
     switch (n.op) {
       case "const":

@@ -18,7 +18,8 @@
  *
  * The rules are proved from the expression structure: gid = 4t + c; for nonnegative x and 4 | k,
  * (4q + c) / k = q / (k/4) and (4q + c) % k = 4 (q % (k/4)) + c (no multiple of k lies strictly inside
- * 4q..4q+3); u + (4q + c) = 4 (q + u/4) + c when 4 | u, tracked by known divisors of uniform values.
+ * 4q..4q+3); u + (4q + c) = 4 (q + u/4) + c when 4 | u, tracked by known divisors of uniform values (the
+ * rule of each op is in kernel_ir/index_facts.ts).
  *
  * A binding becomes `array<vec4<T>>` when every access to it is a sequence and its element count is a
  * multiple of 4 (plan buffers are bound at offset 0, so the range is aligned); a binding also read at
@@ -56,6 +57,7 @@ import {
   vec,
   vectorOf,
 } from "../kernel_ir/ir.ts";
+import { type Divisor, divisorOfBinary, gcd, NO_DIVISOR } from "../kernel_ir/index_facts.ts";
 import { visitExprs } from "../kernel_ir/walk.ts";
 import { exprKey } from "./index_math.ts";
 
@@ -162,21 +164,6 @@ type Lanes =
 const uniform = (e: KExpr): Lanes => ({ k: "uniform", e });
 const vector = (e: KExpr): Lanes => ({ k: "vector", e });
 
-/** Known facts of a scalar integer value: every value is a multiple of `d` (0: it is 0), and >= 0. */
-interface Facts {
-  readonly d: number;
-  readonly nonneg: boolean;
-}
-
-const NO_FACTS: Facts = { d: 1, nonneg: false };
-
-function gcd(a: number, b: number): number {
-  a = Math.abs(a);
-  b = Math.abs(b);
-  while (b) [a, b] = [b, a % b];
-  return a;
-}
-
 const isInt = (t: string): t is Int => t === "i32" || t === "u32";
 const positiveLit = (e: KExpr): number | undefined =>
   e.k === "lit" && isInt(e.t) && Number.isInteger(e.v) && e.v > 0 ? e.v : undefined;
@@ -185,7 +172,7 @@ type Access = "sequence" | "uniform" | "gather";
 
 class Rewriter {
   private readonly lanes = new Map<string, Lanes>();
-  private readonly facts = new Map<string, Facts>();
+  private readonly facts = new Map<string, Divisor>();
   private readonly access = new Map<string, Set<Access>>();
   private readonly out: KStmt[] = [];
   /** Locals this pass declared, by expression (the same gather index is computed once). */
@@ -408,49 +395,27 @@ class Rewriter {
   }
 
   /** Divisibility and sign of a scalar integer expression of the new gid. */
-  private factsOf(e: KExpr): Facts {
+  private factsOf(e: KExpr): Divisor {
     switch (e.k) {
       case "lit":
-        return Number.isInteger(e.v) ? { d: Math.abs(e.v), nonneg: e.v >= 0 } : NO_FACTS;
+        return Number.isInteger(e.v) ? { d: Math.abs(e.v), nonneg: e.v >= 0 } : NO_DIVISOR;
       case "ref":
-        return this.facts.get(e.name) ?? NO_FACTS;
+        return this.facts.get(e.name) ?? NO_DIVISOR;
       case "id":
         return { d: 1, nonneg: true };
       case "cast": {
         const f = this.factsOf(e.a);
-        return isInt(e.t) && isInt(e.a.t) && f.nonneg ? f : NO_FACTS;
+        return isInt(e.t) && isInt(e.a.t) && f.nonneg ? f : NO_DIVISOR;
       }
       case "select": {
         const a = this.factsOf(e.a), b = this.factsOf(e.b);
         return { d: gcd(a.d, b.d), nonneg: a.nonneg && b.nonneg };
       }
-      case "bin": {
-        if (!isInt(e.t)) return NO_FACTS;
-        const a = this.factsOf(e.a), b = this.factsOf(e.b);
-        const k = positiveLit(e.b);
-        switch (e.op) {
-          case "add":
-            return { d: gcd(a.d, b.d), nonneg: a.nonneg && b.nonneg };
-          case "sub":
-            return { d: gcd(a.d, b.d), nonneg: false };
-          case "mul":
-            return { d: a.d * b.d, nonneg: a.nonneg && b.nonneg };
-          case "div":
-            if (k === undefined) return NO_FACTS;
-            return { d: a.d % k === 0 ? a.d / k : 1, nonneg: a.nonneg };
-          case "mod":
-            if (k === undefined) return NO_FACTS;
-            return { d: gcd(a.d, k), nonneg: a.nonneg };
-          case "max":
-            return { d: gcd(a.d, b.d), nonneg: a.nonneg || b.nonneg };
-          case "min":
-            return { d: gcd(a.d, b.d), nonneg: a.nonneg && b.nonneg };
-          default:
-            return NO_FACTS;
-        }
-      }
+      case "bin":
+        if (!isInt(e.t)) return NO_DIVISOR;
+        return divisorOfBinary(e.op, this.factsOf(e.a), this.factsOf(e.b), positiveLit(e.b));
       default:
-        return NO_FACTS;
+        return NO_DIVISOR;
     }
   }
 
