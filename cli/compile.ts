@@ -37,12 +37,9 @@ one file per distinct kernel (wgsl/*.wgsl, cuda/*.cu), the plan (plan.json) and 
 Environment: DEBUG, DUMP_DIR, SKIP_PASSES, FUSION_FUEL (see the README).
 `;
 
-const EMITTERS: Record<Target, Emitter | undefined> = {
-  // The kernel's description goes into the file header (write_kernels.ts), not into the code, so the
-  // same fusion in every layer has one source.
-  wgsl: (k) => emitWGSL({ ...k, about: [] }),
-  cuda: (k) => emitCUDA({ ...k, about: [] }),
-};
+// The compiler emits kernels without their description (it goes into the file header, write_kernels.ts),
+// and its share-sources stage gives the same fusion in every layer one source.
+const EMITTERS: Record<Target, Emitter | undefined> = { wgsl: emitWGSL, cuda: emitCUDA };
 
 await runMain(async () => {
   const t0 = performance.now();

@@ -21,16 +21,12 @@ import type { BackendRow, CompiledStep } from "./backend_row.ts";
 import { compiledBackend } from "./device_backend.ts";
 
 /**
- * Kernels without their name and description, so identical fusions (the same pattern in every encoder
- * layer) have identical source: one shader or NVRTC compile, one cache entry and one pipeline or module
- * for all of them. Every compiled row's emitter goes through here.
+ * The compiled rows' emitters. Identical fusions (the same pattern in every encoder layer) get one source
+ * from the compiler itself (compiler/stages/share_sources.ts): one shader or NVRTC compile, one cache
+ * entry and one pipeline or module for all of them.
  */
-export function shareIdenticalKernels(emit: Emitter): Emitter {
-  return (k) => emit({ ...k, name: k.kind, about: [] });
-}
-
-export const emitWGSLShared: Emitter = shareIdenticalKernels(emitWGSL);
-export const emitCUDAShared: Emitter = shareIdenticalKernels(emitCUDA);
+export const emitWGSLShared: Emitter = emitWGSL;
+export const emitCUDAShared: Emitter = emitCUDA;
 const WGSL = { target: "wgsl", emit: emitWGSLShared } as const;
 const CUDA_C = { target: "cuda", emit: emitCUDAShared } as const;
 

@@ -73,7 +73,8 @@ export class WebGPUExecutor {
       for (const k of plan.kernels) {
         const wgsl = k.wgsl;
         if (!wgsl) throw new WebGPUError(`kernel ${k.name} has no WGSL source (compile with --target wgsl)`);
-        const key = pipelineKey(wgsl.code);
+        // The compiler gives identical kernels one source (its share-sources stage): one pipeline each.
+        const key = wgsl.code;
         let pipeline = pipelines.get(key);
         if (!pipeline) {
           pipeline = await makePipeline(ctx, k, layoutFor(device, layouts, k));
@@ -321,22 +322,6 @@ function encodedStep(
     dstOffset: offsetOf(dst),
     size: round4(storedSize(src)),
   };
-}
-
-/**
- * The pipeline cache key: the source without comment lines (the kernel's name and `about` header) and
- * with binding variables renamed by position. Kernels that differ only in those (the same fused pattern
- * in every encoder layer, say) then share one pipeline, which matters where shader compilation is slow.
- */
-export function pipelineKey(code: string): string {
-  const lines = code.split("\n").filter((l) => !l.trimStart().startsWith("//"));
-  let text = lines.join("\n");
-  const decl = /@binding\((\d+)\) var<storage, [a-z_]+> ([A-Za-z_][A-Za-z0-9_]*)/g;
-  const names = [...text.matchAll(decl)].map((m) => ({ index: m[1], name: m[2] }));
-  for (const { index, name } of names) {
-    text = text.replace(new RegExp(`\\b${name}\\b`, "g"), `__binding${index}`);
-  }
-  return text;
 }
 
 /**

@@ -5,7 +5,10 @@
  */
 import assert from "node:assert/strict";
 import { layerGraph } from "../../cases/layer_graph.ts";
+import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
+import { buildModelGraph } from "../../compiler/model_graph.ts";
+import tiny from "../../models/bert-tiny.ts";
 import { COMPILE_STAGES, compileGraph, runKernelStages } from "../../compiler/compile.ts";
 import { DebugFlagError, type DebugFlags } from "../../compiler/debug.ts";
 import { decideJoin } from "../../compiler/fusion/join.ts";
@@ -149,4 +152,24 @@ Deno.test("fusion decisions are questions: deciding changes neither the kernel n
   assert.deepEqual(v.ok && v.adapt?.kernel?.axes, [1]);
   assert.equal(JSON.stringify([k, [...k.members], [...needs].map(([n, v]) => [n, [...v]])]), before);
   assert.deepEqual([...need], ["rowcand:1:4x8"]);
+});
+
+Deno.test("share-sources: the same fusion in every layer has one source, the one it would have alone", () => {
+  const g = buildModelGraph({ model: tiny, mode: "train", precision: "fp16", batchSize: 2, seqLen: 16 });
+  const c = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL, cuda: emitCUDA }, flags: flags({}) });
+  for (const t of ["wgsl", "cuda"] as const) {
+    const byCode = new Map<string, object>();
+    for (const [i, k] of c.plan.kernels.entries()) {
+      const tk = k[t]!;
+      // Shared by object, so every consumer sees one source per group.
+      if (!byCode.has(tk.code)) byCode.set(tk.code, tk);
+      assert.equal(byCode.get(tk.code), tk, `${t} ${k.name}`);
+      // The source is what the kernel would get alone, without its description.
+      const alone = (t === "wgsl" ? emitWGSL : emitCUDA)({ ...c.kernels[i], about: [] });
+      assert.equal(tk.code, alone.code, `${t} ${k.name}`);
+      assert.ok(!tk.code.includes(k.about[0]), `${t} ${k.name}: the description is not in the source`);
+    }
+    const layers = tiny.config.num_hidden_layers;
+    assert.ok(layers > 1 && byCode.size < c.plan.kernels.length / 1.5, `${byCode.size} ${t} sources`);
+  }
 });

@@ -37,7 +37,6 @@ import {
   vec,
   wgId,
 } from "../../compiler/kernel_ir/ir.ts";
-import { pipelineKey } from "../../runtime/webgpu/executor.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 /** Every kernel the tests below emit successfully; the last test compiles them all on a device. */
@@ -334,23 +333,6 @@ test("literals: exact shortest decimals, infinities by bitcast, typed suffixes, 
   assert.match(code, /b_h\[1\] = 0\.1h;/);
   assert.match(code, /b_u\[0\] = 4294967295u;/);
   assert.match(code, /b_out\[4\] = select\(16777216\.0, 1e-30, gid < -3\);/);
-});
-
-test("pipeline cache key ignores comments and binding names, but not the code", () => {
-  const body = (x: string, o: string) => [store(o, gid, mul(load(x, gid, "f32"), f32(2)))];
-  const a = emit(kernel({ name: "k001_a", body: body("b_x", "b_out") })).code;
-  const b = emit(
-    kernel({
-      name: "k002_b",
-      about: ["other"],
-      bindings: [binding("b_t7", "f32", "read"), binding("b_t9", "f32", "write", 1)],
-      body: body("b_t7", "b_t9"),
-    }),
-  ).code;
-  assert.notEqual(a, b);
-  assert.equal(pipelineKey(a), pipelineKey(b));
-  const c = emit(kernel({ body: [store("b_out", gid, mul(load("b_x", gid, "f32"), f32(3)))] })).code;
-  assert.notEqual(pipelineKey(a), pipelineKey(c));
 });
 
 /** A four-lane kernel as compiler/lower/vectorize.ts produces them, touching every vector construct. */
