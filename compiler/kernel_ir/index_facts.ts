@@ -39,62 +39,6 @@ export function fits(r: Range, t: string): Range {
 export const within = (r: Range, t: string): Range =>
   t === "u32" ? meet(r, range(0, U32_MAX)) : meet(r, range(I32_MIN, I32_MAX));
 
-/** The interval of a binary op's result from its operands'; null: unknown (not an integer result). */
-const RANGE_OF: Record<
-  KBinOp,
-  { readonly of: (a: Range, b: Range) => Range; readonly wraps: boolean } | null
-> = {
-  add: { of: (a, b) => range(a.lo + b.lo, a.hi + b.hi), wraps: true },
-  sub: { of: (a, b) => range(a.lo - b.hi, a.hi - b.lo), wraps: true },
-  mul: {
-    of: (a, b) => {
-      const p = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi].map((x) => (Number.isNaN(x) ? 0 : x));
-      return range(Math.min(...p), Math.max(...p));
-    },
-    wraps: true,
-  },
-  div: {
-    // Truncating division by a divisor of one sign: monotone in each argument.
-    of: (a, b) => {
-      if (!(b.lo >= 1 || b.hi <= -1)) return TOP;
-      const q = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi].map((x) =>
-        Number.isNaN(x) ? 0 : Math.trunc(x)
-      );
-      return range(Math.min(...q), Math.max(...q));
-    },
-    wraps: true,
-  },
-  mod: {
-    // Truncating remainder: the sign of the dividend, magnitude below the divisor's.
-    of: (a, b) => {
-      const m = Math.max(Math.abs(b.lo), Math.abs(b.hi));
-      if (b.lo <= 0 && b.hi >= 0) return TOP;
-      if (a.lo >= 0) return range(0, Math.min(a.hi, m - 1));
-      if (a.hi <= 0) return range(Math.max(a.lo, -(m - 1)), 0);
-      return range(-(m - 1), m - 1);
-    },
-    wraps: false,
-  },
-  max: { of: (a, b) => range(Math.max(a.lo, b.lo), Math.max(a.hi, b.hi)), wraps: false },
-  min: { of: (a, b) => range(Math.min(a.lo, b.lo), Math.min(a.hi, b.hi)), wraps: false },
-  and: null,
-  or: null,
-  eq: null,
-  ne: null,
-  lt: null,
-  le: null,
-  gt: null,
-  ge: null,
-};
-
-/** The interval of `op` on integers of type `t` in the intervals `a` and `b` (neither empty). */
-export function rangeOfBinary(op: KBinOp, t: string, a: Range, b: Range): Range {
-  const rule = RANGE_OF[op];
-  if (rule === null) return TOP;
-  const r = rule.of(within(a, t), within(b, t));
-  return rule.wraps ? fits(r, t) : r;
-}
-
 // ---- divisors and sign ----------------------------------------------------------------------------
 
 /** Known facts of an integer value: every value is a multiple of `d` (0: it is 0), and >= 0. */
@@ -112,18 +56,73 @@ export function gcd(a: number, b: number): number {
   return a;
 }
 
+// ---- the rule of each op ---------------------------------------------------------------------------
+
 /**
- * The divisor and sign of a binary op's result from its operands' (`k`: the right operand when it is a
- * positive integer literal); null: nothing known.
+ * What a binary op's result is known to be from its operands: its interval (`wraps`: the result may wrap
+ * around its type) and its divisor and sign (`k`: the right operand when it is a positive integer
+ * literal). null: nothing is known (the result is not an integer).
  */
-const DIVISOR_OF: Record<KBinOp, ((a: Divisor, b: Divisor, k: number | undefined) => Divisor) | null> = {
-  add: (a, b) => ({ d: gcd(a.d, b.d), nonneg: a.nonneg && b.nonneg }),
-  sub: (a, b) => ({ d: gcd(a.d, b.d), nonneg: false }),
-  mul: (a, b) => ({ d: a.d * b.d, nonneg: a.nonneg && b.nonneg }),
-  div: (a, _, k) => (k === undefined ? NO_DIVISOR : { d: a.d % k === 0 ? a.d / k : 1, nonneg: a.nonneg }),
-  mod: (a, _, k) => (k === undefined ? NO_DIVISOR : { d: gcd(a.d, k), nonneg: a.nonneg }),
-  max: (a, b) => ({ d: gcd(a.d, b.d), nonneg: a.nonneg || b.nonneg }),
-  min: (a, b) => ({ d: gcd(a.d, b.d), nonneg: a.nonneg && b.nonneg }),
+const RULES: Record<
+  KBinOp,
+  {
+    readonly of: (a: Range, b: Range) => Range;
+    readonly wraps: boolean;
+    readonly divisor: (a: Divisor, b: Divisor, k: number | undefined) => Divisor;
+  } | null
+> = {
+  add: {
+    of: (a, b) => range(a.lo + b.lo, a.hi + b.hi),
+    wraps: true,
+    divisor: (a, b) => ({ d: gcd(a.d, b.d), nonneg: a.nonneg && b.nonneg }),
+  },
+  sub: {
+    of: (a, b) => range(a.lo - b.hi, a.hi - b.lo),
+    wraps: true,
+    divisor: (a, b) => ({ d: gcd(a.d, b.d), nonneg: false }),
+  },
+  mul: {
+    of: (a, b) => {
+      const p = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi].map((x) => (Number.isNaN(x) ? 0 : x));
+      return range(Math.min(...p), Math.max(...p));
+    },
+    wraps: true,
+    divisor: (a, b) => ({ d: a.d * b.d, nonneg: a.nonneg && b.nonneg }),
+  },
+  // Truncating division by a divisor of one sign: monotone in each argument.
+  div: {
+    of: (a, b) => {
+      if (!(b.lo >= 1 || b.hi <= -1)) return TOP;
+      const q = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi].map((x) =>
+        Number.isNaN(x) ? 0 : Math.trunc(x)
+      );
+      return range(Math.min(...q), Math.max(...q));
+    },
+    wraps: true,
+    divisor: (a, _, k) => (k === undefined ? NO_DIVISOR : { d: a.d % k ? 1 : a.d / k, nonneg: a.nonneg }),
+  },
+  // Truncating remainder: the sign of the dividend, magnitude below the divisor's.
+  mod: {
+    of: (a, b) => {
+      const m = Math.max(Math.abs(b.lo), Math.abs(b.hi));
+      if (b.lo <= 0 && b.hi >= 0) return TOP;
+      if (a.lo >= 0) return range(0, Math.min(a.hi, m - 1));
+      if (a.hi <= 0) return range(Math.max(a.lo, -(m - 1)), 0);
+      return range(-(m - 1), m - 1);
+    },
+    wraps: false,
+    divisor: (a, _, k) => (k === undefined ? NO_DIVISOR : { d: gcd(a.d, k), nonneg: a.nonneg }),
+  },
+  max: {
+    of: (a, b) => range(Math.max(a.lo, b.lo), Math.max(a.hi, b.hi)),
+    wraps: false,
+    divisor: (a, b) => ({ d: gcd(a.d, b.d), nonneg: a.nonneg || b.nonneg }),
+  },
+  min: {
+    of: (a, b) => range(Math.min(a.lo, b.lo), Math.min(a.hi, b.hi)),
+    wraps: false,
+    divisor: (a, b) => ({ d: gcd(a.d, b.d), nonneg: a.nonneg && b.nonneg }),
+  },
   and: null,
   or: null,
   eq: null,
@@ -134,6 +133,15 @@ const DIVISOR_OF: Record<KBinOp, ((a: Divisor, b: Divisor, k: number | undefined
   ge: null,
 };
 
+/** The interval of `op` on integers of type `t` in the intervals `a` and `b` (neither empty). */
+export function rangeOfBinary(op: KBinOp, t: string, a: Range, b: Range): Range {
+  const rule = RULES[op];
+  if (rule === null) return TOP;
+  const r = rule.of(within(a, t), within(b, t));
+  return rule.wraps ? fits(r, t) : r;
+}
+
+/** The divisor and sign of `op`'s result from its operands' (`k`: see RULES). */
 export function divisorOfBinary(op: KBinOp, a: Divisor, b: Divisor, k: number | undefined): Divisor {
-  return DIVISOR_OF[op]?.(a, b, k) ?? NO_DIVISOR;
+  return RULES[op]?.divisor(a, b, k) ?? NO_DIVISOR;
 }
