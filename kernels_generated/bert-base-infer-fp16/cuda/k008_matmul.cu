@@ -3,9 +3,9 @@
 // Used by 12 kernels: k008_matmul, k017_matmul, k026_matmul, k035_matmul, k044_matmul, k053_matmul, k062_matmul, k071_matmul, k080_matmul, k089_matmul, k098_matmul, k107_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,768]
-//   %137 reshape f32[1024,3072] (models/bert.ts:247)
-//   %138 cast f16[1024,3072] (models/bert.ts:247)
-//   %140 matmul f16[1024,768] (models/bert.ts:247) -> written
+//   %137 reshape f32[1024,3072] (models/bert.ts:249)
+//   %138 cast f16[1024,3072] (models/bert.ts:249)
+//   %140 matmul f16[1024,768] (models/bert.ts:249) -> written
 //   binding 0 (read): %136 mul f32[8,128,3072] stored f16
 //   binding 1 (read): param bert.encoder.layer.0.output.dense.weight f32[768,3072]
 //   binding 2 (write): %140 matmul f16[1024,768]

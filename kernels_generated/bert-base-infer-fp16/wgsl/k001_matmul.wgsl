@@ -3,9 +3,9 @@
 // Used by 36 kernels: k001_matmul, k002_matmul, k003_matmul, k010_matmul, k011_matmul, k012_matmul, k019_matmul, k020_matmul, k021_matmul, k028_matmul, k029_matmul, k030_matmul, k037_matmul, k038_matmul, k039_matmul, k046_matmul, k047_matmul, k048_matmul, k055_matmul, k056_matmul, k057_matmul, k064_matmul, k065_matmul, k066_matmul, k073_matmul, k074_matmul, k075_matmul, k082_matmul, k083_matmul, k084_matmul, k091_matmul, k092_matmul, k093_matmul, k100_matmul, k101_matmul, k102_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,768]
-//   %56 matmul f16[1024,768] (models/bert.ts:234)
-//   %57 cast f32[1024,768] (models/bert.ts:234)
-//   %59 add f32[1024,768] (models/bert.ts:234) -> written
+//   %56 matmul f16[1024,768] (models/bert.ts:236)
+//   %57 cast f32[1024,768] (models/bert.ts:236)
+//   %59 add f32[1024,768] (models/bert.ts:236) -> written
 //   binding 0 (read): %30 add f32[8,128,768] stored f16
 //   binding 1 (read): param bert.encoder.layer.0.attention.self.query.weight f32[768,768]
 //   binding 2 (write): %59 add f32[1024,768] stored f16

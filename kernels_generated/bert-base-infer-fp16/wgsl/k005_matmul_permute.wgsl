@@ -3,11 +3,11 @@
 // Used by 12 kernels: k005_matmul_permute, k014_matmul_permute, k023_matmul_permute, k032_matmul_permute, k041_matmul_permute, k050_matmul_permute, k059_matmul_permute, k068_matmul_permute, k077_matmul_permute, k086_matmul_permute, k095_matmul_permute, k104_matmul_permute
 // What the first of them fuses:
 //   matmul kernel over [1024,768]
-//   %95 cast f32[8,12,128,64] (models/bert.ts:234)
-//   %96 permute f32[8,128,12,64] (models/bert.ts:234)
-//   %97 reshape f32[1024,768] (models/bert.ts:243)
-//   %98 cast f16[1024,768] (models/bert.ts:243)
-//   %100 matmul f16[1024,768] (models/bert.ts:243) -> written
+//   %95 cast f32[8,12,128,64] (models/bert.ts:236)
+//   %96 permute f32[8,128,12,64] (models/bert.ts:236)
+//   %97 reshape f32[1024,768] (models/bert.ts:245)
+//   %98 cast f16[1024,768] (models/bert.ts:245)
+//   %100 matmul f16[1024,768] (models/bert.ts:245) -> written
 //   binding 0 (read): %94 matmul f16[8,12,128,64]
 //   binding 1 (read): param bert.encoder.layer.0.attention.output.dense.weight f32[768,768]
 //   binding 2 (write): %100 matmul f16[1024,768]

@@ -3,23 +3,23 @@
 // Used by 24 kernels: k006_layernorm_rowsum, k009_layernorm_rowsum, k015_layernorm_rowsum, k018_layernorm_rowsum, k024_layernorm_rowsum, k027_layernorm_rowsum, k033_layernorm_rowsum, k036_layernorm_rowsum, k042_layernorm_rowsum, k045_layernorm_rowsum, k051_layernorm_rowsum, k054_layernorm_rowsum, k060_layernorm_rowsum, k063_layernorm_rowsum, k069_layernorm_rowsum, k072_layernorm_rowsum, k078_layernorm_rowsum, k081_layernorm_rowsum, k087_layernorm_rowsum, k090_layernorm_rowsum, k096_layernorm_rowsum, k099_layernorm_rowsum, k105_layernorm_rowsum, k108_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,768] reducing axes [2]
-//   %101 cast f32[1024,768] (models/bert.ts:243)
-//   %103 add f32[1024,768] (models/bert.ts:243)
-//   %104 reshape f32[8,128,768] (models/bert.ts:243)
-//   %105 add f32[8,128,768] (models/bert.ts:243)
-//   %106 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %107 mul f32[8,128,1] (models/bert.ts:221)
-//   %108 broadcast f32[8,128,768] (models/bert.ts:221)
-//   %109 sub f32[8,128,768] (models/bert.ts:221)
-//   %110 mul f32[8,128,768] (models/bert.ts:221)
-//   %111 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %112 mul f32[8,128,1] (models/bert.ts:221)
-//   %113 add f32[8,128,1] (models/bert.ts:221)
-//   %114 rsqrt f32[8,128,1] (models/bert.ts:221)
-//   %115 broadcast f32[8,128,768] (models/bert.ts:221)
-//   %116 mul f32[8,128,768] (models/bert.ts:221)
-//   %118 mul f32[8,128,768] (models/bert.ts:221)
-//   %120 add f32[8,128,768] (models/bert.ts:221) -> written
+//   %101 cast f32[1024,768] (models/bert.ts:245)
+//   %103 add f32[1024,768] (models/bert.ts:245)
+//   %104 reshape f32[8,128,768] (models/bert.ts:245)
+//   %105 add f32[8,128,768] (models/bert.ts:245)
+//   %106 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %107 mul f32[8,128,1] (models/bert.ts:223)
+//   %108 broadcast f32[8,128,768] (models/bert.ts:223)
+//   %109 sub f32[8,128,768] (models/bert.ts:223)
+//   %110 mul f32[8,128,768] (models/bert.ts:223)
+//   %111 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %112 mul f32[8,128,1] (models/bert.ts:223)
+//   %113 add f32[8,128,1] (models/bert.ts:223)
+//   %114 rsqrt f32[8,128,1] (models/bert.ts:223)
+//   %115 broadcast f32[8,128,768] (models/bert.ts:223)
+//   %116 mul f32[8,128,768] (models/bert.ts:223)
+//   %118 mul f32[8,128,768] (models/bert.ts:223)
+//   %120 add f32[8,128,768] (models/bert.ts:223) -> written
 //   binding 0 (read): %100 matmul f16[1024,768]
 //   binding 1 (read): param bert.encoder.layer.0.attention.output.dense.bias f32[768]
 //   binding 2 (read): %30 add f32[8,128,768] stored f16

@@ -3,17 +3,17 @@
 // Used by 12 kernels: k007_matmul_gelu, k016_matmul_gelu, k025_matmul_gelu, k034_matmul_gelu, k043_matmul_gelu, k052_matmul_gelu, k061_matmul_gelu, k070_matmul_gelu, k079_matmul_gelu, k088_matmul_gelu, k097_matmul_gelu, k106_matmul_gelu
 // What the first of them fuses:
 //   matmul kernel over [8,128,3072]
-//   %121 reshape f32[1024,768] (models/bert.ts:246)
-//   %122 cast f16[1024,768] (models/bert.ts:246)
-//   %124 matmul f16[1024,3072] (models/bert.ts:246)
-//   %125 cast f32[1024,3072] (models/bert.ts:246)
-//   %127 add f32[1024,3072] (models/bert.ts:246)
-//   %128 reshape f32[8,128,3072] (models/bert.ts:246)
-//   %130 mul f32[8,128,3072] (models/bert.ts:246)
-//   %132 mul f32[8,128,3072] (models/bert.ts:246)
-//   %133 erf f32[8,128,3072] (models/bert.ts:246)
-//   %135 add f32[8,128,3072] (models/bert.ts:246)
-//   %136 mul f32[8,128,3072] (models/bert.ts:246) -> written
+//   %121 reshape f32[1024,768] (models/bert.ts:248)
+//   %122 cast f16[1024,768] (models/bert.ts:248)
+//   %124 matmul f16[1024,3072] (models/bert.ts:248)
+//   %125 cast f32[1024,3072] (models/bert.ts:248)
+//   %127 add f32[1024,3072] (models/bert.ts:248)
+//   %128 reshape f32[8,128,3072] (models/bert.ts:248)
+//   %130 mul f32[8,128,3072] (models/bert.ts:248)
+//   %132 mul f32[8,128,3072] (models/bert.ts:248)
+//   %133 erf f32[8,128,3072] (models/bert.ts:248)
+//   %135 add f32[8,128,3072] (models/bert.ts:248)
+//   %136 mul f32[8,128,3072] (models/bert.ts:248) -> written
 //   binding 0 (read): %120 add f32[8,128,768] stored f16
 //   binding 1 (read): param bert.encoder.layer.0.intermediate.dense.weight f32[3072,768]
 //   binding 2 (write): %136 mul f32[8,128,3072] stored f16

@@ -3,9 +3,9 @@
 // Used by 72 kernels: k001_matmul, k002_matmul, k003_matmul, k012_matmul, k013_matmul, k014_matmul, k023_matmul, k024_matmul, k025_matmul, k034_matmul, k035_matmul, k036_matmul, k045_matmul, k046_matmul, k047_matmul, k056_matmul, k057_matmul, k058_matmul, k067_matmul, k068_matmul, k069_matmul, k078_matmul, k079_matmul, k080_matmul, k089_matmul, k090_matmul, k091_matmul, k100_matmul, k101_matmul, k102_matmul, k111_matmul, k112_matmul, k113_matmul, k122_matmul, k123_matmul, k124_matmul, k133_matmul, k134_matmul, k135_matmul, k144_matmul, k145_matmul, k146_matmul, k155_matmul, k156_matmul, k157_matmul, k166_matmul, k167_matmul, k168_matmul, k177_matmul, k178_matmul, k179_matmul, k188_matmul, k189_matmul, k190_matmul, k199_matmul, k200_matmul, k201_matmul, k210_matmul, k211_matmul, k212_matmul, k221_matmul, k222_matmul, k223_matmul, k232_matmul, k233_matmul, k234_matmul, k243_matmul, k244_matmul, k245_matmul, k254_matmul, k255_matmul, k256_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,1024]
-//   %64 matmul f16[1024,1024] (models/bert.ts:234)
-//   %65 cast f32[1024,1024] (models/bert.ts:234)
-//   %67 add f32[1024,1024] (models/bert.ts:234) -> written
+//   %64 matmul f16[1024,1024] (models/bert.ts:236)
+//   %65 cast f32[1024,1024] (models/bert.ts:236)
+//   %67 add f32[1024,1024] (models/bert.ts:236) -> written
 //   binding 0 (read): %38 where f32[8,128,1024] stored f16
 //   binding 1 (read): param bert.encoder.layer.0.attention.self.query.weight f32[1024,1024]
 //   binding 2 (write): %67 add f32[1024,1024] stored f16

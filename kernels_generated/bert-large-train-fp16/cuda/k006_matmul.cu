@@ -3,7 +3,7 @@
 // Used by 48 kernels: k006_matmul, k017_matmul, k028_matmul, k039_matmul, k050_matmul, k061_matmul, k072_matmul, k083_matmul, k094_matmul, k105_matmul, k116_matmul, k127_matmul, k138_matmul, k149_matmul, k160_matmul, k171_matmul, k182_matmul, k193_matmul, k204_matmul, k215_matmul, k226_matmul, k237_matmul, k248_matmul, k259_matmul, k310_matmul, k339_matmul, k368_matmul, k397_matmul, k426_matmul, k455_matmul, k484_matmul, k513_matmul, k542_matmul, k571_matmul, k600_matmul, k629_matmul, k658_matmul, k687_matmul, k716_matmul, k745_matmul, k774_matmul, k803_matmul, k832_matmul, k861_matmul, k890_matmul, k919_matmul, k948_matmul, k977_matmul
 // What the first of them fuses:
 //   matmul kernel over [8,16,128,64]
-//   %109 matmul f16[8,16,128,64] (models/bert.ts:234) -> written
+//   %109 matmul f16[8,16,128,64] (models/bert.ts:236) -> written
 //   binding 0 (read): %106 where f32[8,16,128,128] stored f16
 //   binding 1 (read): %81 add f32[1024,1024] stored f16
 //   binding 2 (write): %109 matmul f16[8,16,128,64]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k008_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %116 cast f32[1024,1024] (models/bert.ts:243)
-//   %118 add f32[1024,1024] (models/bert.ts:243)
-//   %119 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %122 mul f32[8,128,1024] (models/bert.ts:222)
-//   %123 where f32[8,128,1024] (models/bert.ts:222)
-//   %124 add f32[8,128,1024] (models/bert.ts:243)
-//   %125 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %126 mul f32[8,128,1] (models/bert.ts:221)
-//   %127 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %128 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %129 mul f32[8,128,1024] (models/bert.ts:221)
-//   %130 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %131 mul f32[8,128,1] (models/bert.ts:221)
-//   %132 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %133 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %135 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %137 mul f32[8,128,1024] (models/bert.ts:221)
-//   %139 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %116 cast f32[1024,1024] (models/bert.ts:245)
+//   %118 add f32[1024,1024] (models/bert.ts:245)
+//   %119 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %122 mul f32[8,128,1024] (models/bert.ts:224)
+//   %123 where f32[8,128,1024] (models/bert.ts:224)
+//   %124 add f32[8,128,1024] (models/bert.ts:245)
+//   %125 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %126 mul f32[8,128,1] (models/bert.ts:223)
+//   %127 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %128 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %129 mul f32[8,128,1024] (models/bert.ts:223)
+//   %130 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %131 mul f32[8,128,1] (models/bert.ts:223)
+//   %132 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %133 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %135 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %137 mul f32[8,128,1024] (models/bert.ts:223)
+//   %139 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %115 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.0.attention.output.dense.bias f32[1024]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k016_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %226 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %227 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %228 add f32[8,16,128,128] (models/bert.ts:234)
-//   %229 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %230 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %231 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %232 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %233 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %234 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %236 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %239 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %240 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %226 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %227 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %228 add f32[8,16,128,128] (models/bert.ts:236)
+//   %229 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %230 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %231 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %232 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %233 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %234 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %236 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %239 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %240 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %225 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %234 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k022_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %291 cast f32[1024,1024] (models/bert.ts:247)
-//   %293 add f32[1024,1024] (models/bert.ts:247)
-//   %294 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %297 mul f32[8,128,1024] (models/bert.ts:222)
-//   %298 where f32[8,128,1024] (models/bert.ts:222)
-//   %299 add f32[8,128,1024] (models/bert.ts:247)
-//   %300 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %301 mul f32[8,128,1] (models/bert.ts:221)
-//   %302 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %303 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %304 mul f32[8,128,1024] (models/bert.ts:221)
-//   %305 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %306 mul f32[8,128,1] (models/bert.ts:221)
-//   %307 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %308 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %310 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %312 mul f32[8,128,1024] (models/bert.ts:221)
-//   %314 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %291 cast f32[1024,1024] (models/bert.ts:249)
+//   %293 add f32[1024,1024] (models/bert.ts:249)
+//   %294 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %297 mul f32[8,128,1024] (models/bert.ts:224)
+//   %298 where f32[8,128,1024] (models/bert.ts:224)
+//   %299 add f32[8,128,1024] (models/bert.ts:249)
+//   %300 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %301 mul f32[8,128,1] (models/bert.ts:223)
+//   %302 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %303 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %304 mul f32[8,128,1024] (models/bert.ts:223)
+//   %305 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %306 mul f32[8,128,1] (models/bert.ts:223)
+//   %307 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %308 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %310 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %312 mul f32[8,128,1024] (models/bert.ts:223)
+//   %314 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %290 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.1.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k030_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %381 cast f32[1024,1024] (models/bert.ts:243)
-//   %383 add f32[1024,1024] (models/bert.ts:243)
-//   %384 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %387 mul f32[8,128,1024] (models/bert.ts:222)
-//   %388 where f32[8,128,1024] (models/bert.ts:222)
-//   %389 add f32[8,128,1024] (models/bert.ts:243)
-//   %390 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %391 mul f32[8,128,1] (models/bert.ts:221)
-//   %392 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %393 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %394 mul f32[8,128,1024] (models/bert.ts:221)
-//   %395 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %396 mul f32[8,128,1] (models/bert.ts:221)
-//   %397 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %398 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %400 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %402 mul f32[8,128,1024] (models/bert.ts:221)
-//   %404 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %381 cast f32[1024,1024] (models/bert.ts:245)
+//   %383 add f32[1024,1024] (models/bert.ts:245)
+//   %384 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %387 mul f32[8,128,1024] (models/bert.ts:224)
+//   %388 where f32[8,128,1024] (models/bert.ts:224)
+//   %389 add f32[8,128,1024] (models/bert.ts:245)
+//   %390 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %391 mul f32[8,128,1] (models/bert.ts:223)
+//   %392 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %393 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %394 mul f32[8,128,1024] (models/bert.ts:223)
+//   %395 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %396 mul f32[8,128,1] (models/bert.ts:223)
+//   %397 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %398 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %400 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %402 mul f32[8,128,1024] (models/bert.ts:223)
+//   %404 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %380 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.2.attention.output.dense.bias f32[1024]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k038_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %488 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %489 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %490 add f32[8,16,128,128] (models/bert.ts:234)
-//   %491 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %492 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %493 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %494 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %495 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %496 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %498 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %501 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %502 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %488 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %489 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %490 add f32[8,16,128,128] (models/bert.ts:236)
+//   %491 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %492 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %493 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %494 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %495 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %496 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %498 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %501 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %502 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %487 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %496 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k041_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %512 cast f32[1024,1024] (models/bert.ts:243)
-//   %514 add f32[1024,1024] (models/bert.ts:243)
-//   %515 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %518 mul f32[8,128,1024] (models/bert.ts:222)
-//   %519 where f32[8,128,1024] (models/bert.ts:222)
-//   %520 add f32[8,128,1024] (models/bert.ts:243)
-//   %521 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %522 mul f32[8,128,1] (models/bert.ts:221)
-//   %523 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %524 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %525 mul f32[8,128,1024] (models/bert.ts:221)
-//   %526 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %527 mul f32[8,128,1] (models/bert.ts:221)
-//   %528 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %529 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %531 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %533 mul f32[8,128,1024] (models/bert.ts:221)
-//   %535 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %512 cast f32[1024,1024] (models/bert.ts:245)
+//   %514 add f32[1024,1024] (models/bert.ts:245)
+//   %515 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %518 mul f32[8,128,1024] (models/bert.ts:224)
+//   %519 where f32[8,128,1024] (models/bert.ts:224)
+//   %520 add f32[8,128,1024] (models/bert.ts:245)
+//   %521 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %522 mul f32[8,128,1] (models/bert.ts:223)
+//   %523 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %524 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %525 mul f32[8,128,1024] (models/bert.ts:223)
+//   %526 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %527 mul f32[8,128,1] (models/bert.ts:223)
+//   %528 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %529 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %531 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %533 mul f32[8,128,1024] (models/bert.ts:223)
+//   %535 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %511 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.3.attention.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k044_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %553 cast f32[1024,1024] (models/bert.ts:247)
-//   %555 add f32[1024,1024] (models/bert.ts:247)
-//   %556 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %559 mul f32[8,128,1024] (models/bert.ts:222)
-//   %560 where f32[8,128,1024] (models/bert.ts:222)
-//   %561 add f32[8,128,1024] (models/bert.ts:247)
-//   %562 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %563 mul f32[8,128,1] (models/bert.ts:221)
-//   %564 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %565 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %566 mul f32[8,128,1024] (models/bert.ts:221)
-//   %567 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %568 mul f32[8,128,1] (models/bert.ts:221)
-//   %569 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %570 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %572 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %574 mul f32[8,128,1024] (models/bert.ts:221)
-//   %576 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %553 cast f32[1024,1024] (models/bert.ts:249)
+//   %555 add f32[1024,1024] (models/bert.ts:249)
+//   %556 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %559 mul f32[8,128,1024] (models/bert.ts:224)
+//   %560 where f32[8,128,1024] (models/bert.ts:224)
+//   %561 add f32[8,128,1024] (models/bert.ts:249)
+//   %562 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %563 mul f32[8,128,1] (models/bert.ts:223)
+//   %564 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %565 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %566 mul f32[8,128,1024] (models/bert.ts:223)
+//   %567 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %568 mul f32[8,128,1] (models/bert.ts:223)
+//   %569 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %570 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %572 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %574 mul f32[8,128,1024] (models/bert.ts:223)
+//   %576 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %552 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.3.output.dense.bias f32[1024]

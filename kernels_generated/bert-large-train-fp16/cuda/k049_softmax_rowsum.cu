@@ -3,18 +3,18 @@
 // Used by 1 kernel: k049_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %619 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %620 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %621 add f32[8,16,128,128] (models/bert.ts:234)
-//   %622 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %623 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %624 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %625 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %626 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %627 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %629 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %632 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %633 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %619 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %620 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %621 add f32[8,16,128,128] (models/bert.ts:236)
+//   %622 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %623 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %624 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %625 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %626 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %627 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %629 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %632 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %633 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %618 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %627 reduce_sum f32[8,16,128,1]

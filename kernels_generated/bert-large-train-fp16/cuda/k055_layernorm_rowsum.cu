@@ -3,24 +3,24 @@
 // Used by 1 kernel: k055_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %684 cast f32[1024,1024] (models/bert.ts:247)
-//   %686 add f32[1024,1024] (models/bert.ts:247)
-//   %687 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %690 mul f32[8,128,1024] (models/bert.ts:222)
-//   %691 where f32[8,128,1024] (models/bert.ts:222)
-//   %692 add f32[8,128,1024] (models/bert.ts:247)
-//   %693 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %694 mul f32[8,128,1] (models/bert.ts:221)
-//   %695 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %696 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %697 mul f32[8,128,1024] (models/bert.ts:221)
-//   %698 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %699 mul f32[8,128,1] (models/bert.ts:221)
-//   %700 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %701 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %703 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %705 mul f32[8,128,1024] (models/bert.ts:221)
-//   %707 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %684 cast f32[1024,1024] (models/bert.ts:249)
+//   %686 add f32[1024,1024] (models/bert.ts:249)
+//   %687 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %690 mul f32[8,128,1024] (models/bert.ts:224)
+//   %691 where f32[8,128,1024] (models/bert.ts:224)
+//   %692 add f32[8,128,1024] (models/bert.ts:249)
+//   %693 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %694 mul f32[8,128,1] (models/bert.ts:223)
+//   %695 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %696 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %697 mul f32[8,128,1024] (models/bert.ts:223)
+//   %698 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %699 mul f32[8,128,1] (models/bert.ts:223)
+//   %700 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %701 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %703 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %705 mul f32[8,128,1024] (models/bert.ts:223)
+//   %707 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %683 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.4.output.dense.bias f32[1024]

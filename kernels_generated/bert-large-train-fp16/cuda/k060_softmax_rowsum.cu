@@ -3,18 +3,18 @@
 // Used by 1 kernel: k060_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %750 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %751 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %752 add f32[8,16,128,128] (models/bert.ts:234)
-//   %753 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %754 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %755 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %756 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %757 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %758 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %760 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %763 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %764 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %750 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %751 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %752 add f32[8,16,128,128] (models/bert.ts:236)
+//   %753 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %754 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %755 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %756 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %757 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %758 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %760 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %763 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %764 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %749 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %758 reduce_sum f32[8,16,128,1]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k071_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %881 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %882 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %883 add f32[8,16,128,128] (models/bert.ts:234)
-//   %884 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %885 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %886 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %887 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %888 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %889 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %891 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %894 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %895 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %881 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %882 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %883 add f32[8,16,128,128] (models/bert.ts:236)
+//   %884 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %885 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %886 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %887 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %888 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %889 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %891 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %894 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %895 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %880 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %889 reduce_sum f32[8,16,128,1]

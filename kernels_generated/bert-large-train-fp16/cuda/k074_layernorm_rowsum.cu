@@ -3,24 +3,24 @@
 // Used by 1 kernel: k074_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %905 cast f32[1024,1024] (models/bert.ts:243)
-//   %907 add f32[1024,1024] (models/bert.ts:243)
-//   %908 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %911 mul f32[8,128,1024] (models/bert.ts:222)
-//   %912 where f32[8,128,1024] (models/bert.ts:222)
-//   %913 add f32[8,128,1024] (models/bert.ts:243)
-//   %914 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %915 mul f32[8,128,1] (models/bert.ts:221)
-//   %916 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %917 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %918 mul f32[8,128,1024] (models/bert.ts:221)
-//   %919 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %920 mul f32[8,128,1] (models/bert.ts:221)
-//   %921 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %922 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %924 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %926 mul f32[8,128,1024] (models/bert.ts:221)
-//   %928 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %905 cast f32[1024,1024] (models/bert.ts:245)
+//   %907 add f32[1024,1024] (models/bert.ts:245)
+//   %908 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %911 mul f32[8,128,1024] (models/bert.ts:224)
+//   %912 where f32[8,128,1024] (models/bert.ts:224)
+//   %913 add f32[8,128,1024] (models/bert.ts:245)
+//   %914 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %915 mul f32[8,128,1] (models/bert.ts:223)
+//   %916 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %917 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %918 mul f32[8,128,1024] (models/bert.ts:223)
+//   %919 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %920 mul f32[8,128,1] (models/bert.ts:223)
+//   %921 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %922 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %924 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %926 mul f32[8,128,1024] (models/bert.ts:223)
+//   %928 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %904 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.6.attention.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k077_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %946 cast f32[1024,1024] (models/bert.ts:247)
-//   %948 add f32[1024,1024] (models/bert.ts:247)
-//   %949 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %952 mul f32[8,128,1024] (models/bert.ts:222)
-//   %953 where f32[8,128,1024] (models/bert.ts:222)
-//   %954 add f32[8,128,1024] (models/bert.ts:247)
-//   %955 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %956 mul f32[8,128,1] (models/bert.ts:221)
-//   %957 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %958 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %959 mul f32[8,128,1024] (models/bert.ts:221)
-//   %960 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %961 mul f32[8,128,1] (models/bert.ts:221)
-//   %962 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %963 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %965 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %967 mul f32[8,128,1024] (models/bert.ts:221)
-//   %969 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %946 cast f32[1024,1024] (models/bert.ts:249)
+//   %948 add f32[1024,1024] (models/bert.ts:249)
+//   %949 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %952 mul f32[8,128,1024] (models/bert.ts:224)
+//   %953 where f32[8,128,1024] (models/bert.ts:224)
+//   %954 add f32[8,128,1024] (models/bert.ts:249)
+//   %955 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %956 mul f32[8,128,1] (models/bert.ts:223)
+//   %957 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %958 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %959 mul f32[8,128,1024] (models/bert.ts:223)
+//   %960 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %961 mul f32[8,128,1] (models/bert.ts:223)
+//   %962 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %963 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %965 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %967 mul f32[8,128,1024] (models/bert.ts:223)
+//   %969 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %945 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.6.output.dense.bias f32[1024]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k082_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1012 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %1013 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1014 add f32[8,16,128,128] (models/bert.ts:234)
-//   %1015 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %1016 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %1017 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %1018 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %1019 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1020 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %1022 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1025 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1026 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %1012 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %1013 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1014 add f32[8,16,128,128] (models/bert.ts:236)
+//   %1015 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %1016 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %1017 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %1018 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %1019 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1020 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1022 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1025 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1026 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %1011 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %1020 reduce_sum f32[8,16,128,1]

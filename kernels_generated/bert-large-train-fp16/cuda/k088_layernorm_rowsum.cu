@@ -3,24 +3,24 @@
 // Used by 1 kernel: k088_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1077 cast f32[1024,1024] (models/bert.ts:247)
-//   %1079 add f32[1024,1024] (models/bert.ts:247)
-//   %1080 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %1083 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1084 where f32[8,128,1024] (models/bert.ts:222)
-//   %1085 add f32[8,128,1024] (models/bert.ts:247)
-//   %1086 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1087 mul f32[8,128,1] (models/bert.ts:221)
-//   %1088 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1089 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1090 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1091 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1092 mul f32[8,128,1] (models/bert.ts:221)
-//   %1093 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1094 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1096 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1098 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1100 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1077 cast f32[1024,1024] (models/bert.ts:249)
+//   %1079 add f32[1024,1024] (models/bert.ts:249)
+//   %1080 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %1083 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1084 where f32[8,128,1024] (models/bert.ts:224)
+//   %1085 add f32[8,128,1024] (models/bert.ts:249)
+//   %1086 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1087 mul f32[8,128,1] (models/bert.ts:223)
+//   %1088 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1089 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1090 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1091 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1092 mul f32[8,128,1] (models/bert.ts:223)
+//   %1093 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1094 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1096 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1098 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1100 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1076 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.7.output.dense.bias f32[1024]

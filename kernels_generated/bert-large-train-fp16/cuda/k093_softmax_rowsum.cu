@@ -3,18 +3,18 @@
 // Used by 1 kernel: k093_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1143 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %1144 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1145 add f32[8,16,128,128] (models/bert.ts:234)
-//   %1146 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %1147 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %1148 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %1149 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %1150 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1151 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %1153 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1156 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1157 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %1143 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %1144 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1145 add f32[8,16,128,128] (models/bert.ts:236)
+//   %1146 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %1147 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %1148 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %1149 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %1150 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1151 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1153 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1156 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1157 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %1142 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %1151 reduce_sum f32[8,16,128,1]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k104_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1274 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %1275 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1276 add f32[8,16,128,128] (models/bert.ts:234)
-//   %1277 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %1278 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %1279 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %1280 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %1281 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1282 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %1284 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1287 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1288 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %1274 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %1275 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1276 add f32[8,16,128,128] (models/bert.ts:236)
+//   %1277 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %1278 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %1279 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %1280 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %1281 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1282 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1284 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1287 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1288 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %1273 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %1282 reduce_sum f32[8,16,128,1]

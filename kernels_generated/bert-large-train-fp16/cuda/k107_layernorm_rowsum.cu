@@ -3,24 +3,24 @@
 // Used by 1 kernel: k107_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1298 cast f32[1024,1024] (models/bert.ts:243)
-//   %1300 add f32[1024,1024] (models/bert.ts:243)
-//   %1301 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %1304 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1305 where f32[8,128,1024] (models/bert.ts:222)
-//   %1306 add f32[8,128,1024] (models/bert.ts:243)
-//   %1307 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1308 mul f32[8,128,1] (models/bert.ts:221)
-//   %1309 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1310 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1311 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1312 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1313 mul f32[8,128,1] (models/bert.ts:221)
-//   %1314 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1315 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1317 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1319 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1321 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1298 cast f32[1024,1024] (models/bert.ts:245)
+//   %1300 add f32[1024,1024] (models/bert.ts:245)
+//   %1301 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1304 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1305 where f32[8,128,1024] (models/bert.ts:224)
+//   %1306 add f32[8,128,1024] (models/bert.ts:245)
+//   %1307 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1308 mul f32[8,128,1] (models/bert.ts:223)
+//   %1309 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1310 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1311 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1312 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1313 mul f32[8,128,1] (models/bert.ts:223)
+//   %1314 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1315 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1317 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1319 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1321 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1297 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.9.attention.output.dense.bias f32[1024]

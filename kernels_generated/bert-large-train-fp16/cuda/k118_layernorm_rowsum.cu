@@ -3,24 +3,24 @@
 // Used by 1 kernel: k118_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1429 cast f32[1024,1024] (models/bert.ts:243)
-//   %1431 add f32[1024,1024] (models/bert.ts:243)
-//   %1432 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %1435 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1436 where f32[8,128,1024] (models/bert.ts:222)
-//   %1437 add f32[8,128,1024] (models/bert.ts:243)
-//   %1438 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1439 mul f32[8,128,1] (models/bert.ts:221)
-//   %1440 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1441 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1442 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1443 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1444 mul f32[8,128,1] (models/bert.ts:221)
-//   %1445 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1446 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1448 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1450 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1452 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1429 cast f32[1024,1024] (models/bert.ts:245)
+//   %1431 add f32[1024,1024] (models/bert.ts:245)
+//   %1432 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1435 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1436 where f32[8,128,1024] (models/bert.ts:224)
+//   %1437 add f32[8,128,1024] (models/bert.ts:245)
+//   %1438 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1439 mul f32[8,128,1] (models/bert.ts:223)
+//   %1440 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1441 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1442 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1443 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1444 mul f32[8,128,1] (models/bert.ts:223)
+//   %1445 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1446 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1448 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1450 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1452 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1428 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.10.attention.output.dense.bias f32[1024]

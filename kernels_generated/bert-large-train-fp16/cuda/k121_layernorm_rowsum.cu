@@ -3,24 +3,24 @@
 // Used by 1 kernel: k121_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1470 cast f32[1024,1024] (models/bert.ts:247)
-//   %1472 add f32[1024,1024] (models/bert.ts:247)
-//   %1473 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %1476 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1477 where f32[8,128,1024] (models/bert.ts:222)
-//   %1478 add f32[8,128,1024] (models/bert.ts:247)
-//   %1479 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1480 mul f32[8,128,1] (models/bert.ts:221)
-//   %1481 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1482 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1483 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1484 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1485 mul f32[8,128,1] (models/bert.ts:221)
-//   %1486 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1487 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1489 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1491 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1493 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1470 cast f32[1024,1024] (models/bert.ts:249)
+//   %1472 add f32[1024,1024] (models/bert.ts:249)
+//   %1473 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %1476 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1477 where f32[8,128,1024] (models/bert.ts:224)
+//   %1478 add f32[8,128,1024] (models/bert.ts:249)
+//   %1479 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1480 mul f32[8,128,1] (models/bert.ts:223)
+//   %1481 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1482 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1483 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1484 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1485 mul f32[8,128,1] (models/bert.ts:223)
+//   %1486 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1487 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1489 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1491 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1493 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1469 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.10.output.dense.bias f32[1024]

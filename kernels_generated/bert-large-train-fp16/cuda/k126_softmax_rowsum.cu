@@ -3,18 +3,18 @@
 // Used by 1 kernel: k126_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1536 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %1537 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1538 add f32[8,16,128,128] (models/bert.ts:234)
-//   %1539 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %1540 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %1541 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %1542 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %1543 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1544 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %1546 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1549 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1550 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %1536 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %1537 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1538 add f32[8,16,128,128] (models/bert.ts:236)
+//   %1539 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %1540 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %1541 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %1542 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %1543 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1544 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1546 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1549 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1550 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %1535 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %1544 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k132_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1601 cast f32[1024,1024] (models/bert.ts:247)
-//   %1603 add f32[1024,1024] (models/bert.ts:247)
-//   %1604 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %1607 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1608 where f32[8,128,1024] (models/bert.ts:222)
-//   %1609 add f32[8,128,1024] (models/bert.ts:247)
-//   %1610 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1611 mul f32[8,128,1] (models/bert.ts:221)
-//   %1612 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1613 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1614 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1615 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1616 mul f32[8,128,1] (models/bert.ts:221)
-//   %1617 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1618 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1620 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1622 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1624 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1601 cast f32[1024,1024] (models/bert.ts:249)
+//   %1603 add f32[1024,1024] (models/bert.ts:249)
+//   %1604 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %1607 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1608 where f32[8,128,1024] (models/bert.ts:224)
+//   %1609 add f32[8,128,1024] (models/bert.ts:249)
+//   %1610 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1611 mul f32[8,128,1] (models/bert.ts:223)
+//   %1612 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1613 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1614 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1615 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1616 mul f32[8,128,1] (models/bert.ts:223)
+//   %1617 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1618 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1620 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1622 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1624 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1600 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.11.output.dense.bias f32[1024]

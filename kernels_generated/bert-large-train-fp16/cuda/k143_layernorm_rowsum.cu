@@ -3,24 +3,24 @@
 // Used by 1 kernel: k143_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1732 cast f32[1024,1024] (models/bert.ts:247)
-//   %1734 add f32[1024,1024] (models/bert.ts:247)
-//   %1735 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %1738 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1739 where f32[8,128,1024] (models/bert.ts:222)
-//   %1740 add f32[8,128,1024] (models/bert.ts:247)
-//   %1741 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1742 mul f32[8,128,1] (models/bert.ts:221)
-//   %1743 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1744 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1745 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1746 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1747 mul f32[8,128,1] (models/bert.ts:221)
-//   %1748 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1749 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1751 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1753 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1755 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1732 cast f32[1024,1024] (models/bert.ts:249)
+//   %1734 add f32[1024,1024] (models/bert.ts:249)
+//   %1735 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %1738 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1739 where f32[8,128,1024] (models/bert.ts:224)
+//   %1740 add f32[8,128,1024] (models/bert.ts:249)
+//   %1741 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1742 mul f32[8,128,1] (models/bert.ts:223)
+//   %1743 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1744 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1745 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1746 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1747 mul f32[8,128,1] (models/bert.ts:223)
+//   %1748 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1749 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1751 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1753 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1755 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1731 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.12.output.dense.bias f32[1024]

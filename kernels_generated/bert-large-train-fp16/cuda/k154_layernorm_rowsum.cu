@@ -3,24 +3,24 @@
 // Used by 1 kernel: k154_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1863 cast f32[1024,1024] (models/bert.ts:247)
-//   %1865 add f32[1024,1024] (models/bert.ts:247)
-//   %1866 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %1869 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1870 where f32[8,128,1024] (models/bert.ts:222)
-//   %1871 add f32[8,128,1024] (models/bert.ts:247)
-//   %1872 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1873 mul f32[8,128,1] (models/bert.ts:221)
-//   %1874 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1875 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1876 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1877 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1878 mul f32[8,128,1] (models/bert.ts:221)
-//   %1879 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1880 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1882 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1884 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1886 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1863 cast f32[1024,1024] (models/bert.ts:249)
+//   %1865 add f32[1024,1024] (models/bert.ts:249)
+//   %1866 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %1869 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1870 where f32[8,128,1024] (models/bert.ts:224)
+//   %1871 add f32[8,128,1024] (models/bert.ts:249)
+//   %1872 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1873 mul f32[8,128,1] (models/bert.ts:223)
+//   %1874 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1875 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1876 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1877 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1878 mul f32[8,128,1] (models/bert.ts:223)
+//   %1879 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1880 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1882 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1884 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1886 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1862 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.13.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k162_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1953 cast f32[1024,1024] (models/bert.ts:243)
-//   %1955 add f32[1024,1024] (models/bert.ts:243)
-//   %1956 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %1959 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1960 where f32[8,128,1024] (models/bert.ts:222)
-//   %1961 add f32[8,128,1024] (models/bert.ts:243)
-//   %1962 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1963 mul f32[8,128,1] (models/bert.ts:221)
-//   %1964 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1965 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1966 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1967 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1968 mul f32[8,128,1] (models/bert.ts:221)
-//   %1969 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1970 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1972 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1974 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1976 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1953 cast f32[1024,1024] (models/bert.ts:245)
+//   %1955 add f32[1024,1024] (models/bert.ts:245)
+//   %1956 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1959 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1960 where f32[8,128,1024] (models/bert.ts:224)
+//   %1961 add f32[8,128,1024] (models/bert.ts:245)
+//   %1962 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1963 mul f32[8,128,1] (models/bert.ts:223)
+//   %1964 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1965 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1966 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1967 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1968 mul f32[8,128,1] (models/bert.ts:223)
+//   %1969 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1970 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1972 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1974 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1976 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1952 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.14.attention.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k165_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1994 cast f32[1024,1024] (models/bert.ts:247)
-//   %1996 add f32[1024,1024] (models/bert.ts:247)
-//   %1997 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %2000 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2001 where f32[8,128,1024] (models/bert.ts:222)
-//   %2002 add f32[8,128,1024] (models/bert.ts:247)
-//   %2003 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2004 mul f32[8,128,1] (models/bert.ts:221)
-//   %2005 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2006 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2007 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2008 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2009 mul f32[8,128,1] (models/bert.ts:221)
-//   %2010 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2011 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2013 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2015 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2017 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1994 cast f32[1024,1024] (models/bert.ts:249)
+//   %1996 add f32[1024,1024] (models/bert.ts:249)
+//   %1997 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %2000 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2001 where f32[8,128,1024] (models/bert.ts:224)
+//   %2002 add f32[8,128,1024] (models/bert.ts:249)
+//   %2003 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2004 mul f32[8,128,1] (models/bert.ts:223)
+//   %2005 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2006 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2007 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2008 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2009 mul f32[8,128,1] (models/bert.ts:223)
+//   %2010 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2011 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2013 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2015 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2017 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1993 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.14.output.dense.bias f32[1024]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k181_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %2191 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %2192 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2193 add f32[8,16,128,128] (models/bert.ts:234)
-//   %2194 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %2195 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %2196 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %2197 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %2198 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2199 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %2201 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2204 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2205 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %2191 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %2192 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2193 add f32[8,16,128,128] (models/bert.ts:236)
+//   %2194 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %2195 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %2196 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %2197 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %2198 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2199 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %2201 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2204 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2205 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %2190 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %2199 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k184_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2215 cast f32[1024,1024] (models/bert.ts:243)
-//   %2217 add f32[1024,1024] (models/bert.ts:243)
-//   %2218 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %2221 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2222 where f32[8,128,1024] (models/bert.ts:222)
-//   %2223 add f32[8,128,1024] (models/bert.ts:243)
-//   %2224 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2225 mul f32[8,128,1] (models/bert.ts:221)
-//   %2226 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2227 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2228 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2229 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2230 mul f32[8,128,1] (models/bert.ts:221)
-//   %2231 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2232 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2234 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2236 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2238 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2215 cast f32[1024,1024] (models/bert.ts:245)
+//   %2217 add f32[1024,1024] (models/bert.ts:245)
+//   %2218 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %2221 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2222 where f32[8,128,1024] (models/bert.ts:224)
+//   %2223 add f32[8,128,1024] (models/bert.ts:245)
+//   %2224 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2225 mul f32[8,128,1] (models/bert.ts:223)
+//   %2226 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2227 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2228 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2229 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2230 mul f32[8,128,1] (models/bert.ts:223)
+//   %2231 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2232 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2234 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2236 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2238 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2214 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.16.attention.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k195_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2346 cast f32[1024,1024] (models/bert.ts:243)
-//   %2348 add f32[1024,1024] (models/bert.ts:243)
-//   %2349 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %2352 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2353 where f32[8,128,1024] (models/bert.ts:222)
-//   %2354 add f32[8,128,1024] (models/bert.ts:243)
-//   %2355 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2356 mul f32[8,128,1] (models/bert.ts:221)
-//   %2357 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2358 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2359 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2360 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2361 mul f32[8,128,1] (models/bert.ts:221)
-//   %2362 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2363 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2365 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2367 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2369 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2346 cast f32[1024,1024] (models/bert.ts:245)
+//   %2348 add f32[1024,1024] (models/bert.ts:245)
+//   %2349 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %2352 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2353 where f32[8,128,1024] (models/bert.ts:224)
+//   %2354 add f32[8,128,1024] (models/bert.ts:245)
+//   %2355 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2356 mul f32[8,128,1] (models/bert.ts:223)
+//   %2357 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2358 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2359 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2360 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2361 mul f32[8,128,1] (models/bert.ts:223)
+//   %2362 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2363 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2365 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2367 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2369 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2345 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.17.attention.output.dense.bias f32[1024]

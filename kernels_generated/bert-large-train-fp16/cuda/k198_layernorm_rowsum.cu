@@ -3,24 +3,24 @@
 // Used by 1 kernel: k198_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2387 cast f32[1024,1024] (models/bert.ts:247)
-//   %2389 add f32[1024,1024] (models/bert.ts:247)
-//   %2390 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %2393 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2394 where f32[8,128,1024] (models/bert.ts:222)
-//   %2395 add f32[8,128,1024] (models/bert.ts:247)
-//   %2396 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2397 mul f32[8,128,1] (models/bert.ts:221)
-//   %2398 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2399 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2400 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2401 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2402 mul f32[8,128,1] (models/bert.ts:221)
-//   %2403 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2404 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2406 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2408 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2410 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2387 cast f32[1024,1024] (models/bert.ts:249)
+//   %2389 add f32[1024,1024] (models/bert.ts:249)
+//   %2390 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %2393 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2394 where f32[8,128,1024] (models/bert.ts:224)
+//   %2395 add f32[8,128,1024] (models/bert.ts:249)
+//   %2396 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2397 mul f32[8,128,1] (models/bert.ts:223)
+//   %2398 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2399 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2400 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2401 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2402 mul f32[8,128,1] (models/bert.ts:223)
+//   %2403 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2404 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2406 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2408 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2410 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2386 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.17.output.dense.bias f32[1024]

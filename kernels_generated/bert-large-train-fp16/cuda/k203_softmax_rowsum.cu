@@ -3,18 +3,18 @@
 // Used by 1 kernel: k203_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %2453 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %2454 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2455 add f32[8,16,128,128] (models/bert.ts:234)
-//   %2456 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %2457 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %2458 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %2459 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %2460 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2461 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %2463 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2466 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2467 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %2453 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %2454 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2455 add f32[8,16,128,128] (models/bert.ts:236)
+//   %2456 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %2457 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %2458 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %2459 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %2460 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2461 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %2463 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2466 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2467 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %2452 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %2461 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k209_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2518 cast f32[1024,1024] (models/bert.ts:247)
-//   %2520 add f32[1024,1024] (models/bert.ts:247)
-//   %2521 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %2524 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2525 where f32[8,128,1024] (models/bert.ts:222)
-//   %2526 add f32[8,128,1024] (models/bert.ts:247)
-//   %2527 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2528 mul f32[8,128,1] (models/bert.ts:221)
-//   %2529 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2530 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2531 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2532 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2533 mul f32[8,128,1] (models/bert.ts:221)
-//   %2534 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2535 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2537 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2539 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2541 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2518 cast f32[1024,1024] (models/bert.ts:249)
+//   %2520 add f32[1024,1024] (models/bert.ts:249)
+//   %2521 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %2524 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2525 where f32[8,128,1024] (models/bert.ts:224)
+//   %2526 add f32[8,128,1024] (models/bert.ts:249)
+//   %2527 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2528 mul f32[8,128,1] (models/bert.ts:223)
+//   %2529 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2530 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2531 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2532 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2533 mul f32[8,128,1] (models/bert.ts:223)
+//   %2534 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2535 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2537 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2539 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2541 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2517 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.18.output.dense.bias f32[1024]

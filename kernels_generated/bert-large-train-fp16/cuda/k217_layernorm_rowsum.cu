@@ -3,24 +3,24 @@
 // Used by 1 kernel: k217_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2608 cast f32[1024,1024] (models/bert.ts:243)
-//   %2610 add f32[1024,1024] (models/bert.ts:243)
-//   %2611 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %2614 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2615 where f32[8,128,1024] (models/bert.ts:222)
-//   %2616 add f32[8,128,1024] (models/bert.ts:243)
-//   %2617 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2618 mul f32[8,128,1] (models/bert.ts:221)
-//   %2619 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2620 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2621 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2622 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2623 mul f32[8,128,1] (models/bert.ts:221)
-//   %2624 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2625 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2627 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2629 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2631 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2608 cast f32[1024,1024] (models/bert.ts:245)
+//   %2610 add f32[1024,1024] (models/bert.ts:245)
+//   %2611 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %2614 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2615 where f32[8,128,1024] (models/bert.ts:224)
+//   %2616 add f32[8,128,1024] (models/bert.ts:245)
+//   %2617 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2618 mul f32[8,128,1] (models/bert.ts:223)
+//   %2619 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2620 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2621 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2622 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2623 mul f32[8,128,1] (models/bert.ts:223)
+//   %2624 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2625 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2627 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2629 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2631 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2607 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.19.attention.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k220_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2649 cast f32[1024,1024] (models/bert.ts:247)
-//   %2651 add f32[1024,1024] (models/bert.ts:247)
-//   %2652 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %2655 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2656 where f32[8,128,1024] (models/bert.ts:222)
-//   %2657 add f32[8,128,1024] (models/bert.ts:247)
-//   %2658 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2659 mul f32[8,128,1] (models/bert.ts:221)
-//   %2660 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2661 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2662 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2663 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2664 mul f32[8,128,1] (models/bert.ts:221)
-//   %2665 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2666 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2668 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2670 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2672 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2649 cast f32[1024,1024] (models/bert.ts:249)
+//   %2651 add f32[1024,1024] (models/bert.ts:249)
+//   %2652 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %2655 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2656 where f32[8,128,1024] (models/bert.ts:224)
+//   %2657 add f32[8,128,1024] (models/bert.ts:249)
+//   %2658 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2659 mul f32[8,128,1] (models/bert.ts:223)
+//   %2660 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2661 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2662 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2663 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2664 mul f32[8,128,1] (models/bert.ts:223)
+//   %2665 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2666 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2668 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2670 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2672 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2648 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.19.output.dense.bias f32[1024]

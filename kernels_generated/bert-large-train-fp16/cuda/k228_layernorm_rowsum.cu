@@ -3,24 +3,24 @@
 // Used by 1 kernel: k228_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2739 cast f32[1024,1024] (models/bert.ts:243)
-//   %2741 add f32[1024,1024] (models/bert.ts:243)
-//   %2742 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %2745 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2746 where f32[8,128,1024] (models/bert.ts:222)
-//   %2747 add f32[8,128,1024] (models/bert.ts:243)
-//   %2748 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2749 mul f32[8,128,1] (models/bert.ts:221)
-//   %2750 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2751 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2752 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2753 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2754 mul f32[8,128,1] (models/bert.ts:221)
-//   %2755 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2756 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2758 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2760 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2762 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2739 cast f32[1024,1024] (models/bert.ts:245)
+//   %2741 add f32[1024,1024] (models/bert.ts:245)
+//   %2742 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %2745 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2746 where f32[8,128,1024] (models/bert.ts:224)
+//   %2747 add f32[8,128,1024] (models/bert.ts:245)
+//   %2748 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2749 mul f32[8,128,1] (models/bert.ts:223)
+//   %2750 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2751 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2752 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2753 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2754 mul f32[8,128,1] (models/bert.ts:223)
+//   %2755 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2756 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2758 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2760 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2762 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2738 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.20.attention.output.dense.bias f32[1024]

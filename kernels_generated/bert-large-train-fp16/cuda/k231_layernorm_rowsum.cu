@@ -3,24 +3,24 @@
 // Used by 1 kernel: k231_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2780 cast f32[1024,1024] (models/bert.ts:247)
-//   %2782 add f32[1024,1024] (models/bert.ts:247)
-//   %2783 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %2786 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2787 where f32[8,128,1024] (models/bert.ts:222)
-//   %2788 add f32[8,128,1024] (models/bert.ts:247)
-//   %2789 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2790 mul f32[8,128,1] (models/bert.ts:221)
-//   %2791 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2792 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2793 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2794 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2795 mul f32[8,128,1] (models/bert.ts:221)
-//   %2796 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2797 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2799 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2801 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2803 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2780 cast f32[1024,1024] (models/bert.ts:249)
+//   %2782 add f32[1024,1024] (models/bert.ts:249)
+//   %2783 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %2786 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2787 where f32[8,128,1024] (models/bert.ts:224)
+//   %2788 add f32[8,128,1024] (models/bert.ts:249)
+//   %2789 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2790 mul f32[8,128,1] (models/bert.ts:223)
+//   %2791 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2792 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2793 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2794 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2795 mul f32[8,128,1] (models/bert.ts:223)
+//   %2796 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2797 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2799 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2801 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2803 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2779 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.20.output.dense.bias f32[1024]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k236_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %2846 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %2847 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2848 add f32[8,16,128,128] (models/bert.ts:234)
-//   %2849 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %2850 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %2851 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %2852 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %2853 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2854 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %2856 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2859 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2860 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %2846 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %2847 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2848 add f32[8,16,128,128] (models/bert.ts:236)
+//   %2849 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %2850 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %2851 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %2852 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %2853 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2854 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %2856 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2859 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2860 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %2845 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %2854 reduce_sum f32[8,16,128,1]

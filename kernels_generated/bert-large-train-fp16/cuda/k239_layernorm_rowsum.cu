@@ -3,24 +3,24 @@
 // Used by 1 kernel: k239_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2870 cast f32[1024,1024] (models/bert.ts:243)
-//   %2872 add f32[1024,1024] (models/bert.ts:243)
-//   %2873 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %2876 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2877 where f32[8,128,1024] (models/bert.ts:222)
-//   %2878 add f32[8,128,1024] (models/bert.ts:243)
-//   %2879 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2880 mul f32[8,128,1] (models/bert.ts:221)
-//   %2881 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2882 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2883 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2884 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2885 mul f32[8,128,1] (models/bert.ts:221)
-//   %2886 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2887 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2889 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2891 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2893 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2870 cast f32[1024,1024] (models/bert.ts:245)
+//   %2872 add f32[1024,1024] (models/bert.ts:245)
+//   %2873 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %2876 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2877 where f32[8,128,1024] (models/bert.ts:224)
+//   %2878 add f32[8,128,1024] (models/bert.ts:245)
+//   %2879 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2880 mul f32[8,128,1] (models/bert.ts:223)
+//   %2881 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2882 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2883 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2884 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2885 mul f32[8,128,1] (models/bert.ts:223)
+//   %2886 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2887 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2889 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2891 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2893 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2869 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.21.attention.output.dense.bias f32[1024]

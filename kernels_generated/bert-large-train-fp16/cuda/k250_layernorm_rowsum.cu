@@ -3,24 +3,24 @@
 // Used by 1 kernel: k250_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %3001 cast f32[1024,1024] (models/bert.ts:243)
-//   %3003 add f32[1024,1024] (models/bert.ts:243)
-//   %3004 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %3007 mul f32[8,128,1024] (models/bert.ts:222)
-//   %3008 where f32[8,128,1024] (models/bert.ts:222)
-//   %3009 add f32[8,128,1024] (models/bert.ts:243)
-//   %3010 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3011 mul f32[8,128,1] (models/bert.ts:221)
-//   %3012 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3013 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3014 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3015 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3016 mul f32[8,128,1] (models/bert.ts:221)
-//   %3017 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %3018 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %3020 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3022 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3024 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %3001 cast f32[1024,1024] (models/bert.ts:245)
+//   %3003 add f32[1024,1024] (models/bert.ts:245)
+//   %3004 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %3007 mul f32[8,128,1024] (models/bert.ts:224)
+//   %3008 where f32[8,128,1024] (models/bert.ts:224)
+//   %3009 add f32[8,128,1024] (models/bert.ts:245)
+//   %3010 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3011 mul f32[8,128,1] (models/bert.ts:223)
+//   %3012 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3013 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3014 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3015 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3016 mul f32[8,128,1] (models/bert.ts:223)
+//   %3017 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %3018 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %3020 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3022 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3024 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3000 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.22.attention.output.dense.bias f32[1024]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k258_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %3108 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %3109 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3110 add f32[8,16,128,128] (models/bert.ts:234)
-//   %3111 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %3112 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %3113 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %3114 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %3115 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %3116 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %3118 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %3121 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3122 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %3108 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %3109 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3110 add f32[8,16,128,128] (models/bert.ts:236)
+//   %3111 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %3112 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %3113 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %3114 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %3115 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %3116 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %3118 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %3121 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3122 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %3107 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %3116 reduce_sum f32[8,16,128,1]

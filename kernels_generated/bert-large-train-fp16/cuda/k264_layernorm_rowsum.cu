@@ -3,24 +3,24 @@
 // Used by 1 kernel: k264_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %3173 cast f32[1024,1024] (models/bert.ts:247)
-//   %3175 add f32[1024,1024] (models/bert.ts:247)
-//   %3176 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %3179 mul f32[8,128,1024] (models/bert.ts:222)
-//   %3180 where f32[8,128,1024] (models/bert.ts:222)
-//   %3181 add f32[8,128,1024] (models/bert.ts:247)
-//   %3182 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3183 mul f32[8,128,1] (models/bert.ts:221)
-//   %3184 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3185 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3186 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3187 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3188 mul f32[8,128,1] (models/bert.ts:221)
-//   %3189 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %3190 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %3192 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3194 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3196 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %3173 cast f32[1024,1024] (models/bert.ts:249)
+//   %3175 add f32[1024,1024] (models/bert.ts:249)
+//   %3176 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %3179 mul f32[8,128,1024] (models/bert.ts:224)
+//   %3180 where f32[8,128,1024] (models/bert.ts:224)
+//   %3181 add f32[8,128,1024] (models/bert.ts:249)
+//   %3182 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3183 mul f32[8,128,1] (models/bert.ts:223)
+//   %3184 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3185 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3186 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3187 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3188 mul f32[8,128,1] (models/bert.ts:223)
+//   %3189 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %3190 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %3192 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3194 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3196 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3172 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.23.output.dense.bias f32[1024]

@@ -8,8 +8,8 @@
 //   %3431 reshape f32[8,1,1024] (models/bert.ts:128)
 //   %3432 pad f32[8,128,1024] (models/bert.ts:128)
 //   %3433 add f32[8,128,1024] (models/bert.ts:128) -> written
-//   %3434 reduce_sum f32[1,1,1024] (models/bert.ts:221) -> written
-//   %3435 reshape f32[1024] (models/bert.ts:221) -> written
+//   %3434 reduce_sum f32[1,1,1024] (models/bert.ts:223) -> written
+//   %3435 reshape f32[1024] (models/bert.ts:223) -> written
 //   binding 0 (read): %3411 scatter_add f32[1024,1024]
 //   binding 1 (read): %3427 matmul f16[8,1024]
 //   binding 2 (write): %3434 reduce_sum f32[1,1,1024]

@@ -3,9 +3,9 @@
 // Used by 49 kernels: k293_colsum, k302_colsum, k322_colsum, k331_colsum, k351_colsum, k360_colsum, k380_colsum, k389_colsum, k409_colsum, k418_colsum, k438_colsum, k447_colsum, k467_colsum, k476_colsum, k496_colsum, k505_colsum, k525_colsum, k534_colsum, k554_colsum, k563_colsum, k583_colsum, k592_colsum, k612_colsum, k621_colsum, k641_colsum, k650_colsum, k670_colsum, k679_colsum, k699_colsum, k708_colsum, k728_colsum, k737_colsum, k757_colsum, k766_colsum, k786_colsum, k795_colsum, k815_colsum, k824_colsum, k844_colsum, k853_colsum, k873_colsum, k882_colsum, k902_colsum, k911_colsum, k931_colsum, k940_colsum, k960_colsum, k969_colsum, k989_colsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [0,1]
-//   %3437 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3438 reduce_sum f32[1,1,1024] (models/bert.ts:221) -> written
-//   %3439 reshape f32[1024] (models/bert.ts:221) -> written
+//   %3437 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3438 reduce_sum f32[1,1,1024] (models/bert.ts:223) -> written
+//   %3439 reshape f32[1024] (models/bert.ts:223) -> written
 //   binding 0 (read): %3433 add f32[8,128,1024] stored f16
 //   binding 1 (read): %3192 mul f32[8,128,1024] stored f16
 //   binding 2 (write): %3438 reduce_sum f32[1,1,1024]

@@ -3,13 +3,13 @@
 // Used by 1 kernel: k304_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %3508 mul f32[8,128,1] (models/bert.ts:221)
-//   %3509 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3510 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3511 where f32[8,128,1024] (models/bert.ts:222)
-//   %3512 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %3514 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %3515 reshape f32[1024] (models/bert.ts:243) -> written
+//   %3508 mul f32[8,128,1] (models/bert.ts:223)
+//   %3509 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3510 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3511 where f32[8,128,1024] (models/bert.ts:224)
+//   %3512 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %3514 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %3515 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3505 add f32[8,128,1024] stored f16
 //   binding 2 (read): %3507 reduce_sum f32[8,128,1]

@@ -3,7 +3,7 @@
 // Used by 24 kernels: k305_matmul, k334_matmul, k363_matmul, k392_matmul, k421_matmul, k450_matmul, k479_matmul, k508_matmul, k537_matmul, k566_matmul, k595_matmul, k624_matmul, k653_matmul, k682_matmul, k711_matmul, k740_matmul, k769_matmul, k798_matmul, k827_matmul, k856_matmul, k885_matmul, k914_matmul, k943_matmul, k972_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,1024]
-//   %3517 matmul f16[1024,1024] (models/bert.ts:243) -> written
+//   %3517 matmul f16[1024,1024] (models/bert.ts:245) -> written
 //   binding 0 (read): %3512 mul f32[8,128,1024] stored f16
 //   binding 1 (read): param bert.encoder.layer.23.attention.output.dense.weight f32[1024,1024]
 //   binding 2 (write): %3517 matmul f16[1024,1024]

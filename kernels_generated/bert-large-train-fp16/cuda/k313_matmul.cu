@@ -3,7 +3,7 @@
 // Used by 72 kernels: k313_matmul, k316_matmul, k319_matmul, k342_matmul, k345_matmul, k348_matmul, k371_matmul, k374_matmul, k377_matmul, k400_matmul, k403_matmul, k406_matmul, k429_matmul, k432_matmul, k435_matmul, k458_matmul, k461_matmul, k464_matmul, k487_matmul, k490_matmul, k493_matmul, k516_matmul, k519_matmul, k522_matmul, k545_matmul, k548_matmul, k551_matmul, k574_matmul, k577_matmul, k580_matmul, k603_matmul, k606_matmul, k609_matmul, k632_matmul, k635_matmul, k638_matmul, k661_matmul, k664_matmul, k667_matmul, k690_matmul, k693_matmul, k696_matmul, k719_matmul, k722_matmul, k725_matmul, k748_matmul, k751_matmul, k754_matmul, k777_matmul, k780_matmul, k783_matmul, k806_matmul, k809_matmul, k812_matmul, k835_matmul, k838_matmul, k841_matmul, k864_matmul, k867_matmul, k870_matmul, k893_matmul, k896_matmul, k899_matmul, k922_matmul, k925_matmul, k928_matmul, k951_matmul, k954_matmul, k957_matmul, k980_matmul, k983_matmul, k986_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,1024]
-//   %3548 matmul f16[1024,1024] (models/bert.ts:234) -> written
+//   %3548 matmul f16[1024,1024] (models/bert.ts:236) -> written
 //   binding 0 (read): %3526 matmul f16[8,16,128,64]
 //   binding 1 (read): param bert.encoder.layer.23.attention.self.value.weight f32[1024,1024]
 //   binding 2 (write): %3548 matmul f16[1024,1024]

@@ -3,8 +3,8 @@
 // Used by 72 kernels: k314_matmul, k317_matmul, k320_matmul, k343_matmul, k346_matmul, k349_matmul, k372_matmul, k375_matmul, k378_matmul, k401_matmul, k404_matmul, k407_matmul, k430_matmul, k433_matmul, k436_matmul, k459_matmul, k462_matmul, k465_matmul, k488_matmul, k491_matmul, k494_matmul, k517_matmul, k520_matmul, k523_matmul, k546_matmul, k549_matmul, k552_matmul, k575_matmul, k578_matmul, k581_matmul, k604_matmul, k607_matmul, k610_matmul, k633_matmul, k636_matmul, k639_matmul, k662_matmul, k665_matmul, k668_matmul, k691_matmul, k694_matmul, k697_matmul, k720_matmul, k723_matmul, k726_matmul, k749_matmul, k752_matmul, k755_matmul, k778_matmul, k781_matmul, k784_matmul, k807_matmul, k810_matmul, k813_matmul, k836_matmul, k839_matmul, k842_matmul, k865_matmul, k868_matmul, k871_matmul, k894_matmul, k897_matmul, k900_matmul, k923_matmul, k926_matmul, k929_matmul, k952_matmul, k955_matmul, k958_matmul, k981_matmul, k984_matmul, k987_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,1024]
-//   %3550 matmul f16[1024,1024] (models/bert.ts:234)
-//   %3551 cast f32[1024,1024] (models/bert.ts:234) -> written
+//   %3550 matmul f16[1024,1024] (models/bert.ts:236)
+//   %3551 cast f32[1024,1024] (models/bert.ts:236) -> written
 //   binding 0 (read): %3526 matmul f16[8,16,128,64]
 //   binding 1 (read): %3065 add f32[8,128,1024] stored f16
 //   binding 2 (write): %3551 cast f32[1024,1024]

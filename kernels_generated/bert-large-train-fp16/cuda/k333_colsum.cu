@@ -3,13 +3,13 @@
 // Used by 1 kernel: k333_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %3648 mul f32[8,128,1] (models/bert.ts:221)
-//   %3649 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3650 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3651 where f32[8,128,1024] (models/bert.ts:222)
-//   %3652 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %3654 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %3655 reshape f32[1024] (models/bert.ts:243) -> written
+//   %3648 mul f32[8,128,1] (models/bert.ts:223)
+//   %3649 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3650 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3651 where f32[8,128,1024] (models/bert.ts:224)
+//   %3652 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %3654 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %3655 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3645 add f32[8,128,1024] stored f16
 //   binding 2 (read): %3647 reduce_sum f32[8,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k338_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %3665 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %3668 where f32[8,16,128,128] (models/bert.ts:234)
-//   %3669 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3670 div f32[8,16,128,128] (models/bert.ts:234)
-//   %3671 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3672 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %3673 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %3674 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %3675 add f32[8,16,128,128] (models/bert.ts:234)
-//   %3676 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3677 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %3665 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %3668 where f32[8,16,128,128] (models/bert.ts:236)
+//   %3669 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3670 div f32[8,16,128,128] (models/bert.ts:236)
+//   %3671 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3672 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %3673 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %3674 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %3675 add f32[8,16,128,128] (models/bert.ts:236)
+//   %3676 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3677 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3664 matmul f16[8,16,128,128]
 //   binding 2 (read): %2985 reduce_sum f32[8,16,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k396_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %3945 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %3948 where f32[8,16,128,128] (models/bert.ts:234)
-//   %3949 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3950 div f32[8,16,128,128] (models/bert.ts:234)
-//   %3951 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3952 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %3953 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %3954 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %3955 add f32[8,16,128,128] (models/bert.ts:234)
-//   %3956 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3957 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %3945 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %3948 where f32[8,16,128,128] (models/bert.ts:236)
+//   %3949 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3950 div f32[8,16,128,128] (models/bert.ts:236)
+//   %3951 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3952 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %3953 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %3954 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %3955 add f32[8,16,128,128] (models/bert.ts:236)
+//   %3956 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3957 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3944 matmul f16[8,16,128,128]
 //   binding 2 (read): %2723 reduce_sum f32[8,16,128,1]

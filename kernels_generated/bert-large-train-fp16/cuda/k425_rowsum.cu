@@ -3,17 +3,17 @@
 // Used by 1 kernel: k425_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %4085 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %4088 where f32[8,16,128,128] (models/bert.ts:234)
-//   %4089 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4090 div f32[8,16,128,128] (models/bert.ts:234)
-//   %4091 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4092 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %4093 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %4094 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %4095 add f32[8,16,128,128] (models/bert.ts:234)
-//   %4096 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4097 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %4085 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %4088 where f32[8,16,128,128] (models/bert.ts:236)
+//   %4089 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4090 div f32[8,16,128,128] (models/bert.ts:236)
+//   %4091 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4092 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %4093 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %4094 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %4095 add f32[8,16,128,128] (models/bert.ts:236)
+//   %4096 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4097 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4084 matmul f16[8,16,128,128]
 //   binding 2 (read): %2592 reduce_sum f32[8,16,128,1]

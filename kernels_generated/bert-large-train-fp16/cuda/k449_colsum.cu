@@ -3,13 +3,13 @@
 // Used by 1 kernel: k449_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %4208 mul f32[8,128,1] (models/bert.ts:221)
-//   %4209 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4210 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4211 where f32[8,128,1024] (models/bert.ts:222)
-//   %4212 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %4214 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %4215 reshape f32[1024] (models/bert.ts:243) -> written
+//   %4208 mul f32[8,128,1] (models/bert.ts:223)
+//   %4209 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %4210 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %4211 where f32[8,128,1024] (models/bert.ts:224)
+//   %4212 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %4214 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %4215 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4205 add f32[8,128,1024] stored f16
 //   binding 2 (read): %4207 reduce_sum f32[8,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k454_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %4225 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %4228 where f32[8,16,128,128] (models/bert.ts:234)
-//   %4229 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4230 div f32[8,16,128,128] (models/bert.ts:234)
-//   %4231 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4232 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %4233 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %4234 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %4235 add f32[8,16,128,128] (models/bert.ts:234)
-//   %4236 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4237 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %4225 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %4228 where f32[8,16,128,128] (models/bert.ts:236)
+//   %4229 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4230 div f32[8,16,128,128] (models/bert.ts:236)
+//   %4231 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4232 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %4233 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %4234 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %4235 add f32[8,16,128,128] (models/bert.ts:236)
+//   %4236 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4237 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4224 matmul f16[8,16,128,128]
 //   binding 2 (read): %2461 reduce_sum f32[8,16,128,1]

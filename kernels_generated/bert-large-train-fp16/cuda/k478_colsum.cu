@@ -3,13 +3,13 @@
 // Used by 1 kernel: k478_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %4348 mul f32[8,128,1] (models/bert.ts:221)
-//   %4349 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4350 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4351 where f32[8,128,1024] (models/bert.ts:222)
-//   %4352 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %4354 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %4355 reshape f32[1024] (models/bert.ts:243) -> written
+//   %4348 mul f32[8,128,1] (models/bert.ts:223)
+//   %4349 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %4350 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %4351 where f32[8,128,1024] (models/bert.ts:224)
+//   %4352 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %4354 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %4355 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4345 add f32[8,128,1024] stored f16
 //   binding 2 (read): %4347 reduce_sum f32[8,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k512_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %4505 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %4508 where f32[8,16,128,128] (models/bert.ts:234)
-//   %4509 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4510 div f32[8,16,128,128] (models/bert.ts:234)
-//   %4511 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4512 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %4513 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %4514 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %4515 add f32[8,16,128,128] (models/bert.ts:234)
-//   %4516 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4517 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %4505 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %4508 where f32[8,16,128,128] (models/bert.ts:236)
+//   %4509 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4510 div f32[8,16,128,128] (models/bert.ts:236)
+//   %4511 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4512 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %4513 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %4514 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %4515 add f32[8,16,128,128] (models/bert.ts:236)
+//   %4516 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4517 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4504 matmul f16[8,16,128,128]
 //   binding 2 (read): %2199 reduce_sum f32[8,16,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k541_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %4645 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %4648 where f32[8,16,128,128] (models/bert.ts:234)
-//   %4649 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4650 div f32[8,16,128,128] (models/bert.ts:234)
-//   %4651 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4652 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %4653 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %4654 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %4655 add f32[8,16,128,128] (models/bert.ts:234)
-//   %4656 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4657 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %4645 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %4648 where f32[8,16,128,128] (models/bert.ts:236)
+//   %4649 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4650 div f32[8,16,128,128] (models/bert.ts:236)
+//   %4651 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4652 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %4653 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %4654 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %4655 add f32[8,16,128,128] (models/bert.ts:236)
+//   %4656 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4657 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4644 matmul f16[8,16,128,128]
 //   binding 2 (read): %2068 reduce_sum f32[8,16,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k570_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %4785 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %4788 where f32[8,16,128,128] (models/bert.ts:234)
-//   %4789 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4790 div f32[8,16,128,128] (models/bert.ts:234)
-//   %4791 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4792 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %4793 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %4794 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %4795 add f32[8,16,128,128] (models/bert.ts:234)
-//   %4796 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4797 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %4785 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %4788 where f32[8,16,128,128] (models/bert.ts:236)
+//   %4789 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4790 div f32[8,16,128,128] (models/bert.ts:236)
+//   %4791 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4792 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %4793 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %4794 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %4795 add f32[8,16,128,128] (models/bert.ts:236)
+//   %4796 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4797 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4784 matmul f16[8,16,128,128]
 //   binding 2 (read): %1937 reduce_sum f32[8,16,128,1]

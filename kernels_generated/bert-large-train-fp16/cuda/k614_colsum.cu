@@ -3,13 +3,13 @@
 // Used by 1 kernel: k614_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %4995 mul f32[8,128,1] (models/bert.ts:221)
-//   %4996 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4997 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4998 where f32[8,128,1024] (models/bert.ts:222)
-//   %4999 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %5001 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %5002 reshape f32[1024] (models/bert.ts:247) -> written
+//   %4995 mul f32[8,128,1] (models/bert.ts:223)
+//   %4996 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %4997 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %4998 where f32[8,128,1024] (models/bert.ts:224)
+//   %4999 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %5001 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %5002 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4992 add f32[8,128,1024] stored f16
 //   binding 2 (read): %4994 reduce_sum f32[8,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k628_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5065 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %5068 where f32[8,16,128,128] (models/bert.ts:234)
-//   %5069 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5070 div f32[8,16,128,128] (models/bert.ts:234)
-//   %5071 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5072 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %5073 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %5074 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %5075 add f32[8,16,128,128] (models/bert.ts:234)
-//   %5076 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5077 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %5065 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %5068 where f32[8,16,128,128] (models/bert.ts:236)
+//   %5069 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5070 div f32[8,16,128,128] (models/bert.ts:236)
+//   %5071 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5072 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %5073 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %5074 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %5075 add f32[8,16,128,128] (models/bert.ts:236)
+//   %5076 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5077 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5064 matmul f16[8,16,128,128]
 //   binding 2 (read): %1675 reduce_sum f32[8,16,128,1]

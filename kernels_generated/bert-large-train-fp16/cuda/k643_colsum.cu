@@ -3,13 +3,13 @@
 // Used by 1 kernel: k643_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %5135 mul f32[8,128,1] (models/bert.ts:221)
-//   %5136 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %5137 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %5138 where f32[8,128,1024] (models/bert.ts:222)
-//   %5139 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %5141 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %5142 reshape f32[1024] (models/bert.ts:247) -> written
+//   %5135 mul f32[8,128,1] (models/bert.ts:223)
+//   %5136 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %5137 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %5138 where f32[8,128,1024] (models/bert.ts:224)
+//   %5139 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %5141 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %5142 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5132 add f32[8,128,1024] stored f16
 //   binding 2 (read): %5134 reduce_sum f32[8,128,1]

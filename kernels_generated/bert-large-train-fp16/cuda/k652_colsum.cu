@@ -3,13 +3,13 @@
 // Used by 1 kernel: k652_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %5188 mul f32[8,128,1] (models/bert.ts:221)
-//   %5189 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %5190 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %5191 where f32[8,128,1024] (models/bert.ts:222)
-//   %5192 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %5194 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %5195 reshape f32[1024] (models/bert.ts:243) -> written
+//   %5188 mul f32[8,128,1] (models/bert.ts:223)
+//   %5189 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %5190 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %5191 where f32[8,128,1024] (models/bert.ts:224)
+//   %5192 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %5194 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %5195 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5185 add f32[8,128,1024] stored f16
 //   binding 2 (read): %5187 reduce_sum f32[8,128,1]

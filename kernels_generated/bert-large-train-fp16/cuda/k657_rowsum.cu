@@ -3,17 +3,17 @@
 // Used by 1 kernel: k657_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5205 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %5208 where f32[8,16,128,128] (models/bert.ts:234)
-//   %5209 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5210 div f32[8,16,128,128] (models/bert.ts:234)
-//   %5211 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5212 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %5213 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %5214 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %5215 add f32[8,16,128,128] (models/bert.ts:234)
-//   %5216 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5217 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %5205 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %5208 where f32[8,16,128,128] (models/bert.ts:236)
+//   %5209 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5210 div f32[8,16,128,128] (models/bert.ts:236)
+//   %5211 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5212 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %5213 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %5214 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %5215 add f32[8,16,128,128] (models/bert.ts:236)
+//   %5216 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5217 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5204 matmul f16[8,16,128,128]
 //   binding 2 (read): %1544 reduce_sum f32[8,16,128,1]

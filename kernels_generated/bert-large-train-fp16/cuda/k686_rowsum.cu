@@ -3,17 +3,17 @@
 // Used by 1 kernel: k686_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5345 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %5348 where f32[8,16,128,128] (models/bert.ts:234)
-//   %5349 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5350 div f32[8,16,128,128] (models/bert.ts:234)
-//   %5351 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5352 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %5353 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %5354 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %5355 add f32[8,16,128,128] (models/bert.ts:234)
-//   %5356 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5357 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %5345 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %5348 where f32[8,16,128,128] (models/bert.ts:236)
+//   %5349 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5350 div f32[8,16,128,128] (models/bert.ts:236)
+//   %5351 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5352 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %5353 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %5354 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %5355 add f32[8,16,128,128] (models/bert.ts:236)
+//   %5356 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5357 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5344 matmul f16[8,16,128,128]
 //   binding 2 (read): %1413 reduce_sum f32[8,16,128,1]

@@ -3,13 +3,13 @@
 // Used by 1 kernel: k710_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %5468 mul f32[8,128,1] (models/bert.ts:221)
-//   %5469 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %5470 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %5471 where f32[8,128,1024] (models/bert.ts:222)
-//   %5472 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %5474 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %5475 reshape f32[1024] (models/bert.ts:243) -> written
+//   %5468 mul f32[8,128,1] (models/bert.ts:223)
+//   %5469 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %5470 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %5471 where f32[8,128,1024] (models/bert.ts:224)
+//   %5472 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %5474 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %5475 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5465 add f32[8,128,1024] stored f16
 //   binding 2 (read): %5467 reduce_sum f32[8,128,1]

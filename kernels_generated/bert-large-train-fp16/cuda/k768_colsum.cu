@@ -3,13 +3,13 @@
 // Used by 1 kernel: k768_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %5748 mul f32[8,128,1] (models/bert.ts:221)
-//   %5749 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %5750 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %5751 where f32[8,128,1024] (models/bert.ts:222)
-//   %5752 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %5754 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %5755 reshape f32[1024] (models/bert.ts:243) -> written
+//   %5748 mul f32[8,128,1] (models/bert.ts:223)
+//   %5749 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %5750 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %5751 where f32[8,128,1024] (models/bert.ts:224)
+//   %5752 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %5754 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %5755 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5745 add f32[8,128,1024] stored f16
 //   binding 2 (read): %5747 reduce_sum f32[8,128,1]

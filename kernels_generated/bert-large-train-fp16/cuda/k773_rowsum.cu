@@ -3,17 +3,17 @@
 // Used by 1 kernel: k773_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5765 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %5768 where f32[8,16,128,128] (models/bert.ts:234)
-//   %5769 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5770 div f32[8,16,128,128] (models/bert.ts:234)
-//   %5771 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5772 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %5773 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %5774 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %5775 add f32[8,16,128,128] (models/bert.ts:234)
-//   %5776 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5777 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %5765 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %5768 where f32[8,16,128,128] (models/bert.ts:236)
+//   %5769 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5770 div f32[8,16,128,128] (models/bert.ts:236)
+//   %5771 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5772 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %5773 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %5774 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %5775 add f32[8,16,128,128] (models/bert.ts:236)
+//   %5776 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5777 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5764 matmul f16[8,16,128,128]
 //   binding 2 (read): %1020 reduce_sum f32[8,16,128,1]

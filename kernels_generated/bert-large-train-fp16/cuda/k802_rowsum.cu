@@ -3,17 +3,17 @@
 // Used by 1 kernel: k802_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5905 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %5908 where f32[8,16,128,128] (models/bert.ts:234)
-//   %5909 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5910 div f32[8,16,128,128] (models/bert.ts:234)
-//   %5911 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5912 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %5913 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %5914 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %5915 add f32[8,16,128,128] (models/bert.ts:234)
-//   %5916 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5917 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %5905 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %5908 where f32[8,16,128,128] (models/bert.ts:236)
+//   %5909 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5910 div f32[8,16,128,128] (models/bert.ts:236)
+//   %5911 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5912 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %5913 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %5914 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %5915 add f32[8,16,128,128] (models/bert.ts:236)
+//   %5916 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5917 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5904 matmul f16[8,16,128,128]
 //   binding 2 (read): %889 reduce_sum f32[8,16,128,1]

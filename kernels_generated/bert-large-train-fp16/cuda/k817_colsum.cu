@@ -3,13 +3,13 @@
 // Used by 1 kernel: k817_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %5975 mul f32[8,128,1] (models/bert.ts:221)
-//   %5976 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %5977 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %5978 where f32[8,128,1024] (models/bert.ts:222)
-//   %5979 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %5981 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %5982 reshape f32[1024] (models/bert.ts:247) -> written
+//   %5975 mul f32[8,128,1] (models/bert.ts:223)
+//   %5976 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %5977 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %5978 where f32[8,128,1024] (models/bert.ts:224)
+//   %5979 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %5981 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %5982 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5972 add f32[8,128,1024] stored f16
 //   binding 2 (read): %5974 reduce_sum f32[8,128,1]

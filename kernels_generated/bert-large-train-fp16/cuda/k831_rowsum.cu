@@ -3,17 +3,17 @@
 // Used by 1 kernel: k831_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %6045 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %6048 where f32[8,16,128,128] (models/bert.ts:234)
-//   %6049 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6050 div f32[8,16,128,128] (models/bert.ts:234)
-//   %6051 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6052 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %6053 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %6054 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %6055 add f32[8,16,128,128] (models/bert.ts:234)
-//   %6056 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6057 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %6045 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %6048 where f32[8,16,128,128] (models/bert.ts:236)
+//   %6049 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6050 div f32[8,16,128,128] (models/bert.ts:236)
+//   %6051 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6052 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %6053 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %6054 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %6055 add f32[8,16,128,128] (models/bert.ts:236)
+//   %6056 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6057 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6044 matmul f16[8,16,128,128]
 //   binding 2 (read): %758 reduce_sum f32[8,16,128,1]

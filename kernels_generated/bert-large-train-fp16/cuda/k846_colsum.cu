@@ -3,13 +3,13 @@
 // Used by 1 kernel: k846_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %6115 mul f32[8,128,1] (models/bert.ts:221)
-//   %6116 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %6117 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %6118 where f32[8,128,1024] (models/bert.ts:222)
-//   %6119 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %6121 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %6122 reshape f32[1024] (models/bert.ts:247) -> written
+//   %6115 mul f32[8,128,1] (models/bert.ts:223)
+//   %6116 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %6117 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %6118 where f32[8,128,1024] (models/bert.ts:224)
+//   %6119 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6121 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %6122 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6112 add f32[8,128,1024] stored f16
 //   binding 2 (read): %6114 reduce_sum f32[8,128,1]

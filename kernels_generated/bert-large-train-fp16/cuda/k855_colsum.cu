@@ -3,13 +3,13 @@
 // Used by 1 kernel: k855_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %6168 mul f32[8,128,1] (models/bert.ts:221)
-//   %6169 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %6170 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %6171 where f32[8,128,1024] (models/bert.ts:222)
-//   %6172 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %6174 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %6175 reshape f32[1024] (models/bert.ts:243) -> written
+//   %6168 mul f32[8,128,1] (models/bert.ts:223)
+//   %6169 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %6170 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %6171 where f32[8,128,1024] (models/bert.ts:224)
+//   %6172 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6174 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %6175 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6165 add f32[8,128,1024] stored f16
 //   binding 2 (read): %6167 reduce_sum f32[8,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k860_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %6185 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %6188 where f32[8,16,128,128] (models/bert.ts:234)
-//   %6189 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6190 div f32[8,16,128,128] (models/bert.ts:234)
-//   %6191 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6192 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %6193 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %6194 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %6195 add f32[8,16,128,128] (models/bert.ts:234)
-//   %6196 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6197 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %6185 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %6188 where f32[8,16,128,128] (models/bert.ts:236)
+//   %6189 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6190 div f32[8,16,128,128] (models/bert.ts:236)
+//   %6191 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6192 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %6193 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %6194 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %6195 add f32[8,16,128,128] (models/bert.ts:236)
+//   %6196 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6197 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6184 matmul f16[8,16,128,128]
 //   binding 2 (read): %627 reduce_sum f32[8,16,128,1]

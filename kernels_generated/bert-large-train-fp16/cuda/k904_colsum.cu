@@ -3,13 +3,13 @@
 // Used by 1 kernel: k904_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %6395 mul f32[8,128,1] (models/bert.ts:221)
-//   %6396 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %6397 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %6398 where f32[8,128,1024] (models/bert.ts:222)
-//   %6399 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %6401 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %6402 reshape f32[1024] (models/bert.ts:247) -> written
+//   %6395 mul f32[8,128,1] (models/bert.ts:223)
+//   %6396 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %6397 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %6398 where f32[8,128,1024] (models/bert.ts:224)
+//   %6399 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6401 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %6402 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6392 add f32[8,128,1024] stored f16
 //   binding 2 (read): %6394 reduce_sum f32[8,128,1]

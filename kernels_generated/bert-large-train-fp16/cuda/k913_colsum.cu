@@ -3,13 +3,13 @@
 // Used by 1 kernel: k913_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %6448 mul f32[8,128,1] (models/bert.ts:221)
-//   %6449 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %6450 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %6451 where f32[8,128,1024] (models/bert.ts:222)
-//   %6452 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %6454 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %6455 reshape f32[1024] (models/bert.ts:243) -> written
+//   %6448 mul f32[8,128,1] (models/bert.ts:223)
+//   %6449 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %6450 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %6451 where f32[8,128,1024] (models/bert.ts:224)
+//   %6452 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6454 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %6455 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6445 add f32[8,128,1024] stored f16
 //   binding 2 (read): %6447 reduce_sum f32[8,128,1]

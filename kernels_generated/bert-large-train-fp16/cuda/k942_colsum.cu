@@ -3,13 +3,13 @@
 // Used by 1 kernel: k942_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %6588 mul f32[8,128,1] (models/bert.ts:221)
-//   %6589 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %6590 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %6591 where f32[8,128,1024] (models/bert.ts:222)
-//   %6592 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %6594 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %6595 reshape f32[1024] (models/bert.ts:243) -> written
+//   %6588 mul f32[8,128,1] (models/bert.ts:223)
+//   %6589 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %6590 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %6591 where f32[8,128,1024] (models/bert.ts:224)
+//   %6592 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6594 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %6595 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6585 add f32[8,128,1024] stored f16
 //   binding 2 (read): %6587 reduce_sum f32[8,128,1]

@@ -3,15 +3,15 @@
 // Used by 1 kernel: k988_colsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [0,1]
-//   %6769 cast f32[1024,1024] (models/bert.ts:234)
-//   %6772 reshape f32[8,128,1024] (models/bert.ts:234)
-//   %6773 add f32[8,128,1024] (models/bert.ts:234)
-//   %6780 cast f32[1024,1024] (models/bert.ts:234)
-//   %6783 reshape f32[8,128,1024] (models/bert.ts:234)
-//   %6784 add f32[8,128,1024] (models/bert.ts:234)
-//   %6791 cast f32[1024,1024] (models/bert.ts:234)
-//   %6794 reshape f32[8,128,1024] (models/bert.ts:234)
-//   %6795 add f32[8,128,1024] (models/bert.ts:234)
+//   %6769 cast f32[1024,1024] (models/bert.ts:236)
+//   %6772 reshape f32[8,128,1024] (models/bert.ts:236)
+//   %6773 add f32[8,128,1024] (models/bert.ts:236)
+//   %6780 cast f32[1024,1024] (models/bert.ts:236)
+//   %6783 reshape f32[8,128,1024] (models/bert.ts:236)
+//   %6784 add f32[8,128,1024] (models/bert.ts:236)
+//   %6791 cast f32[1024,1024] (models/bert.ts:236)
+//   %6794 reshape f32[8,128,1024] (models/bert.ts:236)
+//   %6795 add f32[8,128,1024] (models/bert.ts:236)
 //   %6796 where f32[8,128,1024] (models/bert.ts:108)
 //   %6797 mul f32[8,128,1024] (models/bert.ts:108) -> written
 //   %6798 reduce_sum f32[1,1,1024] (models/bert.ts:100) -> written

@@ -3,7 +3,7 @@
 // Used by 48 kernels: k004_matmul, k015_matmul, k026_matmul, k037_matmul, k048_matmul, k059_matmul, k070_matmul, k081_matmul, k092_matmul, k103_matmul, k114_matmul, k125_matmul, k136_matmul, k147_matmul, k158_matmul, k169_matmul, k180_matmul, k191_matmul, k202_matmul, k213_matmul, k224_matmul, k235_matmul, k246_matmul, k257_matmul, k307_matmul, k336_matmul, k365_matmul, k394_matmul, k423_matmul, k452_matmul, k481_matmul, k510_matmul, k539_matmul, k568_matmul, k597_matmul, k626_matmul, k655_matmul, k684_matmul, k713_matmul, k742_matmul, k771_matmul, k800_matmul, k829_matmul, k858_matmul, k887_matmul, k916_matmul, k945_matmul, k974_matmul
 // What the first of them fuses:
 //   matmul kernel over [8,16,128,128]
-//   %86 matmul f16[8,16,128,128] (models/bert.ts:234) -> written
+//   %86 matmul f16[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %67 add f32[1024,1024] stored f16
 //   binding 1 (read): %74 add f32[1024,1024] stored f16
 //   binding 2 (write): %86 matmul f16[8,16,128,128]

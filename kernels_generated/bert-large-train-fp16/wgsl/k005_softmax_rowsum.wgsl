@@ -3,18 +3,18 @@
 // Used by 1 kernel: k005_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %87 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %89 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %91 add f32[8,16,128,128] (models/bert.ts:234)
-//   %92 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %93 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %94 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %95 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %96 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %97 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %99 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %104 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %106 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %87 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %89 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %91 add f32[8,16,128,128] (models/bert.ts:236)
+//   %92 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %93 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %94 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %95 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %96 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %97 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %99 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %104 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %106 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %86 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %97 reduce_sum f32[8,16,128,1]

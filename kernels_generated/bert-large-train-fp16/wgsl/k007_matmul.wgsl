@@ -3,7 +3,7 @@
 // Used by 24 kernels: k007_matmul, k018_matmul, k029_matmul, k040_matmul, k051_matmul, k062_matmul, k073_matmul, k084_matmul, k095_matmul, k106_matmul, k117_matmul, k128_matmul, k139_matmul, k150_matmul, k161_matmul, k172_matmul, k183_matmul, k194_matmul, k205_matmul, k216_matmul, k227_matmul, k238_matmul, k249_matmul, k260_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,1024]
-//   %115 matmul f16[1024,1024] (models/bert.ts:243) -> written
+//   %115 matmul f16[1024,1024] (models/bert.ts:245) -> written
 //   binding 0 (read): %109 matmul f16[8,16,128,64]
 //   binding 1 (read): param bert.encoder.layer.0.attention.output.dense.weight f32[1024,1024]
 //   binding 2 (write): %115 matmul f16[1024,1024]

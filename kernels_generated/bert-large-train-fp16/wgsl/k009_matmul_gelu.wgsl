@@ -3,15 +3,15 @@
 // Used by 24 kernels: k009_matmul_gelu, k020_matmul_gelu, k031_matmul_gelu, k042_matmul_gelu, k053_matmul_gelu, k064_matmul_gelu, k075_matmul_gelu, k086_matmul_gelu, k097_matmul_gelu, k108_matmul_gelu, k119_matmul_gelu, k130_matmul_gelu, k141_matmul_gelu, k152_matmul_gelu, k163_matmul_gelu, k174_matmul_gelu, k185_matmul_gelu, k196_matmul_gelu, k207_matmul_gelu, k218_matmul_gelu, k229_matmul_gelu, k240_matmul_gelu, k251_matmul_gelu, k262_matmul_gelu
 // What the first of them fuses:
 //   matmul kernel over [8,128,4096]
-//   %143 matmul f16[1024,4096] (models/bert.ts:246)
-//   %144 cast f32[1024,4096] (models/bert.ts:246)
-//   %146 add f32[1024,4096] (models/bert.ts:246)
-//   %147 reshape f32[8,128,4096] (models/bert.ts:246)
-//   %149 mul f32[8,128,4096] (models/bert.ts:246) -> written
-//   %151 mul f32[8,128,4096] (models/bert.ts:246) -> written
-//   %152 erf f32[8,128,4096] (models/bert.ts:246)
-//   %154 add f32[8,128,4096] (models/bert.ts:246) -> written
-//   %155 mul f32[8,128,4096] (models/bert.ts:246) -> written
+//   %143 matmul f16[1024,4096] (models/bert.ts:248)
+//   %144 cast f32[1024,4096] (models/bert.ts:248)
+//   %146 add f32[1024,4096] (models/bert.ts:248)
+//   %147 reshape f32[8,128,4096] (models/bert.ts:248)
+//   %149 mul f32[8,128,4096] (models/bert.ts:248) -> written
+//   %151 mul f32[8,128,4096] (models/bert.ts:248) -> written
+//   %152 erf f32[8,128,4096] (models/bert.ts:248)
+//   %154 add f32[8,128,4096] (models/bert.ts:248) -> written
+//   %155 mul f32[8,128,4096] (models/bert.ts:248) -> written
 //   binding 0 (read): %139 add f32[8,128,1024] stored f16
 //   binding 1 (read): param bert.encoder.layer.0.intermediate.dense.weight f32[4096,1024]
 //   binding 2 (write): %149 mul f32[8,128,4096] stored f16

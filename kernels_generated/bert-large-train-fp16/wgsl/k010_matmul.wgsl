@@ -3,7 +3,7 @@
 // Used by 24 kernels: k010_matmul, k021_matmul, k032_matmul, k043_matmul, k054_matmul, k065_matmul, k076_matmul, k087_matmul, k098_matmul, k109_matmul, k120_matmul, k131_matmul, k142_matmul, k153_matmul, k164_matmul, k175_matmul, k186_matmul, k197_matmul, k208_matmul, k219_matmul, k230_matmul, k241_matmul, k252_matmul, k263_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,1024]
-//   %159 matmul f16[1024,1024] (models/bert.ts:247) -> written
+//   %159 matmul f16[1024,1024] (models/bert.ts:249) -> written
 //   binding 0 (read): %155 mul f32[8,128,4096] stored f16
 //   binding 1 (read): param bert.encoder.layer.0.output.dense.weight f32[1024,4096]
 //   binding 2 (write): %159 matmul f16[1024,1024]

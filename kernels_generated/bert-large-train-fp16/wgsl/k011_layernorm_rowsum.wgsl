@@ -3,24 +3,24 @@
 // Used by 1 kernel: k011_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %160 cast f32[1024,1024] (models/bert.ts:247)
-//   %162 add f32[1024,1024] (models/bert.ts:247)
-//   %163 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %166 mul f32[8,128,1024] (models/bert.ts:222)
-//   %167 where f32[8,128,1024] (models/bert.ts:222)
-//   %168 add f32[8,128,1024] (models/bert.ts:247)
-//   %169 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %170 mul f32[8,128,1] (models/bert.ts:221)
-//   %171 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %172 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %173 mul f32[8,128,1024] (models/bert.ts:221)
-//   %174 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %175 mul f32[8,128,1] (models/bert.ts:221)
-//   %176 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %177 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %179 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %181 mul f32[8,128,1024] (models/bert.ts:221)
-//   %183 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %160 cast f32[1024,1024] (models/bert.ts:249)
+//   %162 add f32[1024,1024] (models/bert.ts:249)
+//   %163 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %166 mul f32[8,128,1024] (models/bert.ts:224)
+//   %167 where f32[8,128,1024] (models/bert.ts:224)
+//   %168 add f32[8,128,1024] (models/bert.ts:249)
+//   %169 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %170 mul f32[8,128,1] (models/bert.ts:223)
+//   %171 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %172 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %173 mul f32[8,128,1024] (models/bert.ts:223)
+//   %174 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %175 mul f32[8,128,1] (models/bert.ts:223)
+//   %176 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %177 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %179 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %181 mul f32[8,128,1024] (models/bert.ts:223)
+//   %183 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %159 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.0.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k019_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %250 cast f32[1024,1024] (models/bert.ts:243)
-//   %252 add f32[1024,1024] (models/bert.ts:243)
-//   %253 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %256 mul f32[8,128,1024] (models/bert.ts:222)
-//   %257 where f32[8,128,1024] (models/bert.ts:222)
-//   %258 add f32[8,128,1024] (models/bert.ts:243)
-//   %259 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %260 mul f32[8,128,1] (models/bert.ts:221)
-//   %261 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %262 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %263 mul f32[8,128,1024] (models/bert.ts:221)
-//   %264 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %265 mul f32[8,128,1] (models/bert.ts:221)
-//   %266 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %267 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %269 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %271 mul f32[8,128,1024] (models/bert.ts:221)
-//   %273 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %250 cast f32[1024,1024] (models/bert.ts:245)
+//   %252 add f32[1024,1024] (models/bert.ts:245)
+//   %253 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %256 mul f32[8,128,1024] (models/bert.ts:224)
+//   %257 where f32[8,128,1024] (models/bert.ts:224)
+//   %258 add f32[8,128,1024] (models/bert.ts:245)
+//   %259 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %260 mul f32[8,128,1] (models/bert.ts:223)
+//   %261 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %262 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %263 mul f32[8,128,1024] (models/bert.ts:223)
+//   %264 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %265 mul f32[8,128,1] (models/bert.ts:223)
+//   %266 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %267 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %269 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %271 mul f32[8,128,1024] (models/bert.ts:223)
+//   %273 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %249 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.1.attention.output.dense.bias f32[1024]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k027_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %357 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %358 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %359 add f32[8,16,128,128] (models/bert.ts:234)
-//   %360 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %361 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %362 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %363 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %364 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %365 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %367 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %370 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %371 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %357 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %358 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %359 add f32[8,16,128,128] (models/bert.ts:236)
+//   %360 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %361 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %362 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %363 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %364 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %365 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %367 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %370 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %371 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %356 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %365 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k033_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %422 cast f32[1024,1024] (models/bert.ts:247)
-//   %424 add f32[1024,1024] (models/bert.ts:247)
-//   %425 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %428 mul f32[8,128,1024] (models/bert.ts:222)
-//   %429 where f32[8,128,1024] (models/bert.ts:222)
-//   %430 add f32[8,128,1024] (models/bert.ts:247)
-//   %431 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %432 mul f32[8,128,1] (models/bert.ts:221)
-//   %433 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %434 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %435 mul f32[8,128,1024] (models/bert.ts:221)
-//   %436 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %437 mul f32[8,128,1] (models/bert.ts:221)
-//   %438 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %439 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %441 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %443 mul f32[8,128,1024] (models/bert.ts:221)
-//   %445 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %422 cast f32[1024,1024] (models/bert.ts:249)
+//   %424 add f32[1024,1024] (models/bert.ts:249)
+//   %425 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %428 mul f32[8,128,1024] (models/bert.ts:224)
+//   %429 where f32[8,128,1024] (models/bert.ts:224)
+//   %430 add f32[8,128,1024] (models/bert.ts:249)
+//   %431 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %432 mul f32[8,128,1] (models/bert.ts:223)
+//   %433 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %434 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %435 mul f32[8,128,1024] (models/bert.ts:223)
+//   %436 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %437 mul f32[8,128,1] (models/bert.ts:223)
+//   %438 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %439 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %441 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %443 mul f32[8,128,1024] (models/bert.ts:223)
+//   %445 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %421 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.2.output.dense.bias f32[1024]

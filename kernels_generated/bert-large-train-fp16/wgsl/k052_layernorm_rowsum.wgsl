@@ -3,24 +3,24 @@
 // Used by 1 kernel: k052_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %643 cast f32[1024,1024] (models/bert.ts:243)
-//   %645 add f32[1024,1024] (models/bert.ts:243)
-//   %646 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %649 mul f32[8,128,1024] (models/bert.ts:222)
-//   %650 where f32[8,128,1024] (models/bert.ts:222)
-//   %651 add f32[8,128,1024] (models/bert.ts:243)
-//   %652 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %653 mul f32[8,128,1] (models/bert.ts:221)
-//   %654 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %655 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %656 mul f32[8,128,1024] (models/bert.ts:221)
-//   %657 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %658 mul f32[8,128,1] (models/bert.ts:221)
-//   %659 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %660 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %662 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %664 mul f32[8,128,1024] (models/bert.ts:221)
-//   %666 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %643 cast f32[1024,1024] (models/bert.ts:245)
+//   %645 add f32[1024,1024] (models/bert.ts:245)
+//   %646 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %649 mul f32[8,128,1024] (models/bert.ts:224)
+//   %650 where f32[8,128,1024] (models/bert.ts:224)
+//   %651 add f32[8,128,1024] (models/bert.ts:245)
+//   %652 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %653 mul f32[8,128,1] (models/bert.ts:223)
+//   %654 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %655 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %656 mul f32[8,128,1024] (models/bert.ts:223)
+//   %657 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %658 mul f32[8,128,1] (models/bert.ts:223)
+//   %659 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %660 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %662 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %664 mul f32[8,128,1024] (models/bert.ts:223)
+//   %666 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %642 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.4.attention.output.dense.bias f32[1024]

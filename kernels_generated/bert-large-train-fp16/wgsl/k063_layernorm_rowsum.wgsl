@@ -3,24 +3,24 @@
 // Used by 1 kernel: k063_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %774 cast f32[1024,1024] (models/bert.ts:243)
-//   %776 add f32[1024,1024] (models/bert.ts:243)
-//   %777 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %780 mul f32[8,128,1024] (models/bert.ts:222)
-//   %781 where f32[8,128,1024] (models/bert.ts:222)
-//   %782 add f32[8,128,1024] (models/bert.ts:243)
-//   %783 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %784 mul f32[8,128,1] (models/bert.ts:221)
-//   %785 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %786 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %787 mul f32[8,128,1024] (models/bert.ts:221)
-//   %788 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %789 mul f32[8,128,1] (models/bert.ts:221)
-//   %790 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %791 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %793 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %795 mul f32[8,128,1024] (models/bert.ts:221)
-//   %797 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %774 cast f32[1024,1024] (models/bert.ts:245)
+//   %776 add f32[1024,1024] (models/bert.ts:245)
+//   %777 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %780 mul f32[8,128,1024] (models/bert.ts:224)
+//   %781 where f32[8,128,1024] (models/bert.ts:224)
+//   %782 add f32[8,128,1024] (models/bert.ts:245)
+//   %783 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %784 mul f32[8,128,1] (models/bert.ts:223)
+//   %785 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %786 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %787 mul f32[8,128,1024] (models/bert.ts:223)
+//   %788 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %789 mul f32[8,128,1] (models/bert.ts:223)
+//   %790 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %791 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %793 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %795 mul f32[8,128,1024] (models/bert.ts:223)
+//   %797 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %773 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.5.attention.output.dense.bias f32[1024]

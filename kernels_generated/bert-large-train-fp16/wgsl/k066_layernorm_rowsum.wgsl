@@ -3,24 +3,24 @@
 // Used by 1 kernel: k066_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %815 cast f32[1024,1024] (models/bert.ts:247)
-//   %817 add f32[1024,1024] (models/bert.ts:247)
-//   %818 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %821 mul f32[8,128,1024] (models/bert.ts:222)
-//   %822 where f32[8,128,1024] (models/bert.ts:222)
-//   %823 add f32[8,128,1024] (models/bert.ts:247)
-//   %824 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %825 mul f32[8,128,1] (models/bert.ts:221)
-//   %826 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %827 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %828 mul f32[8,128,1024] (models/bert.ts:221)
-//   %829 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %830 mul f32[8,128,1] (models/bert.ts:221)
-//   %831 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %832 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %834 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %836 mul f32[8,128,1024] (models/bert.ts:221)
-//   %838 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %815 cast f32[1024,1024] (models/bert.ts:249)
+//   %817 add f32[1024,1024] (models/bert.ts:249)
+//   %818 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %821 mul f32[8,128,1024] (models/bert.ts:224)
+//   %822 where f32[8,128,1024] (models/bert.ts:224)
+//   %823 add f32[8,128,1024] (models/bert.ts:249)
+//   %824 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %825 mul f32[8,128,1] (models/bert.ts:223)
+//   %826 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %827 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %828 mul f32[8,128,1024] (models/bert.ts:223)
+//   %829 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %830 mul f32[8,128,1] (models/bert.ts:223)
+//   %831 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %832 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %834 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %836 mul f32[8,128,1024] (models/bert.ts:223)
+//   %838 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %814 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.5.output.dense.bias f32[1024]

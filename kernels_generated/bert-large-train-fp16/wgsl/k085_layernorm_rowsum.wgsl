@@ -3,24 +3,24 @@
 // Used by 1 kernel: k085_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1036 cast f32[1024,1024] (models/bert.ts:243)
-//   %1038 add f32[1024,1024] (models/bert.ts:243)
-//   %1039 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %1042 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1043 where f32[8,128,1024] (models/bert.ts:222)
-//   %1044 add f32[8,128,1024] (models/bert.ts:243)
-//   %1045 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1046 mul f32[8,128,1] (models/bert.ts:221)
-//   %1047 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1048 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1049 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1050 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1051 mul f32[8,128,1] (models/bert.ts:221)
-//   %1052 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1053 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1055 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1057 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1059 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1036 cast f32[1024,1024] (models/bert.ts:245)
+//   %1038 add f32[1024,1024] (models/bert.ts:245)
+//   %1039 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1042 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1043 where f32[8,128,1024] (models/bert.ts:224)
+//   %1044 add f32[8,128,1024] (models/bert.ts:245)
+//   %1045 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1046 mul f32[8,128,1] (models/bert.ts:223)
+//   %1047 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1048 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1049 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1050 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1051 mul f32[8,128,1] (models/bert.ts:223)
+//   %1052 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1053 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1055 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1057 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1059 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1035 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.7.attention.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k096_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1167 cast f32[1024,1024] (models/bert.ts:243)
-//   %1169 add f32[1024,1024] (models/bert.ts:243)
-//   %1170 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %1173 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1174 where f32[8,128,1024] (models/bert.ts:222)
-//   %1175 add f32[8,128,1024] (models/bert.ts:243)
-//   %1176 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1177 mul f32[8,128,1] (models/bert.ts:221)
-//   %1178 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1179 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1180 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1181 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1182 mul f32[8,128,1] (models/bert.ts:221)
-//   %1183 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1184 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1186 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1188 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1190 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1167 cast f32[1024,1024] (models/bert.ts:245)
+//   %1169 add f32[1024,1024] (models/bert.ts:245)
+//   %1170 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1173 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1174 where f32[8,128,1024] (models/bert.ts:224)
+//   %1175 add f32[8,128,1024] (models/bert.ts:245)
+//   %1176 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1177 mul f32[8,128,1] (models/bert.ts:223)
+//   %1178 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1179 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1180 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1181 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1182 mul f32[8,128,1] (models/bert.ts:223)
+//   %1183 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1184 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1186 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1188 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1190 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1166 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.8.attention.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k099_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1208 cast f32[1024,1024] (models/bert.ts:247)
-//   %1210 add f32[1024,1024] (models/bert.ts:247)
-//   %1211 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %1214 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1215 where f32[8,128,1024] (models/bert.ts:222)
-//   %1216 add f32[8,128,1024] (models/bert.ts:247)
-//   %1217 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1218 mul f32[8,128,1] (models/bert.ts:221)
-//   %1219 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1220 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1221 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1222 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1223 mul f32[8,128,1] (models/bert.ts:221)
-//   %1224 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1225 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1227 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1229 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1231 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1208 cast f32[1024,1024] (models/bert.ts:249)
+//   %1210 add f32[1024,1024] (models/bert.ts:249)
+//   %1211 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %1214 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1215 where f32[8,128,1024] (models/bert.ts:224)
+//   %1216 add f32[8,128,1024] (models/bert.ts:249)
+//   %1217 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1218 mul f32[8,128,1] (models/bert.ts:223)
+//   %1219 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1220 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1221 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1222 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1223 mul f32[8,128,1] (models/bert.ts:223)
+//   %1224 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1225 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1227 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1229 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1231 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1207 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.8.output.dense.bias f32[1024]

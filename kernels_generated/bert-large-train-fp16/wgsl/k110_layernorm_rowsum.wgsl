@@ -3,24 +3,24 @@
 // Used by 1 kernel: k110_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1339 cast f32[1024,1024] (models/bert.ts:247)
-//   %1341 add f32[1024,1024] (models/bert.ts:247)
-//   %1342 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %1345 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1346 where f32[8,128,1024] (models/bert.ts:222)
-//   %1347 add f32[8,128,1024] (models/bert.ts:247)
-//   %1348 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1349 mul f32[8,128,1] (models/bert.ts:221)
-//   %1350 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1351 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1352 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1353 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1354 mul f32[8,128,1] (models/bert.ts:221)
-//   %1355 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1356 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1358 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1360 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1362 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1339 cast f32[1024,1024] (models/bert.ts:249)
+//   %1341 add f32[1024,1024] (models/bert.ts:249)
+//   %1342 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %1345 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1346 where f32[8,128,1024] (models/bert.ts:224)
+//   %1347 add f32[8,128,1024] (models/bert.ts:249)
+//   %1348 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1349 mul f32[8,128,1] (models/bert.ts:223)
+//   %1350 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1351 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1352 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1353 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1354 mul f32[8,128,1] (models/bert.ts:223)
+//   %1355 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1356 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1358 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1360 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1362 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1338 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.9.output.dense.bias f32[1024]

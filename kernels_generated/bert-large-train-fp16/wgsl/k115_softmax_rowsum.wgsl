@@ -3,18 +3,18 @@
 // Used by 1 kernel: k115_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1405 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %1406 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1407 add f32[8,16,128,128] (models/bert.ts:234)
-//   %1408 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %1409 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %1410 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %1411 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %1412 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1413 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %1415 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1418 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1419 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %1405 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %1406 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1407 add f32[8,16,128,128] (models/bert.ts:236)
+//   %1408 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %1409 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %1410 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %1411 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %1412 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1413 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1415 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1418 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1419 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %1404 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %1413 reduce_sum f32[8,16,128,1]

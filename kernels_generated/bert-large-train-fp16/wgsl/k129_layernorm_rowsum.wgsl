@@ -3,24 +3,24 @@
 // Used by 1 kernel: k129_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1560 cast f32[1024,1024] (models/bert.ts:243)
-//   %1562 add f32[1024,1024] (models/bert.ts:243)
-//   %1563 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %1566 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1567 where f32[8,128,1024] (models/bert.ts:222)
-//   %1568 add f32[8,128,1024] (models/bert.ts:243)
-//   %1569 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1570 mul f32[8,128,1] (models/bert.ts:221)
-//   %1571 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1572 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1573 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1574 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1575 mul f32[8,128,1] (models/bert.ts:221)
-//   %1576 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1577 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1579 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1581 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1583 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1560 cast f32[1024,1024] (models/bert.ts:245)
+//   %1562 add f32[1024,1024] (models/bert.ts:245)
+//   %1563 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1566 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1567 where f32[8,128,1024] (models/bert.ts:224)
+//   %1568 add f32[8,128,1024] (models/bert.ts:245)
+//   %1569 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1570 mul f32[8,128,1] (models/bert.ts:223)
+//   %1571 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1572 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1573 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1574 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1575 mul f32[8,128,1] (models/bert.ts:223)
+//   %1576 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1577 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1579 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1581 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1583 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1559 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.11.attention.output.dense.bias f32[1024]

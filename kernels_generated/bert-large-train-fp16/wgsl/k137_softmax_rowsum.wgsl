@@ -3,18 +3,18 @@
 // Used by 1 kernel: k137_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1667 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %1668 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1669 add f32[8,16,128,128] (models/bert.ts:234)
-//   %1670 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %1671 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %1672 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %1673 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %1674 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1675 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %1677 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1680 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1681 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %1667 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %1668 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1669 add f32[8,16,128,128] (models/bert.ts:236)
+//   %1670 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %1671 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %1672 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %1673 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %1674 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1675 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1677 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1680 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1681 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %1666 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %1675 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k140_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1691 cast f32[1024,1024] (models/bert.ts:243)
-//   %1693 add f32[1024,1024] (models/bert.ts:243)
-//   %1694 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %1697 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1698 where f32[8,128,1024] (models/bert.ts:222)
-//   %1699 add f32[8,128,1024] (models/bert.ts:243)
-//   %1700 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1701 mul f32[8,128,1] (models/bert.ts:221)
-//   %1702 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1703 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1704 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1705 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1706 mul f32[8,128,1] (models/bert.ts:221)
-//   %1707 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1708 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1710 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1712 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1714 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1691 cast f32[1024,1024] (models/bert.ts:245)
+//   %1693 add f32[1024,1024] (models/bert.ts:245)
+//   %1694 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1697 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1698 where f32[8,128,1024] (models/bert.ts:224)
+//   %1699 add f32[8,128,1024] (models/bert.ts:245)
+//   %1700 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1701 mul f32[8,128,1] (models/bert.ts:223)
+//   %1702 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1703 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1704 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1705 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1706 mul f32[8,128,1] (models/bert.ts:223)
+//   %1707 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1708 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1710 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1712 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1714 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1690 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.12.attention.output.dense.bias f32[1024]

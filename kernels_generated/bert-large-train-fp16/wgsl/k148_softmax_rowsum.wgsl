@@ -3,18 +3,18 @@
 // Used by 1 kernel: k148_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1798 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %1799 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1800 add f32[8,16,128,128] (models/bert.ts:234)
-//   %1801 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %1802 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %1803 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %1804 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %1805 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1806 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %1808 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1811 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1812 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %1798 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %1799 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1800 add f32[8,16,128,128] (models/bert.ts:236)
+//   %1801 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %1802 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %1803 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %1804 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %1805 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1806 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1808 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1811 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1812 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %1797 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %1806 reduce_sum f32[8,16,128,1]

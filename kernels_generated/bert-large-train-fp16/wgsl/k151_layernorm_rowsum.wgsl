@@ -3,24 +3,24 @@
 // Used by 1 kernel: k151_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1822 cast f32[1024,1024] (models/bert.ts:243)
-//   %1824 add f32[1024,1024] (models/bert.ts:243)
-//   %1825 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %1828 mul f32[8,128,1024] (models/bert.ts:222)
-//   %1829 where f32[8,128,1024] (models/bert.ts:222)
-//   %1830 add f32[8,128,1024] (models/bert.ts:243)
-//   %1831 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1832 mul f32[8,128,1] (models/bert.ts:221)
-//   %1833 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %1834 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1835 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1836 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %1837 mul f32[8,128,1] (models/bert.ts:221)
-//   %1838 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %1839 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %1841 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %1843 mul f32[8,128,1024] (models/bert.ts:221)
-//   %1845 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %1822 cast f32[1024,1024] (models/bert.ts:245)
+//   %1824 add f32[1024,1024] (models/bert.ts:245)
+//   %1825 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1828 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1829 where f32[8,128,1024] (models/bert.ts:224)
+//   %1830 add f32[8,128,1024] (models/bert.ts:245)
+//   %1831 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1832 mul f32[8,128,1] (models/bert.ts:223)
+//   %1833 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1834 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1835 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1836 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1837 mul f32[8,128,1] (models/bert.ts:223)
+//   %1838 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1839 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1841 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1843 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1845 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %1821 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.13.attention.output.dense.bias f32[1024]

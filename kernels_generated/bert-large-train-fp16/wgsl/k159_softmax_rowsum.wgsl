@@ -3,18 +3,18 @@
 // Used by 1 kernel: k159_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1929 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %1930 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1931 add f32[8,16,128,128] (models/bert.ts:234)
-//   %1932 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %1933 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %1934 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %1935 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %1936 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1937 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %1939 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %1942 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %1943 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %1929 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %1930 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1931 add f32[8,16,128,128] (models/bert.ts:236)
+//   %1932 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %1933 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %1934 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %1935 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %1936 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1937 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1939 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1942 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1943 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %1928 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %1937 reduce_sum f32[8,16,128,1]

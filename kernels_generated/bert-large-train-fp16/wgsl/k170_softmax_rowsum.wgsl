@@ -3,18 +3,18 @@
 // Used by 1 kernel: k170_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %2060 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %2061 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2062 add f32[8,16,128,128] (models/bert.ts:234)
-//   %2063 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %2064 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %2065 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %2066 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %2067 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2068 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %2070 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2073 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2074 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %2060 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %2061 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2062 add f32[8,16,128,128] (models/bert.ts:236)
+//   %2063 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %2064 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %2065 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %2066 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %2067 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2068 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %2070 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2073 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2074 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %2059 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %2068 reduce_sum f32[8,16,128,1]

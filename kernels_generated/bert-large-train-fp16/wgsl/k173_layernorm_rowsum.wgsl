@@ -3,24 +3,24 @@
 // Used by 1 kernel: k173_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2084 cast f32[1024,1024] (models/bert.ts:243)
-//   %2086 add f32[1024,1024] (models/bert.ts:243)
-//   %2087 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %2090 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2091 where f32[8,128,1024] (models/bert.ts:222)
-//   %2092 add f32[8,128,1024] (models/bert.ts:243)
-//   %2093 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2094 mul f32[8,128,1] (models/bert.ts:221)
-//   %2095 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2096 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2097 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2098 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2099 mul f32[8,128,1] (models/bert.ts:221)
-//   %2100 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2101 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2103 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2105 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2107 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2084 cast f32[1024,1024] (models/bert.ts:245)
+//   %2086 add f32[1024,1024] (models/bert.ts:245)
+//   %2087 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %2090 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2091 where f32[8,128,1024] (models/bert.ts:224)
+//   %2092 add f32[8,128,1024] (models/bert.ts:245)
+//   %2093 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2094 mul f32[8,128,1] (models/bert.ts:223)
+//   %2095 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2096 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2097 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2098 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2099 mul f32[8,128,1] (models/bert.ts:223)
+//   %2100 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2101 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2103 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2105 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2107 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2083 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.15.attention.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k176_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2125 cast f32[1024,1024] (models/bert.ts:247)
-//   %2127 add f32[1024,1024] (models/bert.ts:247)
-//   %2128 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %2131 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2132 where f32[8,128,1024] (models/bert.ts:222)
-//   %2133 add f32[8,128,1024] (models/bert.ts:247)
-//   %2134 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2135 mul f32[8,128,1] (models/bert.ts:221)
-//   %2136 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2137 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2138 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2139 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2140 mul f32[8,128,1] (models/bert.ts:221)
-//   %2141 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2142 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2144 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2146 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2148 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2125 cast f32[1024,1024] (models/bert.ts:249)
+//   %2127 add f32[1024,1024] (models/bert.ts:249)
+//   %2128 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %2131 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2132 where f32[8,128,1024] (models/bert.ts:224)
+//   %2133 add f32[8,128,1024] (models/bert.ts:249)
+//   %2134 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2135 mul f32[8,128,1] (models/bert.ts:223)
+//   %2136 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2137 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2138 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2139 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2140 mul f32[8,128,1] (models/bert.ts:223)
+//   %2141 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2142 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2144 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2146 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2148 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2124 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.15.output.dense.bias f32[1024]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k187_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2256 cast f32[1024,1024] (models/bert.ts:247)
-//   %2258 add f32[1024,1024] (models/bert.ts:247)
-//   %2259 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %2262 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2263 where f32[8,128,1024] (models/bert.ts:222)
-//   %2264 add f32[8,128,1024] (models/bert.ts:247)
-//   %2265 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2266 mul f32[8,128,1] (models/bert.ts:221)
-//   %2267 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2268 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2269 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2270 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2271 mul f32[8,128,1] (models/bert.ts:221)
-//   %2272 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2273 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2275 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2277 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2279 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2256 cast f32[1024,1024] (models/bert.ts:249)
+//   %2258 add f32[1024,1024] (models/bert.ts:249)
+//   %2259 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %2262 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2263 where f32[8,128,1024] (models/bert.ts:224)
+//   %2264 add f32[8,128,1024] (models/bert.ts:249)
+//   %2265 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2266 mul f32[8,128,1] (models/bert.ts:223)
+//   %2267 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2268 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2269 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2270 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2271 mul f32[8,128,1] (models/bert.ts:223)
+//   %2272 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2273 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2275 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2277 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2279 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2255 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.16.output.dense.bias f32[1024]

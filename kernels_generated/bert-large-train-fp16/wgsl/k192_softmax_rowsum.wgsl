@@ -3,18 +3,18 @@
 // Used by 1 kernel: k192_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %2322 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %2323 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2324 add f32[8,16,128,128] (models/bert.ts:234)
-//   %2325 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %2326 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %2327 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %2328 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %2329 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2330 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %2332 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2335 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2336 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %2322 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %2323 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2324 add f32[8,16,128,128] (models/bert.ts:236)
+//   %2325 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %2326 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %2327 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %2328 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %2329 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2330 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %2332 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2335 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2336 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %2321 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %2330 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k206_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2477 cast f32[1024,1024] (models/bert.ts:243)
-//   %2479 add f32[1024,1024] (models/bert.ts:243)
-//   %2480 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %2483 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2484 where f32[8,128,1024] (models/bert.ts:222)
-//   %2485 add f32[8,128,1024] (models/bert.ts:243)
-//   %2486 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2487 mul f32[8,128,1] (models/bert.ts:221)
-//   %2488 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2489 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2490 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2491 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2492 mul f32[8,128,1] (models/bert.ts:221)
-//   %2493 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2494 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2496 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2498 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2500 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2477 cast f32[1024,1024] (models/bert.ts:245)
+//   %2479 add f32[1024,1024] (models/bert.ts:245)
+//   %2480 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %2483 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2484 where f32[8,128,1024] (models/bert.ts:224)
+//   %2485 add f32[8,128,1024] (models/bert.ts:245)
+//   %2486 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2487 mul f32[8,128,1] (models/bert.ts:223)
+//   %2488 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2489 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2490 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2491 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2492 mul f32[8,128,1] (models/bert.ts:223)
+//   %2493 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2494 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2496 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2498 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2500 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2476 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.18.attention.output.dense.bias f32[1024]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k214_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %2584 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %2585 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2586 add f32[8,16,128,128] (models/bert.ts:234)
-//   %2587 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %2588 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %2589 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %2590 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %2591 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2592 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %2594 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2597 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2598 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %2584 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %2585 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2586 add f32[8,16,128,128] (models/bert.ts:236)
+//   %2587 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %2588 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %2589 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %2590 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %2591 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2592 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %2594 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2597 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2598 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %2583 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %2592 reduce_sum f32[8,16,128,1]

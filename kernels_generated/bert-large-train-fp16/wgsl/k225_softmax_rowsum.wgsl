@@ -3,18 +3,18 @@
 // Used by 1 kernel: k225_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %2715 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %2716 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2717 add f32[8,16,128,128] (models/bert.ts:234)
-//   %2718 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %2719 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %2720 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %2721 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %2722 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2723 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %2725 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2728 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2729 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %2715 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %2716 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2717 add f32[8,16,128,128] (models/bert.ts:236)
+//   %2718 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %2719 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %2720 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %2721 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %2722 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2723 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %2725 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2728 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2729 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %2714 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %2723 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k242_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2911 cast f32[1024,1024] (models/bert.ts:247)
-//   %2913 add f32[1024,1024] (models/bert.ts:247)
-//   %2914 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %2917 mul f32[8,128,1024] (models/bert.ts:222)
-//   %2918 where f32[8,128,1024] (models/bert.ts:222)
-//   %2919 add f32[8,128,1024] (models/bert.ts:247)
-//   %2920 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2921 mul f32[8,128,1] (models/bert.ts:221)
-//   %2922 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %2923 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2924 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2925 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %2926 mul f32[8,128,1] (models/bert.ts:221)
-//   %2927 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %2928 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %2930 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %2932 mul f32[8,128,1024] (models/bert.ts:221)
-//   %2934 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %2911 cast f32[1024,1024] (models/bert.ts:249)
+//   %2913 add f32[1024,1024] (models/bert.ts:249)
+//   %2914 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %2917 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2918 where f32[8,128,1024] (models/bert.ts:224)
+//   %2919 add f32[8,128,1024] (models/bert.ts:249)
+//   %2920 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2921 mul f32[8,128,1] (models/bert.ts:223)
+//   %2922 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %2923 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2924 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2925 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2926 mul f32[8,128,1] (models/bert.ts:223)
+//   %2927 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %2928 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %2930 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2932 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2934 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %2910 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.21.output.dense.bias f32[1024]

@@ -3,18 +3,18 @@
 // Used by 1 kernel: k247_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %2977 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %2978 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2979 add f32[8,16,128,128] (models/bert.ts:234)
-//   %2980 reduce_max f32[8,16,128,1] (models/bert.ts:234)
-//   %2981 stop_gradient f32[8,16,128,1] (models/bert.ts:234)
-//   %2982 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %2983 sub f32[8,16,128,128] (models/bert.ts:234)
-//   %2984 exp f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2985 reduce_sum f32[8,16,128,1] (models/bert.ts:234) -> written
-//   %2987 div f32[8,16,128,128] (models/bert.ts:234) -> written
-//   %2990 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %2991 where f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %2977 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %2978 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2979 add f32[8,16,128,128] (models/bert.ts:236)
+//   %2980 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %2981 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %2982 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %2983 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %2984 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2985 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %2987 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %2990 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %2991 where f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): %2976 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
 //   binding 2 (write): %2985 reduce_sum f32[8,16,128,1]

@@ -3,24 +3,24 @@
 // Used by 1 kernel: k253_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %3042 cast f32[1024,1024] (models/bert.ts:247)
-//   %3044 add f32[1024,1024] (models/bert.ts:247)
-//   %3045 reshape f32[8,128,1024] (models/bert.ts:247)
-//   %3048 mul f32[8,128,1024] (models/bert.ts:222)
-//   %3049 where f32[8,128,1024] (models/bert.ts:222)
-//   %3050 add f32[8,128,1024] (models/bert.ts:247)
-//   %3051 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3052 mul f32[8,128,1] (models/bert.ts:221)
-//   %3053 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3054 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3055 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3056 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3057 mul f32[8,128,1] (models/bert.ts:221)
-//   %3058 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %3059 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %3061 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3063 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3065 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %3042 cast f32[1024,1024] (models/bert.ts:249)
+//   %3044 add f32[1024,1024] (models/bert.ts:249)
+//   %3045 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %3048 mul f32[8,128,1024] (models/bert.ts:224)
+//   %3049 where f32[8,128,1024] (models/bert.ts:224)
+//   %3050 add f32[8,128,1024] (models/bert.ts:249)
+//   %3051 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3052 mul f32[8,128,1] (models/bert.ts:223)
+//   %3053 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3054 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3055 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3056 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3057 mul f32[8,128,1] (models/bert.ts:223)
+//   %3058 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %3059 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %3061 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3063 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3065 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3041 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.22.output.dense.bias f32[1024]

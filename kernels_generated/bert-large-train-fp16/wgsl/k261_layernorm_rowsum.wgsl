@@ -3,24 +3,24 @@
 // Used by 1 kernel: k261_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %3132 cast f32[1024,1024] (models/bert.ts:243)
-//   %3134 add f32[1024,1024] (models/bert.ts:243)
-//   %3135 reshape f32[8,128,1024] (models/bert.ts:243)
-//   %3138 mul f32[8,128,1024] (models/bert.ts:222)
-//   %3139 where f32[8,128,1024] (models/bert.ts:222)
-//   %3140 add f32[8,128,1024] (models/bert.ts:243)
-//   %3141 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3142 mul f32[8,128,1] (models/bert.ts:221)
-//   %3143 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3144 sub f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3145 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3146 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3147 mul f32[8,128,1] (models/bert.ts:221)
-//   %3148 add f32[8,128,1] (models/bert.ts:221) -> written
-//   %3149 rsqrt f32[8,128,1] (models/bert.ts:221) -> written
-//   %3151 mul f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3153 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3155 add f32[8,128,1024] (models/bert.ts:221) -> written
+//   %3132 cast f32[1024,1024] (models/bert.ts:245)
+//   %3134 add f32[1024,1024] (models/bert.ts:245)
+//   %3135 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %3138 mul f32[8,128,1024] (models/bert.ts:224)
+//   %3139 where f32[8,128,1024] (models/bert.ts:224)
+//   %3140 add f32[8,128,1024] (models/bert.ts:245)
+//   %3141 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3142 mul f32[8,128,1] (models/bert.ts:223)
+//   %3143 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3144 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3145 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3146 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3147 mul f32[8,128,1] (models/bert.ts:223)
+//   %3148 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %3149 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %3151 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3153 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3155 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3131 matmul f16[1024,1024]
 //   binding 2 (read): param bert.encoder.layer.23.attention.output.dense.bias f32[1024]

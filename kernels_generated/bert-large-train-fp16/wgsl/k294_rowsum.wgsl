@@ -3,20 +3,20 @@
 // Used by 49 kernels: k294_rowsum, k303_rowsum, k323_rowsum, k332_rowsum, k352_rowsum, k361_rowsum, k381_rowsum, k390_rowsum, k410_rowsum, k419_rowsum, k439_rowsum, k448_rowsum, k468_rowsum, k477_rowsum, k497_rowsum, k506_rowsum, k526_rowsum, k535_rowsum, k555_rowsum, k564_rowsum, k584_rowsum, k593_rowsum, k613_rowsum, k622_rowsum, k642_rowsum, k651_rowsum, k671_rowsum, k680_rowsum, k700_rowsum, k709_rowsum, k729_rowsum, k738_rowsum, k758_rowsum, k767_rowsum, k787_rowsum, k796_rowsum, k816_rowsum, k825_rowsum, k845_rowsum, k854_rowsum, k874_rowsum, k883_rowsum, k903_rowsum, k912_rowsum, k932_rowsum, k941_rowsum, k961_rowsum, k970_rowsum, k990_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %3436 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3440 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3441 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3442 reduce_sum f32[8,128,1] (models/bert.ts:221)
-//   %3444 mul f32[8,128,1] (models/bert.ts:221)
-//   %3445 div f32[8,128,1] (models/bert.ts:221)
-//   %3446 mul f32[8,128,1] (models/bert.ts:221)
-//   %3447 mul f32[8,128,1] (models/bert.ts:221)
-//   %3448 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3449 mul f32[8,128,1024] (models/bert.ts:221)
-//   %3450 add f32[8,128,1024] (models/bert.ts:221)
-//   %3451 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3452 neg f32[8,128,1024] (models/bert.ts:221)
-//   %3453 reduce_sum f32[8,128,1] (models/bert.ts:221) -> written
+//   %3436 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3440 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3441 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3442 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3444 mul f32[8,128,1] (models/bert.ts:223)
+//   %3445 div f32[8,128,1] (models/bert.ts:223)
+//   %3446 mul f32[8,128,1] (models/bert.ts:223)
+//   %3447 mul f32[8,128,1] (models/bert.ts:223)
+//   %3448 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3449 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3450 add f32[8,128,1024] (models/bert.ts:223)
+//   %3451 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3452 neg f32[8,128,1024] (models/bert.ts:223)
+//   %3453 reduce_sum f32[8,128,1] (models/bert.ts:223) -> written
 //   binding 0 (read): %3433 add f32[8,128,1024] stored f16
 //   binding 1 (read): param bert.encoder.layer.23.output.LayerNorm.weight f32[1024]
 //   binding 2 (read): %3185 sub f32[8,128,1024] stored f16

@@ -3,7 +3,7 @@
 // Used by 24 kernels: k296_matmul, k325_matmul, k354_matmul, k383_matmul, k412_matmul, k441_matmul, k470_matmul, k499_matmul, k528_matmul, k557_matmul, k586_matmul, k615_matmul, k644_matmul, k673_matmul, k702_matmul, k731_matmul, k760_matmul, k789_matmul, k818_matmul, k847_matmul, k876_matmul, k905_matmul, k934_matmul, k963_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,4096]
-//   %3463 matmul f16[1024,4096] (models/bert.ts:247) -> written
+//   %3463 matmul f16[1024,4096] (models/bert.ts:249) -> written
 //   binding 0 (read): %3458 mul f32[8,128,1024] stored f16
 //   binding 1 (read): param bert.encoder.layer.23.output.dense.weight f32[1024,4096]
 //   binding 2 (write): %3463 matmul f16[1024,4096]

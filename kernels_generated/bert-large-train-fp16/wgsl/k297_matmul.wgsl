@@ -3,8 +3,8 @@
 // Used by 24 kernels: k297_matmul, k326_matmul, k355_matmul, k384_matmul, k413_matmul, k442_matmul, k471_matmul, k500_matmul, k529_matmul, k558_matmul, k587_matmul, k616_matmul, k645_matmul, k674_matmul, k703_matmul, k732_matmul, k761_matmul, k790_matmul, k819_matmul, k848_matmul, k877_matmul, k906_matmul, k935_matmul, k964_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,4096]
-//   %3465 matmul f16[1024,4096] (models/bert.ts:247)
-//   %3466 cast f32[1024,4096] (models/bert.ts:247) -> written
+//   %3465 matmul f16[1024,4096] (models/bert.ts:249)
+//   %3466 cast f32[1024,4096] (models/bert.ts:249) -> written
 //   binding 0 (read): %3458 mul f32[8,128,1024] stored f16
 //   binding 1 (read): %3168 mul f32[8,128,4096] stored f16
 //   binding 2 (write): %3466 cast f32[1024,4096]

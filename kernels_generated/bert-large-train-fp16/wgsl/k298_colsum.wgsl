@@ -3,20 +3,20 @@
 // Used by 24 kernels: k298_colsum, k327_colsum, k356_colsum, k385_colsum, k414_colsum, k443_colsum, k472_colsum, k501_colsum, k530_colsum, k559_colsum, k588_colsum, k617_colsum, k646_colsum, k675_colsum, k704_colsum, k733_colsum, k762_colsum, k791_colsum, k820_colsum, k849_colsum, k878_colsum, k907_colsum, k936_colsum, k965_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,4096] reducing axes [0]
-//   %3464 cast f32[1024,4096] (models/bert.ts:247)
-//   %3467 reshape f32[8,128,4096] (models/bert.ts:247)
-//   %3468 mul f32[8,128,4096] (models/bert.ts:246)
-//   %3469 mul f32[8,128,4096] (models/bert.ts:246)
-//   %3470 mul f32[8,128,4096] (models/bert.ts:246)
-//   %3471 neg f32[8,128,4096] (models/bert.ts:246)
-//   %3472 exp f32[8,128,4096] (models/bert.ts:246)
-//   %3474 mul f32[8,128,4096] (models/bert.ts:246)
-//   %3475 mul f32[8,128,4096] (models/bert.ts:246)
-//   %3476 mul f32[8,128,4096] (models/bert.ts:246)
-//   %3477 mul f32[8,128,4096] (models/bert.ts:246)
-//   %3478 add f32[8,128,4096] (models/bert.ts:246) -> written
-//   %3480 reduce_sum f32[1,4096] (models/bert.ts:246) -> written
-//   %3481 reshape f32[4096] (models/bert.ts:246) -> written
+//   %3464 cast f32[1024,4096] (models/bert.ts:249)
+//   %3467 reshape f32[8,128,4096] (models/bert.ts:249)
+//   %3468 mul f32[8,128,4096] (models/bert.ts:248)
+//   %3469 mul f32[8,128,4096] (models/bert.ts:248)
+//   %3470 mul f32[8,128,4096] (models/bert.ts:248)
+//   %3471 neg f32[8,128,4096] (models/bert.ts:248)
+//   %3472 exp f32[8,128,4096] (models/bert.ts:248)
+//   %3474 mul f32[8,128,4096] (models/bert.ts:248)
+//   %3475 mul f32[8,128,4096] (models/bert.ts:248)
+//   %3476 mul f32[8,128,4096] (models/bert.ts:248)
+//   %3477 mul f32[8,128,4096] (models/bert.ts:248)
+//   %3478 add f32[8,128,4096] (models/bert.ts:248) -> written
+//   %3480 reduce_sum f32[1,4096] (models/bert.ts:248) -> written
+//   %3481 reshape f32[4096] (models/bert.ts:248) -> written
 //   binding 0 (read): %3463 matmul f16[1024,4096]
 //   binding 1 (read): %3164 mul f32[8,128,4096] stored f16
 //   binding 2 (read): %3165 mul f32[8,128,4096] stored f16

@@ -3,7 +3,7 @@
 // Used by 24 kernels: k299_matmul, k328_matmul, k357_matmul, k386_matmul, k415_matmul, k444_matmul, k473_matmul, k502_matmul, k531_matmul, k560_matmul, k589_matmul, k618_matmul, k647_matmul, k676_matmul, k705_matmul, k734_matmul, k763_matmul, k792_matmul, k821_matmul, k850_matmul, k879_matmul, k908_matmul, k937_matmul, k966_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,1024]
-//   %3483 matmul f16[1024,1024] (models/bert.ts:246) -> written
+//   %3483 matmul f16[1024,1024] (models/bert.ts:248) -> written
 //   binding 0 (read): %3478 add f32[8,128,4096] stored f16
 //   binding 1 (read): param bert.encoder.layer.23.intermediate.dense.weight f32[4096,1024]
 //   binding 2 (write): %3483 matmul f16[1024,1024]

@@ -3,8 +3,8 @@
 // Used by 24 kernels: k300_matmul, k329_matmul, k358_matmul, k387_matmul, k416_matmul, k445_matmul, k474_matmul, k503_matmul, k532_matmul, k561_matmul, k590_matmul, k619_matmul, k648_matmul, k677_matmul, k706_matmul, k735_matmul, k764_matmul, k793_matmul, k822_matmul, k851_matmul, k880_matmul, k909_matmul, k938_matmul, k967_matmul
 // What the first of them fuses:
 //   matmul kernel over [4096,1024]
-//   %3485 matmul f16[4096,1024] (models/bert.ts:246)
-//   %3486 cast f32[4096,1024] (models/bert.ts:246) -> written
+//   %3485 matmul f16[4096,1024] (models/bert.ts:248)
+//   %3486 cast f32[4096,1024] (models/bert.ts:248) -> written
 //   binding 0 (read): %3478 add f32[8,128,4096] stored f16
 //   binding 1 (read): %3155 add f32[8,128,1024] stored f16
 //   binding 2 (write): %3486 cast f32[4096,1024]

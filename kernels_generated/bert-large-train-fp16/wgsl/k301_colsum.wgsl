@@ -3,11 +3,11 @@
 // Used by 24 kernels: k301_colsum, k330_colsum, k359_colsum, k388_colsum, k417_colsum, k446_colsum, k475_colsum, k504_colsum, k533_colsum, k562_colsum, k591_colsum, k620_colsum, k649_colsum, k678_colsum, k707_colsum, k736_colsum, k765_colsum, k794_colsum, k823_colsum, k852_colsum, k881_colsum, k910_colsum, k939_colsum, k968_colsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [0,1]
-//   %3484 cast f32[1024,1024] (models/bert.ts:246)
-//   %3487 reshape f32[8,128,1024] (models/bert.ts:246)
-//   %3488 add f32[8,128,1024] (models/bert.ts:246) -> written
-//   %3489 reduce_sum f32[1,1,1024] (models/bert.ts:221) -> written
-//   %3490 reshape f32[1024] (models/bert.ts:221) -> written
+//   %3484 cast f32[1024,1024] (models/bert.ts:248)
+//   %3487 reshape f32[8,128,1024] (models/bert.ts:248)
+//   %3488 add f32[8,128,1024] (models/bert.ts:248) -> written
+//   %3489 reduce_sum f32[1,1,1024] (models/bert.ts:223) -> written
+//   %3490 reshape f32[1024] (models/bert.ts:223) -> written
 //   binding 0 (read): %3456 add f32[8,128,1024] stored f16
 //   binding 1 (read): %3483 matmul f16[1024,1024]
 //   binding 2 (write): %3489 reduce_sum f32[1,1,1024]

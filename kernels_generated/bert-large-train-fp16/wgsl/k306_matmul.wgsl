@@ -3,8 +3,8 @@
 // Used by 24 kernels: k306_matmul, k335_matmul, k364_matmul, k393_matmul, k422_matmul, k451_matmul, k480_matmul, k509_matmul, k538_matmul, k567_matmul, k596_matmul, k625_matmul, k654_matmul, k683_matmul, k712_matmul, k741_matmul, k770_matmul, k799_matmul, k828_matmul, k857_matmul, k886_matmul, k915_matmul, k944_matmul, k973_matmul
 // What the first of them fuses:
 //   matmul kernel over [1024,1024]
-//   %3519 matmul f16[1024,1024] (models/bert.ts:243)
-//   %3520 cast f32[1024,1024] (models/bert.ts:243) -> written
+//   %3519 matmul f16[1024,1024] (models/bert.ts:245)
+//   %3520 cast f32[1024,1024] (models/bert.ts:245) -> written
 //   binding 0 (read): %3512 mul f32[8,128,1024] stored f16
 //   binding 1 (read): %3125 matmul f16[8,16,128,64]
 //   binding 2 (write): %3520 cast f32[1024,1024]

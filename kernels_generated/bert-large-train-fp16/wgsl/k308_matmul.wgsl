@@ -3,7 +3,7 @@
 // Used by 48 kernels: k308_matmul, k311_matmul, k337_matmul, k340_matmul, k366_matmul, k369_matmul, k395_matmul, k398_matmul, k424_matmul, k427_matmul, k453_matmul, k456_matmul, k482_matmul, k485_matmul, k511_matmul, k514_matmul, k540_matmul, k543_matmul, k569_matmul, k572_matmul, k598_matmul, k601_matmul, k627_matmul, k630_matmul, k656_matmul, k659_matmul, k685_matmul, k688_matmul, k714_matmul, k717_matmul, k743_matmul, k746_matmul, k772_matmul, k775_matmul, k801_matmul, k804_matmul, k830_matmul, k833_matmul, k859_matmul, k862_matmul, k888_matmul, k891_matmul, k917_matmul, k920_matmul, k946_matmul, k949_matmul, k975_matmul, k978_matmul
 // What the first of them fuses:
 //   matmul kernel over [8,16,128,64]
-//   %3526 matmul f16[8,16,128,64] (models/bert.ts:234) -> written
+//   %3526 matmul f16[8,16,128,64] (models/bert.ts:236) -> written
 //   binding 0 (read): %3122 where f32[8,16,128,128] stored f16
 //   binding 1 (read): %3517 matmul f16[1024,1024]
 //   binding 2 (write): %3526 matmul f16[8,16,128,64]

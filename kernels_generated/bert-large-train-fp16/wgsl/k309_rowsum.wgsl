@@ -3,17 +3,17 @@
 // Used by 1 kernel: k309_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %3525 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %3528 where f32[8,16,128,128] (models/bert.ts:234)
-//   %3529 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3530 div f32[8,16,128,128] (models/bert.ts:234)
-//   %3531 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3532 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %3533 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %3534 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %3535 add f32[8,16,128,128] (models/bert.ts:234)
-//   %3536 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3537 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %3525 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %3528 where f32[8,16,128,128] (models/bert.ts:236)
+//   %3529 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3530 div f32[8,16,128,128] (models/bert.ts:236)
+//   %3531 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3532 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %3533 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %3534 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %3535 add f32[8,16,128,128] (models/bert.ts:236)
+//   %3536 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3537 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3524 matmul f16[8,16,128,128]
 //   binding 2 (read): %3116 reduce_sum f32[8,16,128,1]

@@ -3,8 +3,8 @@
 // Used by 72 kernels: k312_colsum, k315_colsum, k318_colsum, k341_colsum, k344_colsum, k347_colsum, k370_colsum, k373_colsum, k376_colsum, k399_colsum, k402_colsum, k405_colsum, k428_colsum, k431_colsum, k434_colsum, k457_colsum, k460_colsum, k463_colsum, k486_colsum, k489_colsum, k492_colsum, k515_colsum, k518_colsum, k521_colsum, k544_colsum, k547_colsum, k550_colsum, k573_colsum, k576_colsum, k579_colsum, k602_colsum, k605_colsum, k608_colsum, k631_colsum, k634_colsum, k637_colsum, k660_colsum, k663_colsum, k666_colsum, k689_colsum, k692_colsum, k695_colsum, k718_colsum, k721_colsum, k724_colsum, k747_colsum, k750_colsum, k753_colsum, k776_colsum, k779_colsum, k782_colsum, k805_colsum, k808_colsum, k811_colsum, k834_colsum, k837_colsum, k840_colsum, k863_colsum, k866_colsum, k869_colsum, k892_colsum, k895_colsum, k898_colsum, k921_colsum, k924_colsum, k927_colsum, k950_colsum, k953_colsum, k956_colsum, k979_colsum, k982_colsum, k985_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %3545 reduce_sum f32[1,1024] (models/bert.ts:234) -> written
-//   %3546 reshape f32[1024] (models/bert.ts:234) -> written
+//   %3545 reduce_sum f32[1,1024] (models/bert.ts:236) -> written
+//   %3546 reshape f32[1024] (models/bert.ts:236) -> written
 //   binding 0 (read): %3526 matmul f16[8,16,128,64]
 //   binding 1 (write): %3545 reduce_sum f32[1,1024]
 //   binding 2 (write): %3546 reshape f32[1024]

@@ -3,17 +3,17 @@
 // Used by 23 kernels: k321_colsum, k350_colsum, k379_colsum, k408_colsum, k437_colsum, k466_colsum, k495_colsum, k524_colsum, k553_colsum, k582_colsum, k611_colsum, k640_colsum, k669_colsum, k698_colsum, k727_colsum, k756_colsum, k785_colsum, k814_colsum, k843_colsum, k872_colsum, k901_colsum, k930_colsum, k959_colsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [0,1]
-//   %3549 cast f32[1024,1024] (models/bert.ts:234)
-//   %3552 reshape f32[8,128,1024] (models/bert.ts:234)
-//   %3553 add f32[8,128,1024] (models/bert.ts:234)
-//   %3560 cast f32[1024,1024] (models/bert.ts:234)
-//   %3563 reshape f32[8,128,1024] (models/bert.ts:234)
-//   %3564 add f32[8,128,1024] (models/bert.ts:234)
-//   %3571 cast f32[1024,1024] (models/bert.ts:234)
-//   %3574 reshape f32[8,128,1024] (models/bert.ts:234)
-//   %3575 add f32[8,128,1024] (models/bert.ts:234) -> written
-//   %3576 reduce_sum f32[1,1,1024] (models/bert.ts:221) -> written
-//   %3577 reshape f32[1024] (models/bert.ts:221) -> written
+//   %3549 cast f32[1024,1024] (models/bert.ts:236)
+//   %3552 reshape f32[8,128,1024] (models/bert.ts:236)
+//   %3553 add f32[8,128,1024] (models/bert.ts:236)
+//   %3560 cast f32[1024,1024] (models/bert.ts:236)
+//   %3563 reshape f32[8,128,1024] (models/bert.ts:236)
+//   %3564 add f32[8,128,1024] (models/bert.ts:236)
+//   %3571 cast f32[1024,1024] (models/bert.ts:236)
+//   %3574 reshape f32[8,128,1024] (models/bert.ts:236)
+//   %3575 add f32[8,128,1024] (models/bert.ts:236) -> written
+//   %3576 reduce_sum f32[1,1,1024] (models/bert.ts:223) -> written
+//   %3577 reshape f32[1024] (models/bert.ts:223) -> written
 //   binding 0 (read): %3510 add f32[8,128,1024] stored f16
 //   binding 1 (read): %3548 matmul f16[1024,1024]
 //   binding 2 (read): %3559 matmul f16[1024,1024]

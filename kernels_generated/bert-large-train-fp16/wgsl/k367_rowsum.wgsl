@@ -3,17 +3,17 @@
 // Used by 1 kernel: k367_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %3805 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %3808 where f32[8,16,128,128] (models/bert.ts:234)
-//   %3809 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3810 div f32[8,16,128,128] (models/bert.ts:234)
-//   %3811 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3812 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %3813 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %3814 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %3815 add f32[8,16,128,128] (models/bert.ts:234)
-//   %3816 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %3817 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %3805 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %3808 where f32[8,16,128,128] (models/bert.ts:236)
+//   %3809 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3810 div f32[8,16,128,128] (models/bert.ts:236)
+//   %3811 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3812 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %3813 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %3814 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %3815 add f32[8,16,128,128] (models/bert.ts:236)
+//   %3816 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3817 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3804 matmul f16[8,16,128,128]
 //   binding 2 (read): %2854 reduce_sum f32[8,16,128,1]

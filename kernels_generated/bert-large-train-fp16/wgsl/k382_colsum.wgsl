@@ -3,13 +3,13 @@
 // Used by 1 kernel: k382_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %3875 mul f32[8,128,1] (models/bert.ts:221)
-//   %3876 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3877 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3878 where f32[8,128,1024] (models/bert.ts:222)
-//   %3879 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %3881 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %3882 reshape f32[1024] (models/bert.ts:247) -> written
+//   %3875 mul f32[8,128,1] (models/bert.ts:223)
+//   %3876 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3877 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3878 where f32[8,128,1024] (models/bert.ts:224)
+//   %3879 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %3881 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %3882 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3872 add f32[8,128,1024] stored f16
 //   binding 2 (read): %3874 reduce_sum f32[8,128,1]

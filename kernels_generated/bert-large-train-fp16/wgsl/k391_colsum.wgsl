@@ -3,13 +3,13 @@
 // Used by 1 kernel: k391_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %3928 mul f32[8,128,1] (models/bert.ts:221)
-//   %3929 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %3930 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %3931 where f32[8,128,1024] (models/bert.ts:222)
-//   %3932 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %3934 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %3935 reshape f32[1024] (models/bert.ts:243) -> written
+//   %3928 mul f32[8,128,1] (models/bert.ts:223)
+//   %3929 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3930 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3931 where f32[8,128,1024] (models/bert.ts:224)
+//   %3932 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %3934 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %3935 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %3925 add f32[8,128,1024] stored f16
 //   binding 2 (read): %3927 reduce_sum f32[8,128,1]

@@ -3,13 +3,13 @@
 // Used by 1 kernel: k420_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %4068 mul f32[8,128,1] (models/bert.ts:221)
-//   %4069 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4070 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4071 where f32[8,128,1024] (models/bert.ts:222)
-//   %4072 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %4074 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %4075 reshape f32[1024] (models/bert.ts:243) -> written
+//   %4068 mul f32[8,128,1] (models/bert.ts:223)
+//   %4069 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %4070 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %4071 where f32[8,128,1024] (models/bert.ts:224)
+//   %4072 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %4074 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %4075 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4065 add f32[8,128,1024] stored f16
 //   binding 2 (read): %4067 reduce_sum f32[8,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k483_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %4365 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %4368 where f32[8,16,128,128] (models/bert.ts:234)
-//   %4369 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4370 div f32[8,16,128,128] (models/bert.ts:234)
-//   %4371 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4372 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %4373 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %4374 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %4375 add f32[8,16,128,128] (models/bert.ts:234)
-//   %4376 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4377 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %4365 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %4368 where f32[8,16,128,128] (models/bert.ts:236)
+//   %4369 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4370 div f32[8,16,128,128] (models/bert.ts:236)
+//   %4371 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4372 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %4373 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %4374 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %4375 add f32[8,16,128,128] (models/bert.ts:236)
+//   %4376 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4377 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4364 matmul f16[8,16,128,128]
 //   binding 2 (read): %2330 reduce_sum f32[8,16,128,1]

@@ -3,13 +3,13 @@
 // Used by 1 kernel: k498_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %4435 mul f32[8,128,1] (models/bert.ts:221)
-//   %4436 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4437 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4438 where f32[8,128,1024] (models/bert.ts:222)
-//   %4439 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %4441 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %4442 reshape f32[1024] (models/bert.ts:247) -> written
+//   %4435 mul f32[8,128,1] (models/bert.ts:223)
+//   %4436 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %4437 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %4438 where f32[8,128,1024] (models/bert.ts:224)
+//   %4439 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %4441 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %4442 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4432 add f32[8,128,1024] stored f16
 //   binding 2 (read): %4434 reduce_sum f32[8,128,1]

@@ -3,13 +3,13 @@
 // Used by 1 kernel: k507_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %4488 mul f32[8,128,1] (models/bert.ts:221)
-//   %4489 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4490 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4491 where f32[8,128,1024] (models/bert.ts:222)
-//   %4492 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %4494 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %4495 reshape f32[1024] (models/bert.ts:243) -> written
+//   %4488 mul f32[8,128,1] (models/bert.ts:223)
+//   %4489 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %4490 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %4491 where f32[8,128,1024] (models/bert.ts:224)
+//   %4492 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %4494 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %4495 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4485 add f32[8,128,1024] stored f16
 //   binding 2 (read): %4487 reduce_sum f32[8,128,1]

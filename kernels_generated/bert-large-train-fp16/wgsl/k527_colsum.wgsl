@@ -3,13 +3,13 @@
 // Used by 1 kernel: k527_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %4575 mul f32[8,128,1] (models/bert.ts:221)
-//   %4576 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4577 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4578 where f32[8,128,1024] (models/bert.ts:222)
-//   %4579 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %4581 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %4582 reshape f32[1024] (models/bert.ts:247) -> written
+//   %4575 mul f32[8,128,1] (models/bert.ts:223)
+//   %4576 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %4577 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %4578 where f32[8,128,1024] (models/bert.ts:224)
+//   %4579 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %4581 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %4582 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4572 add f32[8,128,1024] stored f16
 //   binding 2 (read): %4574 reduce_sum f32[8,128,1]

@@ -3,13 +3,13 @@
 // Used by 1 kernel: k565_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %4768 mul f32[8,128,1] (models/bert.ts:221)
-//   %4769 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %4770 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %4771 where f32[8,128,1024] (models/bert.ts:222)
-//   %4772 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %4774 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %4775 reshape f32[1024] (models/bert.ts:243) -> written
+//   %4768 mul f32[8,128,1] (models/bert.ts:223)
+//   %4769 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %4770 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %4771 where f32[8,128,1024] (models/bert.ts:224)
+//   %4772 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %4774 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %4775 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4765 add f32[8,128,1024] stored f16
 //   binding 2 (read): %4767 reduce_sum f32[8,128,1]

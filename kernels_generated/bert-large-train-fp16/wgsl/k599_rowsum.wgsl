@@ -3,17 +3,17 @@
 // Used by 1 kernel: k599_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %4925 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %4928 where f32[8,16,128,128] (models/bert.ts:234)
-//   %4929 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4930 div f32[8,16,128,128] (models/bert.ts:234)
-//   %4931 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4932 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %4933 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %4934 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %4935 add f32[8,16,128,128] (models/bert.ts:234)
-//   %4936 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %4937 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %4925 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %4928 where f32[8,16,128,128] (models/bert.ts:236)
+//   %4929 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4930 div f32[8,16,128,128] (models/bert.ts:236)
+//   %4931 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4932 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %4933 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %4934 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %4935 add f32[8,16,128,128] (models/bert.ts:236)
+//   %4936 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %4937 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4924 matmul f16[8,16,128,128]
 //   binding 2 (read): %1806 reduce_sum f32[8,16,128,1]

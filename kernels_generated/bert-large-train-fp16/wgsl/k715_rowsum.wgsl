@@ -3,17 +3,17 @@
 // Used by 1 kernel: k715_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5485 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %5488 where f32[8,16,128,128] (models/bert.ts:234)
-//   %5489 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5490 div f32[8,16,128,128] (models/bert.ts:234)
-//   %5491 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5492 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %5493 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %5494 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %5495 add f32[8,16,128,128] (models/bert.ts:234)
-//   %5496 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5497 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %5485 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %5488 where f32[8,16,128,128] (models/bert.ts:236)
+//   %5489 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5490 div f32[8,16,128,128] (models/bert.ts:236)
+//   %5491 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5492 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %5493 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %5494 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %5495 add f32[8,16,128,128] (models/bert.ts:236)
+//   %5496 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5497 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5484 matmul f16[8,16,128,128]
 //   binding 2 (read): %1282 reduce_sum f32[8,16,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k744_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5625 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %5628 where f32[8,16,128,128] (models/bert.ts:234)
-//   %5629 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5630 div f32[8,16,128,128] (models/bert.ts:234)
-//   %5631 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5632 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %5633 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %5634 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %5635 add f32[8,16,128,128] (models/bert.ts:234)
-//   %5636 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %5637 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %5625 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %5628 where f32[8,16,128,128] (models/bert.ts:236)
+//   %5629 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5630 div f32[8,16,128,128] (models/bert.ts:236)
+//   %5631 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5632 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %5633 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %5634 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %5635 add f32[8,16,128,128] (models/bert.ts:236)
+//   %5636 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %5637 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5624 matmul f16[8,16,128,128]
 //   binding 2 (read): %1151 reduce_sum f32[8,16,128,1]

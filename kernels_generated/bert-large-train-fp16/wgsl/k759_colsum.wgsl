@@ -3,13 +3,13 @@
 // Used by 1 kernel: k759_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %5695 mul f32[8,128,1] (models/bert.ts:221)
-//   %5696 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %5697 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %5698 where f32[8,128,1024] (models/bert.ts:222)
-//   %5699 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %5701 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %5702 reshape f32[1024] (models/bert.ts:247) -> written
+//   %5695 mul f32[8,128,1] (models/bert.ts:223)
+//   %5696 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %5697 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %5698 where f32[8,128,1024] (models/bert.ts:224)
+//   %5699 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %5701 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %5702 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5692 add f32[8,128,1024] stored f16
 //   binding 2 (read): %5694 reduce_sum f32[8,128,1]

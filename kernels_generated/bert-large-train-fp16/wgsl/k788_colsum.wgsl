@@ -3,13 +3,13 @@
 // Used by 1 kernel: k788_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %5835 mul f32[8,128,1] (models/bert.ts:221)
-//   %5836 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %5837 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %5838 where f32[8,128,1024] (models/bert.ts:222)
-//   %5839 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %5841 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %5842 reshape f32[1024] (models/bert.ts:247) -> written
+//   %5835 mul f32[8,128,1] (models/bert.ts:223)
+//   %5836 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %5837 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %5838 where f32[8,128,1024] (models/bert.ts:224)
+//   %5839 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %5841 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %5842 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %5832 add f32[8,128,1024] stored f16
 //   binding 2 (read): %5834 reduce_sum f32[8,128,1]

@@ -3,13 +3,13 @@
 // Used by 1 kernel: k826_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %6028 mul f32[8,128,1] (models/bert.ts:221)
-//   %6029 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %6030 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %6031 where f32[8,128,1024] (models/bert.ts:222)
-//   %6032 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %6034 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %6035 reshape f32[1024] (models/bert.ts:243) -> written
+//   %6028 mul f32[8,128,1] (models/bert.ts:223)
+//   %6029 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %6030 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %6031 where f32[8,128,1024] (models/bert.ts:224)
+//   %6032 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6034 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %6035 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6025 add f32[8,128,1024] stored f16
 //   binding 2 (read): %6027 reduce_sum f32[8,128,1]

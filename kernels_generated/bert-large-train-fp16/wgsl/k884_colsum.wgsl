@@ -3,13 +3,13 @@
 // Used by 1 kernel: k884_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %6308 mul f32[8,128,1] (models/bert.ts:221)
-//   %6309 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %6310 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %6311 where f32[8,128,1024] (models/bert.ts:222)
-//   %6312 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %6314 reduce_sum f32[1,1024] (models/bert.ts:243) -> written
-//   %6315 reshape f32[1024] (models/bert.ts:243) -> written
+//   %6308 mul f32[8,128,1] (models/bert.ts:223)
+//   %6309 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %6310 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %6311 where f32[8,128,1024] (models/bert.ts:224)
+//   %6312 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6314 reduce_sum f32[1,1024] (models/bert.ts:245) -> written
+//   %6315 reshape f32[1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6305 add f32[8,128,1024] stored f16
 //   binding 2 (read): %6307 reduce_sum f32[8,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k889_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %6325 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %6328 where f32[8,16,128,128] (models/bert.ts:234)
-//   %6329 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6330 div f32[8,16,128,128] (models/bert.ts:234)
-//   %6331 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6332 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %6333 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %6334 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %6335 add f32[8,16,128,128] (models/bert.ts:234)
-//   %6336 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6337 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %6325 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %6328 where f32[8,16,128,128] (models/bert.ts:236)
+//   %6329 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6330 div f32[8,16,128,128] (models/bert.ts:236)
+//   %6331 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6332 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %6333 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %6334 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %6335 add f32[8,16,128,128] (models/bert.ts:236)
+//   %6336 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6337 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6324 matmul f16[8,16,128,128]
 //   binding 2 (read): %496 reduce_sum f32[8,16,128,1]

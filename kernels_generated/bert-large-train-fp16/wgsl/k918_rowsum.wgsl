@@ -3,17 +3,17 @@
 // Used by 1 kernel: k918_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %6465 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %6468 where f32[8,16,128,128] (models/bert.ts:234)
-//   %6469 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6470 div f32[8,16,128,128] (models/bert.ts:234)
-//   %6471 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6472 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %6473 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %6474 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %6475 add f32[8,16,128,128] (models/bert.ts:234)
-//   %6476 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6477 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %6465 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %6468 where f32[8,16,128,128] (models/bert.ts:236)
+//   %6469 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6470 div f32[8,16,128,128] (models/bert.ts:236)
+//   %6471 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6472 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %6473 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %6474 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %6475 add f32[8,16,128,128] (models/bert.ts:236)
+//   %6476 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6477 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6464 matmul f16[8,16,128,128]
 //   binding 2 (read): %365 reduce_sum f32[8,16,128,1]

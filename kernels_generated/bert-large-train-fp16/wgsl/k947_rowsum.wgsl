@@ -3,17 +3,17 @@
 // Used by 1 kernel: k947_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %6605 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %6608 where f32[8,16,128,128] (models/bert.ts:234)
-//   %6609 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6610 div f32[8,16,128,128] (models/bert.ts:234)
-//   %6611 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6612 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %6613 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %6614 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %6615 add f32[8,16,128,128] (models/bert.ts:234)
-//   %6616 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6617 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %6605 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %6608 where f32[8,16,128,128] (models/bert.ts:236)
+//   %6609 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6610 div f32[8,16,128,128] (models/bert.ts:236)
+//   %6611 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6612 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %6613 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %6614 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %6615 add f32[8,16,128,128] (models/bert.ts:236)
+//   %6616 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6617 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6604 matmul f16[8,16,128,128]
 //   binding 2 (read): %234 reduce_sum f32[8,16,128,1]

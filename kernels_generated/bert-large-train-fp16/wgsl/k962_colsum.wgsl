@@ -3,13 +3,13 @@
 // Used by 1 kernel: k962_colsum
 // What the first of them fuses:
 //   reduce kernel over [1024,1024] reducing axes [0]
-//   %6675 mul f32[8,128,1] (models/bert.ts:221)
-//   %6676 broadcast f32[8,128,1024] (models/bert.ts:221)
-//   %6677 add f32[8,128,1024] (models/bert.ts:221) -> written
-//   %6678 where f32[8,128,1024] (models/bert.ts:222)
-//   %6679 mul f32[8,128,1024] (models/bert.ts:222) -> written
-//   %6681 reduce_sum f32[1,1024] (models/bert.ts:247) -> written
-//   %6682 reshape f32[1024] (models/bert.ts:247) -> written
+//   %6675 mul f32[8,128,1] (models/bert.ts:223)
+//   %6676 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %6677 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %6678 where f32[8,128,1024] (models/bert.ts:224)
+//   %6679 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6681 reduce_sum f32[1,1024] (models/bert.ts:249) -> written
+//   %6682 reshape f32[1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6672 add f32[8,128,1024] stored f16
 //   binding 2 (read): %6674 reduce_sum f32[8,128,1]

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k976_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %6745 cast f32[8,16,128,128] (models/bert.ts:234)
-//   %6748 where f32[8,16,128,128] (models/bert.ts:234)
-//   %6749 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6750 div f32[8,16,128,128] (models/bert.ts:234)
-//   %6751 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6752 neg f32[8,16,128,128] (models/bert.ts:234)
-//   %6753 reduce_sum f32[8,16,128,1] (models/bert.ts:234)
-//   %6754 broadcast f32[8,16,128,128] (models/bert.ts:234)
-//   %6755 add f32[8,16,128,128] (models/bert.ts:234)
-//   %6756 mul f32[8,16,128,128] (models/bert.ts:234)
-//   %6757 mul f32[8,16,128,128] (models/bert.ts:234) -> written
+//   %6745 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %6748 where f32[8,16,128,128] (models/bert.ts:236)
+//   %6749 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6750 div f32[8,16,128,128] (models/bert.ts:236)
+//   %6751 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6752 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %6753 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %6754 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %6755 add f32[8,16,128,128] (models/bert.ts:236)
+//   %6756 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %6757 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6744 matmul f16[8,16,128,128]
 //   binding 2 (read): %97 reduce_sum f32[8,16,128,1]
