@@ -11,6 +11,7 @@
  */
 import { byteSize } from "../ir/mod.ts";
 import {
+  K_BINARY,
   type KBinOp,
   type Kernel,
   type KExpr,
@@ -26,24 +27,8 @@ interface Counts {
   flops: number;
 }
 
-/** Whether a binary op counts as a floating-point operation (comparisons, logic and mod do not). */
-const FLOAT_OP: Record<KBinOp, boolean> = {
-  add: true,
-  sub: true,
-  mul: true,
-  div: true,
-  max: true,
-  min: true,
-  mod: false,
-  and: false,
-  or: false,
-  eq: false,
-  ne: false,
-  lt: false,
-  le: false,
-  gt: false,
-  ge: false,
-};
+/** Arithmetic on numbers counts as floating-point work; comparisons, logic and (integer) mod do not. */
+const countsFlops = (op: KBinOp) => K_BINARY[op].operands === "number";
 
 /** Floating-point operations one op on a value of type `t` does (0 for integers and bools). */
 const floatLanes = (t: KType) => (laneType(t) === "f32" || laneType(t) === "f16" ? lanesOf(t) : 0);
@@ -68,7 +53,7 @@ function countExpr(e: KExpr, w: number, c: Counts): void {
       countExpr(e.a, w, c);
       return;
     case "bin":
-      if (FLOAT_OP[e.op]) c.flops += w * floatLanes(e.a.t);
+      if (countsFlops(e.op)) c.flops += w * floatLanes(e.a.t);
       countExpr(e.a, w, c);
       countExpr(e.b, w, c);
       return;
