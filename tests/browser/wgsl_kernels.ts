@@ -1,0 +1,57 @@
+/**
+ * The WGSL kernels the checker gives Chrome: every kernel of kernels_generated/, and the kernels of a
+ * BERT-tiny training step (LAMB, fp32) and of BERT-tiny inference for each head, compiled now with the
+ * WGSL emitter as the runtime gets them (identical kernels share one source).
+ */
+import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { QUIET } from "../../compiler/debug.ts";
+import { buildModelGraph } from "../../compiler/model_graph.ts";
+import type { Head } from "../../models/bert.ts";
+import bertTiny from "../../models/bert-tiny.ts";
+import type { WgslKernel } from "./chrome_wgsl.ts";
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+
+export async function generatedKernels(): Promise<WgslKernel[]> {
+  const out: WgslKernel[] = [];
+  for await (const model of Deno.readDir(`${ROOT}kernels_generated`)) {
+    if (!model.isDirectory) continue;
+    const dir = `kernels_generated/${model.name}/wgsl`;
+    const files = [];
+    for await (const f of Deno.readDir(`${ROOT}${dir}`)) if (f.name.endsWith(".wgsl")) files.push(f.name);
+    for (const f of files.sort()) {
+      out.push({ name: `${dir}/${f}`, code: await Deno.readTextFile(`${ROOT}${dir}/${f}`) });
+    }
+  }
+  return out;
+}
+
+/** Distinct kernels of one compile, named after the first kernel with each source. */
+function compiledKernels(label: string, mode: "train" | "infer", head: Head): WgslKernel[] {
+  const g = buildModelGraph({
+    model: bertTiny,
+    mode,
+    head,
+    precision: "fp32",
+    batchSize: 2,
+    seqLen: 32,
+    maxPredictions: 5,
+  });
+  const shared = (k: Parameters<typeof emitWGSL>[0]) => emitWGSL({ ...k, name: k.kind, about: [] });
+  const { plan } = compileGraph(g, { fuse: true, emitters: { wgsl: shared }, flags: QUIET });
+  const seen = new Map<string, string>();
+  for (const k of plan.kernels) {
+    if (k.wgsl && !seen.has(k.wgsl.code)) seen.set(k.wgsl.code, `${label}/${k.name}`);
+  }
+  return [...seen].map(([code, name]) => ({ name, code }));
+}
+
+export function bertTinyKernels(): WgslKernel[] {
+  return [
+    ...compiledKernels("bert-tiny-train-fp32", "train", "pretraining"),
+    ...(["pretraining", "classification", "qa"] as const).flatMap((h) =>
+      compiledKernels(`bert-tiny-infer-${h}`, "infer", h)
+    ),
+  ];
+}
