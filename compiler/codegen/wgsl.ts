@@ -38,11 +38,21 @@ export function emitWGSL(k: Kernel): TargetKernel {
 /** The WGSL spelling of a type: scalars as themselves, four-lane vectors as vec4<lane type>. */
 const typeName = (t: KType): string => (isVector(t) ? `vec4<${laneType(t)}>` : t);
 
-/** The shortest decimal that reads back (through a double, as WGSL's abstract floats do) as `v`. */
-function shortest(v: number, round: (x: number) => number): string {
+/** The largest finite value of each float type: WGSL literals beyond it are errors, not rounding. */
+const FINITE_MAX = { f32: 3.4028234663852886e38, f16: 65504 } as const;
+
+/**
+ * The shortest decimal that reads back (through a double, as WGSL's abstract floats do) as `v` and is
+ * itself within the type's finite range: Tint rejects "3.4028235e+38", which rounds to FLT_MAX but is
+ * above it.
+ */
+function shortest(v: number, t: "f32" | "f16"): string {
+  const round = t === "f32" ? Math.fround : Math.f16round;
   for (let digits = 1; digits <= 17; digits++) {
     const text = v.toPrecision(digits);
-    if (round(Number(text)) === v && round(Math.fround(Number(text))) === v) {
+    const read = Number(text);
+    if (Math.abs(read) > FINITE_MAX[t]) continue;
+    if (round(read) === v && round(Math.fround(read)) === v) {
       const s = String(Number(text));
       return /[.e]/.test(s) ? s : `${s}.0`;
     }
@@ -50,16 +60,21 @@ function shortest(v: number, round: (x: number) => number): string {
   return String(v);
 }
 
-const F32_BITS: Record<string, string> = { inf: "0x7f800000u", "-inf": "0xff800000u", nan: "0x7fc00000u" };
-
 function floatLiteral(v: number, t: "f32" | "f16"): Spelled {
   const r = t === "f32" ? Math.fround(v) : Math.f16round(v);
-  if (!Number.isFinite(r)) {
-    // WGSL has no literal for these; a bitcast of the f32 pattern is not a constant overflow.
-    const bits = F32_BITS[Number.isNaN(r) ? "nan" : r > 0 ? "inf" : "-inf"];
-    return atom(t === "f32" ? `bitcast<f32>(${bits})` : `f16(bitcast<f32>(${bits}))`);
+  if (Number.isNaN(r)) {
+    // No kernel the compiler writes holds a NaN constant (Tint would reject this one as a constant too).
+    return atom(t === "f32" ? "bitcast<f32>(0x7fc00000u)" : "f16(bitcast<f32>(0x7fc00000u))");
   }
-  const text = shortest(r, t === "f32" ? Math.fround : Math.f16round) + (t === "f16" ? "h" : "");
+  if (!Number.isFinite(r)) {
+    // WGSL has no infinite constant: Tint rejects any constant expression that evaluates to one (the
+    // bitcast of 0xff800000u included), and the spec lets implementations assume no infinities at all.
+    // The compiler's infinities are identities of max and min reductions (and their workgroup trees), for
+    // which the largest finite value serves over every finite input: a row masked with -10000 reduces
+    // as before. A -inf that a graph itself holds reads as -FLT_MAX here (see DESIGN.md).
+    return floatLiteral(r > 0 ? FINITE_MAX[t] : -FINITE_MAX[t], t);
+  }
+  const text = shortest(r, t) + (t === "f16" ? "h" : "");
   // -0 keeps its sign through toPrecision only as "0"; spell it explicitly.
   const signed = Object.is(r, -0) ? `-${text}` : text;
   return signed.startsWith("-") ? { s: signed, p: UNARY } : atom(signed);

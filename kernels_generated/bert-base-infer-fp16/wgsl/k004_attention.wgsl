@@ -483,7 +483,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   att_s[(att_a_y + 15) * 128 + (att_a_x + 112)] = att_a15_7;
   workgroupBarrier();
   let att_tr: i32 = lid;
-  var acc34: f32 = bitcast<f32>(0xff800000u);
+  var acc34: f32 = -3.402823466e+38;
   for (var att_c1: i32 = 0; att_c1 < 128; att_c1 += 1) {
     let att_x1: i32 = att_c1;
     let v35: f32 = att_s[att_tr * 128 + att_x1];

@@ -80,7 +80,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let gid = wg * 256 + lid;
   if (gid < 16384) {
     let row: i32 = gid;
-    var acc0: f32 = bitcast<f32>(0xff800000u);
+    var acc0: f32 = -3.402823466e+38;
     for (var q: i32 = 0; q < 32; q += 1) {
       let v1: f32 = f32(b0[row * 128 + q * 4]);
       let v2: f32 = v1 * 0.125;

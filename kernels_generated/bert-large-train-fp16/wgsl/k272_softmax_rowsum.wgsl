@@ -33,7 +33,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let row: i32 = wg;
-  var acc0: f32 = bitcast<f32>(0xff800000u);
+  var acc0: f32 = -3.402823466e+38;
   for (var j: i32 = lid; j < 30522; j += 256) {
     let v1: f32 = f32(b0[row * 30522 + j]);
     acc0 = max(acc0, v1);

@@ -32,7 +32,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let gid = wg * 256 + lid;
   if (gid < 8) {
     let row: i32 = gid;
-    var acc0: f32 = bitcast<f32>(0xff800000u);
+    var acc0: f32 = -3.402823466e+38;
     for (var j: i32 = 0; j < 2; j += 1) {
       let v1: f32 = f32(b0[row * 2 + j]);
       acc0 = max(acc0, v1);

@@ -62,7 +62,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   workgroupBarrier();
   let red2: f32 = red_f32_0[0] + red_f32_0[1];
   let v3: f32 = sqrt(red2);
-  let v4: bool = v3 <= 3.4028235e+38;
+  let v4: bool = v3 <= 3.402823466e+38;
   if (lid == 0) {
     b1[row] = v3;
     b2[row] = select(0u, 1u, v4);
