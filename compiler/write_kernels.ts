@@ -5,6 +5,8 @@
  * fusion report. The directory is assembled
  * beside the target and renamed into place, so a crash never leaves a half-written mix of old and new.
  */
+import { join } from "node:path";
+import { checkDirOutput, io, replaceDir } from "../model_io/outputs.ts";
 import type { Plan, TargetKernel } from "../plan/plan.ts";
 import type { Target } from "./build_plan.ts";
 import { sourceGroups } from "./stages/share_sources.ts";
@@ -87,17 +89,51 @@ export function renderOutputs(
   return files;
 }
 
-export async function writeOutputDir(dir: string, files: Map<string, string>): Promise<void> {
-  const tmp = `${dir}.tmp-${Deno.pid}`;
-  await Deno.remove(tmp, { recursive: true }).catch(() => {});
-  for (const [rel, text] of [...files].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
-    const path = `${tmp}/${rel}`;
-    await Deno.mkdir(path.slice(0, path.lastIndexOf("/")), { recursive: true });
-    await Deno.writeTextFile(path, text);
+/** The entries a compile output folder holds; anything else in a folder means it is not ours. */
+const OUR_ENTRIES = new Set(["plan.json", "report.md", "wgsl", "cuda"]);
+
+/** Whether `dir` is a folder `deno task compile` wrote: a plan.json with kernels, and nothing foreign. */
+export async function isCompileOutput(dir: string): Promise<boolean> {
+  for await (const e of Deno.readDir(dir)) if (!OUR_ENTRIES.has(e.name)) return false;
+  const plan = JSON.parse(await Deno.readTextFile(join(dir, "plan.json")));
+  return Array.isArray(plan?.kernels);
+}
+
+/** The targets a compile output folder holds kernels for (none if it is absent or not ours). */
+export async function targetsIn(dir: string): Promise<Target[]> {
+  try {
+    if (!(await isCompileOutput(dir))) return [];
+    const plan = JSON.parse(await Deno.readTextFile(join(dir, "plan.json")));
+    return (["wgsl", "cuda"] as const).filter((t) =>
+      (plan.kernels as Record<string, unknown>[]).some((k) => k[t] !== undefined)
+    );
+  } catch {
+    return [];
   }
-  const old = `${dir}.old-${Deno.pid}`;
-  const existed = await Deno.stat(dir).then(() => true, () => false);
-  if (existed) await Deno.rename(dir, old);
-  await Deno.rename(tmp, dir);
-  if (existed) await Deno.remove(old, { recursive: true });
+}
+
+/** Refuses (OutputError) unless `dir` is absent, empty or an earlier compile output. */
+export async function checkCompileOutput(dir: string, label: string, inputs: string[]): Promise<void> {
+  await checkDirOutput(dir, {
+    label,
+    inputs,
+    isOurs: isCompileOutput,
+    oursLooksLike: "a folder written by deno task compile (plan.json, report.md, wgsl/, cuda/)",
+  });
+}
+
+/**
+ * Writes the files into a temporary sibling folder and renames it over `dir` (which the caller checked
+ * with checkCompileOutput): a crash or a full disk never leaves a half-written mix of old and new.
+ */
+export async function writeOutputDir(dir: string, files: Map<string, string>): Promise<void> {
+  await replaceDir(dir, async (tmp) => {
+    for (const [rel, text] of [...files].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
+      const path = `${tmp}/${rel}`;
+      await io(dir, "write", async () => {
+        await Deno.mkdir(path.slice(0, path.lastIndexOf("/")), { recursive: true });
+        await Deno.writeTextFile(path, text);
+      });
+    }
+  });
 }

@@ -52,7 +52,7 @@ export function mapHfTensors(
   const params = g.sources("param");
   const bare = ![...tensors.keys()].some((k) => k.startsWith("bert."));
   const used = new Set<string>();
-  const missing: string[] = [], unexpected: string[] = [], wrong: string[] = [];
+  const missing: string[] = [], unexpected: string[] = [], wrong: string[] = [], nonFinite: string[] = [];
   const out = new Map<string, Float32Array>();
   for (const [name, node] of params) {
     const found = candidates(name, bare).find((c) => tensors.has(c));
@@ -66,7 +66,13 @@ export function mapHfTensors(
       wrong.push(`${found} is [${t.shape}], expected [${node.type.shape}]`);
     } else if (!FLOAT_DTYPES.includes(t.dtype)) {
       wrong.push(`${found} is ${t.dtype}, expected F32, F16, BF16 or F64`);
-    } else out.set(name, toFloat32(t));
+    } else {
+      const v = toFloat32(t);
+      // NaN or infinite weights give NaN outputs with nothing said: a damaged or diverged checkpoint.
+      const k = v.findIndex((x) => !Number.isFinite(x));
+      if (k >= 0) nonFinite.push(`${found} holds ${v[k]} at element ${k}`);
+      else out.set(name, v);
+    }
   }
   for (const [k, t] of tensors) {
     if (used.has(k)) continue;
@@ -79,6 +85,13 @@ export function mapHfTensors(
     if (p && numel(p.type.shape) !== numel(t.shape)) {
       wrong.push(`${k} is [${t.shape}] but is tied to ${partner} [${p.type.shape}]`);
     }
+  }
+  if (nonFinite.length && !missing.length && !unexpected.length && !wrong.length) {
+    throw new CheckpointError(
+      `${file}: non-finite weights, refusing them: ${nonFinite.slice(0, 3).join("; ")}${
+        nonFinite.length > 3 ? `; and ${nonFinite.length - 3} more tensors` : ""
+      }`,
+    );
   }
   if (missing.length || unexpected.length || wrong.length) {
     const list = (what: string, xs: string[]) =>

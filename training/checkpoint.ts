@@ -557,6 +557,24 @@ export async function verifyCheckpoint(dir: string, opts: { hashes?: boolean } =
   return manifest;
 }
 
+/**
+ * A folder given as weights (`infer --checkpoint`, `train --init-checkpoint`) that is one of our training
+ * checkpoints (it has our manifest) is verified in full before use; a plain Hugging Face folder has no
+ * manifest and passes. A manifest of another format is not ours and is not checked.
+ */
+export async function verifyIfTrainingCheckpoint(dir: string): Promise<void> {
+  const path = join(dir, FILES.manifest);
+  let format: unknown;
+  try {
+    format = JSON.parse(await Deno.readTextFile(path))?.format;
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return;
+    if (e instanceof SyntaxError) fail(path, `not valid JSON (${e.message})`);
+    throw e;
+  }
+  if (format === CHECKPOINT_FORMAT) await verifyCheckpoint(dir);
+}
+
 export interface LoadedCheckpoint {
   dir: string;
   step: number;

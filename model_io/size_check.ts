@@ -1,0 +1,100 @@
+/**
+ * Resource sanity before work: what a BERT config will need, estimated from the config alone, against
+ * what this machine has, checked before a graph is built or a buffer allocated. A config claiming 10^6
+ * layers, or a batch that cannot fit, is then one line in a second instead of minutes of work ending in
+ * an out-of-memory crash. The estimate is deliberately rough (within a factor of about 2): it only has to
+ * tell "fits" from "absurd", and it is printed so the user sees the scale.
+ */
+
+export class ResourceError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ResourceError";
+  }
+}
+
+/** The fields of a BERT config.json the estimate reads (all positive integers after validation). */
+export interface SizeConfig {
+  vocab_size: number;
+  hidden_size: number;
+  num_hidden_layers: number;
+  intermediate_size: number;
+  num_attention_heads: number;
+  max_position_embeddings: number;
+  type_vocab_size: number;
+}
+
+/** Parameters of BERT with its pre-training heads (the largest head). */
+export function parameterCount(c: SizeConfig): number {
+  const h = c.hidden_size, i = c.intermediate_size;
+  const embeddings = (c.vocab_size + c.max_position_embeddings + c.type_vocab_size) * h + 2 * h;
+  const layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h;
+  const heads = (h * h + h) + (h * h + h) + 2 * h + c.vocab_size + 2 * h + 2;
+  return embeddings + c.num_hidden_layers * layer + heads;
+}
+
+export interface Workload {
+  mode: "train" | "infer";
+  batchSize: number;
+  seqLen: number;
+  /** Masked positions per sequence (train). */
+  maxPredictions?: number;
+  /** Named in the message: the model file or checkpoint. */
+  what: string;
+}
+
+/** Graph nodes per encoder layer (measured on BERT-tiny: about 90 forward, 3× that with autodiff). */
+const NODES_PER_LAYER = { train: 300, infer: 100 } as const;
+/** Host memory the compiler holds per graph node through its passes (kernels, plans, dumps): generous. */
+const BYTES_PER_NODE = 4096;
+
+/** Bytes the work needs: weights (and moments, gradients in training), activations, the compiler's graph. */
+export function estimateBytes(c: SizeConfig, w: Workload): number {
+  const p = parameterCount(c);
+  const tokens = w.batchSize * w.seqLen;
+  const h = c.hidden_size, i = c.intermediate_size, heads = c.num_attention_heads;
+  // Per token and layer: about a dozen hidden-sized tensors, two intermediate ones and the attention rows.
+  const perTokenLayer = 12 * h + 2 * i + 3 * heads * w.seqLen;
+  const activations = 4 * tokens * c.num_hidden_layers * perTokenLayer;
+  const logitRows = w.mode === "train" ? w.batchSize * (w.maxPredictions ?? w.seqLen) : tokens;
+  const logits = 4 * 3 * logitRows * c.vocab_size;
+  // f32 weights; training adds two moments, a gradient and low-precision copies (about 4.5 copies).
+  const weights = 4 * p * (w.mode === "train" ? 4.5 : 1);
+  const compiler = BYTES_PER_NODE * NODES_PER_LAYER[w.mode] * c.num_hidden_layers;
+  return weights + activations * (w.mode === "train" ? 2 : 1) + logits + compiler;
+}
+
+/** Memory this machine can give now (MemAvailable), or undefined where /proc/meminfo is not readable. */
+export function availableBytes(): number | undefined {
+  try {
+    const m = /MemAvailable:\s+(\d+) kB/.exec(Deno.readTextFileSync("/proc/meminfo"));
+    return m ? Number(m[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function formatBytes(n: number): string {
+  const units = ["B", "KB", "MB", "GB", "TB", "PB"];
+  let u = 0;
+  while (n >= 1000 && u < units.length - 1) (n /= 1000, u++);
+  return `${n >= 100 || u === 0 ? n.toFixed(0) : n.toFixed(1)} ${units[u]}`;
+}
+
+/**
+ * Refuses a workload that cannot fit in this machine's memory, naming the estimate and what is there.
+ * `available` defaults to MemAvailable (tests pass their own); unknown: no check.
+ */
+export function checkModelSize(c: SizeConfig, w: Workload, available = availableBytes()): void {
+  if (available === undefined) return;
+  const need = estimateBytes(c, w);
+  if (need <= available) return;
+  const p = parameterCount(c);
+  throw new ResourceError(
+    `${w.what}: ${w.mode === "train" ? "training" : "inference"} needs about ${formatBytes(need)} ` +
+      `(${
+        p.toExponential(2)
+      } parameters, ${c.num_hidden_layers} layers, batch ${w.batchSize} × ${w.seqLen} ` +
+      `tokens) but this machine has ${formatBytes(available)} available; use a smaller model or batch`,
+  );
+}
