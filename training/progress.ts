@@ -11,6 +11,8 @@ export interface ProgressStats {
   loss?: number;
   /** In [0, 1]. */
   mlmAccuracy?: number;
+  /** A fine-tuning task's batch accuracy, in [0, 1]: labelled "acc", as it is no masked-LM accuracy. */
+  accuracy?: number;
   seqPerSec?: number;
   lossScale?: number;
   learningRate?: number;
@@ -50,6 +52,7 @@ export function progressFields(s: ProgressStats, total: number, etaSeconds: numb
     `${String(s.step).padStart(width)}/${total}`,
     num(s.loss, (v) => `loss ${v.toFixed(4)}`),
     num(s.mlmAccuracy, (v) => `mlm acc ${(v * 100).toFixed(1)}%`),
+    num(s.accuracy, (v) => `acc ${(v * 100).toFixed(1)}%`),
     num(s.seqPerSec, (v) => `${v >= 100 ? v.toFixed(0) : v.toFixed(1)} seq/s`),
     num(s.lossScale, (v) => `scale ${v}`),
     num(s.learningRate, (v) => `lr ${v.toExponential(2)}`),

@@ -14,6 +14,7 @@ import {
 } from "../../data/finetune/squad_eval.ts";
 import type { SquadExample } from "../../data/finetune/squad.ts";
 import { kebabFlags } from "../../cli/flag_spelling.ts";
+import { progressFields } from "../../training/progress.ts";
 
 const close = (a: number, b: number, tol = 1e-12) => assert.ok(Math.abs(a - b) <= tol, `${a} vs ${b}`);
 
@@ -98,4 +99,10 @@ Deno.test("NVIDIA's snake_case option spelling becomes kebab case; values and po
     ]),
     ["--init-checkpoint=a_b/c_d", "--do-train", "--max-seq-length", "12", "x_y", "--", "--keep_me"],
   );
+});
+
+Deno.test("finetune: the progress line calls the task's batch accuracy 'acc', not 'mlm acc'", () => {
+  const fields = progressFields({ step: 3, loss: 0.5, accuracy: 0.625 }, 10, undefined);
+  assert.ok(fields.includes("acc 62.5%"), fields.join("  "));
+  assert.ok(!fields.some((f) => f.startsWith("mlm")), fields.join("  "));
 });

@@ -48,7 +48,7 @@ export class FinetuneUi {
         this.progress?.update({
           step: r.step,
           loss: r.loss,
-          mlmAccuracy: r.accuracy,
+          accuracy: r.accuracy,
           seqPerSec: r.seq_per_s,
           lossScale: r.loss_scale,
           learningRate: r.learning_rate,
