@@ -8,6 +8,7 @@ import { CheckpointError } from "../training/checkpoint.ts";
 import { ScheduleError } from "../training/schedule.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 import { TrainUi } from "./train_ui.ts";
+import { kebabFlags } from "./flag_spelling.ts";
 
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
 const DEFAULT_MODEL = here("../models/bert-tiny.ts");
@@ -88,7 +89,7 @@ function stamp(d = new Date()): string {
 }
 
 await runMain(async () => {
-  const { values } = parseFlags(Deno.args, {
+  const { values } = parseFlags(kebabFlags(Deno.args), {
     model: { type: "string" },
     "input-dir": { type: "string" },
     "output-dir": { type: "string" },
