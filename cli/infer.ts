@@ -19,6 +19,7 @@ import { verifyIfTrainingCheckpoint } from "../training/checkpoint.ts";
 import { isTokenIdInput, parseRequests, prepareRequests, runPrepared } from "../textinfer/mod.ts";
 import { openTextModel } from "../textinfer/checkpoint.ts";
 import { requestsFromFlags, TEXT_FLAGS, TEXT_HELP, textOptions, tinyCheckpointFor } from "./infer_text.ts";
+import { kebabFlags } from "./flag_spelling.ts";
 
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
 const TINY = here("../tests/fixtures/hf-tiny");
@@ -59,7 +60,7 @@ S is the longest row; positions past a row's own length are padding and are writ
 ${TEXT_HELP}`;
 
 await runMain(async () => {
-  const { values } = parseFlags(Deno.args, {
+  const { values } = parseFlags(kebabFlags(Deno.args), {
     checkpoint: { type: "string" },
     input: { type: "string" },
     output: { type: "string" },
