@@ -13,6 +13,7 @@ import { checkModelSize } from "../model_io/size_check.ts";
 import { loadModel } from "../models/load.ts";
 import { precisionRefusal, rowForTarget } from "../engine/capabilities.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { kebabFlags } from "./flag_spelling.ts";
 
 const HELP = `
 deno task compile MODEL [--mode train|infer] [--precision fp32|fp16|bf16] [--target wgsl|cuda|all]
@@ -48,7 +49,7 @@ const EMITTERS: Record<Target, Emitter | undefined> = { wgsl: emitWGSL, cuda: em
 await runMain(async () => {
   const t0 = performance.now();
   const { values, positionals } = parseFlags(
-    Deno.args,
+    kebabFlags(Deno.args),
     {
       mode: { type: "string" },
       precision: { type: "string" },
