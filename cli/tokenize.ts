@@ -6,6 +6,7 @@
 import { parseFlags, runMain, UsageError } from "./common.ts";
 import { loadTokenizer } from "../data/tokenizer/mod.ts";
 import { checkFileOutput, io, ioCause, isIoError } from "../model_io/outputs.ts";
+import { kebabFlags } from "./flag_spelling.ts";
 
 /** Whether a file is an earlier output of tokenize: empty, or its first line is {"tokens":[...],"ids":[...]}. */
 async function isTokenizeOutput(path: string): Promise<boolean> {
@@ -100,7 +101,7 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
 }
 
 async function main() {
-  const { values } = parseFlags(Deno.args, {
+  const { values } = parseFlags(kebabFlags(Deno.args), {
     input: { type: "string" },
     output: { type: "string" },
     vocab: { type: "string" },
