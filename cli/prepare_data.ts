@@ -8,6 +8,7 @@ import { brownShardDirName } from "../data/corpus/brown_shards.ts";
 import { defaultCacheDir } from "../data/corpus/cache.ts";
 import { DEFAULT_SETTINGS, prepareData } from "../data/pretraining/prepare.ts";
 import { progressBar } from "../data/pretraining/progress.ts";
+import { kebabFlags } from "./flag_spelling.ts";
 
 const D = DEFAULT_SETTINGS;
 const HELP = `
@@ -61,7 +62,7 @@ function number(
 }
 
 async function main() {
-  const { values } = parseFlags(Deno.args, {
+  const { values } = parseFlags(kebabFlags(Deno.args), {
     input: { type: "string", multiple: true },
     output: { type: "string" },
     "max-seq-length": { type: "string" },
