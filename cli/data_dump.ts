@@ -9,6 +9,7 @@ import { readManifest } from "../data/shards/manifest.ts";
 import { ShardFile } from "../data/shards/reader.ts";
 import { loadTokenizer } from "../data/tokenizer/mod.ts";
 import { vocabHash } from "../data/pretraining/vocab.ts";
+import { kebabFlags } from "./flag_spelling.ts";
 
 const HELP = `
 deno task data-dump --input DIR [--limit N] [--tokens]
@@ -26,7 +27,7 @@ masked_lm lists only the real predictions. next_sentence_label is 1 when the sec
 `;
 
 async function main() {
-  const { values } = parseFlags(Deno.args, {
+  const { values } = parseFlags(kebabFlags(Deno.args), {
     input: { type: "string" },
     limit: { type: "string" },
     tokens: { type: "boolean" },
