@@ -7,6 +7,7 @@ import { startServer } from "../serve/server.ts";
 import { drainOnSignals } from "../serve/signals.ts";
 import { textRoutes } from "../serve/text_routes.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { kebabFlags } from "./flag_spelling.ts";
 
 const DEFAULT_CHECKPOINT = fileURLToPath(new URL("../tests/fixtures/hf-tiny/qa", import.meta.url));
 
@@ -70,7 +71,7 @@ function bucketList(v: string | undefined): number[] | undefined {
 }
 
 await runMain(async () => {
-  const { values } = parseFlags(Deno.args, {
+  const { values } = parseFlags(kebabFlags(Deno.args), {
     checkpoint: { type: "string" },
     "model-name": { type: "string" },
     head: { type: "string" },
