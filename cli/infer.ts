@@ -31,7 +31,7 @@ const HELP = `
 deno task infer [--checkpoint DIR] [--input FILE.jsonl] [--output FILE.safetensors]
                 [--question Q --context C | --text T [--text-pair U]]
                 [--head pretraining|classification|qa] [--batch-size N]
-                [--backend reference|webgpu|cuda|auto] [--no-fuse] [--precision f32|f64]
+                [--backend reference|cpu|webgpu|cuda|auto] [--no-fuse] [--precision f32|f64]
 
 Runs BERT inference on token ids and writes the outputs as float32 safetensors under Hugging Face's
 output names.
@@ -52,7 +52,8 @@ output names.
                      without a GPU set DENO_WEBGPU_BACKEND=vulkan to use Mesa's lavapipe), cuda (fused
                      kernels on an NVIDIA GPU through the driver; needs --allow-ffi, which the task has), or
                      auto (cuda if a driver and GPU are there, else webgpu if an adapter is, else reference;
-                     the choice and why go to stderr)
+                     the choice and why go to stderr); cpu: fused C kernels built with cc and OpenMP, GEMMs
+                     through OpenBLAS (needs --allow-run for the compiler)
   --no-fuse          webgpu, cuda: one kernel per primitive op (the unfused baseline)
   --precision P      reference backend arithmetic: f32 (default, rounds every f32 result) or f64
 

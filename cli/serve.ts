@@ -13,7 +13,7 @@ const DEFAULT_CHECKPOINT = fileURLToPath(new URL("../tests/fixtures/hf-tiny/qa",
 
 const HELP = `
 deno task serve [--checkpoint DIR] [--model-name NAME] [--head pretraining|classification|qa]
-                [--host 127.0.0.1] [--port 8080] [--backend auto|reference|webgpu|cuda] [--no-fuse]
+                [--host 127.0.0.1] [--port 8080] [--backend auto|reference|cpu|webgpu|cuda] [--no-fuse]
                 [--precision f32|f64] [--max-batch-size 8] [--max-delay-ms 5] [--max-queue 256]
                 [--max-body-bytes 1048576] [--max-seq-length N] [--buckets 16,32,64,...]
                 [--doc-stride N] [--max-query-length N] [--n-best-size N] [--max-answer-length N] [--top-k N]

@@ -19,7 +19,7 @@ deno task train [--model M] [--input-dir DIR] [--output-dir DIR] [--train-batch-
                 [--gradient-accumulation-steps N] [--precision fp32|fp16|bf16] [--loss-scale S]
                 [--optimizer lamb|adamw] [--seed N] [--log-freq N] [--num-steps-per-checkpoint N]
                 [--steps-this-run N] [--resume-from-checkpoint] [--init-checkpoint DIR]
-                [--phase2 --phase1-end-step N] [--backend auto|cuda|webgpu|reference] [--no-fuse]
+                [--phase2 --phase1-end-step N] [--backend auto|cuda|webgpu|cpu|reference] [--no-fuse]
 
 BERT pre-training (masked LM + next sentence prediction), NVIDIA's run_pretraining.py options in kebab
 case. With no arguments: BERT-tiny on the built-in Brown corpus (prepared on first use), ${TRAIN_DEFAULTS.maxSteps} steps on
@@ -53,7 +53,7 @@ Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second
                                  output dir (or --init-checkpoint) with a fresh schedule, keeping the moments
   --phase1-end-step N            the last step of phase 1 (default ${TRAIN_DEFAULTS.phase1EndStep})
   --backend B                    auto (default: CUDA, else WebGPU, else the CPU interpreter), cuda, webgpu,
-                                 reference
+                                 cpu (emitted C and OpenBLAS), reference
   --no-fuse                      one kernel per primitive op (the unfused baseline, for comparison)
   --keep-checkpoints N           complete checkpoints kept (default ${TRAIN_DEFAULTS.keepCheckpoints})
 `;

@@ -9,11 +9,11 @@ import type { FusionResult } from "./fusion/types.ts";
 import type { Kernel } from "./kernel_ir/ir.ts";
 import { quietContext, runStages } from "./pipeline.ts";
 import { KERNEL_LEVEL, PLAN_STAGES } from "./stages/mod.ts";
-import type { Emitter, GemmDecision, KernelState, Target } from "./stages/state.ts";
+import type { Emitter, EmitTarget, GemmDecision, KernelState, Target } from "./stages/state.ts";
 import { fullStorage } from "./storage_precision.ts";
 import { storageStage } from "./stages/storage.ts";
 
-export type { Emitter, GemmDecision, Target };
+export type { Emitter, EmitTarget, GemmDecision, Target };
 
 export interface BuildOptions {
   /**
@@ -38,7 +38,7 @@ export interface BuiltPlan {
 export function buildPlan(
   g: Graph,
   fusion: FusionResult,
-  emitters: Partial<Record<Target, Emitter>>,
+  emitters: Partial<Record<EmitTarget, Emitter>>,
   /** The dtype each materialized node is stored in (compiler/storage_precision.ts); default its own. */
   storedType: (id: NodeId) => DType = (id) => g.nodes[id].type.dtype,
   options: BuildOptions = {},

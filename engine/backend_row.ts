@@ -3,7 +3,7 @@
  * probe, what it can do, which emitter writes its kernels and how it runs a graph. Types, and the one
  * error a command gets when the backend it asked for is not there.
  */
-import type { Emitter, Target } from "../compiler/build_plan.ts";
+import type { Emitter, EmitTarget } from "../compiler/build_plan.ts";
 import type { Compiled } from "../compiler/compile.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Backend, StepExecutor } from "../runtime/backend.ts";
@@ -56,7 +56,7 @@ export interface BackendRow<
   readonly dtypes: readonly FloatDType[];
   readonly lacks?: Partial<Record<FloatDType, string>>;
   /** Which target's source the compiler emits for it; absent when it runs graphs directly. */
-  readonly emitter?: { readonly target: Target; readonly emit: Emitter };
+  readonly emitter?: { readonly target: EmitTarget; readonly emit: Emitter };
   /** What `--precision auto` means here. */
   readonly autoPrecision: "fp32" | "fp16" | "bf16";
   /** Opens the backend, or says in one line why it cannot. */

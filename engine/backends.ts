@@ -4,12 +4,16 @@
  * engine/choose_backend.ts, which walks this table; a new backend is a new row here. This is the one place
  * the compiler (emitters, compileGraph) and the runtimes (devices, executors) meet.
  */
-import type { Emitter, Target } from "../compiler/build_plan.ts";
+import type { EmitTarget, Emitter } from "../compiler/build_plan.ts";
+import { emitC } from "../compiler/codegen/c.ts";
 import { emitCUDA } from "../compiler/codegen/cuda.ts";
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../plan/plan.ts";
+import { openCpu } from "../runtime/cpu/context.ts";
+import { CpuUnavailableError } from "../runtime/cpu/errors.ts";
+import { type CpuContext, CpuExecutor } from "../runtime/cpu/executor.ts";
 import { type CudaContext, openCuda } from "../runtime/cuda/context.ts";
 import { CudaUnavailableError } from "../runtime/cuda/errors.ts";
 import { CudaExecutor } from "../runtime/cuda/executor.ts";
@@ -29,10 +33,11 @@ export const emitWGSLShared: Emitter = emitWGSL;
 export const emitCUDAShared: Emitter = emitCUDA;
 const WGSL = { target: "wgsl", emit: emitWGSLShared } as const;
 const CUDA_C = { target: "cuda", emit: emitCUDAShared } as const;
+const C = { target: "c", emit: emitC } as const;
 
 /** A compiled row's `compile`: the graph through the compiler with one emitter, then into its executor. */
 function compiling<Ctx, Ex extends CompiledStep["executor"]>(
-  emitter: { readonly target: Target; readonly emit: Emitter },
+  emitter: { readonly target: EmitTarget; readonly emit: Emitter },
   load: (ctx: Ctx, plan: Plan) => Promise<Ex>,
 ): (ctx: Ctx, g: Graph, fuse: boolean) => Promise<Required<CompiledStep<Ex>>> {
   return async (ctx, g, fuse) => {
@@ -102,8 +107,32 @@ export const CUDA: BackendRow<CudaContext, Required<CompiledStep<CudaExecutor>>,
     compiledBackend((g, fuse) => CUDA.compile(ctx, g, fuse), { name: "cuda", paramsStay: true, ...opts }),
 };
 
+export const CPU: BackendRow<CpuContext, Required<CompiledStep<CpuExecutor>>, "cpu"> = {
+  name: "cpu",
+  label: "CPU",
+  preference: -1,
+  dtypes: ["f32", "f16", "bf16"],
+  emitter: C,
+  // sgemm is f32, and a CPU computes f16 no faster than f32: full precision is the fast choice here.
+  autoPrecision: "fp32",
+  probe() {
+    try {
+      return Promise.resolve(openCpu());
+    } catch (e) {
+      if (e instanceof CpuUnavailableError) return Promise.resolve({ unavailable: e.message });
+      throw e;
+    }
+  },
+  says: (ctx, auto) => `${auto ? "CPU " : ""}${ctx.description}`,
+  device: (ctx) => ctx.description,
+  limits: () => ({}),
+  compile: compiling(C, (ctx, plan) => CpuExecutor.create(ctx, plan)),
+  graphBackend: (ctx, opts) =>
+    compiledBackend((g, fuse) => CPU.compile(ctx, g, fuse), { name: "cpu", paramsStay: true, ...opts }),
+};
+
 /** Every backend, in the order `--backend` lists them. */
-const ROWS = [REFERENCE, WEBGPU, CUDA] as const;
+const ROWS = [REFERENCE, CPU, WEBGPU, CUDA] as const;
 export const BACKENDS: readonly BackendRow[] = ROWS;
 
 export type BackendName = (typeof ROWS)[number]["name"];

@@ -3,7 +3,7 @@
  * hold the precision asked for? The one wording of a refusal lives here, built from the rows' `dtypes`
  * and `lacks`, so "bf16 needs CUDA" is said the same way by every command.
  */
-import type { Target } from "../compiler/build_plan.ts";
+import type { EmitTarget } from "../compiler/build_plan.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
 import type { BackendRow, FloatDType } from "./backend_row.ts";
 import { BACKENDS } from "./backends.ts";
@@ -24,7 +24,7 @@ export function precisionRefusal(row: BackendRow, p: Precision): string | undefi
 }
 
 /** The row whose kernels the compiler emits for `target` (`deno task compile --target`). */
-export function rowForTarget(target: Target): BackendRow {
+export function rowForTarget(target: EmitTarget): BackendRow {
   const row = BACKENDS.find((r) => r.emitter?.target === target);
   if (!row) throw new Error(`no backend row emits ${target}`);
   return row;

@@ -106,6 +106,19 @@ export interface PlanCudaGemm {
   };
 }
 
+/**
+ * The CPU library variant of a matmul kernel: the same GEMM call (an f32 BLAS sgemm on the CPU), then the
+ * epilogue kernel in C. Derived by the same compiler stage as the CUDA one, so a GEMM qualifies for both.
+ */
+export interface PlanCGemm {
+  readonly call: PlanGemm;
+  readonly epilogue?: {
+    readonly name: string;
+    readonly bindings: readonly PlanBinding[];
+    readonly c: TargetKernel;
+  };
+}
+
 export interface PlanKernel {
   readonly name: string;
   readonly kind: string;
@@ -114,6 +127,10 @@ export interface PlanKernel {
   readonly cuda?: TargetKernel;
   /** On CUDA, the GEMM as a cuBLASLt call (+ epilogue kernel) instead of the `cuda` template kernel. */
   readonly cudaGemm?: PlanCudaGemm;
+  /** C for the CPU backend (compiled at run time, not written to kernels_generated/). */
+  readonly c?: TargetKernel;
+  /** On the CPU, the GEMM as a BLAS call (+ epilogue kernel) instead of the `c` template kernel. */
+  readonly cGemm?: PlanCGemm;
   /** What the kernel fuses, for reports and error messages. */
   readonly about: readonly string[];
   /** Estimated bytes read and written per launch (the fusion report's traffic model). */

@@ -99,8 +99,8 @@ export abstract class CFamilySpeller {
   protected readonly bindingType = new Map<string, KType>();
   protected readonly readOnly = new Set<string>();
   protected readonly sharedType = new Map<string, KType>();
-  private readonly lines: string[] = [];
-  private depth = 1;
+  protected readonly lines: string[] = [];
+  protected depth = 1;
 
   constructor(protected readonly legal: Legal) {
     this.k = legal.kernel;
@@ -206,7 +206,7 @@ export abstract class CFamilySpeller {
     this.lines.push("  ".repeat(this.depth) + text);
   }
 
-  private block(body: readonly KStmt[]): void {
+  protected block(body: readonly KStmt[]): void {
     for (let i = 0; i < body.length; i++) {
       const s = body[i];
       if (s.k !== "wg_reduce") {
@@ -227,7 +227,7 @@ export abstract class CFamilySpeller {
     this.depth--;
   }
 
-  private stmt(s: Exclude<KStmt, Reduce>): void {
+  protected stmt(s: Exclude<KStmt, Reduce>): void {
     switch (s.k) {
       case "let": {
         if (s.init.t !== s.t) this.fail(`let ${s.name}: ${s.t} initialized with a ${s.init.t} value`);

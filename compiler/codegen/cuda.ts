@@ -98,7 +98,7 @@ const isHalf = (t: KType) => t === "f16" || t === "bf16";
 const isFloat = (t: KType) => t === "f32" || isHalf(t);
 
 /** The shortest decimal that C++ reads back as exactly the f32 `v` (see floatLiteral). */
-function shortestF32(v: number): string {
+export function shortestF32(v: number): string {
   for (let digits = 1; digits <= 9; digits++) {
     const text = v.toPrecision(digits);
     const d = Number(text);
@@ -436,7 +436,7 @@ class Speller extends CFamilySpeller {
 }
 
 /** Rounds to the nearest bf16 (ties to even), as __float2bfloat16_rn does; the literal is then exact. */
-function bf16Round(v: number): number {
+export function bf16Round(v: number): number {
   const f = Math.fround(v);
   if (!Number.isFinite(f)) return f;
   const buf = new DataView(new ArrayBuffer(4));

@@ -24,7 +24,7 @@ export const emitStage: Stage<KernelState> = {
     const schedule = need(s.schedule, "the schedule", NAME);
     const memory = need(s.memory, "the memory plan", NAME);
     const gemmOf = s.gemmOf ?? new Map();
-    const { wgsl, cuda } = s.options.emitters;
+    const { wgsl, cuda, c } = s.options.emitters;
     const render = (emit: Emitter, k: Kernel) => emit({ ...k, about: [] });
     const planKernels: PlanKernel[] = kernels.map((k, i) => {
       const lib = gemmOf.get(i);
@@ -44,6 +44,15 @@ export const emitStage: Stage<KernelState> = {
               ...(epi
                 ? { epilogue: { name: epi.name, bindings: planBindings(epi), cuda: render(cuda, epi) } }
                 : {}),
+            },
+          }
+          : {}),
+        ...(c ? { c: render(c, k) } : {}),
+        ...(lib && c
+          ? {
+            cGemm: {
+              call: lib.call,
+              ...(epi ? { epilogue: { name: epi.name, bindings: planBindings(epi), c: render(c, epi) } } : {}),
             },
           }
           : {}),

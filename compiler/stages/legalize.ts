@@ -9,7 +9,7 @@
  */
 import type { Kernel } from "../kernel_ir/ir.ts";
 import type { Stage } from "../pipeline.ts";
-import { type KernelState, type LibraryGemm, need, type Target } from "./state.ts";
+import { type EmitTarget, type KernelState, type LibraryGemm, need } from "./state.ts";
 
 type Rule = (k: Kernel, slotOf: (buffer: number) => number) => Kernel;
 
@@ -24,9 +24,10 @@ const readWriteSharedBuffers: Rule = (k, slotOf) => {
   };
 };
 
-export const LEGALIZE_RULES: Readonly<Record<Target, readonly Rule[]>> = {
+export const LEGALIZE_RULES: Readonly<Record<EmitTarget, readonly Rule[]>> = {
   wgsl: [readWriteSharedBuffers],
   cuda: [],
+  c: [],
 };
 
 const NAME = "legalize";
@@ -37,7 +38,7 @@ export const legalizeStage: Stage<KernelState> = {
   run: (s) => {
     const memory = need(s.memory, "the memory plan", NAME);
     const slotOf = (b: number) => memory.slotOf.get(b)!;
-    const targets = (Object.keys(s.options.emitters) as Target[]).filter((t) => s.options.emitters[t]);
+    const targets = (Object.keys(s.options.emitters) as EmitTarget[]).filter((t) => s.options.emitters[t]);
     const rules = targets.flatMap((t) => LEGALIZE_RULES[t]);
     const legal = (k: Kernel) => rules.reduce((x, rule) => rule(x, slotOf), k);
     const kernels = need(s.kernels, "lowered kernels", NAME).map(legal);

@@ -27,7 +27,8 @@ export const libraryCallsStage: Stage<KernelState> = {
   name: NAME,
   about: "CUDA: GEMMs that qualify become cuBLASLt calls, with an epilogue kernel where one is left",
   run: (s) => {
-    if (!s.options.emitters.cuda || s.options.libraryGemms === false) return { ...s, gemms: [] };
+    const { cuda, c } = s.options.emitters;
+    if ((!cuda && !c) || s.options.libraryGemms === false) return { ...s, gemms: [] };
     const g = s.graph;
     const fusion = need(s.fusion, "the fusion", NAME);
     const kernels = need(s.kernels, "lowered kernels", NAME);

@@ -12,7 +12,7 @@
  */
 import type { PlanKernel, TargetKernel } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline.ts";
-import { type KernelState, need, type Target } from "./state.ts";
+import { type EmitTarget, type KernelState, need } from "./state.ts";
 
 /** For each item, the index of the first one whose source (`sourceOf`) has the same code; -1 without one. */
 export function sourceGroups<T>(items: readonly T[], sourceOf: (x: T) => TargetKernel | undefined): number[] {
@@ -27,7 +27,7 @@ export function sourceGroups<T>(items: readonly T[], sourceOf: (x: T) => TargetK
   });
 }
 
-const TARGETS: readonly Target[] = ["wgsl", "cuda"];
+const TARGETS: readonly EmitTarget[] = ["wgsl", "cuda", "c"];
 const epilogueOf = (k: PlanKernel) => k.cudaGemm?.epilogue?.cuda;
 
 export const shareSourcesStage: Stage<KernelState> = {
@@ -37,15 +37,16 @@ export const shareSourcesStage: Stage<KernelState> = {
     const plan = need(s.plan, "the plan", "share-sources");
     const groups = Object.fromEntries(
       TARGETS.filter((t) => s.options.emitters[t]).map((t) => [t, sourceGroups(plan.kernels, (k) => k[t])]),
-    ) as Partial<Record<Target, number[]>>;
+    ) as Partial<Record<EmitTarget, number[]>>;
     const epilogues = sourceGroups(plan.kernels, epilogueOf);
-    const first = (t: Target, i: number) => plan.kernels[groups[t]![i]][t];
+    const first = (t: EmitTarget, i: number) => plan.kernels[groups[t]![i]][t];
     const kernels = plan.kernels.map((k, i): PlanKernel => {
       const e = k.cudaGemm?.epilogue;
       return {
         ...k,
         ...(groups.wgsl ? { wgsl: first("wgsl", i) } : {}),
         ...(groups.cuda ? { cuda: first("cuda", i) } : {}),
+        ...(groups.c ? { c: first("c", i) } : {}),
         ...(e
           ? {
             cudaGemm: { ...k.cudaGemm!, epilogue: { ...e, cuda: epilogueOf(plan.kernels[epilogues[i]])! } },

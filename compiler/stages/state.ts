@@ -13,6 +13,11 @@ import type { Precision } from "../passes/precision.ts";
 import type { StoragePlan } from "../storage_precision.ts";
 
 export type Target = "wgsl" | "cuda";
+/**
+ * Every target the compiler can emit: the written ones (kernels_generated/, `deno task compile --target`)
+ * and "c", the CPU backend's, which is compiled at run time only.
+ */
+export type EmitTarget = Target | "c";
 export type Emitter = (k: Kernel) => TargetKernel;
 
 /** Whether a matmul kernel's GEMM became a library call on CUDA, and why (not). */
@@ -26,7 +31,7 @@ export interface GemmDecision {
 export interface KernelOptions {
   /** false: one kernel per op (the unfused baseline). */
   readonly fuse: boolean;
-  readonly emitters: Partial<Record<Target, Emitter>>;
+  readonly emitters: Partial<Record<EmitTarget, Emitter>>;
   /** The storage precision, or "auto": the precision the graph was prepared for. */
   readonly precision?: Precision | "auto";
   /** CUDA: matmul kernels that qualify get a cuBLASLt variant; default true. */
@@ -71,6 +76,7 @@ export interface MemoryLayout {
 export interface SharedSources {
   readonly wgsl?: readonly number[];
   readonly cuda?: readonly number[];
+  readonly c?: readonly number[];
   readonly epilogues: readonly number[];
 }
 

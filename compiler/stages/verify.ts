@@ -66,7 +66,7 @@ export function findProblem(s: KernelState): string | undefined {
     }
   }
   if (s.plan) {
-    const targets = (["wgsl", "cuda"] as const).filter((t) => s.options.emitters[t]);
+    const targets = (["wgsl", "cuda", "c"] as const).filter((t) => s.options.emitters[t]);
     for (const k of s.plan.kernels) {
       const missing = targets.find((t) => !k[t]);
       if (missing) return `kernel ${k.name} has no ${missing} source`;

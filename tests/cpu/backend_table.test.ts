@@ -70,7 +70,7 @@ Deno.test("an explicit backend probes only itself, and one that cannot run is a 
 });
 
 Deno.test("bf16 on WebGPU is refused in one wording, by a command's backend and by a compile target", async () => {
-  const want = "--precision bf16 needs CUDA: WGSL has no bf16 type";
+  const want = "--precision bf16 needs CPU or CUDA: WGSL has no bf16 type";
   const webgpu = await openBackend("webgpu", fakes({ webgpu: true }).probes);
   assert.equal(webgpu.refusePrecision("bf16"), want);
   assert.equal(webgpu.refusePrecision("fp16"), undefined);

@@ -1,0 +1,465 @@
+/**
+ * The C spelling of the kernel IR, for the CPU backend (runtime/cpu/): each kernel becomes
+ * `void bf_kernel(void* const* bf_args)`, one pointer per binding in binding order, compiled at run time
+ * with `cc -O3 -march=native -fopenmp` into a shared library.
+ *
+ * Grid and workgroup: the workgroups are an OpenMP-parallel loop (`wg`); the threads of a workgroup are
+ * an inner loop (`lid`) run by one CPU thread, so shared memory is an array local to a workgroup's
+ * iteration. A kernel without barriers is one thread loop. A kernel with barriers runs its threads in
+ * phases (the MCUDA / POCL "thread loop fission"): the body is split at each barrier and each wg_reduce
+ * into runs of statements, and each run is one loop over the threads. Everything before a barrier then
+ * happens, for every thread, before anything after it, which is all a barrier promises. Barriers only sit
+ * in uniform control flow (kernel_ir/ir.ts), so a `for` or `if` containing one is evaluated once per
+ * workgroup, outside the thread loops, with a thread loop per run inside it. A local that one run
+ * declares and a later run reads is promoted to an array with one element per thread (`x[lid]`); in a
+ * uniform position (a loop bound, an if condition around a barrier) thread 0's element stands for all.
+ * A wg_reduce is a thread loop filling one slot per thread, then a left-to-right fold of the slots: a
+ * fixed order, so results are the same run to run.
+ *
+ * Why phases rather than one CPU thread per GPU thread or a per-thread coroutine: a phase is a plain loop
+ * over consecutive threads reading consecutive elements, which the C compiler vectorizes, and a
+ * barrier costs nothing.
+ *
+ * Arithmetic: f32 as C floats (no -ffast-math: operations round like the reference's f32); f16 is
+ * GCC's `_Float16` and bf16 a uint16_t, both computed in f32 and rounded back after each operation, as
+ * CUDA does. Legalize rules are CUDA's: bool storage as u32, loads the IR cannot prove in range clamped
+ * (no robust buffer access on a CPU either), four-lane arithmetic scalarized with vector loads and stores
+ * kept.
+ */
+import type { TargetKernel } from "../../plan/plan.ts";
+import { isVector, type Kernel, type KExpr, type KStmt, type KType, type KUnOp } from "../kernel_ir/ir.ts";
+import { forEachExpr, stmtExprs, visitExprs, visitStmts } from "../kernel_ir/walk.ts";
+import {
+  atom,
+  call,
+  CFamilySpeller,
+  type Legal,
+  negate,
+  not,
+  paren,
+  reciprocal,
+  REL,
+  type Spelled,
+  type ThreadId,
+  UNARY,
+} from "./c_family.ts";
+import { type CHelper, cPrelude } from "./c_prelude.ts";
+import { clampUnprovenLoads } from "./cuda_bounds.ts";
+import { bf16Round, shortestF32 } from "./cuda.ts";
+import { CudaNamer } from "./cuda_names.ts";
+import { scalarize } from "./cuda_scalarize.ts";
+import { boolStorageToU32 } from "./legalize_bool.ts";
+
+export class CEmitError extends Error {
+  override name = "CEmitError";
+}
+
+/** The entry point every C kernel defines (the runtime renames it per kernel when it joins sources). */
+export const C_ENTRY = "bf_kernel";
+
+/**
+ * Workgroups run in parallel only when there is enough work to pay for waking the OpenMP team (a few
+ * microseconds): at least this many threads in all, or any per-thread loop.
+ */
+const PARALLEL_THREADS = 1024;
+
+/** Legalizes and spells `k` for the CPU. */
+export function emitC(k: Kernel): TargetKernel {
+  let kernel = boolStorageToU32(k);
+  kernel = scalarize(clampUnprovenLoads(kernel).kernel);
+  const legal: Legal = { kernel, grid: [kernel.workgroups, 1, 1], guard: null };
+  return { code: new Speller(legal).kernel(), grid: legal.grid, workgroupSize: kernel.workgroupSize };
+}
+
+const C_TYPE: Record<string, string> = {
+  f32: "float",
+  f16: "_Float16",
+  bf16: "uint16_t",
+  i32: "int32_t",
+  u32: "uint32_t",
+  bool: "bool",
+  v4f32: "bf_float4",
+  v4i32: "bf_int4",
+  v4u32: "bf_uint4",
+  v4f16: "bf_half4",
+};
+
+const isHalf = (t: KType) => t === "f16" || t === "bf16";
+const isFloat = (t: KType) => t === "f32" || isHalf(t);
+
+function floatLiteral(v: number): Spelled {
+  const r = Math.fround(v);
+  if (Number.isNaN(r)) return atom(`__builtin_nanf("")`);
+  if (!Number.isFinite(r)) return r > 0 ? atom("__builtin_inff()") : { s: "-__builtin_inff()", p: UNARY };
+  const text = shortestF32(Math.abs(r)) + "f";
+  return r < 0 || Object.is(r, -0) ? { s: `-${text}`, p: UNARY } : atom(text);
+}
+
+const SPELL_UNARY: Record<
+  KUnOp,
+  {
+    readonly float?: (x: Spelled) => Spelled;
+    readonly int?: (a: Spelled, t: KType) => Spelled;
+    readonly helper?: CHelper;
+  }
+> = {
+  neg: { float: (x) => negate(x, false), int: (a, t) => negate(a, t === "u32") },
+  abs: { float: call("fabsf"), int: (a, t) => (t === "u32" ? a : call("abs")(a)) },
+  exp: { float: call("expf") },
+  log: { float: call("logf") },
+  sqrt: { float: call("sqrtf") },
+  rsqrt: { float: (x) => reciprocal(call("sqrtf")(x), "1.0f") },
+  tanh: { float: call("tanhf") },
+  erf: { float: call("bf_erf"), helper: "bf_erf" },
+  reciprocal: { float: (x) => reciprocal(x, "1.0f") },
+  not: { int: (a, t) => not(a, t === "bool") },
+};
+
+type Reduce = Extract<KStmt, { k: "wg_reduce" }>;
+
+/** Whether a statement is, or contains, a barrier or a workgroup reduction. */
+function syncs(s: KStmt): boolean {
+  if (s.k === "barrier" || s.k === "wg_reduce") return true;
+  let found = false;
+  if (s.k === "for") visitStmts(s.body, (x) => (found ||= x.k === "barrier" || x.k === "wg_reduce"));
+  if (s.k === "if") {
+    visitStmts([...s.then, ...(s.else ?? [])], (x) => (found ||= x.k === "barrier" || x.k === "wg_reduce"));
+  }
+  return found;
+}
+
+/** Names a statement reads or sets (locals), including inside nested statements. */
+function namesUsed(s: KStmt, into: Set<string>): void {
+  visitStmts([s], (x) => {
+    if (x.k === "set") into.add(x.name);
+    for (const e of stmtExprs(x)) forEachExpr(e, (y) => y.k === "ref" && into.add(y.name));
+  });
+}
+
+class Speller extends CFamilySpeller {
+  private readonly names = new CudaNamer();
+  private readonly helpers = new Set<CHelper>();
+  /** Locals held per thread in arrays (see the file comment). */
+  private readonly promoted = new Set<string>();
+  private inThreads = false;
+  private usesGid = false;
+  private temps = 0;
+  protected readonly barrier = "// barrier";
+  protected readonly builtins = { lid: "lid", x: "wg", y: "0" };
+
+  protected error(msg: string): Error {
+    return new CEmitError(msg);
+  }
+
+  private type(t: KType): string {
+    const name = C_TYPE[t] ?? this.fail(`no C type for ${t}`);
+    if (isVector(t)) this.helpers.add("bf_vectors");
+    if (t === "bf16") this.helpers.add("bf_bf16");
+    return name;
+  }
+
+  kernel(): string {
+    const k = this.k;
+    const w = k.workgroupSize, n = k.workgroups;
+    visitExprs(k.body, (e) => (this.usesGid ||= e.k === "id" && e.which === "gid"));
+    let loops = false;
+    visitStmts(k.body, (s) => (loops ||= s.k === "for"));
+    const phased = k.body.some(syncs);
+    const worth = n * w >= PARALLEL_THREADS || loops;
+    const header = k.about.flatMap((a) => a.split("\n")).map((a) => `// ${a}`);
+    header.push(
+      `// ${n} workgroups of ${w} threads` +
+        (phased ? "; threads run in phases split at barriers and reductions" : "; one thread loop"),
+    );
+    const args = k.bindings.map((b, i) => {
+      const t = this.type(b.t);
+      const c = b.access === "read" ? "const " : "";
+      return `  ${c}${t}* restrict ${this.names.name(b.name, "binding")} = (${c}${t}*)bf_args[${i}];`;
+    });
+    // One workgroup without barriers: its threads are independent, so the thread loop is the parallel one.
+    const threadsParallel = n === 1 && !phased && worth && w > 1;
+    this.depth = 2;
+    for (const s of k.shared) this.line(`${this.type(s.t)} ${this.sharedName(s.name)}[${s.size}];`);
+    this.region(k.body, threadsParallel);
+    const body = this.lines;
+    const code = [
+      header.join("\n"),
+      cPrelude(this.helpers),
+      [
+        `void ${C_ENTRY}(void* const* bf_args) {`,
+        ...args,
+        ...(n > 1 && worth ? ["#pragma omp parallel for schedule(static)"] : []),
+        `  for (int wg = 0; wg < ${n}; ++wg) {`,
+        ...body,
+        "  }",
+        "}",
+      ].join("\n"),
+    ];
+    return code.join("\n\n") + "\n";
+  }
+
+  /** A statement list at workgroup level: runs of thread-local statements as thread loops, syncs between. */
+  private region(body: readonly KStmt[], parallel = false): void {
+    const runs: KStmt[][] = [];
+    let run: KStmt[] = [];
+    const items: (KStmt[] | KStmt)[] = [];
+    for (const s of body) {
+      if (!syncs(s)) {
+        run.push(s);
+        continue;
+      }
+      if (run.length) items.push(run), runs.push(run);
+      run = [];
+      items.push(s);
+    }
+    if (run.length) items.push(run), runs.push(run);
+    // A let of a run read anywhere else in this list is promoted to one element per thread.
+    const outside = (r: KStmt[]) => {
+      const used = new Set<string>();
+      for (const it of items) {
+        if (it === r) continue;
+        if (Array.isArray(it)) it.forEach((s) => namesUsed(s, used));
+        else namesUsed(it, used);
+      }
+      return used;
+    };
+    for (let i = 0; i < items.length; i++) {
+      const it = items[i];
+      if (Array.isArray(it)) {
+        const used = items.length > 1 ? outside(it) : new Set<string>();
+        for (const s of it) {
+          if (s.k !== "let" || !used.has(s.name)) continue;
+          if (this.promoted.has(s.name)) this.fail(`local ${s.name} declared twice across barriers`);
+          this.promoted.add(s.name);
+          this.line(`${this.type(s.t)} ${this.names.name(s.name)}[${this.k.workgroupSize}];`);
+        }
+        this.threads(() => this.block(it), parallel);
+        continue;
+      }
+      if (it.k === "barrier") {
+        this.line("// barrier: the thread loop above has finished for every thread");
+      } else if (it.k === "wg_reduce") {
+        const group: Reduce[] = [];
+        while (i < items.length && !Array.isArray(items[i]) && (items[i] as KStmt).k === "wg_reduce") {
+          group.push(items[i++] as Reduce);
+        }
+        i--;
+        this.reduceGroup(group);
+      } else if (it.k === "for") {
+        const v = this.local(it.v);
+        const [from, to, step] = [it.from, it.to, it.step].map((e) => this.uniform(e));
+        this.line(`for (int ${v} = ${from.s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += ${step.s}) {`);
+        this.depth++;
+        this.region(it.body);
+        this.depth--;
+        this.line("}");
+      } else if (it.k === "if") {
+        this.line(`if (${this.uniform(it.cond).s}) {`);
+        this.depth++;
+        this.region(it.then);
+        this.depth--;
+        if (it.else && it.else.length) {
+          this.line("} else {");
+          this.depth++;
+          this.region(it.else);
+          this.depth--;
+        }
+        this.line("}");
+      } else {
+        this.fail(`internal: ${it.k} taken for a synchronizing statement`);
+      }
+    }
+  }
+
+  /** An expression evaluated once per workgroup (a bound or condition around a barrier). */
+  private uniform(e: KExpr): Spelled {
+    forEachExpr(e, (x) => {
+      if (x.k === "id" && x.which !== "wg") {
+        this.fail(`barrier under control flow that depends on ${x.which}`);
+      }
+    });
+    return this.expr(e);
+  }
+
+  /** One loop over the threads of the workgroup around `body`. */
+  private threads(body: () => void, parallel: boolean): void {
+    const w = this.k.workgroupSize;
+    if (parallel) this.line("#pragma omp parallel for schedule(static)");
+    this.line(`for (int lid = 0; lid < ${w}; ++lid) {`);
+    this.depth++;
+    if (this.usesGid) this.line(`const int gid = wg * ${w} + lid;`);
+    this.inThreads = true;
+    body();
+    this.inThreads = false;
+    this.depth--;
+    this.line("}");
+  }
+
+  /** Adjacent reductions: one thread loop fills a slot per thread for each, then each is folded in order. */
+  protected reduceGroup(group: readonly Reduce[]): void {
+    const w = this.k.workgroupSize;
+    const slots = group.map((r) => {
+      if (isVector(r.t) || isHalf(r.t) || r.t === "bool") this.fail(`wg_reduce of ${r.t}`);
+      if (r.value.t !== r.t) this.fail(`wg_reduce of a ${r.value.t} value as ${r.t}`);
+      const name = `bf_slots${this.temps++}`;
+      this.line(`${this.type(r.t)} ${name}[${w}];`);
+      return name;
+    });
+    this.line(
+      `// wg_reduce (${group.map((r) => `${r.op} -> ${r.out}`).join(", ")}): slots folded left to right`,
+    );
+    this.threads(
+      () => group.forEach((r, i) => this.line(`${slots[i]}[lid] = ${this.expr(r.value).s};`)),
+      false,
+    );
+    group.forEach((r, i) => {
+      const out = this.names.name(r.out);
+      const t = this.type(r.t);
+      const combine = r.op === "sum"
+        ? `${out} + ${slots[i]}[i]`
+        : `${this.minMax("max", r.t)}(${out}, ${slots[i]}[i])`;
+      this.line(`${t} ${out} = ${slots[i]}[0];`);
+      this.line(`for (int i = 1; i < ${w}; ++i) ${out} = ${combine};`);
+    });
+  }
+
+  // ---- the C-family hooks -------------------------------------------------------------------------
+
+  protected local(name: string): string {
+    const id = this.names.name(name);
+    if (!this.promoted.has(name)) return id;
+    return `${id}[${this.inThreads ? "lid" : "0"}]`;
+  }
+
+  protected sharedName(name: string): string {
+    return this.names.name(name, "shared");
+  }
+
+  protected bufferAccess(buf: string, t: KType, read: boolean): string {
+    const name = this.names.name(buf, "binding");
+    if (!isVector(t)) return name;
+    const c = read && this.readOnly.has(buf) ? "const " : "";
+    return `((${c}${this.type(t)}*)${name})`;
+  }
+
+  protected declaration(name: string, t: KType, mutable: boolean): string {
+    if (this.promoted.has(name)) return this.local(name);
+    return `${mutable ? "" : "const "}${this.type(t)} ${this.names.name(name)}`;
+  }
+
+  protected loopVariable(v: string): string {
+    return `int ${v}`;
+  }
+
+  protected idDeclaration(which: ThreadId): string {
+    return `const int ${which}`;
+  }
+
+  protected toInt(x: string): string {
+    return x;
+  }
+
+  protected use(helper: CHelper): void {
+    this.helpers.add(helper);
+  }
+
+  protected select(cond: Spelled, a: Spelled, b: Spelled): Spelled {
+    return atom(`(${paren(cond, cond.p < REL)} ? ${a.s} : ${b.s})`);
+  }
+
+  protected splat(e: Extract<KExpr, { k: "splat" }>): Spelled {
+    return this.fail(`${e.k} of ${e.t} survived legalization (internal error)`);
+  }
+
+  protected vector(t: KType, parts: readonly string[]): Spelled {
+    return atom(`((${this.type(t)}){${parts.join(", ")}})`);
+  }
+
+  protected minMax(op: "max" | "min", t: KType): string {
+    if (isFloat(t)) return op === "max" ? "fmaxf" : "fminf";
+    this.helpers.add("bf_minmax_int");
+    return `bf_${op}_${t === "u32" ? "u32" : "i32"}`;
+  }
+
+  /** Halves are computed in f32. */
+  protected override operands(e: Extract<KExpr, { k: "bin" }>): [Spelled, Spelled] {
+    const a = this.expr(e.a), b = this.expr(e.b);
+    return isHalf(e.a.t) ? [this.toF32(a, e.a.t), this.toF32(b, e.a.t)] : [a, b];
+  }
+
+  /** Arithmetic on halves is rounded back (comparisons yield bool as they are). */
+  protected override rounded(r: Spelled, t: KType): Spelled {
+    return isHalf(t) ? this.fromF32(r, t) : r;
+  }
+
+  protected unary(op: KUnOp, a: Spelled, t: KType): Spelled {
+    const spell = SPELL_UNARY[op];
+    if (spell.helper) this.helpers.add(spell.helper);
+    if (!isFloat(t)) return (spell.int ?? this.fail(`${op} of a ${t} value`))(a, t);
+    const float = spell.float ?? this.fail(`${op} of a ${t} value`);
+    return this.fromF32(float(this.toF32(a, t)), t);
+  }
+
+  protected literal(v: number, t: KType): Spelled {
+    switch (t) {
+      case "f32":
+        return floatLiteral(v);
+      case "f16":
+      case "bf16":
+        return this.fromF32(floatLiteral(t === "f16" ? Math.f16round(v) : bf16Round(v)), t);
+      case "bool":
+        return atom(v ? "true" : "false");
+      case "u32":
+        if (!Number.isInteger(v)) this.fail(`u32 literal ${v} is not an integer`);
+        return atom(`${v >>> 0}u`);
+      default: {
+        if (!Number.isInteger(v)) this.fail(`${t} literal ${v} is not an integer`);
+        const n = v | 0;
+        if (n === -(2 ** 31)) return atom("(-2147483647 - 1)");
+        return n < 0 ? { s: String(n), p: UNARY } : atom(String(n));
+      }
+    }
+  }
+
+  /** An f16/bf16 value as f32 (exact). */
+  private toF32(a: Spelled, t: KType): Spelled {
+    if (t === "f16") return atom(`(float)${paren(a, a.p < UNARY)}`);
+    if (t === "bf16") {
+      this.helpers.add("bf_bf16");
+      return atom(`bf_bf16_to_f32(${a.s})`);
+    }
+    return a;
+  }
+
+  /** An f32 value rounded to f16/bf16 (to nearest, ties to even). */
+  private fromF32(a: Spelled, t: KType): Spelled {
+    if (t === "f16") return atom(`(_Float16)(${a.s})`);
+    if (t === "bf16") {
+      this.helpers.add("bf_bf16");
+      return atom(`bf_f32_to_bf16(${a.s})`);
+    }
+    return a;
+  }
+
+  protected cast(a: Spelled, from: KType, to: KType): Spelled {
+    if (from === to) return a;
+    if (isVector(from) || isVector(to)) this.fail(`cast between ${from} and ${to} survived legalization`);
+    if (to === "bool") {
+      const zero = isFloat(from) ? "0.0f" : from === "u32" ? "0u" : "0";
+      const x = this.toF32(a, from);
+      return { s: `${paren(x, x.p <= REL)} != ${zero}`, p: REL, op: "!=" };
+    }
+    if (from === "bool") {
+      const [one, zero] = isFloat(to) ? ["1.0f", "0.0f"] : to === "u32" ? ["1u", "0u"] : ["1", "0"];
+      return this.fromF32(atom(`(${paren(a, a.p < REL)} ? ${one} : ${zero})`), to);
+    }
+    if (isFloat(from)) {
+      const x = this.toF32(a, from);
+      if (isFloat(to)) return this.fromF32(x, to);
+      this.helpers.add("bf_f2i");
+      return atom(`${to === "u32" ? "bf_f2u" : "bf_f2i"}(${x.s})`);
+    }
+    if (isFloat(to)) return this.fromF32(atom(`(float)(${a.s})`), to);
+    return atom(`(${this.type(to)})(${a.s})`);
+  }
+}

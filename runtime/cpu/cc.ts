@@ -1,0 +1,134 @@
+/**
+ * The system C compiler, found once per process: `$CC` or `cc`. Kernels are compiled with
+ * `-O3 -march=native -fopenmp -shared -fPIC` into shared libraries that the executor loads with
+ * Deno.dlopen. Libraries are cached on disk by SHA-256 of the compiler's version line, the flags and the
+ * source (`$BERTFUSE_CACHE/cpu`, default ~/.cache/bertfuse/cpu), written to a temporary name and renamed
+ * so that a crash or a concurrent process never leaves a half-written library under a real key. The
+ * cache is an optimization: failing to write it costs a compile, never a run.
+ */
+import { createHash } from "node:crypto";
+import { CpuError, CpuUnavailableError } from "./errors.ts";
+
+export const CC_FLAGS: readonly string[] = [
+  "-O3",
+  "-march=native",
+  "-fopenmp",
+  "-shared",
+  "-fPIC",
+  "-std=gnu11",
+];
+
+/** Bumped when the key's composition or the library ABI changes. */
+const KEY_VERSION = "bertfuse-cpu-kernel-v1";
+
+export interface CCompiler {
+  /** The command (`cc`, or `$CC`). */
+  readonly command: string;
+  /** The first line of `cc --version`. */
+  readonly version: string;
+}
+
+function env(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The C compiler, or CpuUnavailableError in one line saying why there is none. */
+export function findCompiler(): CCompiler {
+  const command = env("CC") || "cc";
+  let out: Deno.CommandOutput;
+  try {
+    out = new Deno.Command(command, { args: ["--version"], stdout: "piped", stderr: "piped" }).outputSync();
+  } catch (e) {
+    if (e instanceof Deno.errors.NotCapable || e instanceof Deno.errors.PermissionDenied) {
+      throw new CpuUnavailableError(`running the C compiler '${command}' needs --allow-run`);
+    }
+    throw new CpuUnavailableError(
+      `no C compiler: '${command}' not found (install gcc, e.g. apt-get install gcc, or set CC)`,
+    );
+  }
+  if (!out.success) throw new CpuUnavailableError(`the C compiler '${command} --version' failed`);
+  const version = new TextDecoder().decode(out.stdout).split("\n")[0].trim();
+  return { command, version };
+}
+
+export function cpuCacheDir(): string {
+  const explicit = env("BERTFUSE_CACHE");
+  if (explicit) return `${explicit.replace(/\/+$/, "")}/cpu`;
+  const xdg = env("XDG_CACHE_HOME"), home = env("HOME");
+  return `${xdg ? xdg : home ? `${home}/.cache` : "/tmp"}/bertfuse/cpu`;
+}
+
+function cacheKey(cc: CCompiler, source: string): string {
+  const h = createHash("sha256");
+  for (const part of [KEY_VERSION, cc.version, ...CC_FLAGS, source]) {
+    const bytes = new TextEncoder().encode(part);
+    h.update(`${bytes.length}:`);
+    h.update(bytes);
+  }
+  return h.digest("hex");
+}
+
+/** Counts of the last compiles, for tests and DEBUG output. */
+export const cacheStats = { hits: 0, misses: 0 };
+
+/**
+ * The path of a shared library built from `source`: from the cache when there, else compiled (the
+ * compiler's own messages are in the error, with the first lines of its output).
+ */
+export async function compileLibrary(cc: CCompiler, source: string, what: string): Promise<string> {
+  const dir = cpuCacheDir();
+  const path = `${dir}/${cacheKey(cc, source)}.so`;
+  try {
+    if (Deno.statSync(path).size > 0) {
+      cacheStats.hits++;
+      return path;
+    }
+  } catch {
+    // a miss
+  }
+  cacheStats.misses++;
+  const tag = `${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
+  let out: Deno.CommandOutput;
+  let src = "", tmp = "";
+  try {
+    Deno.mkdirSync(dir, { recursive: true });
+    src = `${dir}/${tag}.c`;
+    tmp = `${path}.tmp-${tag}`;
+  } catch {
+    // An unwritable cache: build in a temporary folder and leave the library there for this process.
+    const t = Deno.makeTempDirSync({ prefix: "bertfuse-cpu-" });
+    src = `${t}/kernels.c`;
+    tmp = `${t}/kernels.so`;
+  }
+  Deno.writeTextFileSync(src, source);
+  try {
+    out = await new Deno.Command(cc.command, {
+      args: [...CC_FLAGS, "-o", tmp, src, "-lm"],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+  } finally {
+    try {
+      Deno.removeSync(src);
+    } catch {
+      // already gone
+    }
+  }
+  if (!out.success) {
+    const msg = new TextDecoder().decode(out.stderr).split("\n").filter((l) => l.trim()).slice(0, 8).join(
+      "\n",
+    );
+    throw new CpuError(`${cc.command} failed compiling ${what}:\n${msg}`);
+  }
+  if (!tmp.startsWith(dir)) return tmp;
+  try {
+    Deno.renameSync(tmp, path);
+    return path;
+  } catch {
+    return tmp;
+  }
+}

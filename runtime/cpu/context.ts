@@ -1,0 +1,46 @@
+/**
+ * Opening the CPU backend: the C compiler (required; cc.ts) and OpenBLAS (optional; blas.ts: without it
+ * GEMMs run as the template kernel, with one warning line per process). OpenMP's idle threads are told to
+ * sleep rather than spin (OMP_WAIT_POLICY=passive, unless the user set it) before libgomp is loaded, so
+ * they do not compete for the cores with OpenBLAS's threads between kernels.
+ */
+import { openBlas } from "./blas.ts";
+import { findCompiler } from "./cc.ts";
+import type { CpuContext } from "./executor.ts";
+
+let warned = false;
+
+function cpuModel(): string {
+  try {
+    const info = Deno.readTextFileSync("/proc/cpuinfo");
+    return info.match(/^model name\s*:\s*(.+)$/m)?.[1].trim() ?? "CPU";
+  } catch {
+    return "CPU";
+  }
+}
+
+/** The CPU backend's context; throws CpuUnavailableError (one line) without a C compiler. */
+export function openCpu(): CpuContext {
+  const cc = findCompiler();
+  try {
+    if (Deno.env.get("OMP_WAIT_POLICY") === undefined) Deno.env.set("OMP_WAIT_POLICY", "passive");
+  } catch {
+    // no --allow-env: libgomp's default
+  }
+  const threads = navigator.hardwareConcurrency || 1;
+  const blas = openBlas();
+  const found = "lib" in blas ? blas : undefined;
+  if (!found && !warned) {
+    warned = true;
+    console.error(`warning: ${(blas as { missing: string }).missing}; GEMMs run as the C template kernel`);
+  }
+  const description = `${cpuModel()} (${threads} threads; ${cc.version}${
+    found ? `; ${found.config.split(" ").slice(0, 2).join(" ")}` : "; no BLAS"
+  })`;
+  return {
+    cc,
+    threads,
+    description,
+    ...(found ? { blas: found } : { blasMissing: (blas as { missing: string }).missing }),
+  };
+}

@@ -1,0 +1,35 @@
+/**
+ * The CPU backend (emitted C, OpenMP, BLAS GEMMs) against the reference interpreter: every fusion case
+ * (cases/fusion_cases.ts) in f32 and with f16 storage, fused and unfused, on fresh random inputs; with
+ * OpenBLAS where it is installed (GEMMs as sgemm + a C epilogue) and once more with every GEMM as the C
+ * template kernel. Needs a C compiler (present on every machine of ours); without one the tests are
+ * reported as ignored with the reason.
+ */
+import assert from "node:assert/strict";
+import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
+import { randomFeeds } from "../../cases/random_feeds.ts";
+import { F16_TOL, F32_TOL } from "../util/fused_check.ts";
+import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
+
+const cpu = await testCpu();
+
+for (const c of FUSION_CASES) {
+  for (const dtype of c.dtypes) {
+    Deno.test({
+      name: `cpu fused vs reference (${dtype}): ${c.name}`,
+      ignore: !cpu.ctx,
+      fn: async () => {
+        const g = graphOf(c.name, c.body, dtype, c.backward);
+        const feeds = randomFeeds(g, 3000 + FUSION_CASES.indexOf(c), c.ints);
+        const tol = c.tol?.[dtype] ?? (dtype === "f16" ? F16_TOL : F32_TOL);
+        const fused = await checkCpuAgainstReference(cpu.ctx!, g, feeds, { fuse: true, tol });
+        const unfused = await checkCpuAgainstReference(cpu.ctx!, g, feeds, { fuse: false, tol });
+        assert.ok(fused.kernels < unfused.kernels, `fused ${fused.kernels} vs unfused ${unfused.kernels}`);
+        if (cpu.ctx!.blas && fused.libraryGemms > 0) {
+          // The same graph with every GEMM as the C template kernel.
+          await checkCpuAgainstReference(cpu.ctx!, g, feeds, { fuse: true, tol, blas: false });
+        }
+      },
+    });
+  }
+}
