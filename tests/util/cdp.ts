@@ -122,12 +122,13 @@ export interface Browser {
 
 /** Reads stderr until Chromium prints its DevTools address; keeps reading (and the last lines) after. */
 async function devtoolsAddress(stderr: ReadableStream<Uint8Array>, tail: string[]): Promise<string> {
-  const lines = stderr.pipeThrough(new TextDecoderStream()).getReader();
+  const lines = stderr.getReader();
+  const decoder = new TextDecoder();
   let buf = "";
   while (true) {
     const { value, done } = await lines.read();
     if (done) throw new Error(`Chromium exited before DevTools listened:\n${tail.join("\n")}`);
-    buf += value;
+    buf += decoder.decode(value, { stream: true });
     const parts = buf.split("\n");
     buf = parts.pop()!;
     for (const line of parts) {
