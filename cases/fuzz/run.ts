@@ -1,0 +1,68 @@
+/**
+ * A fuzz run: seeds in batches, each batch checked on every device in every fusion mode asked for, a
+ * line per batch and a summary; every failing seed comes with the one-line command that replays it.
+ * Shared by the fuzz tests (tests/webgpu/fuzz.test.ts, tests/nvcc/fuzz.test.ts) and `deno task fuzz`.
+ */
+import { type BatchReport, checkBatch, type Failure, type FuzzDevice, replayCommand } from "./check.ts";
+
+export interface RunOptions {
+  readonly seeds: readonly number[];
+  readonly devices: readonly FuzzDevice[];
+  readonly modes: readonly boolean[];
+  /** Graphs per compile (default 16). */
+  readonly batch?: number;
+  readonly log?: (line: string) => void;
+}
+
+export interface RunSummary {
+  /** Seeds whose every output was compared on every device and mode asked for. */
+  readonly graphs: number;
+  readonly elements: { readonly checked: number; readonly unchecked: number; readonly sharp: number };
+  readonly failures: readonly (Failure & { readonly replay: string })[];
+  readonly ms: number;
+}
+
+export async function fuzzRun(o: RunOptions): Promise<RunSummary> {
+  const t0 = performance.now();
+  const size = o.batch ?? 16;
+  const log = o.log ?? (() => {});
+  const elements = { checked: 0, unchecked: 0, sharp: 0 };
+  const failures: (Failure & { replay: string })[] = [];
+  const graphs = new Set<number>(o.seeds);
+  for (let i = 0; i < o.seeds.length; i += size) {
+    const seeds = o.seeds.slice(i, i + size);
+    for (const dev of o.devices) {
+      for (const fuse of o.modes) {
+        const rep: BatchReport = await checkBatch(seeds, fuse, dev);
+        const bad = new Set<number>();
+        for (const v of rep.verdicts) {
+          elements.checked += v.checked;
+          elements.unchecked += v.unchecked;
+          elements.sharp += v.sharp;
+          if (v.checked === 0) graphs.delete(v.seed);
+          if (v.failures.length === 0) continue;
+          bad.add(v.seed);
+          graphs.delete(v.seed);
+          const replay = replayCommand(v.seed, dev, fuse, { first: seeds[0], count: seeds.length });
+          // The first failing element of each output is enough to replay and diagnose.
+          const firstPerOutput = new Map(v.failures.map((f) => [f.output, f] as const));
+          for (const f of firstPerOutput.values()) failures.push({ ...f, replay });
+        }
+        const ms = rep.ms.build + rep.ms.compile + rep.ms.run + rep.ms.check;
+        log(
+          `seeds ${seeds[0]}..${seeds.at(-1)} ${dev.name} ${
+            fuse ? "fused" : "unfused"
+          }: ${rep.kernels} kernels, ` +
+            `${(ms / 1000).toFixed(1)} s (run ${(rep.ms.run / 1000).toFixed(1)} s)` +
+            (bad.size ? `, FAILED: ${[...bad].join(", ")}` : ""),
+        );
+      }
+    }
+  }
+  return { graphs: graphs.size, elements, failures, ms: performance.now() - t0 };
+}
+
+/** The failures as lines: what failed, then the command that replays it. */
+export function describeFailures(s: RunSummary): string {
+  return s.failures.map((f) => `seed ${f.seed}: ${f.message}\n  replay: ${f.replay}`).join("\n");
+}

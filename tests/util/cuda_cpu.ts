@@ -1,0 +1,325 @@
+/**
+ * The emitted CUDA, run on the CPU: a plan's CUDA kernels built as host C++ with g++ through a small shim
+ * (the CUDA built-ins as plain C++: threadIdx/blockIdx, __syncthreads as a std::barrier across one OS
+ * thread per CUDA thread, __shfl_xor_sync through an exchange array, half and bfloat16 conversions in
+ * software), the plan's steps run in order over its memory plan, outputs read back. Shared by
+ * tests/nvcc/cuda_emit_cpu.test.ts and the fuzzer (tests/nvcc/fuzz.test.ts, tools/fuzz.ts).
+ *
+ * What this checks: the spelling's semantics (operators, precedence, casts, rounding, index math, vector
+ * loads and lanes, Philox, wg_reduce's warp butterfly and per-warp slots, barriers, shared memory) on real
+ * kernels. What it cannot check: GPU-specific behaviour (memory model, warp scheduling, NVRTC). Host libm
+ * stands in for CUDA's expf/tanhf (both within a few ulp).
+ */
+import { numel } from "../../ir/mod.ts";
+import type { Plan, PlanBinding, PlanBuffer, PlanGemmOperand, TargetKernel } from "../../plan/plan.ts";
+import { storedBytes } from "../../plan/plan.ts";
+import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../../numeric/half.ts";
+
+export const CXX = Deno.env.get("CXX") ?? "g++";
+
+/** The host compiler's version line, or undefined when there is none. */
+export async function cxxVersion(): Promise<string | undefined> {
+  try {
+    const out = await new Deno.Command(CXX, { args: ["--version"], stdout: "piped", stderr: "piped" })
+      .output();
+    return out.success ? new TextDecoder().decode(out.stdout).split("\n")[0] : undefined;
+  } catch {
+    return undefined;
+  }
+}
+/** CUDA's device built-ins as host C++ (see the file comment). */
+export const SHIM = String.raw`
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+using std::max;
+using std::min;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+#define __align__(n) alignas(n)
+struct bf_dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local bf_dim3 threadIdx, blockIdx;
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned bf_bits(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline int __float2int_rz(float x) {
+  if (std::isnan(x)) return 0;
+  if (x >= 2147483648.0f) return INT32_MAX;
+  if (x <= -2147483648.0f) return INT32_MIN;
+  return int(x);
+}
+inline unsigned __float2uint_rz(float x) {
+  if (std::isnan(x) || x <= 0.0f) return 0u;
+  if (x >= 4294967296.0f) return UINT32_MAX;
+  return unsigned(x);
+}
+struct __half { uint16_t bits; };
+struct __nv_bfloat16 { uint16_t bits; };
+inline float __half2float(__half h) {
+  const unsigned s = (h.bits & 0x8000u) << 16, e = (h.bits >> 10) & 31u, m = h.bits & 1023u;
+  if (e == 31u) return __uint_as_float(s | 0x7f800000u | (m << 13));
+  if (e == 0u) return (s ? -1.0f : 1.0f) * std::ldexp(float(m), -24);
+  return __uint_as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+inline __half __float2half_rn(float f) {
+  const unsigned u = bf_bits(f), s = (u >> 16) & 0x8000u;
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return {uint16_t(s | 0x7e00u)};
+  if (a >= 65520.0f) return {uint16_t(s | 0x7c00u)};
+  if (a < 6.103515625e-05f) {  // subnormal: a multiple of 2^-24, rounded to nearest even
+    const float q = std::nearbyint(a * 16777216.0f);
+    return {uint16_t(s | unsigned(q))};
+  }
+  const unsigned au = u & 0x7fffffffu;
+  unsigned r = au + 0xfffu + ((au >> 13) & 1u);  // round the 13 dropped bits to nearest even
+  return {uint16_t(s | (((r >> 23) - 112u) << 10) | ((r >> 13) & 1023u))};
+}
+inline float __bfloat162float(__nv_bfloat16 b) { return __uint_as_float(unsigned(b.bits) << 16); }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  const unsigned u = bf_bits(f);
+  if (std::isnan(f)) return {uint16_t((u >> 16) | 0x40u)};
+  return {uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+static std::barrier<>* bf_barrier;
+inline void __syncthreads() { bf_barrier->arrive_and_wait(); }
+template <typename T> T __shfl_xor_sync(unsigned, T v, int o, int) {
+  static T slots[1024];
+  slots[threadIdx.x] = v;
+  __syncthreads();
+  const T r = slots[threadIdx.x ^ unsigned(o)];
+  __syncthreads();
+  return r;
+}
+inline float bf_to_f32(float x) { return x; }
+inline float bf_to_f32(__half x) { return __half2float(x); }
+inline float bf_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline void bf_from_f32(float v, float* p) { *p = v; }
+inline void bf_from_f32(float v, __half* p) { *p = __float2half_rn(v); }
+inline void bf_from_f32(float v, __nv_bfloat16* p) { *p = __float2bfloat16_rn(v); }
+// cuBLASLt's matmul as the plan describes it (plan/plan.ts PlanGemm): row-major, for batch q
+// op(X)[i][j] = X[q*s + (trans ? j*ld + i : i*ld + j)], D[q][i][j] = D[q*sd + i*ldd + j], operands widened
+// to f32, one f32 sum per element in increasing k, rounded once to D's type.
+template <typename TA, typename TB, typename TD>
+static void bf_gemm(long m, long n, long k, long batch, const TA* A, long lda, bool ta, long sa, const TB* B,
+                    long ldb, bool tb, long sb, TD* D, long ldd, long sd) {
+  for (long q = 0; q < batch; ++q)
+    for (long i = 0; i < m; ++i)
+      for (long j = 0; j < n; ++j) {
+        float acc = 0.0f;
+        for (long p = 0; p < k; ++p) {
+          const float a = bf_to_f32(A[q * sa + (ta ? p * lda + i : i * lda + p)]);
+          const float b = bf_to_f32(B[q * sb + (tb ? j * ldb + p : p * ldb + j)]);
+          acc += a * b;
+        }
+        bf_from_f32(acc, &D[q * sd + i * ldd + j]);
+      }
+}
+// Kernels without barriers run thread after thread; the others get one OS thread per CUDA thread.
+// A plain function pointer, not a std::function of a lambda: one instantiation per launch site made g++
+// spend most of its time on a plan of a few hundred kernels.
+static void bf_launch(unsigned blocks, unsigned threads, bool barriers, void (*f)()) {
+  if (!barriers) {
+    for (unsigned b = 0; b < blocks; ++b) {
+      blockIdx.x = b;
+      for (unsigned t = 0; t < threads; ++t) {
+        threadIdx.x = t;
+        f();
+      }
+    }
+    return;
+  }
+  std::barrier<> bar(threads);
+  bf_barrier = &bar;
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      threadIdx.x = t;
+      for (unsigned b = 0; b < blocks; ++b) {
+        blockIdx.x = b;
+        f();
+        bar.arrive_and_wait();
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+`;
+
+const C_TYPE: Record<string, string> = {
+  f32: "float",
+  f16: "__half",
+  bf16: "__nv_bfloat16",
+  i32: "int",
+  u32: "unsigned int",
+  bool: "unsigned int",
+};
+
+/**
+ * A C++ program running the plan's steps over buffers read from stdin, writing its outputs to stdout.
+ * `library`: matmul kernels with a library variant run it (bf_gemm per the descriptor, then the epilogue
+ * kernel), as the CUDA executor does by default.
+ */
+export function program(plan: Plan, library = false): string {
+  const sources = new Map<string, number>();
+  const parts = [SHIM];
+  const addSource = (code: string) => {
+    if (sources.has(code)) return;
+    sources.set(code, sources.size);
+    parts.push(`#define bf_kernel bf_kernel_${sources.size - 1}\n${code}#undef bf_kernel\n`);
+  };
+  for (const k of plan.kernels) {
+    addSource(k.cuda!.code);
+    if (library && k.cudaGemm?.epilogue) addSource(k.cudaGemm.epilogue.cuda.code);
+  }
+  // Memory as the CUDA runtime lays it out: one zeroed block per memory-plan slot, each buffer at its
+  // offset inside its slot (the parts of an in-place flat vector share the vector's slot). Only inputs and
+  // parameters come from stdin, in plan order.
+  const slotBytes = plan.slots.map((sl) => sl.bytes);
+  for (const b of plan.buffers) {
+    slotBytes[b.slot] = Math.max(slotBytes[b.slot], (b.offset ?? 0) + numel(b.shape) * storedBytes(b.dtype));
+  }
+  const at = (id: number) => `(slot[${plan.buffers[id].slot}].data() + ${plan.buffers[id].offset ?? 0})`;
+  // Each launch is a function of its own over the global slots, passed to bf_launch by pointer.
+  const launchers = [`static std::vector<unsigned char> slot[${Math.max(1, plan.slots.length)}];`];
+  const main = [
+    "int main() {",
+    ...slotBytes.map((n, i) => `  slot[${i}].assign(${Math.max(16, n + 16)}, 0);`),
+    ...plan.buffers.filter((b) => b.role === "input" || b.role === "param").map((b) => {
+      const n = numel(b.shape) * storedBytes(b.dtype);
+      return `  if (std::fread(${at(b.id)}, 1, ${n}, stdin) != ${n}) return 2;`;
+    }),
+  ];
+  for (const s of plan.steps) {
+    if (s.op === "copy") {
+      main.push(`  std::memcpy(${at(s.dst)}, ${at(s.src)}, ${s.bytes});`);
+      continue;
+    }
+    const k = plan.kernels[s.kernel];
+    const launch = (t: TargetKernel, bindings: readonly PlanBinding[]) => {
+      const args = bindings.map((b) =>
+        `reinterpret_cast<${C_TYPE[plan.buffers[b.buffer].dtype]}*>${at(b.buffer)}`
+      );
+      const barriers = /__syncthreads|__shfl_xor_sync/.test(t.code);
+      const fn = `bf_step_${launchers.length}`;
+      launchers.push(`static void ${fn}() { bf_kernel_${sources.get(t.code)}(${args.join(", ")}); }`);
+      main.push(`  bf_launch(${t.grid[0]}u, ${t.workgroupSize}u, ${barriers}, ${fn});`);
+    };
+    const lib = library ? k.cudaGemm : undefined;
+    if (!lib) {
+      launch(k.cuda!, k.bindings);
+      continue;
+    }
+    const { call } = lib;
+    const ptr = (o: PlanGemmOperand) =>
+      `(reinterpret_cast<${C_TYPE[o.dtype]}*>${at(o.buffer)} + ${o.offset})`;
+    const op = (o: PlanGemmOperand) => `${ptr(o)}, ${o.ld}, ${o.trans}, ${o.batchStride}`;
+    main.push(
+      `  bf_gemm(${call.m}, ${call.n}, ${call.k}, ${call.batch}, ${op(call.a)}, ${op(call.b)}, ${
+        ptr(call.d)
+      }, ` +
+        `${call.d.ld}, ${call.d.batchStride});`,
+    );
+    if (lib.epilogue) launch(lib.epilogue.cuda, lib.epilogue.bindings);
+  }
+  for (const id of Object.values(plan.outputs)) {
+    const b = plan.buffers[id];
+    main.push(`  std::fwrite(${at(id)}, 1, ${numel(b.shape) * storedBytes(b.dtype)}, stdout);`);
+  }
+  main.push("  return 0;", "}");
+  parts.push(launchers.join("\n"), main.join("\n"));
+  return parts.join("\n");
+}
+
+function encode(b: PlanBuffer, data: ArrayLike<number> | undefined): Uint8Array {
+  const n = numel(b.shape);
+  if (!data) return new Uint8Array(n * storedBytes(b.dtype));
+  switch (b.dtype) {
+    case "f32":
+      return new Uint8Array(Float32Array.from(data).buffer);
+    case "f16":
+      return new Uint8Array(encodeF16(data).buffer);
+    case "bf16":
+      return new Uint8Array(encodeBF16(data).buffer);
+    case "i32":
+      return new Uint8Array(Int32Array.from(data).buffer);
+    case "u32":
+      return new Uint8Array(Uint32Array.from(data).buffer);
+    case "bool":
+      return new Uint8Array(Uint32Array.from(data, (x) => (x ? 1 : 0)).buffer);
+  }
+}
+
+function decode(b: PlanBuffer, bytes: Uint8Array): ArrayLike<number> {
+  const n = numel(b.shape);
+  const ab = bytes.slice().buffer;
+  switch (b.dtype) {
+    case "f32":
+      return new Float32Array(ab, 0, n);
+    case "f16":
+      return decodeF16(new Uint16Array(ab, 0, n));
+    case "bf16":
+      return decodeBF16(new Uint16Array(ab, 0, n));
+    case "i32":
+      return new Int32Array(ab, 0, n);
+    default:
+      return new Uint32Array(ab, 0, n);
+  }
+}
+
+/** Builds the plan's program in `dir` with g++, runs it on `feeds` and returns its outputs by name. */
+export async function runOnCpu(
+  dir: string,
+  plan: Plan,
+  feeds: Record<string, ArrayLike<number>>,
+  library = false,
+  optimize = "-O1",
+) {
+  const src = `${dir}/prog.cpp`;
+  await Deno.writeTextFile(src, program(plan, library));
+  // The generated code includes these headers; on the host the shim provides everything.
+  await Deno.writeTextFile(`${dir}/cuda_fp16.h`, "");
+  await Deno.writeTextFile(`${dir}/cuda_bf16.h`, "");
+  const build = await new Deno.Command(CXX, {
+    args: ["-std=c++20", optimize, "-fno-strict-aliasing", "-pthread", `-I${dir}`, src, "-o", `${dir}/prog`],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!build.success) {
+    throw new Error(`g++ failed:\n${new TextDecoder().decode(build.stderr).slice(0, 8000)}`);
+  }
+  const byName = new Map<string, ArrayLike<number>>(Object.entries(feeds));
+  const input: Uint8Array[] = plan.buffers.filter((b) => b.role === "input" || b.role === "param")
+    .map((b) => encode(b, byName.get(b.name)));
+  const child = new Deno.Command(`${dir}/prog`, { stdin: "piped", stdout: "piped", stderr: "piped" }).spawn();
+  const writer = child.stdin.getWriter();
+  for (const chunk of input) await writer.write(chunk);
+  await writer.close();
+  const out = await child.output();
+  if (!out.success) throw new Error(`program failed (${out.code}): ${new TextDecoder().decode(out.stderr)}`);
+  const results = new Map<string, ArrayLike<number>>();
+  let at = 0;
+  for (const [name, id] of Object.entries(plan.outputs)) {
+    const b = plan.buffers[id];
+    const bytes = numel(b.shape) * storedBytes(b.dtype);
+    results.set(name, decode(b, out.stdout.subarray(at, at + bytes)));
+    at += bytes;
+  }
+  return results;
+}

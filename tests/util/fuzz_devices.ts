@@ -1,0 +1,43 @@
+/**
+ * The devices the fuzzer (cases/fuzz/) runs plans on: WebGPU (lavapipe in CI) through the runtime's
+ * executor, and the emitted CUDA on the CPU through g++ and the shim of tests/util/cuda_cpu.ts. Shared by
+ * the fuzz tests and `deno task fuzz` (tools/fuzz.ts).
+ */
+import { emitCUDA } from "../../compiler/codegen/cuda.ts";
+import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
+import type { FuzzDevice } from "../../cases/fuzz/check.ts";
+import type { GpuContext } from "../../runtime/webgpu/device.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
+import { runOnCpu } from "./cuda_cpu.ts";
+
+export function webgpuDevice(ctx: GpuContext): FuzzDevice {
+  return {
+    name: "webgpu",
+    emitter: { target: "wgsl", emit: emitWGSL },
+    async run(plan, feeds) {
+      const executor = await WebGPUExecutor.create(ctx, plan);
+      try {
+        return new Map(Object.entries(await executor.run(feeds)));
+      } finally {
+        executor.destroy();
+      }
+    },
+  };
+}
+
+/** Emitted CUDA run on the CPU; `library`: GEMMs as the plan's cuBLASLt calls (the CUDA executor's default). */
+export function cudaShimDevice(library: boolean): FuzzDevice {
+  return {
+    name: "cuda-shim",
+    emitter: { target: "cuda", emit: emitCUDA },
+    flags: library ? undefined : "--template-gemms",
+    async run(plan, feeds) {
+      const dir = await Deno.makeTempDir({ prefix: "bertfuse-fuzz-" });
+      try {
+        return await runOnCpu(dir, plan, feeds, library, Deno.env.get("FUZZ_CXX_OPT") ?? "-O0");
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  };
+}
