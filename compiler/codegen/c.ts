@@ -136,12 +136,29 @@ function namesUsed(s: KStmt, into: Set<string>): void {
   });
 }
 
+/**
+ * A body that is only `if (gid < N) { ... }` (comments aside): N and the statements inside. Such a guard
+ * is the loop kernels' bounds check for a last, partial workgroup.
+ */
+function gidGuard(body: readonly KStmt[]): { n: number; body: readonly KStmt[] } | undefined {
+  const real = body.filter((s) => s.k !== "comment");
+  const s = real[0];
+  if (real.length !== 1 || s.k !== "if" || (s.else && s.else.length)) return undefined;
+  const c = s.cond;
+  if (c.k !== "bin" || c.op !== "lt" || c.a.k !== "id" || c.a.which !== "gid" || c.b.k !== "lit") {
+    return undefined;
+  }
+  return { n: c.b.v, body: [...body.filter((x) => x.k === "comment"), ...s.then] };
+}
+
 class Speller extends CFamilySpeller {
   private readonly names = new CudaNamer();
   private readonly helpers = new Set<CHelper>();
   /** Locals held per thread in arrays (see the file comment). */
   private readonly promoted = new Set<string>();
   private inThreads = false;
+  /** Threads at or past this global id do nothing (see gidGuard). */
+  private threadLimit: number | undefined;
   private usesGid = false;
   private temps = 0;
   protected readonly barrier = "// barrier";
@@ -180,7 +197,14 @@ class Speller extends CFamilySpeller {
     const threadsParallel = n === 1 && !phased && worth && w > 1;
     this.depth = 2;
     for (const s of k.shared) this.line(`${this.type(s.t)} ${this.sharedName(s.name)}[${s.size}];`);
-    this.region(k.body, threadsParallel);
+    const guarded = phased ? undefined : gidGuard(k.body);
+    if (guarded) {
+      // `if (gid < N)` around the whole body becomes the thread loop's bound: the body is then straight-line
+      // code in the loop, so the compiler can hoist what is the same for every thread (uniform loads,
+      // the optimizer's exp/log of its step counter) and vectorize the rest.
+      this.threadLimit = guarded.n >= n * w ? undefined : guarded.n;
+      this.region(guarded.body, threadsParallel);
+    } else this.region(k.body, threadsParallel);
     const body = this.lines;
     const code = [
       header.join("\n"),
@@ -285,7 +309,11 @@ class Speller extends CFamilySpeller {
   private threads(body: () => void, parallel: boolean): void {
     const w = this.k.workgroupSize;
     if (parallel) this.line("#pragma omp parallel for schedule(static)");
-    this.line(`for (int lid = 0; lid < ${w}; ++lid) {`);
+    const limit = this.threadLimit;
+    const bound = limit === undefined
+      ? `${w}`
+      : `(${limit} - wg * ${w} < ${w} ? ${limit} - wg * ${w} : ${w})`;
+    this.line(`for (int lid = 0; lid < ${bound}; ++lid) {`);
     this.depth++;
     if (this.usesGid) this.line(`const int gid = wg * ${w} + lid;`);
     this.inThreads = true;
