@@ -60,7 +60,13 @@ export class WebGPURunner {
       ex = (async () => {
         const t0 = performance.now();
         const g: Graph = this.model.build({ head: this.head, mode: "infer", batchSize: batch, seqLen });
-        const { plan } = compileGraph(g, { fuse: true, emitters: { wgsl: emitShared }, flags: QUIET });
+        // Fused for this adapter: no kernel binds more storage buffers than it allows per stage.
+        const { plan } = compileGraph(g, {
+          fuse: true,
+          emitters: { wgsl: emitShared },
+          flags: QUIET,
+          maxBindings: this.gpu.limits.maxStorageBuffersPerShaderStage,
+        });
         const e = await WebGPUExecutor.create(this.gpu, plan);
         for (const [name, data] of this.weights) {
           if (plan.params[name] !== undefined) e.write(name, data);

@@ -19,7 +19,13 @@ export const MAX_MERGED_BINDINGS = 16;
 /** Roots of at most this many elements may move to the kernel that computes their operands. */
 const SMALL = 64;
 
-export function mergeConsumers(g: Graph, r: FusionResult, takeFuel?: () => boolean): FusionResult {
+export function mergeConsumers(
+  g: Graph,
+  r: FusionResult,
+  takeFuel?: () => boolean,
+  maxBindings = MAX_MERGED_BINDINGS,
+): FusionResult {
+  const limit = Math.min(maxBindings, MAX_MERGED_BINDINGS);
   const kernels: FusedKernel[] = r.kernels.map((k) => ({
     ...k,
     members: new Set(k.members),
@@ -75,7 +81,7 @@ export function mergeConsumers(g: Graph, r: FusionResult, takeFuel?: () => boole
     const roots = [...merged].filter((m) => isRoot(m, i, j)).sort((a, b) => a - b);
     const inputs = new Set([...reads[i], ...reads[j]].filter((x) => !merged.has(x)));
     const bindings = inputs.size + roots.length;
-    if (bindings > MAX_MERGED_BINDINGS) {
+    if (bindings > limit) {
       decisions.push({
         producer: k2.roots[0],
         consumerKernel: i,
@@ -105,6 +111,8 @@ export function mergeConsumers(g: Graph, r: FusionResult, takeFuel?: () => boole
       for (const x of [...kernels[k].roots]) {
         const n = g.nodes[x];
         if (numel(n.type.shape) > SMALL || !isElementwise(n.op) || outputs.has(x) || placed.has(x)) continue;
+        // A kernel whose only root this is would be left writing nothing.
+        if (kernels[k].roots.length < 2) continue;
         const from = new Set<number>();
         let ok = true;
         for (const inp of n.inputs) {

@@ -37,6 +37,11 @@ export interface FusionOptions {
   /** Returns false when the fusion budget (FUSION_FUEL) is spent. */
   readonly takeFuel?: () => boolean;
   readonly log?: (msg: string) => void;
+  /**
+   * The most buffers one kernel may bind (the device's storage buffers per shader stage; WebGPU
+   * guarantees 8); unlimited when undefined.
+   */
+  readonly maxBindings?: number;
 }
 
 const isBuffer = (op: string) => op === "input" || op === "param";
@@ -134,6 +139,23 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
   const decisions: FusionDecision[] = [];
   let fuelRefusals = 0;
 
+  /**
+   * The buffers kernel `k` would bind with `id` joined: its roots, and every operand outside it that is
+   * not computed where read (inline nodes are looked through to the buffers they read). Operands not yet
+   * decided count as buffers; one that joins later is checked again then.
+   */
+  const bindingsAfterJoin = (k: FusedKernel, id: NodeId, extraRoot: boolean): number => {
+    const members = new Set([...k.members, id]);
+    const read = new Set<NodeId>();
+    const visit = (x: NodeId): void => {
+      if (members.has(x) || read.has(x)) return;
+      if (inline[x] && !isBuffer(nodes[x].op)) nodes[x].inputs.forEach(visit);
+      else if (nodes[x].op !== "const") read.add(x);
+    };
+    for (const m of members) nodes[m].inputs.forEach(visit);
+    return k.roots.length + (extraRoot ? 1 : 0) + read.size;
+  };
+
   const newKernel = (id: NodeId): void => {
     const n = nodes[id];
     const k: FusedKernel = {
@@ -212,6 +234,12 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
     const k = kernels[kid];
     const need = needOf(id, kid);
     let verdict = decideJoin(g, id, k, need, needs, extraRoot);
+    if (verdict.ok && opts.maxBindings !== undefined) {
+      const bindings = bindingsAfterJoin(k, id, extraRoot);
+      if (bindings > opts.maxBindings) {
+        verdict = no(`the kernel would bind ${bindings} buffers, over the target's ${opts.maxBindings}`);
+      }
+    }
     if (verdict.ok && opts.takeFuel && !opts.takeFuel()) {
       verdict = no("FUSION_FUEL is spent");
       fuelRefusals++;

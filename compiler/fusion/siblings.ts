@@ -25,7 +25,13 @@ function sameSpace(a: FusedKernel, b: FusedKernel): boolean {
   return false;
 }
 
-export function mergeSiblings(g: Graph, r: FusionResult, takeFuel?: () => boolean): FusionResult {
+export function mergeSiblings(
+  g: Graph,
+  r: FusionResult,
+  takeFuel?: () => boolean,
+  maxBindings = MAX_SIBLING_BINDINGS,
+): FusionResult {
+  const limit = Math.min(maxBindings, MAX_SIBLING_BINDINGS);
   const kernels = r.kernels.map((k) => ({ ...k, members: new Set(k.members), roots: [...k.roots] }));
   const alive = kernels.map(() => true);
   const reads = kernels.map((k) => readsOf(g, r, k));
@@ -74,7 +80,7 @@ export function mergeSiblings(g: Graph, r: FusionResult, takeFuel?: () => boolea
         const bindings = new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]);
         for (const root of [...kernels[i].roots, ...kernels[j].roots]) bindings.delete(root);
         const count = bindings.size + kernels[i].roots.length + kernels[j].roots.length;
-        if (count > MAX_SIBLING_BINDINGS) {
+        if (count > limit) {
           if (!worthReporting(x)) continue;
           decisions.push({
             producer: kernels[j].roots[0],

@@ -20,7 +20,12 @@ export const fusionStage: Stage<KernelState> = {
     "producer-consumer fusion, consumers first: each node joins the one kernel reading it, or roots its own",
   run: (s, ctx) => ({
     ...s,
-    fusion: fuseProducers(s.graph, { fuse: s.fusing, takeFuel: takeFuel(ctx), log: logOf(ctx) }),
+    fusion: fuseProducers(s.graph, {
+      fuse: s.fusing,
+      takeFuel: takeFuel(ctx),
+      log: logOf(ctx),
+      maxBindings: s.options.maxBindings,
+    }),
   }),
   // The unfused baseline: one kernel per op; the later fusion stages then do nothing either.
   skip: (s, ctx) => ({
@@ -58,11 +63,11 @@ export const attentionStage = kernelFusion(
 export const siblingStage = kernelFusion(
   "fusion-siblings",
   "kernels over one space that read a common tensor merge into one multi-output kernel",
-  (s, f, ctx) => mergeSiblings(s.graph, f, takeFuel(ctx)),
+  (s, f, ctx) => mergeSiblings(s.graph, f, takeFuel(ctx), s.options.maxBindings),
 );
 
 export const consumerStage = kernelFusion(
   "fusion-consumers",
   "an elementwise kernel reading a producer's output at the same elements folds into that producer",
-  (s, f, ctx) => mergeConsumers(s.graph, f, takeFuel(ctx)),
+  (s, f, ctx) => mergeConsumers(s.graph, f, takeFuel(ctx), s.options.maxBindings),
 );

@@ -36,6 +36,12 @@ export interface KernelOptions {
   readonly precision?: Precision | "auto";
   /** CUDA: matmul kernels that qualify get a cuBLASLt variant; default true. */
   readonly libraryGemms?: boolean;
+  /**
+   * The most buffers one kernel may bind: the device's storage buffers per shader stage (a WebGPU
+   * adapter's maxStorageBuffersPerShaderStage: WebGPU guarantees 8, Chrome's SwiftShader adapter offers
+   * 10, lavapipe 32). Fusion refuses a merge past it. Unlimited when undefined.
+   */
+  readonly maxBindings?: number;
 }
 
 /** A plan buffer before memory planning gives it a slot. */

@@ -63,6 +63,13 @@ const PAGE_CHECK = `async (kernels) => {
   return { adapter: adapterName, hasF16, checked, skippedF16, rejections };
 }`;
 
+/** The adapter's maxStorageBuffersPerShaderStage, which the page's compiles take as their budget. */
+export function adapterBindingLimit(page: CdpConnection): Promise<number> {
+  return page.evaluate<number>(
+    "navigator.gpu.requestAdapter().then((a) => a.limits.maxStorageBuffersPerShaderStage)",
+  );
+}
+
 /** Checks `kernels` in the page (a secure context with WebGPU), in batches that keep messages small. */
 export async function checkInChrome(
   page: CdpConnection,

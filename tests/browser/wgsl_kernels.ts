@@ -1,7 +1,7 @@
 /**
  * The WGSL kernels the checker gives Chrome: every kernel of kernels_generated/, and the kernels of a
  * BERT-tiny training step (LAMB, fp32) and of BERT-tiny inference for each head, compiled now with the
- * WGSL emitter as the runtime gets them (identical kernels share one source).
+ * WGSL emitter as the runtime gets them (identical kernels share one source) for a binding budget.
  */
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../../compiler/compile.ts";
@@ -28,7 +28,12 @@ export async function generatedKernels(): Promise<WgslKernel[]> {
 }
 
 /** Distinct kernels of one compile, named after the first kernel with each source. */
-function compiledKernels(label: string, mode: "train" | "infer", head: Head): WgslKernel[] {
+function compiledKernels(
+  label: string,
+  mode: "train" | "infer",
+  head: Head,
+  maxBindings: number,
+): WgslKernel[] {
   const g = buildModelGraph({
     model: bertTiny,
     mode,
@@ -39,7 +44,7 @@ function compiledKernels(label: string, mode: "train" | "infer", head: Head): Wg
     maxPredictions: 5,
   });
   const shared = (k: Parameters<typeof emitWGSL>[0]) => emitWGSL({ ...k, name: k.kind, about: [] });
-  const { plan } = compileGraph(g, { fuse: true, emitters: { wgsl: shared }, flags: QUIET });
+  const { plan } = compileGraph(g, { fuse: true, emitters: { wgsl: shared }, flags: QUIET, maxBindings });
   const seen = new Map<string, string>();
   for (const k of plan.kernels) {
     if (k.wgsl && !seen.has(k.wgsl.code)) seen.set(k.wgsl.code, `${label}/${k.name}`);
@@ -47,11 +52,12 @@ function compiledKernels(label: string, mode: "train" | "infer", head: Head): Wg
   return [...seen].map(([code, name]) => ({ name, code }));
 }
 
-export function bertTinyKernels(): WgslKernel[] {
+/** BERT-tiny's kernels fused for an adapter that allows `maxBindings` storage buffers per stage. */
+export function bertTinyKernels(maxBindings: number): WgslKernel[] {
   return [
-    ...compiledKernels("bert-tiny-train-fp32", "train", "pretraining"),
+    ...compiledKernels("bert-tiny-train-fp32", "train", "pretraining", maxBindings),
     ...(["pretraining", "classification", "qa"] as const).flatMap((h) =>
-      compiledKernels(`bert-tiny-infer-${h}`, "infer", h)
+      compiledKernels(`bert-tiny-infer-${h}`, "infer", h, maxBindings)
     ),
   ];
 }
