@@ -71,7 +71,7 @@ function floatLiteral(v: number, t: "f32" | "f16"): Spelled {
     // bitcast of 0xff800000u included), and the spec lets implementations assume no infinities at all.
     // The compiler's infinities are identities of max and min reductions (and their workgroup trees), for
     // which the largest finite value serves over every finite input: a row masked with -10000 reduces
-    // as before. A -inf that a graph itself holds reads as -FLT_MAX here (see DESIGN.md).
+    // as before. A -inf that a graph itself holds reads as -FLT_MAX here; docs/web.md says why.
     return floatLiteral(r > 0 ? FINITE_MAX[t] : -FINITE_MAX[t], t);
   }
   const text = shortest(r, t) + (t === "f16" ? "h" : "");
