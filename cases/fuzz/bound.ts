@@ -6,13 +6,13 @@
  * condition of exp, log, division and square roots at the actual operands, a comparison or select that
  * may flip when its operands are within their bounds of each other) instead of one absolute number.
  *
- * Local errors, per node, relative to its value (then propagated): one rounding in f32 for every f32
- * result (a kernel computes in f32), the accuracy the WGSL spec grants each built-in (exp 3 + 2|x| ulp,
- * log 3 ulp or 2^-21 absolute, division 2.5 ulp, inverseSqrt 2 ulp; tanh and erf absolute), half an f16
- * ulp where storage may narrow (f16 nodes, and every f32 intermediate of a mixed-precision graph, since
- * the storage policy may store it as f16), and for sums the classic (n - 1)·u·Σ|x| of f32 accumulation
- * in any order. Every local error is multiplied by SAFETY, so second-order terms (a rounding of an
- * already perturbed value) stay inside.
+ * Local errors, per node (then propagated): one f32 rounding of every computed f32 value (a kernel computes
+ * in f32; the f64 reference does not round), the accuracy the WGSL spec grants each built-in (exp 3 + 2|x|
+ * ulp, log 3 ulp or 2^-21 absolute, division 2.5 ulp, inverseSqrt 2 ulp; tanh and erf absolute), both the
+ * reference's and the device's rounding of f16 values, one more f16 rounding where the plan's storage
+ * policy narrows an f32 value (BoundOptions.narrowed), and for sums (n - 1)·u·Σ|x| of f32 accumulation in
+ * any order. Local errors are taken at the device's possible magnitude (|value| + bound) and multiplied
+ * by SAFETY.
  */
 import { type Graph, isFloat, isInt, type Node, type NodeId, numel } from "../../ir/mod.ts";
 import { type Buf, runOp } from "../../numeric/reference_ops.ts";

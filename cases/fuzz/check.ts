@@ -87,11 +87,27 @@ export async function checkBatch(
     })),
     ms,
   });
+  const compile = (g: typeof batch.graph) =>
+    compileGraph(g, { fuse, emitters: { [dev.emitter.target]: dev.emitter.emit } });
   let compiled;
   try {
-    compiled = compileGraph(batch.graph, { fuse, emitters: { [dev.emitter.target]: dev.emitter.emit } });
+    compiled = compile(batch.graph);
   } catch (e) {
-    return crash("compile failed", e);
+    // One graph that does not compile must not cost the batch: find it alone, check the others.
+    const culprits = new Map<number, unknown>();
+    for (const p of parts) {
+      try {
+        compile(p.graph);
+      } catch (alone) {
+        culprits.set(p.seed, alone);
+      }
+    }
+    if (culprits.size === 0 || culprits.size === seeds.length) return crash("compile failed", e);
+    const rest = await checkBatch(seeds.filter((s) => !culprits.has(s)), fuse, dev);
+    const failed = [...culprits].map(([seed, err]) =>
+      crash("compile failed", err).verdicts[seeds.indexOf(seed)]
+    );
+    return { ...rest, verdicts: [...rest.verdicts, ...failed] };
   }
   ms.compile = lap();
   let got;

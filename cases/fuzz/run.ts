@@ -4,6 +4,7 @@
  * Shared by the fuzz tests (tests/webgpu/fuzz.test.ts, tests/nvcc/fuzz.test.ts) and `deno task fuzz`.
  */
 import { type BatchReport, checkBatch, type Failure, type FuzzDevice, replayCommand } from "./check.ts";
+import { knownBug } from "./known.ts";
 
 export interface RunOptions {
   readonly seeds: readonly number[];
@@ -19,6 +20,8 @@ export interface RunSummary {
   readonly graphs: number;
   readonly elements: { readonly checked: number; readonly unchecked: number; readonly sharp: number };
   readonly failures: readonly (Failure & { readonly replay: string })[];
+  /** Failures that match a known, unfixed compiler bug (cases/fuzz/known.ts). */
+  readonly known: readonly (Failure & { readonly replay: string })[];
   readonly ms: number;
 }
 
@@ -28,6 +31,7 @@ export async function fuzzRun(o: RunOptions): Promise<RunSummary> {
   const log = o.log ?? (() => {});
   const elements = { checked: 0, unchecked: 0, sharp: 0 };
   const failures: (Failure & { replay: string })[] = [];
+  const known: (Failure & { replay: string })[] = [];
   const graphs = new Set<number>(o.seeds);
   for (let i = 0; i < o.seeds.length; i += size) {
     const seeds = o.seeds.slice(i, i + size);
@@ -46,7 +50,9 @@ export async function fuzzRun(o: RunOptions): Promise<RunSummary> {
           const replay = replayCommand(v.seed, dev, fuse, { first: seeds[0], count: seeds.length });
           // The first failing element of each output is enough to replay and diagnose.
           const firstPerOutput = new Map(v.failures.map((f) => [f.output, f] as const));
-          for (const f of firstPerOutput.values()) failures.push({ ...f, replay });
+          for (const f of firstPerOutput.values()) {
+            (knownBug(f.message) ? known : failures).push({ ...f, replay });
+          }
         }
         const ms = rep.ms.build + rep.ms.compile + rep.ms.run + rep.ms.check;
         log(
@@ -59,10 +65,10 @@ export async function fuzzRun(o: RunOptions): Promise<RunSummary> {
       }
     }
   }
-  return { graphs: graphs.size, elements, failures, ms: performance.now() - t0 };
+  return { graphs: graphs.size, elements, failures, known, ms: performance.now() - t0 };
 }
 
 /** The failures as lines: what failed, then the command that replays it. */
-export function describeFailures(s: RunSummary): string {
-  return s.failures.map((f) => `seed ${f.seed}: ${f.message}\n  replay: ${f.replay}`).join("\n");
+export function describeFailures(s: RunSummary, which: "failures" | "known" = "failures"): string {
+  return s[which].map((f) => `seed ${f.seed}: ${f.message}\n  replay: ${f.replay}`).join("\n");
 }

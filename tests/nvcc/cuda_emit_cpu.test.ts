@@ -10,7 +10,7 @@
  * vector loads and lanes, Philox, wg_reduce's warp butterfly and per-warp slots, barriers, shared memory)
  * on real kernels. What it cannot check: GPU-specific behaviour (memory model, warp scheduling, NVRTC).
  * Host libm stands in for CUDA's expf/tanhf (both within a few ulp), so tolerances are the WebGPU tests'.
- * Without g++ the test is reported as ignored.
+ * Without g++ the test is reported as ignored. The harness (shim, program, runner) is tests/util/cuda_cpu.ts.
  */
 import assert from "node:assert/strict";
 import { emitCUDA } from "../../compiler/codegen/cuda.ts";
