@@ -25,9 +25,9 @@ import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "../cli/comm
 import { median, type Steppable, timeRound } from "./step_timing.ts";
 
 const HELP = `
-deno task bench:bert [--model M] [--backend auto|cuda|webgpu] [--precision fp32|fp16|bf16]
+deno task bench:bert [--model M] [--backend auto|cuda|webgpu|cpu] [--precision fp32|fp16|bf16]
                      [--mode train|infer|all] [--batch-size N] [--infer-batch-size N] [--seq-len S]
-                     [--max-predictions P] [--rounds N] [--steps-per-round N] [--json FILE]
+                     [--max-predictions P] [--rounds N] [--steps-per-round N] [--json FILE] [--peer|--no-peer]
 
 Sequences/s of a BERT training step (forward, backward, fused LAMB) and of inference, fused and unfused
 in one run. Defaults: BERT-tiny, batch 8, sequence 64, 10 predictions (the default train run); on a GPU
@@ -37,6 +37,8 @@ use e.g. --model models/bert-large.ts --precision fp16 --batch-size 64 --seq-len
   --rounds N            timed rounds per side, alternating (default 5)
   --steps-per-round N   steps submitted back to back per round (default 4)
   --json FILE           write {"device","date","command","cases":[...]} (bench/results/ format)
+  --peer, --no-peer     run PyTorch on the CPU (bench/peers/torch_bert.py: eager and torch.compile, fp32)
+                        on the same shapes after our cases and print the ratios (default: on with --backend cpu)
 `;
 
 /** FLOP per sequence of a BERT-large training step at sequence 128 with 20 predictions (DESIGN.md). */
@@ -65,6 +67,8 @@ await runMain(async () => {
     rounds: { type: "string" },
     "steps-per-round": { type: "string" },
     json: { type: "string" },
+    peer: { type: "boolean" },
+    "no-peer": { type: "boolean" },
   }, HELP);
   const model = await loadModel(values.model ?? new URL("../models/bert-tiny.ts", import.meta.url).pathname);
   const request = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
@@ -77,7 +81,7 @@ await runMain(async () => {
   const rounds = positiveInt("rounds", values.rounds, 5);
   const perRound = positiveInt("steps-per-round", values["steps-per-round"], 4);
   const choice = await openBackend(request);
-  if (!choice.row.emitter) throw new UsageError("bench:bert needs a device backend (cuda or webgpu)");
+  if (!choice.row.emitter) throw new UsageError("bench:bert needs a compiling backend (cuda, webgpu or cpu)");
   const device = choice.device;
   console.error(`backend ${choice.kind}: ${choice.why}`);
 
@@ -158,21 +162,38 @@ await runMain(async () => {
     }
   }
 
+  const peer = values.peer || (choice.kind === "cpu" && !values["no-peer"]);
+  if (peer) {
+    cases.push(
+      ...await torchPeer({
+        config: { name: model.name, ...model.config },
+        mode,
+        batch,
+        inferBatches: [inferBatch, 1],
+        seq,
+        preds,
+        iters: rounds * perRound,
+      }),
+    );
+  }
+
   console.log(`${device}: ${model.name}, ${precision}`);
   console.log(`| case | impl | kernels | ms | seq/s | TFLOP/s | peak MiB |`);
   console.log(`|---|---|---|---|---|---|---|`);
   for (const c of cases) {
     console.log(
       `| ${c.name} | ${c.impl} | ${c.kernels} | ${c.ms.toFixed(2)} | ${c.seq_per_s.toFixed(1)} | ` +
-        `${c.tflops!.toFixed(3)} | ${(c.peak_bytes / 2 ** 20).toFixed(0)} |`,
+        `${c.tflops?.toFixed(3) ?? "-"} | ${c.peak_bytes ? (c.peak_bytes / 2 ** 20).toFixed(0) : "-"} |`,
     );
   }
-  for (let i = 0; i + 1 < cases.length; i += 2) {
-    console.log(
-      `${cases[i].name}: fused/unfused throughput ${
-        (cases[i].seq_per_s / cases[i + 1].seq_per_s).toFixed(2)
-      }x`,
-    );
+  for (const c of cases.filter((c) => c.impl === "bertfuse")) {
+    const unfused = cases.find((u) => u.name === c.name && u.impl === "bertfuse-unfused");
+    const peers = cases.filter((p) => p.name === c.name && p.impl.startsWith("torch-"));
+    const ratios = [
+      ...(unfused ? [`fused/unfused ${(c.seq_per_s / unfused.seq_per_s).toFixed(2)}x`] : []),
+      ...peers.map((p) => `vs ${p.impl} ${(c.seq_per_s / p.seq_per_s).toFixed(2)}x`),
+    ];
+    console.log(`${c.name}: ${ratios.join(", ")}`);
   }
   const large = cases.find((c) =>
     c.impl === "bertfuse" && c.name.includes("train-s128") && /large/.test(c.name)
@@ -194,3 +215,55 @@ await runMain(async () => {
     await Deno.writeTextFile(values.json, JSON.stringify(out, null, 2) + "\n");
   }
 });
+
+/**
+ * The PyTorch peer on the CPU on our shapes (fp32, eager and torch.compile), its JSON lines as cases;
+ * none, with the reason on stderr, when python3 or torch is missing.
+ */
+async function torchPeer(o: {
+  config: Record<string, unknown>;
+  mode: string;
+  batch: number;
+  inferBatches: number[];
+  seq: number;
+  preds: number;
+  iters: number;
+}): Promise<Case[]> {
+  const script = new URL("./peers/torch_bert.py", import.meta.url).pathname;
+  const args = [
+    script,
+    "--device=cpu",
+    "--precision=fp32",
+    `--config=${JSON.stringify(o.config)}`,
+    `--seq=${o.seq}`,
+    `--masked=${o.preds}`,
+    `--train-batch=${o.batch}`,
+    `--infer-batches=${o.inferBatches.join(",")}`,
+    `--what=${o.mode === "all" ? "train,infer" : o.mode}`,
+    "--warmup=3",
+    `--iters=${o.iters}`,
+  ];
+  console.error(`peer: python3 ${args.map((a) => (/[\s"{]/.test(a) ? `'${a}'` : a)).join(" ")}`);
+  let out: Deno.CommandOutput;
+  try {
+    out = await new Deno.Command("python3", { args, stdout: "piped", stderr: "inherit" }).output();
+  } catch (e) {
+    console.error(`peer skipped: cannot run python3 (${(e as Error).message})`);
+    return [];
+  }
+  if (!out.success) {
+    console.error("peer failed (is torch installed? pip install torch transformers)");
+    return [];
+  }
+  return new TextDecoder().decode(out.stdout).split("\n").filter((l) => l.startsWith("{")).map((l) => {
+    const r = JSON.parse(l);
+    return {
+      name: r.name,
+      impl: r.impl,
+      seq_per_s: r.seq_per_s,
+      ms: r.ms,
+      peak_bytes: r.peak_bytes ?? 0,
+      kernels: 0,
+    };
+  });
+}

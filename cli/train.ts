@@ -52,8 +52,8 @@ Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second
   --phase2                       phase 2 (e.g. sequence 512 shards): start from ckpt_<phase1-end-step> in the
                                  output dir (or --init-checkpoint) with a fresh schedule, keeping the moments
   --phase1-end-step N            the last step of phase 1 (default ${TRAIN_DEFAULTS.phase1EndStep})
-  --backend B                    auto (default: CUDA, else WebGPU, else the CPU interpreter), cuda, webgpu,
-                                 cpu (emitted C and OpenBLAS), reference
+  --backend B                    auto (default: CUDA, else WebGPU on a real GPU, else cpu, else reference),
+                                 cuda, webgpu, cpu (emitted C and OpenBLAS), reference
   --no-fuse                      one kernel per primitive op (the unfused baseline, for comparison)
   --keep-checkpoints N           complete checkpoints kept (default ${TRAIN_DEFAULTS.keepCheckpoints})
 `;

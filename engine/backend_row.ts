@@ -3,7 +3,7 @@
  * probe, what it can do, which emitter writes its kernels and how it runs a graph. Types, and the one
  * error a command gets when the backend it asked for is not there.
  */
-import type { Emitter, EmitTarget } from "../compiler/build_plan.ts";
+import type { EmitTarget, Emitter } from "../compiler/build_plan.ts";
 import type { Compiled } from "../compiler/compile.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Backend, StepExecutor } from "../runtime/backend.ts";
@@ -59,6 +59,11 @@ export interface BackendRow<
   readonly emitter?: { readonly target: EmitTarget; readonly emit: Emitter };
   /** What `--precision auto` means here. */
   readonly autoPrecision: "fp32" | "fp16" | "bf16";
+  /**
+   * Why `auto` passes over a backend that opened (a software WebGPU adapter, slower than the CPU backend);
+   * undefined to take it. Asked by name, the backend is used all the same.
+   */
+  autoRefusal?(ctx: Ctx): string | undefined;
   /** Opens the backend, or says in one line why it cannot. */
   probe(): Promise<Ctx | Unavailable>;
   /** The device as the choice line spells it ("adapter '…'"); "" when there is nothing to say. */

@@ -46,6 +46,24 @@ function compiling<Ctx, Ex extends CompiledStep["executor"]>(
   };
 }
 
+/**
+ * Why an adapter is a software rasterizer (Mesa's lavapipe/llvmpipe, SwiftShader, WARP, or the adapter's
+ * own fallback flag): on such an adapter the CPU backend runs the same kernels several times faster, so
+ * `auto` passes it over; `--backend webgpu` still uses it.
+ */
+export function softwareAdapter(
+  ctx: Pick<GpuContext, "description"> & { adapter?: GPUAdapter },
+): string | undefined {
+  const info = ctx.adapter?.info as (GPUAdapterInfo & { isFallbackAdapter?: boolean }) | undefined;
+  const text = [ctx.description, info?.vendor, info?.architecture, info?.device].filter(Boolean).join(" ");
+  if (
+    info?.isFallbackAdapter || /llvmpipe|lavapipe|swiftshader|softpipe|microsoft basic render/i.test(text)
+  ) {
+    return `adapter '${ctx.description}' is a software rasterizer`;
+  }
+  return undefined;
+}
+
 /** The reference interpreter opens nothing; its context only names it. */
 export interface ReferenceContext {
   readonly description: string;
@@ -74,6 +92,7 @@ export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor
   lacks: { bf16: "WGSL has no bf16 type" },
   emitter: WGSL,
   autoPrecision: "fp32",
+  autoRefusal: (ctx) => softwareAdapter(ctx),
   probe: () => openWebGPU(),
   says: (ctx, auto) => `${auto ? "WebGPU " : ""}adapter '${ctx.description}'`,
   device: (ctx) => ctx.description,
@@ -110,7 +129,8 @@ export const CUDA: BackendRow<CudaContext, Required<CompiledStep<CudaExecutor>>,
 export const CPU: BackendRow<CpuContext, Required<CompiledStep<CpuExecutor>>, "cpu"> = {
   name: "cpu",
   label: "CPU",
-  preference: -1,
+  // Above the reference interpreter; below WebGPU, which `auto` takes only on a real GPU (softwareAdapter).
+  preference: 1,
   dtypes: ["f32", "f16", "bf16"],
   emitter: C,
   // sgemm is f32, and a CPU computes f16 no faster than f32: full precision is the fast choice here.

@@ -1,7 +1,9 @@
 /**
  * Which backend runs a command: the one asked for, or with `auto` the first row of the backend table
  * (engine/backends.ts), in preference order, whose probe succeeds — today CUDA when the driver loads and
- * sees a GPU, else WebGPU when navigator.gpu gives an adapter, else the reference interpreter. Every
+ * sees a GPU, else WebGPU when navigator.gpu gives an adapter that is a real GPU (not a software
+ * rasterizer such as lavapipe), else the CPU backend when there is a C compiler, else the reference
+ * interpreter. Every
  * command opens its backend here (`openBackend`), so they choose alike; the choice and the reasons the
  * faster backends were passed over come back as one line for stderr.
  */
@@ -92,6 +94,11 @@ export async function openBackend(request: BackendRequest, probes: Probes = {}):
     const ctx = await probe(row, probes);
     if (isUnavailable(ctx)) {
       passed.push(`no ${row.label} (${brief(ctx.unavailable)})`);
+      continue;
+    }
+    const refused = row.autoRefusal?.(ctx);
+    if (refused) {
+      passed.push(`not ${row.label}: ${refused}`);
       continue;
     }
     return bind(row, ctx, `auto: ${[...passed, row.says(ctx, true)].filter(Boolean).join("; ")}`);

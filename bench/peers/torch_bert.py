@@ -4,6 +4,9 @@ torch.compile, on the same GPU in the same session as our own runs (DESIGN.md, "
 
   python3 bench/peers/torch_bert.py                      # BERT-large on CUDA: fp16 and bf16, eager and compile
   python3 bench/peers/torch_bert.py --device cpu --tiny  # a seconds-long smoke run (CI)
+  python3 bench/peers/torch_bert.py --device cpu --config '{"name": "bert-tiny", ...}' --seq 64 --masked 10 \
+      --train-batch 8 --infer-batches 8,1              # CPU mode: fp32, eager and torch.compile, the
+                                                     # shapes `deno task bench:bert --backend cpu` runs
 
 What is timed:
   train   one training step at sequence 128 with 20 masked positions per sequence (NVIDIA's phase-1
@@ -260,6 +263,11 @@ def main():
     ap.add_argument("--train-batch", type=int, default=None, help="training batch (default 64; tiny 2)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up iterations (default 5; tiny 1)")
     ap.add_argument("--iters", type=int, default=None, help="timed iterations (default 20; tiny 2)")
+    ap.add_argument("--config", default=None, help="the model's configuration as JSON (Hugging Face keys and a "
+                    "\"name\"), instead of BERT-large's; bench/bert.ts passes its model's")
+    ap.add_argument("--seq", type=int, default=None, help="sequence length (default 128; tiny 32)")
+    ap.add_argument("--masked", type=int, default=None, help="masked positions per sequence (default 20; tiny 5)")
+    ap.add_argument("--infer-batches", default=None, help="comma list of inference batches (default 64,1)")
     a = ap.parse_args()
 
     device = torch.device(a.device)
@@ -267,8 +275,15 @@ def main():
         log("error: --device cuda but torch.cuda.is_available() is False")
         sys.exit(1)
     c = TINY if a.tiny else BERT_LARGE
+    if a.config:
+        # Only the keys the peer's models read (a model file's config also holds e.g. hidden_act, num_labels).
+        c = dict(BERT_LARGE, **{k: v for k, v in json.loads(a.config).items() if k in BERT_LARGE})
     seq, masked = (32, 5) if a.tiny else (128, 20)
+    seq = a.seq or seq
+    masked = a.masked or masked
     infer_batches = (2, 1) if a.tiny else (64, 1)
+    if a.infer_batches:
+        infer_batches = tuple(int(b) for b in a.infer_batches.split(","))
     train_batch = a.train_batch or (2 if a.tiny else 64)
     warmup = a.warmup if a.warmup is not None else (1 if a.tiny else 5)
     iters = a.iters or (2 if a.tiny else 20)
@@ -283,7 +298,7 @@ def main():
             kind = "hf"
         except ImportError:
             kind = "plain"
-    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     log(f"torch {torch.__version__} on {dev_name}; model {c['name']} ({kind}); seq {seq}, {masked} masked")
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -300,11 +315,24 @@ def main():
             if device.type == "cpu" and precision == "fp16":
                 log("skipped fp16 on the CPU: autocast has no fp16 there")
                 continue
+            # torch.compile may not work everywhere (Inductor needs a working C++ toolchain on the CPU): a
+            # failure skips that measurement, with the reason, and the others still run.
             if "train" in whats:
-                run_train(c, kind, device, impl, precision, train_batch, seq, masked, warmup, iters, timer, gen, common)
+                guarded(impl, lambda: run_train(c, kind, device, impl, precision, train_batch, seq, masked, warmup,
+                                                iters, timer, gen, common))
             if "infer" in whats:
                 for b in infer_batches:
-                    run_infer(c, kind, device, impl, precision, b, seq, warmup, iters, timer, gen, common)
+                    guarded(impl, lambda: run_infer(c, kind, device, impl, precision, b, seq, warmup, iters, timer,
+                                                    gen, common))
+
+
+def guarded(impl, run):
+    if impl != "compile":
+        return run()
+    try:
+        run()
+    except Exception as e:  # noqa: BLE001 - any compile failure is reported and skipped
+        log(f"skipped a torch-compile measurement: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
 
 def reset_peak(device):

@@ -10,12 +10,13 @@ import type { CpuContext } from "./executor.ts";
 
 let warned = false;
 
+/** The processor's model name, else the architecture (Deno may refuse /proc without --allow-all). */
 function cpuModel(): string {
   try {
     const info = Deno.readTextFileSync("/proc/cpuinfo");
-    return info.match(/^model name\s*:\s*(.+)$/m)?.[1].trim() ?? "CPU";
+    return info.match(/^model name\s*:\s*(.+)$/m)?.[1].trim() ?? Deno.build.arch;
   } catch {
-    return "CPU";
+    return Deno.build.arch;
   }
 }
 

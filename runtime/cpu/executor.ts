@@ -230,6 +230,12 @@ export class CpuExecutor {
     } else this.memory.copyWithin(s.dst, s.src, s.src + s.bytes);
   }
 
+  /** Every step has finished when step() returns (kernels run synchronously); for callers that wait. */
+  finish(): Promise<void> {
+    this.alive();
+    return Promise.resolve();
+  }
+
   async run(
     feeds: Readonly<Record<string, ArrayLike<number>>>,
     outputNames?: readonly string[],

@@ -14,7 +14,7 @@ import { precisionRefusal } from "../../engine/capabilities.ts";
 import { runCli } from "../util/cli.ts";
 
 /** Fake probes that record the order they were asked in; a missing entry answers `{ unavailable }`. */
-function fakes(present: { cuda?: boolean; webgpu?: boolean }) {
+function fakes(present: { cuda?: boolean; webgpu?: boolean | string; cpu?: boolean }) {
   const asked: string[] = [];
   const probes: Probes = {
     cuda: () => {
@@ -27,9 +27,16 @@ function fakes(present: { cuda?: boolean; webgpu?: boolean }) {
       asked.push("webgpu");
       return Promise.resolve(
         present.webgpu
-          ? { description: "fake adapter", limits: { maxStorageBufferBindingSize: 1 << 27 } }
+          ? {
+            description: typeof present.webgpu === "string" ? present.webgpu : "fake adapter",
+            limits: { maxStorageBufferBindingSize: 1 << 27 },
+          }
           : { unavailable: "no adapter" },
       );
+    },
+    cpu: () => {
+      asked.push("cpu");
+      return present.cpu ? { description: "fake CPU" } : { unavailable: "no C compiler: 'cc' not found" };
     },
   };
   return { asked, probes };
@@ -53,9 +60,20 @@ Deno.test("auto walks the table in preference order and stops at the first backe
   const r = await openBackend("auto", none.probes);
   assert.equal(
     describeChoice(r),
-    "backend: reference (auto: no CUDA (libcuda.so.1 not found); no WebGPU (no adapter))",
+    "backend: reference (auto: no CUDA (libcuda.so.1 not found); no WebGPU (no adapter); " +
+      "no CPU (no C compiler: 'cc' not found))",
   );
-  assert.deepEqual(none.asked, ["cuda", "webgpu"]);
+  assert.deepEqual(none.asked, ["cuda", "webgpu", "cpu"]);
+
+  // A software rasterizer is passed over for the CPU backend (and still used when asked for by name).
+  const lavapipe = fakes({ webgpu: "llvmpipe (LLVM 15.0.6, 256 bits)", cpu: true });
+  const c = await openBackend("auto", lavapipe.probes);
+  assert.equal(
+    describeChoice(c),
+    "backend: cpu (auto: no CUDA (libcuda.so.1 not found); not WebGPU: adapter 'llvmpipe (LLVM 15.0.6, 256 " +
+      "bits)' is a software rasterizer; CPU fake CPU)",
+  );
+  assert.equal((await openBackend("webgpu", lavapipe.probes)).kind, "webgpu");
 });
 
 Deno.test("an explicit backend probes only itself, and one that cannot run is a one-line error", async () => {
