@@ -7,6 +7,7 @@
  * `index  prediction` (labels spelled as in the task's files). Each file is written whole, then renamed.
  */
 import { join } from "node:path";
+import type { NBestEntry } from "../../data/finetune/squad_post.ts";
 import { GLUE_FILE_LABELS, GLUE_TASKS, type GlueTask } from "../../data/finetune/glue.ts";
 import type { SetResult } from "./evaluate.ts";
 import type { TaskData } from "./tasks.ts";
@@ -44,13 +45,25 @@ function labelSpelling(data: TaskData): (id: number) => string {
   return (id) => names[id];
 }
 
+/**
+ * An n-best entry as run_squad.py writes it: exactly text, probability, start_logit, end_logit, in that
+ * order. squad_post.ts also carries the answer's character offsets (for inference); readers of the
+ * official format do not expect them.
+ */
+function official(e: NBestEntry): Pick<NBestEntry, "text" | "probability" | "start_logit" | "end_logit"> {
+  return { text: e.text, probability: e.probability, start_logit: e.start_logit, end_logit: e.end_logit };
+}
+
 /** Writes the prediction files of one set; returns their paths. */
 export async function writePredictions(dir: string, data: TaskData, r: SetResult): Promise<string[]> {
   if (r.squad) {
     const suffix = r.set === "dev" ? "" : `_${r.set}`;
     const files: [string, unknown][] = [
       [`predictions${suffix}.json`, Object.fromEntries(r.squad.map((p) => [p.id, p.text]))],
-      [`nbest_predictions${suffix}.json`, Object.fromEntries(r.squad.map((p) => [p.id, p.nbest]))],
+      [
+        `nbest_predictions${suffix}.json`,
+        Object.fromEntries(r.squad.map((p) => [p.id, p.nbest.map(official)])),
+      ],
     ];
     if (r.squad.some((p) => p.nullScoreDiff !== undefined)) {
       files.push([
