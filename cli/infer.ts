@@ -173,7 +173,7 @@ await runMain(async () => {
   const ms = performance.now() - t0;
 
   const slash = outputPath.lastIndexOf("/");
-  await io(outputPath, "write (nothing was written)", async () => {
+  await io(outputPath, "write", async () => {
     if (slash > 0) await Deno.mkdir(outputPath.slice(0, slash), { recursive: true });
     await writeSafetensorsFile(
       outputPath,

@@ -6,7 +6,7 @@ import { TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "../trainin
 import { REFERENCE_MAX_STEPS, runTraining } from "../training/run.ts";
 import { CheckpointError } from "../training/checkpoint.ts";
 import { ScheduleError } from "../training/schedule.ts";
-import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { intFlag, numberFlag, oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 import { TrainUi } from "./train_ui.ts";
 import { kebabFlags } from "./flag_spelling.ts";
 
@@ -58,28 +58,12 @@ Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second
   --keep-checkpoints N           complete checkpoints kept (default ${TRAIN_DEFAULTS.keepCheckpoints})
 `;
 
-function positiveNumber(flag: string, v: string | undefined, fallback: number): number {
-  if (v === undefined) return fallback;
-  const n = Number(v);
-  if (!(Number.isFinite(n) && n > 0)) throw new UsageError(`--${flag} must be a positive number, got '${v}'`);
-  return n;
-}
-
-function fraction(flag: string, v: string | undefined, fallback: number): number {
-  if (v === undefined) return fallback;
-  const n = Number(v);
-  if (!(n >= 0 && n < 1)) throw new UsageError(`--${flag} must be in [0, 1), got '${v}'`);
-  return n;
-}
-
-function nonNegativeInt(flag: string, v: string | undefined, fallback: number): number {
-  if (v === undefined) return fallback;
-  const n = Number(v);
-  if (!(Number.isInteger(n) && n >= 0)) {
-    throw new UsageError(`--${flag} must be a non-negative integer, got '${v}'`);
-  }
-  return n;
-}
+const positiveNumber = (flag: string, v: string | undefined, fallback: number) =>
+  numberFlag(flag, v, fallback, { min: 0, minExclusive: true });
+const fraction = (flag: string, v: string | undefined, fallback: number) =>
+  numberFlag(flag, v, fallback, { min: 0, max: 1, maxExclusive: true });
+const nonNegativeInt = (flag: string, v: string | undefined, fallback: number) =>
+  intFlag(flag, v, fallback, { min: 0 });
 
 function stamp(d = new Date()): string {
   const p = (n: number) => String(n).padStart(2, "0");
@@ -147,7 +131,8 @@ await runMain(async () => {
       : positiveNumber("loss-scale", values["loss-scale"], 1),
     initLossScale: positiveNumber("init-loss-scale", values["init-loss-scale"], TRAIN_DEFAULTS.initLossScale),
     optimizer: oneOf("optimizer", values.optimizer, ["lamb", "adamw"], TRAIN_DEFAULTS.optimizer),
-    seed: nonNegativeInt("seed", values.seed, TRAIN_DEFAULTS.seed),
+    // The seed keys Philox as a 32-bit word.
+    seed: intFlag("seed", values.seed, TRAIN_DEFAULTS.seed, { min: 0, max: 2 ** 32 - 1 }),
     logFreq: positiveInt("log-freq", values["log-freq"], TRAIN_DEFAULTS.logFreq),
     numStepsPerCheckpoint: positiveInt(
       "num-steps-per-checkpoint",

@@ -12,7 +12,8 @@ import type { LogRecord, RunEvents, RunResult } from "../training/run.ts";
 import { StopSignal } from "../training/signals.ts";
 
 export class TrainUi {
-  private readonly stop = new StopSignal().install();
+  // The watcher lets a second Ctrl-C quit at once even inside a long synchronous step (reference backend).
+  private readonly stop = new StopSignal({ watchWhileBlocked: true }).install();
   private progress: Progress | undefined;
   private metrics: MetricsWriter | undefined;
   /** Skipped steps already reported (from train.state; resumed runs start from the checkpoint's count). */
@@ -30,6 +31,7 @@ export class TrainUi {
       info: (m) => this.say(m),
       start: async ({ step, resumed, stopAt, skippedSteps }) => {
         this.skipped = skippedSteps;
+        await this.stop.ready();
         this.metrics = await MetricsWriter.open(
           join(this.o.outputDir, "metrics.jsonl"),
           resumed ? { resumeStep: step } : {},

@@ -111,7 +111,7 @@ async function checkInputs(path: string, rule: OutputRule): Promise<void> {
     if (input === undefined) continue;
     const inp = await realish(input);
     const st = await lstatOrNull(inp);
-    if (out === inp || (st?.isDirectory && within(out, inp)) || within(inp, out)) {
+    if (out === inp || (st?.isDirectory && within(out, inp))) {
       throw new OutputError(
         `${rule.label}: would overwrite the input ${input}; choose another path (nothing was written)`,
       );
@@ -237,26 +237,11 @@ interface LockRecord {
 }
 
 function hostName(): string {
-  // Deno.hostname() would need --allow-sys, which the tasks do not grant; Linux has the name here.
+  // Deno.hostname() would need --allow-sys, and /proc is closed to --allow-read; /etc/hostname is not.
   try {
-    return Deno.readTextFileSync("/proc/sys/kernel/hostname").trim() || "localhost";
+    return Deno.readTextFileSync("/etc/hostname").trim() || "localhost";
   } catch {
     return "localhost";
-  }
-}
-
-/** Whether a process of this host is alive (where /proc is missing, assume it is: never steal). */
-function alive(pid: number): boolean {
-  try {
-    Deno.statSync("/proc/self");
-  } catch {
-    return true;
-  }
-  try {
-    Deno.statSync(`/proc/${pid}`);
-    return true;
-  } catch {
-    return false;
   }
 }
 
@@ -266,9 +251,10 @@ export interface Lock {
 }
 
 /**
- * Takes the lock of an output folder (which must exist): a file naming this process. A live holder is
- * refused with its pid, host and start time; the lock of a process of this host that is gone is taken
- * over (`onStale` is told).
+ * Takes the lock of an output folder (which must exist). The lock is an exclusive flock on a file that
+ * names its holder: the system releases it when the holder dies however it dies, so a lock file left by
+ * a dead process is recognised (it is not locked) and taken over (`onStale` is told); a live holder is
+ * refused with its pid, host and start time. Works without reading /proc (closed to --allow-read).
  */
 export async function acquireLock(
   dir: string,
@@ -277,38 +263,47 @@ export async function acquireLock(
 ): Promise<Lock> {
   const path = join(dir, LOCK_FILE);
   const me: LockRecord = { pid: Deno.pid, host: hostName(), started: new Date().toISOString(), command };
-  for (let attempt = 0; attempt < 2; attempt++) {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const file = await io(
+      path,
+      "open the lock file",
+      () => Deno.open(path, { read: true, write: true, create: true }),
+    );
+    let mine = false;
     try {
-      await Deno.writeTextFile(path, JSON.stringify(me) + "\n", { createNew: true });
+      if (!(await file.tryLock(true))) {
+        const held = await readLock(path);
+        const who = held
+          ? `pid ${held.pid} on ${held.host}, started ${held.started} (${held.command})`
+          : "another process";
+        throw new OutputError(`${dir} is in use by another run: ${who}; wait for it to finish`);
+      }
+      // A holder that released between our open and lock may have removed the file: then lock the new one.
+      const [a, b] = [await file.stat(), await Deno.stat(path).catch(() => undefined)];
+      if (!b || a.ino !== b.ino) continue;
+      const previous = await readLock(path);
+      if (previous) {
+        onStale?.(
+          `${path}: taking over the lock of pid ${previous.pid} (started ${previous.started}), no longer running`,
+        );
+      }
+      await file.truncate(0);
+      const bytes = new TextEncoder().encode(JSON.stringify(me) + "\n");
+      for (let off = 0; off < bytes.length;) off += await file.write(bytes.subarray(off));
+      mine = true;
       return {
         path,
         release: async () => {
-          // Only our own lock: never remove one a later run took over.
-          const held = await readLock(path);
-          if (held?.pid === me.pid && held.started === me.started) await Deno.remove(path).catch(() => {});
+          await Deno.remove(path).catch(() => {});
+          await file.unlock().catch(() => {});
+          file.close();
         },
       };
-    } catch (e) {
-      if (!(e instanceof Deno.errors.AlreadyExists)) {
-        throw new OutputError(`${path}: cannot create the lock file (${ioCause(e)})`);
-      }
+    } finally {
+      if (!mine) file.close();
     }
-    const held = await readLock(path);
-    const stale = held === undefined
-      ? false
-      : held.host === me.host && held.pid !== me.pid && !alive(held.pid);
-    if (!stale) {
-      const who = held
-        ? `pid ${held.pid} on ${held.host}, started ${held.started} (${held.command})`
-        : "unknown";
-      throw new OutputError(
-        `${dir} is in use by another run: ${who}; wait for it to finish, or remove ${path} if it is gone`,
-      );
-    }
-    onStale?.(`${path}: taking over the lock of pid ${held!.pid}, which is no longer running`);
-    await Deno.remove(path).catch(() => {});
   }
-  throw new OutputError(`${path}: another run took the lock at the same moment`);
+  throw new OutputError(`${path}: another run took the lock at the same moment; try again`);
 }
 
 async function readLock(path: string): Promise<LockRecord | undefined> {

@@ -64,15 +64,23 @@ export function estimateBytes(c: SizeConfig, w: Workload): number {
   return weights + activations * (w.mode === "train" ? 2 : 1) + logits + compiler;
 }
 
-/** Memory this machine can give now (MemAvailable), or undefined where /proc/meminfo is not readable. */
+/**
+ * Memory this machine can give now, or undefined when it may not be asked: Deno needs
+ * --allow-sys=systemMemoryInfo (the tasks grant it), and asking without it would prompt a terminal user.
+ */
 export function availableBytes(): number | undefined {
   try {
-    const m = /MemAvailable:\s+(\d+) kB/.exec(Deno.readTextFileSync("/proc/meminfo"));
-    return m ? Number(m[1]) * 1024 : undefined;
+    if (Deno.permissions.querySync({ name: "sys", kind: "systemMemoryInfo" }).state !== "granted") {
+      return undefined;
+    }
+    return Deno.systemMemoryInfo().available;
   } catch {
     return undefined;
   }
 }
+
+/** Without a measurement, more than this is refused as absurd on any machine (a config typo). */
+const CEILING = 2 ** 40;
 
 export function formatBytes(n: number): string {
   const units = ["B", "KB", "MB", "GB", "TB", "PB"];
@@ -83,10 +91,10 @@ export function formatBytes(n: number): string {
 
 /**
  * Refuses a workload that cannot fit in this machine's memory, naming the estimate and what is there.
- * `available` defaults to MemAvailable (tests pass their own); unknown: no check.
+ * `measured` defaults to the memory available now (tests pass their own); unknown: a fixed ceiling.
  */
-export function checkModelSize(c: SizeConfig, w: Workload, available = availableBytes()): void {
-  if (available === undefined) return;
+export function checkModelSize(c: SizeConfig, w: Workload, measured = availableBytes()): void {
+  const available = measured ?? CEILING;
   const need = estimateBytes(c, w);
   if (need <= available) return;
   const p = parameterCount(c);
@@ -95,6 +103,10 @@ export function checkModelSize(c: SizeConfig, w: Workload, available = available
       `(${
         p.toExponential(2)
       } parameters, ${c.num_hidden_layers} layers, batch ${w.batchSize} × ${w.seqLen} ` +
-      `tokens) but this machine has ${formatBytes(available)} available; use a smaller model or batch`,
+      `tokens) but ${
+        measured === undefined
+          ? `no machine this runs on has over ${formatBytes(available)} (memory not measured: no --allow-sys)`
+          : `this machine has ${formatBytes(available)} available`
+      }; use a smaller model or batch`,
   );
 }

@@ -10,7 +10,7 @@ import { type FlatLayout, layoutTables } from "../compiler/optimizer/layout.ts";
 import { OPT, STATE } from "../compiler/optimizer/update.ts";
 import type { HfHeadParts } from "../model_io/hf_head_files.ts";
 import type { StepExecutor } from "../runtime/backend.ts";
-import { type LoadedCheckpoint, writeCheckpoint } from "./checkpoint.ts";
+import { CheckpointError, type LoadedCheckpoint, writeCheckpoint } from "./checkpoint.ts";
 import {
   checkLayout,
   flatFromParams,
@@ -57,7 +57,28 @@ export function writeCheckpointStart(
   checkLayout(ck.dir, ck.state.layout, layout);
   ex.write(OPT.flatParams, flatFromParams(ck.model, layout));
   restoreOptimizer(ex, ck, layout);
-  return Float32Array.from(ck.state.device_state as number[]);
+  return decodeState(ck.state.device_state, ck.dir);
+}
+
+/**
+ * The device's state vector as JSON. A step skipped for fp16 overflow leaves a NaN gradient norm in it,
+ * a normal state that must checkpoint and resume exactly, and JSON has no NaN: non-finite values are
+ * written as the strings "NaN", "Infinity" and "-Infinity". Finite f32 values round-trip exactly.
+ */
+export function encodeState(state: ArrayLike<number>): (number | string)[] {
+  return Array.from(state, (x) => (Number.isFinite(x) ? x : String(x)));
+}
+
+const NON_FINITE: Record<string, number> = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
+
+/** The inverse of encodeState; anything else is a CheckpointError naming the checkpoint. */
+export function decodeState(saved: unknown, dir: string): Float32Array {
+  const ok = Array.isArray(saved) &&
+    saved.every((x) =>
+      (typeof x === "number" && Number.isFinite(x)) || (typeof x === "string" && x in NON_FINITE)
+    );
+  if (!ok) throw new CheckpointError(`${dir}: trainer_state.json has no valid device_state`);
+  return Float32Array.from(saved as (number | string)[], (x) => (typeof x === "number" ? x : NON_FINITE[x]));
 }
 
 export interface UpdateOptions {
@@ -117,8 +138,10 @@ export async function saveDeviceCheckpoint(ex: StepExecutor, s: SaveOptions): Pr
       schedule: s.schedule,
       rng: { seed: s.seed },
       layout: layoutRecord(s.layout),
-      device_state: Array.from(dev.state),
-      train_state: stateRecord(dev.state),
+      device_state: encodeState(dev.state),
+      train_state: Object.fromEntries(
+        Object.entries(stateRecord(dev.state)).map(([k, v]) => [k, Number.isFinite(v) ? v : String(v)]),
+      ),
     },
   }, { keep: s.keep });
   return dir;

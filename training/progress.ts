@@ -60,6 +60,33 @@ export function progressFields(s: ProgressStats, total: number, etaSeconds: numb
   ].filter((x): x is string => x !== undefined);
 }
 
+/** Fields dropped, least useful first, when the line is too wide: the step, loss and ETA stay longest. */
+const DROP_ORDER = ["lr ", "scale ", "mlm acc ", " seq/s"];
+
+function bar(width: number, fraction: number): string {
+  const done = Math.min(width, Math.floor(width * fraction));
+  return `[${"=".repeat(done)}${done < width ? ">" : ""}${" ".repeat(Math.max(0, width - done - 1))}]`;
+}
+
+/**
+ * One progress line within `width` columns (never wrapping: \r could not undo it). The bar shrinks
+ * first, then whole fields go (learning rate, loss scale, accuracy, speed), so the ETA stays on an
+ * 80-column terminal; cutting the end of the line would lose it first.
+ */
+export function fitLine(fields: readonly string[], width: number, fraction: number): string {
+  let fs = [...fields];
+  const join = (barWidth: number) => `${barWidth > 0 ? bar(barWidth, fraction) + " " : ""}${fs.join("  ")}`;
+  for (let d = 0;; d++) {
+    const text = fs.join("  ");
+    const room = width - text.length - 3; // "[", "]" and a space around the bar
+    if (room >= 10) return join(Math.min(30, room));
+    if (text.length <= width) return text;
+    const drop = DROP_ORDER[d];
+    if (drop === undefined) return text.slice(0, width);
+    fs = fs.filter((f) => !f.includes(drop));
+  }
+}
+
 export class Progress {
   readonly total: number;
   readonly tty: boolean;
@@ -120,13 +147,7 @@ export class Progress {
       return;
     }
     const cols = Math.max(20, this.#columns());
-    const barWidth = Math.max(10, Math.min(30, cols - 80));
-    const done = Math.min(barWidth, Math.floor(barWidth * s.step / this.total));
-    const bar = `[${"=".repeat(done)}${done < barWidth ? ">" : ""}${
-      " ".repeat(Math.max(0, barWidth - done - 1))
-    }]`;
-    let line = `${bar} ${fields.join("  ")}`;
-    if (line.length > cols - 1) line = line.slice(0, cols - 1); // never wrap: \r could not undo it
+    const line = fitLine(fields, cols - 1, s.step / this.total);
     this.#write(`\r${line}\x1b[K`);
     this.#barShown = true;
   }

@@ -29,14 +29,17 @@ import {
   writeCheckpoint,
 } from "./checkpoint.ts";
 import { shardTokenizer } from "./checkpoint_tokenizer.ts";
+import { claimRunFolder } from "./run_folder.ts";
+import { verifyIfTrainingCheckpoint } from "./checkpoint.ts";
+import { checkModelSize } from "../model_io/size_check.ts";
 import { checkTrainOptions, TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "./options.ts";
-import { launchUpdate, writeCheckpointStart, writeFreshStart, writeOptimizerConstants } from "./device_setup.ts";
 import {
-  layoutRecord,
-  paramsFromFlat,
-  readDeviceState,
-  stateRecord,
-} from "./run_state.ts";
+  launchUpdate,
+  writeCheckpointStart,
+  writeFreshStart,
+  writeOptimizerConstants,
+} from "./device_setup.ts";
+import { saveDeviceCheckpoint } from "./device_setup.ts";
 
 /** One logged step, as a line of metrics.jsonl. */
 export interface LogRecord {
@@ -92,6 +95,29 @@ const DATA_INPUTS = [
 
 export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<RunResult> {
   checkTrainOptions(o);
+  // The output rule first: a folder of someone's files, or one another trainer holds, is refused
+  // before any work (and a folder created here is removed again if the run fails before writing).
+  const folder = await claimRunFolder(
+    o.outputDir,
+    "deno task train",
+    [o.inputDir, o.initCheckpoint, o.model],
+    ev.info,
+  );
+  try {
+    return await runInFolder(o, ev, () => folder.mark("deno task train"));
+  } finally {
+    await folder.release();
+  }
+}
+
+/** A yield to the event loop: a synchronous backend (the reference) otherwise starves signal handlers. */
+const breathe = () => new Promise<void>((r) => setTimeout(r, 0));
+
+async function runInFolder(
+  o: TrainOptions,
+  ev: RunEvents,
+  markFolder: () => Promise<void>,
+): Promise<RunResult> {
   const info = ev.info ?? (() => {});
 
   // ---- where to start: a checkpoint of this run, a phase-1 checkpoint, an HF folder, or fresh ----
@@ -114,6 +140,13 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     // deno-lint-ignore no-explicit-any
     state: loaderState as any,
   });
+  if (loader.manifest.vocab_size > model.config.vocab_size) {
+    loader.close();
+    throw new TrainOptionsError(
+      `${dataDir}: the shards were made with a vocabulary of ${loader.manifest.vocab_size} tokens but ` +
+        `${o.model} has vocab_size ${model.config.vocab_size}; their token ids would be out of range`,
+    );
+  }
   const shardTok = await shardTokenizer(loader.manifest);
   if ("unavailable" in shardTok) info(`checkpoints will carry no tokenizer: ${shardTok.unavailable}`);
   const choice = await openBackend(o.backend);
@@ -126,6 +159,14 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
   const precision: Precision = o.precision !== "auto" ? o.precision : choice.row.autoPrecision;
   const refusal = choice.refusePrecision(precision);
   if (refusal) throw new TrainOptionsError(refusal);
+  checkModelSize(model.config, {
+    mode: "train",
+    batchSize: micro,
+    seqLen: loader.seqLength,
+    maxPredictions: loader.maxPredictions,
+    what: o.model,
+  });
+  if (o.initCheckpoint) await verifyIfTrainingCheckpoint(o.initCheckpoint);
   const graph = buildModelGraph({
     model,
     mode: "train",
@@ -140,7 +181,12 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     },
   });
   const layout = flatLayoutOf(graph);
+  // Compiling takes from seconds to a minute: say so, or the run looks hung.
+  info(`compiling the training step (${graph.nodes.length} graph nodes, ${o.fuse ? "fused" : "unfused"})…`);
+  const tc = performance.now();
+  await breathe(); // let the line out before the synchronous compile
   const { executor: ex, compiled } = await choice.compile(graph, o.fuse);
+  info(`compiled in ${((performance.now() - tc) / 1000).toFixed(1)} s`);
   const kernels = compiled?.plan.kernels.length ?? 0;
   info(
     `${model.name} ${precision}: ${layout.segments.length} tensors, ${
@@ -181,7 +227,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     if (step >= maxSteps) {
       info(`step ${baseStep + step} is already at --max-steps ${maxSteps}; nothing to do`);
     }
-    await Deno.mkdir(o.outputDir, { recursive: true }); // only now: a run that cannot start leaves nothing
+    await markFolder(); // only now: a run that cannot start leaves nothing
     const skippedSteps = start.resume && !start.newPhase
       ? Number((start.resume.state.train_state as Record<string, number> | undefined)?.skippedSteps ?? 0)
       : 0;
@@ -195,30 +241,23 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     let lastCheckpoint: string | undefined;
     let savedAt = step;
     const save = async () => {
-      const dev = await readDeviceState(ex);
       const globalStep = baseStep + step;
-      const { dir } = await writeCheckpoint(o.outputDir, globalStep, {
-        model: {
-          graph,
-          config: { ...model.config, architectures: ["BertForPreTraining"], model_type: "bert" },
-          weights: paramsFromFlat(dev.flatParams, layout),
-          head: { head: "pretraining", tokenizer: "tokenizer" in shardTok ? shardTok.tokenizer : undefined },
-        },
-        optimizer: dev.optimizer,
-        state: {
-          step: globalStep,
-          optimizerStep: dev.state[STATE.step],
-          lossScaler: { scale: dev.state[STATE.lossScale], cleanSteps: dev.state[STATE.cleanSteps] },
-          schedule,
-          rng: { seed: o.seed },
+      const dir = await saveDeviceCheckpoint(ex, {
+        runDir: o.outputDir,
+        step: globalStep,
+        graph,
+        layout,
+        config: { ...model.config, architectures: ["BertForPreTraining"], model_type: "bert" },
+        head: { head: "pretraining", tokenizer: "tokenizer" in shardTok ? shardTok.tokenizer : undefined },
+        schedule,
+        seed: o.seed,
+        keep: o.keepCheckpoints,
+        extra: {
           loader: loader.state(),
           args: JSON.parse(JSON.stringify({ ...o, maxSteps })), // undefined options dropped
           phase: o.phase2 ? 2 : 1,
-          layout: layoutRecord(layout),
-          device_state: Array.from(dev.state),
-          train_state: stateRecord(dev.state),
         },
-      }, { keep: o.keepCheckpoints });
+      });
       lastCheckpoint = dir;
       savedAt = step;
       await ev.checkpoint?.(dir, globalStep);
@@ -229,6 +268,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     const t0 = performance.now();
     let stoppedBy: RunResult["stoppedBy"] = step >= maxSteps ? "max-steps" : "steps-this-run";
     while (step < stopAt) {
+      await breathe();
       if (ev.stopRequested?.()) {
         stoppedBy = "signal";
         break;

@@ -14,6 +14,11 @@ export interface StopSignalOptions {
   write?: (text: string) => void;
   /** How to leave on the second signal (default Deno.exit; tests replace it). */
   exit?: (code: number) => void;
+  /**
+   * Also watch from a worker (signal_watch.ts), so a second signal quits at once even while the main
+   * thread is blocked in a long synchronous step (default false; `deno task train` turns it on).
+   */
+  watchWhileBlocked?: boolean;
 }
 
 const SIGNAL_NUMBERS: Partial<Record<Deno.Signal, number>> = {
@@ -28,6 +33,9 @@ export class StopSignal {
   #listeners: [Deno.Signal, () => void][] = [];
   #write: (text: string) => void;
   #exit: (code: number) => void;
+  #watcher: Worker | undefined;
+  #watch: boolean;
+  #ready: Promise<void> = Promise.resolve();
   readonly signals: Deno.Signal[];
 
   constructor(o: StopSignalOptions = {}) {
@@ -35,6 +43,7 @@ export class StopSignal {
     const enc = new TextEncoder();
     this.#write = o.write ?? ((t) => void Deno.stderr.writeSync(enc.encode(t)));
     this.#exit = o.exit ?? ((code) => Deno.exit(code));
+    this.#watch = o.watchWhileBlocked ?? false;
   }
 
   /** True once a stop was asked for. */
@@ -58,7 +67,23 @@ export class StopSignal {
         // Windows listens only for SIGINT and SIGBREAK; the others cannot be delivered there anyway.
       }
     }
+    if (this.#watch) {
+      try {
+        const w = new Worker(new URL("./signal_watch.ts", import.meta.url).href, { type: "module" });
+        this.#ready = new Promise((resolve) => {
+          w.onmessage = () => resolve();
+          w.onerror = (e) => (e.preventDefault(), resolve());
+        });
+        w.postMessage({ signals: this.signals });
+        this.#watcher = w;
+      } catch { /* no worker: signals are still handled between steps */ }
+    }
     return this;
+  }
+
+  /** Resolves once the watcher (if any) listens; a run starting its steps waits for it. */
+  ready(): Promise<void> {
+    return this.#ready;
   }
 
   /** What a delivered signal does (public so it can be tested without sending signals). */
@@ -78,6 +103,8 @@ export class StopSignal {
   dispose(): void {
     for (const [sig, fn] of this.#listeners) Deno.removeSignalListener(sig, fn);
     this.#listeners = [];
+    this.#watcher?.terminate();
+    this.#watcher = undefined;
   }
 
   [Symbol.dispose](): void {
