@@ -13,8 +13,8 @@ import { cudaShimDevice } from "../util/fuzz_devices.ts";
 
 const version = await cxxVersion();
 if (!version) console.log(`CUDA fuzz ignored: ${CXX} not found`);
-const FIXED = Number(Deno.env.get("FUZZ_CUDA_COUNT") ?? 96);
-const EXTRA = Number(Deno.env.get("FUZZ_CUDA_EXTRA") ?? 32);
+const FIXED = Number(Deno.env.get("FUZZ_CUDA_COUNT") ?? 224);
+const EXTRA = Number(Deno.env.get("FUZZ_CUDA_EXTRA") ?? 64);
 const BATCH = 32;
 
 Deno.test({

@@ -1,0 +1,42 @@
+/**
+ * The fuzzer's list of unfixed compiler bugs (cases/fuzz/known.ts) stays true: each listed seed still
+ * fails to compile fused with its bug's message, and compiles unfused. When a fix lands this test fails
+ * for its seeds: remove the entry, and the seeds are checked like all others again.
+ */
+import assert from "node:assert/strict";
+import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { fuzzGraph } from "../../cases/fuzz/generate.ts";
+import { KNOWN_BUGS } from "../../cases/fuzz/known.ts";
+import { differentiate } from "../../compiler/passes/autodiff.ts";
+import { ModelBuilder } from "../../dsl/mod.ts";
+
+for (const bug of KNOWN_BUGS) {
+  Deno.test(`known fuzz bug still there: ${bug.what.slice(0, 80)}…`, () => {
+    for (const seed of bug.seeds) {
+      const g = fuzzGraph(seed).graph;
+      assert.throws(
+        () => compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL } }),
+        (e: Error) => bug.pattern.test(e.message),
+        `seed ${seed} compiles fused now: remove it (or its bug) from cases/fuzz/known.ts`,
+      );
+      compileGraph(g, { fuse: false, emitters: { wgsl: emitWGSL } });
+    }
+  });
+}
+
+Deno.test("known fuzz bug, smallest form: the gradient of x·rsqrt(mean(x²) + 1) over every axis", () => {
+  const compile = (axes: number[]) => {
+    const m = new ModelBuilder("rms-all-axes");
+    const x = m.param("x", [2, 8, 4], "zeros");
+    const y = x.mul(x.square().mean(axes).add(1).rsqrt());
+    m.output("loss", y.mul(m.input("c", "f32", [2, 8, 4])).sum([0, 1, 2], false));
+    compileGraph(differentiate(m.graph, "loss"), { fuse: true, emitters: { wgsl: emitWGSL } });
+  };
+  for (const axes of [[2], [1, 2], [0, 2]]) compile(axes);
+  assert.throws(
+    () => compile([0, 1, 2]),
+    KNOWN_BUGS[0].pattern,
+    "fixed: remove the bug from cases/fuzz/known.ts",
+  );
+});
