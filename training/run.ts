@@ -26,7 +26,6 @@ import {
   findNewestCheckpoint,
   type LoadedCheckpoint,
   readCheckpoint,
-  writeCheckpoint,
 } from "./checkpoint.ts";
 import { shardTokenizer } from "./checkpoint_tokenizer.ts";
 import { claimRunFolder } from "./run_folder.ts";
