@@ -8,6 +8,13 @@ import { brownShardDirName } from "../data/corpus/brown_shards.ts";
 import { defaultCacheDir } from "../data/corpus/cache.ts";
 import { DEFAULT_SETTINGS, prepareData } from "../data/pretraining/prepare.ts";
 import { progressBar } from "../data/pretraining/progress.ts";
+import { checkDirOutput } from "../model_io/outputs.ts";
+
+/** Whether a folder holds shards of ours (their manifest), so a new run may replace them. */
+async function isShardFolder(dir: string): Promise<boolean> {
+  const m = JSON.parse(await Deno.readTextFile(join(dir, "manifest.json")));
+  return m?.format === "bertfuse-pretraining-shards";
+}
 import { kebabFlags } from "./flag_spelling.ts";
 
 const D = DEFAULT_SETTINGS;
@@ -24,8 +31,8 @@ manifest.json, which deno task data-dump prints and the training loader reads.
   --input X            text files in BERT's format: one sentence per line, a blank line between
                        documents. Repeat the flag or separate with commas; a directory means all its
                        files. "brown" or no --input: the built-in Brown corpus (500 documents).
-  --output DIR         where the shards go; shards and the manifest of an earlier run there are
-                       replaced. Default for the Brown corpus: the cache deno task train reads,
+  --output DIR         where the shards go: absent, empty, or the shards of an earlier run (replaced);
+                       never an input, nor a folder of other files. Default for the Brown corpus: the cache deno task train reads,
                        out/data/brown-s128 (the name lists settings that differ from the defaults)
   --max-seq-length N   tokens per instance, [CLS] and [SEP]s included (default ${D.maxSeqLength})
   --max-predictions-per-seq N   masked positions at most (default ${D.maxPredictionsPerSeq})
@@ -36,7 +43,7 @@ manifest.json, which deno task data-dump prints and the training loader reads.
   --seed S             seed of every random choice (default ${D.seed}); the output depends only on the
                        input, the settings and the seed, not on --workers
   --workers N          threads for tokenizing and making shards: this one and N - 1 Web Workers
-                       (default 1)
+                       (default 1; at most the number of CPU cores)
   --vocab FILE         vocab.txt or tokenizer.json (default: built-in bert-base-uncased)
   --cased              keep case and accents
   --shard-tokens N     input tokens per shard (default ${D.shardTokens}); decides how documents are
@@ -113,11 +120,24 @@ async function main() {
         : "--output DIR is required (see --help)",
     );
   }
+  await checkDirOutput(output, {
+    label: `--output ${output}`,
+    inputs: brown ? [values.vocab] : [...inputs, values.vocab],
+    isOurs: isShardFolder,
+    oursLooksLike: "a shard folder of deno task prepare-data (manifest.json)",
+  });
+  // More threads than cores only adds isolates to start (1,000 of them never finish starting).
+  const cores = navigator.hardwareConcurrency || 1;
+  let workers = positiveInt("workers", values.workers, 1);
+  if (workers > cores) {
+    console.error(`--workers ${workers}: this machine has ${cores} cores; using ${cores}`);
+    workers = cores;
+  }
   const result = await prepareData({
     ...settings,
     inputs: brown ? [] : inputs,
     output,
-    workers: positiveInt("workers", values.workers, 1),
+    workers,
     vocab: values.vocab,
     onProgress: values.quiet ? undefined : progressBar(),
   });

@@ -192,3 +192,28 @@ Deno.test("numeric flags are strict, negative values are not 'ambiguous', and ra
     assert.doesNotMatch(r.stderr, /ambiguous/);
   }
 });
+
+Deno.test("prepare-data caps --workers by the cores and refuses a folder of other files", () =>
+  withTemp(async (dir) => {
+    const lines = ["the cat sat on the mat .", "a dog ran .", "", "big red ball .", "over the hill .", ""];
+    await Deno.writeTextFile(`${dir}/in.txt`, Array(10).fill(lines.join("\n")).join("\n"));
+    const args = [
+      "--input",
+      `${dir}/in.txt`,
+      "--max-seq-length",
+      "16",
+      "--max-predictions-per-seq",
+      "3",
+      "--quiet",
+    ];
+    const t0 = performance.now();
+    const r = await runCli("prepare_data.ts", [...args, "--output", `${dir}/o`, "--workers", "1000"]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stderr, /--workers 1000: this machine has \d+ cores; using \d+/);
+    assert.ok(performance.now() - t0 < 30_000);
+    refused(
+      await runCli("prepare_data.ts", [...args, "--output", dir]),
+      /holds files that are not a shard folder of deno task prepare-data/,
+    );
+    assert.ok((await Deno.readTextFile(`${dir}/in.txt`)).startsWith("the cat"));
+  }));
