@@ -17,23 +17,26 @@ import { OPT } from "../compiler/optimizer/update.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
 import { BACKEND_NAMES, openBackend } from "../engine/choose_backend.ts";
 import type { Graph } from "../ir/mod.ts";
+import { defineBert } from "../models/bert.ts";
 import { loadModel } from "../models/load.ts";
 import { initParams } from "../model_io/init_params.ts";
 import type { Plan } from "../plan/plan.ts";
 import { flatFromParams } from "../training/run_state.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
+import { writeFileAtomic } from "../model_io/outputs.ts";
 import { median, type Steppable, timeRound } from "./step_timing.ts";
 
 const HELP = `
 deno task bench:bert [--model M] [--backend auto|cuda|webgpu|cpu] [--precision fp32|fp16|bf16]
-                     [--mode train|infer|all] [--batch-size N] [--infer-batch-size N] [--seq-len S]
+                     [--mode train|infer|finetune|all] [--batch-size N] [--infer-batch-size N] [--seq-len S]
                      [--max-predictions P] [--rounds N] [--steps-per-round N] [--json FILE] [--peer|--no-peer]
 
 Sequences/s of a BERT training step (forward, backward, fused LAMB) and of inference, fused and unfused
 in one run. Defaults: BERT-tiny, batch 8, sequence 64, 10 predictions (the default train run); on a GPU
 use e.g. --model models/bert-large.ts --precision fp16 --batch-size 64 --seq-len 128 --max-predictions 20.
 
-  --mode M              train, infer (batch --infer-batch-size, and batch 1 for latency) or all (default)
+  --mode M              train, infer (batch --infer-batch-size, and batch 1 for latency) or all (default);
+                        finetune: deno task finetune's step (two-class head, BERT's Adam), not in all
   --rounds N            timed rounds per side, alternating (default 5)
   --steps-per-round N   steps submitted back to back per round (default 4)
   --json FILE           write {"device","date","command","cases":[...]} (bench/results/ format)
@@ -73,7 +76,7 @@ await runMain(async () => {
   const model = await loadModel(values.model ?? new URL("../models/bert-tiny.ts", import.meta.url).pathname);
   const request = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
   const precision = oneOf<Precision>("precision", values.precision, ["fp32", "fp16", "bf16"], "fp32");
-  const mode = oneOf("mode", values.mode, ["train", "infer", "all"], "all");
+  const mode = oneOf("mode", values.mode, ["train", "infer", "finetune", "all"], "all");
   const batch = positiveInt("batch-size", values["batch-size"], 8);
   const inferBatch = positiveInt("infer-batch-size", values["infer-batch-size"], 64);
   const seq = positiveInt("seq-len", values["seq-len"], 64);
@@ -126,7 +129,32 @@ await runMain(async () => {
     attention_mask: new Int32Array(B * seq).fill(1),
   });
   const tag = `${model.name}`;
-  if (mode !== "infer") {
+  if (mode === "finetune") {
+    // deno task finetune's step: the sentence-classification head (two labels, as the built-in task) and
+    // BERT's Adam (AdamW with its schedule), everything else as in pre-training.
+    const g = buildModelGraph({
+      model: defineBert(`${model.name}-cls2`, { ...model.config, num_labels: 2 }),
+      mode: "train",
+      head: "classification",
+      precision,
+      batchSize: batch,
+      seqLen: seq,
+      optimizer: { kind: "adamw", dynamicScale: precision === "fp16" },
+    });
+    const layout = flatLayoutOf(g);
+    await measure(`${tag}-finetune-s${seq}-${precision}`, g, {
+      ...optimizerFeeds(
+        layout,
+        { base: 1e-4, warmupProportion: 0.1, totalSteps: 1000 },
+        { step: 0, lossScale: precision === "fp16" ? 2 ** 16 : 1 },
+      ),
+      [OPT.flatParams]: flatFromParams(initParams(g, 1), layout),
+      ...tokens(batch),
+      labels: Int32Array.from({ length: batch }, () => r.int(0, 2)),
+      rng_key: [1, 0],
+    }, batch);
+  }
+  if (mode === "train" || mode === "all") {
     const g = buildModelGraph({
       model,
       mode: "train",
@@ -152,7 +180,7 @@ await runMain(async () => {
     };
     await measure(`${tag}-train-s${seq}-${precision}`, g, feeds, batch);
   }
-  if (mode !== "train") {
+  if (mode === "infer" || mode === "all") {
     for (const B of [inferBatch, 1]) {
       const g = buildModelGraph({ model, mode: "infer", precision, batchSize: B, seqLen: seq });
       await measure(`${tag}-infer-s${seq}-b${B}-${precision}`, g, {
@@ -162,7 +190,8 @@ await runMain(async () => {
     }
   }
 
-  const peer = values.peer || (choice.kind === "cpu" && !values["no-peer"]);
+  // The PyTorch peer knows pre-training and inference shapes, not the fine-tuning head.
+  const peer = mode !== "finetune" && (values.peer || (choice.kind === "cpu" && !values["no-peer"]));
   if (peer) {
     cases.push(
       ...await torchPeer({
@@ -212,7 +241,7 @@ await runMain(async () => {
       command: `deno task bench:bert ${Deno.args.join(" ")}`.trim(),
       cases,
     };
-    await Deno.writeTextFile(values.json, JSON.stringify(out, null, 2) + "\n");
+    await writeFileAtomic(values.json, JSON.stringify(out, null, 2) + "\n");
   }
 });
 

@@ -3,10 +3,12 @@
  * training step, and each fusion kind alone — as kernels launched, bytes moved (the compiler's traffic
  * model) and step time; plus the wall time of compiling BERT-large for training.
  *
- * Times are per step: the median over --iterations rounds of 4 steps submitted back to back, after one
- * warm-up step (lavapipe compiles shaders on first dispatch). Each step is one command buffer.
+ * Times are per step: the median over --iterations rounds of 4 steps submitted back to back, fused and
+ * unfused rounds alternating, after one warm-up step each (lavapipe compiles shaders on first dispatch).
+ * Each step is one command buffer.
  */
 import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
+import { writeFileAtomic } from "../model_io/outputs.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import { bytesMoved } from "../compiler/report.ts";
@@ -48,30 +50,11 @@ interface CaseResult {
   ratios: { kernels: number; bytes: number; ms: number };
 }
 
-async function measure(
-  ctx: GpuContext,
-  g: Graph,
-  feeds: Record<string, ArrayLike<number>>,
-  fuse: boolean,
-  iterations: number,
-): Promise<Side> {
-  const { executor, compiled } = await WEBGPU.compile(ctx, g, fuse);
-  try {
-    for (const [name, data] of Object.entries(feeds)) executor.write(name, data);
-    await executor.step();
-    await executor.finish();
-    const times: number[] = [];
-    for (let i = 0; i < iterations; i++) times.push(await timeRound(executor));
-    return {
-      kernels: compiled.plan.steps.filter((s) => s.op === "launch").length,
-      bytes: bytesMoved(compiled.plan),
-      ms: median(times),
-    };
-  } finally {
-    executor.destroy();
-  }
-}
-
+/**
+ * Both sides compiled and warmed, then timed in alternating rounds (fused, unfused, fused, ...), so drift
+ * on a noisy machine (another job, clocks, caches) hits both alike; one side after the other swung the
+ * ratio from 0.71 to 1.49 between two runs.
+ */
 async function compare(
   ctx: GpuContext,
   name: string,
@@ -79,8 +62,24 @@ async function compare(
   feeds: Record<string, ArrayLike<number>>,
   iterations: number,
 ): Promise<CaseResult> {
-  const fused = await measure(ctx, g, feeds, true, iterations);
-  const unfused = await measure(ctx, g, feeds, false, iterations);
+  const sides = [];
+  try {
+    for (const fuse of [true, false]) {
+      const { executor, compiled } = await WEBGPU.compile(ctx, g, fuse);
+      sides.push({ executor, compiled, times: [] as number[] });
+      for (const [n, data] of Object.entries(feeds)) executor.write(n, data);
+      await executor.step();
+      await executor.finish();
+    }
+    for (let i = 0; i < iterations; i++) for (const s of sides) s.times.push(await timeRound(s.executor));
+  } finally {
+    for (const s of sides) s.executor.destroy();
+  }
+  const [fused, unfused]: Side[] = sides.map((s) => ({
+    kernels: s.compiled.plan.steps.filter((st) => st.op === "launch").length,
+    bytes: bytesMoved(s.compiled.plan),
+    ms: median(s.times),
+  }));
   const r: CaseResult = {
     name,
     fused,
@@ -199,7 +198,7 @@ await runMain(async () => {
       cases,
       compile_bert_large_train_ms: compileMs,
     };
-    await Deno.writeTextFile(values.json, JSON.stringify(result, null, 2) + "\n");
+    await writeFileAtomic(values.json, JSON.stringify(result, null, 2) + "\n");
     console.log(`wrote ${values.json}`);
   }
 });

@@ -1,7 +1,8 @@
 /** `deno task finetune`: fine-tune BERT on SQuAD, GLUE, spam, your own data or the built-in sentiment set. */
 import type { Precision } from "../compiler/passes/precision.ts";
 import { BACKEND_NAMES } from "../engine/choose_backend.ts";
-import { CheckpointError } from "../training/checkpoint.ts";
+import { CheckpointError, verifyIfTrainingCheckpoint } from "../training/checkpoint.ts";
+import { claimRunFolder } from "../training/run_folder.ts";
 import { runFinetune } from "../training/finetune/loop.ts";
 import { FINETUNE_DEFAULTS, type FinetuneOptions } from "../training/finetune/options.ts";
 import { FinetuneUi } from "../training/finetune/ui.ts";
@@ -206,8 +207,11 @@ await runMain(async () => {
     trainLimit: int("train-limit"),
     evalLimit: int("eval-limit"),
   };
+  // The output rule (model_io/outputs.ts): no folder of user files, one writer at a time.
+  const folder = await claimRunFolder(o.outputDir, "deno task finetune", [o.initCheckpoint]);
   const ui = new FinetuneUi(o.outputDir);
   try {
+    if (o.initCheckpoint) await verifyIfTrainingCheckpoint(o.initCheckpoint);
     await ui.finish(await runFinetune(o, ui.events()));
   } catch (e) {
     ui.close();
@@ -215,5 +219,7 @@ await runMain(async () => {
       throw new UsageError(e.message);
     }
     throw e;
+  } finally {
+    await folder.release();
   }
 });
