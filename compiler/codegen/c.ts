@@ -151,12 +151,79 @@ function gidGuard(body: readonly KStmt[]): { n: number; body: readonly KStmt[] }
   return { n: c.b.v, body: [...body.filter((x) => x.k === "comment"), ...s.then] };
 }
 
+/**
+ * Whether a thread's loop may run its iterations as SIMD lanes, and its accumulators: step 1; no
+ * barriers, reductions, shared-memory stores or inner loops; every store to a binding the loop never
+ * loads from, at most one store per binding, at index `x + v` (x not reading the loop variable v: one
+ * element per iteration, so no two iterations touch one element); and every local it sets that was
+ * declared outside it set as `x = x + e` or `x = max(x, e)` (e not reading x) on f32/i32 values.
+ * Undefined for any other loop.
+ */
+function simdLoop(
+  s: Extract<KStmt, { k: "for" }>,
+  typeOf: (name: string) => KType | undefined,
+): Map<string, "add" | "max"> | undefined {
+  if (s.step.k !== "lit" || s.step.v !== 1) return undefined;
+  const inner = new Set<string>();
+  const acc = new Map<string, "add" | "max">();
+  const reads = (e: KExpr, name: string) => {
+    let found = false;
+    forEachExpr(e, (y) => (found ||= y.k === "ref" && y.name === name));
+    return found;
+  };
+  const stored = new Set<string>();
+  let ok = true;
+  visitStmts(s.body, (x) => {
+    if (x.k === "let") inner.add(x.name);
+    if (x.k === "sstore" || x.k === "for" || x.k === "barrier" || x.k === "wg_reduce") ok = false;
+    if (x.k !== "store") return;
+    const i = x.index;
+    const isV = (y: KExpr) => y.k === "ref" && y.name === s.v;
+    const perIteration = isV(i) ||
+      (i.k === "bin" && i.op === "add" && ((isV(i.b) && !reads(i.a, s.v)) || (isV(i.a) && !reads(i.b, s.v))));
+    if (!perIteration || stored.has(x.buf)) ok = false;
+    stored.add(x.buf);
+  });
+  visitExprs(s.body, (e) => (ok &&= e.k !== "load" || !stored.has(e.buf)));
+  if (!ok) return undefined;
+  visitStmts(s.body, (x) => {
+    if (x.k !== "set" || inner.has(x.name)) return;
+    const t = typeOf(x.name);
+    const e = x.value;
+    if ((t !== "f32" && t !== "i32") || e.k !== "bin" || (e.op !== "add" && e.op !== "max")) {
+      return void (ok = false);
+    }
+    const mine = (y: KExpr) => y.k === "ref" && y.name === x.name;
+    const other = mine(e.a) ? e.b : e.op === "max" && mine(e.b) ? e.a : undefined;
+    if (!other || reads(other, x.name) || (acc.has(x.name) && acc.get(x.name) !== e.op)) {
+      return void (ok = false);
+    }
+    acc.set(x.name, e.op);
+  });
+  // Accumulators must not be read elsewhere in the loop (a partial sum is not the running sum).
+  for (const name of acc.keys()) {
+    let uses = 0;
+    visitExprs(s.body, (y) => (uses += y.k === "ref" && y.name === name ? 1 : 0));
+    if (uses !== countSets(s.body, name)) ok = false;
+  }
+  return ok ? acc : undefined;
+}
+
+function countSets(body: readonly KStmt[], name: string): number {
+  let n = 0;
+  visitStmts(body, (x) => (n += x.k === "set" && x.name === name ? 1 : 0));
+  return n;
+}
+
 class Speller extends CFamilySpeller {
   private readonly names = new CudaNamer();
   private readonly helpers = new Set<CHelper>();
   /** Locals held per thread in arrays (see the file comment). */
   private readonly promoted = new Set<string>();
   private inThreads = false;
+  /** Locals spelled as another name (a reduction loop's accumulators, see simdLoop). */
+  private readonly aliases = new Map<string, string>();
+  private readonly localType = new Map<string, KType>();
   /** Threads at or past this global id do nothing (see gidGuard). */
   private threadLimit: number | undefined;
   private usesGid = false;
@@ -323,6 +390,35 @@ class Speller extends CFamilySpeller {
     this.line("}");
   }
 
+  /**
+   * A loop inside a thread whose iterations are independent but for accumulators (see simdLoop) is
+   * vectorized with OpenMP's simd (the C compiler cannot prove that alone across our index math), with a
+   * reduction clause per accumulator: per-lane partial results combined at the end, so a sum's order
+   * depends on the machine's vector width, not on the run. The accumulators go through scalar temporaries (a promoted local is an
+   * array element, which a reduction clause cannot name).
+   */
+  protected override stmt(s: Exclude<KStmt, Reduce>): void {
+    const red = s.k === "for" ? simdLoop(s, (n) => this.localType.get(n)) : undefined;
+    if (s.k !== "for" || !red) return super.stmt(s);
+    const temps = [...red].map(([name, op]) => {
+      const temp = `bf_acc${this.temps++}`;
+      this.line(`${this.type(this.localType.get(name)!)} ${temp} = ${this.local(name)};`);
+      return { name, op, temp };
+    });
+    const clauses = temps.map((r) => ` reduction(${r.op === "add" ? "+" : "max"}:${r.temp})`);
+    this.line(`#pragma omp simd${clauses.join("")}`);
+    const v = this.local(s.v);
+    const to = this.expr(s.to);
+    for (const r of temps) this.aliases.set(r.name, r.temp);
+    this.line(`for (int ${v} = ${this.expr(s.from).s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += 1) {`);
+    this.depth++;
+    this.block(s.body);
+    this.depth--;
+    this.line("}");
+    for (const r of temps) this.aliases.delete(r.name);
+    for (const r of temps) this.line(`${this.local(r.name)} = ${r.temp};`);
+  }
+
   /** Adjacent reductions: one thread loop fills a slot per thread for each, then each is folded in order. */
   protected reduceGroup(group: readonly Reduce[]): void {
     const w = this.k.workgroupSize;
@@ -354,6 +450,8 @@ class Speller extends CFamilySpeller {
   // ---- the C-family hooks -------------------------------------------------------------------------
 
   protected local(name: string): string {
+    const alias = this.aliases.get(name);
+    if (alias !== undefined) return alias;
     const id = this.names.name(name);
     if (!this.promoted.has(name)) return id;
     return `${id}[${this.inThreads ? "lid" : "0"}]`;
@@ -371,6 +469,7 @@ class Speller extends CFamilySpeller {
   }
 
   protected declaration(name: string, t: KType, mutable: boolean): string {
+    this.localType.set(name, t);
     if (this.promoted.has(name)) return this.local(name);
     return `${mutable ? "" : "const "}${this.type(t)} ${this.names.name(name)}`;
   }
@@ -404,7 +503,10 @@ class Speller extends CFamilySpeller {
   }
 
   protected minMax(op: "max" | "min", t: KType): string {
-    if (isFloat(t)) return op === "max" ? "fmaxf" : "fminf";
+    if (isFloat(t)) {
+      this.helpers.add("bf_minmax_float");
+      return op === "max" ? "bf_maxf" : "bf_minf";
+    }
     this.helpers.add("bf_minmax_int");
     return `bf_${op}_${t === "u32" ? "u32" : "i32"}`;
   }
@@ -423,6 +525,7 @@ class Speller extends CFamilySpeller {
   protected unary(op: KUnOp, a: Spelled, t: KType): Spelled {
     const spell = SPELL_UNARY[op];
     if (spell.helper) this.helpers.add(spell.helper);
+    if (op === "exp" || op === "log" || op === "tanh" || op === "erf") this.helpers.add("bf_simd_math");
     if (!isFloat(t)) return (spell.int ?? this.fail(`${op} of a ${t} value`))(a, t);
     const float = spell.float ?? this.fail(`${op} of a ${t} value`);
     return this.fromF32(float(this.toF32(a, t)), t);

@@ -16,6 +16,8 @@ export type CHelper =
   | "bf_bf16"
   | "bf_f2i"
   | "bf_minmax_int"
+  | "bf_minmax_float"
+  | "bf_simd_math"
   | "bf_vectors";
 
 const guarded = (name: string, text: string) =>
@@ -35,10 +37,10 @@ const ERF = `// erf(x) to ~1e-7, the WGSL prelude's polynomial: |x| < 1 as x * P
 // 1 <= |x| <= 4 as 1 - exp(-x^2) * Q((1/x - 0.625) / 0.375); beyond 4, +-1. Both branches are computed
 // (branch-free, so a loop over threads vectorizes).
 static inline float bf_erf(float x) {
-  const float a = fminf(fabsf(x), 4.0f);
+  const float a = bf_minf(fabsf(x), 4.0f);
   const float u_small = 2.0f * a * a - 1.0f;
 ${horner(ERF_SMALL, "u_small", "p")}
-  const float u_large = (1.0f / fmaxf(a, 1.0f) - 0.625f) * (1.0f / 0.375f);
+  const float u_large = (1.0f / bf_maxf(a, 1.0f) - 0.625f) * (1.0f / 0.375f);
 ${horner(ERF_LARGE, "u_large", "q")}
   const float r = a < 1.0f ? a * p : 1.0f - expf(-a * a) * q;
   return x < 0.0f ? -r : r;
@@ -115,6 +117,19 @@ static inline uint32_t bf_f2u(float x) {
   return (uint32_t)x;
 }`;
 
+// fmaxf/fminf semantics (a NaN operand yields the other one) as a compare and a select: GCC calls libm's
+// fmaxf out of line unless math is finite-only, which keeps a loop from vectorizing.
+const MINMAX_FLOAT = `static inline float bf_maxf(float a, float b) { return a > b ? a : (b != b ? a : b); }
+static inline float bf_minf(float a, float b) { return a < b ? a : (b != b ? a : b); }`;
+
+// glibc's vector math (libmvec, linked with -lmvec): declared SIMD-callable, so a loop calling them
+// vectorizes (math.h declares these only under -ffast-math). libmvec's results are within a few ulp of
+// the scalar functions', like CUDA's; which one a loop uses depends on the machine, not on the run.
+const SIMD_MATH = `// Vector variants of libm functions (libmvec).
+float expf(float) __attribute__((simd("notinbranch")));
+float logf(float) __attribute__((simd("notinbranch")));
+float tanhf(float) __attribute__((simd("notinbranch")));`;
+
 const MINMAX = `static inline int32_t bf_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
 static inline int32_t bf_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 static inline uint32_t bf_max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
@@ -129,20 +144,24 @@ typedef struct __attribute__((aligned(8), may_alias)) { _Float16 x, y, z, w; } b
 
 const SOURCES: Record<CHelper, { text: string; needs: readonly CHelper[] }> = {
   bf_vectors: { text: VECTORS, needs: [] },
-  bf_erf: { text: ERF, needs: [] },
+  bf_erf: { text: ERF, needs: ["bf_minmax_float"] },
   bf_philox_block: { text: PHILOX_BLOCK, needs: [] },
   bf_philox: { text: PHILOX, needs: ["bf_philox_block"] },
   bf_philox4: { text: PHILOX4, needs: ["bf_philox_block", "bf_vectors"] },
   bf_bf16: { text: BF16, needs: [] },
   bf_f2i: { text: F2I, needs: [] },
   bf_minmax_int: { text: MINMAX, needs: [] },
+  bf_minmax_float: { text: MINMAX_FLOAT, needs: [] },
+  bf_simd_math: { text: SIMD_MATH, needs: [] },
 };
 
 const ORDER: readonly CHelper[] = [
+  "bf_simd_math",
   "bf_vectors",
   "bf_bf16",
   "bf_f2i",
   "bf_minmax_int",
+  "bf_minmax_float",
   "bf_erf",
   "bf_philox_block",
   "bf_philox",
@@ -163,6 +182,8 @@ export const C_PRELUDE_NAMES: readonly string[] = [
   "bf_min_i32",
   "bf_max_u32",
   "bf_min_u32",
+  "bf_maxf",
+  "bf_minf",
 ];
 
 const INCLUDES = ["math.h", "stdbool.h", "stdint.h", "stdlib.h", "string.h"].map((h) => `#include <${h}>`)

@@ -19,7 +19,7 @@ export const CC_FLAGS: readonly string[] = [
 ];
 
 /** Bumped when the key's composition or the library ABI changes. */
-const KEY_VERSION = "bertfuse-cpu-kernel-v1";
+const KEY_VERSION = "bertfuse-cpu-kernel-v2";
 
 export interface CCompiler {
   /** The command (`cc`, or `$CC`). */
@@ -107,7 +107,8 @@ export async function compileLibrary(cc: CCompiler, source: string, what: string
   Deno.writeTextFileSync(src, source);
   try {
     out = await new Deno.Command(cc.command, {
-      args: [...CC_FLAGS, "-o", tmp, src, "-lm"],
+      // -lmvec: the vector variants of expf/logf/tanhf that vectorized loops call (c_prelude.ts).
+      args: [...CC_FLAGS, "-o", tmp, src, "-lmvec", "-lm"],
       stdout: "piped",
       stderr: "piped",
     }).output();
