@@ -6,8 +6,8 @@
  * transposed), so each batch entry is one cblas_sgemm. sgemm takes f32 operands only: a GEMM with f16 or
  * bf16 operands runs as the template kernel instead.
  *
- * Found in `$BERTFUSE_BLAS` (a path to the library), the system loader's cache (`ldconfig -p`), then the
- * usual folders; opened once per process with its thread count set once (`$BERTFUSE_CPU_THREADS`, else
+ * Found in `$BERTFUSE_BLAS` (a path to the library), Debian's OpenMP build (libopenblas0-openmp), the
+ * system loader's cache (`ldconfig -p`), then the usual folders; opened once per process with its thread count set once (`$BERTFUSE_CPU_THREADS`, else
  * every core): OpenBLAS keeps one pool for the whole process.
  */
 import type { PlanGemm } from "../../plan/plan.ts";
@@ -72,6 +72,12 @@ function candidates(): string[] {
   const out: string[] = [];
   const explicit = env("BERTFUSE_BLAS");
   if (explicit) out.push(explicit);
+  // The OpenMP build first: it runs on the same libgomp thread pool as our kernels. The pthread build
+  // keeps a pool of its own whose threads spin after each GEMM, competing with the next kernel's threads
+  // for the cores (measured: the kernel after a GEMM took several times its own CPU time).
+  for (const arch of ["x86_64", "aarch64"]) {
+    out.push(`/usr/lib/${arch}-linux-gnu/openblas-openmp/libopenblas.so.0`);
+  }
   try {
     const r = new Deno.Command("ldconfig", { args: ["-p"], stdout: "piped", stderr: "null" }).outputSync();
     for (const line of new TextDecoder().decode(r.stdout).split("\n")) {
