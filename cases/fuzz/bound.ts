@@ -82,20 +82,30 @@ const map = (n: number, f: (i: number) => number): Buf => {
 /** |x| + e elementwise: the largest magnitude the device's operand may have. */
 const reach = (x: Buf, e: Buf): Buf => x.map((v, i) => Math.abs(v) + e[i]);
 
-/** |f(a ± ea) - f(a)| for a monotone f on [a - ea, a + ea] (Infinity when the interval leaves the domain). */
-function monotone(f: (x: number) => number, a: number, ea: number, lo = -Infinity): number {
+/**
+ * |f(x) - f(a)| over the device's possible operand x in [max(a - ea, floor), a + ea] for a monotone f
+ * (Infinity when that interval reaches `domain`, the end of f's domain).
+ */
+function monotone(
+  f: (x: number) => number,
+  a: number,
+  ea: number,
+  floor = -Infinity,
+  domain = -Infinity,
+): number {
   if (ea === 0) return 0;
-  if (!(a - ea > lo)) return Infinity;
+  const lo = Math.max(a - ea, floor);
+  if (!(lo > domain)) return Infinity;
   const r = f(a);
-  return Math.max(Math.abs(f(a - ea) - r), Math.abs(f(a + ea) - r));
+  return Math.max(Math.abs(f(lo) - r), Math.abs(f(a + ea) - r));
 }
 
 /**
  * Propagated error of an elementwise op at element i, before its own rounding: from its operands'
  * values `v` and bounds `e`.
  */
-function elementwise(op: string, v: Buf[], e: Buf[], r: Buf, i: number, nonneg: boolean): number {
-  const a = v[0][i], ea = e[0][i];
+function elementwise(op: string, v: Buf[], e: Buf[], r: Buf, i: number, floors: number[]): number {
+  const a = v[0][i], ea = e[0][i], fa = floors[0];
   switch (op) {
     case "neg":
     case "abs":
@@ -105,16 +115,16 @@ function elementwise(op: string, v: Buf[], e: Buf[], r: Buf, i: number, nonneg: 
     case "exp":
       return ea === 0 ? 0 : Math.abs(r[i]) * Math.expm1(ea);
     case "log":
-      return monotone(Math.log, a, ea, 0);
+      return monotone(Math.log, a, ea, fa, 0);
     case "sqrt":
-      // |√(a+δ) - √a| <= min(√|δ|, |δ|/√a) while a + δ >= 0 (always, for an operand that cannot be
-      // negative on the device: see nonNegative); a negative operand on the device would be NaN.
+      // |√(a+δ) - √a| <= min(√|δ|, |δ|/√a) while a + δ >= 0 (always, for an operand whose floor is 0:
+      // a sum of squares); a negative operand on the device would be NaN.
       if (ea === 0) return 0;
-      return a - ea < 0 && !nonneg ? Infinity : Math.min(Math.sqrt(ea), ea / Math.sqrt(a));
+      return Math.max(a - ea, fa) < 0 ? Infinity : Math.min(Math.sqrt(ea), ea / Math.sqrt(a));
     case "rsqrt":
-      return monotone((x) => 1 / Math.sqrt(x), a, ea, 0);
+      return monotone((x) => 1 / Math.sqrt(x), a, ea, fa, 0);
     case "reciprocal":
-      return ea === 0 ? 0 : ea >= Math.abs(a) ? Infinity : ea / (Math.abs(a) * (Math.abs(a) - ea));
+      return a > 0 ? monotone((x) => 1 / x, a, ea, fa, 0) : monotone((x) => 1 / x, -a, ea, -Infinity, 0);
     case "tanh":
       return ea;
     case "erf":
@@ -127,9 +137,12 @@ function elementwise(op: string, v: Buf[], e: Buf[], r: Buf, i: number, nonneg: 
       return Math.abs(a) * eb + Math.abs(b) * ea + ea * eb;
     }
     case "div": {
-      const b = Math.abs(v[1][i]), eb = e[1][i];
+      // |(a+δa)/(b+δb) - a/b| = |δa·b - a·δb| / (|b|·|b+δb|), with |b+δb| at least the denominator's
+      // lowest reachable magnitude.
+      const b = v[1][i], eb = e[1][i];
       if (ea === 0 && eb === 0) return 0;
-      return eb >= b ? Infinity : (ea * b + Math.abs(a) * eb) / (b * (b - eb));
+      const low = b > 0 ? Math.max(b - eb, floors[1]) : -b - eb;
+      return low <= 0 ? Infinity : (ea * Math.abs(b) + Math.abs(a) * eb) / (Math.abs(b) * low);
     }
     case "max":
     case "min":
@@ -177,66 +190,61 @@ const PASS_THROUGH = new Set([
   "reduce_max",
 ]);
 /**
- * Nodes whose every element is >= 0 whatever rounding does (squares, sums of them, exp, abs, sqrt...),
- * by structure or, for inputs, by their fed values (what the device reads): so sqrt of a sum of squares near 0 is bounded, not refused as possibly NaN.
+ * A lower bound of every element of each node whatever rounding does (-Infinity when none is known), by
+ * structure — squares and sums of them are >= 0, max(1, x) >= 1 — or, for inputs, from their fed values
+ * (what the device reads). errorBounds raises it to the lowest value any element can reach (value - bound)
+ * when that is higher, so sqrt of a sum of squares near 0, or 1/max(1, norm), is bounded instead of
+ * refused as possibly NaN or infinite.
  */
-function nonNegative(g: Graph, vals: readonly Buf[]): boolean[] {
-  const nn: boolean[] = [];
-  for (const n of g.nodes) {
-    const [a, b, c] = n.inputs.map((i) => nn[i]);
-    switch (n.op) {
-      case "const":
-        nn[n.id] = (n.attrs.value as number) >= 0;
-        break;
-      case "input":
-      case "param":
-        nn[n.id] = vals[n.id].every((x) => x >= 0);
-        break;
-      case "gather":
-        nn[n.id] = a;
-        break;
-      case "scatter_add":
-        nn[n.id] = b;
-        break;
-      case "random_uniform":
-      case "abs":
-      case "exp":
-      case "sqrt":
-      case "rsqrt":
-        nn[n.id] = true;
-        break;
-      case "mul":
-        nn[n.id] = n.inputs[0] === n.inputs[1] || (a && b);
-        break;
-      case "cast":
-        nn[n.id] = a || g.nodes[n.inputs[0]].type.dtype === "bool";
-        break;
-      case "add":
-      case "div":
-      case "min":
-      case "reduce_sum":
-      case "reduce_max":
-      case "reciprocal":
-      case "reshape":
-      case "broadcast":
-      case "permute":
-      case "slice":
-      case "pad":
-      case "concat":
-      case "stop_gradient":
-        nn[n.id] = n.inputs.every((i) => nn[i]);
-        break;
-      case "max":
-        nn[n.id] = a || b;
-        break;
-      case "where":
-        nn[n.id] = b && c;
-        break;
-      default:
-        nn[n.id] = false;
-    }
+function structuralFloor(g: Graph, n: Node, fl: readonly number[], vals: readonly Buf[]): number {
+  const nonneg = (x: number) => (x >= 0 ? 0 : -Infinity);
+  const [a, b, c] = n.inputs.map((i) => fl[i]);
+  switch (n.op) {
+    case "const":
+      return n.attrs.value as number;
+    case "input":
+    case "param":
+      return vals[n.id].reduce((m, x) => Math.min(m, x), Infinity);
+    case "random_uniform":
+    case "abs":
+    case "exp":
+    case "sqrt":
+    case "rsqrt":
+      return 0;
+    case "mul":
+      return n.inputs[0] === n.inputs[1] ? 0 : a >= 0 && b >= 0 ? a * b : -Infinity;
+    case "add":
+      return a + b;
+    case "div":
+      return a >= 0 && b > 0 ? 0 : -Infinity;
+    case "reciprocal":
+      return nonneg(a);
+    case "reduce_sum":
+    case "scatter_add":
+      return nonneg(n.op === "scatter_add" ? b : a);
+    case "max":
+      return Math.max(a, b);
+    case "min":
+      return Math.min(a, b);
+    case "where":
+      return Math.min(b, c);
+    case "cast":
+      return g.nodes[n.inputs[0]].type.dtype === "bool" ? 0 : a;
+    case "pad":
+      return Math.min(a, 0);
+    case "concat":
+      return Math.min(...n.inputs.map((i) => fl[i]));
+    case "reshape":
+    case "broadcast":
+    case "permute":
+    case "slice":
+    case "gather":
+    case "stop_gradient":
+    case "reduce_max":
+      return a;
+    default:
+      return -Infinity;
   }
-  return nn;
 }
 
 const SELF_EXACT = new Set(["sub", "eq", "ne", "lt", "le", "gt", "ge"]);
@@ -252,7 +260,7 @@ function reducedCount(n: Node, inShape: readonly number[]): number {
  */
 export function errorBounds(g: Graph, vals: readonly Buf[], opts: BoundOptions = {}): Buf[] {
   const bounds: Buf[] = [];
-  const nonneg = nonNegative(g, vals);
+  const floors: number[] = [];
   for (const n of g.nodes) {
     const size = numel(n.type.shape);
     const v = n.inputs.map((i) => vals[i]);
@@ -320,16 +328,18 @@ export function errorBounds(g: Graph, vals: readonly Buf[], opts: BoundOptions =
         prop = map(size, (i) => t1[i] + t2[i] + t3[i] + SAFETY * (k - 1) * U32 * t4[i]);
         break;
       }
-      default:
+      default: {
         // An op of one value with itself (x - x, x > x) is exact: the device computes both operands alike.
         if (n.inputs.length === 2 && n.inputs[0] === n.inputs[1] && SELF_EXACT.has(n.op)) {
           prop = new Float64Array(size);
           break;
         }
+        const fl = n.inputs.map((j) => floors[j]);
         prop = map(size, (i) => {
-          const p = elementwise(n.op, v, e, r, i, nonneg[n.inputs[0]]);
+          const p = elementwise(n.op, v, e, r, i, fl);
           return p + SAFETY * builtinError(n.op, v[0][i], Math.abs(r[i]) + p);
         });
+      }
     }
     // The node's own rounding (inputs and parameters arrive exact; an output or a feed is never narrowed).
     // Ops that pass on one of their operands' values round nothing in the operand's own dtype.
@@ -340,6 +350,10 @@ export function errorBounds(g: Graph, vals: readonly Buf[], opts: BoundOptions =
       }
     }
     bounds[n.id] = prop;
+    let lowest = Infinity;
+    for (let i = 0; i < size; i++) lowest = Math.min(lowest, r[i] - prop[i]);
+    const f = structuralFloor(g, n, floors, vals);
+    floors[n.id] = Math.max(Number.isNaN(f) ? -Infinity : f, Number.isNaN(lowest) ? -Infinity : lowest);
   }
   return bounds;
 }

@@ -51,7 +51,7 @@ export async function fuzzRun(o: RunOptions): Promise<RunSummary> {
           // The first failing element of each output is enough to replay and diagnose.
           const firstPerOutput = new Map(v.failures.map((f) => [f.output, f] as const));
           for (const f of firstPerOutput.values()) {
-            (knownBug(f.message) ? known : failures).push({ ...f, replay });
+            (knownBug(f.message, f.seed) ? known : failures).push({ ...f, replay });
           }
         }
         const ms = rep.ms.build + rep.ms.compile + rep.ms.run + rep.ms.check;

@@ -11,7 +11,8 @@ import { KNOWN_BUGS } from "../../cases/fuzz/known.ts";
 import { differentiate } from "../../compiler/passes/autodiff.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
 
-for (const bug of KNOWN_BUGS) {
+// Compile failures only: a wrong result needs a device (the fuzz tests report it while it lasts).
+for (const bug of KNOWN_BUGS.filter((b) => !b.onlyTheseSeeds)) {
   Deno.test(`known fuzz bug still there: ${bug.what.slice(0, 80)}…`, () => {
     for (const seed of bug.seeds) {
       const g = fuzzGraph(seed).graph;
