@@ -23,7 +23,7 @@ deno task train [--model M] [--input-dir DIR] [--output-dir DIR] [--train-batch-
 
 BERT pre-training (masked LM + next sentence prediction), NVIDIA's run_pretraining.py options in kebab
 case. With no arguments: BERT-tiny on the built-in Brown corpus (prepared on first use), ${TRAIN_DEFAULTS.maxSteps} steps on
-the best backend present. Each run folder holds metrics.jsonl, loss.svg / loss.png and ckpt_<step>/
+the best backend present. Each run folder holds metrics.jsonl, loss_curve.svg / loss_curve.png and ckpt_<step>/
 checkpoints (Hugging Face config.json + model.safetensors, optimizer state, manifest; the last 3 kept).
 Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second Ctrl-C exits at once.
 
