@@ -11,8 +11,8 @@ import { webgpuDevice } from "../util/fuzz_devices.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 const gpu = await testGpu();
-const FIXED = Number(Deno.env.get("FUZZ_WEBGPU_COUNT") ?? 48);
-const EXTRA = Number(Deno.env.get("FUZZ_WEBGPU_EXTRA") ?? 16);
+const FIXED = Number(Deno.env.get("FUZZ_WEBGPU_COUNT") ?? 96);
+const EXTRA = Number(Deno.env.get("FUZZ_WEBGPU_EXTRA") ?? 32);
 
 Deno.test({
   name: `fuzz on WebGPU: ${FIXED} fixed and ${EXTRA} commit-derived random graphs, fused and unfused`,
