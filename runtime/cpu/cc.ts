@@ -9,10 +9,14 @@
 import { createHash } from "node:crypto";
 import { CpuError, CpuUnavailableError } from "./errors.ts";
 
+// -fno-math-errno: libm calls that set no errno are pure, so loop-invariant ones (the optimizer's bias
+// corrections) leave their loops, sqrtf is one instruction, and loops calling expf/logf/tanhf vectorize
+// with libmvec's variants. Results are unchanged (only errno would be).
 export const CC_FLAGS: readonly string[] = [
   "-O3",
   "-march=native",
   "-fopenmp",
+  "-fno-math-errno",
   "-shared",
   "-fPIC",
   "-std=gnu11",
