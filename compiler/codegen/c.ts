@@ -63,6 +63,9 @@ export const C_ENTRY = "bf_kernel";
  */
 const PARALLEL_THREADS = 1024;
 
+/** The most accumulators a thread's loop may have and still run as SIMD lanes (see simdLoop). */
+const MAX_SIMD_ACCUMULATORS = 4;
+
 /** Legalizes and spells `k` for the CPU. */
 export function emitC(k: Kernel): TargetKernel {
   let kernel = boolStorageToU32(k);
@@ -156,8 +159,8 @@ function gidGuard(body: readonly KStmt[]): { n: number; body: readonly KStmt[] }
  * barriers, reductions, shared-memory stores or inner loops; every store to a binding the loop never
  * loads from, at most one store per binding, at index `x + v` (x not reading the loop variable v: one
  * element per iteration, so no two iterations touch one element); and every local it sets that was
- * declared outside it set as `x = x + e` or `x = max(x, e)` (e not reading x) on f32/i32 values.
- * Undefined for any other loop.
+ * declared outside it set as `x = x + e` or `x = max(x, e)` (e not reading x) on f32/i32 values, at
+ * most MAX_SIMD_ACCUMULATORS of them. Undefined for any other loop.
  */
 function simdLoop(
   s: Extract<KStmt, { k: "for" }>,
@@ -206,7 +209,9 @@ function simdLoop(
     visitExprs(s.body, (y) => (uses += y.k === "ref" && y.name === name ? 1 : 0));
     if (uses !== countSets(s.body, name)) ok = false;
   }
-  return ok ? acc : undefined;
+  // Many accumulators (a GEMM template's register micro-tile over a short k-tile) would each need a
+  // vector and a horizontal sum per loop: there the loop over threads vectorizes better, so leave it.
+  return ok && acc.size <= MAX_SIMD_ACCUMULATORS ? acc : undefined;
 }
 
 function countSets(body: readonly KStmt[], name: string): number {
