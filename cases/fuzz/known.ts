@@ -21,20 +21,6 @@ export const KNOWN_BUGS: readonly KnownBug[] = [
       "graph over any proper subset of the axes compiles",
     seeds: [28, 102, 139, 264],
   },
-  {
-    pattern: /after stage 'fusion-consumers': kernel \d+ reads %\d+, which kernel \d+ writes no earlier/,
-    what: "consumer merging moves a root so that a kernel reads it before it is written (LayerNorm " +
-      "backward next to a linear layer; a gather after a splice)",
-    seeds: [115, 117, 898],
-  },
-  {
-    pattern: /\|error\| .* > bound/,
-    what: "wrong values after fusion-consumers (correct with SKIP_PASSES=fusion-consumers, and unfused): " +
-      "the forward and gradients of c = y - mean(y, 2); a = perm(perm(c)·tanh(perm(x))) + c/2; " +
-      "out = perm'(perm'(c)·tanh(perm'(a))) + c/2 with perm = [2,1,0], perm' = [1,0,2], on WebGPU and CUDA",
-    seeds: [500213],
-    onlyTheseSeeds: true,
-  },
 ];
 
 export function knownBug(message: string, seed: number): KnownBug | undefined {

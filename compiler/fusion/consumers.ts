@@ -12,7 +12,8 @@
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { isElementwise } from "../../ir/ops.ts";
 import { readsOf } from "./kernel_facts.ts";
-import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
+import { ELEM, operandNeed, parseRowCandidate } from "./needs.ts";
+import type { FusedKernel, FusionDecision, FusionResult, Need } from "./types.ts";
 
 /** A merged kernel binds at most this many buffers (desktop WebGPU adapters allow at least 16). */
 export const MAX_MERGED_BINDINGS = 16;
@@ -66,6 +67,11 @@ export function mergeConsumers(
     const i = Math.max(...producers);
     const k1 = kernels[i];
     if (!alive[i] || (k1.kind !== "loop" && k1.kind !== "reduce") || numel(k1.space) !== size) continue;
+    const mismatch = readAtAnotherIndex(g, r.materialized, k1, k2);
+    if (mismatch !== undefined) {
+      decisions.push({ producer: k2.roots[0], consumerKernel: i, ok: false, reason: mismatch });
+      continue;
+    }
     // Every other value it reads must exist before the producer runs.
     const late = [...reads[j]].find((x) => writer.get(x) !== i && readyAt(x) >= i);
     if (late !== undefined) {
@@ -115,7 +121,8 @@ export function mergeConsumers(
         if (kernels[k].roots.length < 2) continue;
         const from = new Set<number>();
         let ok = true;
-        for (const inp of n.inputs) {
+        // Inline operands (views, broadcasts, constants) are computed where read: look through them.
+        for (const inp of n.inputs.flatMap(computedBy)) {
           const w = writer.get(inp);
           if (w !== undefined && numel(g.nodes[inp].type.shape) === numel(n.type.shape)) from.add(w);
           else if (w !== undefined || r.materialized.has(inp) || r.kernelOf[inp] >= 0) ok = false;
@@ -133,6 +140,12 @@ export function mergeConsumers(
       }
     }
     reads = kernels.map((k) => readsOf(g, r, k));
+  }
+
+  /** The values computed in a kernel or present in a buffer that computing `x` where it is read needs. */
+  function computedBy(x: NodeId): NodeId[] {
+    if (writer.has(x) || r.materialized.has(x) || r.kernelOf[x] >= 0) return [x];
+    return g.nodes[x].inputs.flatMap(computedBy);
   }
 
   /** Is `m` (computed by kernels a and b once merged) read by another kernel, an output or a placed part? */
@@ -167,4 +180,64 @@ export function mergeConsumers(
     fuelRefusals: r.fuelRefusals,
     inPlace: r.inPlace,
   };
+}
+
+/**
+ * Why the consumer `k2` merged into `k1` would read a value of `k1` at an index other than the one `k1`
+ * computes it at (undefined when it would not). The merged kernel iterates `k1`'s space and computes each
+ * member of `k1` at the current element (a reduce kernel: its reductions at the current row), so `k2` must
+ * read every root of `k1` at the element level, or through a broadcast along `k1`'s reduced axes at the row
+ * level; a read through index math (a permute, a slice) would take the value computed for another element.
+ * Over a space of another shape (the optimizer's flat vectors against their rows) only the linear index is
+ * common, so every read of `k2` must then be at the element level.
+ */
+export function readAtAnotherIndex(
+  g: Graph,
+  materialized: ReadonlySet<NodeId>,
+  k1: FusedKernel,
+  k2: FusedKernel,
+): string | undefined {
+  // How each node under k2 is read, from k2's members (read at the element) down to the buffers.
+  const needs = new Map<NodeId, Set<Need>>();
+  const under = new Set<NodeId>();
+  const visit = (x: NodeId) => {
+    if (under.has(x)) return;
+    under.add(x);
+    if (k2.members.has(x) || !materialized.has(x)) g.nodes[x].inputs.forEach(visit);
+  };
+  for (const m of k2.members) visit(m);
+  for (const x of [...under].sort((a, b) => b - a)) {
+    if (k2.members.has(x) && k2.roots.includes(x)) {
+      (needs.get(x) ?? needs.set(x, new Set()).get(x)!).add(ELEM);
+    }
+    if (!k2.members.has(x) && materialized.has(x)) continue;
+    const n = g.nodes[x];
+    const have = needs.get(x) ?? new Set<Need>();
+    n.inputs.forEach((inp, pos) => {
+      const into = needs.get(inp) ?? needs.set(inp, new Set()).get(inp)!;
+      for (const need of operandNeed(g, n, pos, have)) into.add(need);
+    });
+  }
+  if (k1.space.join(",") !== k2.space.join(",")) {
+    // Only the linear element index is common to both spaces: every read must be at the element.
+    for (const [x, xs] of needs) {
+      const other = [...xs].find((n) => n !== ELEM);
+      if (other !== undefined && numel(g.nodes[x].type.shape) > 1) {
+        return `it iterates [${k2.space.join(", ")}], its producer [${k1.space.join(", ")}], and it reads ` +
+          `%${x} at an index that depends on the shape (${other})`;
+      }
+    }
+  }
+  for (const x of k1.roots) {
+    for (const need of needs.get(x) ?? []) {
+      if (need === ELEM && numel(g.nodes[x].type.shape) === numel(k1.space)) continue;
+      const row = parseRowCandidate(need);
+      if (
+        row && k1.kind === "reduce" && row.shape.join(",") === k1.space.join(",") &&
+        row.axes.join(",") === [...(k1.axes ?? [])].sort((a, b) => a - b).join(",")
+      ) continue;
+      return `it reads %${x} at another index than its producer computes it at (${need})`;
+    }
+  }
+  return undefined;
 }
