@@ -1,9 +1,8 @@
 /**
  * End to end: `deno task finetune` fine-tunes a fresh BERT-tiny on the built-in sentiment sentences and
  * beats the majority class on a dev slice. It runs on the CPU backend (emitted C): 150 steps of 16 take
- * under a minute there on this 2-core VM (24 s at load 4), where lavapipe does 4-10 sequences/s under the same
- * load (several minutes); without a C
- * compiler it is reported as ignored with the reason.
+ * under a minute there on this 2-core VM (24 s at load 4), where lavapipe does 4-10 sequences/s under the
+ * same load (several minutes). Without a C compiler it is reported as ignored with the reason.
  *
  * Why these settings: a fresh BERT-tiny's [CLS] row is its own embedding plus a few percent of
  * input-dependent signal, and at learning rates of 5e-4 and above (tried up to 1e-2, with and without
