@@ -13,15 +13,7 @@ export interface KnownBug {
   readonly onlyTheseSeeds?: boolean;
 }
 
-export const KNOWN_BUGS: readonly KnownBug[] = [
-  {
-    pattern: /pass 'lower' failed: cannot compute %\d+ reduce_sum inside a kernel at this index/,
-    what: "a fused kernel with two reductions over every axis, the second reading the first (the " +
-      "gradient of x·rsqrt(mean(x²) + 1) with the mean over all axes), fails in lowering; the same " +
-      "graph over any proper subset of the axes compiles",
-    seeds: [28, 102, 139, 264],
-  },
-];
+export const KNOWN_BUGS: readonly KnownBug[] = [];
 
 export function knownBug(message: string, seed: number): KnownBug | undefined {
   return KNOWN_BUGS.find((b) => b.pattern.test(message) && (!b.onlyTheseSeeds || b.seeds.includes(seed)));

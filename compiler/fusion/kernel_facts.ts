@@ -1,6 +1,6 @@
 /** Facts about a fused kernel that fusion passes and the lowering both need. */
 import type { Graph, NodeId } from "../../ir/mod.ts";
-import { isReduce } from "../../ir/ops.ts";
+import { isMovement, isReduce } from "../../ir/ops.ts";
 import type { FusedKernel, FusionResult } from "./types.ts";
 
 /** The materialized nodes a kernel reads, looking through inline nodes and views (computed where read). */
@@ -19,16 +19,19 @@ export function readsOf(g: Graph, r: FusionResult, k: FusedKernel): Set<NodeId> 
 
 /**
  * A kernel's reductions in stages: stage 0 if a reduction's operand needs no other in-kernel reduction,
- * else 1 + the latest stage it needs (LayerNorm: the mean, then the variance of the centred values).
+ * else 1 + the latest stage it needs (LayerNorm: the mean, then the variance of the centred values),
+ * looking through the views between members.
  */
 export function reductionStages(g: Graph, k: FusedKernel): NodeId[][] {
   const depth = new Map<NodeId, number>(); // -1: no reduction below
   const stage = new Map<NodeId, number>();
   const visit = (id: NodeId): number => {
-    if (!k.members.has(id)) return -1;
+    const n = g.nodes[id];
+    // A view (a movement op that several kernels read, e.g. a broadcast of a row-level root) is computed
+    // where it is read, so a member read through it counts like a member read directly.
+    if (!k.members.has(id) && !isMovement(n.op)) return -1;
     const have = depth.get(id);
     if (have !== undefined) return have;
-    const n = g.nodes[id];
     let d = -1;
     for (const i of n.inputs) d = Math.max(d, visit(i));
     if (isReduce(n.op)) stage.set(id, ++d);
