@@ -33,3 +33,19 @@ for (const c of FUSION_CASES) {
     });
   }
 }
+
+Deno.test("--backend cpu without a C compiler is a one-line error naming the compiler", async () => {
+  const code = `import { openBackend } from "${
+    new URL("../../engine/choose_backend.ts", import.meta.url).href
+  }";
+    try { await openBackend("cpu"); console.log("opened"); } catch (e) { console.log(e.name + ": " + e.message); }`;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", code],
+    env: { CC: "/nonexistent/cc", NO_COLOR: "1" },
+  }).output();
+  const lines = new TextDecoder().decode(out.stdout).trim().split("\n");
+  assert.deepEqual(lines, [
+    "CpuBackendError: --backend cpu: no C compiler: '/nonexistent/cc' not found (install gcc, e.g. " +
+    "apt-get install gcc, or set CC)",
+  ]);
+});
