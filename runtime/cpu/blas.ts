@@ -115,7 +115,7 @@ export function openBlas(): Blas | { missing: string } {
     }
   }
   return opened = {
-    missing: `OpenBLAS not found (apt-get install libopenblas0, or set BERTFUSE_BLAS to its path)${
+    missing: `OpenBLAS not found (apt-get install libopenblas0-openmp, or set BERTFUSE_BLAS to its path)${
       tried.length ? `; ${tried.join("; ")}` : ""
     }`,
   };
