@@ -52,7 +52,9 @@ export const emitStage: Stage<KernelState> = {
           ? {
             cGemm: {
               call: lib.call,
-              ...(epi ? { epilogue: { name: epi.name, bindings: planBindings(epi), c: render(c, epi) } } : {}),
+              ...(epi
+                ? { epilogue: { name: epi.name, bindings: planBindings(epi), c: render(c, epi) } }
+                : {}),
             },
           }
           : {}),
