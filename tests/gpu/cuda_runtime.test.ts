@@ -282,9 +282,10 @@ const fakeWebGPU = { description: "fake adapter" } as GpuContext;
 const probes = (cuda: string | null, webgpu: boolean): Probes => ({
   cuda: () => cuda === null ? ({ description: "fake GPU" } as CudaContext) : { unavailable: cuda },
   webgpu: () => Promise.resolve(webgpu ? fakeWebGPU : { unavailable: "no adapter" }),
+  cpu: () => ({ unavailable: "no C compiler" }),
 });
 
-Deno.test("auto picks CUDA, then WebGPU, then the reference interpreter, and says why", async () => {
+Deno.test("auto picks CUDA, then WebGPU, then (without a C compiler) the reference interpreter, and says why", async () => {
   const missing = "libcuda.so.1 (the NVIDIA driver) not found; searched LD_LIBRARY_PATH, /a, /b";
   assert.equal((await openBackend("auto", probes(null, true))).kind, "cuda");
   const w = await openBackend("auto", probes(missing, true));
@@ -297,7 +298,7 @@ Deno.test("auto picks CUDA, then WebGPU, then the reference interpreter, and say
   assert.equal(r.kind, "reference");
   assert.match(
     describeChoice(r),
-    /^backend: reference \(auto: no CUDA \(.*not found\); no WebGPU \(no adapter\)\)$/,
+    /^backend: reference \(auto: no CUDA \(.*not found\); no WebGPU \(no adapter\); no CPU \(no C compiler\)\)$/,
   );
   await assert.rejects(
     () => openBackend("cuda", probes(missing, true)),
