@@ -39,9 +39,15 @@ const C = { target: "c", emit: emitC } as const;
 function compiling<Ctx, Ex extends CompiledStep["executor"]>(
   emitter: { readonly target: EmitTarget; readonly emit: Emitter },
   load: (ctx: Ctx, plan: Plan) => Promise<Ex>,
+  /** The most buffers one kernel may bind on this device (fusion stays within it); unlimited if absent. */
+  maxBindings?: (ctx: Ctx) => number,
 ): (ctx: Ctx, g: Graph, fuse: boolean) => Promise<Required<CompiledStep<Ex>>> {
   return async (ctx, g, fuse) => {
-    const compiled = compileGraph(g, { fuse, emitters: { [emitter.target]: emitter.emit } });
+    const compiled = compileGraph(g, {
+      fuse,
+      emitters: { [emitter.target]: emitter.emit },
+      ...(maxBindings ? { maxBindings: maxBindings(ctx) } : {}),
+    });
     return { compiled, executor: await load(ctx, compiled.plan) };
   };
 }
@@ -97,7 +103,13 @@ export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor
   says: (ctx, auto) => `${auto ? "WebGPU " : ""}adapter '${ctx.description}'`,
   device: (ctx) => ctx.description,
   limits: (ctx) => ({ maxStorageBindingBytes: ctx.limits.maxStorageBufferBindingSize }),
-  compile: compiling(WGSL, (ctx, plan) => WebGPUExecutor.create(ctx, plan)),
+  // The adapter's own storage-buffer budget (requested explicitly in runtime/webgpu/device.ts), so no
+  // fused kernel binds more than the device allows (Chrome's SwiftShader: 10; lavapipe: 32).
+  compile: compiling(
+    WGSL,
+    (ctx, plan) => WebGPUExecutor.create(ctx, plan),
+    (ctx) => ctx.limits.maxStorageBuffersPerShaderStage,
+  ),
   graphBackend: (ctx, opts) =>
     compiledBackend((g, fuse) => WEBGPU.compile(ctx, g, fuse), { name: "webgpu", ...opts }),
 };
