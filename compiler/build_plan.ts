@@ -9,11 +9,11 @@ import type { FusionResult } from "./fusion/types.ts";
 import type { Kernel } from "./kernel_ir/ir.ts";
 import { quietContext, runStages } from "./pipeline.ts";
 import { KERNEL_LEVEL, PLAN_STAGES } from "./stages/mod.ts";
-import type { Emitter, EmitTarget, GemmDecision, KernelState, Target } from "./stages/state.ts";
+import type { EmitTarget, Emitter, GemmDecision, KernelState, Target } from "./stages/state.ts";
 import { fullStorage } from "./storage_precision.ts";
 import { storageStage } from "./stages/storage.ts";
 
-export type { Emitter, EmitTarget, GemmDecision, Target };
+export type { EmitTarget, Emitter, GemmDecision, Target };
 
 export interface BuildOptions {
   /**

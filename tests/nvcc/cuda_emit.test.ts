@@ -464,7 +464,10 @@ Deno.test("CUDA: deno task compile --target all and --precision bf16 --target cu
     }
     const bad = await run("--precision", "bf16", "--target", "all", "--out", `${dir}/bad`);
     assert.ok(!bad.success);
-    assert.match(new TextDecoder().decode(bad.stderr), /--precision bf16 needs CPU or CUDA: WGSL has no bf16 type/);
+    assert.match(
+      new TextDecoder().decode(bad.stderr),
+      /--precision bf16 needs CPU or CUDA: WGSL has no bf16 type/,
+    );
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
