@@ -70,5 +70,35 @@ export async function fuzzRun(o: RunOptions): Promise<RunSummary> {
 
 /** The failures as lines: what failed, then the command that replays it. */
 export function describeFailures(s: RunSummary, which: "failures" | "known" = "failures"): string {
-  return s[which].map((f) => `seed ${f.seed}: ${f.message}\n  replay: ${f.replay}`).join("\n");
+  return describeList(s[which]);
+}
+
+/** One failure a line, each with its replay command. */
+export function describeList(list: readonly (Failure & { readonly replay: string })[]): string {
+  return list.map((f) => `seed ${f.seed}: ${f.message}\n  replay: ${f.replay}`).join("\n");
+}
+
+/**
+ * A CI run's failures split by where their seed came from. The fixed range is the regression gate: the
+ * same graphs every run, so a failure there is this change's (or an unlisted known bug) and fails the run.
+ * The commit-derived range explores graphs no run saw before; what it finds is a bug that is usually
+ * older than the change that happened to draw it, so it is reported loudly with its replay command (to be
+ * fixed, or listed in known.ts and moved into the fixed range) instead of blocking an unrelated change.
+ */
+export function splitByOrigin(
+  runs: readonly RunSummary[],
+  explored: ReadonlySet<number>,
+): { regressions: RunSummary["failures"]; found: RunSummary["failures"] } {
+  const all = runs.flatMap((r) => r.failures);
+  return {
+    regressions: all.filter((f) => !explored.has(f.seed)),
+    found: all.filter((f) => explored.has(f.seed)),
+  };
+}
+
+/** The report of what the commit-derived seeds found, for the test log. */
+export function explorationReport(found: RunSummary["failures"]): string {
+  const seeds = [...new Set(found.map((f) => f.seed))];
+  return `FUZZ EXPLORATION FOUND ${seeds.length} FAILING SEED(S) (${seeds.join(", ")}): a compiler bug to ` +
+    `fix or list in cases/fuzz/known.ts; not a regression of the fixed range\n${describeList(found)}`;
 }

@@ -6,7 +6,14 @@
  * conditioning-derived bound. FUZZ_CUDA_COUNT / FUZZ_CUDA_EXTRA resize the run. Without g++ it is ignored.
  */
 import assert from "node:assert/strict";
-import { describeFailures, fuzzRun, type RunSummary } from "../../cases/fuzz/run.ts";
+import {
+  describeFailures,
+  describeList,
+  explorationReport,
+  fuzzRun,
+  type RunSummary,
+  splitByOrigin,
+} from "../../cases/fuzz/run.ts";
 import { ciSeeds, commitSeed } from "../../cases/fuzz/seeds.ts";
 import { CXX, cxxVersion } from "../util/cuda_cpu.ts";
 import { cudaShimDevice } from "../util/fuzz_devices.ts";
@@ -52,9 +59,11 @@ Deno.test({
         }`,
       );
     }
-    const failed = runs.filter((s) => s.failures.length > 0);
-    assert.equal(failed.length, 0, `fuzz failures:\n${failed.map((s) => describeFailures(s)).join("\n")}`);
+    const { regressions, found } = splitByOrigin(runs, new Set(seeds.slice(FIXED)));
+    if (found.length) console.log(explorationReport(found));
+    assert.equal(regressions.length, 0, `fuzz failures in the fixed range:\n${describeList(regressions)}`);
     const knownSeeds = new Set(runs.flatMap((s) => s.known.map((f) => f.seed)));
-    assert.equal(graphs, seeds.length - knownSeeds.size);
+    const foundSeeds = new Set(found.map((f) => f.seed));
+    assert.equal(graphs, seeds.length - knownSeeds.size - foundSeeds.size);
   },
 });
