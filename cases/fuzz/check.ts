@@ -149,7 +149,14 @@ export async function checkBatch(
     for (let i = 0; i < ref.length; i++) {
       const b = bound[i], w = ref[i], x = out[i];
       if (!Number.isFinite(w)) {
-        // A non-finite reference must come out the same (the generator keeps values finite).
+        // A non-finite reference must come out the same (the generator keeps values finite), unless its
+        // bound is not finite either: the reference rounds an f16 node after every op, so a value past
+        // f16's range is ∞ there (and 0·∞ NaN downstream) while a fused kernel may keep it in f32 and
+        // stay finite (seed 165904022: LayerNorm backward of a constant row, rsqrt(eps)/eps ≈ 3e7).
+        if (!Number.isFinite(b)) {
+          v.unchecked++;
+          continue;
+        }
         if (!Object.is(w, x) && !(Number.isNaN(w) && Number.isNaN(x))) {
           fail(i, `${local}[${i}]: ${x}, reference ${w}`);
         }

@@ -121,11 +121,14 @@ export function mergeConsumers(
         if (kernels[k].roots.length < 2) continue;
         const from = new Set<number>();
         let ok = true;
-        // Inline operands (views, broadcasts, constants) are computed where read: look through them.
-        for (const inp of n.inputs.flatMap(computedBy)) {
+        // Inline operands (views, broadcasts, constants) are computed where read: look through them. The
+        // producer computes `x` at its own element, so only a read at that element (through reshapes and
+        // casts, which keep the linear index) may move: a permute or a slice reads another element.
+        for (const { inp, atElement } of n.inputs.flatMap((i) => computedBy(i, true))) {
           const w = writer.get(inp);
-          if (w !== undefined && numel(g.nodes[inp].type.shape) === numel(n.type.shape)) from.add(w);
-          else if (w !== undefined || r.materialized.has(inp) || r.kernelOf[inp] >= 0) ok = false;
+          if (w !== undefined && atElement && numel(g.nodes[inp].type.shape) === numel(n.type.shape)) {
+            from.add(w);
+          } else if (w !== undefined || r.materialized.has(inp) || r.kernelOf[inp] >= 0) ok = false;
         }
         if (!ok || from.size !== 1) continue;
         const p = [...from][0];
@@ -142,10 +145,15 @@ export function mergeConsumers(
     reads = kernels.map((k) => readsOf(g, r, k));
   }
 
-  /** The values computed in a kernel or present in a buffer that computing `x` where it is read needs. */
-  function computedBy(x: NodeId): NodeId[] {
-    if (writer.has(x) || r.materialized.has(x) || r.kernelOf[x] >= 0) return [x];
-    return g.nodes[x].inputs.flatMap(computedBy);
+  /**
+   * The values computed in a kernel or present in a buffer that computing `x` where it is read needs, each
+   * with whether it is read at the same linear index as `x` (only reshapes and casts in between).
+   */
+  function computedBy(x: NodeId, atElement: boolean): { inp: NodeId; atElement: boolean }[] {
+    if (writer.has(x) || r.materialized.has(x) || r.kernelOf[x] >= 0) return [{ inp: x, atElement }];
+    const n = g.nodes[x];
+    const keeps = n.op === "reshape" || n.op === "cast";
+    return n.inputs.flatMap((i) => computedBy(i, atElement && keeps));
   }
 
   /** Is `m` (computed by kernels a and b once merged) read by another kernel, an output or a placed part? */

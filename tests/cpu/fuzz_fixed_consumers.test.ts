@@ -8,6 +8,7 @@ import { compileGraph } from "../../compiler/compile.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { differentiate } from "../../compiler/passes/autodiff.ts";
 import { ModelBuilder, type Tensor } from "../../dsl/mod.ts";
+import type { Graph, NodeId } from "../../ir/mod.ts";
 import { fuzzGraph } from "../../cases/fuzz/generate.ts";
 import { F32_TOL } from "../util/fused_check.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
@@ -52,5 +53,33 @@ Deno.test("fusion-consumers: a hoisted root's inputs read through a view are cou
   // kernel's root, was taken for an inline value: the stage's check found a read before the write.
   for (const seed of [115, 117, 449, 898, 981]) {
     compileGraph(fuzzGraph(seed).graph, { fuse: true, emitters: { wgsl: emitWGSL } });
+  }
+});
+
+/**
+ * The kernel members that read `anchor`, a value the kernel computes, at another element than their own:
+ * through anything but reshapes and casts (which keep the linear index) between them and it.
+ */
+function readsAtAnotherIndex(g: Graph, members: ReadonlySet<NodeId>, anchor: NodeId): NodeId[] {
+  const reaches = (x: NodeId, direct: boolean): boolean => {
+    if (x === anchor) return !direct;
+    if (members.has(x)) return false;
+    const n = g.nodes[x];
+    const keeps = n.op === "reshape" || n.op === "cast";
+    return n.inputs.some((i) => reaches(i, direct && keeps));
+  };
+  return [...members].filter((m) => m !== anchor && g.nodes[m].inputs.some((i) => reaches(i, true)));
+}
+
+Deno.test("fusion-consumers: no small root hoisted into a GEMM that reads its result through a permute (seed 165904013)", () => {
+  // A 48-element root (x·x of a head-merging permute of attention's PV product) moved into the PV GEMM's
+  // epilogue, which computes it at the GEMM's own element: wrong values with template GEMMs.
+  const { graph, fusion } = compileGraph(fuzzGraph(165904013).graph, {
+    fuse: true,
+    emitters: { wgsl: emitWGSL },
+  });
+  for (const k of fusion.kernels) {
+    if (k.kind !== "matmul" || k.anchor === undefined) continue;
+    assert.deepEqual(readsAtAnotherIndex(graph, k.members, k.anchor), [], `kernel ${k.id}`);
   }
 });
