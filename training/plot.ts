@@ -22,6 +22,8 @@ export interface PlotOptions {
   width?: number;
   height?: number;
   title?: string;
+  /** What the accuracy series measures (default "mlm accuracy"; fine-tuning plots its task's). */
+  accuracyLabel?: string;
 }
 
 type RGB = readonly [number, number, number];
@@ -195,14 +197,15 @@ function layout(
   // Labels and legend.
   text(left + pw / 2, height - 16, "step", "middle");
   text(22, top + ph / 2, "loss", "middle", LOSS, true);
-  if (hasAcc) text(width - 18, top + ph / 2, "mlm accuracy", "middle", ACC, true);
+  const accLabel = o.accuracyLabel ?? "mlm accuracy";
+  if (hasAcc) text(width - 18, top + ph / 2, accLabel, "middle", ACC, true);
   if (o.title) text(left, 20, o.title, "start");
   const lx = left + pw - (hasAcc ? 150 : 80), ly = top + 16;
   line(lx, ly, lx + 20, ly, LOSS, 2);
   text(lx + 26, ly, "loss", "start", LOSS);
   if (hasAcc) {
     line(lx, ly + 20, lx + 20, ly + 20, ACC, 2);
-    text(lx + 26, ly + 20, "mlm acc", "start", ACC);
+    text(lx + 26, ly + 20, accLabel.replace("accuracy", "acc"), "start", ACC);
   }
   return { width, height, shapes };
 }

@@ -173,6 +173,12 @@ Deno.test("SVG: well-formed, escapes text, has both series and axis labels; dete
   assert.equal((svg.match(/<polyline /g) ?? []).length, 2);
   assert.ok(svg.includes(">step</text>") && svg.includes(">loss</text>") && svg.includes(">100%</text>"));
   assert.equal(lossCurveSvg(pts, { title: "a <b> & 'c'" }), svg);
+  assert.ok(svg.includes(">mlm accuracy</text>"), "pre-training plots MLM accuracy");
+  const tuned = lossCurveSvg(pts, { accuracyLabel: "accuracy" });
+  assert.ok(
+    tuned.includes(">accuracy</text>") && !tuned.includes("mlm"),
+    "fine-tuning plots its task's accuracy",
+  );
   assertWellFormedXml(lossCurveSvg([]));
 });
 

@@ -74,7 +74,12 @@ export class FinetuneUi {
       loss: typeof r.loss === "number" ? r.loss : null,
       mlmAccuracy: typeof r.accuracy === "number" ? r.accuracy : null,
     }));
-    if (points.length) await writeLossCurves(this.outputDir, points, { title: "bertfuse fine-tuning" });
+    if (points.length) {
+      await writeLossCurves(this.outputDir, points, {
+        title: "bertfuse fine-tuning",
+        accuracyLabel: "accuracy",
+      });
+    }
   }
 
   async finish(r: FinetuneResult): Promise<void> {
