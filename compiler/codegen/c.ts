@@ -32,7 +32,6 @@ import { forEachExpr, stmtExprs, visitExprs, visitStmts } from "../kernel_ir/wal
 import {
   atom,
   call,
-  CFamilySpeller,
   type Legal,
   negate,
   not,
@@ -40,12 +39,18 @@ import {
   reciprocal,
   REL,
   type Spelled,
-  type ThreadId,
   UNARY,
 } from "./c_family.ts";
 import { type CHelper, cPrelude } from "./c_prelude.ts";
+import {
+  HalfInF32Speller,
+  isFloat,
+  isHalf,
+  shortestF32,
+  signedFloat,
+  type UnarySpelling,
+} from "./c_halves.ts";
 import { clampUnprovenLoads } from "./cuda_bounds.ts";
-import { bf16Round, shortestF32 } from "./cuda.ts";
 import { CudaNamer } from "./cuda_names.ts";
 import { scalarize } from "./cuda_scalarize.ts";
 import { boolStorageToU32 } from "./legalize_bool.ts";
@@ -87,33 +92,23 @@ const C_TYPE: Record<string, string> = {
   v4f16: "bf_half4",
 };
 
-const isHalf = (t: KType) => t === "f16" || t === "bf16";
-const isFloat = (t: KType) => t === "f32" || isHalf(t);
-
 function floatLiteral(v: number): Spelled {
   const r = Math.fround(v);
   if (Number.isNaN(r)) return atom(`__builtin_nanf("")`);
   if (!Number.isFinite(r)) return r > 0 ? atom("__builtin_inff()") : { s: "-__builtin_inff()", p: UNARY };
-  const text = shortestF32(Math.abs(r)) + "f";
-  return r < 0 || Object.is(r, -0) ? { s: `-${text}`, p: UNARY } : atom(text);
+  return signedFloat(r, shortestF32(Math.abs(r)) + "f");
 }
 
-const SPELL_UNARY: Record<
-  KUnOp,
-  {
-    readonly float?: (x: Spelled) => Spelled;
-    readonly int?: (a: Spelled, t: KType) => Spelled;
-    readonly helper?: CHelper;
-  }
-> = {
+/** libmvec's vector forms of these (bf_simd_math) let the compiler vectorize loops that call them. */
+const SPELL_UNARY: Record<KUnOp, UnarySpelling<CHelper>> = {
   neg: { float: (x) => negate(x, false), int: (a, t) => negate(a, t === "u32") },
   abs: { float: call("fabsf"), int: (a, t) => (t === "u32" ? a : call("abs")(a)) },
-  exp: { float: call("expf") },
-  log: { float: call("logf") },
+  exp: { float: call("expf"), helpers: ["bf_simd_math"] },
+  log: { float: call("logf"), helpers: ["bf_simd_math"] },
   sqrt: { float: call("sqrtf") },
   rsqrt: { float: (x) => reciprocal(call("sqrtf")(x), "1.0f") },
-  tanh: { float: call("tanhf") },
-  erf: { float: call("bf_erf"), helper: "bf_erf" },
+  tanh: { float: call("tanhf"), helpers: ["bf_simd_math"] },
+  erf: { float: call("bf_erf"), helpers: ["bf_erf", "bf_simd_math"] },
   reciprocal: { float: (x) => reciprocal(x, "1.0f") },
   not: { int: (a, t) => not(a, t === "bool") },
 };
@@ -220,7 +215,8 @@ function countSets(body: readonly KStmt[], name: string): number {
   return n;
 }
 
-class Speller extends CFamilySpeller {
+class Speller extends HalfInF32Speller<CHelper> {
+  protected readonly unarySpellings = SPELL_UNARY;
   private readonly names = new CudaNamer();
   private readonly helpers = new Set<CHelper>();
   /** Locals held per thread in arrays (see the file comment). */
@@ -240,7 +236,7 @@ class Speller extends CFamilySpeller {
     return new CEmitError(msg);
   }
 
-  private type(t: KType): string {
+  protected type(t: KType): string {
     const name = C_TYPE[t] ?? this.fail(`no C type for ${t}`);
     if (isVector(t)) this.helpers.add("bf_vectors");
     if (t === "bf16") this.helpers.add("bf_bf16");
@@ -479,14 +475,6 @@ class Speller extends CFamilySpeller {
     return `${mutable ? "" : "const "}${this.type(t)} ${this.names.name(name)}`;
   }
 
-  protected loopVariable(v: string): string {
-    return `int ${v}`;
-  }
-
-  protected idDeclaration(which: ThreadId): string {
-    return `const int ${which}`;
-  }
-
   protected toInt(x: string): string {
     return x;
   }
@@ -495,12 +483,21 @@ class Speller extends CFamilySpeller {
     this.helpers.add(helper);
   }
 
-  protected select(cond: Spelled, a: Spelled, b: Spelled): Spelled {
-    return atom(`(${paren(cond, cond.p < REL)} ? ${a.s} : ${b.s})`);
+  protected need(helper: CHelper): void {
+    this.helpers.add(helper);
   }
 
-  protected splat(e: Extract<KExpr, { k: "splat" }>): Spelled {
-    return this.fail(`${e.k} of ${e.t} survived legalization (internal error)`);
+  protected floatLiteral(v: number): Spelled {
+    return floatLiteral(v);
+  }
+
+  protected convert(a: Spelled, type: string): Spelled {
+    return atom(`(${type})(${a.s})`);
+  }
+
+  protected truncate(x: Spelled, to: KType): Spelled {
+    this.helpers.add("bf_f2i");
+    return atom(`${to === "u32" ? "bf_f2u" : "bf_f2i"}(${x.s})`);
   }
 
   protected vector(t: KType, parts: readonly string[]): Spelled {
@@ -516,49 +513,7 @@ class Speller extends CFamilySpeller {
     return `bf_${op}_${t === "u32" ? "u32" : "i32"}`;
   }
 
-  /** Halves are computed in f32. */
-  protected override operands(e: Extract<KExpr, { k: "bin" }>): [Spelled, Spelled] {
-    const a = this.expr(e.a), b = this.expr(e.b);
-    return isHalf(e.a.t) ? [this.toF32(a, e.a.t), this.toF32(b, e.a.t)] : [a, b];
-  }
-
-  /** Arithmetic on halves is rounded back (comparisons yield bool as they are). */
-  protected override rounded(r: Spelled, t: KType): Spelled {
-    return isHalf(t) ? this.fromF32(r, t) : r;
-  }
-
-  protected unary(op: KUnOp, a: Spelled, t: KType): Spelled {
-    const spell = SPELL_UNARY[op];
-    if (spell.helper) this.helpers.add(spell.helper);
-    if (op === "exp" || op === "log" || op === "tanh" || op === "erf") this.helpers.add("bf_simd_math");
-    if (!isFloat(t)) return (spell.int ?? this.fail(`${op} of a ${t} value`))(a, t);
-    const float = spell.float ?? this.fail(`${op} of a ${t} value`);
-    return this.fromF32(float(this.toF32(a, t)), t);
-  }
-
-  protected literal(v: number, t: KType): Spelled {
-    switch (t) {
-      case "f32":
-        return floatLiteral(v);
-      case "f16":
-      case "bf16":
-        return this.fromF32(floatLiteral(t === "f16" ? Math.f16round(v) : bf16Round(v)), t);
-      case "bool":
-        return atom(v ? "true" : "false");
-      case "u32":
-        if (!Number.isInteger(v)) this.fail(`u32 literal ${v} is not an integer`);
-        return atom(`${v >>> 0}u`);
-      default: {
-        if (!Number.isInteger(v)) this.fail(`${t} literal ${v} is not an integer`);
-        const n = v | 0;
-        if (n === -(2 ** 31)) return atom("(-2147483647 - 1)");
-        return n < 0 ? { s: String(n), p: UNARY } : atom(String(n));
-      }
-    }
-  }
-
-  /** An f16/bf16 value as f32 (exact). */
-  private toF32(a: Spelled, t: KType): Spelled {
+  protected toF32(a: Spelled, t: KType): Spelled {
     if (t === "f16") return atom(`(float)${paren(a, a.p < UNARY)}`);
     if (t === "bf16") {
       this.helpers.add("bf_bf16");
@@ -567,35 +522,12 @@ class Speller extends CFamilySpeller {
     return a;
   }
 
-  /** An f32 value rounded to f16/bf16 (to nearest, ties to even). */
-  private fromF32(a: Spelled, t: KType): Spelled {
+  protected fromF32(a: Spelled, t: KType): Spelled {
     if (t === "f16") return atom(`(_Float16)(${a.s})`);
     if (t === "bf16") {
       this.helpers.add("bf_bf16");
       return atom(`bf_f32_to_bf16(${a.s})`);
     }
     return a;
-  }
-
-  protected cast(a: Spelled, from: KType, to: KType): Spelled {
-    if (from === to) return a;
-    if (isVector(from) || isVector(to)) this.fail(`cast between ${from} and ${to} survived legalization`);
-    if (to === "bool") {
-      const zero = isFloat(from) ? "0.0f" : from === "u32" ? "0u" : "0";
-      const x = this.toF32(a, from);
-      return { s: `${paren(x, x.p <= REL)} != ${zero}`, p: REL, op: "!=" };
-    }
-    if (from === "bool") {
-      const [one, zero] = isFloat(to) ? ["1.0f", "0.0f"] : to === "u32" ? ["1u", "0u"] : ["1", "0"];
-      return this.fromF32(atom(`(${paren(a, a.p < REL)} ? ${one} : ${zero})`), to);
-    }
-    if (isFloat(from)) {
-      const x = this.toF32(a, from);
-      if (isFloat(to)) return this.fromF32(x, to);
-      this.helpers.add("bf_f2i");
-      return atom(`${to === "u32" ? "bf_f2u" : "bf_f2i"}(${x.s})`);
-    }
-    if (isFloat(to)) return this.fromF32(atom(`(float)(${a.s})`), to);
-    return atom(`(${this.type(to)})(${a.s})`);
   }
 }

@@ -32,29 +32,17 @@
  * prelude's polynomial; exp, log, sqrt, rsqrt, tanh are expf, logf, sqrtf, rsqrtf, tanhf.
  */
 import type { TargetKernel } from "../../plan/plan.ts";
-import {
-  isVector,
-  type Kernel,
-  type KExpr,
-  type KStmt,
-  type KType,
-  type KUnOp,
-  laneType,
-} from "../kernel_ir/ir.ts";
+import { isVector, type Kernel, type KStmt, type KType, type KUnOp, laneType } from "../kernel_ir/ir.ts";
 import { visitStmts } from "../kernel_ir/walk.ts";
+import { atom, call, negate, not, reciprocal, type Spelled, type ThreadId } from "./c_family.ts";
 import {
-  atom,
-  call,
-  CFamilySpeller,
-  negate,
-  not,
-  paren,
-  reciprocal,
-  REL,
-  type Spelled,
-  type ThreadId,
-  UNARY,
-} from "./c_family.ts";
+  HalfInF32Speller,
+  isFloat,
+  isHalf,
+  shortestF32,
+  signedFloat,
+  type UnarySpelling,
+} from "./c_halves.ts";
 import { type CudaLegal, legalizeCUDA, WARP } from "./legalize_cuda.ts";
 import { CudaNamer } from "./cuda_names.ts";
 import {
@@ -94,58 +82,20 @@ const MAKE_VECTOR: Record<string, string> = {
   v4f16: "bf_make_half4",
 };
 
-const isHalf = (t: KType) => t === "f16" || t === "bf16";
-const isFloat = (t: KType) => t === "f32" || isHalf(t);
-
-/** The shortest decimal that C++ reads back as exactly the f32 `v` (see floatLiteral). */
-export function shortestF32(v: number): string {
-  for (let digits = 1; digits <= 9; digits++) {
-    const text = v.toPrecision(digits);
-    const d = Number(text);
-    // The C++ parser rounds the decimal to float directly; going through the double `d` agrees with it
-    // unless `d` itself sits exactly halfway between two floats, which the second test rules out.
-    if (Math.fround(d) === v && !isF32Midpoint(d)) {
-      const s = String(d);
-      return /[.e]/.test(s) ? s : `${s}.0`;
-    }
-  }
-  return String(v);
-}
-
-/** Whether the double `d` lies exactly halfway between two adjacent f32 values. */
-function isF32Midpoint(d: number): boolean {
-  const f = Math.fround(d);
-  if (f === d || !Number.isFinite(f)) return false;
-  const buf = new DataView(new ArrayBuffer(4));
-  buf.setFloat32(0, f);
-  const bits = buf.getUint32(0);
-  buf.setUint32(0, d > f === f > 0 ? bits + 1 : bits - 1);
-  const other = buf.getFloat32(0);
-  return (f + other) / 2 === d;
-}
-
 function floatLiteral(v: number): Spelled {
   const r = Math.fround(v);
   if (Number.isNaN(r)) return atom("__uint_as_float(0x7fc00000u)");
   if (!Number.isFinite(r)) {
     return atom(r > 0 ? "__uint_as_float(0x7f800000u)" : "__uint_as_float(0xff800000u)");
   }
-  const text = shortestF32(Math.abs(r)) + "f";
-  return r < 0 || Object.is(r, -0) ? { s: `-${text}`, p: UNARY } : atom(text);
+  return signedFloat(r, shortestF32(Math.abs(r)) + "f");
 }
 
 /**
  * How CUDA spells each unary op: on floats in f32 (halves are widened before and rounded after, see the
  * file comment), on integers and bool as they are; an op without a spelling for a type is refused.
  */
-const SPELL_UNARY: Record<
-  KUnOp,
-  {
-    readonly float?: (x: Spelled) => Spelled;
-    readonly int?: (a: Spelled, t: KType) => Spelled;
-    readonly helper?: CudaHelper;
-  }
-> = {
+const SPELL_UNARY: Record<KUnOp, UnarySpelling<CudaHelper>> = {
   neg: { float: (x) => negate(x, false), int: (a, t) => negate(a, t === "u32") },
   abs: { float: call("fabsf"), int: (a, t) => (t === "u32" ? a : call("abs")(a)) },
   exp: { float: call("expf") },
@@ -153,14 +103,15 @@ const SPELL_UNARY: Record<
   sqrt: { float: call("sqrtf") },
   rsqrt: { float: call("rsqrtf") },
   tanh: { float: call("tanhf") },
-  erf: { float: call("bf_erf"), helper: "bf_erf" },
+  erf: { float: call("bf_erf"), helpers: ["bf_erf"] },
   reciprocal: { float: (x) => reciprocal(x, "1.0f") },
   not: { int: (a, t) => not(a, t === "bool") },
 };
 
 type Reduce = Extract<KStmt, { k: "wg_reduce" }>;
 
-class Speller extends CFamilySpeller {
+class Speller extends HalfInF32Speller<CudaHelper> {
+  protected readonly unarySpellings = SPELL_UNARY;
   private readonly names = new CudaNamer();
   private readonly helpers = new Set<CudaHelper>();
   private readonly reductions = new Map<string, ReduceHelper>();
@@ -178,7 +129,7 @@ class Speller extends CFamilySpeller {
   }
 
   /** The C++ name of a kernel-IR type (noting the header it needs). */
-  private type(t: KType): string {
+  protected type(t: KType): string {
     const name = C_TYPE[t] ?? this.fail(`no CUDA type for ${t}`);
     if (laneType(t) === "f16") this.fp16 = true;
     if (t === "bf16") this.bf16 = true;
@@ -311,14 +262,6 @@ class Speller extends CFamilySpeller {
     return `${mutable ? "" : "const "}${this.type(t)} ${this.names.name(name)}`;
   }
 
-  protected loopVariable(v: string): string {
-    return `int ${v}`;
-  }
-
-  protected idDeclaration(which: ThreadId): string {
-    return `const int ${which}`;
-  }
-
   protected toInt(x: string): string {
     return `static_cast<int>(${x})`;
   }
@@ -327,12 +270,21 @@ class Speller extends CFamilySpeller {
     this.helpers.add(helper);
   }
 
-  protected select(cond: Spelled, a: Spelled, b: Spelled): Spelled {
-    return atom(`(${paren(cond, cond.p < REL)} ? ${a.s} : ${b.s})`);
+  protected need(helper: CudaHelper): void {
+    this.helpers.add(helper);
   }
 
-  protected splat(e: Extract<KExpr, { k: "splat" }>): Spelled {
-    return this.fail(`${e.k} of ${e.t} survived legalization (internal error)`);
+  protected floatLiteral(v: number): Spelled {
+    return floatLiteral(v);
+  }
+
+  protected convert(a: Spelled, type: string): Spelled {
+    return atom(`static_cast<${type}>(${a.s})`);
+  }
+
+  /** Round toward zero like the reference's truncation; out of range saturates, NaN gives 0. */
+  protected truncate(x: Spelled, to: KType): Spelled {
+    return atom(`${to === "u32" ? "__float2uint_rz" : "__float2int_rz"}(${x.s})`);
   }
 
   protected vector(t: KType, parts: readonly string[]): Spelled {
@@ -345,48 +297,7 @@ class Speller extends CFamilySpeller {
     return isFloat(t) ? (op === "max" ? "fmaxf" : "fminf") : op;
   }
 
-  /** Halves are computed in f32. */
-  protected override operands(e: Extract<KExpr, { k: "bin" }>): [Spelled, Spelled] {
-    const a = this.expr(e.a), b = this.expr(e.b);
-    return isHalf(e.a.t) ? [this.toF32(a, e.a.t), this.toF32(b, e.a.t)] : [a, b];
-  }
-
-  /** Arithmetic on halves is rounded back (comparisons yield bool as they are). */
-  protected override rounded(r: Spelled, t: KType): Spelled {
-    return isHalf(t) ? this.fromF32(r, t) : r;
-  }
-
-  protected unary(op: KUnOp, a: Spelled, t: KType): Spelled {
-    const spell = SPELL_UNARY[op];
-    if (spell.helper) this.helpers.add(spell.helper);
-    if (!isFloat(t)) return (spell.int ?? this.fail(`${op} of a ${t} value`))(a, t);
-    const float = spell.float ?? this.fail(`${op} of a ${t} value`);
-    return this.fromF32(float(this.toF32(a, t)), t);
-  }
-
-  protected literal(v: number, t: KType): Spelled {
-    switch (t) {
-      case "f32":
-        return floatLiteral(v);
-      case "f16":
-      case "bf16":
-        return this.fromF32(floatLiteral(t === "f16" ? Math.f16round(v) : bf16Round(v)), t);
-      case "bool":
-        return atom(v ? "true" : "false");
-      case "u32":
-        if (!Number.isInteger(v)) this.fail(`u32 literal ${v} is not an integer`);
-        return atom(`${v >>> 0}u`);
-      default: {
-        if (!Number.isInteger(v)) this.fail(`${t} literal ${v} is not an integer`);
-        const n = v | 0;
-        if (n === -(2 ** 31)) return atom("(-2147483647 - 1)");
-        return n < 0 ? { s: String(n), p: UNARY } : atom(String(n));
-      }
-    }
-  }
-
-  /** An f16/bf16 value as f32 (exact). */
-  private toF32(a: Spelled, t: KType): Spelled {
+  protected toF32(a: Spelled, t: KType): Spelled {
     if (t === "f16") {
       this.fp16 = true;
       return atom(`__half2float(${a.s})`);
@@ -398,8 +309,7 @@ class Speller extends CFamilySpeller {
     return a;
   }
 
-  /** An f32 value rounded to f16/bf16 (to nearest, ties to even). */
-  private fromF32(a: Spelled, t: KType): Spelled {
+  protected fromF32(a: Spelled, t: KType): Spelled {
     if (t === "f16") {
       this.fp16 = true;
       return atom(`__float2half_rn(${a.s})`);
@@ -410,39 +320,4 @@ class Speller extends CFamilySpeller {
     }
     return a;
   }
-
-  protected cast(a: Spelled, from: KType, to: KType): Spelled {
-    if (from === to) return a;
-    if (isVector(from) || isVector(to)) this.fail(`cast between ${from} and ${to} survived legalization`);
-    if (to === "bool") {
-      const zero = isFloat(from) ? "0.0f" : from === "u32" ? "0u" : "0";
-      const x = this.toF32(a, from);
-      return { s: `${paren(x, x.p <= REL)} != ${zero}`, p: REL, op: "!=" };
-    }
-    if (from === "bool") {
-      const [one, zero] = isFloat(to) ? ["1.0f", "0.0f"] : to === "u32" ? ["1u", "0u"] : ["1", "0"];
-      return this.fromF32(atom(`(${paren(a, a.p < REL)} ? ${one} : ${zero})`), to);
-    }
-    if (isFloat(from)) {
-      const x = this.toF32(a, from);
-      if (isFloat(to)) return this.fromF32(x, to);
-      // Round toward zero like the reference's truncation; out of range saturates, NaN gives 0.
-      return atom(`${to === "u32" ? "__float2uint_rz" : "__float2int_rz"}(${x.s})`);
-    }
-    // From an integer type.
-    if (isFloat(to)) return this.fromF32(atom(`static_cast<float>(${a.s})`), to);
-    return atom(`static_cast<${this.type(to)}>(${a.s})`);
-  }
-}
-
-/** Rounds to the nearest bf16 (ties to even), as __float2bfloat16_rn does; the literal is then exact. */
-export function bf16Round(v: number): number {
-  const f = Math.fround(v);
-  if (!Number.isFinite(f)) return f;
-  const buf = new DataView(new ArrayBuffer(4));
-  buf.setFloat32(0, f);
-  const bits = buf.getUint32(0);
-  const rounded = (bits + 0x7fff + ((bits >>> 16) & 1)) & 0xffff0000;
-  buf.setUint32(0, rounded >>> 0);
-  return buf.getFloat32(0);
 }
