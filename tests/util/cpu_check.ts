@@ -1,15 +1,14 @@
 /**
  * Runs a graph on the CPU backend (fused or not) and on the reference interpreter with the same feeds and
- * compares every output: |cpu - ref| <= atol + rtol * max|ref| per output tensor (the rule of
- * tests/util/fused_check.ts, which does the same on WebGPU).
+ * compares every output with tests/util/fused_check.ts's rule (|cpu - ref| <= atol + rtol * max|ref| per
+ * output tensor).
  */
-import assert from "node:assert/strict";
 import { CPU } from "../../engine/backends.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import type { CpuContext } from "../../runtime/cpu/executor.ts";
 import { isUnavailable } from "../../engine/backend_row.ts";
-import type { Tolerance } from "./fused_check.ts";
+import { assertMatchesReference, type Tolerance } from "./fused_check.ts";
 
 /** The CPU backend's context, or why the tests that need it are ignored. */
 export async function testCpu(): Promise<{ ctx?: CpuContext; why?: string }> {
@@ -35,25 +34,9 @@ export async function checkCpuAgainstReference(
   );
   try {
     const out = await executor.run(feeds);
-    for (const [name, expected] of ref) {
-      if (opts.skip?.(name)) continue;
-      const got = out[name];
-      assert.ok(got, `missing output ${name}`);
-      assert.equal(got.length, expected.length, name);
-      let maxRef = 0, maxErr = 0;
-      for (let i = 0; i < expected.length; i++) {
-        maxRef = Math.max(maxRef, Math.abs(expected[i]));
-        const e = Math.abs(got[i] - expected[i]);
-        if (!(e <= maxErr)) maxErr = Number.isNaN(e) ? Infinity : e;
-      }
-      const limit = opts.tol.atol + opts.tol.rtol * maxRef;
-      assert.ok(
-        maxErr <= limit,
-        `${name}: max |cpu - ref| = ${maxErr.toExponential(3)} > ${limit.toExponential(3)} (max |ref| ${
-          maxRef.toExponential(3)
-        }, ${opts.fuse ? "fused" : "unfused"}, ${compiled.plan.kernels.length} kernels)`,
-      );
-    }
+    const kernels = compiled.plan.kernels.length;
+    const plan = `${opts.fuse ? "fused" : "unfused"}, ${kernels} kernels`;
+    assertMatchesReference(ref, out, { tol: opts.tol, device: "cpu", plan, skip: opts.skip });
     return { kernels: compiled.plan.kernels.length, libraryGemms: executor.libraryGemms };
   } finally {
     executor.destroy();

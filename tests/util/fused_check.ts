@@ -22,6 +22,41 @@ export interface CheckResult {
   worst: { name: string; err: number; scale: number };
 }
 
+/**
+ * Compares every reference output with the device's: |device - ref| <= atol + rtol * max|ref| per output
+ * tensor (a NaN is an infinite error). `label` names the device and the plan in the failure message.
+ */
+export function assertMatchesReference(
+  ref: ReadonlyMap<string, ArrayLike<number>>,
+  out: Record<string, ArrayLike<number>>,
+  opts: { tol: Tolerance; device: string; plan: string; skip?: (output: string) => boolean },
+): CheckResult["worst"] {
+  let worst = { name: "", err: 0, scale: 0 };
+  for (const [name, expected] of ref) {
+    if (opts.skip?.(name)) continue;
+    const got = out[name];
+    assert.ok(got, `missing output ${name}`);
+    assert.equal(got.length, expected.length, name);
+    let maxRef = 0, maxErr = 0;
+    for (let i = 0; i < expected.length; i++) {
+      maxRef = Math.max(maxRef, Math.abs(expected[i]));
+      const e = Math.abs(got[i] - expected[i]);
+      if (!(e <= maxErr)) maxErr = Number.isNaN(e) ? Infinity : e;
+    }
+    const limit = opts.tol.atol + opts.tol.rtol * maxRef;
+    assert.ok(
+      maxErr <= limit,
+      `${name}: max |${opts.device} - ref| = ${maxErr.toExponential(3)} > ${
+        limit.toExponential(3)
+      } (max |ref| ${maxRef.toExponential(3)}, ${opts.plan})`,
+    );
+    if (maxErr / Math.max(limit, 1e-30) > worst.err / Math.max(worst.scale, 1e-30)) {
+      worst = { name, err: maxErr, scale: limit };
+    }
+  }
+  return worst;
+}
+
 export async function checkAgainstReference(
   ctx: GpuContext,
   g: Graph,
@@ -32,30 +67,10 @@ export async function checkAgainstReference(
   const { executor, compiled } = await WEBGPU.compile(ctx, g, opts.fuse);
   try {
     const out = await executor.run(feeds);
-    let worst = { name: "", err: 0, scale: 0 };
-    for (const [name, expected] of ref) {
-      if (opts.skip?.(name)) continue;
-      const got = out[name];
-      assert.ok(got, `missing output ${name}`);
-      assert.equal(got.length, expected.length, name);
-      let maxRef = 0, maxErr = 0;
-      for (let i = 0; i < expected.length; i++) {
-        maxRef = Math.max(maxRef, Math.abs(expected[i]));
-        const e = Math.abs(got[i] - expected[i]);
-        if (!(e <= maxErr)) maxErr = Number.isNaN(e) ? Infinity : e;
-      }
-      const limit = opts.tol.atol + opts.tol.rtol * maxRef;
-      assert.ok(
-        maxErr <= limit,
-        `${name}: max |gpu - ref| = ${maxErr.toExponential(3)} > ${limit.toExponential(3)} (max |ref| ${
-          maxRef.toExponential(3)
-        }, ${opts.fuse ? "fused" : "unfused"}, ${compiled.plan.kernels.length} kernels)`,
-      );
-      if (maxErr / Math.max(limit, 1e-30) > worst.err / Math.max(worst.scale, 1e-30)) {
-        worst = { name, err: maxErr, scale: limit };
-      }
-    }
-    return { kernels: compiled.plan.kernels.length, worst };
+    const kernels = compiled.plan.kernels.length;
+    const plan = `${opts.fuse ? "fused" : "unfused"}, ${kernels} kernels`;
+    const worst = assertMatchesReference(ref, out, { tol: opts.tol, device: "gpu", plan, skip: opts.skip });
+    return { kernels, worst };
   } finally {
     executor.destroy();
   }
