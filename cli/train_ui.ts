@@ -4,9 +4,9 @@
  * PNG (redrawn at each checkpoint and at the end), and the SIGINT/SIGTERM stop flag.
  */
 import { join } from "node:path";
-import { MetricsWriter, readMetrics } from "../training/metrics.ts";
+import { MetricsWriter } from "../training/metrics.ts";
 import type { TrainOptions } from "../training/options.ts";
-import { writeLossCurves } from "../training/plot.ts";
+import { plotRunFolder } from "../training/plot.ts";
 import { Progress } from "../training/progress.ts";
 import type { LogRecord, RunEvents, RunResult } from "../training/run.ts";
 import { StopSignal } from "../training/signals.ts";
@@ -69,17 +69,8 @@ export class TrainUi {
     };
   }
 
-  private async plot(): Promise<void> {
-    const path = join(this.o.outputDir, "metrics.jsonl");
-    const records = await readMetrics(path, { tolerateTornLastLine: true }).catch(() => []);
-    const points = records.map((r) => ({
-      step: Number(r.step),
-      loss: typeof r.loss === "number" ? r.loss : null,
-      mlmAccuracy: typeof r.mlm_accuracy === "number" ? r.mlm_accuracy : null,
-    }));
-    if (points.length >= 1) {
-      await writeLossCurves(this.o.outputDir, points, { title: "bertfuse pre-training" });
-    }
+  private plot(): Promise<void> {
+    return plotRunFolder(this.o.outputDir, "mlm_accuracy", { title: "bertfuse pre-training" });
   }
 
   async finish(r: RunResult): Promise<void> {

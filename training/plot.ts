@@ -10,6 +10,7 @@
  */
 import { deflateSync } from "node:zlib";
 import { crc32 } from "../data/shards/crc32.ts";
+import { readMetrics } from "./metrics.ts";
 
 export interface CurvePoint {
   step: number;
@@ -493,4 +494,26 @@ export async function writeLossCurves(
   await put(svg, new TextEncoder().encode(lossCurveSvg(points, opts)));
   await put(png, lossCurvePng(points, opts));
   return { svg, png };
+}
+
+/**
+ * Redraws a run folder's loss curves from its metrics.jsonl (a torn last line, from a run being killed
+ * mid-write, is tolerated; an unreadable file draws nothing). `accuracyKey` is the record field the
+ * accuracy series comes from.
+ */
+export async function plotRunFolder(
+  runDir: string,
+  accuracyKey: string,
+  opts: PlotOptions = {},
+): Promise<void> {
+  const records = await readMetrics(`${runDir.replace(/\/$/, "")}/metrics.jsonl`, {
+    tolerateTornLastLine: true,
+  })
+    .catch(() => []);
+  const points = records.map((r) => ({
+    step: Number(r.step),
+    loss: typeof r.loss === "number" ? r.loss : null,
+    mlmAccuracy: typeof r[accuracyKey] === "number" ? r[accuracyKey] as number : null,
+  }));
+  if (points.length) await writeLossCurves(runDir, points, opts);
 }

@@ -5,8 +5,8 @@
  * SIGINT/SIGTERM flag (finish the step, checkpoint, exit 0; a second signal exits at once).
  */
 import { join } from "node:path";
-import { MetricsWriter, readMetrics } from "../metrics.ts";
-import { writeLossCurves } from "../plot.ts";
+import { MetricsWriter } from "../metrics.ts";
+import { plotRunFolder } from "../plot.ts";
 import { Progress } from "../progress.ts";
 import { StopSignal } from "../signals.ts";
 import type { SetResult } from "./evaluate.ts";
@@ -66,20 +66,11 @@ export class FinetuneUi {
     };
   }
 
-  private async plot(): Promise<void> {
-    const records = await readMetrics(join(this.outputDir, "metrics.jsonl"), { tolerateTornLastLine: true })
-      .catch(() => []);
-    const points = records.map((r) => ({
-      step: Number(r.step),
-      loss: typeof r.loss === "number" ? r.loss : null,
-      mlmAccuracy: typeof r.accuracy === "number" ? r.accuracy : null,
-    }));
-    if (points.length) {
-      await writeLossCurves(this.outputDir, points, {
-        title: "bertfuse fine-tuning",
-        accuracyLabel: "accuracy",
-      });
-    }
+  private plot(): Promise<void> {
+    return plotRunFolder(this.outputDir, "accuracy", {
+      title: "bertfuse fine-tuning",
+      accuracyLabel: "accuracy",
+    });
   }
 
   async finish(r: FinetuneResult): Promise<void> {
