@@ -6,7 +6,8 @@ import { emitWGSL } from "../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
-import { figuresOf, fusionReport } from "../compiler/report.ts";
+import { figuresOf, fusionReport, predictionsOf } from "../compiler/report.ts";
+import { gemmFlops, type Measured, parseTimings } from "../compiler/cost_model.ts";
 import { checkCompileOutput, renderOutputs, targetsIn, writeOutputDir } from "../compiler/write_kernels.ts";
 import { checkFileOutput, writeFileAtomic } from "../model_io/outputs.ts";
 import { checkModelSize } from "../model_io/size_check.ts";
@@ -18,7 +19,7 @@ import { kebabFlags } from "./flag_spelling.ts";
 const HELP = `
 deno task compile MODEL [--mode train|infer] [--precision fp32|fp16|bf16] [--target wgsl|cuda|all]
                         [--no-fuse] [--batch-size N] [--seq-len S] [--max-predictions P]
-                        [--out DIR] [--summary FILE]
+                        [--out DIR] [--summary FILE] [--measured FILE]
 
 Compiles a model (a models/*.ts file or a config.json) for one training step (forward, backward and
 parameter update) or for inference, and writes kernels_generated/<model>-<mode>-<precision>/:
@@ -37,7 +38,11 @@ one file per distinct kernel (wgsl/*.wgsl, cuda/*.cu), the plan (plan.json) and 
   --out DIR          output folder (default: kernels_generated/<model>-<mode>-<precision>[-unfused]);
                      it must be absent, empty or an earlier output of this command (it is replaced)
   --summary FILE     also write {"kernels","launches_per_step","library_calls_per_step",
-                     "bytes_per_step","peak_bytes","compile_ms"} as JSON
+                     "bytes_per_step","peak_bytes","gemm_flops","gemm_flops_library",
+                     "predicted_step_ms","predicted_seq_per_s","compile_ms"} as JSON (predictions: the
+                     H100 cost model, CUDA targets only; null otherwise)
+  --measured FILE    per-kernel GPU times, {"kernels": {name: ms}} (bench/gpu_profile.ts writes it from a
+                     DEBUG=2 profile) or a flat {name: ms}: the report's H100 tables gain a measured column
 
 Environment: DEBUG, DUMP_DIR, SKIP_PASSES, FUSION_FUEL (see the README).
 `;
@@ -60,6 +65,7 @@ await runMain(async () => {
       "max-predictions": { type: "string" },
       out: { type: "string" },
       summary: { type: "string" },
+      measured: { type: "string" },
     },
     HELP,
     true,
@@ -101,6 +107,18 @@ await runMain(async () => {
       oursLooksLike: "a summary written by deno task compile",
     });
   }
+  let measured: Measured | undefined;
+  if (values.measured) {
+    if (!targets.includes("cuda")) throw new UsageError("--measured needs --target cuda or all");
+    const text = await Deno.readTextFile(values.measured).catch(() => {
+      throw new UsageError(`--measured: cannot read ${values.measured}`);
+    });
+    try {
+      measured = parseTimings(text, `--measured ${values.measured}`);
+    } catch (e) {
+      throw new UsageError((e as Error).message);
+    }
+  }
   checkModelSize(model.config, { mode, batchSize, seqLen, maxPredictions, what: modelPath });
   const emitters = Object.fromEntries(targets.map((t) => [t, EMITTERS[t]!]));
   const graph = buildModelGraph({ model, mode, precision, batchSize, seqLen, maxPredictions });
@@ -126,10 +144,24 @@ await runMain(async () => {
       .join(" ")
   }`;
   const title = `${name}, ${mode}, ${precision}, batch ${batchSize}, sequence ${seqLen}`;
-  const files = renderOutputs(compiled.plan, command, fusionReport(title, command, compiled, baseline));
+  const files = renderOutputs(
+    compiled.plan,
+    command,
+    fusionReport(title, command, compiled, baseline, {
+      sequences: batchSize,
+      measured,
+    }),
+  );
   await writeOutputDir(outDir, files);
   const compileMs = performance.now() - t0;
-  const figures = { ...figuresOf(compiled), compile_ms: Math.round(compileMs) };
+  const predicted = predictionsOf(compiled)[0];
+  const figures = {
+    ...figuresOf(compiled),
+    ...gemmFlops(compiled.plan),
+    predicted_step_ms: predicted ? Number((predicted.seconds * 1e3).toFixed(4)) : null,
+    predicted_seq_per_s: predicted ? Math.round(batchSize / predicted.seconds) : null,
+    compile_ms: Math.round(compileMs),
+  };
   if (values.summary) await writeFileAtomic(values.summary, JSON.stringify(figures, null, 2) + "\n");
   const base = figuresOf(baseline);
   console.log(

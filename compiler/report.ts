@@ -6,6 +6,8 @@
 import type { Plan } from "../plan/plan.ts";
 import type { Compiled } from "./compile.ts";
 import { narrowingSummary } from "./storage_precision.ts";
+import { gemmFlops, type Measured, type PlanPrediction, predictPlan } from "./cost_model.ts";
+import { DEVICE_PROFILES } from "./targets/h100.ts";
 
 export interface CompileFigures {
   readonly kernels: number;
@@ -96,7 +98,110 @@ function countBy<T>(xs: readonly T[], key: (x: T) => string): Map<string, number
 
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(2)} MiB`;
 
-export function fusionReport(title: string, command: string, fused: Compiled, unfused: Compiled): string {
+export interface ReportOptions {
+  /** Sequences per step, for sequences/s (the batch size). */
+  readonly sequences?: number;
+  /** Measured per-kernel times on the first device profile's device (`deno task compile --measured`). */
+  readonly measured?: Measured;
+}
+
+/** The cost model's predictions for the fused plan, one per device profile whose target the plan has. */
+export function predictionsOf(c: Compiled): PlanPrediction[] {
+  const hasCuda = c.plan.kernels.some((k) => k.cuda || k.cudaGemm);
+  return DEVICE_PROFILES.filter((p) => p.target === "cuda" && hasCuda).map((p) => predictPlan(c.plan, p));
+}
+
+const us = (s: number) => (s * 1e6).toFixed(1);
+const pct = (a: number, b: number) => (b > 0 ? `${(100 * a / b).toFixed(1)}%` : "-");
+
+/** Predicted (and, given timings, measured) step time on a device: totals, routes, the costliest kernels. */
+function costSection(c: Compiled, pred: PlanPrediction, o: ReportOptions, measured?: Measured): string[] {
+  const p = pred.profile;
+  const { gemm_flops, gemm_flops_library } = gemmFlops(c.plan);
+  const gemms = c.plan.kernels.filter((k) => k.kind === "matmul");
+  const ms = pred.seconds * 1e3;
+  const measuredSum = measured
+    ? pred.rows.reduce((a, r) => a + (measured.kernels.get(r.name) ?? 0), 0)
+    : undefined;
+  const mcol = (v: string) => (measured ? ` ${v} |` : "");
+  const lines = [
+    `## Predicted time on ${p.name} (cost model${measured ? " and measured" : ""})`,
+    "",
+    "A prediction, not a measurement (compiler/cost_model.ts, rates in compiler/targets/h100.ts): library GEMMs",
+    `at ${(p.tensorPeak * p.tensorFraction / 1e12).toFixed(0)} TFLOP/s (${p.tensorFraction} of the ${
+      (p.tensorPeak / 1e12).toFixed(1)
+    } TFLOP/s dense FP16/BF16 tensor-core peak), the template GEMM and other arithmetic at ${
+      (p.fp32Peak * p.templateFraction / 1e12).toFixed(2)
+    } TFLOP/s`,
+    `(${p.templateFraction} of the ${
+      (p.fp32Peak / 1e12).toFixed(0)
+    } TFLOP/s FP32 CUDA-core peak: the template has no mma), memory at ${
+      (p.bandwidth / 1e12).toFixed(2)
+    } TB/s (datasheet ${(p.bandwidthPeak / 1e12).toFixed(2)}),`,
+    `${
+      us(p.launch)
+    } µs per launch; each kernel costs its launch plus the larger of its arithmetic and memory times.`,
+    "",
+    `| | predicted |${mcol("measured")}`,
+    `|---|---:|${mcol("---:")}`,
+    `| step | ${ms.toFixed(3)} ms |${
+      mcol(
+        `${(measuredSum ?? 0).toFixed(3)} ms (sum of kernels)${
+          measured?.stepMs !== undefined ? `; ${measured.stepMs.toFixed(3)} ms (step)` : ""
+        }`,
+      )
+    }`,
+  ];
+  if (o.sequences) {
+    const mStep = measured?.stepMs ?? measuredSum;
+    lines.push(
+      `| sequences/s (batch ${o.sequences}) | ${(o.sequences / (ms / 1e3)).toFixed(0)} |${
+        mcol(mStep ? (o.sequences / (mStep / 1e3)).toFixed(0) : "-")
+      }`,
+    );
+  }
+  lines.push(
+    `| GEMMs as library calls | ${gemms.filter((k) => k.cudaGemm).length} of ${gemms.length}, ${
+      pct(gemm_flops_library, gemm_flops)
+    } of ${(gemm_flops / 1e9).toFixed(1)} GFLOP |${mcol("")}`,
+    "",
+    "| route | launches | GFLOP | MiB moved | predicted ms | share |",
+    "|---|---:|---:|---:|---:|---:|",
+  );
+  const routes = new Map<string, { n: number; f: number; b: number; s: number }>();
+  for (const r of pred.rows) {
+    const t = routes.get(r.route) ?? { n: 0, f: 0, b: 0, s: 0 };
+    routes.set(r.route, { n: t.n + r.launches, f: t.f + r.flops, b: t.b + r.bytes, s: t.s + r.seconds });
+  }
+  for (const [route, t] of [...routes].sort((a, b) => b[1].s - a[1].s)) {
+    lines.push(
+      `| ${route} | ${t.n} | ${(t.f / 1e9).toFixed(2)} | ${(t.b / 2 ** 20).toFixed(1)} | ${
+        (t.s * 1e3).toFixed(3)
+      } | ${pct(t.s, pred.seconds)} |`,
+    );
+  }
+  lines.push("", "The three kernels that cost most (predicted):", "");
+  lines.push(`| kernel | route | bound | predicted µs | share |${mcol("measured µs")}`);
+  lines.push(`|---|---|---|---:|---:|${mcol("---:")}`);
+  for (const r of [...pred.rows].sort((a, b) => b.seconds - a.seconds).slice(0, 3)) {
+    const m = measured?.kernels.get(r.name);
+    lines.push(
+      `| ${r.name} | ${r.route} | ${r.bound} | ${us(r.seconds)} | ${pct(r.seconds, pred.seconds)} |${
+        mcol(m === undefined ? "-" : (m * 1e3).toFixed(1))
+      }`,
+    );
+  }
+  lines.push("");
+  return lines;
+}
+
+export function fusionReport(
+  title: string,
+  command: string,
+  fused: Compiled,
+  unfused: Compiled,
+  opts: ReportOptions = {},
+): string {
   const f = figuresOf(fused), u = figuresOf(unfused);
   const fk = countBy(fused.plan.kernels, (k) => k.kind);
   const uk = countBy(unfused.plan.kernels, (k) => k.kind);
@@ -137,17 +242,38 @@ export function fusionReport(title: string, command: string, fused: Compiled, un
   );
   lines.push(...storageSection(fused, unfused));
   lines.push(...gemmSection(fused));
+  const preds = predictionsOf(fused);
+  preds.forEach((p, i) => lines.push(...costSection(fused, p, opts, i === 0 ? opts.measured : undefined)));
   lines.push("## Fusions refused, by reason", "", "| reason | count |", "|---|---:|");
   const reasons = countBy(fused.fusion.decisions.filter((d) => !d.ok), (d) => d.reason);
   for (const [r, n] of [...reasons].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))) {
     lines.push(`| ${r.replaceAll("|", "\\|")} | ${n} |`);
   }
-  lines.push("", "## Kernels", "", "| kernel | kind | reads | writes | MFLOP |", "|---|---|---:|---:|---:|");
+  // Per kernel: the first profile's prediction per step (all its launches) and, given timings, the measurement.
+  const pred = new Map((preds[0]?.rows ?? []).map((r) => [r.name, r]));
+  const m = opts.measured;
+  const extra = preds[0]
+    ? ` route | ${preds[0].profile.name.split(" (")[0]} µs |${m ? " measured µs |" : ""}`
+    : "";
+  const rule = preds[0] ? `---|---:|${m ? "---:|" : ""}` : "";
+  lines.push(
+    "",
+    "## Kernels",
+    "",
+    `| kernel | kind | reads | writes | MFLOP |${extra}`,
+    `|---|---|---:|---:|---:|${rule}`,
+  );
   for (const k of fused.plan.kernels) {
+    const r = pred.get(k.name), t = m?.kernels.get(k.name);
+    const cells = preds[0]
+      ? ` ${r?.route ?? "-"} | ${r ? us(r.seconds) : "-"} |${
+        m ? ` ${t === undefined ? "-" : (t * 1e3).toFixed(1)} |` : ""
+      }`
+      : "";
     lines.push(
       `| ${k.name} | ${k.kind} | ${mib(k.bytesRead)} | ${mib(k.bytesWritten)} | ${
         (k.flops / 1e6).toFixed(2)
-      } |`,
+      } |${cells}`,
     );
   }
   return lines.join("\n") + "\n";
