@@ -9,6 +9,12 @@
  * alike. A round submits a few steps back to back and waits once; the median round is reported. Model FLOP
  * utilisation is printed for training against the plan's own FLOP count (and, for BERT-large at 128, the
  * 240.6 GFLOP per sequence of DESIGN.md's reference).
+ *
+ * A figure measured is never thrown away by a later failure: each case is printed as soon as it is
+ * measured and the --json file is rewritten (atomically) with every case so far; a part that fails (a
+ * size the device cannot hold, a compile error) becomes one line naming the part and the cause, the other
+ * parts still run, and the exit code is 1 at the end. BERTFUSE_BENCH_FAULT=TEXT makes every part whose
+ * name contains TEXT fail as if it had (for tests/cpu/bench_bert_partial.test.ts; e.g. "infer-b1").
  */
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
@@ -22,8 +28,8 @@ import { loadModel } from "../models/load.ts";
 import { initParams } from "../model_io/init_params.ts";
 import type { Plan } from "../plan/plan.ts";
 import { flatFromParams } from "../training/run_state.ts";
-import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
-import { writeFileAtomic } from "../model_io/outputs.ts";
+import { oneOf, parseFlags, positiveInt, runMain, UsageError, userMessage } from "../cli/common.ts";
+import { checkFileOutput, OutputError, writeFileAtomic } from "../model_io/outputs.ts";
 import { median, type Steppable, timeRound } from "./step_timing.ts";
 
 const HELP = `
@@ -39,7 +45,8 @@ use e.g. --model models/bert-large.ts --precision fp16 --batch-size 64 --seq-len
                         finetune: deno task finetune's step (two-class head, BERT's Adam), not in all
   --rounds N            timed rounds per side, alternating (default 5)
   --steps-per-round N   steps submitted back to back per round (default 4)
-  --json FILE           write {"device","date","command","cases":[...]} (bench/results/ format)
+  --json FILE           write {"device","date","command","cases":[...]} (bench/results/ format), rewritten
+                        after every measured case; "failed": [{"part","cause"}] lists parts that failed
   --peer, --no-peer     run PyTorch on the CPU (bench/peers/torch_bert.py: eager and torch.compile, fp32)
                         on the same shapes after our cases and print the ratios (default: on with --backend cpu)
 `;
@@ -83,37 +90,104 @@ await runMain(async () => {
   const preds = positiveInt("max-predictions", values["max-predictions"], 10);
   const rounds = positiveInt("rounds", values.rounds, 5);
   const perRound = positiveInt("steps-per-round", values["steps-per-round"], 4);
+  // The JSON output may replace only an earlier result file, and is checked before minutes of work.
+  if (values.json) {
+    await checkFileOutput(values.json, {
+      label: `--json ${values.json}`,
+      isOurs: isResultFile,
+      oursLooksLike: "a bench result file (JSON with device, command and cases)",
+    });
+  }
   const choice = await openBackend(request);
   if (!choice.row.emitter) throw new UsageError("bench:bert needs a compiling backend (cuda, webgpu or cpu)");
   const device = choice.device;
   console.error(`backend ${choice.kind}: ${choice.why}`);
 
   const cases: Case[] = [];
-  const measure = async (name: string, g: Graph, feeds: Record<string, ArrayLike<number>>, seqs: number) => {
-    const sides = [];
-    for (const fuse of [true, false]) {
-      const opened = await choice.compile(g, fuse);
-      const ex = opened.executor as typeof opened.executor & Steppable;
-      for (const [n, v] of Object.entries(feeds)) ex.write(n, v);
-      const plan: Plan = opened.compiled!.plan;
-      const peak = plan.slots.reduce((a, s) => a + s.bytes, 0);
-      const flops = plan.kernels.reduce((a, k) => a + k.flops, 0);
-      sides.push({ fuse, ex, peak, flops, kernels: plan.kernels.length, times: [] as number[] });
+  const failed: { part: string; cause: string }[] = [];
+  const command = `deno task bench:bert ${Deno.args.join(" ")}`.trim();
+  const save = async () => {
+    if (!values.json) return;
+    const out = {
+      device,
+      date: new Date().toISOString().slice(0, 10),
+      command,
+      cases,
+      ...(failed.length ? { failed } : {}),
+    };
+    await writeFileAtomic(values.json, JSON.stringify(out, null, 2) + "\n");
+  };
+  const record = async (c: Case) => {
+    cases.push(c);
+    console.log(`measured ${c.name} ${c.impl}: ${c.ms.toFixed(2)} ms, ${c.seq_per_s.toFixed(1)} seq/s`);
+    await save();
+  };
+  /**
+   * One part of the run (a case's compile and timing, the peer): its failure is one line naming the part
+   * and the cause, and the run goes on, keeping every figure measured before. A failure of the --json
+   * write itself is the user's to fix now, so it stops the run.
+   */
+  const fault = Deno.env.get("BERTFUSE_BENCH_FAULT");
+  const part = async (name: string, body: () => Promise<void>) => {
+    try {
+      if (fault && name.includes(fault)) throw new Error(`injected fault (BERTFUSE_BENCH_FAULT=${fault})`);
+      await body();
+    } catch (e) {
+      if (e instanceof OutputError) throw e;
+      const cause = userMessage(e) ?? (e instanceof Error ? e.message : String(e)).split("\n")[0];
+      failed.push({ part: name, cause });
+      console.error(`bench:bert: ${name} failed: ${cause}`);
+      await save();
     }
-    for (const s of sides) await timeRound(s.ex, perRound); // warm-up: compilation, first submissions
-    for (let r = 0; r < rounds; r++) for (const s of sides) s.times.push(await timeRound(s.ex, perRound));
-    for (const s of sides) {
-      const ms = median(s.times);
-      cases.push({
-        name,
-        impl: s.fuse ? "bertfuse" : "bertfuse-unfused",
-        seq_per_s: seqs / (ms / 1000),
-        ms,
-        peak_bytes: s.peak,
-        kernels: s.kernels,
-        tflops: s.flops / (ms / 1000) / 1e12,
+  };
+  /**
+   * Times one case, fused and unfused, rounds alternating. A side that does not compile (say, a size the
+   * device cannot hold) is its own failed part; the other side is still timed and recorded.
+   */
+  const measure = async (name: string, g: Graph, feeds: Record<string, ArrayLike<number>>, seqs: number) => {
+    const sides: {
+      fuse: boolean;
+      ex: Steppable & { destroy(): void };
+      peak: number;
+      flops: number;
+      kernels: number;
+      times: number[];
+    }[] = [];
+    try {
+      for (const fuse of [true, false]) {
+        await part(`${name} ${fuse ? "fused" : "unfused"}`, async () => {
+          const opened = await choice.compile(g, fuse);
+          const ex = opened.executor as typeof opened.executor & Steppable;
+          const plan: Plan = opened.compiled!.plan;
+          sides.push({
+            fuse,
+            ex,
+            peak: plan.slots.reduce((a, s) => a + s.bytes, 0),
+            flops: plan.kernels.reduce((a, k) => a + k.flops, 0),
+            kernels: plan.kernels.length,
+            times: [],
+          });
+          for (const [n, v] of Object.entries(feeds)) ex.write(n, v);
+        });
+      }
+      await part(`${name} timing`, async () => {
+        for (const s of sides) await timeRound(s.ex, perRound); // warm-up: compilation, first submissions
+        for (let r = 0; r < rounds; r++) for (const s of sides) s.times.push(await timeRound(s.ex, perRound));
+        for (const s of sides) {
+          const ms = median(s.times);
+          await record({
+            name,
+            impl: s.fuse ? "bertfuse" : "bertfuse-unfused",
+            seq_per_s: seqs / (ms / 1000),
+            ms,
+            peak_bytes: s.peak,
+            kernels: s.kernels,
+            tflops: s.flops / (ms / 1000) / 1e12,
+          });
+        }
       });
-      s.ex.destroy();
+    } finally {
+      for (const s of sides) s.ex.destroy();
     }
   };
 
@@ -130,80 +204,88 @@ await runMain(async () => {
   });
   const tag = `${model.name}`;
   if (mode === "finetune") {
-    // deno task finetune's step: the sentence-classification head (two labels, as the built-in task) and
-    // BERT's Adam (AdamW with its schedule), everything else as in pre-training.
-    const g = buildModelGraph({
-      model: defineBert(`${model.name}-cls2`, { ...model.config, num_labels: 2 }),
-      mode: "train",
-      head: "classification",
-      precision,
-      batchSize: batch,
-      seqLen: seq,
-      optimizer: { kind: "adamw", dynamicScale: precision === "fp16" },
+    await part(`${tag}-finetune`, async () => {
+      // deno task finetune's step: the sentence-classification head (two labels, as the built-in task) and
+      // BERT's Adam (AdamW with its schedule), everything else as in pre-training.
+      const g = buildModelGraph({
+        model: defineBert(`${model.name}-cls2`, { ...model.config, num_labels: 2 }),
+        mode: "train",
+        head: "classification",
+        precision,
+        batchSize: batch,
+        seqLen: seq,
+        optimizer: { kind: "adamw", dynamicScale: precision === "fp16" },
+      });
+      const layout = flatLayoutOf(g);
+      await measure(`${tag}-finetune-s${seq}-${precision}`, g, {
+        ...optimizerFeeds(
+          layout,
+          { base: 1e-4, warmupProportion: 0.1, totalSteps: 1000 },
+          { step: 0, lossScale: precision === "fp16" ? 2 ** 16 : 1 },
+        ),
+        [OPT.flatParams]: flatFromParams(initParams(g, 1), layout),
+        ...tokens(batch),
+        labels: Int32Array.from({ length: batch }, () => r.int(0, 2)),
+        rng_key: [1, 0],
+      }, batch);
     });
-    const layout = flatLayoutOf(g);
-    await measure(`${tag}-finetune-s${seq}-${precision}`, g, {
-      ...optimizerFeeds(
-        layout,
-        { base: 1e-4, warmupProportion: 0.1, totalSteps: 1000 },
-        { step: 0, lossScale: precision === "fp16" ? 2 ** 16 : 1 },
-      ),
-      [OPT.flatParams]: flatFromParams(initParams(g, 1), layout),
-      ...tokens(batch),
-      labels: Int32Array.from({ length: batch }, () => r.int(0, 2)),
-      rng_key: [1, 0],
-    }, batch);
   }
   if (mode === "train" || mode === "all") {
-    const g = buildModelGraph({
-      model,
-      mode: "train",
-      precision,
-      batchSize: batch,
-      seqLen: seq,
-      maxPredictions: preds,
-      optimizer: { kind: "lamb", dynamicScale: precision === "fp16" },
+    await part(`${tag}-train`, async () => {
+      const g = buildModelGraph({
+        model,
+        mode: "train",
+        precision,
+        batchSize: batch,
+        seqLen: seq,
+        maxPredictions: preds,
+        optimizer: { kind: "lamb", dynamicScale: precision === "fp16" },
+      });
+      const layout = flatLayoutOf(g);
+      const feeds: Record<string, ArrayLike<number>> = {
+        ...optimizerFeeds(
+          layout,
+          { base: 6e-3, warmupProportion: 0.1, totalSteps: 1000 },
+          { step: 0, lossScale: precision === "fp16" ? 2 ** 16 : 1 },
+        ),
+        [OPT.flatParams]: flatFromParams(initParams(g, 1), layout),
+        ...tokens(batch),
+        masked_lm_positions: Int32Array.from({ length: batch * preds }, () => r.int(0, seq)),
+        masked_lm_ids: Int32Array.from({ length: batch * preds }, () => r.int(0, V)),
+        next_sentence_labels: Int32Array.from({ length: batch }, () => r.int(0, 2)),
+        rng_key: [1, 0],
+      };
+      await measure(`${tag}-train-s${seq}-${precision}`, g, feeds, batch);
     });
-    const layout = flatLayoutOf(g);
-    const feeds: Record<string, ArrayLike<number>> = {
-      ...optimizerFeeds(
-        layout,
-        { base: 6e-3, warmupProportion: 0.1, totalSteps: 1000 },
-        { step: 0, lossScale: precision === "fp16" ? 2 ** 16 : 1 },
-      ),
-      [OPT.flatParams]: flatFromParams(initParams(g, 1), layout),
-      ...tokens(batch),
-      masked_lm_positions: Int32Array.from({ length: batch * preds }, () => r.int(0, seq)),
-      masked_lm_ids: Int32Array.from({ length: batch * preds }, () => r.int(0, V)),
-      next_sentence_labels: Int32Array.from({ length: batch }, () => r.int(0, 2)),
-      rng_key: [1, 0],
-    };
-    await measure(`${tag}-train-s${seq}-${precision}`, g, feeds, batch);
   }
   if (mode === "infer" || mode === "all") {
     for (const B of [inferBatch, 1]) {
-      const g = buildModelGraph({ model, mode: "infer", precision, batchSize: B, seqLen: seq });
-      await measure(`${tag}-infer-s${seq}-b${B}-${precision}`, g, {
-        ...Object.fromEntries(initParams(g, 1)),
-        ...tokens(B),
-      }, B);
+      await part(`${tag}-infer-b${B}`, async () => {
+        const g = buildModelGraph({ model, mode: "infer", precision, batchSize: B, seqLen: seq });
+        await measure(`${tag}-infer-s${seq}-b${B}-${precision}`, g, {
+          ...Object.fromEntries(initParams(g, 1)),
+          ...tokens(B),
+        }, B);
+      });
     }
   }
 
   // The PyTorch peer knows pre-training and inference shapes, not the fine-tuning head.
   const peer = mode !== "finetune" && (values.peer || (choice.kind === "cpu" && !values["no-peer"]));
   if (peer) {
-    cases.push(
-      ...await torchPeer({
-        config: { name: model.name, ...model.config },
-        mode,
-        batch,
-        inferBatches: [inferBatch, 1],
-        seq,
-        preds,
-        iters: rounds * perRound,
-      }),
-    );
+    await part("peer", async () => {
+      for (
+        const c of await torchPeer({
+          config: { name: model.name, ...model.config },
+          mode,
+          batch,
+          inferBatches: [inferBatch, 1],
+          seq,
+          preds,
+          iters: rounds * perRound,
+        })
+      ) await record(c);
+    });
   }
 
   console.log(`${device}: ${model.name}, ${precision}`);
@@ -234,14 +316,14 @@ await runMain(async () => {
       } TFLOP/s`,
     );
   }
-  if (values.json) {
-    const out = {
-      device,
-      date: new Date().toISOString().slice(0, 10),
-      command: `deno task bench:bert ${Deno.args.join(" ")}`.trim(),
-      cases,
-    };
-    await writeFileAtomic(values.json, JSON.stringify(out, null, 2) + "\n");
+  await save();
+  // The failures again after the table, so the last lines say what is missing from it.
+  for (const f of failed) console.error(`bench:bert: ${f.part} failed: ${f.cause}`);
+  if (failed.length) {
+    console.error(
+      `bench:bert: ${failed.length} part(s) failed; the ${cases.length} figure(s) above were kept`,
+    );
+    Deno.exit(1);
   }
 });
 
@@ -295,4 +377,10 @@ async function torchPeer(o: {
       kernels: 0,
     };
   });
+}
+
+/** Whether the file at `path` is a bench result (what --json may replace): JSON with device, command, cases. */
+async function isResultFile(path: string): Promise<boolean> {
+  const r = JSON.parse(await Deno.readTextFile(path));
+  return typeof r?.device === "string" && typeof r?.command === "string" && Array.isArray(r?.cases);
 }

@@ -1,0 +1,61 @@
+/**
+ * `deno task bench:bert` keeps what it measured when a later part fails (issue 13): with a fault injected
+ * into the last part (BERTFUSE_BENCH_FAULT, bench/bert.ts), the figures measured before it are printed as
+ * they come and are in the --json file, the failure is one line naming the part and the cause, and the
+ * exit code is 1. Runs on the CPU backend (ignored without a C compiler) at a tiny size.
+ */
+import assert from "node:assert/strict";
+import { cliEnv, ROOT, withTemp } from "../util/cli.ts";
+import { testCpu } from "../util/cpu_check.ts";
+
+const cpu = await testCpu();
+
+Deno.test({
+  name: "bench:bert: a late failure keeps the earlier figures (printed and in the JSON), one line, exit 1",
+  ignore: !cpu.ctx,
+  fn: () =>
+    withTemp(async (dir) => {
+      const json = `${dir}/result.json`;
+      // Inference at batch 2 is measured first, then batch 1, which the injected fault fails.
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: [
+          "run",
+          "--allow-sys=systemMemoryInfo",
+          "--allow-read",
+          "--allow-write",
+          "--allow-env",
+          "--allow-ffi",
+          "--allow-run",
+          `${ROOT}bench/bert.ts`,
+          ...["--backend", "cpu", "--mode", "infer", "--infer-batch-size", "2", "--seq-len", "16"],
+          ...["--rounds", "1", "--steps-per-round", "1", "--no-peer", "--json", json],
+        ],
+        cwd: ROOT,
+        env: { ...cliEnv(), BERTFUSE_BENCH_FAULT: "infer-b1" },
+      }).output();
+      const stdout = new TextDecoder().decode(out.stdout), stderr = new TextDecoder().decode(out.stderr);
+      assert.equal(out.code, 1, `exit code ${out.code}\n${stdout}\n${stderr}`);
+      for (const impl of ["bertfuse", "bertfuse-unfused"]) {
+        assert.match(stdout, new RegExp(`measured bert-tiny-infer-s16-b2-fp32 ${impl}: [\\d.]+ ms`));
+      }
+      const failures = stderr.split("\n").filter((l) =>
+        l.startsWith("bench:bert: bert-tiny-infer-b1 failed")
+      );
+      assert.ok(failures.length >= 1, stderr);
+      assert.match(
+        failures[0],
+        /^bench:bert: bert-tiny-infer-b1 failed: injected fault \(BERTFUSE_BENCH_FAULT=infer-b1\)$/,
+      );
+      assert.doesNotMatch(stderr, /^\s+at /m, "no stack trace");
+      const result = JSON.parse(await Deno.readTextFile(json));
+      assert.deepEqual(
+        result.cases.map((c: { name: string; impl: string }) => `${c.name} ${c.impl}`),
+        ["bert-tiny-infer-s16-b2-fp32 bertfuse", "bert-tiny-infer-s16-b2-fp32 bertfuse-unfused"],
+      );
+      for (const c of result.cases) assert.ok(c.ms > 0 && c.seq_per_s > 0, JSON.stringify(c));
+      assert.deepEqual(result.failed, [{
+        part: "bert-tiny-infer-b1",
+        cause: "injected fault (BERTFUSE_BENCH_FAULT=infer-b1)",
+      }]);
+    }),
+});
