@@ -33,6 +33,7 @@ export const DRIVER_SYMBOLS = {
   cuMemcpyDtoH_v2: { parameters: ["buffer", "u64", "usize"], result: "i32" },
   cuMemcpyDtoDAsync_v2: { parameters: ["u64", "u64", "usize", "pointer"], result: "i32" },
   cuMemsetD8_v2: { parameters: ["u64", "u8", "usize"], result: "i32" },
+  cuMemsetD8Async: { parameters: ["u64", "u8", "usize", "pointer"], result: "i32" },
   cuStreamCreate: { parameters: ["buffer", "u32"], result: "i32" },
   cuStreamDestroy_v2: { parameters: ["pointer"], result: "i32" },
   cuStreamSynchronize: { parameters: ["pointer"], result: "i32" },
@@ -235,6 +236,12 @@ export class CudaDriver {
 
   memsetD8(ptr: DevicePtr, value: number, bytes: number): void {
     this.check("cuMemsetD8", this.symbols.cuMemsetD8_v2(ptr, value, BigInt(bytes)));
+  }
+
+  /** Fills `bytes` bytes with `value` in stream order (capturable into a graph as a memset node). */
+  memsetD8Async(ptr: DevicePtr, value: number, bytes: number, stream: Pointer, what: string): void {
+    if (bytes === 0) return;
+    this.check(`cuMemsetD8Async (${what})`, this.symbols.cuMemsetD8Async(ptr, value, BigInt(bytes), stream));
   }
 
   /** Host to device; synchronous with respect to the host buffer (the legacy default stream). */

@@ -1,8 +1,9 @@
 /**
  * Executes a Plan on an NVIDIA GPU through the driver API. Everything that can be made once is made in
- * `create`: one device allocation (the arena, see layout.ts) zeroed once, one module per distinct kernel
+ * `create`: one device allocation (the arena, see layout.ts) zeroed, one module per distinct kernel
  * source (NVRTC, cached on disk), the kernel arguments of every launch, and a CUDA graph holding the whole
- * step program (launches, copies, then the parameter updates) so a step is one cuGraphLaunch.
+ * step program (padding re-zeroed, launches, copies, then the parameter updates) so a step is one
+ * cuGraphLaunch. The program runs once uncaptured before capture (warmUp).
  *
  * Kernel ABI (compiler/codegen/cuda.ts emits it): `extern "C" __global__ void bf_kernel(T0* b0, ...)`, one
  * device pointer per binding in binding-index order; grid = TargetKernel.grid blocks, block =
@@ -33,7 +34,7 @@ import { CudaError } from "./errors.ts";
 import { decodeStored, encodeStored, type HostArray } from "./host.ts";
 import { kernelCacheKey } from "./kernel_cache.ts";
 import { alignmentOf, CublasLt, LtCall, type LtCallSpec } from "./cublaslt.ts";
-import { type ArenaLayout, arenaLayout } from "./layout.ts";
+import { type ArenaLayout, arenaLayout, zeroRegions } from "./layout.ts";
 import type { DiscoverOptions } from "./libs.ts";
 
 /** The kernel entry point every CUDA kernel of a plan defines. */
@@ -106,6 +107,14 @@ export type CudaStep =
     readonly dst: DevicePtr;
     readonly bytes: number;
     readonly what: string;
+  }
+  | {
+    /** Padding the plan reads as zero, re-zeroed at the start of every run (layout.ts zeroRegions). */
+    readonly op: "zero";
+    readonly index: number;
+    readonly dst: DevicePtr;
+    readonly bytes: number;
+    readonly what: string;
   };
 
 /** Whether CUDA graphs are on: BERTFUSE_CUDA_GRAPHS=0 turns them off (direct launches, for debugging). */
@@ -167,7 +176,8 @@ export class CudaExecutor {
     let lt: CublasLt | undefined;
     const calls = new Map<string, LtCall>();
     try {
-      // Zeroed once: some plans read regions nothing wrote yet and rely on them reading as zero.
+      // Zeroed here, and the padding a run may dirty again at the start of every run (below): plans read
+      // the padding of in-place flat vectors as zero.
       driver.memsetD8(arena, 0, layout.totalBytes);
       stream = driver.createStream();
       const fnBySource = new Map<string, Pointer>();
@@ -233,19 +243,29 @@ export class CudaExecutor {
         const epilogue = g.epilogue && launchOf(g.epilogue.name, g.epilogue.cuda, g.epilogue.bindings);
         return { op: "gemm", kernel: k, kernelIndex, call: lc, a, b, d, ...(epilogue ? { epilogue } : {}) };
       });
-      const program: CudaStep[] = plan.steps.map((s, index): CudaStep => {
-        if (s.op === "launch") {
-          const l = launches[s.kernel];
-          if (!l) {
-            throw new CudaError(
-              `plan ${plan.graph}: step ${index} launches kernel ${s.kernel}, which it lacks`,
-            );
+      const zeroes = zeroRegions(plan, layout).map((r): CudaStep => ({
+        op: "zero",
+        index: -1,
+        dst: arena + BigInt(r.offset),
+        bytes: r.bytes,
+        what: `padding of '${r.buffer}' (${r.bytes} bytes)`,
+      }));
+      const program: CudaStep[] = [
+        ...zeroes,
+        ...plan.steps.map((s, index): CudaStep => {
+          if (s.op === "launch") {
+            const l = launches[s.kernel];
+            if (!l) {
+              throw new CudaError(
+                `plan ${plan.graph}: step ${index} launches kernel ${s.kernel}, which it lacks`,
+              );
+            }
+            return "op" in l ? { ...l, index } : { op: "launch", index, ...l };
           }
-          return "op" in l ? { ...l, index } : { op: "launch", index, ...l };
-        }
-        const src = bufferOf(plan, s.src, `step ${index}`), dst = bufferOf(plan, s.dst, `step ${index}`);
-        return copyStep(index, src, dst, addressOf, `step ${index}: '${src.name}' -> '${dst.name}'`);
-      });
+          const src = bufferOf(plan, s.src, `step ${index}`), dst = bufferOf(plan, s.dst, `step ${index}`);
+          return copyStep(index, src, dst, addressOf, `step ${index}: '${src.name}' -> '${dst.name}'`);
+        }),
+      ];
       plan.updates.forEach((u, i) => {
         const value = bufferOf(plan, u.value, `update ${i}`), param = bufferOf(plan, u.param, `update ${i}`);
         program.push(
@@ -269,7 +289,10 @@ export class CudaExecutor {
         fnBySource.size,
         lt && { lib: lt, calls: [...calls.values()] },
       );
-      if (opts.graphs ?? cudaGraphsFromEnv()) ex.capture();
+      if (opts.graphs ?? cudaGraphsFromEnv()) {
+        ex.warmUp();
+        ex.capture();
+      }
       return ex;
     } catch (e) {
       for (const c of calls.values()) tryIt(() => c.destroy());
@@ -392,7 +415,7 @@ export class CudaExecutor {
     }
     const { driver } = this.ctx;
     // A library GEMM counts as one launch: the call and its epilogue kernel, timed together.
-    const launches = this.program.filter((s) => s.op !== "copy");
+    const launches = this.program.filter((s) => s.op === "launch" || s.op === "gemm");
     const events: Pointer[] = [];
     const event = () => {
       const e = driver.createEvent();
@@ -416,7 +439,7 @@ export class CudaExecutor {
       for (let i = 0; i < iterations; i++) {
         let j = 0;
         for (const s of this.program) {
-          if (s.op === "copy") {
+          if (s.op === "copy" || s.op === "zero") {
             this.issue(s);
             continue;
           }
@@ -471,6 +494,20 @@ export class CudaExecutor {
     tryIt(() => driver.free(this.arena));
   }
 
+  /**
+   * Runs the program once, uncaptured, before capture, then zeroes the arena again (the run computed on
+   * zeros and its updates overwrote parameters with the result). What a first call does lazily must not
+   * happen inside a capture, where it is an error or is left out of the graph: loading a module's code on
+   * first launch (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2), cuBLASLt's first-use setup.
+   * A kernel that faults on zeros is reported here, by name, with direct launches.
+   */
+  private warmUp(): void {
+    if (this.program.length === 0) return;
+    for (const s of this.program) this.issue(s);
+    this.sync();
+    this.ctx.driver.memsetD8(this.arena, 0, this.layout.totalBytes);
+  }
+
   /** Captures the program into a graph; a capture the driver refuses falls back to direct launches. */
   private capture(): void {
     if (this.program.length === 0) return;
@@ -511,6 +548,8 @@ export class CudaExecutor {
           `${s.kernel.name} epilogue (step ${s.index})`,
         );
       }
+    } else if (s.op === "zero") {
+      driver.memsetD8Async(s.dst, 0, s.bytes, this.stream, s.what);
     } else {
       driver.copyDtoDAsync(s.dst, s.src, s.bytes, this.stream, s.what);
     }
@@ -600,7 +639,7 @@ function loadKernel(ctx: CudaContext, source: string, name: string): Pointer {
     source,
     arch,
     nvrtcVersion: nvrtc.versionString,
-    options: nvrtc.options(arch),
+    options: nvrtc.keyOptions(arch),
   });
   const cached = cache.get(key);
   if (cached) {

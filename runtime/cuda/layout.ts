@@ -56,3 +56,52 @@ export function arenaLayout(plan: Pick<Plan, "graph" | "buffers" | "slots">): Ar
   const bufferOffsets = plan.buffers.map((b) => slotOffsets[b.slot] + (b.offset ?? 0));
   return { slotOffsets, slotBytes, bufferOffsets, totalBytes: Math.max(total, ARENA_ALIGN) };
 }
+
+/** Bytes of the arena that the plan reads as zero and that a step may overwrite. */
+export interface ZeroRegion {
+  /** Byte offset from the arena base. */
+  readonly offset: number;
+  readonly bytes: number;
+  /** The buffer whose padding this is, for messages. */
+  readonly buffer: string;
+}
+
+/**
+ * The padding of in-place flat vectors (compiler/fusion/in_place.ts) that a run may dirty. A flat vector's
+ * parts sit inside it at offsets; the ranges no part covers are zero fills that nothing computes: the plan
+ * reads them as zero because the vector's slot is never shared and the arena starts zeroed. That holds
+ * for one run only when a step writes the whole vector: the parameter update copies the optimizer's new
+ * flat vector, padding included, over the old one, and whether its padding came out zero depends on the
+ * optimizer's arithmetic (0/0 is NaN). So for each vector that a kernel writes, a copy step targets or an
+ * update replaces, its gaps are returned, and the executor zeroes them at the start of every run.
+ * A vector is the largest buffer at offset 0 of a slot that also hosts buffers at non-zero offsets.
+ */
+export function zeroRegions(
+  plan: Pick<Plan, "buffers" | "kernels" | "steps" | "updates">,
+  layout: ArenaLayout,
+): ZeroRegion[] {
+  const written = new Set<number>();
+  for (const k of plan.kernels) for (const b of k.bindings) if (b.access !== "read") written.add(b.buffer);
+  for (const s of plan.steps) if (s.op === "copy") written.add(s.dst);
+  for (const u of plan.updates) written.add(u.param);
+  const out: ZeroRegion[] = [];
+  const slots = new Set(plan.buffers.filter((b) => (b.offset ?? 0) > 0).map((b) => b.slot));
+  for (const slot of [...slots].sort((a, b) => a - b)) {
+    const inSlot = plan.buffers.filter((b) => b.slot === slot);
+    const vector = inSlot.filter((b) => !b.offset).sort((a, b) => storedSize(b) - storedSize(a))[0];
+    if (!vector || !written.has(vector.id)) continue;
+    const parts = inSlot.filter((b) => b !== vector).map((
+      b,
+    ) => [b.offset ?? 0, (b.offset ?? 0) + storedSize(b)])
+      .sort((a, b) => a[0] - b[0]);
+    const base = layout.bufferOffsets[vector.id];
+    let at = 0;
+    const end = storedSize(vector);
+    for (const [from, to] of [...parts, [end, end]]) {
+      if (from > at) out.push({ offset: base + at, bytes: Math.min(from, end) - at, buffer: vector.name });
+      at = Math.max(at, to);
+      if (at >= end) break;
+    }
+  }
+  return out;
+}

@@ -10,6 +10,7 @@
 import { cString, cStringArray } from "./driver.ts";
 import { CudaError } from "./errors.ts";
 import { discover, type DiscoverOptions, openDiscovered } from "./libs.ts";
+import { includeDirsFor, keyOptions, preloadBuiltins } from "./nvrtc_files.ts";
 
 export const NVRTC_SYMBOLS = {
   nvrtcVersion: { parameters: ["buffer", "buffer"], result: "i32" },
@@ -30,8 +31,12 @@ export const NVRTC_SYMBOLS = {
 const NVRTC_ERROR_COMPILATION = 6;
 
 export class Nvrtc {
+  private readonly keyed = new Map<string, string[]>();
+
   private constructor(
     private readonly lib: Deno.DynamicLibrary<typeof NVRTC_SYMBOLS>,
+    /** libnvrtc-builtins loaded from libnvrtc's folder (nvrtc_files.ts), closed with NVRTC. */
+    private readonly builtins: Deno.DynamicLibrary<Record<string, never>> | null,
     readonly path: string,
     /** [major, minor], e.g. [13, 0]. */
     readonly version: readonly [number, number],
@@ -48,7 +53,11 @@ export class Nvrtc {
       lib.close();
       throw new CudaError(`nvrtcVersion failed with status ${status} (${path})`);
     }
-    return new Nvrtc(lib, path, [major[0], minor[0]], includeDirsNear(path, opts));
+    const version = [major[0], minor[0]] as const;
+    // Before any compile: libnvrtc dlopens its builtins by soname then (see nvrtc_files.ts).
+    const builtins = preloadBuiltins(path, version);
+    const env = opts.env ?? safeEnv;
+    return new Nvrtc(lib, builtins, path, version, includeDirsFor(path, version, { env }));
   }
 
   /** "13.0" */
@@ -64,6 +73,19 @@ export class Nvrtc {
       // No fast-math: kernels must match the reference interpreter (exp, erf, division as specified).
       ...this.includeDirs.map((d) => `-I${d}`),
     ];
+  }
+
+  /**
+   * The options as the kernel cache key sees them: include folders by their headers' contents, not their
+   * paths, so the same headers elsewhere (another machine, a wheel instead of the toolkit) hit the cache.
+   */
+  keyOptions(arch: string): string[] {
+    let k = this.keyed.get(arch);
+    if (!k) {
+      k = keyOptions(this.options(arch));
+      this.keyed.set(arch, k);
+    }
+    return k;
   }
 
   /**
@@ -104,6 +126,7 @@ export class Nvrtc {
 
   close(): void {
     this.lib.close();
+    this.builtins?.close();
   }
 
   private log(prog: Deno.PointerValue): string {
@@ -127,35 +150,10 @@ export class Nvrtc {
   }
 }
 
-/**
- * Header folders to pass with -I: the toolkit's include/ beside the NVRTC library (lib64/.. or a wheel's
- * nvidia/<pkg>/..), then $CUDA_HOME/include and /usr/local/cuda/include. Recent NVRTC versions carry
- * cuda_fp16.h and cuda_bf16.h built in; older ones need the folder.
- */
-function includeDirsNear(libPath: string, opts: DiscoverOptions): string[] {
-  const env = opts.env ?? ((n: string) => {
-    try {
-      return Deno.env.get(n);
-    } catch {
-      return undefined;
-    }
-  });
-  const dir = libPath.includes("/") ? libPath.slice(0, libPath.lastIndexOf("/")) : "";
-  const candidates = [
-    ...(dir ? [`${dir}/../include`, `${dir}/../../include`] : []),
-    ...["CUDA_HOME", "CUDA_PATH"].map((v) => env(v)).filter((v): v is string => !!v).map((r) =>
-      `${r}/include`
-    ),
-    "/usr/local/cuda/include",
-  ];
-  const out: string[] = [];
-  for (const c of candidates) {
-    try {
-      const real = Deno.realPathSync(c);
-      if (Deno.statSync(`${real}/cuda_fp16.h`).isFile && !out.includes(real)) out.push(real);
-    } catch {
-      // not there
-    }
+function safeEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined; // no --allow-env: the fixed folders are still searched
   }
-  return out.slice(0, 1);
 }

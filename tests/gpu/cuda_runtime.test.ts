@@ -12,7 +12,9 @@ import { CudaError, CudaUnavailableError } from "../../runtime/cuda/errors.ts";
 import { CudaExecutor } from "../../runtime/cuda/executor.ts";
 import { decodeStored, encodeStored } from "../../runtime/cuda/host.ts";
 import { KernelCache, kernelCacheKey } from "../../runtime/cuda/kernel_cache.ts";
-import { ARENA_ALIGN, arenaLayout } from "../../runtime/cuda/layout.ts";
+import { ARENA_ALIGN, arenaLayout, zeroRegions } from "../../runtime/cuda/layout.ts";
+import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { loadModel } from "../../models/load.ts";
 import { discover, searchDirs } from "../../runtime/cuda/libs.ts";
 import { type Plan, type PlanBuffer, storedSize } from "../../plan/plan.ts";
 import type { GpuContext } from "../../runtime/webgpu/device.ts";
@@ -198,6 +200,37 @@ Deno.test("arena layout of a real compiled plan (one BERT layer, forward and bac
   assert.ok(plan.buffers.length > 10);
   assert.ok(plan.slots.length < plan.buffers.length, "the memory plan shares slots");
   checkLayout(plan);
+});
+
+Deno.test("zero regions of a BERT-tiny training plan: the padding of the updated parameter vector only", async () => {
+  const model = await loadModel("models/bert-tiny.ts");
+  const g = buildModelGraph({
+    model,
+    mode: "train",
+    precision: "fp32",
+    batchSize: 2,
+    seqLen: 8,
+    maxPredictions: 2,
+  });
+  const { plan } = compileGraph(g, { fuse: true, emitters: {} });
+  const layout = arenaLayout(plan);
+  const regions = zeroRegions(plan, layout);
+  assert.ok(regions.length > 0);
+  // flat.params is replaced by the update each step; the gradient vector's padding is never written.
+  assert.deepEqual([...new Set(regions.map((r) => r.buffer))], ["flat.params"]);
+  const vector = plan.buffers[plan.outputs["flat.params"] ?? plan.params["flat.params"]];
+  const start = layout.bufferOffsets[vector.id], end = start + storedSize(vector);
+  const parts = plan.buffers.filter((b) => b.slot === vector.slot && b !== vector);
+  for (const r of regions) {
+    assert.ok(r.bytes > 0 && r.offset >= start && r.offset + r.bytes <= end, `${r.offset}+${r.bytes}`);
+    for (const p of parts) {
+      const ps = layout.bufferOffsets[p.id], pe = ps + storedSize(p);
+      assert.ok(r.offset + r.bytes <= ps || r.offset >= pe, `region ${r.offset} overlaps ${p.name}`);
+    }
+  }
+  // Parts and regions together cover the vector exactly.
+  const covered = parts.reduce((a, p) => a + storedSize(p), 0) + regions.reduce((a, r) => a + r.bytes, 0);
+  assert.equal(covered, storedSize(vector));
 });
 
 Deno.test("arena layout: pieces at offsets inside a slot, bool widened to 4 bytes, 256-byte alignment", () => {

@@ -34,11 +34,14 @@ static Launch launches[4096];
 static int nlaunch = 0;
 typedef struct { char *src; } Module;
 typedef struct { int nparams; } Func;
-/* A captured op: a launch (with its parameter values) or a device-to-device copy. */
+/* A captured op: a launch (with its parameter values), a device-to-device copy (kind 1) or a memset (2). */
 typedef struct { int kind; Launch l; uint64_t dst, src; size_t n; } Op;
 typedef struct { Op ops[8192]; int n; } Graph;
 static Graph *capturing = 0;
-static int ctx_dummy, stream_count = 0, event_clock = 0;
+static int ctx_dummy, stream_count = 0, event_clock = 0, capture_began_at = -1, memsets = 0;
+
+int fake_capture_began_at(void) { return capture_began_at; }
+int fake_memset_count(void) { return memsets; }
 
 int fake_launch_count(void) { return nlaunch; }
 void fake_reset(void) { nlaunch = 0; }
@@ -95,6 +98,11 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream s
   memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
 }
 CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS; }
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
+  if (!st) return CUDA_ERROR_INVALID_VALUE;
+  if (capturing) { Op *o = &capturing->ops[capturing->n++]; o->kind = 2; o->dst = d; o->src = v; o->n = n; return CUDA_SUCCESS; }
+  memsets++; memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS;
+}
 CUresult cuStreamCreate(CUstream *s, unsigned int flags) { *s = (CUstream)malloc(16); stream_count++; return CUDA_SUCCESS; }
 CUresult cuStreamDestroy_v2(CUstream s) { free(s); stream_count--; return CUDA_SUCCESS; }
 CUresult cuStreamSynchronize(CUstream s) { return capturing ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
@@ -130,7 +138,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 }
 CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
   if (capturing || mode > 2) return CUDA_ERROR_INVALID_VALUE;
-  capturing = calloc(1, sizeof(Graph)); return CUDA_SUCCESS;
+  capture_began_at = nlaunch; capturing = calloc(1, sizeof(Graph)); return CUDA_SUCCESS;
 }
 CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
   if (!capturing) return CUDA_ERROR_INVALID_VALUE;
@@ -146,6 +154,7 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
   for (int i = 0; i < g->n; i++) {
     Op *o = &g->ops[i];
     if (o->kind == 0) launches[nlaunch++] = o->l;
+    else if (o->kind == 2) { memsets++; memset((void *)(uintptr_t)o->dst, (int)o->src, o->n); }
     else memmove((void *)(uintptr_t)o->dst, (void *)(uintptr_t)o->src, o->n);
   }
   return CUDA_SUCCESS;
@@ -235,6 +244,8 @@ const discoverOpts = { env: (n: string) => (n === "LD_LIBRARY_PATH" ? dir : unde
 
 const FAKE_SYMBOLS = {
   fake_launch_count: { parameters: [], result: "i32" },
+  fake_capture_began_at: { parameters: [], result: "i32" },
+  fake_memset_count: { parameters: [], result: "i32" },
   fake_reset: { parameters: [], result: "void" },
   fake_launch: { parameters: ["i32", "buffer"], result: "void" },
 } as const;
@@ -518,6 +529,137 @@ Deno.test({
       () => CudaExecutor.create(ctx, handPlan(noEntry)),
       /kernel k0: CUDA source does not define bf_kernel/,
     );
+  },
+});
+
+Deno.test({
+  name:
+    "fake driver: with graphs, the program runs once uncaptured before capture, then the arena is zero again",
+  ignore,
+  fn: async () => {
+    const { ctx, fake } = open();
+    const { plan } = realPlan();
+    const before = fake.symbols.fake_launch_count();
+    const ex = await CudaExecutor.create(ctx, plan, { graphs: true });
+    try {
+      const launchSteps = plan.steps.filter((s) => s.op === "launch").length;
+      const warm = launchesSince(fake, before);
+      assert.equal(warm.length, launchSteps, "one uncaptured launch per launch step");
+      assert.equal(fake.symbols.fake_capture_began_at(), before + launchSteps, "capture began after them");
+      assert.ok(ex.usesGraph);
+      for (const b of plan.buffers) assert.ok((await ex.read(b.id)).every((v) => v === 0), b.name);
+    } finally {
+      ex.destroy();
+    }
+  },
+});
+
+/**
+ * An in-place flat vector 'flat' (a parameter) with two parts at byte offsets 0 and 256, so bytes 20-255
+ * and 276-767 are padding the plan reads as zero; a copy step snapshots it at the start of each run and
+ * the update copies 'flat_new' (every element non-zero) over it at the end, dirtying the padding.
+ */
+function flatPlan(): Plan {
+  const f32 = (id: number, name: string, n: number, role: PlanBuffer["role"], slot: number, offset = 0) => ({
+    id,
+    name,
+    dtype: "f32" as const,
+    shape: [n],
+    bytes: 4 * n,
+    role,
+    slot,
+    ...(offset ? { offset } : {}),
+  });
+  return {
+    version: 1,
+    graph: "flat",
+    buffers: [
+      f32(0, "flat", 192, "param", 0),
+      f32(1, "p0", 5, "param", 0),
+      f32(2, "p1", 5, "param", 0, 256),
+      f32(3, "flat_new", 192, "activation", 1),
+      f32(4, "snapshot", 192, "output", 2),
+    ],
+    slots: [{ id: 0, bytes: 768 }, { id: 1, bytes: 768 }, { id: 2, bytes: 768 }],
+    inputs: {},
+    params: { flat: 0, p0: 1, p1: 2 },
+    outputs: { snapshot: 4 },
+    kernels: [],
+    steps: [{ op: "copy", src: 0, dst: 4, bytes: 768 }],
+    updates: [{ param: 0, value: 3 }],
+  };
+}
+
+for (const graphs of [true, false]) {
+  Deno.test({
+    name: `fake driver: the padding of an updated flat vector reads as zero on every run (graphs ${
+      graphs ? "on" : "off"
+    })`,
+    ignore,
+    fn: async () => {
+      const { ctx } = open();
+      const plan = flatPlan();
+      const ex = await CudaExecutor.create(ctx, plan, { graphs });
+      try {
+        const dirty = Array.from({ length: 192 }, (_, i) => i + 1);
+        ex.write("flat_new", dirty);
+        ex.write("p0", [1, 2, 3, 4, 5]);
+        ex.write("p1", [6, 7, 8, 9, 10]);
+        for (let run = 0; run < 3; run++) {
+          await ex.step();
+          const snap = [...await ex.read("snapshot")];
+          // Parts: the values written (run 0) or the update's (later runs); padding: zero every time.
+          const parts = run === 0 ? [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] : [1, 2, 3, 4, 5, 65, 66, 67, 68, 69];
+          assert.deepEqual([...snap.slice(0, 5), ...snap.slice(64, 69)], parts, `run ${run}`);
+          const padding = [...snap.slice(5, 64), ...snap.slice(69)];
+          assert.ok(padding.every((v) => v === 0), `run ${run}: padding ${padding.filter((v) => v !== 0)}`);
+          // Without the re-zeroing the update leaves the padding dirty: that is what the next run meets.
+          const flat = [...await ex.read("flat")];
+          assert.equal(flat[5], 6, "the update copied flat_new over the padding");
+        }
+      } finally {
+        ex.destroy();
+      }
+    },
+  });
+}
+
+Deno.test({
+  name: "fake NVRTC: the kernel cache key depends on the headers' contents, not on their folder",
+  ignore,
+  fn: async () => {
+    const { ctx, compiles } = open();
+    const cuda = (root: string, fp16: string) => {
+      Deno.mkdirSync(`${root}/include`, { recursive: true });
+      Deno.writeTextFileSync(`${root}/include/cuda.h`, "#define CUDA_VERSION 13000\n");
+      Deno.writeTextFileSync(`${root}/include/cuda_fp16.h`, fp16);
+    };
+    const [a, b, c] = ["a", "b", "c"].map((x) => `${dir}/toolkit-${x}`);
+    cuda(a, "// fp16 v1\n");
+    cuda(b, "// fp16 v1\n");
+    cuda(c, "// fp16 v2\n");
+    const nvrtcAt = (root: string) =>
+      Nvrtc.open({
+        env: (n) => (n === "LD_LIBRARY_PATH" ? dir : n === "CUDA_HOME" ? root : undefined),
+        systemDirs: [],
+      });
+    const [na, nb, nc] = [a, b, c].map(nvrtcAt);
+    try {
+      assert.deepEqual(na.includeDirs, [Deno.realPathSync(`${a}/include`)]);
+      assert.ok(na.options("sm_90").includes(`-I${Deno.realPathSync(`${a}/include`)}`));
+      assert.notDeepEqual(na.options("sm_90"), nb.options("sm_90"));
+      assert.deepEqual(na.keyOptions("sm_90"), nb.keyOptions("sm_90"), "same headers elsewhere: same key");
+      assert.notDeepEqual(na.keyOptions("sm_90"), nc.keyOptions("sm_90"), "other headers: another key");
+      const plan = handPlan((i) => `${SAME(i)}\n// header key test ${crypto.randomUUID()} ${i}`);
+      const c0 = compiles();
+      for (const [nvrtc, want] of [[na, 2], [nb, 2], [nc, 4]] as const) {
+        const ex = await CudaExecutor.create({ ...ctx, nvrtc }, plan);
+        ex.destroy();
+        assert.equal(compiles() - c0, want);
+      }
+    } finally {
+      for (const n of [na, nb, nc]) n.close();
+    }
   },
 });
 
