@@ -23,6 +23,8 @@ export type FloatDType = "f32" | "f16" | "bf16";
 export interface BackendLimits {
   /** The largest buffer one kernel binding may cover, in bytes. */
   readonly maxStorageBindingBytes?: number;
+  /** The largest buffer the device allocates, in bytes. */
+  readonly maxBufferBytes?: number;
 }
 
 /** A graph loaded into a backend's step executor, with the compiler's output (none when interpreted). */

@@ -102,7 +102,11 @@ export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor
   probe: () => openWebGPU(),
   says: (ctx, auto) => `${auto ? "WebGPU " : ""}adapter '${ctx.description}'`,
   device: (ctx) => ctx.description,
-  limits: (ctx) => ({ maxStorageBindingBytes: ctx.limits.maxStorageBufferBindingSize }),
+  // Training cuts its flat parameter and moment vectors into groups within these (compiler/optimizer).
+  limits: (ctx) => ({
+    maxStorageBindingBytes: ctx.limits.maxStorageBufferBindingSize,
+    maxBufferBytes: ctx.limits.maxBufferSize,
+  }),
   // The adapter's own storage-buffer budget (requested explicitly in runtime/webgpu/device.ts), so no
   // fused kernel binds more than the device allows (Chrome's SwiftShader: 10; lavapipe: 32).
   compile: compiling(

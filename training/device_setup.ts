@@ -5,10 +5,13 @@
  * read the device back into a checkpoint.
  */
 import type { Graph } from "../ir/mod.ts";
-import { hparamsVector, type ScheduleOptions, stateVector } from "../compiler/optimizer/feeds.ts";
-import { type FlatLayout, layoutTables } from "../compiler/optimizer/layout.ts";
+import { hparamsVector, type ScheduleOptions, stateVector, tableFeeds } from "../compiler/optimizer/feeds.ts";
+import type { FlatLayout } from "../compiler/optimizer/layout.ts";
 import { OPT, STATE } from "../compiler/optimizer/update.ts";
 import type { HfHeadParts } from "../model_io/hf_head_files.ts";
+import type { BackendLimits } from "../engine/backend_row.ts";
+import { LayoutError } from "../compiler/optimizer/layout.ts";
+import { TrainOptionsError } from "./options.ts";
 import type { StepExecutor } from "../runtime/backend.ts";
 import { CheckpointError, type LoadedCheckpoint, writeCheckpoint } from "./checkpoint.ts";
 import {
@@ -19,7 +22,34 @@ import {
   readDeviceState,
   restoreOptimizer,
   stateRecord,
+  writeFlat,
 } from "./run_state.ts";
+
+/**
+ * The most bytes one group of the optimizer's flat vectors may take on this backend: what one kernel may
+ * bind and one buffer may hold (WebGPU; CUDA and the CPU say nothing: one group), or less where asked.
+ */
+export function flatGroupBudget(limits: BackendLimits, forced?: number): number | undefined {
+  const caps = [limits.maxStorageBindingBytes, limits.maxBufferBytes, forced].filter((x) => x !== undefined);
+  return caps.length ? Math.min(...caps) : undefined;
+}
+
+/** For the run's first lines: how many groups the flat vectors make, when more than one. */
+export function groupsNote(groups: number, budget: number | undefined): string {
+  return groups > 1 ? ` in ${groups} groups of at most ${((budget ?? 0) / 2 ** 20).toFixed(0)} MiB` : "";
+}
+
+/** Builds a training graph; a tensor no group can hold becomes one line naming it and the backend. */
+export function buildWithinBudget<T>(backend: string, build: () => T): T {
+  try {
+    return build();
+  } catch (e) {
+    if (e instanceof LayoutError) {
+      throw new TrainOptionsError(`${e.message} (--backend ${backend}; try another backend)`);
+    }
+    throw e;
+  }
+}
 
 /** The layout tables and schedule (written once), and a zero accumulator when updates accumulate. */
 export function writeOptimizerConstants(
@@ -28,11 +58,9 @@ export function writeOptimizerConstants(
   schedule: ScheduleOptions,
   accumulationSteps: number,
 ): void {
-  const tables = layoutTables(layout);
-  ex.write(OPT.segments, tables.segments);
-  ex.write(OPT.chunkSegment, tables.chunkSegment);
+  for (const [name, table] of Object.entries(tableFeeds(layout))) ex.write(name, table);
   ex.write(OPT.hparams, hparamsVector(schedule));
-  if (accumulationSteps > 1) ex.write(OPT.gradAcc, new Float32Array(layout.total));
+  if (accumulationSteps > 1) writeFlat(ex, layout, OPT.gradAcc, new Float32Array(layout.total));
 }
 
 /** A first step: these weights, zero moments, no updates yet, the given loss scale. */
@@ -42,9 +70,9 @@ export function writeFreshStart(
   weights: Map<string, ArrayLike<number>>,
   lossScale: number,
 ): void {
-  ex.write(OPT.flatParams, flatFromParams(weights, layout));
-  ex.write(OPT.m, new Float32Array(layout.total));
-  ex.write(OPT.v, new Float32Array(layout.total));
+  writeFlat(ex, layout, OPT.flatParams, flatFromParams(weights, layout));
+  writeFlat(ex, layout, OPT.m, new Float32Array(layout.total));
+  writeFlat(ex, layout, OPT.v, new Float32Array(layout.total));
   ex.write(OPT.state, stateVector({ step: 0, lossScale }));
 }
 
@@ -55,7 +83,7 @@ export function writeCheckpointStart(
   layout: FlatLayout,
 ): Float32Array {
   checkLayout(ck.dir, ck.state.layout, layout);
-  ex.write(OPT.flatParams, flatFromParams(ck.model, layout));
+  writeFlat(ex, layout, OPT.flatParams, flatFromParams(ck.model, layout));
   restoreOptimizer(ex, ck, layout);
   return decodeState(ck.state.device_state, ck.dir);
 }
@@ -119,7 +147,7 @@ export interface SaveOptions {
 
 /** Reads weights, moments and state from the device (one sync) and writes `ckpt_<step>/`. */
 export async function saveDeviceCheckpoint(ex: StepExecutor, s: SaveOptions): Promise<string> {
-  const dev = await readDeviceState(ex);
+  const dev = await readDeviceState(ex, s.layout);
   const { dir } = await writeCheckpoint(s.runDir, s.step, {
     model: {
       graph: s.graph,

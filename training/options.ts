@@ -43,6 +43,11 @@ export interface TrainOptions {
   fuse: boolean;
   /** Complete checkpoints kept in the output folder. */
   keepCheckpoints: number;
+  /**
+   * At most this many bytes per flat-vector group (compiler/optimizer/layout.ts), below the device's own
+   * limit: tests force several groups with it. Absent: the backend's limit decides (none: one group).
+   */
+  maxGroupBytes?: number;
 }
 
 export class TrainOptionsError extends Error {

@@ -33,6 +33,9 @@ import { verifyIfTrainingCheckpoint } from "./checkpoint.ts";
 import { checkModelSize } from "../model_io/size_check.ts";
 import { checkTrainOptions, TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "./options.ts";
 import {
+  buildWithinBudget,
+  flatGroupBudget,
+  groupsNote,
   launchUpdate,
   writeCheckpointStart,
   writeFreshStart,
@@ -166,20 +169,24 @@ async function runInFolder(
     what: o.model,
   });
   if (o.initCheckpoint) await verifyIfTrainingCheckpoint(o.initCheckpoint);
-  const graph = buildModelGraph({
-    model,
-    mode: "train",
-    precision,
-    batchSize: micro,
-    seqLen: loader.seqLength,
-    maxPredictions: loader.maxPredictions,
-    optimizer: {
-      kind: o.optimizer,
-      dynamicScale: precision === "fp16" && o.lossScale === undefined,
-      accumulationSteps: o.gradientAccumulationSteps,
-    },
-  });
-  const layout = flatLayoutOf(graph);
+  // The device's binding limit cuts the flat vectors into groups (bert-base's 444 MB on WebGPU).
+  const maxGroupBytes = flatGroupBudget(choice.limits, o.maxGroupBytes);
+  const graph = buildWithinBudget(choice.kind, () =>
+    buildModelGraph({
+      model,
+      mode: "train",
+      precision,
+      batchSize: micro,
+      seqLen: loader.seqLength,
+      maxPredictions: loader.maxPredictions,
+      optimizer: {
+        kind: o.optimizer,
+        dynamicScale: precision === "fp16" && o.lossScale === undefined,
+        accumulationSteps: o.gradientAccumulationSteps,
+        maxGroupBytes,
+      },
+    }));
+  const layout = flatLayoutOf(graph, undefined, { maxGroupBytes });
   // Compiling takes from seconds to a minute: say so, or the run looks hung.
   info(`compiling the training step (${graph.nodes.length} graph nodes, ${o.fuse ? "fused" : "unfused"})…`);
   const tc = performance.now();
@@ -190,7 +197,7 @@ async function runInFolder(
   info(
     `${model.name} ${precision}: ${layout.segments.length} tensors, ${
       (layout.total / 1e6).toFixed(2)
-    }M flat elements; ` +
+    }M flat elements${groupsNote(layout.groups.length, maxGroupBytes)}; ` +
       `backend ${choice.kind} (${choice.why})${kernels ? `, ${kernels} kernels per step` : ""}`,
   );
   info(

@@ -4,6 +4,7 @@
  * steps), the loader position, the seed and the layout the flat vectors follow (checked on resume, since
  * moments are meaningless under another layout).
  */
+import { type FlatName, flatNames, joinFlat, splitFlat } from "../compiler/optimizer/feeds.ts";
 import type { FlatLayout } from "../compiler/optimizer/layout.ts";
 import { OPT, STATE } from "../compiler/optimizer/update.ts";
 import type { StepExecutor } from "../runtime/backend.ts";
@@ -69,24 +70,42 @@ export interface DeviceState {
 
 const asF32 = (x: ArrayLike<number>) => (x instanceof Float32Array ? x : Float32Array.from(x));
 
+/**
+ * Writes a logical flat vector (parameters, a moment, the accumulator: layout.total values) to the device,
+ * into every group's vector; callers need not know how many groups the device's limits made.
+ */
+export function writeFlat(
+  ex: StepExecutor,
+  layout: FlatLayout,
+  base: FlatName,
+  flat: ArrayLike<number>,
+): void {
+  for (const [name, part] of Object.entries(splitFlat(layout, base, flat))) ex.write(name, part);
+}
+
+/** Reads a logical flat vector back from all its groups (one sync). */
+export async function readFlat(ex: StepExecutor, layout: FlatLayout, base: FlatName): Promise<Float32Array> {
+  return joinFlat(layout, await Promise.all(flatNames(layout, base).map((n) => ex.read(n))));
+}
+
 /** Reads everything a checkpoint needs from the device (one sync). */
-export async function readDeviceState(ex: StepExecutor): Promise<DeviceState> {
+export async function readDeviceState(ex: StepExecutor, layout: FlatLayout): Promise<DeviceState> {
   const [flat, m, v, state] = await Promise.all([
-    ex.read(OPT.flatParams),
-    ex.read(OPT.m),
-    ex.read(OPT.v),
+    readFlat(ex, layout, OPT.flatParams),
+    readFlat(ex, layout, OPT.m),
+    readFlat(ex, layout, OPT.v),
     ex.read(OPT.state),
   ]);
   return {
-    flatParams: asF32(flat),
-    optimizer: new Map([[OPT.m, asF32(m)], [OPT.v, asF32(v)]]),
+    flatParams: flat,
+    optimizer: new Map([[OPT.m, m], [OPT.v, v]]),
     state: asF32(state),
   };
 }
 
 /** Writes a checkpoint's moments and state vector to the device (the weights go separately). */
 export function restoreOptimizer(ex: StepExecutor, ck: LoadedCheckpoint, layout: FlatLayout): void {
-  for (const name of [OPT.m, OPT.v]) {
+  for (const name of [OPT.m, OPT.v] as const) {
     const t = ck.optimizer.get(name);
     if (!t) throw new CheckpointError(`${ck.dir}: optimizer.safetensors has no '${name}'`);
     if (t.length !== layout.total) {
@@ -94,7 +113,7 @@ export function restoreOptimizer(ex: StepExecutor, ck: LoadedCheckpoint, layout:
         `${ck.dir}: '${name}' has ${t.length} values, the layout wants ${layout.total}`,
       );
     }
-    ex.write(name, t);
+    writeFlat(ex, layout, name, t);
   }
 }
 

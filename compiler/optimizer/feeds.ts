@@ -4,7 +4,62 @@
  * to run an optimizer step anywhere.
  */
 import { type FlatLayout, layoutTables } from "./layout.ts";
-import { OPT, STATE, STATE_SIZE } from "./update.ts";
+import { groupName, OPT, STATE, STATE_SIZE } from "./update.ts";
+
+/** The flat vectors a layout cuts into groups: each is one logical vector of layout.total on the host. */
+export type FlatName = typeof OPT.flatParams | typeof OPT.m | typeof OPT.v | typeof OPT.gradAcc;
+
+/** The graph names of a flat vector's groups, in order (one name, unchanged, with one group). */
+export function flatNames(layout: FlatLayout, base: FlatName): string[] {
+  return layout.groups.map((_, gi) => groupName(base, layout, gi));
+}
+
+/**
+ * A logical flat vector (layout.total values, global offsets) as the feeds of its groups: views, not
+ * copies, where `flat` is already a Float32Array.
+ */
+export function splitFlat(
+  layout: FlatLayout,
+  base: FlatName,
+  flat: ArrayLike<number>,
+): Record<string, Float32Array> {
+  if (flat.length !== layout.total) {
+    throw new Error(`flat vector '${base}': ${flat.length} values, the layout has ${layout.total}`);
+  }
+  const f = flat instanceof Float32Array ? flat : Float32Array.from(flat);
+  return Object.fromEntries(
+    layout.groups.map((
+      grp,
+      gi,
+    ) => [groupName(base, layout, gi), f.subarray(grp.offset, grp.offset + grp.total)]),
+  );
+}
+
+/** The logical flat vector from its groups' values (in group order), the inverse of splitFlat. */
+export function joinFlat(layout: FlatLayout, parts: readonly ArrayLike<number>[]): Float32Array {
+  if (parts.length === 1 && parts[0] instanceof Float32Array && parts[0].length === layout.total) {
+    return parts[0];
+  }
+  const out = new Float32Array(layout.total);
+  layout.groups.forEach((grp, gi) => {
+    if (parts[gi]?.length !== grp.total) {
+      throw new Error(`flat group ${gi}: ${parts[gi]?.length} values, the layout has ${grp.total}`);
+    }
+    out.set(parts[gi], grp.offset);
+  });
+  return out;
+}
+
+/** The layout tables of every group, by graph name (written once; see appendOptimizer). */
+export function tableFeeds(layout: FlatLayout): Record<string, Int32Array> {
+  const out: Record<string, Int32Array> = {};
+  layout.groups.forEach((grp, gi) => {
+    const { segments, chunkSegment } = layoutTables(layout, grp);
+    out[groupName(OPT.segments, layout, gi)] = segments;
+    out[groupName(OPT.chunkSegment, layout, gi)] = chunkSegment;
+  });
+  return out;
+}
 
 /**
  * NVIDIA's PolyWarmUpScheduler: linear warmup to `base`, then polynomial decay. The device computes it
@@ -44,19 +99,17 @@ export function hparamsVector(s: ScheduleOptions): Float32Array {
   return Float32Array.from([s.base, s.warmupProportion, s.totalSteps, s.degree ?? DEFAULT_DEGREE]);
 }
 
-/** Inputs for a first step: tables, hyperparameters, zero moments, the given state. */
+/** Inputs for a first step: tables, hyperparameters, zero moments (every group's), the given state. */
 export function optimizerFeeds(
   layout: FlatLayout,
   schedule: ScheduleOptions,
   state: TrainState,
 ): Record<string, Float32Array | Int32Array> {
-  const { segments, chunkSegment } = layoutTables(layout);
   return {
     [OPT.state]: stateVector(state),
     [OPT.hparams]: hparamsVector(schedule),
-    [OPT.segments]: segments,
-    [OPT.chunkSegment]: chunkSegment,
-    [OPT.m]: new Float32Array(layout.total),
-    [OPT.v]: new Float32Array(layout.total),
+    ...tableFeeds(layout),
+    ...splitFlat(layout, OPT.m, new Float32Array(layout.total)),
+    ...splitFlat(layout, OPT.v, new Float32Array(layout.total)),
   };
 }

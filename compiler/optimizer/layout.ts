@@ -7,6 +7,12 @@
  * LAMB needs per-tensor norms. The vector is viewed as [chunks, CHUNK] rows and every tensor starts on a
  * chunk boundary (its last chunk padded with zeros), so a tensor is a run of whole rows: per-row sums of
  * squares are one row reduction over the vector, and a tensor's norm is the sum of its run of row sums.
+ *
+ * Groups: a device may bind only so many bytes at once (WebGPU's maxStorageBufferBindingSize: 128 MiB on
+ * lavapipe, while bert-base's vector is 444 MB). The vector is then cut into contiguous groups of whole
+ * tensors, each at most a byte budget, and the optimizer graph works on one vector per group (global
+ * scalars, the gradient norm, combine the groups' partial sums). Offsets stay global: on the host the
+ * flat vector remains one logical vector (checkpoints hold it whole), and a group is a range of it.
  */
 import type { Graph } from "../../ir/mod.ts";
 
@@ -21,6 +27,24 @@ export interface Segment {
   readonly chunks: number;
   /** Weight decay applies (not to biases and LayerNorm parameters, as in BERT). */
   readonly decay: boolean;
+  /** The group whose vector holds this tensor. */
+  readonly group: number;
+}
+
+/** A contiguous range of whole tensors of the flat vector, optimized as one vector of its own. */
+export interface Group {
+  readonly index: number;
+  /** First element in the (logical) flat vector; a multiple of the chunk size. */
+  readonly offset: number;
+  /** Elements of the group's vector, padding included (chunks * chunk). */
+  readonly total: number;
+  readonly firstChunk: number;
+  readonly chunks: number;
+  /** Its tensors: layout.segments[firstSegment, firstSegment + segmentCount). */
+  readonly firstSegment: number;
+  readonly segmentCount: number;
+  /** The most chunks one of its tensors spans. */
+  readonly maxChunks: number;
 }
 
 export interface FlatLayout {
@@ -32,7 +56,26 @@ export interface FlatLayout {
   readonly segments: readonly Segment[];
   /** The most chunks any one tensor spans (the width of the per-tensor gather). */
   readonly maxChunks: number;
+  /** At least one; exactly one when the whole vector fits the budget (or there is none). */
+  readonly groups: readonly Group[];
 }
+
+/** How to cut the flat vector into groups. */
+export interface GroupOptions {
+  /**
+   * The most bytes one group's vector may take (f32 elements, padding included); absent: one group. The
+   * WebGPU backend's min(maxStorageBufferBindingSize, maxBufferSize); tests force small values.
+   */
+  readonly maxGroupBytes?: number;
+}
+
+/** A tensor that cannot fit in any group: one line naming it, its size and the budget. */
+export class LayoutError extends Error {
+  override name = "LayoutError";
+}
+
+/** Bytes per element of the flat vectors (f32 master weights, moments and gradients). */
+const ELEMENT_BYTES = 4;
 
 /**
  * BERT's exclusions from weight decay: NVIDIA's run_pretraining.py lists `bias`, `gamma`, `beta` and
@@ -57,15 +100,33 @@ export function chooseChunk(elements: number): number {
 export function flatLayout(
   params: readonly { readonly name: string; readonly shape: readonly number[] }[],
   chunk = chooseChunk(params.reduce((a, p) => a + p.shape.reduce((x, y) => x * y, 1), 0)),
+  groupOptions: GroupOptions = {},
 ): FlatLayout {
   if (!(Number.isInteger(Math.log2(chunk)) && chunk >= MIN_CHUNK)) {
     throw new Error(`flat layout: chunk ${chunk} must be a power of two >= ${MIN_CHUNK}`);
   }
+  const budget = groupOptions.maxGroupBytes;
+  if (budget !== undefined && !(budget > 0)) {
+    throw new LayoutError(`flat layout: the group budget must be a positive number of bytes, got ${budget}`);
+  }
+  // Chunks per group: greedy, in graph order (contiguous, so a group is one range of the flat vector).
+  const maxGroupChunks = budget === undefined ? Infinity : Math.floor(budget / (chunk * ELEMENT_BYTES));
   const segments: Segment[] = [];
-  let firstChunk = 0;
+  const starts: number[] = [0]; // first segment of each group
+  let firstChunk = 0, groupStart = 0;
   for (const p of params) {
     const size = p.shape.reduce((x, y) => x * y, 1);
     const chunks = Math.max(1, Math.ceil(size / chunk));
+    if (chunks > maxGroupChunks) {
+      throw new LayoutError(
+        `parameter '${p.name}' [${p.shape.join(", ")}] needs ${chunks * chunk * ELEMENT_BYTES} bytes as ` +
+          `one flat range, over the device's ${budget}-byte binding budget; no grouping can fit it`,
+      );
+    }
+    if (firstChunk + chunks - groupStart > maxGroupChunks) {
+      starts.push(segments.length);
+      groupStart = firstChunk;
+    }
     segments.push({
       name: p.name,
       shape: [...p.shape],
@@ -74,34 +135,69 @@ export function flatLayout(
       firstChunk,
       chunks,
       decay: !excludedFromDecay(p.name),
+      group: starts.length - 1,
     });
     firstChunk += chunks;
   }
+  const groups = starts.map((first, index): Group => {
+    const end = starts[index + 1] ?? segments.length;
+    const own = segments.slice(first, end);
+    const start = own[0]?.firstChunk ?? 0;
+    const chunks = own.reduce((a, s) => a + s.chunks, 0);
+    return {
+      index,
+      offset: start * chunk,
+      total: chunks * chunk,
+      firstChunk: start,
+      chunks,
+      firstSegment: first,
+      segmentCount: own.length,
+      maxChunks: own.reduce((a, s) => Math.max(a, s.chunks), 1),
+    };
+  });
   return {
     chunk,
     total: firstChunk * chunk,
     chunks: firstChunk,
     segments,
     maxChunks: segments.reduce((a, s) => Math.max(a, s.chunks), 1),
+    groups,
   };
 }
 
-/** The constant tables the optimizer graph reads (inputs written once, see optimizerGraph). */
-export function layoutTables(layout: FlatLayout): { segments: Int32Array; chunkSegment: Int32Array } {
-  const segments = new Int32Array(layout.segments.length * 3);
-  const chunkSegment = new Int32Array(layout.chunks);
-  layout.segments.forEach((s, i) => {
-    segments.set([s.firstChunk, s.chunks, s.decay ? 1 : 0], i * 3);
-    chunkSegment.fill(i, s.firstChunk, s.firstChunk + s.chunks);
+/** A group's tensors, in order. */
+export function groupSegments(layout: FlatLayout, group: Group): readonly Segment[] {
+  return layout.segments.slice(group.firstSegment, group.firstSegment + group.segmentCount);
+}
+
+/**
+ * The constant tables the optimizer graph reads for one group (inputs written once, see appendOptimizer):
+ * chunks and tensors counted from the group's start. Without a group: the first (with one group, the
+ * whole vector).
+ */
+export function layoutTables(
+  layout: FlatLayout,
+  group: Group = layout.groups[0],
+): { segments: Int32Array; chunkSegment: Int32Array } {
+  const own = groupSegments(layout, group);
+  const segments = new Int32Array(own.length * 3);
+  const chunkSegment = new Int32Array(group.chunks);
+  own.forEach((s, i) => {
+    const first = s.firstChunk - group.firstChunk;
+    segments.set([first, s.chunks, s.decay ? 1 : 0], i * 3);
+    chunkSegment.fill(i, first, first + s.chunks);
   });
   return { segments, chunkSegment };
 }
 
-/** The layout of a graph's parameters, in graph order (the same for the compiler and the trainer). */
-export function flatLayoutOf(g: Graph, chunk?: number): FlatLayout {
+/**
+ * The layout of a graph's parameters, in graph order (the same for the compiler and the trainer, which
+ * must pass the same chunk and group options).
+ */
+export function flatLayoutOf(g: Graph, chunk?: number, groupOptions: GroupOptions = {}): FlatLayout {
   const params = [...g.sources("param").values()].map((n) => ({
     name: String(n.attrs.name),
     shape: n.type.shape,
   }));
-  return flatLayout(params, chunk);
+  return flatLayout(params, chunk, groupOptions);
 }

@@ -7,6 +7,7 @@ import { type Plan, type PlanBuffer, type PlanKernel, type PlanStep, storedSize 
 import { decodeHost, encodeHost, type HostArray, readRanges, round4 } from "./buffers.ts";
 import type { GpuContext } from "./device.ts";
 import { tidy, validated, WebGPUError } from "./errors.ts";
+import { ResourceError } from "../../model_io/size_check.ts";
 import { type Profile, profileSteps } from "./timing.ts";
 
 /** One kernel ready to dispatch. */
@@ -368,7 +369,14 @@ async function makePipeline(
   });
 }
 
-/** Checks the plan against the device before anything is allocated, with errors that name the tensor. */
+/** What a user can change when a tensor is over a device limit (the plan's sizes follow batch and sequence). */
+const LIMIT_HINT = "try a smaller batch size or sequence length, or another --backend (cpu, cuda)";
+
+/**
+ * Checks the plan against the device before anything is allocated, with errors that name the tensor. A
+ * tensor over the device's buffer or binding limit is the user's to change (a smaller batch, another
+ * backend): a ResourceError, one line, rather than a driver error from deep inside the allocation.
+ */
 function checkPlan(ctx: GpuContext, plan: Plan): void {
   const { maxStorageBufferBindingSize, maxBufferSize, maxStorageBuffersPerShaderStage } = ctx.limits;
   for (const b of plan.buffers) {
@@ -377,10 +385,9 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
       throw new WebGPUError(`buffer '${b.name}' is in slot ${b.slot}, which the plan lacks`);
     }
     if (round4(storedSize(b)) > maxBufferSize) {
-      throw new WebGPUError(
-        `tensor '${b.name}' needs ${
-          round4(storedSize(b))
-        } bytes, over this device's maxBufferSize ${maxBufferSize}`,
+      throw new ResourceError(
+        `tensor '${b.name}' [${b.shape.join(", ")}] ${b.dtype} needs ${round4(storedSize(b))} bytes, over ` +
+          `adapter '${ctx.description}''s maxBufferSize of ${maxBufferSize} bytes; ${LIMIT_HINT}`,
       );
     }
   }
@@ -399,11 +406,10 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
       if (!b) throw new WebGPUError(`kernel ${k.name} binds buffer ${pb.buffer}, which the plan lacks`);
       const size = round4(storedSize(b));
       if (size > maxStorageBufferBindingSize) {
-        throw new WebGPUError(
-          `kernel ${k.name}: tensor '${b.name}' [${
-            b.shape.join(", ")
-          }] ${b.dtype} is ${size} bytes, over this ` +
-            `device's maxStorageBufferBindingSize of ${maxStorageBufferBindingSize} bytes`,
+        throw new ResourceError(
+          `kernel ${k.name}: tensor '${b.name}' [${b.shape.join(", ")}] ${b.dtype} is ${size} bytes, over ` +
+            `adapter '${ctx.description}''s maxStorageBufferBindingSize of ${maxStorageBufferBindingSize} ` +
+            `bytes; ${LIMIT_HINT}`,
         );
       }
       // WebGPU rejects a writable binding that overlaps another binding of the same buffer, and (in wgpu,

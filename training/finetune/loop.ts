@@ -24,6 +24,8 @@ import {
 } from "../checkpoint.ts";
 import { tokenizerPart } from "../checkpoint_tokenizer.ts";
 import {
+  buildWithinBudget,
+  flatGroupBudget,
   launchUpdate,
   saveDeviceCheckpoint,
   writeCheckpointStart,
@@ -31,7 +33,7 @@ import {
   writeOptimizerConstants,
 } from "../device_setup.ts";
 import { TrainOptionsError } from "../options.ts";
-import { paramsFromFlat } from "../run_state.ts";
+import { paramsFromFlat, readFlat } from "../run_state.ts";
 import { batchFeed, RowOrder } from "./batches.ts";
 import { evaluateSet, majorityBaseline, type SetResult } from "./evaluate.ts";
 import { loadStartWeights, readStartConfig, resolveStart } from "./init_weights.ts";
@@ -151,20 +153,23 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
   const steps = o.maxSteps ??
     Math.max(1, Math.ceil((o.numTrainEpochs * data.train.length) / o.trainBatchSize));
   const learningRate = o.learningRate ?? taskDefaults(data.task).learningRate;
-  const graph = buildModelGraph({
-    model,
-    mode: "train",
-    head,
-    precision,
-    batchSize: micro,
-    seqLen: data.seqLen,
-    optimizer: {
-      kind: "adamw",
-      dynamicScale: precision === "fp16",
-      accumulationSteps: o.gradientAccumulationSteps,
-    },
-  });
-  const layout = flatLayoutOf(graph);
+  const maxGroupBytes = flatGroupBudget(choice.limits, o.maxGroupBytes);
+  const graph = buildWithinBudget(choice.kind, () =>
+    buildModelGraph({
+      model,
+      mode: "train",
+      head,
+      precision,
+      batchSize: micro,
+      seqLen: data.seqLen,
+      optimizer: {
+        kind: "adamw",
+        dynamicScale: precision === "fp16",
+        accumulationSteps: o.gradientAccumulationSteps,
+        maxGroupBytes,
+      },
+    }));
+  const layout = flatLayoutOf(graph, undefined, { maxGroupBytes });
   let weights: Map<string, Float32Array> | undefined;
   if (!resume) {
     if (startDir) {
@@ -227,7 +232,9 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
       } else writeFreshStart(ex, layout, weights!, precision === "fp16" ? o.initLossScale : 1);
     }
     const currentParams = async () =>
-      ex ? paramsFromFlat(await ex.read(OPT.flatParams), layout) : (weights ?? paramsFromFlat([], layout));
+      ex
+        ? paramsFromFlat(await readFlat(ex, layout, OPT.flatParams), layout)
+        : (weights ?? paramsFromFlat([], layout));
 
     let before: SetResult[] | undefined;
     if (o.doEval && !resume && data.evals.length) {

@@ -45,6 +45,8 @@ export interface FinetuneOptions {
   outputDir: string;
   backend: BackendRequest;
   fuse: boolean;
+  /** As TrainOptions.maxGroupBytes: a smaller flat-vector group than the device's limit (tests). */
+  maxGroupBytes?: number;
   logFreq: number;
   numStepsPerCheckpoint: number;
   stepsThisRun?: number;
