@@ -1,7 +1,7 @@
 /**
  * The CUDA backend's correctness check, for a session with an NVIDIA GPU (it cannot run in CI):
  *
- *   deno run -A bench/gpu_check.ts [--dtypes f32,f16,bf16] [--seed N] [--json FILE] [--no-cublaslt]
+ *   deno run -A bench/gpu_check.ts [--dtypes f32,f16,bf16] [--seed N] [--json FILE] [--no-cublaslt] [--only RE]
  *
  * 1. every fusion case of cases/fusion_cases.ts (the graphs tests/webgpu/webgpu_fused.test.ts runs on WebGPU),
  *    in f32, f16 and bf16, fused and unfused, on CUDA against the reference interpreter with fresh random
@@ -30,8 +30,9 @@ import { seededRandom } from "../cases/random.ts";
 import { FUSION_CASES, graphOf, type Tolerance } from "../cases/fusion_cases.ts";
 
 const HELP = `
-deno run -A bench/gpu_check.ts [--dtypes f32,f16,bf16] [--seed N] [--json FILE] [--no-cublaslt]
+deno run -A bench/gpu_check.ts [--dtypes f32,f16,bf16] [--seed N] [--json FILE] [--no-cublaslt] [--only RE]
 
+--only RE runs only the fusion cases whose name matches the regular expression RE (a quick check).
 Runs every fusion case on CUDA (fused and unfused) against the reference interpreter on fresh random
 inputs, one BERT layer with and without CUDA graphs, and cuBLASLt GEMMs against the CPU. Needs an NVIDIA
 GPU with its driver, NVRTC and cuBLASLt (found through LD_LIBRARY_PATH, the CUDA toolkit or Python wheels).
@@ -122,8 +123,8 @@ function poison(ex: CudaExecutor, name: string): void {
   ex.write(name, new Float64Array(n).fill(isFloat(b.dtype as DType) ? NaN : -12345));
 }
 
-async function fusionCases(ctx: CudaContext, dtypes: readonly string[], seed: number): Promise<void> {
-  for (const c of FUSION_CASES) {
+async function fusionCases(ctx: CudaContext, dtypes: readonly string[], seed: number, only: RegExp) {
+  for (const c of FUSION_CASES.filter((c) => only.test(c.name))) {
     // Each case lists the dtypes its body takes; bf16 is added wherever f16 is (same code path, CUDA only).
     const caseDtypes = c.dtypes.flatMap((d) => (d === "f16" ? ["f16", "bf16"] : [d])) as DType[];
     for (const dt of caseDtypes.filter((d) => dtypes.includes(d))) {
@@ -261,7 +262,14 @@ await runMain(async () => {
     seed: { type: "string" },
     json: { type: "string" },
     "no-cublaslt": { type: "boolean" },
+    only: { type: "string" },
   }, HELP);
+  let only = /./;
+  try {
+    if (values.only) only = new RegExp(values.only);
+  } catch (e) {
+    throw new UsageError(`--only: ${(e as Error).message}`);
+  }
   const dtypes = (values.dtypes ?? "f32,f16,bf16").split(",").map((s) => s.trim());
   for (const d of dtypes) {
     if (!(d in TOL)) throw new UsageError(`--dtypes: unknown dtype '${d}' (f32, f16, bf16)`);
@@ -271,7 +279,7 @@ await runMain(async () => {
   const ctx = await openRow(CUDA);
   console.log(`device: ${ctx.description}; kernel cache ${ctx.cache.dir}`);
   const t0 = performance.now();
-  await fusionCases(ctx, dtypes, seed);
+  await fusionCases(ctx, dtypes, seed, only);
   await layerCheck(ctx, seed + 1000);
   if (!values["no-cublaslt"]) cublasLtCheck(ctx, seed + 2000);
   const failed = checks.filter((c) => !c.ok);
