@@ -83,10 +83,3 @@ export function ltDescriptors(
     d: layout(spec.d, n, m),
   };
 }
-
-/** The largest power of two (at most 256) that divides a device address. */
-export function alignmentOf(p: DevicePtr): number {
-  let a = 1;
-  while (a < 256 && p % BigInt(a * 2) === 0n) a *= 2;
-  return a;
-}
