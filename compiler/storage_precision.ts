@@ -9,7 +9,8 @@
  *
  * What stays f32, and why:
  * - graph inputs and parameters (f32 master weights, optimizer state, the feeds) and graph outputs
- *   (losses, parameter gradients, updated parameters): the interface of the step;
+ *   (losses, parameter gradients, updated parameters): the interface of the step; except a parameter
+ *   that is only ever rounded to the low type (an inference graph's GEMM weights, `weightsReadOnlyLow`);
  * - results of reductions and the statistics computed from them (elementwise and through views, until a
  *   broadcast takes them back to the shape of the activations; also any per-row result of a reduce
  *   kernel): LayerNorm's mean and 1/σ, softmax's max and sum, loss partials, optimizer norms. They are
@@ -54,6 +55,8 @@ export interface StoragePlan {
   readonly narrowed: ReadonlySet<NodeId>;
   /** Materialized f32 kernel results that stay f32, with the reason. */
   readonly kept: ReadonlyMap<NodeId, KeepReason>;
+  /** Parameters stored in `low` because every use rounds them to it (`weightsReadOnlyLow`). */
+  readonly lowWeights: ReadonlySet<NodeId>;
   /** The dtype a node's buffer holds (its graph dtype unless narrowed). */
   storedType(id: NodeId): DType;
 }
@@ -65,6 +68,7 @@ export function fullStorage(g: Graph): StoragePlan {
     low: "f32",
     narrowed: new Set(),
     kept: new Map(),
+    lowWeights: new Set(),
     storedType: (id) => g.nodes[id].type.dtype,
   };
 }
@@ -151,13 +155,37 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
       else narrowed.add(r);
     }
   }
+  const lowWeights = new Set(weightsReadOnlyLow(g, low, users));
   return {
     precision,
     low,
     narrowed,
     kept,
-    storedType: (id) => (narrowed.has(id) ? low : g.nodes[id].type.dtype),
+    lowWeights,
+    storedType: (id) => (narrowed.has(id) || lowWeights.has(id) ? low : g.nodes[id].type.dtype),
   };
+}
+
+/**
+ * Parameters every use of which rounds them to `low` (a cast, possibly through views): the weights of an
+ * inference graph's GEMMs. They are stored low, so the host's upload rounds them once instead of every
+ * GEMM on every call, the GEMMs read half the bytes, and a library GEMM (cuBLASLt, a BLAS) can read them
+ * as they are stored (gemm_library.ts refuses an f32 buffer rounded on load). The value each GEMM sees is
+ * unchanged: the upload rounds to nearest even exactly as the cast does. A parameter a training step
+ * updates reaches the flat vector or an output, or is read in f32 by the update, so it stays f32.
+ */
+export function weightsReadOnlyLow(g: Graph, low: DType, users: readonly NodeId[][]): NodeId[] {
+  const VIEWS = new Set(["reshape", "permute", "slice"]);
+  const outputs = new Set(g.outputs.values());
+  const onlyRounded = (id: NodeId): boolean =>
+    users[id].length > 0 && !outputs.has(id) && users[id].every((u) => {
+      const n = g.nodes[u];
+      if (n.op === "cast") return n.attrs.to === low;
+      return VIEWS.has(n.op) && onlyRounded(u);
+    });
+  return g.nodes.filter((n) => n.op === "param" && n.type.dtype === "f32" && onlyRounded(n.id)).map((n) =>
+    n.id
+  );
 }
 
 /** Buffers and bytes the policy narrowed (at their graph dtype, and as stored). */
@@ -235,7 +263,7 @@ export function roundTripGraph(g: Graph, fusion: FusionResult, s: StoragePlan): 
     }
     if (fusion.materialized.has(n.id)) {
       const base = value.get(`${n.id}@${kernelOf[n.id] >= 0 ? kernelOf[n.id] : STORED}`)!;
-      stored[n.id] = s.narrowed.has(n.id)
+      stored[n.id] = s.narrowed.has(n.id) || s.lowWeights.has(n.id)
         ? out.add("cast", [out.add("cast", [base], { to: s.low }, undefined, n.loc)], { to: "f32" })
         : base;
     }

@@ -42,6 +42,8 @@ export interface FusionOptions {
    * guarantees 8); unlimited when undefined.
    */
   readonly maxBindings?: number;
+  /** Nodes written to a buffer even where a reader could compute them (compiler/weight_copies.ts). */
+  readonly roots?: ReadonlySet<NodeId>;
 }
 
 const isBuffer = (op: string) => op === "input" || op === "param";
@@ -85,7 +87,9 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
   const users = usersOf(g);
   const isOutput = new Uint8Array(nodes.length);
   for (const id of g.outputs.values()) isOutput[id] = 1;
+  for (const id of opts.roots ?? []) isOutput[id] = 1;
   const inline = inlineNodes(g, opts.fuse);
+  for (const id of opts.roots ?? []) inline[id] = 0;
   // A tensor placed in a flat vector is written to its range there, so it must be a kernel's root, as
   // an output is; the concat itself is a buffer, assembled by those writes.
   const inPlace = findInPlaceConcats(g);

@@ -39,12 +39,20 @@ export function mergeSiblings(
   kernels.forEach((k, i) => k.roots.forEach((x) => writerOf.set(x, i)));
   const decisions: FusionDecision[] = [...r.decisions];
 
+  // A flat vector assembled in place has no writer of its own: the kernels writing its parts are what a
+  // reader of the vector depends on (the optimizer's update reads the gradients written by the backward).
+  const partsOf = new Map<NodeId, NodeId[]>();
+  for (const [part, where] of r.inPlace.placed) {
+    partsOf.set(where.concat, [...(partsOf.get(where.concat) ?? []), part]);
+  }
   /** Kernels a kernel reads from. */
   const preds = (i: number) => {
     const p = new Set<number>();
     for (const x of reads[i]) {
-      const w = writerOf.get(x);
-      if (w !== undefined && w !== i) p.add(w);
+      for (const y of partsOf.get(x) ?? [x]) {
+        const w = writerOf.get(y);
+        if (w !== undefined && w !== i) p.add(w);
+      }
     }
     return p;
   };

@@ -25,6 +25,7 @@ export const fusionStage: Stage<KernelState> = {
       takeFuel: takeFuel(ctx),
       log: logOf(ctx),
       maxBindings: s.options.maxBindings,
+      roots: s.forcedRoots,
     }),
   }),
   // The unfused baseline: one kernel per op; the later fusion stages then do nothing either.

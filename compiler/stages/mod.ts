@@ -17,9 +17,11 @@ import { shareSourcesStage } from "./share_sources.ts";
 import type { KernelState } from "./state.ts";
 import { storageStage } from "./storage.ts";
 import { verifyState } from "./verify.ts";
+import { weightCopiesStage } from "./weight_copies.ts";
 import { vectorizeStage } from "./vectorize.ts";
 
 export const FUSION_STAGES: readonly Stage<KernelState>[] = [
+  weightCopiesStage,
   fusionStage,
   attentionStage,
   siblingStage,

@@ -92,6 +92,8 @@ export interface KernelState {
   readonly options: KernelOptions;
   /** False when the unfused baseline was asked for, or the fusion stage skipped: later fusion stages do nothing. */
   readonly fusing: boolean;
+  /** Nodes fusion must write to a buffer although a reader could compute them (weight-copies stage). */
+  readonly forcedRoots?: ReadonlySet<NodeId>;
   readonly fusion?: FusionResult;
   readonly storage?: StoragePlan;
   readonly buffers?: readonly StateBuffer[];

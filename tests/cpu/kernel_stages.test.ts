@@ -16,6 +16,7 @@ import { ELEM } from "../../compiler/fusion/needs.ts";
 import { isVectorized } from "../../compiler/lower/vectorize.ts";
 import { makePassContext, PassError, quietContext, type Stage } from "../../compiler/pipeline.ts";
 import { KERNEL_STAGES } from "../../compiler/stages/mod.ts";
+import { fusionStage } from "../../compiler/stages/fusion.ts";
 import type { KernelState } from "../../compiler/stages/state.ts";
 import { Graph } from "../../ir/mod.ts";
 
@@ -45,7 +46,7 @@ Deno.test("kernel stages: SKIP_PASSES skips a kernel stage; a stage that cannot 
     () => compile({ skipPasses: new Set(["memory-plan"]) }),
     (e: Error) =>
       e instanceof DebugFlagError && !e.message.includes("\n") &&
-      /^SKIP_PASSES names 'memory-plan', which cannot be skipped; the passes that can: simplify, cse, dce, fusion/
+      /^SKIP_PASSES names 'memory-plan', which cannot be skipped; the passes that can: simplify, cse, dce, weight-copies, fusion/
         .test(e.message),
   );
   assert.throws(
@@ -114,7 +115,7 @@ Deno.test("kernel stages: a stage that leaves an invalid state is blamed, and it
     run: (s) => ({ ...s, fusion: { ...s.fusion!, kernels: [...s.fusion!.kernels].reverse() } }),
   };
   assert.throws(
-    () => runKernelStages(layer(), { fuse: true, emitters: {} }, quietContext(), [KERNEL_STAGES[0], mixUp]),
+    () => runKernelStages(layer(), { fuse: true, emitters: {} }, quietContext(), [fusionStage, mixUp]),
     (e: Error) =>
       e instanceof PassError && e.pass === "mix-up" &&
       /after stage 'mix-up': fused kernel 0 has id/.test(e.message),

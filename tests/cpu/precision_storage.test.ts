@@ -51,9 +51,13 @@ Deno.test("storage policy: an activation between kernels is narrowed, graph outp
   const y = c.graph.outputs.get("y")!;
   assert.equal(c.storage.storedType(y), "f32");
   assert.equal(c.storage.kept.get(y), "graph output");
-  // Inputs and parameters are never narrowed.
+  // Inputs are never narrowed; parameters only where every use rounds them to f16 (both weights here,
+  // read only by the GEMMs; the bias is added in f32).
   for (const n of c.graph.nodes) {
-    if (n.op === "input" || n.op === "param") assert.equal(c.storage.storedType(n.id), n.type.dtype);
+    if (n.op !== "input" && n.op !== "param") continue;
+    const weight = n.op === "param" && n.type.shape.length === 2;
+    assert.equal(c.storage.storedType(n.id), weight ? "f16" : n.type.dtype, String(n.attrs.name));
+    assert.equal(c.storage.lowWeights.has(n.id), weight);
   }
 });
 
@@ -224,7 +228,17 @@ Deno.test("plan and lowering honour the stored dtype: f16 buffers, half the byte
   assert.equal(buf.dtype, "f16");
   assert.equal(buf.bytes * 2, old.bytes);
   const moved = (c: Compiled) => c.plan.kernels.reduce((s, k) => s + k.bytesRead + k.bytesWritten, 0);
-  assert.equal(moved(before) - moved(after), 2 * old.bytes / 2, "written once and read once, at half size");
+  // The GEMM weights, stored f16 too (storage.lowWeights), are read once each at half size.
+  const weightBytes = [...after.storage.lowWeights].reduce(
+    (s, w) => s + (after.graph.nodes[w].type.shape.reduce((a, b) => a * b, 1) * 4) / 2,
+    0,
+  );
+  assert.equal(after.storage.lowWeights.size, 2);
+  assert.equal(
+    moved(before) - moved(after),
+    2 * old.bytes / 2 + weightBytes,
+    "written once and read once, at half size",
+  );
   // The producing kernel stores f16; the consuming kernel loads f16 and widens to f32.
   const uses = (k: Kernel) => k.bindings.filter((b) => b.buffer === buf.id);
   const [producer, consumer] = [
@@ -287,7 +301,7 @@ Deno.test("round-trip graph: fp32 storage reproduces the graph; fp16 rounds each
   // (GEMM operands cast to f16 and widened for the f32 accumulation are round trips in both.)
   assert.equal(
     trips(rt) - trips(roundTripGraph(plain.graph, plain.fusion, plain.storage)),
-    c.storage.narrowed.size,
+    c.storage.narrowed.size + c.storage.lowWeights.size,
   );
   assert.equal(c.storage.narrowed.size, 1);
   const err = (name: string) => {

@@ -1,0 +1,124 @@
+/**
+ * Low-precision weight copies for library GEMMs (compiler/weight_copies.ts, storage_precision.ts
+ * `weightsReadOnlyLow`): with CUDA among the targets, no GEMM is refused the library for reading an f32
+ * weight rounded on load; each weight's copy is written by its own kernel before the GEMMs read it;
+ * inference weights are stored low instead, with the same values; a WGSL-only compile is unchanged.
+ */
+import assert from "node:assert/strict";
+import { emitCUDA } from "../../compiler/codegen/cuda.ts";
+import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { QUIET } from "../../compiler/debug.ts";
+import { buildModelGraph } from "../../compiler/model_graph.ts";
+import type { Precision } from "../../compiler/passes/precision.ts";
+import { lowWeightCopies } from "../../compiler/weight_copies.ts";
+import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { seededRandom } from "../../cases/random.ts";
+import { randomFeeds } from "../../cases/random_feeds.ts";
+import { loadModel } from "../../models/load.ts";
+import { evaluate } from "../../runtime/reference/interpreter.ts";
+import { batchFeeds, optimizerStepFeeds } from "../util/bert_feeds.ts";
+
+const F32_WEIGHT = /stored f32 and rounded/;
+
+async function trainGraph(precision: Precision) {
+  const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
+  const shape = { batch: 2, seq: 8, predictions: 3, vocab: model.config.vocab_size };
+  const g = buildModelGraph({
+    model,
+    mode: "train",
+    precision,
+    batchSize: shape.batch,
+    seqLen: shape.seq,
+    maxPredictions: shape.predictions,
+    optimizer: { kind: "lamb", dynamicScale: precision === "fp16" },
+  });
+  const r = seededRandom(5);
+  const feeds = { ...batchFeeds(g, shape, r, 3), ...optimizerStepFeeds(g, r, 1024) };
+  return { g, feeds };
+}
+
+for (const precision of ["fp16", "bf16"] as const) {
+  Deno.test(`weight copies (${precision} training): every weight GEMM reads a low copy written before it`, async () => {
+    const { g } = await trainGraph(precision);
+    const withoutCopies = { ...QUIET, skipPasses: new Set(["weight-copies"]) };
+    const before = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA }, flags: withoutCopies });
+    const baseline = before.gemms.filter((d) => !d.library && F32_WEIGHT.test(d.reason));
+    assert.ok(baseline.length > 0, "the baseline had no f32 weight GEMM: the test checks nothing");
+
+    const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+    const refused = compiled.gemms.filter((d) => !d.library && F32_WEIGHT.test(d.reason));
+    assert.equal(refused.length, 0, `still rounded on load: ${refused.map((d) => d.kernel).join(", ")}`);
+
+    // One copy per weight cast, each its own buffer in the low type, written before any kernel reads it.
+    const low = precision === "fp16" ? "f16" : "bf16";
+    const casts = lowWeightCopies(compiled.graph, low);
+    assert.ok(casts.size > 0);
+    const plan = compiled.plan;
+    const launches = plan.steps.flatMap((s) => (s.op === "launch" ? [s.kernel] : []));
+    const at = (id: number, access: string) =>
+      launches.flatMap((k, i) =>
+        plan.kernels[k].bindings.some((x) => x.buffer === id && x.access === access) ? [i] : []
+      );
+    let copies = 0;
+    for (const b of plan.buffers) {
+      const node = Number(/^%(\d+) cast$/.exec(b.name)?.[1]);
+      if (!casts.has(node)) continue;
+      copies++;
+      assert.equal(b.dtype, low, `${b.name} is stored ${b.dtype}`);
+      const [writer] = at(b.id, "write"), readers = at(b.id, "read");
+      assert.ok(
+        readers.length > 0 && readers.every((r) => r > writer),
+        `${b.name}: written ${writer}, read ${readers}`,
+      );
+    }
+    assert.equal(copies, casts.size, "a weight cast has no buffer of its own");
+  });
+}
+
+Deno.test("weight copies (fp16 inference): GEMM weights are stored f16, the gathered embedding stays f32", async () => {
+  const model = await loadModel("models/bert-tiny.ts");
+  const g = buildModelGraph({ model, mode: "infer", precision: "fp16", batchSize: 1, seqLen: 8 });
+  const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+  const params = Object.entries(compiled.plan.params).map(([name, id]) =>
+    [name, compiled.plan.buffers[id]] as const
+  );
+  const dtypeOf = (re: RegExp) => params.filter(([n]) => re.test(n)).map(([, b]) => b.dtype);
+  assert.ok(dtypeOf(/query\.weight$/).length > 0);
+  assert.ok(dtypeOf(/(query|key|value|dense)\.weight$/).every((d) => d === "f16"));
+  assert.deepEqual(dtypeOf(/word_embeddings\.weight$/), ["f32"]);
+  assert.ok(dtypeOf(/LayerNorm\.weight$|\.bias$/).every((d) => d === "f32"));
+  const refused = compiled.gemms.filter((d) => !d.library && F32_WEIGHT.test(d.reason));
+  assert.equal(refused.length, 0, `still rounded on load: ${refused.map((d) => d.kernel).join(", ")}`);
+  // The values the GEMMs see are unchanged: fused with f16 weights against the original graph.
+  const feeds = randomFeeds(g, 3, { input_ids: (r) => r.int(0, 1000), token_type_ids: (r) => r.int(0, 2) });
+  // Storing a weight low changes no value a GEMM sees (the upload rounds to nearest even as the cast did):
+  // the plan's numbers with and without the weights narrowed are the same, bit for bit. (The runtimes'
+  // uploads are checked end to end in tests/nvcc/cuda_emit_cpu.test.ts, BERT-tiny inference fp16.)
+  const s = compiled.storage;
+  const weights = s.lowWeights;
+  assert.ok(weights.size > 0, "no weight stored low");
+  const keepWeights = {
+    ...s,
+    lowWeights: new Set<number>(),
+    storedType: (id: number) => (weights.has(id) ? "f32" as const : s.storedType(id)),
+  };
+  const lowWeights = evaluate(roundTripGraph(compiled.graph, compiled.fusion, s), feeds, {
+    precision: "f32",
+  });
+  const f32Weights = evaluate(roundTripGraph(compiled.graph, compiled.fusion, keepWeights), feeds, {
+    precision: "f32",
+  });
+  assert.ok(f32Weights.size > 0);
+  for (const [name, v] of f32Weights) assert.deepEqual(lowWeights.get(name), v, `output ${name} changed`);
+});
+
+Deno.test("weight copies: a WGSL-only compile keeps its weights rounded on load (no copy kernels)", async () => {
+  const { g } = await trainGraph("fp16");
+  const wgsl = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL } });
+  const both = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL, cuda: emitCUDA } });
+  const copies = lowWeightCopies(both.graph, "f16").size;
+  assert.ok(copies > 0);
+  assert.ok(both.plan.kernels.length > wgsl.plan.kernels.length, "no copy kernel with CUDA");
+  assert.ok(both.plan.kernels.length <= wgsl.plan.kernels.length + copies, "more kernels than copies");
+});
