@@ -14,6 +14,7 @@ import { numel } from "../../ir/mod.ts";
 import type { Plan, PlanBinding, PlanBuffer, PlanGemmOperand, TargetKernel } from "../../plan/plan.ts";
 import { storedBytes } from "../../plan/plan.ts";
 import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../../numeric/half.ts";
+import { LT_CPU, ltCallCpp } from "./lt_cpu.ts";
 
 export const CXX = Deno.env.get("CXX") ?? "g++";
 
@@ -113,24 +114,6 @@ inline float bf_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 inline void bf_from_f32(float v, float* p) { *p = v; }
 inline void bf_from_f32(float v, __half* p) { *p = __float2half_rn(v); }
 inline void bf_from_f32(float v, __nv_bfloat16* p) { *p = __float2bfloat16_rn(v); }
-// cuBLASLt's matmul as the plan describes it (plan/plan.ts PlanGemm): row-major, for batch q
-// op(X)[i][j] = X[q*s + (trans ? j*ld + i : i*ld + j)], D[q][i][j] = D[q*sd + i*ldd + j], operands widened
-// to f32, one f32 sum per element in increasing k, rounded once to D's type.
-template <typename TA, typename TB, typename TD>
-static void bf_gemm(long m, long n, long k, long batch, const TA* A, long lda, bool ta, long sa, const TB* B,
-                    long ldb, bool tb, long sb, TD* D, long ldd, long sd) {
-  for (long q = 0; q < batch; ++q)
-    for (long i = 0; i < m; ++i)
-      for (long j = 0; j < n; ++j) {
-        float acc = 0.0f;
-        for (long p = 0; p < k; ++p) {
-          const float a = bf_to_f32(A[q * sa + (ta ? p * lda + i : i * lda + p)]);
-          const float b = bf_to_f32(B[q * sb + (tb ? j * ldb + p : p * ldb + j)]);
-          acc += a * b;
-        }
-        bf_from_f32(acc, &D[q * sd + i * ldd + j]);
-      }
-}
 // Kernels without barriers run thread after thread; the others get one OS thread per CUDA thread.
 // A plain function pointer, not a std::function of a lambda: one instantiation per launch site made g++
 // spend most of its time on a plan of a few hundred kernels.
@@ -173,12 +156,12 @@ const C_TYPE: Record<string, string> = {
 
 /**
  * A C++ program running the plan's steps over buffers read from stdin, writing its outputs to stdout.
- * `library`: matmul kernels with a library variant run it (bf_gemm per the descriptor, then the epilogue
+ * `library`: matmul kernels with a library variant run it (bf_lt_matmul with LtCall's column-major descriptors, then the epilogue
  * kernel), as the CUDA executor does by default.
  */
 export function program(plan: Plan, library = false): string {
   const sources = new Map<string, number>();
-  const parts = [SHIM];
+  const parts = [SHIM, LT_CPU];
   const addSource = (code: string) => {
     if (sources.has(code)) return;
     sources.set(code, sources.size);
@@ -229,13 +212,8 @@ export function program(plan: Plan, library = false): string {
     const { call } = lib;
     const ptr = (o: PlanGemmOperand) =>
       `(reinterpret_cast<${C_TYPE[o.dtype]}*>${at(o.buffer)} + ${o.offset})`;
-    const op = (o: PlanGemmOperand) => `${ptr(o)}, ${o.ld}, ${o.trans}, ${o.batchStride}`;
-    main.push(
-      `  bf_gemm(${call.m}, ${call.n}, ${call.k}, ${call.batch}, ${op(call.a)}, ${op(call.b)}, ${
-        ptr(call.d)
-      }, ` +
-        `${call.d.ld}, ${call.d.batchStride});`,
-    );
+    // Through cuBLASLt's column-major definition with LtCall's descriptors (tests/util/lt_cpu.ts).
+    main.push(`  ${ltCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d))}`);
     if (lib.epilogue) launch(lib.epilogue.cuda, lib.epilogue.bindings);
   }
   for (const id of Object.values(plan.outputs)) {

@@ -1,0 +1,46 @@
+/**
+ * cublasLtMatmul as its documentation defines it, in host C++ for the CPU shim (tests/util/cuda_cpu.ts):
+ * column-major layouts (rows, cols, leading dimension, batch count and stride), TRANSA/TRANSB, alpha 1,
+ * beta 0, f32 accumulation. The shim hands it the descriptors LtCall makes (runtime/cuda/lt_mapping.ts),
+ * pointers swapped as LtCall swaps them, so a plan's library GEMMs on the shim check the row-major to
+ * column-major mapping end to end against the reference interpreter. Layouts whose shapes do not fit
+ * the operation abort, as cuBLASLt refuses them (CUBLAS_STATUS_INVALID_VALUE).
+ */
+import { ltDescriptors, type LtLayout, type RowMajorGemm } from "../../runtime/cuda/lt_mapping.ts";
+
+export const LT_CPU = String.raw`
+// For batch q: D(i,j) = sum_p op(A)(i,p) * op(B)(p,j), i < m, j < n; X(r,c) = X[q*stride + r + c*ld].
+template <typename TA, typename TB, typename TD>
+static void bf_lt_matmul(long m, long n, long k, bool ta, bool tb, const TA* A, long ar, long ac, long lda,
+                         long ab, long sa, const TB* B, long br, long bc, long ldb, long bb, long sb, TD* D,
+                         long dr, long dc, long ldd, long db, long sd) {
+  if ((ta ? ac : ar) != m || (ta ? ar : ac) != k || (tb ? bc : br) != k || (tb ? br : bc) != n || dr != m ||
+      dc != n || lda < ar || ldb < br || ldd < dr || ab != bb || ab != db) {
+    std::fprintf(stderr, "bf_lt_matmul: layouts do not fit m %ld n %ld k %ld\n", m, n, k);
+    std::abort();
+  }
+  for (long q = 0; q < db; ++q)
+    for (long j = 0; j < n; ++j)
+      for (long i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (long p = 0; p < k; ++p) {
+          const float a = bf_to_f32(A[q * sa + (ta ? p + i * lda : i + p * lda)]);
+          const float b = bf_to_f32(B[q * sb + (tb ? j + p * ldb : p + j * ldb)]);
+          acc += a * b;
+        }
+        bf_from_f32(acc, &D[q * sd + i + j * ldd]);
+      }
+}
+`;
+
+/**
+ * The C++ call for one group of a plan GEMM: `a`, `b`, `d` are the row-major operands' pointer
+ * expressions; the library's A is our B and its B our A (LtCall's swap).
+ */
+export function ltCallCpp(call: RowMajorGemm, a: string, b: string, d: string): string {
+  const lt = ltDescriptors(call);
+  const layout = (l: LtLayout) => `${l.rows}, ${l.cols}, ${l.ld}, ${l.batch}, ${l.batch > 1 ? l.stride : 0}`;
+  return `bf_lt_matmul(${lt.m}, ${lt.n}, ${lt.k}, ${lt.transA}, ${lt.transB}, ${b}, ${layout(lt.a)}, ${a}, ${
+    layout(lt.b)
+  }, ${d}, ${layout(lt.d)});`;
+}
