@@ -19,6 +19,7 @@
 import type { CudaDriver, DevicePtr, Pointer } from "./driver.ts";
 import { CudaError } from "./errors.ts";
 import { discover, type DiscoverOptions, openDiscovered } from "./libs.ts";
+import { ltDescriptors, type LtLayout } from "./lt_mapping.ts";
 
 export const CUBLASLT_SYMBOLS = {
   cublasLtCreate: { parameters: ["buffer"], result: "i32" },
@@ -391,13 +392,21 @@ export class LtCall {
           s.cublasLtMatmulDescSetAttribute(this.desc, attr, buf, BigInt(buf.byteLength)),
           what,
         );
-      setDesc(DESC_TRANSA, i32(spec.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
-      setDesc(DESC_TRANSB, i32(spec.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
+      // The row-major to column-major mapping (lt_mapping.ts; the CPU shim runs the same descriptors).
+      const lib = ltDescriptors(spec);
+      setDesc(DESC_TRANSA, i32(lib.transA ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
+      setDesc(DESC_TRANSB, i32(lib.transB ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
       setDesc(DESC_EPILOGUE, i32(EPILOGUE.none), "EPILOGUE");
-      const layout = (op: LtOperand, rows: number, cols: number, name: string) => {
+      const layout = (op: LtLayout, name: string) => {
         lt.check(
           `cublasLtMatrixLayoutCreate(${name})`,
-          s.cublasLtMatrixLayoutCreate(out, DATA_TYPE[op.dtype], BigInt(rows), BigInt(cols), BigInt(op.ld)),
+          s.cublasLtMatrixLayoutCreate(
+            out,
+            DATA_TYPE[op.dtype],
+            BigInt(op.rows),
+            BigInt(op.cols),
+            BigInt(op.ld),
+          ),
           what,
         );
         const l = ptr();
@@ -410,16 +419,15 @@ export class LtCall {
           );
           lt.check(
             `cublasLtMatrixLayoutSetAttribute(${name}, STRIDED_BATCH_OFFSET)`,
-            s.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_STRIDED_BATCH_OFFSET, i64(op.batchStride), 8n),
+            s.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_STRIDED_BATCH_OFFSET, i64(op.stride), 8n),
             what,
           );
         }
         return l;
       };
-      // Column-major shapes of the stored matrices: untransposed, the library sees our [r, c] as [c, r].
-      this.libA = spec.b.trans ? layout(spec.b, k, n, "B") : layout(spec.b, n, k, "B");
-      this.libB = spec.a.trans ? layout(spec.a, m, k, "A") : layout(spec.a, k, m, "A");
-      this.d = layout(spec.d, n, m, "D");
+      this.libA = layout(lib.a, "B");
+      this.libB = layout(lib.b, "A");
+      this.d = layout(lib.d, "D");
       lt.check("cublasLtMatmulPreferenceCreate", s.cublasLtMatmulPreferenceCreate(out), what);
       const pref = ptr();
       try {
