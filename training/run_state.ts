@@ -83,12 +83,27 @@ export function writeFlat(
   for (const [name, part] of Object.entries(splitFlat(layout, base, flat))) ex.write(name, part);
 }
 
-/** Reads a logical flat vector back from all its groups (one sync). */
+/**
+ * Reads a logical flat vector back from all its groups. Group after group, so that only one group's
+ * staging copy exists at a time (bert-large's vector is 1.4 GB; reading its 11 groups at once would
+ * double the host memory a checkpoint needs).
+ */
 export async function readFlat(ex: StepExecutor, layout: FlatLayout, base: FlatName): Promise<Float32Array> {
-  return joinFlat(layout, await Promise.all(flatNames(layout, base).map((n) => ex.read(n))));
+  const names = flatNames(layout, base);
+  if (names.length === 1) return joinFlat(layout, [asF32(await ex.read(names[0]))]);
+  const out = new Float32Array(layout.total);
+  for (const [gi, name] of names.entries()) {
+    const part = await ex.read(name);
+    const grp = layout.groups[gi];
+    if (part.length !== grp.total) {
+      throw new Error(`'${name}': ${part.length} values read, the layout's group has ${grp.total}`);
+    }
+    out.set(part, grp.offset);
+  }
+  return out;
 }
 
-/** Reads everything a checkpoint needs from the device (one sync). */
+/** Reads everything a checkpoint needs from the device. */
 export async function readDeviceState(ex: StepExecutor, layout: FlatLayout): Promise<DeviceState> {
   const [flat, m, v, state] = await Promise.all([
     readFlat(ex, layout, OPT.flatParams),
