@@ -1,4 +1,5 @@
 /** `deno task compile`: compile a model to fused kernels, a plan and a fusion report. */
+import { PROFILE_NAMES, PROFILES } from "../compiler/targets/profiles.ts";
 import { basename } from "node:path";
 import type { Emitter, Target } from "../compiler/build_plan.ts";
 import { emitCUDA } from "../compiler/codegen/cuda.ts";
@@ -19,7 +20,7 @@ import { kebabFlags } from "./flag_spelling.ts";
 const HELP = `
 deno task compile MODEL [--mode train|infer] [--precision fp32|fp16|bf16] [--target wgsl|cuda|all]
                         [--no-fuse] [--batch-size N] [--seq-len S] [--max-predictions P]
-                        [--out DIR] [--summary FILE] [--measured FILE]
+                        [--profile NAME] [--out DIR] [--summary FILE] [--measured FILE]
 
 Compiles a model (a models/*.ts file or a config.json) for one training step (forward, backward and
 parameter update) or for inference, and writes kernels_generated/<model>-<mode>-<precision>/:
@@ -35,6 +36,8 @@ one file per distinct kernel (wgsl/*.wgsl, cuda/*.cu), the plan (plan.json) and 
   --batch-size N     sequences per step (default 8)
   --seq-len S        tokens per sequence (default 128)
   --max-predictions P  masked positions per sequence, train mode (default 20, NVIDIA's value at 128)
+  --profile NAME     what lowering tunes for (compiler/targets/profiles.ts): lavapipe, cpu, webgpu-gpu or
+                     cuda-sm90 (default: cuda-sm90 with a CUDA target, else webgpu-gpu)
   --out DIR          output folder (default: kernels_generated/<model>-<mode>-<precision>[-unfused]);
                      it must be absent, empty or an earlier output of this command (it is replaced)
   --summary FILE     also write {"kernels","launches_per_step","library_calls_per_step",
@@ -66,6 +69,7 @@ await runMain(async () => {
       out: { type: "string" },
       summary: { type: "string" },
       measured: { type: "string" },
+      profile: { type: "string" },
     },
     HELP,
     true,
@@ -121,9 +125,12 @@ await runMain(async () => {
   }
   checkModelSize(model.config, { mode, batchSize, seqLen, maxPredictions, what: modelPath });
   const emitters = Object.fromEntries(targets.map((t) => [t, EMITTERS[t]!]));
+  const profile = values.profile === undefined
+    ? (targets.includes("cuda") ? "cuda-sm90" : "webgpu-gpu")
+    : oneOf("profile", values.profile, PROFILE_NAMES, "webgpu-gpu");
   const graph = buildModelGraph({ model, mode, precision, batchSize, seqLen, maxPredictions });
   console.error(`${name}: ${graph.nodes.length} graph nodes; compiling (${fuse ? "fused" : "unfused"})…`);
-  const compiled = compileGraph(graph, { fuse, emitters });
+  const compiled = compileGraph(graph, { fuse, emitters, profile: PROFILES[profile] });
   const baseline = fuse ? compileGraph(graph, { fuse: false, emitters: {} }) : compiled;
   const command = `deno task compile ${
     [

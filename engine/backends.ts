@@ -9,6 +9,7 @@ import { emitC } from "../compiler/codegen/c.ts";
 import { emitCUDA } from "../compiler/codegen/cuda.ts";
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../compiler/compile.ts";
+import { PROFILES, type TargetProfile } from "../compiler/targets/profiles.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../plan/plan.ts";
 import { openCpu } from "../runtime/cpu/context.ts";
@@ -20,6 +21,8 @@ import { CudaExecutor } from "../runtime/cuda/executor.ts";
 import { referenceBackend } from "../runtime/reference/backend.ts";
 import { ReferenceExecutor } from "../runtime/reference/executor.ts";
 import { type GpuContext, openWebGPU } from "../runtime/webgpu/device.ts";
+import { softwareAdapter } from "../runtime/webgpu/software.ts";
+export { softwareAdapter };
 import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
 import type { BackendRow, CompiledStep } from "./backend_row.ts";
 import { compiledBackend } from "./device_backend.ts";
@@ -39,35 +42,22 @@ const C = { target: "c", emit: emitC } as const;
 function compiling<Ctx, Ex extends CompiledStep["executor"]>(
   emitter: { readonly target: EmitTarget; readonly emit: Emitter },
   load: (ctx: Ctx, plan: Plan) => Promise<Ex>,
-  /** The most buffers one kernel may bind on this device (fusion stays within it); unlimited if absent. */
-  maxBindings?: (ctx: Ctx) => number,
+  /**
+   * What lowering tunes for this device (compiler/targets/profiles.ts), and the most buffers one kernel
+   * may bind on it (fusion stays within it; unlimited if absent).
+   */
+  tuning: (ctx: Ctx) => { readonly profile: TargetProfile; readonly maxBindings?: number },
 ): (ctx: Ctx, g: Graph, fuse: boolean) => Promise<Required<CompiledStep<Ex>>> {
   return async (ctx, g, fuse) => {
+    const { profile, maxBindings } = tuning(ctx);
     const compiled = compileGraph(g, {
       fuse,
       emitters: { [emitter.target]: emitter.emit },
-      ...(maxBindings ? { maxBindings: maxBindings(ctx) } : {}),
+      profile,
+      ...(maxBindings ? { maxBindings } : {}),
     });
     return { compiled, executor: await load(ctx, compiled.plan) };
   };
-}
-
-/**
- * Why an adapter is a software rasterizer (Mesa's lavapipe/llvmpipe, SwiftShader, WARP, or the adapter's
- * own fallback flag): on such an adapter the CPU backend runs the same kernels several times faster, so
- * `auto` passes it over; `--backend webgpu` still uses it.
- */
-export function softwareAdapter(
-  ctx: Pick<GpuContext, "description"> & { adapter?: GPUAdapter },
-): string | undefined {
-  const info = ctx.adapter?.info as (GPUAdapterInfo & { isFallbackAdapter?: boolean }) | undefined;
-  const text = [ctx.description, info?.vendor, info?.architecture, info?.device].filter(Boolean).join(" ");
-  if (
-    info?.isFallbackAdapter || /llvmpipe|lavapipe|swiftshader|softpipe|microsoft basic render/i.test(text)
-  ) {
-    return `adapter '${ctx.description}' is a software rasterizer`;
-  }
-  return undefined;
 }
 
 /** The reference interpreter opens nothing; its context only names it. */
@@ -109,11 +99,12 @@ export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor
   }),
   // The adapter's own storage-buffer budget (requested explicitly in runtime/webgpu/device.ts), so no
   // fused kernel binds more than the device allows (Chrome's SwiftShader: 10; lavapipe: 32).
-  compile: compiling(
-    WGSL,
-    (ctx, plan) => WebGPUExecutor.create(ctx, plan),
-    (ctx) => ctx.limits.maxStorageBuffersPerShaderStage,
-  ),
+  // A software adapter runs a workgroup as a loop on a CPU core: lavapipe's profile; a GPU gets coalesced,
+  // workgroup-per-row reductions.
+  compile: compiling(WGSL, (ctx, plan) => WebGPUExecutor.create(ctx, plan), (ctx) => ({
+    profile: PROFILES[softwareAdapter(ctx) ? "lavapipe" : "webgpu-gpu"],
+    maxBindings: ctx.limits.maxStorageBuffersPerShaderStage,
+  })),
   graphBackend: (ctx, opts) =>
     compiledBackend((g, fuse) => WEBGPU.compile(ctx, g, fuse), { name: "webgpu", ...opts }),
 };
@@ -137,7 +128,11 @@ export const CUDA: BackendRow<CudaContext, Required<CompiledStep<CudaExecutor>>,
   says: (ctx) => ctx.description,
   device: (ctx) => ctx.description,
   limits: () => ({}),
-  compile: compiling(CUDA_C, (ctx, plan) => CudaExecutor.create(ctx, plan)),
+  compile: compiling(
+    CUDA_C,
+    (ctx, plan) => CudaExecutor.create(ctx, plan),
+    () => ({ profile: PROFILES["cuda-sm90"] }),
+  ),
   graphBackend: (ctx, opts) =>
     compiledBackend((g, fuse) => CUDA.compile(ctx, g, fuse), { name: "cuda", paramsStay: true, ...opts }),
 };
@@ -162,7 +157,7 @@ export const CPU: BackendRow<CpuContext, Required<CompiledStep<CpuExecutor>>, "c
   says: (ctx, auto) => `${auto ? "CPU " : ""}${ctx.description}`,
   device: (ctx) => ctx.description,
   limits: () => ({}),
-  compile: compiling(C, (ctx, plan) => CpuExecutor.create(ctx, plan)),
+  compile: compiling(C, (ctx, plan) => CpuExecutor.create(ctx, plan), () => ({ profile: PROFILES.cpu })),
   graphBackend: (ctx, opts) =>
     compiledBackend((g, fuse) => CPU.compile(ctx, g, fuse), { name: "cpu", paramsStay: true, ...opts }),
 };

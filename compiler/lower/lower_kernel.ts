@@ -45,16 +45,19 @@ import {
   type ValueContext,
 } from "./values.ts";
 import { describeKernel, kernelName } from "./naming.ts";
+import { DEFAULT_PROFILE, type TargetProfile } from "../targets/profiles.ts";
 
 export const LOOP_WORKGROUP = 256;
-export const REDUCE_WORKGROUP_MAX = 256;
-/** From this many rows on, reduce kernels give each thread a whole row (see lowerReduce). */
-export const PER_THREAD_MIN_ROWS = 256;
 /** Column sums over at least this many rows split each column over SPLIT_GROUPS threads. */
 export const SPLIT_MIN_LENGTH = 256;
 export const SPLIT_GROUPS = 16;
 
-export function lowerKernel(g: Graph, k: FusedKernel, ctx: ValueContext): Kernel {
+export function lowerKernel(
+  g: Graph,
+  k: FusedKernel,
+  ctx: ValueContext,
+  profile: TargetProfile = DEFAULT_PROFILE,
+): Kernel {
   const name = kernelName(g, k);
   const about = describeKernel(g, k);
   // f16 arithmetic (a member typed f16) or storage (a member or operand whose buffer holds f16).
@@ -64,7 +67,7 @@ export function lowerKernel(g: Graph, k: FusedKernel, ctx: ValueContext): Kernel
     case "loop":
       return lowerLoop(g, k, ctx, name, about, usesF16);
     case "reduce":
-      return lowerReduce(g, k, ctx, name, about, usesF16);
+      return lowerReduce(g, k, ctx, name, about, usesF16, profile);
     case "matmul":
       return lowerMatmul(g, k, ctx, name, about, usesF16);
     case "scatter":
@@ -119,6 +122,7 @@ function lowerReduce(
   name: string,
   about: string[],
   usesF16: boolean,
+  profile: TargetProfile,
 ): Kernel {
   const space = k.space;
   const axes = k.axes!;
@@ -129,18 +133,18 @@ function lowerReduce(
   const rows = numel(outerShape);
   const trailing = axes.every((a, i) => a === space.length - axes.length + i);
   // One thread per output row, looping over its elements, for column sums (reduced axes leading, e.g. bias
-  // gradients: neighbouring threads read neighbouring columns), short rows, and whenever there are enough
-  // rows to fill the device: a workgroup per row pays for a shared-memory tree with a barrier per level,
-  // which on lavapipe (where WebGPU runs in CI) made LayerNorm 10x slower than a serial loop per thread.
-  // Few long rows (the cross-entropy over the vocabulary, per sequence): one workgroup per row.
+  // gradients: neighbouring threads read neighbouring columns), short rows, and where the target profile
+  // wants it for many rows (lavapipe and the CPU, where a workgroup per row pays for a shared-memory tree
+  // with a barrier per level: LayerNorm was 10x slower on lavapipe than a serial loop per thread). Else
+  // one workgroup per row: on a GPU, coalesced loads and a block for every row (targets/profiles.ts).
   // Long column sums (many rows reduced, few columns: a bias gradient over all tokens) would leave too few
   // threads busy; there SPLIT_GROUPS threads share each column and combine their partial sums in
   // workgroup memory, in a fixed order.
   const split = !trailing && rowLen >= SPLIT_MIN_LENGTH;
-  const perThread = !split && (!trailing || rowLen <= 32 || rows >= PER_THREAD_MIN_ROWS);
+  const perThread = !split && (!trailing || rowLen <= 32 || rows >= profile.perThreadMinRows);
   const wg = split || perThread
     ? LOOP_WORKGROUP
-    : Math.min(REDUCE_WORKGROUP_MAX, Math.max(32, nextPow2(rowLen)));
+    : Math.min(profile.reduceWorkgroupMax, Math.max(32, nextPow2(rowLen)));
   const columns = LOOP_WORKGROUP / SPLIT_GROUPS; // outputs per workgroup when split
 
   const vb = new ValueBuilder(ctx);

@@ -4,6 +4,7 @@
  * error reports). A field is present once the stage that makes it has run.
  */
 import type { DType, Graph, NodeId } from "../../ir/mod.ts";
+import type { TargetProfile } from "../targets/profiles.ts";
 import type { Plan, PlanBuffer, PlanStep, TargetKernel } from "../../plan/plan.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
@@ -42,6 +43,8 @@ export interface KernelOptions {
    * 10, lavapipe 32). Fusion refuses a merge past it. Unlimited when undefined.
    */
   readonly maxBindings?: number;
+  /** What lowering tunes per kind of device (compiler/targets/profiles.ts); default: DEFAULT_PROFILE. */
+  readonly profile?: TargetProfile;
 }
 
 /** A plan buffer before memory planning gives it a slot. */

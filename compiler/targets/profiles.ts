@@ -1,0 +1,60 @@
+/**
+ * Target profiles: what lowering tunes for a kind of device, by name, rather than as constants that suit
+ * one device and hurt another. The same fused kernel is lowered differently for:
+ *
+ * - `lavapipe`: Mesa's software Vulkan, where WebGPU runs in CI. A workgroup there is a loop over its
+ *   invocations on one CPU core and every barrier a full synchronization of them, so a row reduction is
+ *   fastest as one invocation per row walking its row serially (a workgroup per row with a shared-memory
+ *   tree made LayerNorm 10x slower);
+ * - `cpu`: the C backend (runtime/cpu/), where a workgroup is a loop on one core, as on lavapipe;
+ * - `webgpu-gpu` and `cuda-sm90`: a real GPU. One thread per row makes neighbouring threads read addresses a
+ *   row apart (uncoalesced: each warp load touches 32 cache lines instead of one or two) and leaves the GPU
+ *   idle when rows are few (a LayerNorm at batch 64, sequence 128 is 8192 rows = 32 blocks of 256 threads
+ *   on an H100's 132 SMs). A workgroup per row reads the row with consecutive threads on consecutive
+ *   elements and reduces across the workgroup (warp shuffles on CUDA, codegen/cuda.ts), one block per row:
+ *   8192 blocks.
+ *
+ * The binding limits are not part of a profile: they are the adapter's, requested and passed as
+ * KernelOptions.maxBindings by the backend that opened it (engine/backends.ts).
+ */
+
+export interface TargetProfile {
+  readonly name: ProfileName;
+  readonly about: string;
+  /**
+   * A row reduction (reduced axes trailing, rows longer than 32) takes one thread per row when it has at
+   * least this many rows, else a workgroup per row. Infinity: always a workgroup per row.
+   */
+  readonly perThreadMinRows: number;
+  /** The largest workgroup a workgroup-per-row reduction uses (a power of two). */
+  readonly reduceWorkgroupMax: number;
+}
+
+export type ProfileName = "lavapipe" | "cpu" | "webgpu-gpu" | "cuda-sm90";
+
+const SERIAL_ROWS = { perThreadMinRows: 256, reduceWorkgroupMax: 256 };
+const ROW_PER_WORKGROUP = { perThreadMinRows: Infinity, reduceWorkgroupMax: 256 };
+
+export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
+  lavapipe: { name: "lavapipe", about: "software Vulkan (CI): one thread per row", ...SERIAL_ROWS },
+  cpu: { name: "cpu", about: "emitted C on CPU cores: one thread per row", ...SERIAL_ROWS },
+  "webgpu-gpu": {
+    name: "webgpu-gpu",
+    about: "a GPU through WebGPU: a workgroup per row, coalesced loads",
+    ...ROW_PER_WORKGROUP,
+  },
+  "cuda-sm90": {
+    name: "cuda-sm90",
+    about: "an H100 (sm_90) through CUDA: a block per row, warp-shuffle reductions, coalesced loads",
+    ...ROW_PER_WORKGROUP,
+  },
+};
+
+/** The profile a compile uses when none is named: today's behaviour, tuned for where tests run. */
+export const DEFAULT_PROFILE = PROFILES.lavapipe;
+
+export const PROFILE_NAMES = Object.keys(PROFILES) as ProfileName[];
+
+export function isProfileName(s: string): s is ProfileName {
+  return (PROFILE_NAMES as string[]).includes(s);
+}

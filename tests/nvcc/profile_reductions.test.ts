@@ -1,0 +1,48 @@
+/**
+ * Target profiles (compiler/targets/profiles.ts) on the emitted CUDA: row reductions with 256 rows and
+ * more, which lavapipe's profile gives a thread each, lowered for `cuda-sm90` (a block per row,
+ * warp-shuffle reductions, coalesced loads), run on the CPU through g++ and the shim, against the
+ * reference interpreter on fresh random inputs.
+ */
+import assert from "node:assert/strict";
+import { emitCUDA } from "../../compiler/codegen/cuda.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { PROFILES } from "../../compiler/targets/profiles.ts";
+import { profileCases } from "../../cases/profile_cases.ts";
+import { randomFeeds } from "../../cases/random_feeds.ts";
+import { evaluate } from "../../runtime/reference/interpreter.ts";
+import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
+import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
+
+const version = await cxxVersion();
+
+for (const [i, { case: c, graph: g }] of profileCases().entries()) {
+  Deno.test({
+    name: `profiles: ${c.name}, lowered for cuda-sm90, on the CUDA shim${version ? "" : " (g++ not found)"}`,
+    ignore: !version,
+    async fn() {
+      const emitters = { cuda: emitCUDA };
+      const serial = compileGraph(g, { fuse: true, emitters, profile: PROFILES.lavapipe });
+      const gpu = compileGraph(g, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
+      // Where the profiles differ: some reduce kernel gets more workgroups (a block per row).
+      const blocks = (x: typeof gpu) => x.kernels.filter((k) => k.kind === "reduce").map((k) => k.workgroups);
+      assert.ok(
+        blocks(gpu).some((w, j) => w > blocks(serial)[j]),
+        `${blocks(serial)} vs ${blocks(gpu)}: the profile changed nothing`,
+      );
+      const feeds = randomFeeds(g, 300 + i, c.ints);
+      const ref = evaluate(g, feeds, { precision: "f32" });
+      const dir = await Deno.makeTempDir({ prefix: "bertfuse-profile-" });
+      try {
+        const out = await runOnCpu(dir, gpu.plan, feeds);
+        assertMatchesReference(ref, Object.fromEntries(out), {
+          tol: c.tol?.f32 ?? F32_TOL,
+          device: "cuda-shim (cuda-sm90)",
+          plan: `${gpu.plan.kernels.length} kernels`,
+        });
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  });
+}
