@@ -387,7 +387,7 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
     if (round4(storedSize(b)) > maxBufferSize) {
       throw new ResourceError(
         `tensor '${b.name}' [${b.shape.join(", ")}] ${b.dtype} needs ${round4(storedSize(b))} bytes, over ` +
-          `adapter '${ctx.description}''s maxBufferSize of ${maxBufferSize} bytes; ${LIMIT_HINT}`,
+          `maxBufferSize of ${maxBufferSize} bytes (adapter '${ctx.description}'); ${LIMIT_HINT}`,
       );
     }
   }
@@ -408,8 +408,8 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
       if (size > maxStorageBufferBindingSize) {
         throw new ResourceError(
           `kernel ${k.name}: tensor '${b.name}' [${b.shape.join(", ")}] ${b.dtype} is ${size} bytes, over ` +
-            `adapter '${ctx.description}''s maxStorageBufferBindingSize of ${maxStorageBufferBindingSize} ` +
-            `bytes; ${LIMIT_HINT}`,
+            `maxStorageBufferBindingSize of ${maxStorageBufferBindingSize} bytes (adapter '${ctx.description}'); ` +
+            LIMIT_HINT,
         );
       }
       // WebGPU rejects a writable binding that overlaps another binding of the same buffer, and (in wgpu,
