@@ -65,7 +65,8 @@ export interface TargetKernel {
 
 /**
  * One matrix of a library GEMM, row-major with element offsets and strides: for batch β,
- * op(X)[i][j] = buffer[offset + β·batchStride + (trans ? j·ld + i : i·ld + j)] (D is never transposed).
+ * op(X)[i][j] = buffer[offset + β·batchStride + (trans ? j·ld + i : i·ld + j)] (D is never transposed);
+ * in a call with `outer` groups, β = o·(batch/outer) + q is at offset + o·outerStride + q·batchStride.
  */
 export interface PlanGemmOperand {
   readonly buffer: number;
@@ -74,6 +75,8 @@ export interface PlanGemmOperand {
   readonly ld: number;
   readonly trans: boolean;
   readonly batchStride: number;
+  /** Elements between batch groups; present when the call has `outer`. */
+  readonly outerStride?: number;
 }
 
 /**
@@ -85,7 +88,9 @@ export interface PlanGemm {
   readonly m: number;
   readonly n: number;
   readonly k: number;
+  /** Batch entries in all; with `outer`, `outer` groups of batch/outer strided entries (one call each on CUDA). */
   readonly batch: number;
+  readonly outer?: number;
   readonly a: PlanGemmOperand;
   readonly b: PlanGemmOperand;
   readonly d: PlanGemmOperand;

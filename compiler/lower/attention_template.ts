@@ -34,6 +34,7 @@
  * Control flow. Barriers are at the top level only; loops have uniform bounds (a bounds check only
  * where an extent is not a multiple of the thread count).
  */
+import { rootIndex } from "./root_index.ts";
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { ATTENTION_WORKGROUP, attentionRows } from "../fusion/attention.ts";
 import { reductionStages } from "../fusion/kernel_facts.ts";
@@ -344,8 +345,7 @@ export function attentionKernel(
         if (numel(shape) !== numel(outShape)) {
           throw new LoweringError(`${name}: epilogue root %${root} differs in size from the output`);
         }
-        const same = shape.length === outShape.length && shape.every((x, i) => x === outShape[i]);
-        vb.storeAt(stores, root, same ? { dims: [...batchDims, row, d], lin } : delinearize(lin, shape));
+        vb.storeAt(stores, root, rootIndex(g, root, { lin, shape: outShape, dims: [...batchDims, row, d] }));
       }
       if (ragged) s.stmts.push(if_(lt(row, i32(rowsPerBatch)), stores.stmts));
       vb.special.delete(pvId);

@@ -22,6 +22,20 @@
  * need cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16F/_16BF to round the same way (to nearest even); NVIDIA's
  * documentation says only that these "allow automatic down-conversion" without naming the rounding, so
  * such operands are refused (they need an f16/bf16 copy of the buffer first).
+ *
+ * Two-level batches. Attention's [B, H] batch read from a token-major [B·S, H·D] buffer has strides
+ * [S·H·D, D], which do not collapse; likewise its result written token-major. Such a GEMM is still one
+ * descriptor: `outer` groups of batch/outer strided batches each, every operand with an `outerStride`
+ * between groups (β = o·(batch/outer) + q is at offset + o·outerStride + q·batchStride). The batch axes
+ * may be taken in any order (the same for A, B and D) and split once; the split with the fewest groups
+ * wins, so a GEMM that collapses stays one group. The CPU backend runs one sgemm per batch entry anyway,
+ * so groups cost it nothing; on CUDA each group is one cublasLtMatmul (see docs/compiler.md for why the
+ * attention layouts are chosen so that only a few GEMMs need groups, and what they cost at batch 64).
+ *
+ * The output: the call writes the kernel's one root directly when that root is the product up to
+ * reshapes, permutes and the final rounding (fusion/layout.ts stores attention's results token-major
+ * that way), through the same strided-view machinery as the operands; otherwise an f32 scratch buffer
+ * and an epilogue kernel.
  */
 import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
@@ -37,6 +51,8 @@ export interface GemmOperand {
   readonly ld: number;
   readonly trans: boolean;
   readonly batchStride: number;
+  /** Elements between batch groups (present when the call's `outer` is). */
+  readonly outerStride?: number;
 }
 
 /** One cublasLtMatmul: D = op(A)·op(B), alpha 1, beta 0, f32 accumulation (CUBLAS_COMPUTE_32F). */
@@ -44,7 +60,10 @@ export interface GemmCall {
   readonly m: number;
   readonly n: number;
   readonly k: number;
+  /** Every batch entry, across all groups. */
   readonly batch: number;
+  /** Batch groups (absent: 1): `batch / outer` strided batches each, groups `outerStride` apart. */
+  readonly outer?: number;
   readonly a: GemmOperand;
   readonly b: GemmOperand;
   readonly d: GemmOperand;
@@ -59,13 +78,17 @@ export type GemmVerdict =
     readonly n: number;
     readonly k: number;
     readonly batch: number;
+    readonly outer?: number;
     readonly a: GemmOperand;
     readonly b: GemmOperand;
     /**
      * The root cuBLASLt writes directly (the epilogue is only "store the product, cast to its stored
-     * dtype"); absent: the product goes to an f32 scratch buffer and an epilogue kernel does the rest.
+     * dtype", through reshapes and permutes) and D's operand for it; absent: the product goes to an f32
+     * scratch buffer (D from `outputOperand`, batched like A and B) and an epilogue kernel does the rest.
      */
-    readonly direct?: { readonly root: NodeId; readonly dtype: GemmDType };
+    readonly direct?: { readonly root: NodeId; readonly dtype: GemmDType; readonly d: GemmOperand };
+    /** Without `direct`: the scratch product's batch strides (inner, between groups) under the plan. */
+    readonly scratchBatch?: { readonly inner: number; readonly outer: number };
   }
   | { readonly ok: false; readonly reason: string };
 
@@ -185,45 +208,95 @@ function operandView(g: Graph, ctx: ValueContext, id: NodeId, what: string): Fou
   return { ok: true, buffer: cur, dtype: stored as GemmDType, view };
 }
 
+/** The batch axes of one operand: sizes (the same for A, B and D) and this operand's strides. */
+type BatchAxes = { readonly shape: readonly number[]; readonly strides: readonly number[] };
+
 /**
- * Batch axes as one stride: size-1 axes drop out, and an outer axis merges into the next inner one when
- * its stride is the inner axis's extent times its stride. Undefined when more than one axis remains.
+ * Axes `order` (outermost first) as one stride: an outer axis merges into the next inner one when its
+ * stride is the inner axis's extent times its stride. Undefined when they do not merge.
  */
-function batchStride(shape: readonly number[], strides: readonly number[]): number | undefined {
-  const axes = shape.map((s, d) => [s, strides[d]] as const).filter(([s]) => s !== 1);
-  if (axes.length === 0) return 0;
-  let [size, stride] = axes[axes.length - 1];
-  for (let d = axes.length - 2; d >= 0; d--) {
-    if (axes[d][1] !== size * stride) return undefined;
-    size *= axes[d][0];
+function collapse(b: BatchAxes, order: readonly number[]): number | undefined {
+  if (order.length === 0) return 0;
+  const stride = b.strides[order[order.length - 1]];
+  let size = b.shape[order[order.length - 1]];
+  for (let t = order.length - 2; t >= 0; t--) {
+    if (b.strides[order[t]] !== size * stride) return undefined;
+    size *= b.shape[order[t]];
   }
   return stride;
 }
 
+/** Every ordering of `xs` (at most 4! = 24 for the batch ranks that occur), in lexicographic order. */
+function permutations(xs: readonly number[]): number[][] {
+  if (xs.length <= 1) return [[...xs]];
+  return xs.flatMap((x, i) => permutations([...xs.slice(0, i), ...xs.slice(i + 1)]).map((p) => [x, ...p]));
+}
+
+/** How the batch runs: groups of `batch / outer` strided entries; per operand the two strides. */
+interface BatchPlan {
+  readonly outer: number;
+  readonly strides: readonly { readonly inner: number; readonly outer: number }[];
+}
+
+/**
+ * The batch plan with the fewest groups for operands sharing the batch shape: the size-1 axes drop
+ * out; the others are taken in some order (the same for every operand) and split once into outer and
+ * inner axes, each of which must collapse to one stride in every operand. The first plan found with
+ * the fewest groups (orders in lexicographic order, more inner axes first), so the choice is
+ * deterministic; one group when the axes collapse as they are. A broadcast (stride 0) is refused
+ * where a whole group of axes does not broadcast (cuBLASLt's strided batch takes one stride).
+ */
+function planBatch(
+  shape: readonly number[],
+  operands: readonly (readonly number[])[],
+): BatchPlan | undefined {
+  const axes = shape.map((_, d) => d).filter((d) => shape[d] !== 1);
+  let best: BatchPlan | undefined;
+  for (const order of permutations(axes)) {
+    for (let split = 0; split <= order.length; split++) {
+      const outerAxes = order.slice(0, split), innerAxes = order.slice(split);
+      const outer = outerAxes.reduce((a, d) => a * shape[d], 1);
+      if (best && outer >= best.outer) continue;
+      const strides = operands.map((st) => {
+        const b = { shape, strides: st };
+        const inner = collapse(b, innerAxes), out = collapse(b, outerAxes);
+        // A group of several entries at one address (stride 0) would be a broadcast: refused, as before.
+        if (inner === 0 && innerAxes.length > 0 || out === 0 && outerAxes.length > 0) return undefined;
+        return inner === undefined || out === undefined ? undefined : { inner, outer: out };
+      });
+      if (strides.some((x) => x === undefined)) continue;
+      best = { outer, strides: strides as BatchPlan["strides"] };
+    }
+  }
+  return best;
+}
+
 /**
  * The operand as the call's matrix: rows × cols logical (op(X)), `swap` when the tensor's last two axes
- * are [cols, rows] (the matmul's transpose attribute).
+ * are [cols, rows] (the matmul's transpose attribute); batch strides from the batch plan.
  */
 function asMatrix(
-  f: Extract<Found, { ok: true }>,
+  view: View,
+  buffer: number,
+  dtype: GemmDType,
   rows: number,
   cols: number,
   swap: boolean,
-  ctx: ValueContext,
+  batch: { readonly inner: number; readonly outer: number },
+  grouped: boolean,
   what: string,
 ): GemmOperand | string {
-  const { shape, strides, offset } = f.view;
-  const r = shape.length;
+  const { strides, offset } = view;
+  const r = strides.length;
   const si = swap ? strides[r - 1] : strides[r - 2];
   const sj = swap ? strides[r - 2] : strides[r - 1];
-  const bs = batchStride(shape.slice(0, r - 2), strides.slice(0, r - 2));
-  if (bs === undefined) {
-    return `${what}: batch axes [${shape.slice(0, r - 2).join(", ")}] have strides [${
-      strides.slice(0, r - 2).join(", ")
-    }], which do not collapse to one stride`;
-  }
-  if (bs === 0 && numel(shape.slice(0, r - 2)) > 1) return `${what}: broadcast over the batch (stride 0)`;
-  const base = { buffer: ctx.bufferOf(f.buffer), offset, dtype: f.dtype, batchStride: bs };
+  const base = {
+    buffer,
+    offset,
+    dtype,
+    batchStride: batch.inner,
+    ...(grouped ? { outerStride: batch.outer } : {}),
+  };
   // Row-major (unit stride along a row) or column-major (unit stride down a column); a size-1 axis has
   // any stride. The leading dimension must be at least the contiguous extent (cuBLASLt's rule too).
   if ((cols === 1 || sj === 1) && (rows === 1 || si >= cols)) {
@@ -236,26 +309,39 @@ function asMatrix(
 }
 
 /**
- * Whether the product `root` stores is the matmul's accumulator up to the final rounding to `root`'s
- * stored dtype: a chain of reshapes and casts (to f32, or to that stored dtype) from the matmul.
+ * The root the call can write itself: the kernel's one root, reached from the matmul through reshapes,
+ * permutes and casts that keep the value up to the final rounding to the root's stored dtype (to f32,
+ * or to that stored dtype), with the view of the root's buffer in the product's coordinates.
  */
-function directRoot(g: Graph, k: FusedKernel, ctx: ValueContext): NodeId | undefined {
+function directRoot(g: Graph, k: FusedKernel, ctx: ValueContext): { root: NodeId; view: View } | undefined {
   if (k.roots.length !== 1) return undefined;
   const root = k.roots[0];
   const stored = storedTypeOf(ctx, root);
   let cur = root;
+  let view: View | undefined = contiguous(g.nodes[root].type.shape);
   while (cur !== k.anchor) {
     const n = g.nodes[cur];
     if (!k.members.has(cur)) return undefined;
+    const inShape = g.nodes[n.inputs[0]].type.shape;
     if (n.op === "cast") {
       const to = n.attrs.to as DType;
       if (to !== "f32" && to !== stored) return undefined;
-    } else if (n.op !== "reshape") {
+    } else if (n.op === "reshape") {
+      // The same elements in the input's shape (a reshape keeps the row-major order both ways).
+      view = reshapeView(view, inShape);
+      if (!view) return undefined;
+    } else if (n.op === "permute") {
+      // Result axis d is input axis perm[d]: the input's axis p has the stride of the result axis naming it.
+      const perm = n.attrs.perm as number[];
+      const strides = new Array<number>(inShape.length);
+      perm.forEach((p, d) => strides[p] = view!.strides[d]);
+      view = { shape: inShape, strides, offset: view.offset };
+    } else {
       return undefined;
     }
     cur = n.inputs[0];
   }
-  return root;
+  return { root, view };
 }
 
 /** Output types cuBLASLt pairs with each operand type under CUBLAS_COMPUTE_32F (cublasLtMatmul's table). */
@@ -264,6 +350,20 @@ const D_TYPES: Record<GemmDType, readonly DType[]> = {
   f16: ["f16", "f32"],
   bf16: ["bf16", "f32"],
 };
+
+/**
+ * On CUDA a group is one more cublasLtMatmul; the other way to write a root the batch cannot reach in
+ * one group is an f32 scratch product and an epilogue kernel, which costs one launch and the product's
+ * f32 write and read. Groups win while (groups − 1) launches cost less than that: with the H100
+ * profile's 2 µs launches and 3.0 TB/s (compiler/targets/h100.ts), for 8·N/3e12 + 2e-6 ≥ (G − 1)·2e-6,
+ * i.e. G ≤ 2 + N/750,000 for N product elements. BERT-large's attention at batch 8 (N = 1 Mi, G = 8
+ * for a token-major result) takes the epilogue; batch 1 (G = 1) writes directly. The rule depends on
+ * shapes only, so compiled output never depends on the machine.
+ */
+export function directGroupsPay(groups: number, elements: number): boolean {
+  const LAUNCH = 2e-6, BANDWIDTH = 3.0e12;
+  return (groups - 1) * LAUNCH <= LAUNCH + (8 * elements) / BANDWIDTH;
+}
 
 export function deriveGemm(g: Graph, k: FusedKernel, ctx: ValueContext): GemmVerdict {
   if (k.kind !== "matmul" || k.anchor === undefined) return { ok: false, reason: `a ${k.kind} kernel` };
@@ -275,7 +375,8 @@ export function deriveGemm(g: Graph, k: FusedKernel, ctx: ValueContext): GemmVer
   const m = ta ? aShape[r - 1] : aShape[r - 2];
   const kk = ta ? aShape[r - 2] : aShape[r - 1];
   const n = mm.type.shape[r - 1];
-  const batch = numel(aShape.slice(0, r - 2));
+  const batchShape = mm.type.shape.slice(0, r - 2);
+  const batch = numel(batchShape);
   for (const root of k.roots) {
     if (numel(g.nodes[root].type.shape) !== numel(mm.type.shape)) {
       return { ok: false, reason: "an epilogue root differs in size from the product" };
@@ -291,24 +392,102 @@ export function deriveGemm(g: Graph, k: FusedKernel, ctx: ValueContext): GemmVer
       reason: `A is stored ${fa.dtype} and B ${fb.dtype} (cuBLASLt takes one type for both; needs a copy)`,
     };
   }
-  const a = asMatrix(fa, m, kk, ta, ctx, "A");
-  if (typeof a === "string") return { ok: false, reason: a };
-  const b = asMatrix(fb, kk, n, tb, ctx, "B");
-  if (typeof b === "string") return { ok: false, reason: b };
-  const root = directRoot(g, k, ctx);
-  const rootType = root === undefined ? undefined : storedTypeOf(ctx, root);
-  const direct = root !== undefined && rootType && D_TYPES[fa.dtype].includes(rootType)
-    ? { root, dtype: rootType as GemmDType }
-    : undefined;
-  return { ok: true, m, n, k: kk, batch, a, b, ...(direct ? { direct } : {}) };
+  for (const [f, what] of [[fa, "A"], [fb, "B"]] as const) {
+    const bs = f.view.shape.slice(0, r - 2);
+    if (bs.some((s, d) => s !== batchShape[d])) {
+      return {
+        ok: false,
+        reason: `${what}: batch axes [${bs.join(", ")}] broadcast to [${batchShape.join(", ")}]`,
+      };
+    }
+  }
+  const batchStrides = (v: View) => v.strides.slice(0, r - 2);
+  const ab = planBatch(batchShape, [batchStrides(fa.view), batchStrides(fb.view)]);
+  if (!ab) {
+    const why = fa.view.strides.slice(0, r - 2).join(", ") + "] and B [" + batchStrides(fb.view).join(", ");
+    return {
+      ok: false,
+      reason: `batch axes [${batchShape.join(", ")}] have strides A [${why}], which no split into two ` +
+        `strides covers`,
+    };
+  }
+  const scratchD = contiguous(mm.type.shape);
+  const found = directRoot(g, k, ctx);
+  const rootType = found === undefined ? undefined : storedTypeOf(ctx, found.root);
+  const canDirect = found !== undefined && rootType !== undefined && D_TYPES[fa.dtype].includes(rootType);
+  const operands = (d: View) => {
+    const p = planBatch(batchShape, [batchStrides(fa.view), batchStrides(fb.view), batchStrides(d)]);
+    if (!p) return undefined;
+    const grouped = p.outer > 1;
+    const a = asMatrix(fa.view, ctx.bufferOf(fa.buffer), fa.dtype, m, kk, ta, p.strides[0], grouped, "A");
+    const b = asMatrix(fb.view, ctx.bufferOf(fb.buffer), fb.dtype, kk, n, tb, p.strides[1], grouped, "B");
+    return { p, a, b };
+  };
+  if (canDirect) {
+    const o = operands(found.view);
+    if (
+      o && typeof o.a !== "string" && typeof o.b !== "string" && directGroupsPay(o.p.outer, batch * m * n)
+    ) {
+      let d = asMatrix(
+        found.view,
+        ctx.bufferOf(found.root),
+        rootType as GemmDType,
+        m,
+        n,
+        false,
+        o.p.strides[2],
+        o.p.outer > 1,
+        "D",
+      );
+      if (typeof d !== "string" && !d.trans) {
+        // One product: its batch stride is never read; m·n as a scratch product's, so plans that have no
+        // batch keep the descriptor they had.
+        if (batch === 1) d = { ...d, batchStride: m * n };
+        return {
+          ok: true,
+          m,
+          n,
+          k: kk,
+          batch,
+          ...(o.p.outer > 1 ? { outer: o.p.outer } : {}),
+          a: o.a,
+          b: o.b,
+          direct: { root: found.root, dtype: rootType as GemmDType, d },
+        };
+      }
+    }
+  }
+  // A contiguous product's batch strides collapse in the product's own order, so the plan that A and
+  // B allowed above still stands (planBatch keeps the first plan with the fewest groups).
+  const o = operands(scratchD);
+  if (!o) return { ok: false, reason: "the product's batch axes do not follow A's and B's split" };
+  if (typeof o.a === "string") return { ok: false, reason: o.a };
+  if (typeof o.b === "string") return { ok: false, reason: o.b };
+  return {
+    ok: true,
+    m,
+    n,
+    k: kk,
+    batch,
+    ...(o.p.outer > 1 ? { outer: o.p.outer } : {}),
+    a: o.a,
+    b: o.b,
+    scratchBatch: o.p.strides[2],
+  };
 }
 
-/** D's operand: a contiguous [batch, m, n] buffer. */
+/**
+ * D's operand for the scratch product: a contiguous [batch…, m, n] buffer, batched like A and B (one
+ * group: `batch` entries m·n apart; in groups: the batch plan's strides of the contiguous product).
+ */
 export function outputOperand(
   buffer: number,
   dtype: GemmDType,
   m: number,
   n: number,
+  grouped?: { readonly inner: number; readonly outer: number },
 ): GemmOperand {
-  return { buffer, offset: 0, dtype, ld: n, trans: false, batchStride: m * n };
+  const base = { buffer, offset: 0, dtype, ld: n, trans: false };
+  if (!grouped) return { ...base, batchStride: m * n };
+  return { ...base, batchStride: grouped.inner, outerStride: grouped.outer };
 }

@@ -4,6 +4,7 @@
  * reduce kernels, the tiled template for matmuls, one thread per column for scatter-adds, one workgroup
  * per tile of query rows for attention (attention_template.ts).
  */
+import { rootIndex } from "./root_index.ts";
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
 import { reductionStages } from "../fusion/kernel_facts.ts";
@@ -354,10 +355,11 @@ function lowerMatmul(
       vb.special.set(mmId, () => acc);
       const lin = add(mul(add(mul(b, i32(m)), row), i32(n)), col);
       for (const root of k.roots) {
-        const idx = root === mmId || sameShapeAs(g, root, mm.type.shape)
-          ? { dims: [...batchDims(b), row, col], lin }
-          : idxAtLinear(g, root, lin);
-        vb.storeAt(s, root, idx);
+        vb.storeAt(
+          s,
+          root,
+          rootIndex(g, root, { lin, shape: mm.type.shape, dims: [...batchDims(b), row, col] }),
+        );
       }
       vb.special.delete(mmId);
       return s.stmts;
@@ -403,7 +405,7 @@ export function lowerGemmEpilogue(
     vb.storeAt(
       body,
       root,
-      sameShapeAs(g, root, mmShape) ? delinearize(gid, mmShape) : idxAtLinear(g, root, gid),
+      rootIndex(g, root, { lin: gid, shape: mmShape, dims: delinearize(gid, mmShape).dims }),
     );
   }
   return {

@@ -6,6 +6,7 @@
 import { fuseAttention } from "../fusion/attention.ts";
 import { mergeConsumers } from "../fusion/consumers.ts";
 import { fuseProducers } from "../fusion/fuse.ts";
+import { layoutForGemms } from "../fusion/layout.ts";
 import { mergeSiblings } from "../fusion/siblings.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { PassContext, Stage } from "../pipeline.ts";
@@ -67,8 +68,15 @@ export const siblingStage = kernelFusion(
   (s, f, ctx) => mergeSiblings(s.graph, f, takeFuel(ctx), s.options.maxBindings),
 );
 
+// Then values that GEMMs read only through a permuting view (attention's heads and results) are stored
+// in that view's layout, so that library GEMMs can read and write them (fusion/layout.ts).
 export const consumerStage = kernelFusion(
   "fusion-consumers",
-  "an elementwise kernel reading a producer's output at the same elements folds into that producer",
-  (s, f, ctx) => mergeConsumers(s.graph, f, takeFuel(ctx), s.options.maxBindings),
+  "an elementwise kernel reading a producer's output at the same elements folds into that producer; " +
+    "attention's heads and results are stored in the layout their GEMMs read",
+  (s, f, ctx) =>
+    layoutForGemms(s.graph, mergeConsumers(s.graph, f, takeFuel(ctx), s.options.maxBindings), {
+      takeFuel: takeFuel(ctx),
+      log: logOf(ctx),
+    }),
 );

@@ -44,10 +44,18 @@ export const libraryCallsStage: Stage<KernelState> = {
         gemms.push({ kernel: kernels[i].name, library: false, reason: v.reason });
         return;
       }
-      const base = { m: v.m, n: v.n, k: v.k, batch: v.batch, a: v.a, b: v.b, compute: "32F" as const };
+      const base = {
+        m: v.m,
+        n: v.n,
+        k: v.k,
+        batch: v.batch,
+        ...(v.outer ? { outer: v.outer } : {}),
+        a: v.a,
+        b: v.b,
+        compute: "32F" as const,
+      };
       if (v.direct) {
-        const d = outputOperand(ctx.bufferOf(v.direct.root), v.direct.dtype, v.m, v.n);
-        gemmOf.set(i, { call: { ...base, d } });
+        gemmOf.set(i, { call: { ...base, d: v.direct.d } });
         gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt writes the output" });
         return;
       }
@@ -63,7 +71,8 @@ export const libraryCallsStage: Stage<KernelState> = {
       });
       const lowered = lowerGemmEpilogue(g, k, kctx, { buffer: scratch });
       const epilogue = s.vectorized ? vectorizeLoop(lowered) : lowered;
-      gemmOf.set(i, { call: { ...base, d: outputOperand(scratch, "f32", v.m, v.n) }, epilogue, scratch });
+      const d = outputOperand(scratch, "f32", v.m, v.n, v.outer ? v.scratchBatch : undefined);
+      gemmOf.set(i, { call: { ...base, d }, epilogue, scratch });
       gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt, then an epilogue kernel" });
     });
     return { ...s, buffers, gemmOf, gemms };

@@ -137,8 +137,13 @@ export function blasCallOf(
   kernel: string,
 ): BlasCall {
   if (!blasCan(g)) throw new CpuError(`kernel ${kernel}: BLAS GEMM needs f32 operands`);
+  // Batch entry β of group o = ⌊β / inner⌋ (plan/plan.ts): one sgemm per entry, groups or not.
+  const inner = g.batch / (g.outer ?? 1);
   const ptr = (o: PlanGemm["a"], q: number) =>
-    Deno.UnsafePointer.create(addressOf(o.buffer) + BigInt((o.offset + q * o.batchStride) * 4));
+    Deno.UnsafePointer.create(
+      addressOf(o.buffer) +
+        BigInt((o.offset + Math.floor(q / inner) * (o.outerStride ?? 0) + (q % inner) * o.batchStride) * 4),
+    );
   const calls = Array.from({ length: g.batch }, (_, q) => [ptr(g.a, q), ptr(g.b, q), ptr(g.d, q)] as const);
   const ta = g.a.trans ? CBLAS_TRANS : CBLAS_NO_TRANS, tb = g.b.trans ? CBLAS_TRANS : CBLAS_NO_TRANS;
   const sgemm = blas.lib.symbols.cblas_sgemm;

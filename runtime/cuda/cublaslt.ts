@@ -332,6 +332,8 @@ export interface LtOperand {
   readonly ld: number;
   readonly trans: boolean;
   readonly batchStride: number;
+  /** Elements between batch groups (with the spec's `outer`). */
+  readonly outerStride?: number;
 }
 
 /** A plan's GEMM (plan/plan.ts PlanGemm) without its buffers, plus the pointers' alignments in bytes. */
@@ -339,7 +341,9 @@ export interface LtCallSpec {
   readonly m: number;
   readonly n: number;
   readonly k: number;
+  /** Every batch entry; with `outer`, that many groups of batch/outer, one cublasLtMatmul each. */
   readonly batch: number;
+  readonly outer?: number;
   readonly a: LtOperand;
   readonly b: LtOperand;
   readonly d: LtOperand;
@@ -351,6 +355,12 @@ export function alignmentOf(p: DevicePtr): number {
   let a = 1;
   while (a < 256 && p % BigInt(a * 2) === 0n) a *= 2;
   return a;
+}
+
+/** The alignment every group's pointer of a call in groups keeps: the base's and the step's, whichever is less. */
+export function groupAlignmentOf(p: DevicePtr, o: LtOperand, outer = 1): number {
+  const step = BigInt((o.outerStride ?? 0) * (o.dtype === "f32" ? 4 : 2));
+  return outer > 1 && step !== 0n ? Math.min(alignmentOf(p), alignmentOf(step)) : alignmentOf(p);
 }
 
 /**
@@ -375,7 +385,9 @@ export class LtCall {
 
   constructor(private readonly lt: CublasLt, readonly spec: LtCallSpec, readonly what: string) {
     const s = lt.symbols;
-    const { m, n, k, batch } = spec;
+    const { m, n, k } = spec;
+    // Groups share one set of layouts (batch/outer strided entries each); run() steps the pointers.
+    const batch = spec.batch / (spec.outer ?? 1);
     const out = new BigUint64Array(1);
     const ptr = () => Deno.UnsafePointer.create(out[0]);
     // f32 accumulation and f32 alpha/beta whatever the operand types (the template's numerics).
@@ -479,29 +491,35 @@ export class LtCall {
 
   /** Enqueues D = op(A)·op(B) on `stream` (capturable: the workspace is given, nothing is allocated). */
   run(a: DevicePtr, b: DevicePtr, d: DevicePtr, stream: Pointer, what = this.what): void {
-    const { lt } = this;
-    lt.check(
-      "cublasLtMatmul",
-      lt.symbols.cublasLtMatmul(
-        lt.handle,
-        this.desc,
-        this.alpha,
-        b,
-        this.libA,
-        a,
-        this.libB,
-        this.beta,
-        d,
-        this.d,
-        d,
-        this.d,
-        this.algo,
-        lt.workspace,
-        BigInt(lt.workspaceBytes),
-        stream,
-      ),
-      what,
-    );
+    const { lt, spec } = this;
+    // A call in groups (plan/plan.ts PlanGemm.outer): one cublasLtMatmul per group, pointers stepped by
+    // each operand's outerStride (elements, times its element size).
+    const step = (o: LtOperand, g: number) => BigInt(g * (o.outerStride ?? 0) * (o.dtype === "f32" ? 4 : 2));
+    for (let g = 0; g < (spec.outer ?? 1); g++) {
+      const ga = a + step(spec.a, g), gb = b + step(spec.b, g), gd = d + step(spec.d, g);
+      lt.check(
+        "cublasLtMatmul",
+        lt.symbols.cublasLtMatmul(
+          lt.handle,
+          this.desc,
+          this.alpha,
+          gb,
+          this.libA,
+          ga,
+          this.libB,
+          this.beta,
+          gd,
+          this.d,
+          gd,
+          this.d,
+          this.algo,
+          lt.workspace,
+          BigInt(lt.workspaceBytes),
+          stream,
+        ),
+        what,
+      );
+    }
   }
 
   destroy(): void {

@@ -33,7 +33,7 @@ import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";
 import { CudaError } from "./errors.ts";
 import { decodeStored, encodeStored, type HostArray } from "./host.ts";
 import { kernelCacheKey } from "./kernel_cache.ts";
-import { alignmentOf, CublasLt, LtCall, type LtCallSpec } from "./cublaslt.ts";
+import { CublasLt, groupAlignmentOf, LtCall, type LtCallSpec } from "./cublaslt.ts";
 import { type ArenaLayout, arenaLayout, zeroRegions } from "./layout.ts";
 import type { DiscoverOptions } from "./libs.ts";
 
@@ -220,18 +220,24 @@ export class CudaExecutor {
           n: call.n,
           k: call.k,
           batch: call.batch,
+          ...(call.outer ? { outer: call.outer } : {}),
           a: call.a,
           b: call.b,
           d: call.d,
-          align: { a: alignmentOf(a), b: alignmentOf(b), d: alignmentOf(d) },
+          align: {
+            a: groupAlignmentOf(a, call.a, call.outer),
+            b: groupAlignmentOf(b, call.b, call.outer),
+            d: groupAlignmentOf(d, call.d, call.outer),
+          },
         };
         const key = JSON.stringify([
           spec.m,
           spec.n,
           spec.k,
           spec.batch,
+          spec.outer ?? 1,
           ...[spec.a, spec.b, spec.d].map(
-            (o) => [o.dtype, o.ld, o.trans, o.batchStride],
+            (o) => [o.dtype, o.ld, o.trans, o.batchStride, o.outerStride ?? 0],
           ),
           spec.align,
         ]);

@@ -210,10 +210,14 @@ export function program(plan: Plan, library = false): string {
       continue;
     }
     const { call } = lib;
-    const ptr = (o: PlanGemmOperand) =>
-      `(reinterpret_cast<${C_TYPE[o.dtype]}*>${at(o.buffer)} + ${o.offset})`;
-    // Through cuBLASLt's column-major definition with LtCall's descriptors (tests/util/lt_cpu.ts).
-    main.push(`  ${ltCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d))}`);
+    // A call in groups (plan/plan.ts) is one strided-batched call per group, as the CUDA runtime runs it.
+    const groups = call.outer ?? 1;
+    for (let g = 0; g < groups; g++) {
+      const ptr = (o: PlanGemmOperand) =>
+        `(reinterpret_cast<${C_TYPE[o.dtype]}*>${at(o.buffer)} + ${o.offset + g * (o.outerStride ?? 0)})`;
+      // Through cuBLASLt's column-major definition with LtCall's descriptors (tests/util/lt_cpu.ts).
+      main.push(`  ${ltCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d))}`);
+    }
     if (lib.epilogue) launch(lib.epilogue.cuda, lib.epilogue.bindings);
   }
   for (const id of Object.values(plan.outputs)) {

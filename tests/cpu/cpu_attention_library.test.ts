@@ -1,0 +1,51 @@
+/**
+ * Attention's GEMMs as BLAS calls on the CPU backend: BERT's self-attention block (tests/util/
+ * attention_block.ts), forward and backward, at batch 1, 2 and 3, on fresh random inputs against the
+ * reference interpreter. Every GEMM of the plan must run through sgemm: the heads stored heads-major by
+ * the projections (compiler/fusion/layout.ts) and the attention results written token-major, in batch
+ * groups where the strides need them (compiler/lower/gemm_library.ts). Needs a C compiler and OpenBLAS;
+ * without them the tests are reported as ignored with the reason.
+ */
+import assert from "node:assert/strict";
+import { randomFeeds } from "../../cases/random_feeds.ts";
+import { emitC } from "../../compiler/codegen/c.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { attentionBlock, attentionInts } from "../util/attention_block.ts";
+import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
+import { F32_TOL } from "../util/fused_check.ts";
+
+const cpu = await testCpu();
+const noBlas = cpu.ctx && !cpu.ctx.blas;
+if (noBlas) console.log("CPU attention library tests ignored: OpenBLAS not found");
+
+// Batch 2: the token-major results written in two groups; batch 3 with 4 heads: through the epilogue.
+for (
+  const shape of [{ b: 1, s: 5, heads: 2, dh: 4 }, { b: 2, s: 5, heads: 2, dh: 4 }, {
+    b: 3,
+    s: 5,
+    heads: 4,
+    dh: 2,
+  }]
+) {
+  const b = shape.b;
+  Deno.test({
+    name: `cpu: attention forward and backward at batch ${b}, every GEMM a BLAS call, vs reference`,
+    ignore: !cpu.ctx || noBlas,
+    fn: async () => {
+      const g = attentionBlock(shape, "f32");
+      const compiled = compileGraph(g, { fuse: true, emitters: { c: emitC } });
+      const refused = compiled.gemms.filter((d) => !d.library);
+      assert.deepEqual(refused, [], "every GEMM is a library call");
+      const feeds = randomFeeds(g, 7100 + b, attentionInts(shape.s));
+      // K's bias shifts every score of a query row alike, which softmax ignores: its gradient is zero up
+      // to rounding on both sides (about 1e-6 against sums of order 1), so it is not compared.
+      const skip = (o: string) => o === "grad.k.bias";
+      const r = await checkCpuAgainstReference(cpu.ctx!, g, feeds, { fuse: true, tol: F32_TOL, skip });
+      assert.equal(r.libraryGemms, compiled.gemms.length);
+      // Forward: the Q, K, V and output projections, QKᵀ, PV; backward: dP, dV, dQ, dK, the output
+      // projection's input and weight gradients, and the Q, K, V weight gradients (x is an input, so
+      // no gradient flows into it).
+      assert.equal(r.libraryGemms, 4 + 2 + 4 + 2 + 3);
+    },
+  });
+}
