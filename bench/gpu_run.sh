@@ -21,7 +21,9 @@
 # --small: BERT-tiny shapes everywhere, for a rehearsal (tests/nvcc/gpu_run_rehearsal.test.ts runs this
 # with the fake driver of tests/nvcc/cuda_runtime_fake.test.ts on LD_LIBRARY_PATH).
 # Environment: GPU_RUN_WORK (scratch folder, default /tmp/bertfuse-gpu-run), GPU_RUN_DEVICE (device name
-# when nvidia-smi is absent), GPU_RUN_TIMEOUT (seconds per stage, default 540), BERTFUSE_CACHE.
+# when nvidia-smi is absent), GPU_RUN_TIMEOUT (seconds per stage, default 540), BERTFUSE_CACHE (the kernel
+# cache in use; default $GPU_RUN_WORK/cuda-cache), BERTFUSE_OFFLINE (where cuda-cache.tar.xz is; default
+# .offline).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -57,7 +59,10 @@ fi
 # The packed kernel cache, copied so a run never alters the bundle.
 export BERTFUSE_CACHE=${BERTFUSE_CACHE:-$work/cuda-cache}
 mkdir -p "$BERTFUSE_CACHE"
-if [ -d .offline/cuda-cache ]; then cp -rn .offline/cuda-cache/. "$BERTFUSE_CACHE"/ 2>/dev/null || true; fi
+offline=${BERTFUSE_OFFLINE:-.offline}
+if [ -f "$offline/cuda-cache.tar.xz" ]; then
+  xz -dc "$offline/cuda-cache.tar.xz" | tar -xf - -C "$BERTFUSE_CACHE" --strip-components=1 --skip-old-files
+fi
 cached_before=$(find "$BERTFUSE_CACHE" -name '*.cubin' | wc -l)
 
 device=${GPU_RUN_DEVICE:-}
@@ -90,12 +95,12 @@ want() { case ",$stages," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 if [ $small = 1 ]; then
   large=models/bert-tiny.ts batch=2 seq=16 preds=4
   check_args=(--dtypes f32 --only "^(LayerNorm|Softmax)") bench_args=(--rounds 1 --steps-per-round 1 --infer-batch-size 2)
-  base_config='{"vocab_size": 200, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "max_position_embeddings": 64}'
+  base_args=(--small)
   peer_args=(--device cpu --tiny --what train)
 else
   large=models/bert-large.ts batch=64 seq=128 preds=20
   check_args=() bench_args=()
-  base_config='{}'
+  base_args=()
   peer_args=()
 fi
 shape=(--batch-size "$batch" --seq-len "$seq" --max-predictions "$preds")
@@ -103,7 +108,7 @@ shape=(--batch-size "$batch" --seq-len "$seq" --max-predictions "$preds")
 want check && stage check deno run -A bench/gpu_check.ts --json "$work/check.json" "${check_args[@]}"
 if want bert-base; then
   rm -rf "$work/bert-base" "$work/bert-base.json"
-  stage bert-base-make python3 bench/peers/bert_base_check.py make "$work/bert-base" --config "$base_config"
+  stage bert-base-make python3 bench/peers/bert_base_check.py make "$work/bert-base" "${base_args[@]}"
   stage bert-base-infer deno task infer --backend cuda --checkpoint "$work/bert-base/checkpoint" \
     --input "$work/bert-base/inputs.jsonl" --output "$work/bert-base/ours.safetensors"
   stage bert-base-compare python3 bench/peers/bert_base_check.py compare "$work/bert-base"
@@ -119,9 +124,10 @@ fi
 want peers && stage peers bash -c 'python3 bench/peers/torch_bert.py "$@" > "'"$work"'/peers.jsonl"' peers "${peer_args[@]}"
 
 mkdir -p "$(dirname "$result")"
-python3 - "$work" "$result" "$device" "$date" "$command_line" "$cached_before" <<'PY'
+cached_after=$(find "$BERTFUSE_CACHE" -name '*.cubin' | wc -l)
+python3 - "$work" "$result" "$device" "$date" "$command_line" "$cached_before" "$cached_after" <<'PY'
 import json, os, sys
-work, result, device, date, command, cached = sys.argv[1:7]
+work, result, device, date, command, cached, cached_after = sys.argv[1:8]
 def load(name):
     try:
         with open(os.path.join(work, name)) as f:
@@ -147,7 +153,7 @@ for line in open(os.path.join(work, "stages.jsonl")):
     s["log_tail"] = tail(s["stage"])
     stages[s["stage"]] = s
 out = dict(prior, device=device, date=date, command=command, stages=list(stages.values()),
-           kernel_cache_entries_at_start=int(cached))
+           kernel_cache_entries_at_start=int(cached), kernel_cache_entries_at_end=int(cached_after))
 ran = {s["stage"] for s in map(json.loads, open(os.path.join(work, "stages.jsonl")))}
 check = load("check.json")
 if "check" in ran and check:
@@ -177,7 +183,8 @@ if "profile" in ran:
 with open(result, "w") as f:
     json.dump(out, f, indent=2)
     f.write("\n")
-print(f"gpu_run: wrote {result}")
+print(f"gpu_run: wrote {result}; {int(cached_after) - int(cached)} kernels compiled by NVRTC during the run "
+      f"({cached} were in the cache at the start)")
 for s in out["stages"]:
     print(f"  {s['stage']:<18} {'ok' if s['ok'] else 'FAILED exit ' + str(s['exit_code']):<16} {s['seconds']:>7.1f} s")
 for c in cases:

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """BERT-base inference checked against PyTorch (Hugging Face transformers, float64), for bench/gpu_run.sh.
 
-  python3 bench/peers/bert_base_check.py make DIR [--config JSON]   # random BertForPreTraining + inputs
+  python3 bench/peers/bert_base_check.py make DIR [--small]         # random BertForPreTraining + inputs
   deno task infer --backend cuda --checkpoint DIR/checkpoint --input DIR/inputs.jsonl --output DIR/ours.safetensors
   python3 bench/peers/bert_base_check.py compare DIR                 # ours vs transformers in float64
+  python3 bench/peers/bert_base_check.py config [--small]           # the configuration as JSON (for
+                                                                    # bench/gpu_precompile.ts)
 
-`make` writes a randomly initialised BertForPreTraining (BERT-base's configuration unless --config gives
-other keys; seed 0; LayerNorm weights and all biases drawn too, so no term hides) in Hugging Face layout, and
+`make` writes a randomly initialised BertForPreTraining (BERT-base's configuration; --small: a 2-layer
+one of hidden size 64 for a rehearsal; seed 0; LayerNorm weights and all biases drawn too, so no term hides) in Hugging Face layout, and
 4 token-id rows of lengths 128, 100, 77 and 128 (BERT-base's sequence length, ragged so padding and the
 attention mask are exercised). `compare` runs the same checkpoint in float64 on the CPU and compares
 prediction_logits and seq_relationship_logits at the valid positions: max |ours - ref| / max |ref| must stay
@@ -24,6 +26,8 @@ import torch
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                  intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12,
                  hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+SMALL = dict(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+             max_position_embeddings=64)
 LENGTHS = [128, 100, 77, 128]
 
 
@@ -78,14 +82,20 @@ def compare(d, rtol):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["make", "compare"])
-    ap.add_argument("dir")
-    ap.add_argument("--config", default="{}", help="configuration keys over BERT-base's, as JSON")
+    ap.add_argument("what", choices=["make", "compare", "config"])
+    ap.add_argument("dir", nargs="?")
+    ap.add_argument("--small", action="store_true", help="a 2-layer model of hidden size 64 (a rehearsal)")
     ap.add_argument("--rtol", type=float, default=1e-3)
     a = ap.parse_args()
+    config = SMALL if a.small else {}
+    if a.what == "config":
+        print(json.dumps({**BERT_BASE, **config}))
+        return
+    if not a.dir:
+        ap.error(f"{a.what} needs a folder")
     os.makedirs(a.dir, exist_ok=True)
     if a.what == "make":
-        make(a.dir, json.loads(a.config))
+        make(a.dir, config)
     elif not compare(a.dir, a.rtol):
         sys.exit(1)
 

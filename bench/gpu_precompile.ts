@@ -1,0 +1,122 @@
+/**
+ * Fills a CUDA kernel cache ahead of a GPU run (bench/gpu_pack.sh calls it), so the GPU's time goes to
+ * measuring: every kernel source of the graphs bench/gpu_run.sh compiles (gpu_check's cases and BERT layer,
+ * BERT-base inference, BERT-large training and inference fused and unfused) is compiled for sm_90 by the
+ * NVRTC this machine has, through the runtime's own Nvrtc, cache key and KernelCache, so an entry made here
+ * is the one the run looks up (same source, architecture, NVRTC version, options and header contents).
+ *
+ *   deno run -A bench/gpu_precompile.ts [--small] [--arch sm_90] [--cache DIR]
+ */
+import { parseFlags, runMain } from "../cli/common.ts";
+import { compileGraph } from "../compiler/compile.ts";
+import { buildModelGraph } from "../compiler/model_graph.ts";
+import { emitCUDAShared } from "../engine/backends.ts";
+import type { Graph } from "../ir/mod.ts";
+import { defineBert } from "../models/bert.ts";
+import { parseBertConfig } from "../models/bert_config.ts";
+import { loadModel } from "../models/load.ts";
+import { KernelCache, kernelCacheKey } from "../runtime/cuda/kernel_cache.ts";
+import { Nvrtc } from "../runtime/cuda/nvrtc.ts";
+import { layerGraph } from "../cases/layer_graph.ts";
+import { FUSION_CASES, graphOf } from "../cases/fusion_cases.ts";
+
+await runMain(async () => {
+  const { values } = parseFlags(Deno.args, {
+    small: { type: "boolean" },
+    arch: { type: "string" },
+    cache: { type: "string" },
+  }, "deno run -A bench/gpu_precompile.ts [--small] [--arch sm_90] [--cache DIR]\n");
+  const arch = values.arch ?? "sm_90";
+  // NVRTC is found as the runtime finds it (LD_LIBRARY_PATH, toolkit, Python wheels); its absence is one line.
+  const nvrtc = Nvrtc.open();
+  const cache = new KernelCache(values.cache);
+  // The shapes of bench/gpu_run.sh (its --small shapes with --small); tests/nvcc/gpu_run_rehearsal.test.ts
+  // checks that a run after this compiles nothing new.
+  const small = values.small === true;
+  const [B, S, P] = small ? [2, 16, 4] : [64, 128, 20];
+  const large = await loadModel(small ? "models/bert-tiny.ts" : "models/bert-large.ts");
+  const graphs: [string, Graph, boolean[]][] = [];
+  for (const c of FUSION_CASES.filter((c) => !small || /^LayerNorm/.test(c.name))) {
+    const dts = c.dtypes.flatMap((d) => (d === "f16" ? ["f16", "bf16"] : [d])).filter((d) =>
+      !small || d === "f32"
+    );
+    for (const dt of dts) {
+      graphs.push([`${c.name} [${dt}]`, graphOf(c.name, c.body, dt as "f32", c.backward), [true, false]]);
+    }
+  }
+  graphs.push(["BERT layer", layerGraph({ batch: 2, seq: 16, dropout: true, backward: true }), [true]]);
+  const py = await new Deno.Command("python3", {
+    args: ["bench/peers/bert_base_check.py", "config", ...(small ? ["--small"] : [])],
+    stderr: "inherit",
+  }).output().catch(() => undefined);
+  if (py?.success) {
+    const config = parseBertConfig(
+      JSON.parse(new TextDecoder().decode(py.stdout)),
+      "bert_base_check.py config",
+    );
+    const base = defineBert("bert-base", config);
+    const seq = Math.min(128, config.max_position_embeddings); // the longest of bert_base_check.py's rows
+    graphs.push([
+      "BERT-base infer",
+      base.build({ head: "pretraining", mode: "infer", batchSize: 4, seqLen: seq }),
+      [true],
+    ]);
+  } else console.error("BERT-base skipped: python3 bench/peers/bert_base_check.py config did not run");
+  const both = [true, false];
+  graphs.push([
+    `${large.name} train`,
+    buildModelGraph({
+      model: large,
+      mode: "train",
+      precision: "fp16",
+      batchSize: B,
+      seqLen: S,
+      maxPredictions: P,
+    }),
+    both,
+  ]);
+  for (const b of [small ? 2 : 64, 1]) {
+    graphs.push([
+      `${large.name} infer b${b}`,
+      buildModelGraph({ model: large, mode: "infer", precision: "fp16", batchSize: b, seqLen: S }),
+      both,
+    ]);
+  }
+  const options = nvrtc.keyOptions(arch);
+  // CUDA.compile (engine/backends.ts) lowers with the cuda-sm90 target profile; the same here, or the sources
+  // (their grids) differ and nothing hits. Imported by URL until compiler/targets/profiles.ts is committed.
+  const profiles = await import(new URL("../compiler/targets/profiles.ts", import.meta.url).href).catch(() =>
+    undefined
+  );
+  const profile = profiles?.PROFILES?.["cuda-sm90"];
+  let compiled = 0, present = 0;
+  const t0 = performance.now();
+  for (const [label, g, fuses] of graphs) {
+    for (const fuse of fuses) {
+      const { plan } = compileGraph(g, {
+        fuse,
+        emitters: { cuda: emitCUDAShared },
+        ...(profile ? { profile } : {}),
+      });
+      const sources = plan.kernels.flatMap((k) => [
+        ...(k.cuda ? [[k.name, k.cuda.code]] : []),
+        ...(k.cudaGemm?.epilogue ? [[k.cudaGemm.epilogue.name, k.cudaGemm.epilogue.cuda.code]] : []),
+      ]);
+      let fresh = 0;
+      for (const [name, source] of sources) {
+        const key = kernelCacheKey({ source, arch, nvrtcVersion: nvrtc.versionString, options });
+        if (cache.get(key)) continue;
+        cache.put(key, nvrtc.compile(source, arch, name));
+        fresh++;
+      }
+      compiled += fresh;
+      present += sources.length - fresh;
+      console.log(`${label} ${fuse ? "fused" : "unfused"}: ${sources.length} kernels, ${fresh} compiled`);
+    }
+  }
+  nvrtc.close();
+  console.log(
+    `${compiled} kernels compiled by NVRTC ${nvrtc.versionString} for ${arch} into ${cache.dir} ` +
+      `(${present} already there) in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+  );
+});
