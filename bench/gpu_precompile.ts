@@ -11,6 +11,7 @@ import { parseFlags, runMain } from "../cli/common.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import { emitCUDAShared } from "../engine/backends.ts";
+import { PROFILES } from "../compiler/targets/profiles.ts";
 import type { Graph } from "../ir/mod.ts";
 import { defineBert } from "../models/bert.ts";
 import { parseBertConfig } from "../models/bert_config.ts";
@@ -83,12 +84,9 @@ await runMain(async () => {
     ]);
   }
   const options = nvrtc.keyOptions(arch);
-  // CUDA.compile (engine/backends.ts) lowers with the cuda-sm90 target profile; the same here, or the sources
-  // (their grids) differ and nothing hits. Imported by URL until compiler/targets/profiles.ts is committed.
-  const profiles = await import(new URL("../compiler/targets/profiles.ts", import.meta.url).href).catch(() =>
-    undefined
-  );
-  const profile = profiles?.PROFILES?.["cuda-sm90"];
+  // CUDA.compile (engine/backends.ts) lowers with the cuda-sm90 target profile; the same here, or the
+  // sources (their grids) differ and nothing hits.
+  const profile = PROFILES["cuda-sm90"];
   let compiled = 0, present = 0;
   const t0 = performance.now();
   for (const [label, g, fuses] of graphs) {
@@ -96,7 +94,7 @@ await runMain(async () => {
       const { plan } = compileGraph(g, {
         fuse,
         emitters: { cuda: emitCUDAShared },
-        ...(profile ? { profile } : {}),
+        profile,
       });
       const sources = plan.kernels.flatMap((k) => [
         ...(k.cuda ? [[k.name, k.cuda.code]] : []),
