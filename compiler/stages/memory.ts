@@ -1,7 +1,8 @@
 /**
  * Memory planning: buffers with disjoint lifetimes share a slot (memory_plan.ts). A part of an in-place
  * flat vector lives in the vector's buffer at its offset: the planner sees only the vector (pinned: never
- * shared, so the ranges no part covers keep reading as zero).
+ * shared, so the ranges no part covers keep reading as zero). An update written in place lives where the
+ * buffer it updates does.
  */
 import { storedBytes, storedSize } from "../../plan/plan.ts";
 import { planMemory } from "../memory_plan.ts";
@@ -25,6 +26,10 @@ export const memoryStage: Stage<KernelState> = {
       if (part === undefined) throw new Error(`internal: placed %${id} has no buffer`);
       const whole = bufferOfNode.get(where.concat)!;
       container.set(part, { buffer: whole, offset: where.elementOffset * storedBytes(buffers[whole].dtype) });
+    }
+    // An update written over what it updates (in_place_updates.ts) lives where its target does.
+    for (const [value, target] of s.aliasOf ?? []) {
+      container.set(value, container.get(target) ?? { buffer: target, offset: 0 });
     }
     const inSlotOf = (id: number) => container.get(id)?.buffer ?? id;
     const pinnedVector = new Set([...fusion.inPlace.concats].map((c) => bufferOfNode.get(c)!));

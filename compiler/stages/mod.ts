@@ -7,6 +7,7 @@ import type { Stage, StageLevel } from "../pipeline.ts";
 import { buffersStage } from "./buffers.ts";
 import { emitStage } from "./emit.ts";
 import { attentionStage, consumerStage, fusionStage, siblingStage } from "./fusion.ts";
+import { inPlaceUpdatesStage } from "./in_place_updates.ts";
 import { legalizeStage } from "./legalize.ts";
 import { libraryCallsStage } from "./library_calls.ts";
 import { lowerStage } from "./lower.ts";
@@ -36,6 +37,7 @@ export const PLAN_STAGES: readonly Stage<KernelState>[] = [
   vectorizeStage,
   libraryCallsStage,
   scheduleStage,
+  inPlaceUpdatesStage,
   memoryStage,
   legalizeStage,
   emitStage,

@@ -109,6 +109,8 @@ export interface KernelState {
   readonly gemmOf?: ReadonlyMap<number, LibraryGemm>;
   readonly gemms?: readonly GemmDecision[];
   readonly schedule?: Schedule;
+  /** Update buffers written over what they update (in-place-updates stage): value buffer -> its target. */
+  readonly aliasOf?: ReadonlyMap<number, number>;
   readonly memory?: MemoryLayout;
   /** Whether the kernels were legalized for the targets compiled (per-target rules, legalize.ts). */
   readonly legalized?: boolean;

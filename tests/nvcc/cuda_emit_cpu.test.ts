@@ -18,7 +18,7 @@ import { compileGraph } from "../../compiler/compile.ts";
 import { FUSION_CASES, graphOf, type Tolerance } from "../../cases/fusion_cases.ts";
 import { type DType, type Graph, isFloat, numel } from "../../ir/mod.ts";
 import type { ModelBuilder, Tensor } from "../../dsl/mod.ts";
-import type { Plan } from "../../plan/plan.ts";
+import { type Plan, UPDATE_PREFIX } from "../../plan/plan.ts";
 import { CXX, cxxVersion, runOnCpu, SHIM } from "../util/cuda_cpu.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { uniformAt } from "../../numeric/philox.ts";
@@ -252,7 +252,7 @@ for (
       const refGraph = precision === "fp32"
         ? g
         : roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
-      const ref = evaluate(refGraph, feeds, { precision: "f32" });
+      const ref = afterTheStep(evaluate(refGraph, feeds, { precision: "f32" }));
       const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
       try {
         const tol = precision === "fp32"
@@ -270,6 +270,15 @@ for (
       }
     },
   });
+}
+
+/**
+ * The outputs as a runtime reads them after a step: an output the step also updates (the flat parameter
+ * vector, `flat.params` beside `new:flat.params`) holds its new value, whether the update was a copy after
+ * the step or written in place (compiler/stages/in_place_updates.ts).
+ */
+function afterTheStep(ref: Map<string, Float64Array>): Map<string, Float64Array> {
+  return new Map([...ref].map(([name, v]) => [name, ref.get(UPDATE_PREFIX + name) ?? v]));
 }
 
 /** How many GEMMs ran as library calls (CUDA_CPU_VERBOSE=1). */

@@ -220,6 +220,13 @@ export function program(plan: Plan, library = false): string {
     }
     if (lib.epilogue) launch(lib.epilogue.cuda, lib.epilogue.bindings);
   }
+  // After the step, as the runtimes do: each update copied over what it updates (an update written in
+  // place, compiler/stages/in_place_updates.ts, has none), so an output that is also updated reads as the
+  // state the step leaves.
+  for (const u of plan.updates) {
+    const b = plan.buffers[u.value];
+    main.push(`  std::memcpy(${at(u.param)}, ${at(u.value)}, ${numel(b.shape) * storedBytes(b.dtype)});`);
+  }
   for (const id of Object.values(plan.outputs)) {
     const b = plan.buffers[id];
     main.push(`  std::fwrite(${at(id)}, 1, ${numel(b.shape) * storedBytes(b.dtype)}, stdout);`);
