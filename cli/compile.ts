@@ -123,7 +123,14 @@ await runMain(async () => {
       throw new UsageError((e as Error).message);
     }
   }
-  checkModelSize(model.config, { mode, batchSize, seqLen, maxPredictions, what: modelPath });
+  checkModelSize(model.config, {
+    mode,
+    batchSize,
+    seqLen,
+    maxPredictions,
+    what: modelPath,
+    compileOnly: true,
+  });
   const emitters = Object.fromEntries(targets.map((t) => [t, EMITTERS[t]!]));
   const profile = values.profile === undefined
     ? (targets.includes("cuda") ? "cuda-sm90" : "webgpu-gpu")

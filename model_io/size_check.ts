@@ -41,6 +41,11 @@ export interface Workload {
   maxPredictions?: number;
   /** Named in the message: the model file or checkpoint. */
   what: string;
+  /**
+   * Only compiled here (`deno task compile`): the kernels are for another machine, so only the compiler's
+   * own memory (its graph) must fit this one; a bert-large step at batch 64 compiles on a laptop.
+   */
+  compileOnly?: boolean;
 }
 
 /** Graph nodes per encoder layer (measured on BERT-tiny: about 90 forward, 3× that with autodiff). */
@@ -61,6 +66,7 @@ export function estimateBytes(c: SizeConfig, w: Workload): number {
   // f32 weights; training adds two moments, a gradient and low-precision copies (about 4.5 copies).
   const weights = 4 * p * (w.mode === "train" ? 4.5 : 1);
   const compiler = BYTES_PER_NODE * NODES_PER_LAYER[w.mode] * c.num_hidden_layers;
+  if (w.compileOnly) return compiler;
   return weights + activations * (w.mode === "train" ? 2 : 1) + logits + compiler;
 }
 
@@ -99,7 +105,9 @@ export function checkModelSize(c: SizeConfig, w: Workload, measured = availableB
   if (need <= available) return;
   const p = parameterCount(c);
   throw new ResourceError(
-    `${w.what}: ${w.mode === "train" ? "training" : "inference"} needs about ${formatBytes(need)} ` +
+    `${w.what}: ${w.compileOnly ? "compiling " : ""}${
+      w.mode === "train" ? (w.compileOnly ? "a training step" : "training") : "inference"
+    } needs about ${formatBytes(need)} ` +
       `(${
         p.toExponential(2)
       } parameters, ${c.num_hidden_layers} layers, batch ${w.batchSize} × ${w.seqLen} ` +

@@ -169,9 +169,12 @@ Deno.test("compile refuses a config too large for this machine before building i
     const perms = ["--allow-read", "--allow-write", "--allow-env", "--allow-sys=systemMemoryInfo"];
     refused(
       await runCli("compile.ts", args, perms),
-      /m\.json: training needs about .* but this machine has .* available/,
+      /m\.json: compiling a training step needs about .* but this machine has .* available/,
     );
-    refused(await runCli("compile.ts", args), /training needs about .* but no machine this runs on has over/);
+    refused(
+      await runCli("compile.ts", args),
+      /compiling a training step needs about .* but no machine this runs on has over/,
+    );
     assert.ok(performance.now() - t0 < 20_000);
   }));
 
