@@ -3,7 +3,7 @@
 # ../shared/tools/offline-bundle.sh (or $OFFLINE_BUNDLE), then a CUDA kernel cache for sm_90 made by
 # bench/gpu_precompile.ts (every kernel gpu_run.sh compiles), as .offline/cuda-cache.tar.xz.
 #
-#   bench/gpu_pack.sh [--small] [--no-cache] [--cache-only]
+#   bench/gpu_pack.sh [--small] [--no-cache] [--cache-only] [--keep-node-modules]
 #
 # NVRTC is looked for as the runtime looks for it (LD_LIBRARY_PATH, the toolkit, Python wheels). Where there
 # is none but nvcc is installed, bench/nvrtc_nvcc_shim.c (NVRTC's interface over nvcc) is built and used for
@@ -17,12 +17,15 @@ cd "$root"
 small=()
 cache=1
 bundle_too=1
+keep_modules=0
 for a in "$@"; do
   case "$a" in
     --small) small=(--small) ;;
     --no-cache) cache=0 ;;
     --cache-only) bundle_too=0 ;;
-    *) echo "bench/gpu_pack.sh: unknown argument $a (--small, --no-cache, --cache-only)" >&2; exit 1 ;;
+    --keep-node-modules) keep_modules=1 ;;
+    *) echo "bench/gpu_pack.sh: unknown argument $a (--small, --no-cache, --cache-only, --keep-node-modules)" >&2
+      exit 1 ;;
   esac
 done
 offline=${BERTFUSE_OFFLINE:-.offline}
@@ -30,6 +33,9 @@ if [ $bundle_too = 1 ]; then
   bundle=${OFFLINE_BUNDLE:-$root/../shared/tools/offline-bundle.sh}
   [ -f "$bundle" ] || { echo "bench/gpu_pack.sh: $bundle not found (set OFFLINE_BUNDLE)" >&2; exit 1; }
   bash "$bundle"
+  # gpu_run.sh runs Deno with --node-modules-dir=manual and imports no npm package: node_modules need not
+  # travel (they are most of the bundle, over the device tool's 64 MiB with Deno and the repository).
+  [ $keep_modules = 1 ] || rm -f .offline/node_modules.tar.xz
 fi
 [ $cache = 1 ] || exit 0
 mkdir -p "$offline"
@@ -37,7 +43,7 @@ mkdir -p "$offline"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 precompile() {
-  deno run -A bench/gpu_precompile.ts "${small[@]}" --cache "$work/cuda-cache"
+  deno run --node-modules-dir=manual -A bench/gpu_precompile.ts "${small[@]}" --cache "$work/cuda-cache"
 }
 if ! precompile 2>"$work/err"; then
   cat "$work/err" >&2

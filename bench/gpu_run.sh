@@ -23,7 +23,9 @@
 # Environment: GPU_RUN_WORK (scratch folder, default /tmp/bertfuse-gpu-run), GPU_RUN_DEVICE (device name
 # when nvidia-smi is absent), GPU_RUN_TIMEOUT (seconds per stage, default 540), BERTFUSE_CACHE (the kernel
 # cache in use; default $GPU_RUN_WORK/cuda-cache), BERTFUSE_OFFLINE (where cuda-cache.tar.xz is; default
-# .offline).
+# .offline), GPU_RUN_PEER_ARGS (arguments for torch_bert.py, e.g. "--precision fp16 --impl eager").
+# The device tool allows 10 minutes a call: run the stages in groups (--stages), and put the results file
+# each call brings back into bench/results/ before the next, which merges into it.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -101,24 +103,28 @@ else
   large=models/bert-large.ts batch=64 seq=128 preds=20
   check_args=() bench_args=()
   base_args=()
-  peer_args=()
+  # shellcheck disable=SC2206
+  peer_args=(${GPU_RUN_PEER_ARGS:-})
 fi
 shape=(--batch-size "$batch" --seq-len "$seq" --max-predictions "$preds")
+# Deno scripts run with --node-modules-dir=manual: none of them imports an npm package, and so Deno neither
+# installs node_modules (no network) nor needs them carried (deno task would install every package first).
+deno_run=(deno run --node-modules-dir=manual -A)
 
-want check && stage check deno run -A bench/gpu_check.ts --json "$work/check.json" "${check_args[@]}"
+want check && stage check "${deno_run[@]}" bench/gpu_check.ts --json "$work/check.json" "${check_args[@]}"
 if want bert-base; then
   rm -rf "$work/bert-base" "$work/bert-base.json"
   stage bert-base-make python3 bench/peers/bert_base_check.py make "$work/bert-base" "${base_args[@]}"
-  stage bert-base-infer deno task infer --backend cuda --checkpoint "$work/bert-base/checkpoint" \
+  stage bert-base-infer "${deno_run[@]}" cli/infer.ts --backend cuda --checkpoint "$work/bert-base/checkpoint" \
     --input "$work/bert-base/inputs.jsonl" --output "$work/bert-base/ours.safetensors"
   stage bert-base-compare python3 bench/peers/bert_base_check.py compare "$work/bert-base"
 fi
-want bench && stage bench deno task bench:bert --backend cuda --model "$large" --precision fp16 "${shape[@]}" \
+want bench && stage bench "${deno_run[@]}" bench/bert.ts --backend cuda --model "$large" --precision fp16 "${shape[@]}" \
   "${bench_args[@]}" --json "$work/bench.json"
 if want profile; then
   rm -rf "$work/compiled"
-  stage profile deno run -A bench/gpu_profile.ts --model "$large" --precision fp16 "${shape[@]}" --json "$work/timings.json"
-  stage cost-model deno task compile "$large" --mode train --precision fp16 --target cuda "${shape[@]}" \
+  stage profile "${deno_run[@]}" bench/gpu_profile.ts --model "$large" --precision fp16 "${shape[@]}" --json "$work/timings.json"
+  stage cost-model "${deno_run[@]}" cli/compile.ts "$large" --mode train --precision fp16 --target cuda "${shape[@]}" \
     --out "$work/compiled" --summary "$work/compile-summary.json" --measured "$work/timings.json"
 fi
 want peers && stage peers bash -c 'python3 bench/peers/torch_bert.py "$@" > "'"$work"'/peers.jsonl"' peers "${peer_args[@]}"
