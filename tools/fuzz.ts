@@ -1,20 +1,22 @@
 /**
- * deno task fuzz [--seed N] [--count N] [--backend webgpu|cuda-shim|all] [--fused|--unfused] [--batch N]
- *                [--template-gemms]
+ * deno task fuzz [--seed N] [--count N] [--backend webgpu|cuda-shim|cpu|all] [--fused|--unfused]
+ *                [--batch N] [--template-gemms]
  *
- * Random graphs (cases/fuzz/) compiled and run on WebGPU and as emitted CUDA on the CPU, every output
+ * Random graphs (cases/fuzz/) compiled and run on WebGPU, as emitted CUDA on the CPU (g++ and the shim)
+ * and on the native CPU backend (emitted C, GEMMs on OpenBLAS; --template-gemms: as C kernels), every output
  * against the f64 reference within the bound derived from the graph's conditioning. Without --seed it
  * starts at this commit's seed (cases/fuzz/seeds.ts). A failing seed is printed with the one-line
  * command that replays it; the exit code is 1 when any graph failed.
  */
-import { describeFailures, fuzzRun } from "../cases/fuzz/run.ts";
+import { describeList, fuzzRun } from "../cases/fuzz/run.ts";
 import type { FuzzDevice } from "../cases/fuzz/check.ts";
 import { commitSeed } from "../cases/fuzz/seeds.ts";
 import { cxxVersion } from "../tests/util/cuda_cpu.ts";
-import { cudaShimDevice, webgpuDevice } from "../tests/util/fuzz_devices.ts";
+import { cpuDevice, cudaShimDevice, webgpuDevice } from "../tests/util/fuzz_devices.ts";
 import { openWebGPU } from "../runtime/webgpu/device.ts";
+import { openCpu } from "../runtime/cpu/context.ts";
 
-const USAGE = "usage: deno task fuzz [--seed N] [--count N] [--backend webgpu|cuda-shim|all] " +
+const USAGE = "usage: deno task fuzz [--seed N] [--count N] [--backend webgpu|cuda-shim|cpu|all] " +
   "[--fused|--unfused] [--batch N] [--template-gemms]";
 
 function fail(message: string): never {
@@ -44,7 +46,7 @@ function parse(args: string[]) {
     else if (a === "--batch") o.batch = int(a, args[++i], 1);
     else if (a === "--backend") {
       o.backend = args[++i];
-      if (!["webgpu", "cuda-shim", "all"].includes(o.backend)) fail(`unknown backend '${o.backend}'`);
+      if (!["webgpu", "cuda-shim", "cpu", "all"].includes(o.backend)) fail(`unknown backend '${o.backend}'`);
     } else if (a === "--fused") o.modes = [true];
     else if (a === "--unfused") o.modes = [false];
     else if (a === "--template-gemms") o.library = false;
@@ -58,17 +60,25 @@ function parse(args: string[]) {
 
 const o = parse(Deno.args);
 const devices: FuzzDevice[] = [];
-if (o.backend !== "cuda-shim") {
+if (o.backend === "webgpu" || o.backend === "all") {
   const gpu = await openWebGPU();
   if ("unavailable" in gpu) {
     if (o.backend === "webgpu") fail(`WebGPU is not available: ${gpu.unavailable}`);
     console.log(`WebGPU skipped: ${gpu.unavailable}`);
   } else devices.push(webgpuDevice(gpu));
 }
-if (o.backend !== "webgpu") {
+if (o.backend === "cuda-shim" || o.backend === "all") {
   if (await cxxVersion()) devices.push(cudaShimDevice(o.library));
   else if (o.backend === "cuda-shim") fail("the CUDA shim needs g++ (or $CXX)");
   else console.log("cuda-shim skipped: no g++");
+}
+if (o.backend === "cpu" || o.backend === "all") {
+  try {
+    devices.push(cpuDevice(openCpu(), o.library));
+  } catch (e) {
+    if (o.backend === "cpu") fail(`the CPU backend is not available: ${(e as Error).message}`);
+    console.log(`cpu skipped: ${(e as Error).message}`);
+  }
 }
 if (devices.length === 0) fail("no backend to fuzz on");
 
@@ -86,7 +96,7 @@ console.log(
     }% within 1% of their output's scale), ${unchecked} unbounded`,
 );
 if (s.known.length) {
-  console.log(`known compiler bugs (cases/fuzz/known.ts):\n${describeFailures(s, "known")}`);
+  console.log(`known compiler bugs (cases/fuzz/known.ts):\n${describeList(s.known)}`);
 }
-if (s.failures.length) console.log(describeFailures(s));
+if (s.failures.length) console.log(describeList(s.failures));
 if (s.failures.length || s.known.length) Deno.exit(1);

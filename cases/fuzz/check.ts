@@ -7,7 +7,7 @@
  * the batch; an element is left unchecked only where its bound is infinite (a NaN the device might
  * legitimately produce), and those are counted.
  */
-import type { Emitter, Target } from "../../compiler/build_plan.ts";
+import type { EmitTarget, Emitter } from "../../compiler/build_plan.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { evaluate, evaluateNodes } from "../../runtime/reference/interpreter.ts";
@@ -18,7 +18,7 @@ import { fuzzGraph } from "./generate.ts";
 /** A device the fuzzer runs plans on: the target it needs and a way to run a plan once. */
 export interface FuzzDevice {
   readonly name: string;
-  readonly emitter: { readonly target: Target; readonly emit: Emitter };
+  readonly emitter: { readonly target: EmitTarget; readonly emit: Emitter };
   /** Flags `deno task fuzz` needs to pick this device's variant (e.g. --template-gemms). */
   readonly flags?: string;
   run(plan: Plan, feeds: Record<string, ArrayLike<number>>): Promise<ReadonlyMap<string, ArrayLike<number>>>;

@@ -18,6 +18,12 @@ export interface RunOptions {
 export interface RunSummary {
   /** Seeds whose every output was compared on every device and mode asked for. */
   readonly graphs: number;
+  /**
+   * Seeds that failed nowhere but compared nothing in some device or mode: every element's bound was
+   * infinite (e.g. a softmax whose f16-stored scores are too uncertain to bound its normaliser away from
+   * 0). Not counted as graphs, not failures: no bug is shown, and none can be.
+   */
+  readonly uncompared: readonly number[];
   readonly elements: { readonly checked: number; readonly unchecked: number; readonly sharp: number };
   readonly failures: readonly (Failure & { readonly replay: string })[];
   /** Failures that match a known, unfixed compiler bug (cases/fuzz/known.ts). */
@@ -33,6 +39,7 @@ export async function fuzzRun(o: RunOptions): Promise<RunSummary> {
   const failures: (Failure & { replay: string })[] = [];
   const known: (Failure & { replay: string })[] = [];
   const graphs = new Set<number>(o.seeds);
+  const empty = new Set<number>(), failed = new Set<number>();
   for (let i = 0; i < o.seeds.length; i += size) {
     const seeds = o.seeds.slice(i, i + size);
     for (const dev of o.devices) {
@@ -43,9 +50,13 @@ export async function fuzzRun(o: RunOptions): Promise<RunSummary> {
           elements.checked += v.checked;
           elements.unchecked += v.unchecked;
           elements.sharp += v.sharp;
-          if (v.checked === 0) graphs.delete(v.seed);
+          if (v.checked === 0) {
+            graphs.delete(v.seed);
+            empty.add(v.seed);
+          }
           if (v.failures.length === 0) continue;
           bad.add(v.seed);
+          failed.add(v.seed);
           graphs.delete(v.seed);
           const replay = replayCommand(v.seed, dev, fuse, { first: seeds[0], count: seeds.length });
           // The first failing element of each output is enough to replay and diagnose.
@@ -59,19 +70,18 @@ export async function fuzzRun(o: RunOptions): Promise<RunSummary> {
           `seeds ${seeds[0]}..${seeds.at(-1)} ${dev.name} ${
             fuse ? "fused" : "unfused"
           }: ${rep.kernels} kernels, ` +
-            `${(ms / 1000).toFixed(1)} s (run ${(rep.ms.run / 1000).toFixed(1)} s)` +
+            `${sec(ms)} s (graphs ${sec(rep.ms.build)}, compile ${sec(rep.ms.compile)}, ` +
+            `run ${sec(rep.ms.run)}, check ${sec(rep.ms.check)})` +
             (bad.size ? `, FAILED: ${[...bad].join(", ")}` : ""),
         );
       }
     }
   }
-  return { graphs: graphs.size, elements, failures, known, ms: performance.now() - t0 };
+  const uncompared = [...empty].filter((s) => !failed.has(s));
+  return { graphs: graphs.size, uncompared, elements, failures, known, ms: performance.now() - t0 };
 }
 
-/** The failures as lines: what failed, then the command that replays it. */
-export function describeFailures(s: RunSummary, which: "failures" | "known" = "failures"): string {
-  return describeList(s[which]);
-}
+const sec = (ms: number) => (ms / 1000).toFixed(1);
 
 /** One failure a line, each with its replay command. */
 export function describeList(list: readonly (Failure & { readonly replay: string })[]): string {

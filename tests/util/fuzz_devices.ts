@@ -1,11 +1,14 @@
 /**
  * The devices the fuzzer (cases/fuzz/) runs plans on: WebGPU (lavapipe in CI) through the runtime's
- * executor, and the emitted CUDA on the CPU through g++ and the shim of tests/util/cuda_cpu.ts. Shared by
- * the fuzz tests and `deno task fuzz` (tools/fuzz.ts).
+ * executor, the emitted CUDA on the CPU through g++ and the shim of tests/util/cuda_cpu.ts, and the native
+ * CPU backend (emitted C through cc, GEMMs on OpenBLAS) through its own executor. Shared by the fuzz tests
+ * and `deno task fuzz` (tools/fuzz.ts).
  */
+import { emitC } from "../../compiler/codegen/c.ts";
 import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import type { FuzzDevice } from "../../cases/fuzz/check.ts";
+import { type CpuContext, CpuExecutor } from "../../runtime/cpu/executor.ts";
 import type { GpuContext } from "../../runtime/webgpu/device.ts";
 import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
 import { runOnCpu } from "./cuda_cpu.ts";
@@ -37,6 +40,28 @@ export function cudaShimDevice(library: boolean): FuzzDevice {
         return await runOnCpu(dir, plan, feeds, library, Deno.env.get("FUZZ_CXX_OPT") ?? "-O0");
       } finally {
         await Deno.remove(dir, { recursive: true });
+      }
+    },
+  };
+}
+
+/**
+ * The CPU backend's executor on the plan's C kernels; `blas`: GEMMs as OpenBLAS sgemm calls where they
+ * qualify (the backend's default), else every GEMM as the C template kernel. A batch's kernels are
+ * compiled together (the executor joins distinct sources into a few translation units), so the C compiler
+ * runs a few times per batch of graphs, not once per graph.
+ */
+export function cpuDevice(ctx: CpuContext, blas: boolean): FuzzDevice {
+  return {
+    name: "cpu",
+    emitter: { target: "c", emit: emitC },
+    flags: blas ? undefined : "--template-gemms",
+    async run(plan, feeds) {
+      const executor = await CpuExecutor.create(ctx, plan, { blas });
+      try {
+        return new Map(Object.entries(await executor.run(feeds)));
+      } finally {
+        executor.destroy();
       }
     },
   };
