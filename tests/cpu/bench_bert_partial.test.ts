@@ -59,3 +59,21 @@ Deno.test({
       }]);
     }),
 });
+
+Deno.test("bench:bert: --json refuses, before any work, to replace a file that is not a bench result", () =>
+  withTemp(async (dir) => {
+    const json = `${dir}/notes.json`;
+    await Deno.writeTextFile(json, "my notes\n");
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--allow-read", "--allow-write", "--allow-env", `${ROOT}bench/bert.ts`, "--json", json],
+      cwd: ROOT,
+      env: cliEnv(),
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 1, stderr);
+    assert.match(
+      stderr,
+      /^error: --json .*notes\.json exists and is not a bench result file .*nothing was written\)$/m,
+    );
+    assert.equal(await Deno.readTextFile(json), "my notes\n");
+  }));
