@@ -32,6 +32,7 @@ offline=${BERTFUSE_OFFLINE:-.offline}
 if [ $bundle_too = 1 ]; then
   bundle=${OFFLINE_BUNDLE:-$root/../shared/tools/offline-bundle.sh}
   [ -f "$bundle" ] || { echo "bench/gpu_pack.sh: $bundle not found (set OFFLINE_BUNDLE)" >&2; exit 1; }
+  mkdir -p "$(git rev-parse --git-dir)/info" # the bundle adds /.offline/ to .git/info/exclude
   bash "$bundle"
   # gpu_run.sh runs Deno with --node-modules-dir=manual and imports no npm package: node_modules need not
   # travel (they are most of the bundle, over the device tool's 64 MiB with Deno and the repository).
