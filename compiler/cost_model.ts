@@ -7,10 +7,12 @@
  *   has one, the epilogue kernel: the f32 product read back plus the kernel's other traffic, a second launch;
  * - every other kernel (the template GEMM included: it has no mma instruction): the plan's FLOP count at the
  *   CUDA-core rate times the template fraction, and its bytes read and written (kernel_cost.ts);
+ * - a kernel (or epilogue) launching fewer threads than the profile's `saturatingThreads` gets the rates
+ *   scaled by its share (a serial loop per row or per column cannot keep HBM busy);
  * - a copy step or a parameter update: its bytes read and written, one launch.
  * Measured per-kernel times (a `DEBUG=2` profile's JSON) can be set beside the prediction.
  */
-import type { Plan, PlanGemm, PlanGemmOperand, PlanKernel } from "../plan/plan.ts";
+import type { Plan, PlanGemm, PlanGemmOperand, PlanKernel, TargetKernel } from "../plan/plan.ts";
 import type { DeviceProfile } from "./targets/h100.ts";
 
 export type Route = "cuBLASLt" | "cuBLASLt+epilogue" | "template GEMM" | "kernel" | "copy";
@@ -46,8 +48,14 @@ function gemmCallBytes(g: PlanGemm): { a: number; b: number; d: number } {
   };
 }
 
-function roofline(p: DeviceProfile, flops: number, rate: number, bytes: number) {
-  const compute = flops / rate, memory = bytes / p.bandwidth;
+/** The share of the device's rates a kernel launching `t`'s threads gets (1 when unknown). */
+function occupancy(p: DeviceProfile, t: TargetKernel | undefined): number {
+  if (!t) return 1;
+  return Math.min(1, (t.grid[0] * t.grid[1] * t.grid[2] * t.workgroupSize) / p.saturatingThreads);
+}
+
+function roofline(p: DeviceProfile, flops: number, rate: number, bytes: number, share = 1) {
+  const compute = flops / (rate * share), memory = bytes / (p.bandwidth * share);
   const bound = Math.max(compute, memory) < p.launch ? "launch" : compute >= memory ? "compute" : "memory";
   return { seconds: Math.max(compute, memory) + p.launch, bound } as const;
 }
@@ -63,7 +71,7 @@ export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPredi
     if (!k.cudaGemm!.epilogue) return { route: "cuBLASLt", flops, bytes: io.a + io.b + io.d, ...call };
     // The epilogue reads the f32 product and whatever else the fused kernel read besides A and B.
     const epBytes = io.d + k.bytesWritten + Math.max(0, k.bytesRead - io.a - io.b);
-    const ep = roofline(p, 0, 1, epBytes);
+    const ep = roofline(p, 0, 1, epBytes, occupancy(p, k.cudaGemm!.epilogue.cuda));
     return {
       route: "cuBLASLt+epilogue",
       flops,
@@ -74,7 +82,13 @@ export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPredi
   }
   const route = k.kind === "matmul" ? "template GEMM" : "kernel";
   const bytes = k.bytesRead + k.bytesWritten;
-  return { route, flops: k.flops, bytes, ...roofline(p, k.flops, p.fp32Peak * p.templateFraction, bytes) };
+  const share = occupancy(p, k.cuda);
+  return {
+    route,
+    flops: k.flops,
+    bytes,
+    ...roofline(p, k.flops, p.fp32Peak * p.templateFraction, bytes, share),
+  };
 }
 
 /** Every launch, copy and parameter update of one step of `plan` on `p`'s device. */

@@ -23,6 +23,12 @@ export interface DeviceProfile {
   readonly bandwidthPeak: number;
   /** Fixed cost of one launch (a kernel, a library call or a copy) inside a CUDA graph, seconds. */
   readonly launch: number;
+  /**
+   * Threads a kernel needs in flight to reach `bandwidth` (and the arithmetic rates). A kernel launching
+   * fewer (one thread per row of a few thousand rows, one per column of a scatter) gets the rates scaled by
+   * its share: memory parallelism is what feeds HBM (Little's law: bandwidth × latency bytes in flight).
+   */
+  readonly saturatingThreads: number;
 }
 
 export const H100_SXM: DeviceProfile = {
@@ -46,6 +52,10 @@ export const H100_SXM: DeviceProfile = {
   // A kernel node of a replayed CUDA graph: about 2 µs of launch latency and ramp-up/tail on a 132-SM
   // device for a short kernel (an assumption to calibrate; the whole graph replay is one cuGraphLaunch).
   launch: 2e-6,
+  // Half the device's resident threads (132 SMs × 2048): 3 TB/s × ~0.6 µs latency is ~1.8 MB in flight,
+  // ~13 bytes per thread at this count, about what a thread with one or two loads outstanding keeps. An
+  // assumption to calibrate with the measured column.
+  saturatingThreads: 132 * 1024,
 };
 
 /** The profiles the fusion report predicts for, per target, first the one the issue's goals are for. */

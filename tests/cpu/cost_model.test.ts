@@ -20,6 +20,7 @@ const P: DeviceProfile = {
   bandwidth: 1e12,
   bandwidthPeak: 2e12,
   launch: 1e-6,
+  saturatingThreads: 10_000,
 };
 
 const close = (a: number, b: number) =>
@@ -52,7 +53,8 @@ const operand = (dtype: PlanGemmOperand["dtype"], batchStride: number): PlanGemm
 
 /** A library GEMM 1024×1024×1024, batch 2, f16 operands, the B operand (a weight) shared by both batches. */
 function libraryKernel(epilogue: boolean, bytesRead: number, bytesWritten: number): PlanKernel {
-  const code = { code: "", grid: [1, 1, 1] as const, workgroupSize: 1 };
+  // An epilogue launched over enough threads to saturate the device (occupancy is tested on its own).
+  const code = { code: "", grid: [4096, 1, 1] as const, workgroupSize: 256 };
   return {
     ...kernel(epilogue ? "lib_ep" : "lib", "matmul", bytesRead, bytesWritten, 1),
     cudaGemm: {
@@ -92,6 +94,15 @@ Deno.test("cost model: a memory-bound kernel costs its bytes over the bandwidth 
   close(r.seconds, 5e-6);
   assert.equal(r.bound, "memory");
   assert.equal(r.route, "kernel");
+});
+
+Deno.test("cost model: a kernel launching fewer threads than saturate the device gets their share", () => {
+  const few = { code: "", grid: [4, 1, 1] as const, workgroupSize: 256 }; // 1,024 of 10,000 threads
+  const many = { code: "", grid: [100, 1, 1] as const, workgroupSize: 256 };
+  const k = kernel("scatter", "scatter", 3e6, 1e6, 0);
+  // 4 MB at 1 TB/s × 0.1024 = 39.0625 µs, + 1 µs; saturated: 4 µs + 1 µs.
+  close(predictKernel({ ...k, cuda: few }, P).seconds, 4e-6 / 0.1024 + 1e-6);
+  close(predictKernel({ ...k, cuda: many }, P).seconds, 5e-6);
 });
 
 Deno.test("cost model: a template GEMM runs at the CUDA-core rate (no tensor cores)", () => {
