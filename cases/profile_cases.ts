@@ -1,6 +1,7 @@
 /**
  * Row-reduction cases big enough that the target profiles lower them differently (compiler/targets/
- * profiles.ts): lavapipe's profile gives each of 256+ rows a thread, a GPU's a workgroup per row. The
+ * profiles.ts): lavapipe's profile gives each of 256+ rows a thread, a GPU's a workgroup per row (and a
+ * scatter-add many threads per column). The
  * fusion cases (fusion_cases.ts) at 4 × 64 tokens of width 128; shared by the CUDA-shim and WebGPU tests.
  */
 import { B, FUSION_CASES, type FusionCase, graphOf, H, S, setCaseSizes } from "./fusion_cases.ts";
@@ -11,6 +12,7 @@ const ROW_CASES = [
   "LayerNorm backward (row kernel for dx, column sums for dγ, dβ)",
   "masked softmax + dropout, forward and backward",
   "cross-entropy forward and backward (ignored labels)",
+  "embedding gather + LayerNorm, and the scatter-add of its backward",
 ];
 
 export interface ProfileCase {

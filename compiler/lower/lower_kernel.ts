@@ -29,6 +29,7 @@ import {
   mod,
   mul,
   ref,
+  select,
   set,
   sload,
   store,
@@ -72,7 +73,7 @@ export function lowerKernel(
     case "matmul":
       return lowerMatmul(g, k, ctx, name, about, usesF16);
     case "scatter":
-      return lowerScatter(g, k, ctx, name, about, usesF16);
+      return lowerScatter(g, k, ctx, name, about, usesF16, profile.scatterOwners);
     case "attention":
       return attentionKernel(g, k, ctx, name, about, usesF16);
   }
@@ -421,6 +422,16 @@ export function lowerGemmEpilogue(
   };
 }
 
+/**
+ * A scatter-add (the embedding gradient): `owners` threads per column, thread (c, j) owning the table rows
+ * r with r mod owners = j. Each walks every index in order and adds the updates of its own rows, so every
+ * element of the table is summed by one thread in index order: the same bits for any `owners`, no atomics.
+ * One owner per column (lavapipe, the CPU: a workgroup is a loop on one core) is a column's serial loop; a
+ * GPU takes many (targets/profiles.ts), since a thread per column of BERT's hidden size is 1,024 threads
+ * walking every token, too few to keep the device busy; the extra threads only re-read the indices.
+ * The kernel's other roots (elementwise over the updates) are stored by the owner of each index's row (an
+ * index out of range: owner 0).
+ */
 function lowerScatter(
   g: Graph,
   k: FusedKernel,
@@ -428,6 +439,7 @@ function lowerScatter(
   name: string,
   about: string[],
   usesF16: boolean,
+  owners: number,
 ): Kernel {
   const sc = g.nodes[k.anchor!];
   const [idxId, updId] = sc.inputs;
@@ -436,33 +448,40 @@ function lowerScatter(
   const rows = sc.attrs.rows as number;
   const cols = numel(updShape.slice(idxShape.length));
   const count = numel(idxShape);
+  const parts = Math.max(1, Math.min(owners, rows));
   const vb = new ValueBuilder(ctx);
   const out = vb.bind(sc.id, "read_write");
   const top = new Scope();
   const c = ref("c", "i32");
-  top.stmts.push(let_("c", gid));
+  const j = ref("owner", "i32");
+  // Consecutive threads take consecutive columns (coalesced loads of the updates, stores of the table).
+  top.stmts.push(let_("c", parts === 1 ? gid : mod(gid, i32(cols))));
+  top.stmts.push(let_("owner", parts === 1 ? i32(0) : div(gid, i32(cols))));
   // The accumulator is read, added to and written back in its stored type (the policy keeps it f32).
   const st = vb.storedType(sc.id);
   const zero = cast(lit(0, "f32"), st);
   top.stmts.push(
-    for_("r", i32(0), i32(rows), i32(1), [store(out, add(mul(ref("r", "i32"), i32(cols)), c), zero)]),
+    for_("r", j, i32(rows), i32(parts), [store(out, add(mul(ref("r", "i32"), i32(cols)), c), zero)]),
   );
   const body = new Scope(top);
   const i = ref("i", "i32");
   const target = vb.letIn(body, "row", cast(vb.valueAt(body, idxId, delinearize(i, idxShape)), "i32"));
+  const inRange = bin("and", bin("ge", target, i32(0)), lt(target, i32(rows)));
+  const mine = parts === 1 ? undefined : bin("eq", select(inRange, mod(target, i32(parts)), i32(0)), j);
+  const owned = new Scope(body);
   const updIdx: Idx = {
     dims: [...delinearize(i, idxShape).dims, ...delinearize(c, updShape.slice(idxShape.length)).dims],
     lin: add(mul(i, i32(cols)), c),
   };
-  const u = vb.valueAt(body, updId, updIdx);
+  const u = vb.valueAt(owned, updId, updIdx);
   const at = add(mul(target, i32(cols)), c);
-  const inRange = bin("and", bin("ge", target, i32(0)), lt(target, i32(rows)));
   const sum = add(cast(load(out, at, st), "f32"), cast(u, "f32"));
-  body.stmts.push(if_(inRange, [store(out, at, cast(sum, st))]));
+  owned.stmts.push(if_(inRange, [store(out, at, cast(sum, st))]));
   for (const root of k.roots) {
     if (root === sc.id) continue;
-    vb.storeAt(body, root, idxAtLinear(g, root, updIdx.lin!));
+    vb.storeAt(owned, root, idxAtLinear(g, root, updIdx.lin!));
   }
+  body.stmts.push(...(mine ? [if_(mine, owned.stmts)] : owned.stmts));
   top.stmts.push(for_("i", i32(0), i32(count), i32(1), body.stmts));
   return {
     name,
@@ -470,8 +489,8 @@ function lowerScatter(
     bindings: vb.bindings,
     shared: [],
     workgroupSize: 64,
-    workgroups: Math.max(1, Math.ceil(cols / 64)),
-    body: [if_(lt(gid, i32(cols)), top.stmts)],
+    workgroups: Math.max(1, Math.ceil((cols * parts) / 64)),
+    body: [if_(lt(gid, i32(cols * parts)), top.stmts)],
     about: [...about, ...vb.describeBindings()],
     usesF16,
   };

@@ -28,12 +28,18 @@ export interface TargetProfile {
   readonly perThreadMinRows: number;
   /** The largest workgroup a workgroup-per-row reduction uses (a power of two). */
   readonly reduceWorkgroupMax: number;
+  /**
+   * Threads per column of a scatter-add, each owning every owners-th row of the table (lower_kernel.ts
+   * lowerScatter): 1 is a serial loop per column; a GPU needs enough to fill it.
+   */
+  readonly scatterOwners: number;
 }
 
 export type ProfileName = "lavapipe" | "cpu" | "webgpu-gpu" | "cuda-sm90";
 
-const SERIAL_ROWS = { perThreadMinRows: 256, reduceWorkgroupMax: 256 };
-const ROW_PER_WORKGROUP = { perThreadMinRows: Infinity, reduceWorkgroupMax: 256 };
+const SERIAL_ROWS = { perThreadMinRows: 256, reduceWorkgroupMax: 256, scatterOwners: 1 };
+// 128 owners × BERT-large's 1,024 columns = 131,072 threads: about what keeps an H100's memory busy.
+const ROW_PER_WORKGROUP = { perThreadMinRows: Infinity, reduceWorkgroupMax: 256, scatterOwners: 128 };
 
 export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
   lavapipe: { name: "lavapipe", about: "software Vulkan (CI): one thread per row", ...SERIAL_ROWS },

@@ -46,3 +46,37 @@ for (const [i, { case: c, graph: g }] of profileCases().entries()) {
     },
   });
 }
+
+Deno.test({
+  name: `profiles: a scatter-add with many owners per column sums in the serial loop's order (same bits)${
+    version ? "" : " (g++ not found)"
+  }`,
+  ignore: !version,
+  async fn() {
+    const { case: c, graph: g } = profileCases().find((x) => x.case.name.startsWith("embedding"))!;
+    const emitters = { cuda: emitCUDA };
+    const serial = compileGraph(g, { fuse: true, emitters, profile: PROFILES.lavapipe });
+    // Only the scatter differs (the LayerNorm's reductions keep their layout, so the updates are the same).
+    const owners = compileGraph(g, {
+      fuse: true,
+      emitters,
+      profile: { ...PROFILES.lavapipe, scatterOwners: 128 },
+    });
+    const scatter = (x: typeof owners) => x.kernels.find((k) => k.kind === "scatter")!;
+    assert.ok(
+      scatter(owners).workgroups > scatter(serial).workgroups,
+      "the profile did not spread the scatter",
+    );
+    const feeds = randomFeeds(g, 77, c.ints);
+    const dir = await Deno.makeTempDir({ prefix: "bertfuse-profile-" });
+    try {
+      const a = await runOnCpu(dir, serial.plan, feeds);
+      const b = await runOnCpu(dir, owners.plan, feeds);
+      const grad = [...a.keys()].find((n) => n.includes("table"))!;
+      assert.ok(grad, `no table gradient among ${[...a.keys()]}`);
+      assert.deepEqual(Array.from(b.get(grad)!), Array.from(a.get(grad)!));
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
