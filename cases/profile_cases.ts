@@ -20,6 +20,20 @@ export interface ProfileCase {
   readonly graph: Graph;
 }
 
+/**
+ * A bias gradient over 2,048 tokens: a column sum long enough that GPU profiles take it in two passes
+ * (compiler/column_sums.ts), with an elementwise producer fused into the first.
+ */
+const BIAS_GRADIENT: FusionCase = {
+  name: "bias gradient over 2048 tokens (column sum, two passes on a GPU)",
+  body: (m, dt) => {
+    const dy = m.input("dy", dt, [16, 128, 96]);
+    return dy.mul(dy).add(dy).sum([0, 1]);
+  },
+  backward: false,
+  dtypes: ["f32"],
+};
+
 /** The cases' graphs at the enlarged sizes (the shared case sizes are restored afterwards). */
 export function profileCases(): ProfileCase[] {
   const saved = [B, S, H] as const;
@@ -29,7 +43,10 @@ export function profileCases(): ProfileCase[] {
       const c = FUSION_CASES.find((x) => x.name === name);
       if (!c) throw new Error(`no fusion case '${name}'`);
       return { case: c, graph: graphOf(c.name, c.body, "f32", c.backward) };
-    });
+    }).concat([{
+      case: BIAS_GRADIENT,
+      graph: graphOf(BIAS_GRADIENT.name, BIAS_GRADIENT.body, "f32", false),
+    }]);
   } finally {
     setCaseSizes(...saved);
   }

@@ -29,7 +29,7 @@ export interface CompileOptions extends KernelOptions {
 }
 
 export interface Compiled extends BuiltPlan {
-  /** The graph after simplification, which the plan executes. */
+  /** The graph the plan executes: after simplification and the kernel stages' rewrites (column-sums). */
   readonly graph: Graph;
   readonly fusion: FusionResult;
   /** The stored dtype of every materialized value. */
@@ -68,7 +68,7 @@ export function compileGraph(g: Graph, opts: CompileOptions): Compiled {
   const passTimings = [...piped.timings, ...records].map((t) => ({ pass: t.pass, ms: t.ms }));
   return {
     ...builtPlanOf(state),
-    graph: piped.graph,
+    graph: state.graph,
     fusion: state.fusion!,
     storage: state.storage!,
     passTimings,

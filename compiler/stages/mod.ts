@@ -5,6 +5,7 @@
  */
 import type { Stage, StageLevel } from "../pipeline.ts";
 import { buffersStage } from "./buffers.ts";
+import { columnSumsStage } from "./column_sums.ts";
 import { emitStage } from "./emit.ts";
 import { attentionStage, consumerStage, fusionStage, siblingStage } from "./fusion.ts";
 import { inPlaceUpdatesStage } from "./in_place_updates.ts";
@@ -22,6 +23,7 @@ import { weightCopiesStage } from "./weight_copies.ts";
 import { vectorizeStage } from "./vectorize.ts";
 
 export const FUSION_STAGES: readonly Stage<KernelState>[] = [
+  columnSumsStage,
   weightCopiesStage,
   fusionStage,
   attentionStage,

@@ -33,13 +33,22 @@ export interface TargetProfile {
    * lowerScatter): 1 is a serial loop per column; a GPU needs enough to fill it.
    */
   readonly scatterOwners: number;
+  /** A column sum over many rows is split into up to this many parts first (compiler/column_sums.ts). */
+  readonly columnSumParts: number;
 }
 
 export type ProfileName = "lavapipe" | "cpu" | "webgpu-gpu" | "cuda-sm90";
 
-const SERIAL_ROWS = { perThreadMinRows: 256, reduceWorkgroupMax: 256, scatterOwners: 1 };
+const SERIAL_ROWS = { perThreadMinRows: 256, reduceWorkgroupMax: 256, scatterOwners: 1, columnSumParts: 1 };
 // 128 owners × BERT-large's 1,024 columns = 131,072 threads: about what keeps an H100's memory busy.
-const ROW_PER_WORKGROUP = { perThreadMinRows: Infinity, reduceWorkgroupMax: 256, scatterOwners: 128 };
+// Column sums in up to 256 parts: a bias gradient over 8,192 tokens is 256 × 1,024 first-pass threads of 32
+// rows each (the cost model at batch 64: 1,032 sequences/s with 128 parts, 1,123 with 256).
+const ROW_PER_WORKGROUP = {
+  perThreadMinRows: Infinity,
+  reduceWorkgroupMax: 256,
+  scatterOwners: 128,
+  columnSumParts: 256,
+};
 
 export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
   lavapipe: { name: "lavapipe", about: "software Vulkan (CI): one thread per row", ...SERIAL_ROWS },

@@ -1,0 +1,63 @@
+/**
+ * Column sums in two passes, for a GPU. A reduction over the leading axes of a tensor with trailing axes
+ * kept (a bias gradient: [tokens, hidden] summed over the tokens) is lowered with a few threads per column
+ * sharing a workgroup (lower_kernel.ts lowerReduce, "split"): for BERT-large's 1,024 columns that is 64
+ * workgroups, 16k threads, each walking 512 of 8192 rows: an eighth of what keeps an H100's memory busy, and
+ * the cost model (with its occupancy share) put these ~250 kernels at more than a third of a step.
+ *
+ * Rewritten as `sum over parts of (sum over rows within a part)`: x [R, rest] viewed as [P, R/P, rest], a
+ * first reduction over the R/P rows of each part (P·cols outputs: a thread each, consecutive threads on
+ * consecutive columns, so loads coalesce), then a second over the P parts (cols outputs, P terms each). The
+ * sum is the same up to rounding (the order of the additions changes), which the reference's tolerances
+ * cover; lavapipe and the CPU keep one pass (profile `columnSumParts` 1).
+ */
+import { Graph, type NodeId, numel } from "../ir/mod.ts";
+import { copyNode, copyOutputs } from "./graph_rebuild.ts";
+
+/** Reductions over fewer leading rows than this stay one pass (a short column is one thread's loop). */
+const MIN_ROWS = 1024;
+/** Each part sums at least this many rows. */
+const MIN_ROWS_PER_PART = 16;
+
+/** The largest power of two at most `parts` dividing `rows` with at least MIN_ROWS_PER_PART rows a part. */
+export function partsFor(rows: number, parts: number): number {
+  let p = 1;
+  while (p * 2 <= parts && rows % (p * 2) === 0 && rows / (p * 2) >= MIN_ROWS_PER_PART) p *= 2;
+  return p;
+}
+
+/** `g` with each large column sum (or max) split into two reductions; `g` itself when none is. */
+export function splitColumnSums(g: Graph, parts: number): { graph: Graph; split: number } {
+  if (parts <= 1) return { graph: g, split: 0 };
+  const plan = new Map<NodeId, { rows: number; p: number; lead: number }>();
+  for (const n of g.nodes) {
+    if (n.op !== "reduce_sum" && n.op !== "reduce_max") continue;
+    const axes = n.attrs.axes as number[];
+    const shape = g.nodes[n.inputs[0]].type.shape;
+    const lead = axes.length;
+    // Leading axes only, with something kept after them.
+    if (!axes.every((a, i) => a === i) || lead === shape.length) continue;
+    const rows = numel(shape.slice(0, lead));
+    if (rows < MIN_ROWS || numel(shape.slice(lead)) < 2) continue;
+    const p = partsFor(rows, parts);
+    if (p > 1) plan.set(n.id, { rows, p, lead });
+  }
+  if (plan.size === 0) return { graph: g, split: 0 };
+  const out = new Graph(g.name);
+  const newId: NodeId[] = [];
+  for (const n of g.nodes) {
+    const ins = n.inputs.map((i) => newId[i]);
+    const s = plan.get(n.id);
+    if (!s) {
+      newId[n.id] = copyNode(out, n, ins);
+      continue;
+    }
+    const rest = g.nodes[n.inputs[0]].type.shape.slice(s.lead);
+    const view = out.add("reshape", ins, { shape: [s.p, s.rows / s.p, ...rest] }, undefined, n.loc);
+    const perPart = out.add(n.op, [view], { axes: [1] }, undefined, n.loc);
+    const whole = out.add(n.op, [perPart], { axes: [0] }, undefined, n.loc);
+    newId[n.id] = out.add("reshape", [whole], { shape: [...n.type.shape] }, undefined, n.loc);
+  }
+  copyOutputs(g, out, newId);
+  return { graph: out, split: plan.size };
+}
