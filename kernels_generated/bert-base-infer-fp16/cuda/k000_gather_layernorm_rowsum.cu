@@ -29,62 +29,98 @@
 //   binding 6 (read): param bert.embeddings.LayerNorm.weight f32[768]
 //   binding 7 (read): param bert.embeddings.LayerNorm.bias f32[768]
 
-// launch: grid [4, 1, 1] of 256-thread blocks
+// launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
+#ifndef BF_WARP_SUM_F32_32_DEFINED
+#define BF_WARP_SUM_F32_32_DEFINED
+static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_BLOCK_SUM_F32_8_DEFINED
+#define BF_BLOCK_SUM_F32_8_DEFINED
+static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
+  float a = slots[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) {
+    const float b = slots[i];
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const int* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, const int* __restrict__ b3, const float* __restrict__ b4, __half* __restrict__ b5, const float* __restrict__ b6, const float* __restrict__ b7) {
+  __shared__ float red_f32_0[8];
+  __shared__ float red_f32_1[8];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1024) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int j = 0; j < 768; j += 1) {
-      const int v1 = b0[row / 128 * 128 + row % 128];
-      const float v2 = b1[min(max(v1, 0), 30521) * 768 + j];
-      const float v3 = b2[row % 128 * 768 + j];
-      const float v4 = v2 + v3;
-      const int v5 = b3[row / 128 * 128 + row % 128];
-      const float v6 = b4[min(max(v5, 0), 1) * 768 + j];
-      const float v7 = v4 + v6;
-      acc0 = acc0 + v7;
-    }
-    const float red8 = acc0;
-    float acc9 = 0.0f;
-    for (int j = 0; j < 768; j += 1) {
-      const int v10 = b0[row / 128 * 128 + row % 128];
-      const float v11 = b1[min(max(v10, 0), 30521) * 768 + j];
-      const float v12 = b2[row % 128 * 768 + j];
-      const float v13 = v11 + v12;
-      const int v14 = b3[row / 128 * 128 + row % 128];
-      const float v15 = b4[min(max(v14, 0), 1) * 768 + j];
-      const float v16 = v13 + v15;
-      const float v17 = red8 * 0.0013020834f;
-      const float v18 = v16 - v17;
-      const float v19 = v18 * v18;
-      acc9 = acc9 + v19;
-    }
-    const float red20 = acc9;
-    for (int j = 0; j < 768; j += 1) {
-      const int v21 = b0[row / 128 * 128 + row % 128];
-      const float v22 = b1[min(max(v21, 0), 30521) * 768 + j];
-      const float v23 = b2[row % 128 * 768 + j];
-      const float v24 = v22 + v23;
-      const int v25 = b3[row / 128 * 128 + row % 128];
-      const float v26 = b4[min(max(v25, 0), 1) * 768 + j];
-      const float v27 = v24 + v26;
-      const float v28 = red8 * 0.0013020834f;
-      const float v29 = v27 - v28;
-      const float v30 = red20 * 0.0013020834f;
-      const float v31 = v30 + 1e-12f;
-      const float v32 = rsqrtf(v31);
-      const float v33 = v29 * v32;
-      const float v34 = b6[j];
-      const float v35 = v33 * v34;
-      const float v36 = b7[j];
-      const float v37 = v35 + v36;
-      b5[row * 768 + j] = __float2half_rn(v37);
-    }
+  const int row = wg;
+  float acc0 = 0.0f;
+  for (int j = lid; j < 768; j += 256) {
+    const int v1 = b0[row / 128 * 128 + row % 128];
+    const float v2 = b1[min(max(v1, 0), 30521) * 768 + j];
+    const float v3 = b2[row % 128 * 768 + j];
+    const float v4 = v2 + v3;
+    const int v5 = b3[row / 128 * 128 + row % 128];
+    const float v6 = b4[min(max(v5, 0), 1) * 768 + j];
+    const float v7 = v4 + v6;
+    acc0 = acc0 + v7;
+  }
+  // wg_reduce (sum -> red8): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp0 = bf_warp_sum_f32_32(acc0);
+  if ((lid & 31) == 0) {
+    red_f32_0[lid / 32] = bf_warp0;
+  }
+  __syncthreads();
+  const float red8 = bf_block_sum_f32_8(red_f32_0);
+  float acc9 = 0.0f;
+  for (int j = lid; j < 768; j += 256) {
+    const int v10 = b0[row / 128 * 128 + row % 128];
+    const float v11 = b1[min(max(v10, 0), 30521) * 768 + j];
+    const float v12 = b2[row % 128 * 768 + j];
+    const float v13 = v11 + v12;
+    const int v14 = b3[row / 128 * 128 + row % 128];
+    const float v15 = b4[min(max(v14, 0), 1) * 768 + j];
+    const float v16 = v13 + v15;
+    const float v17 = red8 * 0.0013020834f;
+    const float v18 = v16 - v17;
+    const float v19 = v18 * v18;
+    acc9 = acc9 + v19;
+  }
+  // wg_reduce (sum -> red20): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp1 = bf_warp_sum_f32_32(acc9);
+  if ((lid & 31) == 0) {
+    red_f32_1[lid / 32] = bf_warp1;
+  }
+  __syncthreads();
+  const float red20 = bf_block_sum_f32_8(red_f32_1);
+  for (int j = lid; j < 768; j += 256) {
+    const int v21 = b0[row / 128 * 128 + row % 128];
+    const float v22 = b1[min(max(v21, 0), 30521) * 768 + j];
+    const float v23 = b2[row % 128 * 768 + j];
+    const float v24 = v22 + v23;
+    const int v25 = b3[row / 128 * 128 + row % 128];
+    const float v26 = b4[min(max(v25, 0), 1) * 768 + j];
+    const float v27 = v24 + v26;
+    const float v28 = red8 * 0.0013020834f;
+    const float v29 = v27 - v28;
+    const float v30 = red20 * 0.0013020834f;
+    const float v31 = v30 + 1e-12f;
+    const float v32 = rsqrtf(v31);
+    const float v33 = v29 * v32;
+    const float v34 = b6[j];
+    const float v35 = v33 * v34;
+    const float v36 = b7[j];
+    const float v37 = v35 + v36;
+    b5[row * 768 + j] = __float2half_rn(v37);
   }
 }

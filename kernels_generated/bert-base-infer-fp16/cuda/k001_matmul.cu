@@ -7,7 +7,7 @@
 //   %57 cast f32[1024,768] (models/bert.ts:236)
 //   %59 add f32[1024,768] (models/bert.ts:236) -> written
 //   binding 0 (read): %30 add f32[8,128,768] stored f16
-//   binding 1 (read): param bert.encoder.layer.0.attention.self.query.weight f32[768,768]
+//   binding 1 (read): param bert.encoder.layer.0.attention.self.query.weight f32[768,768] stored f16
 //   binding 2 (write): %59 add f32[1024,768] stored f16
 //   binding 3 (read): param bert.encoder.layer.0.attention.self.query.bias f32[768]
 
@@ -15,7 +15,7 @@
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, __half* __restrict__ b2, const float* __restrict__ b3) {
+extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, __half* __restrict__ b2, const float* __restrict__ b3) {
   __shared__ float As[1032];
   __shared__ float Bs[1024];
   __shared__ float Cs[1024];
@@ -301,22 +301,22 @@ extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restr
     As[mm_af * 129 + (mm_as + 104)] = __half2float(__float2half_rn(__half2float(b0[(mm_row0 + (mm_as + 104)) * 768 + (mm_k0 + mm_af)])));
     As[mm_af * 129 + (mm_as + 112)] = __half2float(__float2half_rn(__half2float(b0[(mm_row0 + (mm_as + 112)) * 768 + (mm_k0 + mm_af)])));
     As[mm_af * 129 + (mm_as + 120)] = __half2float(__float2half_rn(__half2float(b0[(mm_row0 + (mm_as + 120)) * 768 + (mm_k0 + mm_af)])));
-    Bs[lid / 128 * 128 + lid % 128] = __half2float(__float2half_rn(b1[(mm_col0 + lid % 128) * 768 + (mm_k0 + lid / 128)]));
-    Bs[(lid + 64) / 128 * 128 + (lid + 64) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 64) % 128) * 768 + (mm_k0 + (lid + 64) / 128)]));
-    Bs[(lid + 128) / 128 * 128 + (lid + 128) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 128) % 128) * 768 + (mm_k0 + (lid + 128) / 128)]));
-    Bs[(lid + 192) / 128 * 128 + (lid + 192) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 192) % 128) * 768 + (mm_k0 + (lid + 192) / 128)]));
-    Bs[(lid + 256) / 128 * 128 + (lid + 256) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 256) % 128) * 768 + (mm_k0 + (lid + 256) / 128)]));
-    Bs[(lid + 320) / 128 * 128 + (lid + 320) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 320) % 128) * 768 + (mm_k0 + (lid + 320) / 128)]));
-    Bs[(lid + 384) / 128 * 128 + (lid + 384) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 384) % 128) * 768 + (mm_k0 + (lid + 384) / 128)]));
-    Bs[(lid + 448) / 128 * 128 + (lid + 448) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 448) % 128) * 768 + (mm_k0 + (lid + 448) / 128)]));
-    Bs[(lid + 512) / 128 * 128 + (lid + 512) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 512) % 128) * 768 + (mm_k0 + (lid + 512) / 128)]));
-    Bs[(lid + 576) / 128 * 128 + (lid + 576) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 576) % 128) * 768 + (mm_k0 + (lid + 576) / 128)]));
-    Bs[(lid + 640) / 128 * 128 + (lid + 640) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 640) % 128) * 768 + (mm_k0 + (lid + 640) / 128)]));
-    Bs[(lid + 704) / 128 * 128 + (lid + 704) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 704) % 128) * 768 + (mm_k0 + (lid + 704) / 128)]));
-    Bs[(lid + 768) / 128 * 128 + (lid + 768) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 768) % 128) * 768 + (mm_k0 + (lid + 768) / 128)]));
-    Bs[(lid + 832) / 128 * 128 + (lid + 832) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 832) % 128) * 768 + (mm_k0 + (lid + 832) / 128)]));
-    Bs[(lid + 896) / 128 * 128 + (lid + 896) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 896) % 128) * 768 + (mm_k0 + (lid + 896) / 128)]));
-    Bs[(lid + 960) / 128 * 128 + (lid + 960) % 128] = __half2float(__float2half_rn(b1[(mm_col0 + (lid + 960) % 128) * 768 + (mm_k0 + (lid + 960) / 128)]));
+    Bs[lid / 128 * 128 + lid % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + lid % 128) * 768 + (mm_k0 + lid / 128)])));
+    Bs[(lid + 64) / 128 * 128 + (lid + 64) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 64) % 128) * 768 + (mm_k0 + (lid + 64) / 128)])));
+    Bs[(lid + 128) / 128 * 128 + (lid + 128) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 128) % 128) * 768 + (mm_k0 + (lid + 128) / 128)])));
+    Bs[(lid + 192) / 128 * 128 + (lid + 192) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 192) % 128) * 768 + (mm_k0 + (lid + 192) / 128)])));
+    Bs[(lid + 256) / 128 * 128 + (lid + 256) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 256) % 128) * 768 + (mm_k0 + (lid + 256) / 128)])));
+    Bs[(lid + 320) / 128 * 128 + (lid + 320) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 320) % 128) * 768 + (mm_k0 + (lid + 320) / 128)])));
+    Bs[(lid + 384) / 128 * 128 + (lid + 384) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 384) % 128) * 768 + (mm_k0 + (lid + 384) / 128)])));
+    Bs[(lid + 448) / 128 * 128 + (lid + 448) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 448) % 128) * 768 + (mm_k0 + (lid + 448) / 128)])));
+    Bs[(lid + 512) / 128 * 128 + (lid + 512) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 512) % 128) * 768 + (mm_k0 + (lid + 512) / 128)])));
+    Bs[(lid + 576) / 128 * 128 + (lid + 576) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 576) % 128) * 768 + (mm_k0 + (lid + 576) / 128)])));
+    Bs[(lid + 640) / 128 * 128 + (lid + 640) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 640) % 128) * 768 + (mm_k0 + (lid + 640) / 128)])));
+    Bs[(lid + 704) / 128 * 128 + (lid + 704) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 704) % 128) * 768 + (mm_k0 + (lid + 704) / 128)])));
+    Bs[(lid + 768) / 128 * 128 + (lid + 768) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 768) % 128) * 768 + (mm_k0 + (lid + 768) / 128)])));
+    Bs[(lid + 832) / 128 * 128 + (lid + 832) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 832) % 128) * 768 + (mm_k0 + (lid + 832) / 128)])));
+    Bs[(lid + 896) / 128 * 128 + (lid + 896) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 896) % 128) * 768 + (mm_k0 + (lid + 896) / 128)])));
+    Bs[(lid + 960) / 128 * 128 + (lid + 960) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + (lid + 960) % 128) * 768 + (mm_k0 + (lid + 960) / 128)])));
     __syncthreads();
     for (int mm_kk = 0; mm_kk < 8; mm_kk += 1) {
       const float mm_av0 = As[mm_kk * 129 + mm_ty];

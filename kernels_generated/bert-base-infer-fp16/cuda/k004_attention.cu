@@ -25,12 +25,16 @@
 //   %91 div f32[8,12,128,128] (models/bert.ts:236)
 //   %92 cast f16[8,12,128,128] (models/bert.ts:236)
 //   %93 cast f16[8,12,128,64] (models/bert.ts:236)
-//   %94 matmul f16[8,12,128,64] (models/bert.ts:236) -> written
+//   %94 matmul f16[8,12,128,64] (models/bert.ts:236)
+//   %95 cast f32[8,12,128,64] (models/bert.ts:236)
+//   %96 permute f32[8,128,12,64] (models/bert.ts:236)
+//   %97 reshape f32[1024,768] (models/bert.ts:245)
+//   %98 cast f16[1024,768] (models/bert.ts:245) -> written
 //   binding 0 (read): %59 add f32[1024,768] stored f16
 //   binding 1 (read): %66 add f32[1024,768] stored f16
 //   binding 2 (read): input attention_mask i32[8,128]
 //   binding 3 (read): %73 add f32[1024,768] stored f16
-//   binding 4 (write): %94 matmul f16[8,12,128,64]
+//   binding 4 (write): %98 cast f16[1024,768]
 
 // launch: grid [768, 1, 1] of 16-thread blocks
 
@@ -680,68 +684,132 @@ extern "C" __global__ void __launch_bounds__(16) bf_kernel(const __half* __restr
     att_o7_6 = att_o7_6 + av89 * v79;
     att_o7_7 = att_o7_7 + av89 * v81;
   }
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + att_o_x] = __float2half_rn(att_o0_0);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 8)] = __float2half_rn(att_o0_1);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 16)] = __float2half_rn(att_o0_2);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 24)] = __float2half_rn(att_o0_3);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 32)] = __float2half_rn(att_o0_4);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 40)] = __float2half_rn(att_o0_5);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 48)] = __float2half_rn(att_o0_6);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 56)] = __float2half_rn(att_o0_7);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + att_o_x] = __float2half_rn(att_o1_0);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 8)] = __float2half_rn(att_o1_1);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 16)] = __float2half_rn(att_o1_2);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 24)] = __float2half_rn(att_o1_3);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 32)] = __float2half_rn(att_o1_4);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 40)] = __float2half_rn(att_o1_5);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 48)] = __float2half_rn(att_o1_6);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 56)] = __float2half_rn(att_o1_7);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + att_o_x] = __float2half_rn(att_o2_0);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 8)] = __float2half_rn(att_o2_1);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 16)] = __float2half_rn(att_o2_2);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 24)] = __float2half_rn(att_o2_3);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 32)] = __float2half_rn(att_o2_4);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 40)] = __float2half_rn(att_o2_5);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 48)] = __float2half_rn(att_o2_6);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 56)] = __float2half_rn(att_o2_7);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + att_o_x] = __float2half_rn(att_o3_0);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 8)] = __float2half_rn(att_o3_1);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 16)] = __float2half_rn(att_o3_2);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 24)] = __float2half_rn(att_o3_3);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 32)] = __float2half_rn(att_o3_4);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 40)] = __float2half_rn(att_o3_5);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 48)] = __float2half_rn(att_o3_6);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 56)] = __float2half_rn(att_o3_7);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + att_o_x] = __float2half_rn(att_o4_0);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 8)] = __float2half_rn(att_o4_1);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 16)] = __float2half_rn(att_o4_2);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 24)] = __float2half_rn(att_o4_3);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 32)] = __float2half_rn(att_o4_4);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 40)] = __float2half_rn(att_o4_5);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 48)] = __float2half_rn(att_o4_6);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 56)] = __float2half_rn(att_o4_7);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + att_o_x] = __float2half_rn(att_o5_0);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 8)] = __float2half_rn(att_o5_1);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 16)] = __float2half_rn(att_o5_2);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 24)] = __float2half_rn(att_o5_3);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 32)] = __float2half_rn(att_o5_4);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 40)] = __float2half_rn(att_o5_5);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 48)] = __float2half_rn(att_o5_6);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 56)] = __float2half_rn(att_o5_7);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + att_o_x] = __float2half_rn(att_o6_0);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 8)] = __float2half_rn(att_o6_1);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 16)] = __float2half_rn(att_o6_2);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 24)] = __float2half_rn(att_o6_3);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 32)] = __float2half_rn(att_o6_4);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 40)] = __float2half_rn(att_o6_5);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 48)] = __float2half_rn(att_o6_6);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 56)] = __float2half_rn(att_o6_7);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + att_o_x] = __float2half_rn(att_o7_0);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 8)] = __float2half_rn(att_o7_1);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 16)] = __float2half_rn(att_o7_2);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 24)] = __float2half_rn(att_o7_3);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 32)] = __float2half_rn(att_o7_4);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 40)] = __float2half_rn(att_o7_5);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 48)] = __float2half_rn(att_o7_6);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 56)] = __float2half_rn(att_o7_7);
+  const float v90 = __half2float(__float2half_rn(att_o0_0));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + att_o_x] = __float2half_rn(v90);
+  const float v91 = __half2float(__float2half_rn(att_o0_1));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = __float2half_rn(v91);
+  const float v92 = __half2float(__float2half_rn(att_o0_2));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = __float2half_rn(v92);
+  const float v93 = __half2float(__float2half_rn(att_o0_3));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = __float2half_rn(v93);
+  const float v94 = __half2float(__float2half_rn(att_o0_4));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = __float2half_rn(v94);
+  const float v95 = __half2float(__float2half_rn(att_o0_5));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = __float2half_rn(v95);
+  const float v96 = __half2float(__float2half_rn(att_o0_6));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = __float2half_rn(v96);
+  const float v97 = __half2float(__float2half_rn(att_o0_7));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = __float2half_rn(v97);
+  const float v98 = __half2float(__float2half_rn(att_o1_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + att_o_x] = __float2half_rn(v98);
+  const float v99 = __half2float(__float2half_rn(att_o1_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = __float2half_rn(v99);
+  const float v100 = __half2float(__float2half_rn(att_o1_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = __float2half_rn(v100);
+  const float v101 = __half2float(__float2half_rn(att_o1_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = __float2half_rn(v101);
+  const float v102 = __half2float(__float2half_rn(att_o1_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = __float2half_rn(v102);
+  const float v103 = __half2float(__float2half_rn(att_o1_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = __float2half_rn(v103);
+  const float v104 = __half2float(__float2half_rn(att_o1_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = __float2half_rn(v104);
+  const float v105 = __half2float(__float2half_rn(att_o1_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = __float2half_rn(v105);
+  const float v106 = __half2float(__float2half_rn(att_o2_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + att_o_x] = __float2half_rn(v106);
+  const float v107 = __half2float(__float2half_rn(att_o2_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = __float2half_rn(v107);
+  const float v108 = __half2float(__float2half_rn(att_o2_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = __float2half_rn(v108);
+  const float v109 = __half2float(__float2half_rn(att_o2_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = __float2half_rn(v109);
+  const float v110 = __half2float(__float2half_rn(att_o2_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = __float2half_rn(v110);
+  const float v111 = __half2float(__float2half_rn(att_o2_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = __float2half_rn(v111);
+  const float v112 = __half2float(__float2half_rn(att_o2_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = __float2half_rn(v112);
+  const float v113 = __half2float(__float2half_rn(att_o2_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = __float2half_rn(v113);
+  const float v114 = __half2float(__float2half_rn(att_o3_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + att_o_x] = __float2half_rn(v114);
+  const float v115 = __half2float(__float2half_rn(att_o3_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = __float2half_rn(v115);
+  const float v116 = __half2float(__float2half_rn(att_o3_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = __float2half_rn(v116);
+  const float v117 = __half2float(__float2half_rn(att_o3_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = __float2half_rn(v117);
+  const float v118 = __half2float(__float2half_rn(att_o3_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = __float2half_rn(v118);
+  const float v119 = __half2float(__float2half_rn(att_o3_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = __float2half_rn(v119);
+  const float v120 = __half2float(__float2half_rn(att_o3_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = __float2half_rn(v120);
+  const float v121 = __half2float(__float2half_rn(att_o3_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = __float2half_rn(v121);
+  const float v122 = __half2float(__float2half_rn(att_o4_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + att_o_x] = __float2half_rn(v122);
+  const float v123 = __half2float(__float2half_rn(att_o4_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = __float2half_rn(v123);
+  const float v124 = __half2float(__float2half_rn(att_o4_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = __float2half_rn(v124);
+  const float v125 = __half2float(__float2half_rn(att_o4_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = __float2half_rn(v125);
+  const float v126 = __half2float(__float2half_rn(att_o4_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = __float2half_rn(v126);
+  const float v127 = __half2float(__float2half_rn(att_o4_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = __float2half_rn(v127);
+  const float v128 = __half2float(__float2half_rn(att_o4_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = __float2half_rn(v128);
+  const float v129 = __half2float(__float2half_rn(att_o4_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = __float2half_rn(v129);
+  const float v130 = __half2float(__float2half_rn(att_o5_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + att_o_x] = __float2half_rn(v130);
+  const float v131 = __half2float(__float2half_rn(att_o5_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = __float2half_rn(v131);
+  const float v132 = __half2float(__float2half_rn(att_o5_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = __float2half_rn(v132);
+  const float v133 = __half2float(__float2half_rn(att_o5_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = __float2half_rn(v133);
+  const float v134 = __half2float(__float2half_rn(att_o5_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = __float2half_rn(v134);
+  const float v135 = __half2float(__float2half_rn(att_o5_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = __float2half_rn(v135);
+  const float v136 = __half2float(__float2half_rn(att_o5_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = __float2half_rn(v136);
+  const float v137 = __half2float(__float2half_rn(att_o5_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = __float2half_rn(v137);
+  const float v138 = __half2float(__float2half_rn(att_o6_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + att_o_x] = __float2half_rn(v138);
+  const float v139 = __half2float(__float2half_rn(att_o6_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = __float2half_rn(v139);
+  const float v140 = __half2float(__float2half_rn(att_o6_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = __float2half_rn(v140);
+  const float v141 = __half2float(__float2half_rn(att_o6_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = __float2half_rn(v141);
+  const float v142 = __half2float(__float2half_rn(att_o6_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = __float2half_rn(v142);
+  const float v143 = __half2float(__float2half_rn(att_o6_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = __float2half_rn(v143);
+  const float v144 = __half2float(__float2half_rn(att_o6_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = __float2half_rn(v144);
+  const float v145 = __half2float(__float2half_rn(att_o6_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = __float2half_rn(v145);
+  const float v146 = __half2float(__float2half_rn(att_o7_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + att_o_x] = __float2half_rn(v146);
+  const float v147 = __half2float(__float2half_rn(att_o7_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = __float2half_rn(v147);
+  const float v148 = __half2float(__float2half_rn(att_o7_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = __float2half_rn(v148);
+  const float v149 = __half2float(__float2half_rn(att_o7_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = __float2half_rn(v149);
+  const float v150 = __half2float(__float2half_rn(att_o7_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = __float2half_rn(v150);
+  const float v151 = __half2float(__float2half_rn(att_o7_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = __float2half_rn(v151);
+  const float v152 = __half2float(__float2half_rn(att_o7_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = __float2half_rn(v152);
+  const float v153 = __half2float(__float2half_rn(att_o7_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = __float2half_rn(v153);
 }

@@ -27,56 +27,92 @@
 //   binding 4 (read): param bert.encoder.layer.0.attention.output.LayerNorm.weight f32[768]
 //   binding 5 (read): param bert.encoder.layer.0.attention.output.LayerNorm.bias f32[768]
 
-// launch: grid [4, 1, 1] of 256-thread blocks
+// launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
+#ifndef BF_WARP_SUM_F32_32_DEFINED
+#define BF_WARP_SUM_F32_32_DEFINED
+static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_BLOCK_SUM_F32_8_DEFINED
+#define BF_BLOCK_SUM_F32_8_DEFINED
+static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
+  float a = slots[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) {
+    const float b = slots[i];
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, const __half* __restrict__ b2, __half* __restrict__ b3, const float* __restrict__ b4, const float* __restrict__ b5) {
+  __shared__ float red_f32_0[8];
+  __shared__ float red_f32_1[8];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1024) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int j = 0; j < 768; j += 1) {
-      const float v1 = __half2float(b0[row * 768 + j]);
-      const float v2 = b1[(row * 768 + j) % 768];
-      const float v3 = v1 + v2;
-      const float v4 = __half2float(b2[row * 768 + j]);
-      const float v5 = v3 + v4;
-      acc0 = acc0 + v5;
-    }
-    const float red6 = acc0;
-    float acc7 = 0.0f;
-    for (int j = 0; j < 768; j += 1) {
-      const float v8 = __half2float(b0[row * 768 + j]);
-      const float v9 = b1[(row * 768 + j) % 768];
-      const float v10 = v8 + v9;
-      const float v11 = __half2float(b2[row * 768 + j]);
-      const float v12 = v10 + v11;
-      const float v13 = red6 * 0.0013020834f;
-      const float v14 = v12 - v13;
-      const float v15 = v14 * v14;
-      acc7 = acc7 + v15;
-    }
-    const float red16 = acc7;
-    for (int j = 0; j < 768; j += 1) {
-      const float v17 = __half2float(b0[row * 768 + j]);
-      const float v18 = b1[(row * 768 + j) % 768];
-      const float v19 = v17 + v18;
-      const float v20 = __half2float(b2[row * 768 + j]);
-      const float v21 = v19 + v20;
-      const float v22 = red6 * 0.0013020834f;
-      const float v23 = v21 - v22;
-      const float v24 = red16 * 0.0013020834f;
-      const float v25 = v24 + 1e-12f;
-      const float v26 = rsqrtf(v25);
-      const float v27 = v23 * v26;
-      const float v28 = b4[j];
-      const float v29 = v27 * v28;
-      const float v30 = b5[j];
-      const float v31 = v29 + v30;
-      b3[row * 768 + j] = __float2half_rn(v31);
-    }
+  const int row = wg;
+  float acc0 = 0.0f;
+  for (int j = lid; j < 768; j += 256) {
+    const float v1 = __half2float(b0[row * 768 + j]);
+    const float v2 = b1[(row * 768 + j) % 768];
+    const float v3 = v1 + v2;
+    const float v4 = __half2float(b2[row * 768 + j]);
+    const float v5 = v3 + v4;
+    acc0 = acc0 + v5;
+  }
+  // wg_reduce (sum -> red6): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp0 = bf_warp_sum_f32_32(acc0);
+  if ((lid & 31) == 0) {
+    red_f32_0[lid / 32] = bf_warp0;
+  }
+  __syncthreads();
+  const float red6 = bf_block_sum_f32_8(red_f32_0);
+  float acc7 = 0.0f;
+  for (int j = lid; j < 768; j += 256) {
+    const float v8 = __half2float(b0[row * 768 + j]);
+    const float v9 = b1[(row * 768 + j) % 768];
+    const float v10 = v8 + v9;
+    const float v11 = __half2float(b2[row * 768 + j]);
+    const float v12 = v10 + v11;
+    const float v13 = red6 * 0.0013020834f;
+    const float v14 = v12 - v13;
+    const float v15 = v14 * v14;
+    acc7 = acc7 + v15;
+  }
+  // wg_reduce (sum -> red16): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp1 = bf_warp_sum_f32_32(acc7);
+  if ((lid & 31) == 0) {
+    red_f32_1[lid / 32] = bf_warp1;
+  }
+  __syncthreads();
+  const float red16 = bf_block_sum_f32_8(red_f32_1);
+  for (int j = lid; j < 768; j += 256) {
+    const float v17 = __half2float(b0[row * 768 + j]);
+    const float v18 = b1[(row * 768 + j) % 768];
+    const float v19 = v17 + v18;
+    const float v20 = __half2float(b2[row * 768 + j]);
+    const float v21 = v19 + v20;
+    const float v22 = red6 * 0.0013020834f;
+    const float v23 = v21 - v22;
+    const float v24 = red16 * 0.0013020834f;
+    const float v25 = v24 + 1e-12f;
+    const float v26 = rsqrtf(v25);
+    const float v27 = v23 * v26;
+    const float v28 = b4[j];
+    const float v29 = v27 * v28;
+    const float v30 = b5[j];
+    const float v31 = v29 + v30;
+    b3[row * 768 + j] = __float2half_rn(v31);
   }
 }

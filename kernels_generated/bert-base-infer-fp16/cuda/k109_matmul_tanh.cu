@@ -11,7 +11,7 @@
 //   %1486 add f32[8,768] (models/bert.ts:129)
 //   %1487 tanh f32[8,768] (models/bert.ts:129) -> written
 //   binding 0 (read): %1469 add f32[8,128,768] stored f16
-//   binding 1 (read): param bert.pooler.dense.weight f32[768,768]
+//   binding 1 (read): param bert.pooler.dense.weight f32[768,768] stored f16
 //   binding 2 (write): %1487 tanh f32[8,768] stored f16
 //   binding 3 (read): param bert.pooler.dense.bias f32[768]
 
@@ -19,7 +19,7 @@
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, __half* __restrict__ b2, const float* __restrict__ b3) {
+extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, __half* __restrict__ b2, const float* __restrict__ b3) {
   __shared__ float As[272];
   __shared__ float Bs[256];
   const int lid = static_cast<int>(threadIdx.x);
@@ -42,10 +42,10 @@ extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restr
     As[mm_af * 17 + (mm_as + 4)] = (mm_row0 + (mm_as + 4) < 8 ? __half2float(__float2half_rn(__half2float(b0[(min(mm_row0 + (mm_as + 4), 7) * 768 + (mm_k0 + mm_af)) / 768 * 98304 + (min(mm_row0 + (mm_as + 4), 7) * 768 + (mm_k0 + mm_af)) % 768]))) : 0.0f);
     As[mm_af * 17 + (mm_as + 8)] = (mm_row0 + (mm_as + 8) < 8 ? __half2float(__float2half_rn(__half2float(b0[(min(mm_row0 + (mm_as + 8), 7) * 768 + (mm_k0 + mm_af)) / 768 * 98304 + (min(mm_row0 + (mm_as + 8), 7) * 768 + (mm_k0 + mm_af)) % 768]))) : 0.0f);
     As[mm_af * 17 + (mm_as + 12)] = (mm_row0 + (mm_as + 12) < 8 ? __half2float(__float2half_rn(__half2float(b0[(min(mm_row0 + (mm_as + 12), 7) * 768 + (mm_k0 + mm_af)) / 768 * 98304 + (min(mm_row0 + (mm_as + 12), 7) * 768 + (mm_k0 + mm_af)) % 768]))) : 0.0f);
-    Bs[mm_bs * 16 + mm_bf] = __half2float(__float2half_rn(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + mm_bs)]));
-    Bs[(mm_bs + 4) * 16 + mm_bf] = __half2float(__float2half_rn(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 4))]));
-    Bs[(mm_bs + 8) * 16 + mm_bf] = __half2float(__float2half_rn(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 8))]));
-    Bs[(mm_bs + 12) * 16 + mm_bf] = __half2float(__float2half_rn(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 12))]));
+    Bs[mm_bs * 16 + mm_bf] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + mm_bs)])));
+    Bs[(mm_bs + 4) * 16 + mm_bf] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 4))])));
+    Bs[(mm_bs + 8) * 16 + mm_bf] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 8))])));
+    Bs[(mm_bs + 12) * 16 + mm_bf] = __half2float(__float2half_rn(__half2float(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 12))])));
     __syncthreads();
     for (int mm_kk = 0; mm_kk < 16; mm_kk += 1) {
       const float mm_av0 = As[mm_kk * 17 + mm_ty];

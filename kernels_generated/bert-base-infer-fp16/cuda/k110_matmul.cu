@@ -8,7 +8,7 @@
 //   %1491 cast f32[8,2] (models/bert.ts:144)
 //   %1493 add f32[8,2] (models/bert.ts:144) -> written
 //   binding 0 (read): %1487 tanh f32[8,768] stored f16
-//   binding 1 (read): param cls.seq_relationship.weight f32[2,768]
+//   binding 1 (read): param cls.seq_relationship.weight f32[2,768] stored f16
 //   binding 2 (write): %1493 add f32[8,2]
 //   binding 3 (read): param cls.seq_relationship.bias f32[2]
 
@@ -16,7 +16,7 @@
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, float* __restrict__ b2, const float* __restrict__ b3) {
+extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, float* __restrict__ b2, const float* __restrict__ b3) {
   __shared__ float As[272];
   __shared__ float Bs[256];
   const int lid = static_cast<int>(threadIdx.x);
@@ -39,10 +39,10 @@ extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restr
     As[mm_af * 17 + (mm_as + 4)] = (mm_row0 + (mm_as + 4) < 8 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 4), 7) * 768 + (mm_k0 + mm_af)]))) : 0.0f);
     As[mm_af * 17 + (mm_as + 8)] = (mm_row0 + (mm_as + 8) < 8 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 8), 7) * 768 + (mm_k0 + mm_af)]))) : 0.0f);
     As[mm_af * 17 + (mm_as + 12)] = (mm_row0 + (mm_as + 12) < 8 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 12), 7) * 768 + (mm_k0 + mm_af)]))) : 0.0f);
-    Bs[mm_bs * 16 + mm_bf] = (mm_col0 + mm_bf < 2 ? __half2float(__float2half_rn(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + mm_bs)])) : 0.0f);
-    Bs[(mm_bs + 4) * 16 + mm_bf] = (mm_col0 + mm_bf < 2 ? __half2float(__float2half_rn(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 4))])) : 0.0f);
-    Bs[(mm_bs + 8) * 16 + mm_bf] = (mm_col0 + mm_bf < 2 ? __half2float(__float2half_rn(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 8))])) : 0.0f);
-    Bs[(mm_bs + 12) * 16 + mm_bf] = (mm_col0 + mm_bf < 2 ? __half2float(__float2half_rn(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 12))])) : 0.0f);
+    Bs[mm_bs * 16 + mm_bf] = (mm_col0 + mm_bf < 2 ? __half2float(__float2half_rn(__half2float(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + mm_bs)]))) : 0.0f);
+    Bs[(mm_bs + 4) * 16 + mm_bf] = (mm_col0 + mm_bf < 2 ? __half2float(__float2half_rn(__half2float(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 4))]))) : 0.0f);
+    Bs[(mm_bs + 8) * 16 + mm_bf] = (mm_col0 + mm_bf < 2 ? __half2float(__float2half_rn(__half2float(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 8))]))) : 0.0f);
+    Bs[(mm_bs + 12) * 16 + mm_bf] = (mm_col0 + mm_bf < 2 ? __half2float(__float2half_rn(__half2float(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 12))]))) : 0.0f);
     __syncthreads();
     for (int mm_kk = 0; mm_kk < 16; mm_kk += 1) {
       const float mm_av0 = As[mm_kk * 17 + mm_ty];

@@ -30,7 +30,7 @@
 //   binding 3 (read): param cls.predictions.transform.LayerNorm.weight f32[768]
 //   binding 4 (read): param cls.predictions.transform.LayerNorm.bias f32[768]
 
-// launch: grid [4, 1, 1] of 256-thread blocks
+// launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -63,61 +63,97 @@ static __device__ __forceinline__ float bf_erf(float x) {
 }
 #endif
 
+#ifndef BF_WARP_SUM_F32_32_DEFINED
+#define BF_WARP_SUM_F32_32_DEFINED
+static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_BLOCK_SUM_F32_8_DEFINED
+#define BF_BLOCK_SUM_F32_8_DEFINED
+static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
+  float a = slots[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) {
+    const float b = slots[i];
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, __half* __restrict__ b2, const float* __restrict__ b3, const float* __restrict__ b4) {
+  __shared__ float red_f32_0[8];
+  __shared__ float red_f32_1[8];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1024) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int j = 0; j < 768; j += 1) {
-      const float v1 = __half2float(b0[row * 768 + j]);
-      const float v2 = b1[(row * 768 + j) % 768];
-      const float v3 = v1 + v2;
-      const float v4 = v3 * 0.5f;
-      const float v5 = v3 * 0.70710677f;
-      const float v6 = bf_erf(v5);
-      const float v7 = v6 + 1.0f;
-      const float v8 = v4 * v7;
-      acc0 = acc0 + v8;
-    }
-    const float red9 = acc0;
-    float acc10 = 0.0f;
-    for (int j = 0; j < 768; j += 1) {
-      const float v11 = __half2float(b0[row * 768 + j]);
-      const float v12 = b1[(row * 768 + j) % 768];
-      const float v13 = v11 + v12;
-      const float v14 = v13 * 0.5f;
-      const float v15 = v13 * 0.70710677f;
-      const float v16 = bf_erf(v15);
-      const float v17 = v16 + 1.0f;
-      const float v18 = v14 * v17;
-      const float v19 = red9 * 0.0013020834f;
-      const float v20 = v18 - v19;
-      const float v21 = v20 * v20;
-      acc10 = acc10 + v21;
-    }
-    const float red22 = acc10;
-    for (int j = 0; j < 768; j += 1) {
-      const float v23 = __half2float(b0[row * 768 + j]);
-      const float v24 = b1[(row * 768 + j) % 768];
-      const float v25 = v23 + v24;
-      const float v26 = v25 * 0.5f;
-      const float v27 = v25 * 0.70710677f;
-      const float v28 = bf_erf(v27);
-      const float v29 = v28 + 1.0f;
-      const float v30 = v26 * v29;
-      const float v31 = red9 * 0.0013020834f;
-      const float v32 = v30 - v31;
-      const float v33 = red22 * 0.0013020834f;
-      const float v34 = v33 + 1e-12f;
-      const float v35 = rsqrtf(v34);
-      const float v36 = v32 * v35;
-      const float v37 = b3[j];
-      const float v38 = v36 * v37;
-      const float v39 = b4[j];
-      const float v40 = v38 + v39;
-      b2[row * 768 + j] = __float2half_rn(v40);
-    }
+  const int row = wg;
+  float acc0 = 0.0f;
+  for (int j = lid; j < 768; j += 256) {
+    const float v1 = __half2float(b0[row * 768 + j]);
+    const float v2 = b1[(row * 768 + j) % 768];
+    const float v3 = v1 + v2;
+    const float v4 = v3 * 0.5f;
+    const float v5 = v3 * 0.70710677f;
+    const float v6 = bf_erf(v5);
+    const float v7 = v6 + 1.0f;
+    const float v8 = v4 * v7;
+    acc0 = acc0 + v8;
+  }
+  // wg_reduce (sum -> red9): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp0 = bf_warp_sum_f32_32(acc0);
+  if ((lid & 31) == 0) {
+    red_f32_0[lid / 32] = bf_warp0;
+  }
+  __syncthreads();
+  const float red9 = bf_block_sum_f32_8(red_f32_0);
+  float acc10 = 0.0f;
+  for (int j = lid; j < 768; j += 256) {
+    const float v11 = __half2float(b0[row * 768 + j]);
+    const float v12 = b1[(row * 768 + j) % 768];
+    const float v13 = v11 + v12;
+    const float v14 = v13 * 0.5f;
+    const float v15 = v13 * 0.70710677f;
+    const float v16 = bf_erf(v15);
+    const float v17 = v16 + 1.0f;
+    const float v18 = v14 * v17;
+    const float v19 = red9 * 0.0013020834f;
+    const float v20 = v18 - v19;
+    const float v21 = v20 * v20;
+    acc10 = acc10 + v21;
+  }
+  // wg_reduce (sum -> red22): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp1 = bf_warp_sum_f32_32(acc10);
+  if ((lid & 31) == 0) {
+    red_f32_1[lid / 32] = bf_warp1;
+  }
+  __syncthreads();
+  const float red22 = bf_block_sum_f32_8(red_f32_1);
+  for (int j = lid; j < 768; j += 256) {
+    const float v23 = __half2float(b0[row * 768 + j]);
+    const float v24 = b1[(row * 768 + j) % 768];
+    const float v25 = v23 + v24;
+    const float v26 = v25 * 0.5f;
+    const float v27 = v25 * 0.70710677f;
+    const float v28 = bf_erf(v27);
+    const float v29 = v28 + 1.0f;
+    const float v30 = v26 * v29;
+    const float v31 = red9 * 0.0013020834f;
+    const float v32 = v30 - v31;
+    const float v33 = red22 * 0.0013020834f;
+    const float v34 = v33 + 1e-12f;
+    const float v35 = rsqrtf(v34);
+    const float v36 = v32 * v35;
+    const float v37 = b3[j];
+    const float v38 = v36 * v37;
+    const float v39 = b4[j];
+    const float v40 = v38 + v39;
+    b2[row * 768 + j] = __float2half_rn(v40);
   }
 }

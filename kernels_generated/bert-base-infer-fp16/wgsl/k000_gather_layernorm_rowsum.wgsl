@@ -29,7 +29,7 @@
 //   binding 6 (read): param bert.embeddings.LayerNorm.weight f32[768]
 //   binding 7 (read): param bert.embeddings.LayerNorm.bias f32[768]
 
-// launch: 4 workgroups of 256 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
@@ -42,59 +42,121 @@ enable f16;
 @group(0) @binding(6) var<storage, read> b6: array<f32>;
 @group(0) @binding(7) var<storage, read> b7: array<f32>;
 
+var<workgroup> red_f32_0: array<f32, 256>;
+var<workgroup> red_f32_1: array<f32, 256>;
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1024) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 768; j += 1) {
-      let v1: i32 = b0[row / 128 * 128 + row % 128];
-      let v2: f32 = b1[min(max(v1, 0), 30521) * 768 + j];
-      let v3: f32 = b2[row % 128 * 768 + j];
-      let v4: f32 = v2 + v3;
-      let v5: i32 = b3[row / 128 * 128 + row % 128];
-      let v6: f32 = b4[min(max(v5, 0), 1) * 768 + j];
-      let v7: f32 = v4 + v6;
-      acc0 = acc0 + v7;
-    }
-    let red8: f32 = acc0;
-    var acc9: f32 = 0.0;
-    for (var j: i32 = 0; j < 768; j += 1) {
-      let v10: i32 = b0[row / 128 * 128 + row % 128];
-      let v11: f32 = b1[min(max(v10, 0), 30521) * 768 + j];
-      let v12: f32 = b2[row % 128 * 768 + j];
-      let v13: f32 = v11 + v12;
-      let v14: i32 = b3[row / 128 * 128 + row % 128];
-      let v15: f32 = b4[min(max(v14, 0), 1) * 768 + j];
-      let v16: f32 = v13 + v15;
-      let v17: f32 = red8 * 0.0013020834;
-      let v18: f32 = v16 - v17;
-      let v19: f32 = v18 * v18;
-      acc9 = acc9 + v19;
-    }
-    let red20: f32 = acc9;
-    for (var j: i32 = 0; j < 768; j += 1) {
-      let v21: i32 = b0[row / 128 * 128 + row % 128];
-      let v22: f32 = b1[min(max(v21, 0), 30521) * 768 + j];
-      let v23: f32 = b2[row % 128 * 768 + j];
-      let v24: f32 = v22 + v23;
-      let v25: i32 = b3[row / 128 * 128 + row % 128];
-      let v26: f32 = b4[min(max(v25, 0), 1) * 768 + j];
-      let v27: f32 = v24 + v26;
-      let v28: f32 = red8 * 0.0013020834;
-      let v29: f32 = v27 - v28;
-      let v30: f32 = red20 * 0.0013020834;
-      let v31: f32 = v30 + 1e-12;
-      let v32: f32 = inverseSqrt(v31);
-      let v33: f32 = v29 * v32;
-      let v34: f32 = b6[j];
-      let v35: f32 = v33 * v34;
-      let v36: f32 = b7[j];
-      let v37: f32 = v35 + v36;
-      b5[row * 768 + j] = f16(v37);
-    }
+  let row: i32 = wg;
+  var acc0: f32 = 0.0;
+  for (var j: i32 = lid; j < 768; j += 256) {
+    let v1: i32 = b0[row / 128 * 128 + row % 128];
+    let v2: f32 = b1[min(max(v1, 0), 30521) * 768 + j];
+    let v3: f32 = b2[row % 128 * 768 + j];
+    let v4: f32 = v2 + v3;
+    let v5: i32 = b3[row / 128 * 128 + row % 128];
+    let v6: f32 = b4[min(max(v5, 0), 1) * 768 + j];
+    let v7: f32 = v4 + v6;
+    acc0 = acc0 + v7;
+  }
+  // wg_reduce (sum -> red8): tree over 256 threads in workgroup memory
+  red_f32_0[lid] = acc0;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
+  }
+  workgroupBarrier();
+  let red8: f32 = red_f32_0[0] + red_f32_0[1];
+  var acc9: f32 = 0.0;
+  for (var j: i32 = lid; j < 768; j += 256) {
+    let v10: i32 = b0[row / 128 * 128 + row % 128];
+    let v11: f32 = b1[min(max(v10, 0), 30521) * 768 + j];
+    let v12: f32 = b2[row % 128 * 768 + j];
+    let v13: f32 = v11 + v12;
+    let v14: i32 = b3[row / 128 * 128 + row % 128];
+    let v15: f32 = b4[min(max(v14, 0), 1) * 768 + j];
+    let v16: f32 = v13 + v15;
+    let v17: f32 = red8 * 0.0013020834;
+    let v18: f32 = v16 - v17;
+    let v19: f32 = v18 * v18;
+    acc9 = acc9 + v19;
+  }
+  // wg_reduce (sum -> red20): tree over 256 threads in workgroup memory
+  red_f32_1[lid] = acc9;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
+  }
+  workgroupBarrier();
+  let red20: f32 = red_f32_1[0] + red_f32_1[1];
+  for (var j: i32 = lid; j < 768; j += 256) {
+    let v21: i32 = b0[row / 128 * 128 + row % 128];
+    let v22: f32 = b1[min(max(v21, 0), 30521) * 768 + j];
+    let v23: f32 = b2[row % 128 * 768 + j];
+    let v24: f32 = v22 + v23;
+    let v25: i32 = b3[row / 128 * 128 + row % 128];
+    let v26: f32 = b4[min(max(v25, 0), 1) * 768 + j];
+    let v27: f32 = v24 + v26;
+    let v28: f32 = red8 * 0.0013020834;
+    let v29: f32 = v27 - v28;
+    let v30: f32 = red20 * 0.0013020834;
+    let v31: f32 = v30 + 1e-12;
+    let v32: f32 = inverseSqrt(v31);
+    let v33: f32 = v29 * v32;
+    let v34: f32 = b6[j];
+    let v35: f32 = v33 * v34;
+    let v36: f32 = b7[j];
+    let v37: f32 = v35 + v36;
+    b5[row * 768 + j] = f16(v37);
   }
 }

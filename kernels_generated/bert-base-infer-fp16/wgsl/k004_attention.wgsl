@@ -25,12 +25,16 @@
 //   %91 div f32[8,12,128,128] (models/bert.ts:236)
 //   %92 cast f16[8,12,128,128] (models/bert.ts:236)
 //   %93 cast f16[8,12,128,64] (models/bert.ts:236)
-//   %94 matmul f16[8,12,128,64] (models/bert.ts:236) -> written
+//   %94 matmul f16[8,12,128,64] (models/bert.ts:236)
+//   %95 cast f32[8,12,128,64] (models/bert.ts:236)
+//   %96 permute f32[8,128,12,64] (models/bert.ts:236)
+//   %97 reshape f32[1024,768] (models/bert.ts:245)
+//   %98 cast f16[1024,768] (models/bert.ts:245) -> written
 //   binding 0 (read): %59 add f32[1024,768] stored f16
 //   binding 1 (read): %66 add f32[1024,768] stored f16
 //   binding 2 (read): input attention_mask i32[8,128]
 //   binding 3 (read): %73 add f32[1024,768] stored f16
-//   binding 4 (write): %94 matmul f16[8,12,128,64]
+//   binding 4 (write): %98 cast f16[1024,768]
 
 // launch: 768 workgroups of 16 threads
 
@@ -688,68 +692,132 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     att_o7_6 = att_o7_6 + av89 * v79;
     att_o7_7 = att_o7_7 + av89 * v81;
   }
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + att_o_x] = f16(att_o0_0);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 8)] = f16(att_o0_1);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 16)] = f16(att_o0_2);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 24)] = f16(att_o0_3);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 32)] = f16(att_o0_4);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 40)] = f16(att_o0_5);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 48)] = f16(att_o0_6);
-  b4[(att_base + (att_row0 + att_o_y)) * 64 + (att_o_x + 56)] = f16(att_o0_7);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + att_o_x] = f16(att_o1_0);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 8)] = f16(att_o1_1);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 16)] = f16(att_o1_2);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 24)] = f16(att_o1_3);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 32)] = f16(att_o1_4);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 40)] = f16(att_o1_5);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 48)] = f16(att_o1_6);
-  b4[(att_base + (att_row0 + (att_o_y + 2))) * 64 + (att_o_x + 56)] = f16(att_o1_7);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + att_o_x] = f16(att_o2_0);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 8)] = f16(att_o2_1);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 16)] = f16(att_o2_2);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 24)] = f16(att_o2_3);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 32)] = f16(att_o2_4);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 40)] = f16(att_o2_5);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 48)] = f16(att_o2_6);
-  b4[(att_base + (att_row0 + (att_o_y + 4))) * 64 + (att_o_x + 56)] = f16(att_o2_7);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + att_o_x] = f16(att_o3_0);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 8)] = f16(att_o3_1);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 16)] = f16(att_o3_2);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 24)] = f16(att_o3_3);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 32)] = f16(att_o3_4);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 40)] = f16(att_o3_5);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 48)] = f16(att_o3_6);
-  b4[(att_base + (att_row0 + (att_o_y + 6))) * 64 + (att_o_x + 56)] = f16(att_o3_7);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + att_o_x] = f16(att_o4_0);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 8)] = f16(att_o4_1);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 16)] = f16(att_o4_2);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 24)] = f16(att_o4_3);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 32)] = f16(att_o4_4);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 40)] = f16(att_o4_5);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 48)] = f16(att_o4_6);
-  b4[(att_base + (att_row0 + (att_o_y + 8))) * 64 + (att_o_x + 56)] = f16(att_o4_7);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + att_o_x] = f16(att_o5_0);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 8)] = f16(att_o5_1);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 16)] = f16(att_o5_2);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 24)] = f16(att_o5_3);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 32)] = f16(att_o5_4);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 40)] = f16(att_o5_5);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 48)] = f16(att_o5_6);
-  b4[(att_base + (att_row0 + (att_o_y + 10))) * 64 + (att_o_x + 56)] = f16(att_o5_7);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + att_o_x] = f16(att_o6_0);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 8)] = f16(att_o6_1);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 16)] = f16(att_o6_2);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 24)] = f16(att_o6_3);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 32)] = f16(att_o6_4);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 40)] = f16(att_o6_5);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 48)] = f16(att_o6_6);
-  b4[(att_base + (att_row0 + (att_o_y + 12))) * 64 + (att_o_x + 56)] = f16(att_o6_7);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + att_o_x] = f16(att_o7_0);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 8)] = f16(att_o7_1);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 16)] = f16(att_o7_2);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 24)] = f16(att_o7_3);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 32)] = f16(att_o7_4);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 40)] = f16(att_o7_5);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 48)] = f16(att_o7_6);
-  b4[(att_base + (att_row0 + (att_o_y + 14))) * 64 + (att_o_x + 56)] = f16(att_o7_7);
+  let v90: f32 = f32(f16(att_o0_0));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + att_o_x] = f16(v90);
+  let v91: f32 = f32(f16(att_o0_1));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = f16(v91);
+  let v92: f32 = f32(f16(att_o0_2));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = f16(v92);
+  let v93: f32 = f32(f16(att_o0_3));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = f16(v93);
+  let v94: f32 = f32(f16(att_o0_4));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = f16(v94);
+  let v95: f32 = f32(f16(att_o0_5));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = f16(v95);
+  let v96: f32 = f32(f16(att_o0_6));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = f16(v96);
+  let v97: f32 = f32(f16(att_o0_7));
+  b4[att_b / 12 * 98304 + (att_row0 + att_o_y) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = f16(v97);
+  let v98: f32 = f32(f16(att_o1_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + att_o_x] = f16(v98);
+  let v99: f32 = f32(f16(att_o1_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = f16(v99);
+  let v100: f32 = f32(f16(att_o1_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = f16(v100);
+  let v101: f32 = f32(f16(att_o1_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = f16(v101);
+  let v102: f32 = f32(f16(att_o1_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = f16(v102);
+  let v103: f32 = f32(f16(att_o1_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = f16(v103);
+  let v104: f32 = f32(f16(att_o1_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = f16(v104);
+  let v105: f32 = f32(f16(att_o1_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 2)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = f16(v105);
+  let v106: f32 = f32(f16(att_o2_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + att_o_x] = f16(v106);
+  let v107: f32 = f32(f16(att_o2_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = f16(v107);
+  let v108: f32 = f32(f16(att_o2_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = f16(v108);
+  let v109: f32 = f32(f16(att_o2_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = f16(v109);
+  let v110: f32 = f32(f16(att_o2_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = f16(v110);
+  let v111: f32 = f32(f16(att_o2_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = f16(v111);
+  let v112: f32 = f32(f16(att_o2_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = f16(v112);
+  let v113: f32 = f32(f16(att_o2_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 4)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = f16(v113);
+  let v114: f32 = f32(f16(att_o3_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + att_o_x] = f16(v114);
+  let v115: f32 = f32(f16(att_o3_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = f16(v115);
+  let v116: f32 = f32(f16(att_o3_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = f16(v116);
+  let v117: f32 = f32(f16(att_o3_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = f16(v117);
+  let v118: f32 = f32(f16(att_o3_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = f16(v118);
+  let v119: f32 = f32(f16(att_o3_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = f16(v119);
+  let v120: f32 = f32(f16(att_o3_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = f16(v120);
+  let v121: f32 = f32(f16(att_o3_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 6)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = f16(v121);
+  let v122: f32 = f32(f16(att_o4_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + att_o_x] = f16(v122);
+  let v123: f32 = f32(f16(att_o4_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = f16(v123);
+  let v124: f32 = f32(f16(att_o4_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = f16(v124);
+  let v125: f32 = f32(f16(att_o4_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = f16(v125);
+  let v126: f32 = f32(f16(att_o4_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = f16(v126);
+  let v127: f32 = f32(f16(att_o4_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = f16(v127);
+  let v128: f32 = f32(f16(att_o4_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = f16(v128);
+  let v129: f32 = f32(f16(att_o4_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 8)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = f16(v129);
+  let v130: f32 = f32(f16(att_o5_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + att_o_x] = f16(v130);
+  let v131: f32 = f32(f16(att_o5_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = f16(v131);
+  let v132: f32 = f32(f16(att_o5_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = f16(v132);
+  let v133: f32 = f32(f16(att_o5_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = f16(v133);
+  let v134: f32 = f32(f16(att_o5_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = f16(v134);
+  let v135: f32 = f32(f16(att_o5_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = f16(v135);
+  let v136: f32 = f32(f16(att_o5_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = f16(v136);
+  let v137: f32 = f32(f16(att_o5_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 10)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = f16(v137);
+  let v138: f32 = f32(f16(att_o6_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + att_o_x] = f16(v138);
+  let v139: f32 = f32(f16(att_o6_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = f16(v139);
+  let v140: f32 = f32(f16(att_o6_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = f16(v140);
+  let v141: f32 = f32(f16(att_o6_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = f16(v141);
+  let v142: f32 = f32(f16(att_o6_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = f16(v142);
+  let v143: f32 = f32(f16(att_o6_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = f16(v143);
+  let v144: f32 = f32(f16(att_o6_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = f16(v144);
+  let v145: f32 = f32(f16(att_o6_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 12)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = f16(v145);
+  let v146: f32 = f32(f16(att_o7_0));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + att_o_x] = f16(v146);
+  let v147: f32 = f32(f16(att_o7_1));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 8)] = f16(v147);
+  let v148: f32 = f32(f16(att_o7_2));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 16)] = f16(v148);
+  let v149: f32 = f32(f16(att_o7_3));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 24)] = f16(v149);
+  let v150: f32 = f32(f16(att_o7_4));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 32)] = f16(v150);
+  let v151: f32 = f32(f16(att_o7_5));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 40)] = f16(v151);
+  let v152: f32 = f32(f16(att_o7_6));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 48)] = f16(v152);
+  let v153: f32 = f32(f16(att_o7_7));
+  b4[att_b / 12 * 98304 + (att_row0 + (att_o_y + 14)) * 768 + att_b % 12 * 64 + (att_o_x + 56)] = f16(v153);
 }

@@ -27,7 +27,7 @@
 //   binding 4 (read): param bert.encoder.layer.0.attention.output.LayerNorm.weight f32[768]
 //   binding 5 (read): param bert.encoder.layer.0.attention.output.LayerNorm.bias f32[768]
 
-// launch: 4 workgroups of 256 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
@@ -38,53 +38,115 @@ enable f16;
 @group(0) @binding(4) var<storage, read> b4: array<f32>;
 @group(0) @binding(5) var<storage, read> b5: array<f32>;
 
+var<workgroup> red_f32_0: array<f32, 256>;
+var<workgroup> red_f32_1: array<f32, 256>;
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1024) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 768; j += 1) {
-      let v1: f32 = f32(b0[row * 768 + j]);
-      let v2: f32 = b1[(row * 768 + j) % 768];
-      let v3: f32 = v1 + v2;
-      let v4: f32 = f32(b2[row * 768 + j]);
-      let v5: f32 = v3 + v4;
-      acc0 = acc0 + v5;
-    }
-    let red6: f32 = acc0;
-    var acc7: f32 = 0.0;
-    for (var j: i32 = 0; j < 768; j += 1) {
-      let v8: f32 = f32(b0[row * 768 + j]);
-      let v9: f32 = b1[(row * 768 + j) % 768];
-      let v10: f32 = v8 + v9;
-      let v11: f32 = f32(b2[row * 768 + j]);
-      let v12: f32 = v10 + v11;
-      let v13: f32 = red6 * 0.0013020834;
-      let v14: f32 = v12 - v13;
-      let v15: f32 = v14 * v14;
-      acc7 = acc7 + v15;
-    }
-    let red16: f32 = acc7;
-    for (var j: i32 = 0; j < 768; j += 1) {
-      let v17: f32 = f32(b0[row * 768 + j]);
-      let v18: f32 = b1[(row * 768 + j) % 768];
-      let v19: f32 = v17 + v18;
-      let v20: f32 = f32(b2[row * 768 + j]);
-      let v21: f32 = v19 + v20;
-      let v22: f32 = red6 * 0.0013020834;
-      let v23: f32 = v21 - v22;
-      let v24: f32 = red16 * 0.0013020834;
-      let v25: f32 = v24 + 1e-12;
-      let v26: f32 = inverseSqrt(v25);
-      let v27: f32 = v23 * v26;
-      let v28: f32 = b4[j];
-      let v29: f32 = v27 * v28;
-      let v30: f32 = b5[j];
-      let v31: f32 = v29 + v30;
-      b3[row * 768 + j] = f16(v31);
-    }
+  let row: i32 = wg;
+  var acc0: f32 = 0.0;
+  for (var j: i32 = lid; j < 768; j += 256) {
+    let v1: f32 = f32(b0[row * 768 + j]);
+    let v2: f32 = b1[(row * 768 + j) % 768];
+    let v3: f32 = v1 + v2;
+    let v4: f32 = f32(b2[row * 768 + j]);
+    let v5: f32 = v3 + v4;
+    acc0 = acc0 + v5;
+  }
+  // wg_reduce (sum -> red6): tree over 256 threads in workgroup memory
+  red_f32_0[lid] = acc0;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
+  }
+  workgroupBarrier();
+  let red6: f32 = red_f32_0[0] + red_f32_0[1];
+  var acc7: f32 = 0.0;
+  for (var j: i32 = lid; j < 768; j += 256) {
+    let v8: f32 = f32(b0[row * 768 + j]);
+    let v9: f32 = b1[(row * 768 + j) % 768];
+    let v10: f32 = v8 + v9;
+    let v11: f32 = f32(b2[row * 768 + j]);
+    let v12: f32 = v10 + v11;
+    let v13: f32 = red6 * 0.0013020834;
+    let v14: f32 = v12 - v13;
+    let v15: f32 = v14 * v14;
+    acc7 = acc7 + v15;
+  }
+  // wg_reduce (sum -> red16): tree over 256 threads in workgroup memory
+  red_f32_1[lid] = acc7;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
+  }
+  workgroupBarrier();
+  let red16: f32 = red_f32_1[0] + red_f32_1[1];
+  for (var j: i32 = lid; j < 768; j += 256) {
+    let v17: f32 = f32(b0[row * 768 + j]);
+    let v18: f32 = b1[(row * 768 + j) % 768];
+    let v19: f32 = v17 + v18;
+    let v20: f32 = f32(b2[row * 768 + j]);
+    let v21: f32 = v19 + v20;
+    let v22: f32 = red6 * 0.0013020834;
+    let v23: f32 = v21 - v22;
+    let v24: f32 = red16 * 0.0013020834;
+    let v25: f32 = v24 + 1e-12;
+    let v26: f32 = inverseSqrt(v25);
+    let v27: f32 = v23 * v26;
+    let v28: f32 = b4[j];
+    let v29: f32 = v27 * v28;
+    let v30: f32 = b5[j];
+    let v31: f32 = v29 + v30;
+    b3[row * 768 + j] = f16(v31);
   }
 }

@@ -11,7 +11,7 @@
 //   %1486 add f32[8,768] (models/bert.ts:129)
 //   %1487 tanh f32[8,768] (models/bert.ts:129) -> written
 //   binding 0 (read): %1469 add f32[8,128,768] stored f16
-//   binding 1 (read): param bert.pooler.dense.weight f32[768,768]
+//   binding 1 (read): param bert.pooler.dense.weight f32[768,768] stored f16
 //   binding 2 (write): %1487 tanh f32[8,768] stored f16
 //   binding 3 (read): param bert.pooler.dense.bias f32[768]
 
@@ -20,7 +20,7 @@
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
-@group(0) @binding(1) var<storage, read> b1: array<f32>;
+@group(0) @binding(1) var<storage, read> b1: array<f16>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f16>;
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
 
@@ -54,10 +54,10 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     As[mm_af * 17 + (mm_as + 4)] = select(0.0, f32(f16(f32(b0[(min(mm_row0 + (mm_as + 4), 7) * 768 + (mm_k0 + mm_af)) / 768 * 98304 + (min(mm_row0 + (mm_as + 4), 7) * 768 + (mm_k0 + mm_af)) % 768]))), mm_row0 + (mm_as + 4) < 8);
     As[mm_af * 17 + (mm_as + 8)] = select(0.0, f32(f16(f32(b0[(min(mm_row0 + (mm_as + 8), 7) * 768 + (mm_k0 + mm_af)) / 768 * 98304 + (min(mm_row0 + (mm_as + 8), 7) * 768 + (mm_k0 + mm_af)) % 768]))), mm_row0 + (mm_as + 8) < 8);
     As[mm_af * 17 + (mm_as + 12)] = select(0.0, f32(f16(f32(b0[(min(mm_row0 + (mm_as + 12), 7) * 768 + (mm_k0 + mm_af)) / 768 * 98304 + (min(mm_row0 + (mm_as + 12), 7) * 768 + (mm_k0 + mm_af)) % 768]))), mm_row0 + (mm_as + 12) < 8);
-    Bs[mm_bs * 16 + mm_bf] = f32(f16(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + mm_bs)]));
-    Bs[(mm_bs + 4) * 16 + mm_bf] = f32(f16(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 4))]));
-    Bs[(mm_bs + 8) * 16 + mm_bf] = f32(f16(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 8))]));
-    Bs[(mm_bs + 12) * 16 + mm_bf] = f32(f16(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 12))]));
+    Bs[mm_bs * 16 + mm_bf] = f32(f16(f32(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + mm_bs)])));
+    Bs[(mm_bs + 4) * 16 + mm_bf] = f32(f16(f32(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 4))])));
+    Bs[(mm_bs + 8) * 16 + mm_bf] = f32(f16(f32(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 8))])));
+    Bs[(mm_bs + 12) * 16 + mm_bf] = f32(f16(f32(b1[(mm_col0 + mm_bf) * 768 + (mm_k0 + (mm_bs + 12))])));
     workgroupBarrier();
     for (var mm_kk: i32 = 0; mm_kk < 16; mm_kk += 1) {
       let mm_av0: f32 = As[mm_kk * 17 + mm_ty];

@@ -8,7 +8,7 @@
 //   %1491 cast f32[8,2] (models/bert.ts:144)
 //   %1493 add f32[8,2] (models/bert.ts:144) -> written
 //   binding 0 (read): %1487 tanh f32[8,768] stored f16
-//   binding 1 (read): param cls.seq_relationship.weight f32[2,768]
+//   binding 1 (read): param cls.seq_relationship.weight f32[2,768] stored f16
 //   binding 2 (write): %1493 add f32[8,2]
 //   binding 3 (read): param cls.seq_relationship.bias f32[2]
 
@@ -17,7 +17,7 @@
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
-@group(0) @binding(1) var<storage, read> b1: array<f32>;
+@group(0) @binding(1) var<storage, read> b1: array<f16>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
 
@@ -46,10 +46,10 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     As[mm_af * 17 + (mm_as + 4)] = select(0.0, f32(f16(f32(b0[min(mm_row0 + (mm_as + 4), 7) * 768 + (mm_k0 + mm_af)]))), mm_row0 + (mm_as + 4) < 8);
     As[mm_af * 17 + (mm_as + 8)] = select(0.0, f32(f16(f32(b0[min(mm_row0 + (mm_as + 8), 7) * 768 + (mm_k0 + mm_af)]))), mm_row0 + (mm_as + 8) < 8);
     As[mm_af * 17 + (mm_as + 12)] = select(0.0, f32(f16(f32(b0[min(mm_row0 + (mm_as + 12), 7) * 768 + (mm_k0 + mm_af)]))), mm_row0 + (mm_as + 12) < 8);
-    Bs[mm_bs * 16 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + mm_bs)])), mm_col0 + mm_bf < 2);
-    Bs[(mm_bs + 4) * 16 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 4))])), mm_col0 + mm_bf < 2);
-    Bs[(mm_bs + 8) * 16 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 8))])), mm_col0 + mm_bf < 2);
-    Bs[(mm_bs + 12) * 16 + mm_bf] = select(0.0, f32(f16(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 12))])), mm_col0 + mm_bf < 2);
+    Bs[mm_bs * 16 + mm_bf] = select(0.0, f32(f16(f32(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + mm_bs)]))), mm_col0 + mm_bf < 2);
+    Bs[(mm_bs + 4) * 16 + mm_bf] = select(0.0, f32(f16(f32(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 4))]))), mm_col0 + mm_bf < 2);
+    Bs[(mm_bs + 8) * 16 + mm_bf] = select(0.0, f32(f16(f32(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 8))]))), mm_col0 + mm_bf < 2);
+    Bs[(mm_bs + 12) * 16 + mm_bf] = select(0.0, f32(f16(f32(b1[min(mm_col0 + mm_bf, 1) * 768 + (mm_k0 + (mm_bs + 12))]))), mm_col0 + mm_bf < 2);
     workgroupBarrier();
     for (var mm_kk: i32 = 0; mm_kk < 16; mm_kk += 1) {
       let mm_av0: f32 = As[mm_kk * 17 + mm_ty];

@@ -7,7 +7,7 @@
 //   %1495 cast f16[1024,768] (models/bert.ts:140)
 //   %1497 matmul f16[1024,768] (models/bert.ts:140) -> written
 //   binding 0 (read): %1469 add f32[8,128,768] stored f16
-//   binding 1 (read): param cls.predictions.transform.dense.weight f32[768,768]
+//   binding 1 (read): param cls.predictions.transform.dense.weight f32[768,768] stored f16
 //   binding 2 (write): %1497 matmul f16[1024,768]
 
 // launch: 48 workgroups of 64 threads
@@ -15,7 +15,7 @@
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
-@group(0) @binding(1) var<storage, read> b1: array<f32>;
+@group(0) @binding(1) var<storage, read> b1: array<f16>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f16>;
 
 var<workgroup> As: array<f32, 1032>;
@@ -306,22 +306,22 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     As[mm_af * 129 + (mm_as + 104)] = f32(f16(f32(b0[(mm_row0 + (mm_as + 104)) * 768 + (mm_k0 + mm_af)])));
     As[mm_af * 129 + (mm_as + 112)] = f32(f16(f32(b0[(mm_row0 + (mm_as + 112)) * 768 + (mm_k0 + mm_af)])));
     As[mm_af * 129 + (mm_as + 120)] = f32(f16(f32(b0[(mm_row0 + (mm_as + 120)) * 768 + (mm_k0 + mm_af)])));
-    Bs[lid / 128 * 128 + lid % 128] = f32(f16(b1[(mm_col0 + lid % 128) * 768 + (mm_k0 + lid / 128)]));
-    Bs[(lid + 64) / 128 * 128 + (lid + 64) % 128] = f32(f16(b1[(mm_col0 + (lid + 64) % 128) * 768 + (mm_k0 + (lid + 64) / 128)]));
-    Bs[(lid + 128) / 128 * 128 + (lid + 128) % 128] = f32(f16(b1[(mm_col0 + (lid + 128) % 128) * 768 + (mm_k0 + (lid + 128) / 128)]));
-    Bs[(lid + 192) / 128 * 128 + (lid + 192) % 128] = f32(f16(b1[(mm_col0 + (lid + 192) % 128) * 768 + (mm_k0 + (lid + 192) / 128)]));
-    Bs[(lid + 256) / 128 * 128 + (lid + 256) % 128] = f32(f16(b1[(mm_col0 + (lid + 256) % 128) * 768 + (mm_k0 + (lid + 256) / 128)]));
-    Bs[(lid + 320) / 128 * 128 + (lid + 320) % 128] = f32(f16(b1[(mm_col0 + (lid + 320) % 128) * 768 + (mm_k0 + (lid + 320) / 128)]));
-    Bs[(lid + 384) / 128 * 128 + (lid + 384) % 128] = f32(f16(b1[(mm_col0 + (lid + 384) % 128) * 768 + (mm_k0 + (lid + 384) / 128)]));
-    Bs[(lid + 448) / 128 * 128 + (lid + 448) % 128] = f32(f16(b1[(mm_col0 + (lid + 448) % 128) * 768 + (mm_k0 + (lid + 448) / 128)]));
-    Bs[(lid + 512) / 128 * 128 + (lid + 512) % 128] = f32(f16(b1[(mm_col0 + (lid + 512) % 128) * 768 + (mm_k0 + (lid + 512) / 128)]));
-    Bs[(lid + 576) / 128 * 128 + (lid + 576) % 128] = f32(f16(b1[(mm_col0 + (lid + 576) % 128) * 768 + (mm_k0 + (lid + 576) / 128)]));
-    Bs[(lid + 640) / 128 * 128 + (lid + 640) % 128] = f32(f16(b1[(mm_col0 + (lid + 640) % 128) * 768 + (mm_k0 + (lid + 640) / 128)]));
-    Bs[(lid + 704) / 128 * 128 + (lid + 704) % 128] = f32(f16(b1[(mm_col0 + (lid + 704) % 128) * 768 + (mm_k0 + (lid + 704) / 128)]));
-    Bs[(lid + 768) / 128 * 128 + (lid + 768) % 128] = f32(f16(b1[(mm_col0 + (lid + 768) % 128) * 768 + (mm_k0 + (lid + 768) / 128)]));
-    Bs[(lid + 832) / 128 * 128 + (lid + 832) % 128] = f32(f16(b1[(mm_col0 + (lid + 832) % 128) * 768 + (mm_k0 + (lid + 832) / 128)]));
-    Bs[(lid + 896) / 128 * 128 + (lid + 896) % 128] = f32(f16(b1[(mm_col0 + (lid + 896) % 128) * 768 + (mm_k0 + (lid + 896) / 128)]));
-    Bs[(lid + 960) / 128 * 128 + (lid + 960) % 128] = f32(f16(b1[(mm_col0 + (lid + 960) % 128) * 768 + (mm_k0 + (lid + 960) / 128)]));
+    Bs[lid / 128 * 128 + lid % 128] = f32(f16(f32(b1[(mm_col0 + lid % 128) * 768 + (mm_k0 + lid / 128)])));
+    Bs[(lid + 64) / 128 * 128 + (lid + 64) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 64) % 128) * 768 + (mm_k0 + (lid + 64) / 128)])));
+    Bs[(lid + 128) / 128 * 128 + (lid + 128) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 128) % 128) * 768 + (mm_k0 + (lid + 128) / 128)])));
+    Bs[(lid + 192) / 128 * 128 + (lid + 192) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 192) % 128) * 768 + (mm_k0 + (lid + 192) / 128)])));
+    Bs[(lid + 256) / 128 * 128 + (lid + 256) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 256) % 128) * 768 + (mm_k0 + (lid + 256) / 128)])));
+    Bs[(lid + 320) / 128 * 128 + (lid + 320) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 320) % 128) * 768 + (mm_k0 + (lid + 320) / 128)])));
+    Bs[(lid + 384) / 128 * 128 + (lid + 384) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 384) % 128) * 768 + (mm_k0 + (lid + 384) / 128)])));
+    Bs[(lid + 448) / 128 * 128 + (lid + 448) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 448) % 128) * 768 + (mm_k0 + (lid + 448) / 128)])));
+    Bs[(lid + 512) / 128 * 128 + (lid + 512) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 512) % 128) * 768 + (mm_k0 + (lid + 512) / 128)])));
+    Bs[(lid + 576) / 128 * 128 + (lid + 576) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 576) % 128) * 768 + (mm_k0 + (lid + 576) / 128)])));
+    Bs[(lid + 640) / 128 * 128 + (lid + 640) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 640) % 128) * 768 + (mm_k0 + (lid + 640) / 128)])));
+    Bs[(lid + 704) / 128 * 128 + (lid + 704) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 704) % 128) * 768 + (mm_k0 + (lid + 704) / 128)])));
+    Bs[(lid + 768) / 128 * 128 + (lid + 768) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 768) % 128) * 768 + (mm_k0 + (lid + 768) / 128)])));
+    Bs[(lid + 832) / 128 * 128 + (lid + 832) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 832) % 128) * 768 + (mm_k0 + (lid + 832) / 128)])));
+    Bs[(lid + 896) / 128 * 128 + (lid + 896) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 896) % 128) * 768 + (mm_k0 + (lid + 896) / 128)])));
+    Bs[(lid + 960) / 128 * 128 + (lid + 960) % 128] = f32(f16(f32(b1[(mm_col0 + (lid + 960) % 128) * 768 + (mm_k0 + (lid + 960) / 128)])));
     workgroupBarrier();
     for (var mm_kk: i32 = 0; mm_kk < 8; mm_kk += 1) {
       let mm_av0: f32 = As[mm_kk * 129 + mm_ty];

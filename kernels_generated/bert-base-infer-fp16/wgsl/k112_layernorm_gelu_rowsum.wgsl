@@ -30,7 +30,7 @@
 //   binding 3 (read): param cls.predictions.transform.LayerNorm.weight f32[768]
 //   binding 4 (read): param cls.predictions.transform.LayerNorm.bias f32[768]
 
-// launch: 4 workgroups of 256 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
@@ -39,6 +39,9 @@ enable f16;
 @group(0) @binding(2) var<storage, read_write> b2: array<f16>;
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
 @group(0) @binding(4) var<storage, read> b4: array<f32>;
+
+var<workgroup> red_f32_0: array<f32, 256>;
+var<workgroup> red_f32_1: array<f32, 256>;
 
 // erf(x) to ~1e-7: |x| < 1 as x * P(2x² - 1); 1 <= |x| <= 4 as 1 - exp(-x²) * Q((1/x - 0.625) / 0.375);
 // beyond 4, ±1. Both branches are computed and one selected: no divergence.
@@ -70,58 +73,117 @@ fn bf_erf(x: f32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1024) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 768; j += 1) {
-      let v1: f32 = f32(b0[row * 768 + j]);
-      let v2: f32 = b1[(row * 768 + j) % 768];
-      let v3: f32 = v1 + v2;
-      let v4: f32 = v3 * 0.5;
-      let v5: f32 = v3 * 0.70710677;
-      let v6: f32 = bf_erf(v5);
-      let v7: f32 = v6 + 1.0;
-      let v8: f32 = v4 * v7;
-      acc0 = acc0 + v8;
-    }
-    let red9: f32 = acc0;
-    var acc10: f32 = 0.0;
-    for (var j: i32 = 0; j < 768; j += 1) {
-      let v11: f32 = f32(b0[row * 768 + j]);
-      let v12: f32 = b1[(row * 768 + j) % 768];
-      let v13: f32 = v11 + v12;
-      let v14: f32 = v13 * 0.5;
-      let v15: f32 = v13 * 0.70710677;
-      let v16: f32 = bf_erf(v15);
-      let v17: f32 = v16 + 1.0;
-      let v18: f32 = v14 * v17;
-      let v19: f32 = red9 * 0.0013020834;
-      let v20: f32 = v18 - v19;
-      let v21: f32 = v20 * v20;
-      acc10 = acc10 + v21;
-    }
-    let red22: f32 = acc10;
-    for (var j: i32 = 0; j < 768; j += 1) {
-      let v23: f32 = f32(b0[row * 768 + j]);
-      let v24: f32 = b1[(row * 768 + j) % 768];
-      let v25: f32 = v23 + v24;
-      let v26: f32 = v25 * 0.5;
-      let v27: f32 = v25 * 0.70710677;
-      let v28: f32 = bf_erf(v27);
-      let v29: f32 = v28 + 1.0;
-      let v30: f32 = v26 * v29;
-      let v31: f32 = red9 * 0.0013020834;
-      let v32: f32 = v30 - v31;
-      let v33: f32 = red22 * 0.0013020834;
-      let v34: f32 = v33 + 1e-12;
-      let v35: f32 = inverseSqrt(v34);
-      let v36: f32 = v32 * v35;
-      let v37: f32 = b3[j];
-      let v38: f32 = v36 * v37;
-      let v39: f32 = b4[j];
-      let v40: f32 = v38 + v39;
-      b2[row * 768 + j] = f16(v40);
-    }
+  let row: i32 = wg;
+  var acc0: f32 = 0.0;
+  for (var j: i32 = lid; j < 768; j += 256) {
+    let v1: f32 = f32(b0[row * 768 + j]);
+    let v2: f32 = b1[(row * 768 + j) % 768];
+    let v3: f32 = v1 + v2;
+    let v4: f32 = v3 * 0.5;
+    let v5: f32 = v3 * 0.70710677;
+    let v6: f32 = bf_erf(v5);
+    let v7: f32 = v6 + 1.0;
+    let v8: f32 = v4 * v7;
+    acc0 = acc0 + v8;
+  }
+  // wg_reduce (sum -> red9): tree over 256 threads in workgroup memory
+  red_f32_0[lid] = acc0;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
+  }
+  workgroupBarrier();
+  let red9: f32 = red_f32_0[0] + red_f32_0[1];
+  var acc10: f32 = 0.0;
+  for (var j: i32 = lid; j < 768; j += 256) {
+    let v11: f32 = f32(b0[row * 768 + j]);
+    let v12: f32 = b1[(row * 768 + j) % 768];
+    let v13: f32 = v11 + v12;
+    let v14: f32 = v13 * 0.5;
+    let v15: f32 = v13 * 0.70710677;
+    let v16: f32 = bf_erf(v15);
+    let v17: f32 = v16 + 1.0;
+    let v18: f32 = v14 * v17;
+    let v19: f32 = red9 * 0.0013020834;
+    let v20: f32 = v18 - v19;
+    let v21: f32 = v20 * v20;
+    acc10 = acc10 + v21;
+  }
+  // wg_reduce (sum -> red22): tree over 256 threads in workgroup memory
+  red_f32_1[lid] = acc10;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
+  }
+  workgroupBarrier();
+  let red22: f32 = red_f32_1[0] + red_f32_1[1];
+  for (var j: i32 = lid; j < 768; j += 256) {
+    let v23: f32 = f32(b0[row * 768 + j]);
+    let v24: f32 = b1[(row * 768 + j) % 768];
+    let v25: f32 = v23 + v24;
+    let v26: f32 = v25 * 0.5;
+    let v27: f32 = v25 * 0.70710677;
+    let v28: f32 = bf_erf(v27);
+    let v29: f32 = v28 + 1.0;
+    let v30: f32 = v26 * v29;
+    let v31: f32 = red9 * 0.0013020834;
+    let v32: f32 = v30 - v31;
+    let v33: f32 = red22 * 0.0013020834;
+    let v34: f32 = v33 + 1e-12;
+    let v35: f32 = inverseSqrt(v34);
+    let v36: f32 = v32 * v35;
+    let v37: f32 = b3[j];
+    let v38: f32 = v36 * v37;
+    let v39: f32 = b4[j];
+    let v40: f32 = v38 + v39;
+    b2[row * 768 + j] = f16(v40);
   }
 }

@@ -35,7 +35,7 @@
 //   binding 11 (read): param bert.embeddings.LayerNorm.weight f32[1024]
 //   binding 12 (read): param bert.embeddings.LayerNorm.bias f32[1024]
 
-// launch: grid [4, 1, 1] of 256-thread blocks
+// launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -73,164 +73,106 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 }
 #endif
 
+#ifndef BF_WARP_SUM_F32_32_DEFINED
+#define BF_WARP_SUM_F32_32_DEFINED
+static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_BLOCK_SUM_F32_8_DEFINED
+#define BF_BLOCK_SUM_F32_8_DEFINED
+static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
+  float a = slots[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) {
+    const float b = slots[i];
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const int* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, const int* __restrict__ b3, const float* __restrict__ b4, float* __restrict__ b5, float* __restrict__ b6, __half* __restrict__ b7, __half* __restrict__ b8, __half* __restrict__ b9, const unsigned int* __restrict__ b10, const float* __restrict__ b11, const float* __restrict__ b12) {
+  __shared__ float red_f32_0[8];
+  __shared__ float red_f32_1[8];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1024) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int q = 0; q < 256; q += 1) {
-      const int v1 = b0[row / 128 * 128 + row % 128];
-      const float v2 = b1[min(max(v1, 0), 30521) * 1024 + q * 4];
-      const float v3 = b2[row % 128 * 1024 + q * 4];
-      const float v4 = v2 + v3;
-      const int v5 = b3[row / 128 * 128 + row % 128];
-      const float v6 = b4[min(max(v5, 0), 1) * 1024 + q * 4];
-      const float v7 = v4 + v6;
-      acc0 = acc0 + v7;
-      const float v8 = b1[min(max(v1, 0), 30521) * 1024 + (q * 4 + 1)];
-      const float v9 = b2[row % 128 * 1024 + (q * 4 + 1)];
-      const float v10 = v8 + v9;
-      const float v11 = b4[min(max(v5, 0), 1) * 1024 + (q * 4 + 1)];
-      const float v12 = v10 + v11;
-      acc0 = acc0 + v12;
-      const float v13 = b1[min(max(v1, 0), 30521) * 1024 + (q * 4 + 2)];
-      const float v14 = b2[row % 128 * 1024 + (q * 4 + 2)];
-      const float v15 = v13 + v14;
-      const float v16 = b4[min(max(v5, 0), 1) * 1024 + (q * 4 + 2)];
-      const float v17 = v15 + v16;
-      acc0 = acc0 + v17;
-      const float v18 = b1[min(max(v1, 0), 30521) * 1024 + (q * 4 + 3)];
-      const float v19 = b2[row % 128 * 1024 + (q * 4 + 3)];
-      const float v20 = v18 + v19;
-      const float v21 = b4[min(max(v5, 0), 1) * 1024 + (q * 4 + 3)];
-      const float v22 = v20 + v21;
-      acc0 = acc0 + v22;
-    }
-    const float red23 = acc0;
-    float acc24 = 0.0f;
-    for (int q = 0; q < 256; q += 1) {
-      const int v25 = b0[row / 128 * 128 + row % 128];
-      const float v26 = b1[min(max(v25, 0), 30521) * 1024 + q * 4];
-      const float v27 = b2[row % 128 * 1024 + q * 4];
-      const float v28 = v26 + v27;
-      const int v29 = b3[row / 128 * 128 + row % 128];
-      const float v30 = b4[min(max(v29, 0), 1) * 1024 + q * 4];
-      const float v31 = v28 + v30;
-      const float v32 = red23 * 0.0009765625f;
-      const float v33 = v31 - v32;
-      const float v34 = v33 * v33;
-      acc24 = acc24 + v34;
-      const float v35 = b1[min(max(v25, 0), 30521) * 1024 + (q * 4 + 1)];
-      const float v36 = b2[row % 128 * 1024 + (q * 4 + 1)];
-      const float v37 = v35 + v36;
-      const float v38 = b4[min(max(v29, 0), 1) * 1024 + (q * 4 + 1)];
-      const float v39 = v37 + v38;
-      const float v40 = v39 - v32;
-      const float v41 = v40 * v40;
-      acc24 = acc24 + v41;
-      const float v42 = b1[min(max(v25, 0), 30521) * 1024 + (q * 4 + 2)];
-      const float v43 = b2[row % 128 * 1024 + (q * 4 + 2)];
-      const float v44 = v42 + v43;
-      const float v45 = b4[min(max(v29, 0), 1) * 1024 + (q * 4 + 2)];
-      const float v46 = v44 + v45;
-      const float v47 = v46 - v32;
-      const float v48 = v47 * v47;
-      acc24 = acc24 + v48;
-      const float v49 = b1[min(max(v25, 0), 30521) * 1024 + (q * 4 + 3)];
-      const float v50 = b2[row % 128 * 1024 + (q * 4 + 3)];
-      const float v51 = v49 + v50;
-      const float v52 = b4[min(max(v29, 0), 1) * 1024 + (q * 4 + 3)];
-      const float v53 = v51 + v52;
-      const float v54 = v53 - v32;
-      const float v55 = v54 * v54;
-      acc24 = acc24 + v55;
-    }
-    const float red56 = acc24;
-    const float v57 = red56 * 0.0009765625f;
-    const float v58 = v57 + 1e-12f;
-    const float v59 = rsqrtf(v58);
-    b5[row] = v58;
-    b6[row] = v59;
-    for (int q = 0; q < 256; q += 1) {
-      const int v60 = b0[row / 128 * 128 + row % 128];
-      const float v61 = b1[min(max(v60, 0), 30521) * 1024 + q * 4];
-      const float v62 = b2[row % 128 * 1024 + q * 4];
-      const float v63 = v61 + v62;
-      const int v64 = b3[row / 128 * 128 + row % 128];
-      const float v65 = b4[min(max(v64, 0), 1) * 1024 + q * 4];
-      const float v66 = v63 + v65;
-      const float v67 = red23 * 0.0009765625f;
-      const float v68 = v66 - v67;
-      b7[row * 1024 + q * 4] = __float2half_rn(v68);
-      const float v69 = v68 * v59;
-      b8[row * 1024 + q * 4] = __float2half_rn(v69);
-      const unsigned int v70 = b10[0];
-      const unsigned int v71 = b10[1];
-      const float v72 = bf_philox(v70, v71, 0u, static_cast<unsigned int>(row * 1024 + q * 4));
-      const bool v73 = v72 >= 0.1f;
-      const float v74 = b11[q * 4];
-      const float v75 = v69 * v74;
-      const float v76 = b12[q * 4];
-      const float v77 = v75 + v76;
-      const float v78 = v77 * 1.1111112f;
-      const float v79 = (v73 ? v78 : 0.0f);
-      b9[row * 1024 + q * 4] = __float2half_rn(v79);
-      const float v80 = b1[min(max(v60, 0), 30521) * 1024 + (q * 4 + 1)];
-      const float v81 = b2[row % 128 * 1024 + (q * 4 + 1)];
-      const float v82 = v80 + v81;
-      const float v83 = b4[min(max(v64, 0), 1) * 1024 + (q * 4 + 1)];
-      const float v84 = v82 + v83;
-      const float v85 = v84 - v67;
-      b7[row * 1024 + (q * 4 + 1)] = __float2half_rn(v85);
-      const float v86 = v85 * v59;
-      b8[row * 1024 + (q * 4 + 1)] = __float2half_rn(v86);
-      const float v87 = bf_philox(v70, v71, 0u, static_cast<unsigned int>(row * 1024 + (q * 4 + 1)));
-      const bool v88 = v87 >= 0.1f;
-      const float v89 = b11[q * 4 + 1];
-      const float v90 = v86 * v89;
-      const float v91 = b12[q * 4 + 1];
-      const float v92 = v90 + v91;
-      const float v93 = v92 * 1.1111112f;
-      const float v94 = (v88 ? v93 : 0.0f);
-      b9[row * 1024 + (q * 4 + 1)] = __float2half_rn(v94);
-      const float v95 = b1[min(max(v60, 0), 30521) * 1024 + (q * 4 + 2)];
-      const float v96 = b2[row % 128 * 1024 + (q * 4 + 2)];
-      const float v97 = v95 + v96;
-      const float v98 = b4[min(max(v64, 0), 1) * 1024 + (q * 4 + 2)];
-      const float v99 = v97 + v98;
-      const float v100 = v99 - v67;
-      b7[row * 1024 + (q * 4 + 2)] = __float2half_rn(v100);
-      const float v101 = v100 * v59;
-      b8[row * 1024 + (q * 4 + 2)] = __float2half_rn(v101);
-      const float v102 = bf_philox(v70, v71, 0u, static_cast<unsigned int>(row * 1024 + (q * 4 + 2)));
-      const bool v103 = v102 >= 0.1f;
-      const float v104 = b11[q * 4 + 2];
-      const float v105 = v101 * v104;
-      const float v106 = b12[q * 4 + 2];
-      const float v107 = v105 + v106;
-      const float v108 = v107 * 1.1111112f;
-      const float v109 = (v103 ? v108 : 0.0f);
-      b9[row * 1024 + (q * 4 + 2)] = __float2half_rn(v109);
-      const float v110 = b1[min(max(v60, 0), 30521) * 1024 + (q * 4 + 3)];
-      const float v111 = b2[row % 128 * 1024 + (q * 4 + 3)];
-      const float v112 = v110 + v111;
-      const float v113 = b4[min(max(v64, 0), 1) * 1024 + (q * 4 + 3)];
-      const float v114 = v112 + v113;
-      const float v115 = v114 - v67;
-      b7[row * 1024 + (q * 4 + 3)] = __float2half_rn(v115);
-      const float v116 = v115 * v59;
-      b8[row * 1024 + (q * 4 + 3)] = __float2half_rn(v116);
-      const float v117 = bf_philox(v70, v71, 0u, static_cast<unsigned int>(row * 1024 + (q * 4 + 3)));
-      const bool v118 = v117 >= 0.1f;
-      const float v119 = b11[q * 4 + 3];
-      const float v120 = v116 * v119;
-      const float v121 = b12[q * 4 + 3];
-      const float v122 = v120 + v121;
-      const float v123 = v122 * 1.1111112f;
-      const float v124 = (v118 ? v123 : 0.0f);
-      b9[row * 1024 + (q * 4 + 3)] = __float2half_rn(v124);
-    }
+  const int row = wg;
+  float acc0 = 0.0f;
+  for (int j = lid; j < 1024; j += 256) {
+    const int v1 = b0[row / 128 * 128 + row % 128];
+    const float v2 = b1[min(max(v1, 0), 30521) * 1024 + j];
+    const float v3 = b2[row % 128 * 1024 + j];
+    const float v4 = v2 + v3;
+    const int v5 = b3[row / 128 * 128 + row % 128];
+    const float v6 = b4[min(max(v5, 0), 1) * 1024 + j];
+    const float v7 = v4 + v6;
+    acc0 = acc0 + v7;
+  }
+  // wg_reduce (sum -> red8): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp0 = bf_warp_sum_f32_32(acc0);
+  if ((lid & 31) == 0) {
+    red_f32_0[lid / 32] = bf_warp0;
+  }
+  __syncthreads();
+  const float red8 = bf_block_sum_f32_8(red_f32_0);
+  float acc9 = 0.0f;
+  for (int j = lid; j < 1024; j += 256) {
+    const int v10 = b0[row / 128 * 128 + row % 128];
+    const float v11 = b1[min(max(v10, 0), 30521) * 1024 + j];
+    const float v12 = b2[row % 128 * 1024 + j];
+    const float v13 = v11 + v12;
+    const int v14 = b3[row / 128 * 128 + row % 128];
+    const float v15 = b4[min(max(v14, 0), 1) * 1024 + j];
+    const float v16 = v13 + v15;
+    const float v17 = red8 * 0.0009765625f;
+    const float v18 = v16 - v17;
+    const float v19 = v18 * v18;
+    acc9 = acc9 + v19;
+  }
+  // wg_reduce (sum -> red20): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp1 = bf_warp_sum_f32_32(acc9);
+  if ((lid & 31) == 0) {
+    red_f32_1[lid / 32] = bf_warp1;
+  }
+  __syncthreads();
+  const float red20 = bf_block_sum_f32_8(red_f32_1);
+  const float v21 = red20 * 0.0009765625f;
+  const float v22 = v21 + 1e-12f;
+  const float v23 = rsqrtf(v22);
+  if (lid == 0) {
+    b5[row] = v22;
+    b6[row] = v23;
+  }
+  for (int j = lid; j < 1024; j += 256) {
+    const int v24 = b0[row / 128 * 128 + row % 128];
+    const float v25 = b1[min(max(v24, 0), 30521) * 1024 + j];
+    const float v26 = b2[row % 128 * 1024 + j];
+    const float v27 = v25 + v26;
+    const int v28 = b3[row / 128 * 128 + row % 128];
+    const float v29 = b4[min(max(v28, 0), 1) * 1024 + j];
+    const float v30 = v27 + v29;
+    const float v31 = red8 * 0.0009765625f;
+    const float v32 = v30 - v31;
+    b7[row * 1024 + j] = __float2half_rn(v32);
+    const float v33 = v32 * v23;
+    b8[row * 1024 + j] = __float2half_rn(v33);
+    const unsigned int v34 = b10[0];
+    const unsigned int v35 = b10[1];
+    const float v36 = bf_philox(v34, v35, 0u, static_cast<unsigned int>(row * 1024 + j));
+    const bool v37 = v36 >= 0.1f;
+    const float v38 = b11[j];
+    const float v39 = v33 * v38;
+    const float v40 = b12[j];
+    const float v41 = v39 + v40;
+    const float v42 = v41 * 1.1111112f;
+    const float v43 = (v37 ? v42 : 0.0f);
+    b9[row * 1024 + j] = __float2half_rn(v43);
   }
 }

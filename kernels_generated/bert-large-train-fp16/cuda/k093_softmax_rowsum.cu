@@ -3,27 +3,27 @@
 // Used by 1 kernel: k093_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1143 cast f32[8,16,128,128] (models/bert.ts:236)
-//   %1144 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %1145 add f32[8,16,128,128] (models/bert.ts:236)
-//   %1146 reduce_max f32[8,16,128,1] (models/bert.ts:236)
-//   %1147 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
-//   %1148 broadcast f32[8,16,128,128] (models/bert.ts:236)
-//   %1149 sub f32[8,16,128,128] (models/bert.ts:236)
-//   %1150 exp f32[8,16,128,128] (models/bert.ts:236) -> written
-//   %1151 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
-//   %1153 div f32[8,16,128,128] (models/bert.ts:236) -> written
-//   %1156 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %1157 where f32[8,16,128,128] (models/bert.ts:236) -> written
-//   binding 0 (read): %1142 matmul f16[8,16,128,128]
+//   %750 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %751 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %752 add f32[8,16,128,128] (models/bert.ts:236)
+//   %753 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %754 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %755 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %756 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %757 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %758 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %760 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %763 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %764 where f32[8,16,128,128] (models/bert.ts:236) -> written
+//   binding 0 (read): %749 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
-//   binding 2 (write): %1151 reduce_sum f32[8,16,128,1]
-//   binding 3 (write): %1150 exp f32[8,16,128,128] stored f16
-//   binding 4 (write): %1153 div f32[8,16,128,128] stored f16
-//   binding 5 (write): %1157 where f32[8,16,128,128] stored f16
+//   binding 2 (write): %758 reduce_sum f32[8,16,128,1]
+//   binding 3 (write): %757 exp f32[8,16,128,128] stored f16
+//   binding 4 (write): %760 div f32[8,16,128,128] stored f16
+//   binding 5 (write): %764 where f32[8,16,128,128] stored f16
 //   binding 6 (read): input rng_key u32[2]
 
-// launch: grid [64, 1, 1] of 256-thread blocks
+// launch: grid [16384, 1, 1] of 128-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -61,164 +61,122 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const int* __restrict__ b1, float* __restrict__ b2, __half* __restrict__ b3, __half* __restrict__ b4, __half* __restrict__ b5, const unsigned int* __restrict__ b6) {
+#ifndef BF_WARP_MAX_F32_32_DEFINED
+#define BF_WARP_MAX_F32_32_DEFINED
+static __device__ __forceinline__ float bf_warp_max_f32_32(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
+    a = fmaxf(a, b);
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_BLOCK_MAX_F32_4_DEFINED
+#define BF_BLOCK_MAX_F32_4_DEFINED
+static __device__ __forceinline__ float bf_block_max_f32_4(const float* slots) {
+  float a = slots[0];
+#pragma unroll
+  for (int i = 1; i < 4; ++i) {
+    const float b = slots[i];
+    a = fmaxf(a, b);
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_WARP_SUM_F32_32_DEFINED
+#define BF_WARP_SUM_F32_32_DEFINED
+static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_BLOCK_SUM_F32_4_DEFINED
+#define BF_BLOCK_SUM_F32_4_DEFINED
+static __device__ __forceinline__ float bf_block_sum_f32_4(const float* slots) {
+  float a = slots[0];
+#pragma unroll
+  for (int i = 1; i < 4; ++i) {
+    const float b = slots[i];
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(128) bf_kernel(const __half* __restrict__ b0, const int* __restrict__ b1, float* __restrict__ b2, __half* __restrict__ b3, __half* __restrict__ b4, __half* __restrict__ b5, const unsigned int* __restrict__ b6) {
+  __shared__ float red_f32_0[4];
+  __shared__ float red_f32_1[4];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 16384) {
-    const int row = gid;
-    float acc0 = __uint_as_float(0xff800000u);
-    for (int q = 0; q < 32; q += 1) {
-      const float v1 = __half2float(b0[row * 128 + q * 4]);
-      const float v2 = v1 * 0.125f;
-      const int v3 = b1[row / 2048 * 128 + q * 4];
-      const float v4 = static_cast<float>(v3);
-      const float v5 = v4 - 1.0f;
-      const float v6 = v5 * 10000.0f;
-      const float v7 = v2 + v6;
-      acc0 = fmaxf(acc0, v7);
-      const float v8 = __half2float(b0[row * 128 + (q * 4 + 1)]);
-      const float v9 = v8 * 0.125f;
-      const int v10 = b1[row / 2048 * 128 + (q * 4 + 1)];
-      const float v11 = static_cast<float>(v10);
-      const float v12 = v11 - 1.0f;
-      const float v13 = v12 * 10000.0f;
-      const float v14 = v9 + v13;
-      acc0 = fmaxf(acc0, v14);
-      const float v15 = __half2float(b0[row * 128 + (q * 4 + 2)]);
-      const float v16 = v15 * 0.125f;
-      const int v17 = b1[row / 2048 * 128 + (q * 4 + 2)];
-      const float v18 = static_cast<float>(v17);
-      const float v19 = v18 - 1.0f;
-      const float v20 = v19 * 10000.0f;
-      const float v21 = v16 + v20;
-      acc0 = fmaxf(acc0, v21);
-      const float v22 = __half2float(b0[row * 128 + (q * 4 + 3)]);
-      const float v23 = v22 * 0.125f;
-      const int v24 = b1[row / 2048 * 128 + (q * 4 + 3)];
-      const float v25 = static_cast<float>(v24);
-      const float v26 = v25 - 1.0f;
-      const float v27 = v26 * 10000.0f;
-      const float v28 = v23 + v27;
-      acc0 = fmaxf(acc0, v28);
-    }
-    const float red29 = acc0;
-    float acc30 = 0.0f;
-    for (int q = 0; q < 32; q += 1) {
-      const float v31 = __half2float(b0[row * 128 + q * 4]);
-      const float v32 = v31 * 0.125f;
-      const int v33 = b1[row / 2048 * 128 + q * 4];
-      const float v34 = static_cast<float>(v33);
-      const float v35 = v34 - 1.0f;
-      const float v36 = v35 * 10000.0f;
-      const float v37 = v32 + v36;
-      const float v38 = v37 - red29;
-      const float v39 = expf(v38);
-      acc30 = acc30 + v39;
-      const float v40 = __half2float(b0[row * 128 + (q * 4 + 1)]);
-      const float v41 = v40 * 0.125f;
-      const int v42 = b1[row / 2048 * 128 + (q * 4 + 1)];
-      const float v43 = static_cast<float>(v42);
-      const float v44 = v43 - 1.0f;
-      const float v45 = v44 * 10000.0f;
-      const float v46 = v41 + v45;
-      const float v47 = v46 - red29;
-      const float v48 = expf(v47);
-      acc30 = acc30 + v48;
-      const float v49 = __half2float(b0[row * 128 + (q * 4 + 2)]);
-      const float v50 = v49 * 0.125f;
-      const int v51 = b1[row / 2048 * 128 + (q * 4 + 2)];
-      const float v52 = static_cast<float>(v51);
-      const float v53 = v52 - 1.0f;
-      const float v54 = v53 * 10000.0f;
-      const float v55 = v50 + v54;
-      const float v56 = v55 - red29;
-      const float v57 = expf(v56);
-      acc30 = acc30 + v57;
-      const float v58 = __half2float(b0[row * 128 + (q * 4 + 3)]);
-      const float v59 = v58 * 0.125f;
-      const int v60 = b1[row / 2048 * 128 + (q * 4 + 3)];
-      const float v61 = static_cast<float>(v60);
-      const float v62 = v61 - 1.0f;
-      const float v63 = v62 * 10000.0f;
-      const float v64 = v59 + v63;
-      const float v65 = v64 - red29;
-      const float v66 = expf(v65);
-      acc30 = acc30 + v66;
-    }
-    const float red67 = acc30;
-    b2[row] = red67;
-    for (int q = 0; q < 32; q += 1) {
-      const float v68 = __half2float(b0[row * 128 + q * 4]);
-      const float v69 = v68 * 0.125f;
-      const int v70 = b1[row / 2048 * 128 + q * 4];
-      const float v71 = static_cast<float>(v70);
-      const float v72 = v71 - 1.0f;
-      const float v73 = v72 * 10000.0f;
-      const float v74 = v69 + v73;
-      const float v75 = v74 - red29;
-      const float v76 = expf(v75);
-      b3[row * 128 + q * 4] = __float2half_rn(v76);
-      const float v77 = v76 / red67;
-      b4[row * 128 + q * 4] = __float2half_rn(v77);
-      const unsigned int v78 = b6[0];
-      const unsigned int v79 = b6[1];
-      const float v80 = bf_philox(v78, v79, 25u, static_cast<unsigned int>(row * 128 + q * 4));
-      const bool v81 = v80 >= 0.1f;
-      const float v82 = v77 * 1.1111112f;
-      const float v83 = (v81 ? v82 : 0.0f);
-      b5[row * 128 + q * 4] = __float2half_rn(v83);
-      const float v84 = __half2float(b0[row * 128 + (q * 4 + 1)]);
-      const float v85 = v84 * 0.125f;
-      const int v86 = b1[row / 2048 * 128 + (q * 4 + 1)];
-      const float v87 = static_cast<float>(v86);
-      const float v88 = v87 - 1.0f;
-      const float v89 = v88 * 10000.0f;
-      const float v90 = v85 + v89;
-      const float v91 = v90 - red29;
-      const float v92 = expf(v91);
-      b3[row * 128 + (q * 4 + 1)] = __float2half_rn(v92);
-      const float v93 = v92 / red67;
-      b4[row * 128 + (q * 4 + 1)] = __float2half_rn(v93);
-      const float v94 = bf_philox(v78, v79, 25u, static_cast<unsigned int>(row * 128 + (q * 4 + 1)));
-      const bool v95 = v94 >= 0.1f;
-      const float v96 = v93 * 1.1111112f;
-      const float v97 = (v95 ? v96 : 0.0f);
-      b5[row * 128 + (q * 4 + 1)] = __float2half_rn(v97);
-      const float v98 = __half2float(b0[row * 128 + (q * 4 + 2)]);
-      const float v99 = v98 * 0.125f;
-      const int v100 = b1[row / 2048 * 128 + (q * 4 + 2)];
-      const float v101 = static_cast<float>(v100);
-      const float v102 = v101 - 1.0f;
-      const float v103 = v102 * 10000.0f;
-      const float v104 = v99 + v103;
-      const float v105 = v104 - red29;
-      const float v106 = expf(v105);
-      b3[row * 128 + (q * 4 + 2)] = __float2half_rn(v106);
-      const float v107 = v106 / red67;
-      b4[row * 128 + (q * 4 + 2)] = __float2half_rn(v107);
-      const float v108 = bf_philox(v78, v79, 25u, static_cast<unsigned int>(row * 128 + (q * 4 + 2)));
-      const bool v109 = v108 >= 0.1f;
-      const float v110 = v107 * 1.1111112f;
-      const float v111 = (v109 ? v110 : 0.0f);
-      b5[row * 128 + (q * 4 + 2)] = __float2half_rn(v111);
-      const float v112 = __half2float(b0[row * 128 + (q * 4 + 3)]);
-      const float v113 = v112 * 0.125f;
-      const int v114 = b1[row / 2048 * 128 + (q * 4 + 3)];
-      const float v115 = static_cast<float>(v114);
-      const float v116 = v115 - 1.0f;
-      const float v117 = v116 * 10000.0f;
-      const float v118 = v113 + v117;
-      const float v119 = v118 - red29;
-      const float v120 = expf(v119);
-      b3[row * 128 + (q * 4 + 3)] = __float2half_rn(v120);
-      const float v121 = v120 / red67;
-      b4[row * 128 + (q * 4 + 3)] = __float2half_rn(v121);
-      const float v122 = bf_philox(v78, v79, 25u, static_cast<unsigned int>(row * 128 + (q * 4 + 3)));
-      const bool v123 = v122 >= 0.1f;
-      const float v124 = v121 * 1.1111112f;
-      const float v125 = (v123 ? v124 : 0.0f);
-      b5[row * 128 + (q * 4 + 3)] = __float2half_rn(v125);
-    }
+  const int row = wg;
+  float acc0 = __uint_as_float(0xff800000u);
+  for (int j = lid; j < 128; j += 128) {
+    const float v1 = __half2float(b0[row * 128 + j]);
+    const float v2 = v1 * 0.125f;
+    const int v3 = b1[row / 2048 * 128 + j];
+    const float v4 = static_cast<float>(v3);
+    const float v5 = v4 - 1.0f;
+    const float v6 = v5 * 10000.0f;
+    const float v7 = v2 + v6;
+    acc0 = fmaxf(acc0, v7);
+  }
+  // wg_reduce (max -> red8): butterfly within each warp, then the 4 warp results in order
+  const float bf_warp0 = bf_warp_max_f32_32(acc0);
+  if ((lid & 31) == 0) {
+    red_f32_0[lid / 32] = bf_warp0;
+  }
+  __syncthreads();
+  const float red8 = bf_block_max_f32_4(red_f32_0);
+  float acc9 = 0.0f;
+  for (int j = lid; j < 128; j += 128) {
+    const float v10 = __half2float(b0[row * 128 + j]);
+    const float v11 = v10 * 0.125f;
+    const int v12 = b1[row / 2048 * 128 + j];
+    const float v13 = static_cast<float>(v12);
+    const float v14 = v13 - 1.0f;
+    const float v15 = v14 * 10000.0f;
+    const float v16 = v11 + v15;
+    const float v17 = v16 - red8;
+    const float v18 = expf(v17);
+    acc9 = acc9 + v18;
+  }
+  // wg_reduce (sum -> red19): butterfly within each warp, then the 4 warp results in order
+  const float bf_warp1 = bf_warp_sum_f32_32(acc9);
+  if ((lid & 31) == 0) {
+    red_f32_1[lid / 32] = bf_warp1;
+  }
+  __syncthreads();
+  const float red19 = bf_block_sum_f32_4(red_f32_1);
+  if (lid == 0) {
+    b2[row] = red19;
+  }
+  for (int j = lid; j < 128; j += 128) {
+    const float v20 = __half2float(b0[row * 128 + j]);
+    const float v21 = v20 * 0.125f;
+    const int v22 = b1[row / 2048 * 128 + j];
+    const float v23 = static_cast<float>(v22);
+    const float v24 = v23 - 1.0f;
+    const float v25 = v24 * 10000.0f;
+    const float v26 = v21 + v25;
+    const float v27 = v26 - red8;
+    const float v28 = expf(v27);
+    b3[row * 128 + j] = __float2half_rn(v28);
+    const float v29 = v28 / red19;
+    b4[row * 128 + j] = __float2half_rn(v29);
+    const unsigned int v30 = b6[0];
+    const unsigned int v31 = b6[1];
+    const float v32 = bf_philox(v30, v31, 16u, static_cast<unsigned int>(row * 128 + j));
+    const bool v33 = v32 >= 0.1f;
+    const float v34 = v29 * 1.1111112f;
+    const float v35 = (v33 ? v34 : 0.0f);
+    b5[row * 128 + j] = __float2half_rn(v35);
   }
 }

@@ -3,37 +3,37 @@
 // Used by 1 kernel: k165_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1994 cast f32[1024,1024] (models/bert.ts:249)
-//   %1996 add f32[1024,1024] (models/bert.ts:249)
-//   %1997 reshape f32[8,128,1024] (models/bert.ts:249)
-//   %2000 mul f32[8,128,1024] (models/bert.ts:224)
-//   %2001 where f32[8,128,1024] (models/bert.ts:224)
-//   %2002 add f32[8,128,1024] (models/bert.ts:249)
-//   %2003 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %2004 mul f32[8,128,1] (models/bert.ts:223)
-//   %2005 broadcast f32[8,128,1024] (models/bert.ts:223)
-//   %2006 sub f32[8,128,1024] (models/bert.ts:223) -> written
-//   %2007 mul f32[8,128,1024] (models/bert.ts:223)
-//   %2008 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %2009 mul f32[8,128,1] (models/bert.ts:223)
-//   %2010 add f32[8,128,1] (models/bert.ts:223) -> written
-//   %2011 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
-//   %2013 mul f32[8,128,1024] (models/bert.ts:223) -> written
-//   %2015 mul f32[8,128,1024] (models/bert.ts:223)
-//   %2017 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1298 cast f32[1024,1024] (models/bert.ts:245)
+//   %1300 add f32[1024,1024] (models/bert.ts:245)
+//   %1301 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1304 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1305 where f32[8,128,1024] (models/bert.ts:224)
+//   %1306 add f32[8,128,1024] (models/bert.ts:245)
+//   %1307 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1308 mul f32[8,128,1] (models/bert.ts:223)
+//   %1309 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %1310 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1311 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1312 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1313 mul f32[8,128,1] (models/bert.ts:223)
+//   %1314 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %1315 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %1317 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1319 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1321 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %1993 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.14.output.dense.bias f32[1024]
-//   binding 3 (read): %1976 add f32[8,128,1024] stored f16
-//   binding 4 (write): %2010 add f32[8,128,1]
-//   binding 5 (write): %2011 rsqrt f32[8,128,1]
-//   binding 6 (write): %2006 sub f32[8,128,1024] stored f16
-//   binding 7 (write): %2013 mul f32[8,128,1024] stored f16
-//   binding 8 (write): %2017 add f32[8,128,1024] stored f16
-//   binding 9 (read): param bert.encoder.layer.14.output.LayerNorm.weight f32[1024]
-//   binding 10 (read): param bert.encoder.layer.14.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %1297 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.9.attention.output.dense.bias f32[1024]
+//   binding 3 (read): %1231 add f32[8,128,1024] stored f16
+//   binding 4 (write): %1314 add f32[8,128,1]
+//   binding 5 (write): %1315 rsqrt f32[8,128,1]
+//   binding 6 (write): %1310 sub f32[8,128,1024] stored f16
+//   binding 7 (write): %1317 mul f32[8,128,1024] stored f16
+//   binding 8 (write): %1321 add f32[8,128,1024] stored f16
+//   binding 9 (read): param bert.encoder.layer.9.attention.output.LayerNorm.weight f32[1024]
+//   binding 10 (read): param bert.encoder.layer.9.attention.output.LayerNorm.bias f32[1024]
 
-// launch: grid [4, 1, 1] of 256-thread blocks
+// launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -71,208 +71,112 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 }
 #endif
 
-#ifndef BF_PHILOX4_DEFINED
-#define BF_PHILOX4_DEFINED
-// The uniforms of elements index..index+3 (index a multiple of 4): the four words of one block.
-static __device__ __forceinline__ float4 bf_philox4(unsigned int seed, unsigned int step, unsigned int stream,
-                                                    unsigned int index) {
-  const uint4 w = bf_philox_block(seed, step, stream, index);
-  const float s = 1.0f / 16777216.0f;
-  return make_float4(static_cast<float>(w.x >> 8) * s, static_cast<float>(w.y >> 8) * s,
-                     static_cast<float>(w.z >> 8) * s, static_cast<float>(w.w >> 8) * s);
+#ifndef BF_WARP_SUM_F32_32_DEFINED
+#define BF_WARP_SUM_F32_32_DEFINED
+static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_BLOCK_SUM_F32_8_DEFINED
+#define BF_BLOCK_SUM_F32_8_DEFINED
+static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
+  float a = slots[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) {
+    const float b = slots[i];
+    a = a + b;
+  }
+  return a;
 }
 #endif
 
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, float* __restrict__ b4, float* __restrict__ b5, __half* __restrict__ b6, __half* __restrict__ b7, __half* __restrict__ b8, const float* __restrict__ b9, const float* __restrict__ b10) {
+  __shared__ float red_f32_0[8];
+  __shared__ float red_f32_1[8];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1024) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int q = 0; q < 256; q += 1) {
-      const unsigned int v1 = b0[0];
-      const unsigned int v2 = b0[1];
-      const float4 rnd3 = bf_philox4(v1, v2, 45u, static_cast<unsigned int>(row * 1024 + q * 4));
-      const float v4 = rnd3.x;
-      const bool v5 = v4 >= 0.1f;
-      const float v6 = __half2float(b1[row * 1024 + q * 4]);
-      const float v7 = b2[(row * 1024 + q * 4) % 1024];
-      const float v8 = v6 + v7;
-      const float v9 = v8 * 1.1111112f;
-      const float v10 = (v5 ? v9 : 0.0f);
-      const float v11 = __half2float(b3[row * 1024 + q * 4]);
-      const float v12 = v10 + v11;
-      acc0 = acc0 + v12;
-      const float v13 = rnd3.y;
-      const bool v14 = v13 >= 0.1f;
-      const float v15 = __half2float(b1[row * 1024 + (q * 4 + 1)]);
-      const float v16 = b2[(row * 1024 + (q * 4 + 1)) % 1024];
-      const float v17 = v15 + v16;
-      const float v18 = v17 * 1.1111112f;
-      const float v19 = (v14 ? v18 : 0.0f);
-      const float v20 = __half2float(b3[row * 1024 + (q * 4 + 1)]);
-      const float v21 = v19 + v20;
-      acc0 = acc0 + v21;
-      const float v22 = rnd3.z;
-      const bool v23 = v22 >= 0.1f;
-      const float v24 = __half2float(b1[row * 1024 + (q * 4 + 2)]);
-      const float v25 = b2[(row * 1024 + (q * 4 + 2)) % 1024];
-      const float v26 = v24 + v25;
-      const float v27 = v26 * 1.1111112f;
-      const float v28 = (v23 ? v27 : 0.0f);
-      const float v29 = __half2float(b3[row * 1024 + (q * 4 + 2)]);
-      const float v30 = v28 + v29;
-      acc0 = acc0 + v30;
-      const float v31 = rnd3.w;
-      const bool v32 = v31 >= 0.1f;
-      const float v33 = __half2float(b1[row * 1024 + (q * 4 + 3)]);
-      const float v34 = b2[(row * 1024 + (q * 4 + 3)) % 1024];
-      const float v35 = v33 + v34;
-      const float v36 = v35 * 1.1111112f;
-      const float v37 = (v32 ? v36 : 0.0f);
-      const float v38 = __half2float(b3[row * 1024 + (q * 4 + 3)]);
-      const float v39 = v37 + v38;
-      acc0 = acc0 + v39;
-    }
-    const float red40 = acc0;
-    float acc41 = 0.0f;
-    for (int q = 0; q < 256; q += 1) {
-      const unsigned int v42 = b0[0];
-      const unsigned int v43 = b0[1];
-      const float4 rnd44 = bf_philox4(v42, v43, 45u, static_cast<unsigned int>(row * 1024 + q * 4));
-      const float v45 = rnd44.x;
-      const bool v46 = v45 >= 0.1f;
-      const float v47 = __half2float(b1[row * 1024 + q * 4]);
-      const float v48 = b2[(row * 1024 + q * 4) % 1024];
-      const float v49 = v47 + v48;
-      const float v50 = v49 * 1.1111112f;
-      const float v51 = (v46 ? v50 : 0.0f);
-      const float v52 = __half2float(b3[row * 1024 + q * 4]);
-      const float v53 = v51 + v52;
-      const float v54 = red40 * 0.0009765625f;
-      const float v55 = v53 - v54;
-      const float v56 = v55 * v55;
-      acc41 = acc41 + v56;
-      const float v57 = rnd44.y;
-      const bool v58 = v57 >= 0.1f;
-      const float v59 = __half2float(b1[row * 1024 + (q * 4 + 1)]);
-      const float v60 = b2[(row * 1024 + (q * 4 + 1)) % 1024];
-      const float v61 = v59 + v60;
-      const float v62 = v61 * 1.1111112f;
-      const float v63 = (v58 ? v62 : 0.0f);
-      const float v64 = __half2float(b3[row * 1024 + (q * 4 + 1)]);
-      const float v65 = v63 + v64;
-      const float v66 = v65 - v54;
-      const float v67 = v66 * v66;
-      acc41 = acc41 + v67;
-      const float v68 = rnd44.z;
-      const bool v69 = v68 >= 0.1f;
-      const float v70 = __half2float(b1[row * 1024 + (q * 4 + 2)]);
-      const float v71 = b2[(row * 1024 + (q * 4 + 2)) % 1024];
-      const float v72 = v70 + v71;
-      const float v73 = v72 * 1.1111112f;
-      const float v74 = (v69 ? v73 : 0.0f);
-      const float v75 = __half2float(b3[row * 1024 + (q * 4 + 2)]);
-      const float v76 = v74 + v75;
-      const float v77 = v76 - v54;
-      const float v78 = v77 * v77;
-      acc41 = acc41 + v78;
-      const float v79 = rnd44.w;
-      const bool v80 = v79 >= 0.1f;
-      const float v81 = __half2float(b1[row * 1024 + (q * 4 + 3)]);
-      const float v82 = b2[(row * 1024 + (q * 4 + 3)) % 1024];
-      const float v83 = v81 + v82;
-      const float v84 = v83 * 1.1111112f;
-      const float v85 = (v80 ? v84 : 0.0f);
-      const float v86 = __half2float(b3[row * 1024 + (q * 4 + 3)]);
-      const float v87 = v85 + v86;
-      const float v88 = v87 - v54;
-      const float v89 = v88 * v88;
-      acc41 = acc41 + v89;
-    }
-    const float red90 = acc41;
-    const float v91 = red90 * 0.0009765625f;
-    const float v92 = v91 + 1e-12f;
-    const float v93 = rsqrtf(v92);
-    b4[row] = v92;
-    b5[row] = v93;
-    for (int q = 0; q < 256; q += 1) {
-      const unsigned int v94 = b0[0];
-      const unsigned int v95 = b0[1];
-      const float v96 = bf_philox(v94, v95, 45u, static_cast<unsigned int>(row * 1024 + q * 4));
-      const bool v97 = v96 >= 0.1f;
-      const float v98 = __half2float(b1[row * 1024 + q * 4]);
-      const float v99 = b2[(row * 1024 + q * 4) % 1024];
-      const float v100 = v98 + v99;
-      const float v101 = v100 * 1.1111112f;
-      const float v102 = (v97 ? v101 : 0.0f);
-      const float v103 = __half2float(b3[row * 1024 + q * 4]);
-      const float v104 = v102 + v103;
-      const float v105 = red40 * 0.0009765625f;
-      const float v106 = v104 - v105;
-      b6[row * 1024 + q * 4] = __float2half_rn(v106);
-      const float v107 = v106 * v93;
-      b7[row * 1024 + q * 4] = __float2half_rn(v107);
-      const float v108 = b9[q * 4];
-      const float v109 = v107 * v108;
-      const float v110 = b10[q * 4];
-      const float v111 = v109 + v110;
-      b8[row * 1024 + q * 4] = __float2half_rn(v111);
-      const float v112 = bf_philox(v94, v95, 45u, static_cast<unsigned int>(row * 1024 + (q * 4 + 1)));
-      const bool v113 = v112 >= 0.1f;
-      const float v114 = __half2float(b1[row * 1024 + (q * 4 + 1)]);
-      const float v115 = b2[(row * 1024 + (q * 4 + 1)) % 1024];
-      const float v116 = v114 + v115;
-      const float v117 = v116 * 1.1111112f;
-      const float v118 = (v113 ? v117 : 0.0f);
-      const float v119 = __half2float(b3[row * 1024 + (q * 4 + 1)]);
-      const float v120 = v118 + v119;
-      const float v121 = v120 - v105;
-      b6[row * 1024 + (q * 4 + 1)] = __float2half_rn(v121);
-      const float v122 = v121 * v93;
-      b7[row * 1024 + (q * 4 + 1)] = __float2half_rn(v122);
-      const float v123 = b9[q * 4 + 1];
-      const float v124 = v122 * v123;
-      const float v125 = b10[q * 4 + 1];
-      const float v126 = v124 + v125;
-      b8[row * 1024 + (q * 4 + 1)] = __float2half_rn(v126);
-      const float v127 = bf_philox(v94, v95, 45u, static_cast<unsigned int>(row * 1024 + (q * 4 + 2)));
-      const bool v128 = v127 >= 0.1f;
-      const float v129 = __half2float(b1[row * 1024 + (q * 4 + 2)]);
-      const float v130 = b2[(row * 1024 + (q * 4 + 2)) % 1024];
-      const float v131 = v129 + v130;
-      const float v132 = v131 * 1.1111112f;
-      const float v133 = (v128 ? v132 : 0.0f);
-      const float v134 = __half2float(b3[row * 1024 + (q * 4 + 2)]);
-      const float v135 = v133 + v134;
-      const float v136 = v135 - v105;
-      b6[row * 1024 + (q * 4 + 2)] = __float2half_rn(v136);
-      const float v137 = v136 * v93;
-      b7[row * 1024 + (q * 4 + 2)] = __float2half_rn(v137);
-      const float v138 = b9[q * 4 + 2];
-      const float v139 = v137 * v138;
-      const float v140 = b10[q * 4 + 2];
-      const float v141 = v139 + v140;
-      b8[row * 1024 + (q * 4 + 2)] = __float2half_rn(v141);
-      const float v142 = bf_philox(v94, v95, 45u, static_cast<unsigned int>(row * 1024 + (q * 4 + 3)));
-      const bool v143 = v142 >= 0.1f;
-      const float v144 = __half2float(b1[row * 1024 + (q * 4 + 3)]);
-      const float v145 = b2[(row * 1024 + (q * 4 + 3)) % 1024];
-      const float v146 = v144 + v145;
-      const float v147 = v146 * 1.1111112f;
-      const float v148 = (v143 ? v147 : 0.0f);
-      const float v149 = __half2float(b3[row * 1024 + (q * 4 + 3)]);
-      const float v150 = v148 + v149;
-      const float v151 = v150 - v105;
-      b6[row * 1024 + (q * 4 + 3)] = __float2half_rn(v151);
-      const float v152 = v151 * v93;
-      b7[row * 1024 + (q * 4 + 3)] = __float2half_rn(v152);
-      const float v153 = b9[q * 4 + 3];
-      const float v154 = v152 * v153;
-      const float v155 = b10[q * 4 + 3];
-      const float v156 = v154 + v155;
-      b8[row * 1024 + (q * 4 + 3)] = __float2half_rn(v156);
-    }
+  const int row = wg;
+  float acc0 = 0.0f;
+  for (int j = lid; j < 1024; j += 256) {
+    const unsigned int v1 = b0[0];
+    const unsigned int v2 = b0[1];
+    const float v3 = bf_philox(v1, v2, 29u, static_cast<unsigned int>(row * 1024 + j));
+    const bool v4 = v3 >= 0.1f;
+    const float v5 = __half2float(b1[row * 1024 + j]);
+    const float v6 = b2[(row * 1024 + j) % 1024];
+    const float v7 = v5 + v6;
+    const float v8 = v7 * 1.1111112f;
+    const float v9 = (v4 ? v8 : 0.0f);
+    const float v10 = __half2float(b3[row * 1024 + j]);
+    const float v11 = v9 + v10;
+    acc0 = acc0 + v11;
+  }
+  // wg_reduce (sum -> red12): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp0 = bf_warp_sum_f32_32(acc0);
+  if ((lid & 31) == 0) {
+    red_f32_0[lid / 32] = bf_warp0;
+  }
+  __syncthreads();
+  const float red12 = bf_block_sum_f32_8(red_f32_0);
+  float acc13 = 0.0f;
+  for (int j = lid; j < 1024; j += 256) {
+    const unsigned int v14 = b0[0];
+    const unsigned int v15 = b0[1];
+    const float v16 = bf_philox(v14, v15, 29u, static_cast<unsigned int>(row * 1024 + j));
+    const bool v17 = v16 >= 0.1f;
+    const float v18 = __half2float(b1[row * 1024 + j]);
+    const float v19 = b2[(row * 1024 + j) % 1024];
+    const float v20 = v18 + v19;
+    const float v21 = v20 * 1.1111112f;
+    const float v22 = (v17 ? v21 : 0.0f);
+    const float v23 = __half2float(b3[row * 1024 + j]);
+    const float v24 = v22 + v23;
+    const float v25 = red12 * 0.0009765625f;
+    const float v26 = v24 - v25;
+    const float v27 = v26 * v26;
+    acc13 = acc13 + v27;
+  }
+  // wg_reduce (sum -> red28): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp1 = bf_warp_sum_f32_32(acc13);
+  if ((lid & 31) == 0) {
+    red_f32_1[lid / 32] = bf_warp1;
+  }
+  __syncthreads();
+  const float red28 = bf_block_sum_f32_8(red_f32_1);
+  const float v29 = red28 * 0.0009765625f;
+  const float v30 = v29 + 1e-12f;
+  const float v31 = rsqrtf(v30);
+  if (lid == 0) {
+    b4[row] = v30;
+    b5[row] = v31;
+  }
+  for (int j = lid; j < 1024; j += 256) {
+    const unsigned int v32 = b0[0];
+    const unsigned int v33 = b0[1];
+    const float v34 = bf_philox(v32, v33, 29u, static_cast<unsigned int>(row * 1024 + j));
+    const bool v35 = v34 >= 0.1f;
+    const float v36 = __half2float(b1[row * 1024 + j]);
+    const float v37 = b2[(row * 1024 + j) % 1024];
+    const float v38 = v36 + v37;
+    const float v39 = v38 * 1.1111112f;
+    const float v40 = (v35 ? v39 : 0.0f);
+    const float v41 = __half2float(b3[row * 1024 + j]);
+    const float v42 = v40 + v41;
+    const float v43 = red12 * 0.0009765625f;
+    const float v44 = v42 - v43;
+    b6[row * 1024 + j] = __float2half_rn(v44);
+    const float v45 = v44 * v31;
+    b7[row * 1024 + j] = __float2half_rn(v45);
+    const float v46 = b9[j];
+    const float v47 = v45 * v46;
+    const float v48 = b10[j];
+    const float v49 = v47 + v48;
+    b8[row * 1024 + j] = __float2half_rn(v49);
   }
 }

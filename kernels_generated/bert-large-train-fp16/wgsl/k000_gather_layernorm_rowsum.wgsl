@@ -35,7 +35,7 @@
 //   binding 11 (read): param bert.embeddings.LayerNorm.weight f32[1024]
 //   binding 12 (read): param bert.embeddings.LayerNorm.bias f32[1024]
 
-// launch: 4 workgroups of 256 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
@@ -52,6 +52,9 @@ enable f16;
 @group(0) @binding(10) var<storage, read> b10: array<u32>;
 @group(0) @binding(11) var<storage, read> b11: array<f32>;
 @group(0) @binding(12) var<storage, read> b12: array<f32>;
+
+var<workgroup> red_f32_0: array<f32, 256>;
+var<workgroup> red_f32_1: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -95,161 +98,126 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1024) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var q: i32 = 0; q < 256; q += 1) {
-      let v1: i32 = b0[row / 128 * 128 + row % 128];
-      let v2: f32 = b1[min(max(v1, 0), 30521) * 1024 + q * 4];
-      let v3: f32 = b2[row % 128 * 1024 + q * 4];
-      let v4: f32 = v2 + v3;
-      let v5: i32 = b3[row / 128 * 128 + row % 128];
-      let v6: f32 = b4[min(max(v5, 0), 1) * 1024 + q * 4];
-      let v7: f32 = v4 + v6;
-      acc0 = acc0 + v7;
-      let v8: f32 = b1[min(max(v1, 0), 30521) * 1024 + (q * 4 + 1)];
-      let v9: f32 = b2[row % 128 * 1024 + (q * 4 + 1)];
-      let v10: f32 = v8 + v9;
-      let v11: f32 = b4[min(max(v5, 0), 1) * 1024 + (q * 4 + 1)];
-      let v12: f32 = v10 + v11;
-      acc0 = acc0 + v12;
-      let v13: f32 = b1[min(max(v1, 0), 30521) * 1024 + (q * 4 + 2)];
-      let v14: f32 = b2[row % 128 * 1024 + (q * 4 + 2)];
-      let v15: f32 = v13 + v14;
-      let v16: f32 = b4[min(max(v5, 0), 1) * 1024 + (q * 4 + 2)];
-      let v17: f32 = v15 + v16;
-      acc0 = acc0 + v17;
-      let v18: f32 = b1[min(max(v1, 0), 30521) * 1024 + (q * 4 + 3)];
-      let v19: f32 = b2[row % 128 * 1024 + (q * 4 + 3)];
-      let v20: f32 = v18 + v19;
-      let v21: f32 = b4[min(max(v5, 0), 1) * 1024 + (q * 4 + 3)];
-      let v22: f32 = v20 + v21;
-      acc0 = acc0 + v22;
-    }
-    let red23: f32 = acc0;
-    var acc24: f32 = 0.0;
-    for (var q: i32 = 0; q < 256; q += 1) {
-      let v25: i32 = b0[row / 128 * 128 + row % 128];
-      let v26: f32 = b1[min(max(v25, 0), 30521) * 1024 + q * 4];
-      let v27: f32 = b2[row % 128 * 1024 + q * 4];
-      let v28: f32 = v26 + v27;
-      let v29: i32 = b3[row / 128 * 128 + row % 128];
-      let v30: f32 = b4[min(max(v29, 0), 1) * 1024 + q * 4];
-      let v31: f32 = v28 + v30;
-      let v32: f32 = red23 * 0.0009765625;
-      let v33: f32 = v31 - v32;
-      let v34: f32 = v33 * v33;
-      acc24 = acc24 + v34;
-      let v35: f32 = b1[min(max(v25, 0), 30521) * 1024 + (q * 4 + 1)];
-      let v36: f32 = b2[row % 128 * 1024 + (q * 4 + 1)];
-      let v37: f32 = v35 + v36;
-      let v38: f32 = b4[min(max(v29, 0), 1) * 1024 + (q * 4 + 1)];
-      let v39: f32 = v37 + v38;
-      let v40: f32 = v39 - v32;
-      let v41: f32 = v40 * v40;
-      acc24 = acc24 + v41;
-      let v42: f32 = b1[min(max(v25, 0), 30521) * 1024 + (q * 4 + 2)];
-      let v43: f32 = b2[row % 128 * 1024 + (q * 4 + 2)];
-      let v44: f32 = v42 + v43;
-      let v45: f32 = b4[min(max(v29, 0), 1) * 1024 + (q * 4 + 2)];
-      let v46: f32 = v44 + v45;
-      let v47: f32 = v46 - v32;
-      let v48: f32 = v47 * v47;
-      acc24 = acc24 + v48;
-      let v49: f32 = b1[min(max(v25, 0), 30521) * 1024 + (q * 4 + 3)];
-      let v50: f32 = b2[row % 128 * 1024 + (q * 4 + 3)];
-      let v51: f32 = v49 + v50;
-      let v52: f32 = b4[min(max(v29, 0), 1) * 1024 + (q * 4 + 3)];
-      let v53: f32 = v51 + v52;
-      let v54: f32 = v53 - v32;
-      let v55: f32 = v54 * v54;
-      acc24 = acc24 + v55;
-    }
-    let red56: f32 = acc24;
-    let v57: f32 = red56 * 0.0009765625;
-    let v58: f32 = v57 + 1e-12;
-    let v59: f32 = inverseSqrt(v58);
-    b5[row] = v58;
-    b6[row] = v59;
-    for (var q: i32 = 0; q < 256; q += 1) {
-      let v60: i32 = b0[row / 128 * 128 + row % 128];
-      let v61: f32 = b1[min(max(v60, 0), 30521) * 1024 + q * 4];
-      let v62: f32 = b2[row % 128 * 1024 + q * 4];
-      let v63: f32 = v61 + v62;
-      let v64: i32 = b3[row / 128 * 128 + row % 128];
-      let v65: f32 = b4[min(max(v64, 0), 1) * 1024 + q * 4];
-      let v66: f32 = v63 + v65;
-      let v67: f32 = red23 * 0.0009765625;
-      let v68: f32 = v66 - v67;
-      b7[row * 1024 + q * 4] = f16(v68);
-      let v69: f32 = v68 * v59;
-      b8[row * 1024 + q * 4] = f16(v69);
-      let v70: u32 = b10[0];
-      let v71: u32 = b10[1];
-      let v72: f32 = bf_philox(v70, v71, 0u, u32(row * 1024 + q * 4));
-      let v73: bool = v72 >= 0.1;
-      let v74: f32 = b11[q * 4];
-      let v75: f32 = v69 * v74;
-      let v76: f32 = b12[q * 4];
-      let v77: f32 = v75 + v76;
-      let v78: f32 = v77 * 1.1111112;
-      let v79: f32 = select(0.0, v78, v73);
-      b9[row * 1024 + q * 4] = f16(v79);
-      let v80: f32 = b1[min(max(v60, 0), 30521) * 1024 + (q * 4 + 1)];
-      let v81: f32 = b2[row % 128 * 1024 + (q * 4 + 1)];
-      let v82: f32 = v80 + v81;
-      let v83: f32 = b4[min(max(v64, 0), 1) * 1024 + (q * 4 + 1)];
-      let v84: f32 = v82 + v83;
-      let v85: f32 = v84 - v67;
-      b7[row * 1024 + (q * 4 + 1)] = f16(v85);
-      let v86: f32 = v85 * v59;
-      b8[row * 1024 + (q * 4 + 1)] = f16(v86);
-      let v87: f32 = bf_philox(v70, v71, 0u, u32(row * 1024 + (q * 4 + 1)));
-      let v88: bool = v87 >= 0.1;
-      let v89: f32 = b11[q * 4 + 1];
-      let v90: f32 = v86 * v89;
-      let v91: f32 = b12[q * 4 + 1];
-      let v92: f32 = v90 + v91;
-      let v93: f32 = v92 * 1.1111112;
-      let v94: f32 = select(0.0, v93, v88);
-      b9[row * 1024 + (q * 4 + 1)] = f16(v94);
-      let v95: f32 = b1[min(max(v60, 0), 30521) * 1024 + (q * 4 + 2)];
-      let v96: f32 = b2[row % 128 * 1024 + (q * 4 + 2)];
-      let v97: f32 = v95 + v96;
-      let v98: f32 = b4[min(max(v64, 0), 1) * 1024 + (q * 4 + 2)];
-      let v99: f32 = v97 + v98;
-      let v100: f32 = v99 - v67;
-      b7[row * 1024 + (q * 4 + 2)] = f16(v100);
-      let v101: f32 = v100 * v59;
-      b8[row * 1024 + (q * 4 + 2)] = f16(v101);
-      let v102: f32 = bf_philox(v70, v71, 0u, u32(row * 1024 + (q * 4 + 2)));
-      let v103: bool = v102 >= 0.1;
-      let v104: f32 = b11[q * 4 + 2];
-      let v105: f32 = v101 * v104;
-      let v106: f32 = b12[q * 4 + 2];
-      let v107: f32 = v105 + v106;
-      let v108: f32 = v107 * 1.1111112;
-      let v109: f32 = select(0.0, v108, v103);
-      b9[row * 1024 + (q * 4 + 2)] = f16(v109);
-      let v110: f32 = b1[min(max(v60, 0), 30521) * 1024 + (q * 4 + 3)];
-      let v111: f32 = b2[row % 128 * 1024 + (q * 4 + 3)];
-      let v112: f32 = v110 + v111;
-      let v113: f32 = b4[min(max(v64, 0), 1) * 1024 + (q * 4 + 3)];
-      let v114: f32 = v112 + v113;
-      let v115: f32 = v114 - v67;
-      b7[row * 1024 + (q * 4 + 3)] = f16(v115);
-      let v116: f32 = v115 * v59;
-      b8[row * 1024 + (q * 4 + 3)] = f16(v116);
-      let v117: f32 = bf_philox(v70, v71, 0u, u32(row * 1024 + (q * 4 + 3)));
-      let v118: bool = v117 >= 0.1;
-      let v119: f32 = b11[q * 4 + 3];
-      let v120: f32 = v116 * v119;
-      let v121: f32 = b12[q * 4 + 3];
-      let v122: f32 = v120 + v121;
-      let v123: f32 = v122 * 1.1111112;
-      let v124: f32 = select(0.0, v123, v118);
-      b9[row * 1024 + (q * 4 + 3)] = f16(v124);
-    }
+  let row: i32 = wg;
+  var acc0: f32 = 0.0;
+  for (var j: i32 = lid; j < 1024; j += 256) {
+    let v1: i32 = b0[row / 128 * 128 + row % 128];
+    let v2: f32 = b1[min(max(v1, 0), 30521) * 1024 + j];
+    let v3: f32 = b2[row % 128 * 1024 + j];
+    let v4: f32 = v2 + v3;
+    let v5: i32 = b3[row / 128 * 128 + row % 128];
+    let v6: f32 = b4[min(max(v5, 0), 1) * 1024 + j];
+    let v7: f32 = v4 + v6;
+    acc0 = acc0 + v7;
+  }
+  // wg_reduce (sum -> red8): tree over 256 threads in workgroup memory
+  red_f32_0[lid] = acc0;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
+  }
+  workgroupBarrier();
+  let red8: f32 = red_f32_0[0] + red_f32_0[1];
+  var acc9: f32 = 0.0;
+  for (var j: i32 = lid; j < 1024; j += 256) {
+    let v10: i32 = b0[row / 128 * 128 + row % 128];
+    let v11: f32 = b1[min(max(v10, 0), 30521) * 1024 + j];
+    let v12: f32 = b2[row % 128 * 1024 + j];
+    let v13: f32 = v11 + v12;
+    let v14: i32 = b3[row / 128 * 128 + row % 128];
+    let v15: f32 = b4[min(max(v14, 0), 1) * 1024 + j];
+    let v16: f32 = v13 + v15;
+    let v17: f32 = red8 * 0.0009765625;
+    let v18: f32 = v16 - v17;
+    let v19: f32 = v18 * v18;
+    acc9 = acc9 + v19;
+  }
+  // wg_reduce (sum -> red20): tree over 256 threads in workgroup memory
+  red_f32_1[lid] = acc9;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
+  }
+  workgroupBarrier();
+  let red20: f32 = red_f32_1[0] + red_f32_1[1];
+  let v21: f32 = red20 * 0.0009765625;
+  let v22: f32 = v21 + 1e-12;
+  let v23: f32 = inverseSqrt(v22);
+  if (lid == 0) {
+    b5[row] = v22;
+    b6[row] = v23;
+  }
+  for (var j: i32 = lid; j < 1024; j += 256) {
+    let v24: i32 = b0[row / 128 * 128 + row % 128];
+    let v25: f32 = b1[min(max(v24, 0), 30521) * 1024 + j];
+    let v26: f32 = b2[row % 128 * 1024 + j];
+    let v27: f32 = v25 + v26;
+    let v28: i32 = b3[row / 128 * 128 + row % 128];
+    let v29: f32 = b4[min(max(v28, 0), 1) * 1024 + j];
+    let v30: f32 = v27 + v29;
+    let v31: f32 = red8 * 0.0009765625;
+    let v32: f32 = v30 - v31;
+    b7[row * 1024 + j] = f16(v32);
+    let v33: f32 = v32 * v23;
+    b8[row * 1024 + j] = f16(v33);
+    let v34: u32 = b10[0];
+    let v35: u32 = b10[1];
+    let v36: f32 = bf_philox(v34, v35, 0u, u32(row * 1024 + j));
+    let v37: bool = v36 >= 0.1;
+    let v38: f32 = b11[j];
+    let v39: f32 = v33 * v38;
+    let v40: f32 = b12[j];
+    let v41: f32 = v39 + v40;
+    let v42: f32 = v41 * 1.1111112;
+    let v43: f32 = select(0.0, v42, v37);
+    b9[row * 1024 + j] = f16(v43);
   }
 }

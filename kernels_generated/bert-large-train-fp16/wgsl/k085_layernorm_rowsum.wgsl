@@ -3,37 +3,37 @@
 // Used by 1 kernel: k085_layernorm_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1036 cast f32[1024,1024] (models/bert.ts:245)
-//   %1038 add f32[1024,1024] (models/bert.ts:245)
-//   %1039 reshape f32[8,128,1024] (models/bert.ts:245)
-//   %1042 mul f32[8,128,1024] (models/bert.ts:224)
-//   %1043 where f32[8,128,1024] (models/bert.ts:224)
-//   %1044 add f32[8,128,1024] (models/bert.ts:245)
-//   %1045 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %1046 mul f32[8,128,1] (models/bert.ts:223)
-//   %1047 broadcast f32[8,128,1024] (models/bert.ts:223)
-//   %1048 sub f32[8,128,1024] (models/bert.ts:223) -> written
-//   %1049 mul f32[8,128,1024] (models/bert.ts:223)
-//   %1050 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %1051 mul f32[8,128,1] (models/bert.ts:223)
-//   %1052 add f32[8,128,1] (models/bert.ts:223) -> written
-//   %1053 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
-//   %1055 mul f32[8,128,1024] (models/bert.ts:223) -> written
-//   %1057 mul f32[8,128,1024] (models/bert.ts:223)
-//   %1059 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %684 cast f32[1024,1024] (models/bert.ts:249)
+//   %686 add f32[1024,1024] (models/bert.ts:249)
+//   %687 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %690 mul f32[8,128,1024] (models/bert.ts:224)
+//   %691 where f32[8,128,1024] (models/bert.ts:224)
+//   %692 add f32[8,128,1024] (models/bert.ts:249)
+//   %693 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %694 mul f32[8,128,1] (models/bert.ts:223)
+//   %695 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %696 sub f32[8,128,1024] (models/bert.ts:223) -> written
+//   %697 mul f32[8,128,1024] (models/bert.ts:223)
+//   %698 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %699 mul f32[8,128,1] (models/bert.ts:223)
+//   %700 add f32[8,128,1] (models/bert.ts:223) -> written
+//   %701 rsqrt f32[8,128,1] (models/bert.ts:223) -> written
+//   %703 mul f32[8,128,1024] (models/bert.ts:223) -> written
+//   %705 mul f32[8,128,1024] (models/bert.ts:223)
+//   %707 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %1035 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.7.attention.output.dense.bias f32[1024]
-//   binding 3 (read): %969 add f32[8,128,1024] stored f16
-//   binding 4 (write): %1052 add f32[8,128,1]
-//   binding 5 (write): %1053 rsqrt f32[8,128,1]
-//   binding 6 (write): %1048 sub f32[8,128,1024] stored f16
-//   binding 7 (write): %1055 mul f32[8,128,1024] stored f16
-//   binding 8 (write): %1059 add f32[8,128,1024] stored f16
-//   binding 9 (read): param bert.encoder.layer.7.attention.output.LayerNorm.weight f32[1024]
-//   binding 10 (read): param bert.encoder.layer.7.attention.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %683 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.4.output.dense.bias f32[1024]
+//   binding 3 (read): %666 add f32[8,128,1024] stored f16
+//   binding 4 (write): %700 add f32[8,128,1]
+//   binding 5 (write): %701 rsqrt f32[8,128,1]
+//   binding 6 (write): %696 sub f32[8,128,1024] stored f16
+//   binding 7 (write): %703 mul f32[8,128,1024] stored f16
+//   binding 8 (write): %707 add f32[8,128,1024] stored f16
+//   binding 9 (read): param bert.encoder.layer.4.output.LayerNorm.weight f32[1024]
+//   binding 10 (read): param bert.encoder.layer.4.output.LayerNorm.bias f32[1024]
 
-// launch: 4 workgroups of 256 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
@@ -48,6 +48,9 @@ enable f16;
 @group(0) @binding(8) var<storage, read_write> b8: array<f16>;
 @group(0) @binding(9) var<storage, read> b9: array<f32>;
 @group(0) @binding(10) var<storage, read> b10: array<f32>;
+
+var<workgroup> red_f32_0: array<f32, 256>;
+var<workgroup> red_f32_1: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -87,218 +90,136 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }
 
-// bf_philox of the four elements index..index+3, index a multiple of 4: one block, all four words.
-fn bf_philox4(seed: u32, step: u32, stream: u32, index: u32) -> vec4<f32> {
-  var c0 = index >> 2u;
-  var c1 = 0u;
-  var c2 = step;
-  var c3 = 0u;
-  var k0 = seed;
-  var k1 = stream;
-  for (var i = 0; i < 10; i++) {
-    let p0 = bf_mul_wide(c0, 0xd2511f53u);
-    let p1 = bf_mul_wide(c2, 0xcd9e8d57u);
-    c0 = p1.x ^ c1 ^ k0;
-    c1 = p1.y;
-    c2 = p0.x ^ c3 ^ k1;
-    c3 = p0.y;
-    k0 = k0 + 0x9e3779b9u;
-    k1 = k1 + 0xbb67ae85u;
-  }
-  return vec4<f32>(vec4<u32>(c0, c1, c2, c3) >> vec4<u32>(8u)) * (1.0 / 16777216.0);
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1024) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var q: i32 = 0; q < 256; q += 1) {
-      let v1: u32 = b0[0];
-      let v2: u32 = b0[1];
-      let rnd3: vec4<f32> = bf_philox4(v1, v2, 23u, u32(row * 1024 + q * 4));
-      let v4: f32 = rnd3.x;
-      let v5: bool = v4 >= 0.1;
-      let v6: f32 = f32(b1[row * 1024 + q * 4]);
-      let v7: f32 = b2[(row * 1024 + q * 4) % 1024];
-      let v8: f32 = v6 + v7;
-      let v9: f32 = v8 * 1.1111112;
-      let v10: f32 = select(0.0, v9, v5);
-      let v11: f32 = f32(b3[row * 1024 + q * 4]);
-      let v12: f32 = v10 + v11;
-      acc0 = acc0 + v12;
-      let v13: f32 = rnd3.y;
-      let v14: bool = v13 >= 0.1;
-      let v15: f32 = f32(b1[row * 1024 + (q * 4 + 1)]);
-      let v16: f32 = b2[(row * 1024 + (q * 4 + 1)) % 1024];
-      let v17: f32 = v15 + v16;
-      let v18: f32 = v17 * 1.1111112;
-      let v19: f32 = select(0.0, v18, v14);
-      let v20: f32 = f32(b3[row * 1024 + (q * 4 + 1)]);
-      let v21: f32 = v19 + v20;
-      acc0 = acc0 + v21;
-      let v22: f32 = rnd3.z;
-      let v23: bool = v22 >= 0.1;
-      let v24: f32 = f32(b1[row * 1024 + (q * 4 + 2)]);
-      let v25: f32 = b2[(row * 1024 + (q * 4 + 2)) % 1024];
-      let v26: f32 = v24 + v25;
-      let v27: f32 = v26 * 1.1111112;
-      let v28: f32 = select(0.0, v27, v23);
-      let v29: f32 = f32(b3[row * 1024 + (q * 4 + 2)]);
-      let v30: f32 = v28 + v29;
-      acc0 = acc0 + v30;
-      let v31: f32 = rnd3.w;
-      let v32: bool = v31 >= 0.1;
-      let v33: f32 = f32(b1[row * 1024 + (q * 4 + 3)]);
-      let v34: f32 = b2[(row * 1024 + (q * 4 + 3)) % 1024];
-      let v35: f32 = v33 + v34;
-      let v36: f32 = v35 * 1.1111112;
-      let v37: f32 = select(0.0, v36, v32);
-      let v38: f32 = f32(b3[row * 1024 + (q * 4 + 3)]);
-      let v39: f32 = v37 + v38;
-      acc0 = acc0 + v39;
-    }
-    let red40: f32 = acc0;
-    var acc41: f32 = 0.0;
-    for (var q: i32 = 0; q < 256; q += 1) {
-      let v42: u32 = b0[0];
-      let v43: u32 = b0[1];
-      let rnd44: vec4<f32> = bf_philox4(v42, v43, 23u, u32(row * 1024 + q * 4));
-      let v45: f32 = rnd44.x;
-      let v46: bool = v45 >= 0.1;
-      let v47: f32 = f32(b1[row * 1024 + q * 4]);
-      let v48: f32 = b2[(row * 1024 + q * 4) % 1024];
-      let v49: f32 = v47 + v48;
-      let v50: f32 = v49 * 1.1111112;
-      let v51: f32 = select(0.0, v50, v46);
-      let v52: f32 = f32(b3[row * 1024 + q * 4]);
-      let v53: f32 = v51 + v52;
-      let v54: f32 = red40 * 0.0009765625;
-      let v55: f32 = v53 - v54;
-      let v56: f32 = v55 * v55;
-      acc41 = acc41 + v56;
-      let v57: f32 = rnd44.y;
-      let v58: bool = v57 >= 0.1;
-      let v59: f32 = f32(b1[row * 1024 + (q * 4 + 1)]);
-      let v60: f32 = b2[(row * 1024 + (q * 4 + 1)) % 1024];
-      let v61: f32 = v59 + v60;
-      let v62: f32 = v61 * 1.1111112;
-      let v63: f32 = select(0.0, v62, v58);
-      let v64: f32 = f32(b3[row * 1024 + (q * 4 + 1)]);
-      let v65: f32 = v63 + v64;
-      let v66: f32 = v65 - v54;
-      let v67: f32 = v66 * v66;
-      acc41 = acc41 + v67;
-      let v68: f32 = rnd44.z;
-      let v69: bool = v68 >= 0.1;
-      let v70: f32 = f32(b1[row * 1024 + (q * 4 + 2)]);
-      let v71: f32 = b2[(row * 1024 + (q * 4 + 2)) % 1024];
-      let v72: f32 = v70 + v71;
-      let v73: f32 = v72 * 1.1111112;
-      let v74: f32 = select(0.0, v73, v69);
-      let v75: f32 = f32(b3[row * 1024 + (q * 4 + 2)]);
-      let v76: f32 = v74 + v75;
-      let v77: f32 = v76 - v54;
-      let v78: f32 = v77 * v77;
-      acc41 = acc41 + v78;
-      let v79: f32 = rnd44.w;
-      let v80: bool = v79 >= 0.1;
-      let v81: f32 = f32(b1[row * 1024 + (q * 4 + 3)]);
-      let v82: f32 = b2[(row * 1024 + (q * 4 + 3)) % 1024];
-      let v83: f32 = v81 + v82;
-      let v84: f32 = v83 * 1.1111112;
-      let v85: f32 = select(0.0, v84, v80);
-      let v86: f32 = f32(b3[row * 1024 + (q * 4 + 3)]);
-      let v87: f32 = v85 + v86;
-      let v88: f32 = v87 - v54;
-      let v89: f32 = v88 * v88;
-      acc41 = acc41 + v89;
-    }
-    let red90: f32 = acc41;
-    let v91: f32 = red90 * 0.0009765625;
-    let v92: f32 = v91 + 1e-12;
-    let v93: f32 = inverseSqrt(v92);
-    b4[row] = v92;
-    b5[row] = v93;
-    for (var q: i32 = 0; q < 256; q += 1) {
-      let v94: u32 = b0[0];
-      let v95: u32 = b0[1];
-      let v96: f32 = bf_philox(v94, v95, 23u, u32(row * 1024 + q * 4));
-      let v97: bool = v96 >= 0.1;
-      let v98: f32 = f32(b1[row * 1024 + q * 4]);
-      let v99: f32 = b2[(row * 1024 + q * 4) % 1024];
-      let v100: f32 = v98 + v99;
-      let v101: f32 = v100 * 1.1111112;
-      let v102: f32 = select(0.0, v101, v97);
-      let v103: f32 = f32(b3[row * 1024 + q * 4]);
-      let v104: f32 = v102 + v103;
-      let v105: f32 = red40 * 0.0009765625;
-      let v106: f32 = v104 - v105;
-      b6[row * 1024 + q * 4] = f16(v106);
-      let v107: f32 = v106 * v93;
-      b7[row * 1024 + q * 4] = f16(v107);
-      let v108: f32 = b9[q * 4];
-      let v109: f32 = v107 * v108;
-      let v110: f32 = b10[q * 4];
-      let v111: f32 = v109 + v110;
-      b8[row * 1024 + q * 4] = f16(v111);
-      let v112: f32 = bf_philox(v94, v95, 23u, u32(row * 1024 + (q * 4 + 1)));
-      let v113: bool = v112 >= 0.1;
-      let v114: f32 = f32(b1[row * 1024 + (q * 4 + 1)]);
-      let v115: f32 = b2[(row * 1024 + (q * 4 + 1)) % 1024];
-      let v116: f32 = v114 + v115;
-      let v117: f32 = v116 * 1.1111112;
-      let v118: f32 = select(0.0, v117, v113);
-      let v119: f32 = f32(b3[row * 1024 + (q * 4 + 1)]);
-      let v120: f32 = v118 + v119;
-      let v121: f32 = v120 - v105;
-      b6[row * 1024 + (q * 4 + 1)] = f16(v121);
-      let v122: f32 = v121 * v93;
-      b7[row * 1024 + (q * 4 + 1)] = f16(v122);
-      let v123: f32 = b9[q * 4 + 1];
-      let v124: f32 = v122 * v123;
-      let v125: f32 = b10[q * 4 + 1];
-      let v126: f32 = v124 + v125;
-      b8[row * 1024 + (q * 4 + 1)] = f16(v126);
-      let v127: f32 = bf_philox(v94, v95, 23u, u32(row * 1024 + (q * 4 + 2)));
-      let v128: bool = v127 >= 0.1;
-      let v129: f32 = f32(b1[row * 1024 + (q * 4 + 2)]);
-      let v130: f32 = b2[(row * 1024 + (q * 4 + 2)) % 1024];
-      let v131: f32 = v129 + v130;
-      let v132: f32 = v131 * 1.1111112;
-      let v133: f32 = select(0.0, v132, v128);
-      let v134: f32 = f32(b3[row * 1024 + (q * 4 + 2)]);
-      let v135: f32 = v133 + v134;
-      let v136: f32 = v135 - v105;
-      b6[row * 1024 + (q * 4 + 2)] = f16(v136);
-      let v137: f32 = v136 * v93;
-      b7[row * 1024 + (q * 4 + 2)] = f16(v137);
-      let v138: f32 = b9[q * 4 + 2];
-      let v139: f32 = v137 * v138;
-      let v140: f32 = b10[q * 4 + 2];
-      let v141: f32 = v139 + v140;
-      b8[row * 1024 + (q * 4 + 2)] = f16(v141);
-      let v142: f32 = bf_philox(v94, v95, 23u, u32(row * 1024 + (q * 4 + 3)));
-      let v143: bool = v142 >= 0.1;
-      let v144: f32 = f32(b1[row * 1024 + (q * 4 + 3)]);
-      let v145: f32 = b2[(row * 1024 + (q * 4 + 3)) % 1024];
-      let v146: f32 = v144 + v145;
-      let v147: f32 = v146 * 1.1111112;
-      let v148: f32 = select(0.0, v147, v143);
-      let v149: f32 = f32(b3[row * 1024 + (q * 4 + 3)]);
-      let v150: f32 = v148 + v149;
-      let v151: f32 = v150 - v105;
-      b6[row * 1024 + (q * 4 + 3)] = f16(v151);
-      let v152: f32 = v151 * v93;
-      b7[row * 1024 + (q * 4 + 3)] = f16(v152);
-      let v153: f32 = b9[q * 4 + 3];
-      let v154: f32 = v152 * v153;
-      let v155: f32 = b10[q * 4 + 3];
-      let v156: f32 = v154 + v155;
-      b8[row * 1024 + (q * 4 + 3)] = f16(v156);
-    }
+  let row: i32 = wg;
+  var acc0: f32 = 0.0;
+  for (var j: i32 = lid; j < 1024; j += 256) {
+    let v1: u32 = b0[0];
+    let v2: u32 = b0[1];
+    let v3: f32 = bf_philox(v1, v2, 15u, u32(row * 1024 + j));
+    let v4: bool = v3 >= 0.1;
+    let v5: f32 = f32(b1[row * 1024 + j]);
+    let v6: f32 = b2[(row * 1024 + j) % 1024];
+    let v7: f32 = v5 + v6;
+    let v8: f32 = v7 * 1.1111112;
+    let v9: f32 = select(0.0, v8, v4);
+    let v10: f32 = f32(b3[row * 1024 + j]);
+    let v11: f32 = v9 + v10;
+    acc0 = acc0 + v11;
+  }
+  // wg_reduce (sum -> red12): tree over 256 threads in workgroup memory
+  red_f32_0[lid] = acc0;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
+  }
+  workgroupBarrier();
+  let red12: f32 = red_f32_0[0] + red_f32_0[1];
+  var acc13: f32 = 0.0;
+  for (var j: i32 = lid; j < 1024; j += 256) {
+    let v14: u32 = b0[0];
+    let v15: u32 = b0[1];
+    let v16: f32 = bf_philox(v14, v15, 15u, u32(row * 1024 + j));
+    let v17: bool = v16 >= 0.1;
+    let v18: f32 = f32(b1[row * 1024 + j]);
+    let v19: f32 = b2[(row * 1024 + j) % 1024];
+    let v20: f32 = v18 + v19;
+    let v21: f32 = v20 * 1.1111112;
+    let v22: f32 = select(0.0, v21, v17);
+    let v23: f32 = f32(b3[row * 1024 + j]);
+    let v24: f32 = v22 + v23;
+    let v25: f32 = red12 * 0.0009765625;
+    let v26: f32 = v24 - v25;
+    let v27: f32 = v26 * v26;
+    acc13 = acc13 + v27;
+  }
+  // wg_reduce (sum -> red28): tree over 256 threads in workgroup memory
+  red_f32_1[lid] = acc13;
+  workgroupBarrier();
+  if (lid < 128) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
+  }
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
+  }
+  workgroupBarrier();
+  let red28: f32 = red_f32_1[0] + red_f32_1[1];
+  let v29: f32 = red28 * 0.0009765625;
+  let v30: f32 = v29 + 1e-12;
+  let v31: f32 = inverseSqrt(v30);
+  if (lid == 0) {
+    b4[row] = v30;
+    b5[row] = v31;
+  }
+  for (var j: i32 = lid; j < 1024; j += 256) {
+    let v32: u32 = b0[0];
+    let v33: u32 = b0[1];
+    let v34: f32 = bf_philox(v32, v33, 15u, u32(row * 1024 + j));
+    let v35: bool = v34 >= 0.1;
+    let v36: f32 = f32(b1[row * 1024 + j]);
+    let v37: f32 = b2[(row * 1024 + j) % 1024];
+    let v38: f32 = v36 + v37;
+    let v39: f32 = v38 * 1.1111112;
+    let v40: f32 = select(0.0, v39, v35);
+    let v41: f32 = f32(b3[row * 1024 + j]);
+    let v42: f32 = v40 + v41;
+    let v43: f32 = red12 * 0.0009765625;
+    let v44: f32 = v42 - v43;
+    b6[row * 1024 + j] = f16(v44);
+    let v45: f32 = v44 * v31;
+    b7[row * 1024 + j] = f16(v45);
+    let v46: f32 = b9[j];
+    let v47: f32 = v45 * v46;
+    let v48: f32 = b10[j];
+    let v49: f32 = v47 + v48;
+    b8[row * 1024 + j] = f16(v49);
   }
 }

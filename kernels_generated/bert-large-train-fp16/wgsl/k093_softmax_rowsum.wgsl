@@ -3,27 +3,27 @@
 // Used by 1 kernel: k093_softmax_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %1143 cast f32[8,16,128,128] (models/bert.ts:236)
-//   %1144 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %1145 add f32[8,16,128,128] (models/bert.ts:236)
-//   %1146 reduce_max f32[8,16,128,1] (models/bert.ts:236)
-//   %1147 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
-//   %1148 broadcast f32[8,16,128,128] (models/bert.ts:236)
-//   %1149 sub f32[8,16,128,128] (models/bert.ts:236)
-//   %1150 exp f32[8,16,128,128] (models/bert.ts:236) -> written
-//   %1151 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
-//   %1153 div f32[8,16,128,128] (models/bert.ts:236) -> written
-//   %1156 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %1157 where f32[8,16,128,128] (models/bert.ts:236) -> written
-//   binding 0 (read): %1142 matmul f16[8,16,128,128]
+//   %750 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %751 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %752 add f32[8,16,128,128] (models/bert.ts:236)
+//   %753 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %754 stop_gradient f32[8,16,128,1] (models/bert.ts:236)
+//   %755 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %756 sub f32[8,16,128,128] (models/bert.ts:236)
+//   %757 exp f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %758 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %760 div f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %763 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %764 where f32[8,16,128,128] (models/bert.ts:236) -> written
+//   binding 0 (read): %749 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
-//   binding 2 (write): %1151 reduce_sum f32[8,16,128,1]
-//   binding 3 (write): %1150 exp f32[8,16,128,128] stored f16
-//   binding 4 (write): %1153 div f32[8,16,128,128] stored f16
-//   binding 5 (write): %1157 where f32[8,16,128,128] stored f16
+//   binding 2 (write): %758 reduce_sum f32[8,16,128,1]
+//   binding 3 (write): %757 exp f32[8,16,128,128] stored f16
+//   binding 4 (write): %760 div f32[8,16,128,128] stored f16
+//   binding 5 (write): %764 where f32[8,16,128,128] stored f16
 //   binding 6 (read): input rng_key u32[2]
 
-// launch: 64 workgroups of 256 threads
+// launch: 16384 workgroups of 128 threads
 
 enable f16;
 
@@ -34,6 +34,9 @@ enable f16;
 @group(0) @binding(4) var<storage, read_write> b4: array<f16>;
 @group(0) @binding(5) var<storage, read_write> b5: array<f16>;
 @group(0) @binding(6) var<storage, read> b6: array<u32>;
+
+var<workgroup> red_f32_0: array<f32, 128>;
+var<workgroup> red_f32_1: array<f32, 128>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -73,165 +76,113 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(128)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 16384) {
-    let row: i32 = gid;
-    var acc0: f32 = -3.402823466e+38;
-    for (var q: i32 = 0; q < 32; q += 1) {
-      let v1: f32 = f32(b0[row * 128 + q * 4]);
-      let v2: f32 = v1 * 0.125;
-      let v3: i32 = b1[row / 2048 * 128 + q * 4];
-      let v4: f32 = f32(v3);
-      let v5: f32 = v4 - 1.0;
-      let v6: f32 = v5 * 10000.0;
-      let v7: f32 = v2 + v6;
-      acc0 = max(acc0, v7);
-      let v8: f32 = f32(b0[row * 128 + (q * 4 + 1)]);
-      let v9: f32 = v8 * 0.125;
-      let v10: i32 = b1[row / 2048 * 128 + (q * 4 + 1)];
-      let v11: f32 = f32(v10);
-      let v12: f32 = v11 - 1.0;
-      let v13: f32 = v12 * 10000.0;
-      let v14: f32 = v9 + v13;
-      acc0 = max(acc0, v14);
-      let v15: f32 = f32(b0[row * 128 + (q * 4 + 2)]);
-      let v16: f32 = v15 * 0.125;
-      let v17: i32 = b1[row / 2048 * 128 + (q * 4 + 2)];
-      let v18: f32 = f32(v17);
-      let v19: f32 = v18 - 1.0;
-      let v20: f32 = v19 * 10000.0;
-      let v21: f32 = v16 + v20;
-      acc0 = max(acc0, v21);
-      let v22: f32 = f32(b0[row * 128 + (q * 4 + 3)]);
-      let v23: f32 = v22 * 0.125;
-      let v24: i32 = b1[row / 2048 * 128 + (q * 4 + 3)];
-      let v25: f32 = f32(v24);
-      let v26: f32 = v25 - 1.0;
-      let v27: f32 = v26 * 10000.0;
-      let v28: f32 = v23 + v27;
-      acc0 = max(acc0, v28);
-    }
-    let red29: f32 = acc0;
-    var acc30: f32 = 0.0;
-    for (var q: i32 = 0; q < 32; q += 1) {
-      let v31: f32 = f32(b0[row * 128 + q * 4]);
-      let v32: f32 = v31 * 0.125;
-      let v33: i32 = b1[row / 2048 * 128 + q * 4];
-      let v34: f32 = f32(v33);
-      let v35: f32 = v34 - 1.0;
-      let v36: f32 = v35 * 10000.0;
-      let v37: f32 = v32 + v36;
-      let v38: f32 = v37 - red29;
-      let v39: f32 = exp(v38);
-      acc30 = acc30 + v39;
-      let v40: f32 = f32(b0[row * 128 + (q * 4 + 1)]);
-      let v41: f32 = v40 * 0.125;
-      let v42: i32 = b1[row / 2048 * 128 + (q * 4 + 1)];
-      let v43: f32 = f32(v42);
-      let v44: f32 = v43 - 1.0;
-      let v45: f32 = v44 * 10000.0;
-      let v46: f32 = v41 + v45;
-      let v47: f32 = v46 - red29;
-      let v48: f32 = exp(v47);
-      acc30 = acc30 + v48;
-      let v49: f32 = f32(b0[row * 128 + (q * 4 + 2)]);
-      let v50: f32 = v49 * 0.125;
-      let v51: i32 = b1[row / 2048 * 128 + (q * 4 + 2)];
-      let v52: f32 = f32(v51);
-      let v53: f32 = v52 - 1.0;
-      let v54: f32 = v53 * 10000.0;
-      let v55: f32 = v50 + v54;
-      let v56: f32 = v55 - red29;
-      let v57: f32 = exp(v56);
-      acc30 = acc30 + v57;
-      let v58: f32 = f32(b0[row * 128 + (q * 4 + 3)]);
-      let v59: f32 = v58 * 0.125;
-      let v60: i32 = b1[row / 2048 * 128 + (q * 4 + 3)];
-      let v61: f32 = f32(v60);
-      let v62: f32 = v61 - 1.0;
-      let v63: f32 = v62 * 10000.0;
-      let v64: f32 = v59 + v63;
-      let v65: f32 = v64 - red29;
-      let v66: f32 = exp(v65);
-      acc30 = acc30 + v66;
-    }
-    let red67: f32 = acc30;
-    b2[row] = red67;
-    for (var q: i32 = 0; q < 32; q += 1) {
-      let v68: f32 = f32(b0[row * 128 + q * 4]);
-      let v69: f32 = v68 * 0.125;
-      let v70: i32 = b1[row / 2048 * 128 + q * 4];
-      let v71: f32 = f32(v70);
-      let v72: f32 = v71 - 1.0;
-      let v73: f32 = v72 * 10000.0;
-      let v74: f32 = v69 + v73;
-      let v75: f32 = v74 - red29;
-      let v76: f32 = exp(v75);
-      b3[row * 128 + q * 4] = f16(v76);
-      let v77: f32 = v76 / red67;
-      b4[row * 128 + q * 4] = f16(v77);
-      let v78: u32 = b6[0];
-      let v79: u32 = b6[1];
-      let v80: f32 = bf_philox(v78, v79, 25u, u32(row * 128 + q * 4));
-      let v81: bool = v80 >= 0.1;
-      let v82: f32 = v77 * 1.1111112;
-      let v83: f32 = select(0.0, v82, v81);
-      b5[row * 128 + q * 4] = f16(v83);
-      let v84: f32 = f32(b0[row * 128 + (q * 4 + 1)]);
-      let v85: f32 = v84 * 0.125;
-      let v86: i32 = b1[row / 2048 * 128 + (q * 4 + 1)];
-      let v87: f32 = f32(v86);
-      let v88: f32 = v87 - 1.0;
-      let v89: f32 = v88 * 10000.0;
-      let v90: f32 = v85 + v89;
-      let v91: f32 = v90 - red29;
-      let v92: f32 = exp(v91);
-      b3[row * 128 + (q * 4 + 1)] = f16(v92);
-      let v93: f32 = v92 / red67;
-      b4[row * 128 + (q * 4 + 1)] = f16(v93);
-      let v94: f32 = bf_philox(v78, v79, 25u, u32(row * 128 + (q * 4 + 1)));
-      let v95: bool = v94 >= 0.1;
-      let v96: f32 = v93 * 1.1111112;
-      let v97: f32 = select(0.0, v96, v95);
-      b5[row * 128 + (q * 4 + 1)] = f16(v97);
-      let v98: f32 = f32(b0[row * 128 + (q * 4 + 2)]);
-      let v99: f32 = v98 * 0.125;
-      let v100: i32 = b1[row / 2048 * 128 + (q * 4 + 2)];
-      let v101: f32 = f32(v100);
-      let v102: f32 = v101 - 1.0;
-      let v103: f32 = v102 * 10000.0;
-      let v104: f32 = v99 + v103;
-      let v105: f32 = v104 - red29;
-      let v106: f32 = exp(v105);
-      b3[row * 128 + (q * 4 + 2)] = f16(v106);
-      let v107: f32 = v106 / red67;
-      b4[row * 128 + (q * 4 + 2)] = f16(v107);
-      let v108: f32 = bf_philox(v78, v79, 25u, u32(row * 128 + (q * 4 + 2)));
-      let v109: bool = v108 >= 0.1;
-      let v110: f32 = v107 * 1.1111112;
-      let v111: f32 = select(0.0, v110, v109);
-      b5[row * 128 + (q * 4 + 2)] = f16(v111);
-      let v112: f32 = f32(b0[row * 128 + (q * 4 + 3)]);
-      let v113: f32 = v112 * 0.125;
-      let v114: i32 = b1[row / 2048 * 128 + (q * 4 + 3)];
-      let v115: f32 = f32(v114);
-      let v116: f32 = v115 - 1.0;
-      let v117: f32 = v116 * 10000.0;
-      let v118: f32 = v113 + v117;
-      let v119: f32 = v118 - red29;
-      let v120: f32 = exp(v119);
-      b3[row * 128 + (q * 4 + 3)] = f16(v120);
-      let v121: f32 = v120 / red67;
-      b4[row * 128 + (q * 4 + 3)] = f16(v121);
-      let v122: f32 = bf_philox(v78, v79, 25u, u32(row * 128 + (q * 4 + 3)));
-      let v123: bool = v122 >= 0.1;
-      let v124: f32 = v121 * 1.1111112;
-      let v125: f32 = select(0.0, v124, v123);
-      b5[row * 128 + (q * 4 + 3)] = f16(v125);
-    }
+  let row: i32 = wg;
+  var acc0: f32 = -3.402823466e+38;
+  for (var j: i32 = lid; j < 128; j += 128) {
+    let v1: f32 = f32(b0[row * 128 + j]);
+    let v2: f32 = v1 * 0.125;
+    let v3: i32 = b1[row / 2048 * 128 + j];
+    let v4: f32 = f32(v3);
+    let v5: f32 = v4 - 1.0;
+    let v6: f32 = v5 * 10000.0;
+    let v7: f32 = v2 + v6;
+    acc0 = max(acc0, v7);
+  }
+  // wg_reduce (max -> red8): tree over 128 threads in workgroup memory
+  red_f32_0[lid] = acc0;
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 64]);
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 32]);
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 16]);
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 8]);
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 4]);
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_0[lid] = max(red_f32_0[lid], red_f32_0[lid + 2]);
+  }
+  workgroupBarrier();
+  let red8: f32 = max(red_f32_0[0], red_f32_0[1]);
+  var acc9: f32 = 0.0;
+  for (var j: i32 = lid; j < 128; j += 128) {
+    let v10: f32 = f32(b0[row * 128 + j]);
+    let v11: f32 = v10 * 0.125;
+    let v12: i32 = b1[row / 2048 * 128 + j];
+    let v13: f32 = f32(v12);
+    let v14: f32 = v13 - 1.0;
+    let v15: f32 = v14 * 10000.0;
+    let v16: f32 = v11 + v15;
+    let v17: f32 = v16 - red8;
+    let v18: f32 = exp(v17);
+    acc9 = acc9 + v18;
+  }
+  // wg_reduce (sum -> red19): tree over 128 threads in workgroup memory
+  red_f32_1[lid] = acc9;
+  workgroupBarrier();
+  if (lid < 64) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
+  }
+  workgroupBarrier();
+  if (lid < 32) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
+  }
+  workgroupBarrier();
+  if (lid < 16) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
+  }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
+  }
+  workgroupBarrier();
+  let red19: f32 = red_f32_1[0] + red_f32_1[1];
+  if (lid == 0) {
+    b2[row] = red19;
+  }
+  for (var j: i32 = lid; j < 128; j += 128) {
+    let v20: f32 = f32(b0[row * 128 + j]);
+    let v21: f32 = v20 * 0.125;
+    let v22: i32 = b1[row / 2048 * 128 + j];
+    let v23: f32 = f32(v22);
+    let v24: f32 = v23 - 1.0;
+    let v25: f32 = v24 * 10000.0;
+    let v26: f32 = v21 + v25;
+    let v27: f32 = v26 - red8;
+    let v28: f32 = exp(v27);
+    b3[row * 128 + j] = f16(v28);
+    let v29: f32 = v28 / red19;
+    b4[row * 128 + j] = f16(v29);
+    let v30: u32 = b6[0];
+    let v31: u32 = b6[1];
+    let v32: f32 = bf_philox(v30, v31, 16u, u32(row * 128 + j));
+    let v33: bool = v32 >= 0.1;
+    let v34: f32 = v29 * 1.1111112;
+    let v35: f32 = select(0.0, v34, v33);
+    b5[row * 128 + j] = f16(v35);
   }
 }
