@@ -22,7 +22,9 @@ const VIEWS = new Set(["reshape", "permute", "slice"]);
 
 /** Whether `id` is read by a matmul, directly or through views. */
 function feedsMatmul(g: Graph, users: readonly NodeId[][], id: NodeId): boolean {
-  return users[id].some((u) => g.nodes[u].op === "matmul" || (VIEWS.has(g.nodes[u].op) && feedsMatmul(g, users, u)));
+  return users[id].some((u) =>
+    g.nodes[u].op === "matmul" || (VIEWS.has(g.nodes[u].op) && feedsMatmul(g, users, u))
+  );
 }
 
 /** The casts of f32 parameters to `low` that GEMMs read and that fusion must materialize. */
