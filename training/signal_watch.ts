@@ -2,12 +2,30 @@
  * A Web Worker that watches for stop signals while the main thread is busy. The reference backend runs a
  * whole training step synchronously, for seconds; signals that arrive meanwhile reach the main thread
  * only after the step, and two Ctrl-C within one step arrive as one. This worker's event loop is free:
- * it counts every signal, and on the second one says so and ends the process at once (SIGKILL, the only
- * way out of a blocked main thread; Deno.exit in a worker ends only the worker).
+ * it counts every signal, and on the second one says so and ends the process at once with the status a
+ * shell expects (130 for SIGINT) through libc's `_exit`: Deno.exit in a worker ends only the worker.
  */
 /// <reference lib="deno.worker" />
 
 const enc = new TextEncoder();
+
+/** The numbers shells add to 128 in a killed process's status (POSIX and Linux agree on these). */
+const SIGNAL_NUMBER: Partial<Record<string, number>> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGTERM: 15 };
+
+/**
+ * Ends the whole process with `code` (130 after Ctrl-C, as a shell expects) from this worker while the main
+ * thread is blocked: libc's `_exit` through FFI (the training tasks allow it). Without FFI, SIGKILL (137);
+ * without --allow-run either, the main thread quits after its step.
+ */
+function exitProcess(code: number): void {
+  try {
+    const libc = Deno.build.os === "darwin" ? "libSystem.dylib" : "libc.so.6";
+    Deno.dlopen(libc, { _exit: { parameters: ["i32"], result: "void" } }).symbols._exit(code);
+  } catch { /* no FFI here */ }
+  try {
+    Deno.kill(Deno.pid, "SIGKILL");
+  } catch { /* no --allow-run */ }
+}
 let count = 0;
 self.onmessage = (e: MessageEvent<{ signals: Deno.Signal[] }>) => {
   for (const sig of e.data.signals) {
@@ -18,9 +36,7 @@ self.onmessage = (e: MessageEvent<{ signals: Deno.Signal[] }>) => {
         // Give a free main thread the chance to quit the ordinary way (its message, exit 128 + n).
         setTimeout(() => {
           Deno.stderr.writeSync(enc.encode(`\n${sig} again: quitting now without saving\n`));
-          try {
-            Deno.kill(Deno.pid, "SIGKILL");
-          } catch { /* no --allow-run: the main thread quits after its step */ }
+          exitProcess(128 + (SIGNAL_NUMBER[sig] ?? 9));
         }, 300);
       });
     } catch { /* a signal this platform cannot listen for */ }
