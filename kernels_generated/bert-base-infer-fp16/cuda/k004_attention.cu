@@ -49,7 +49,6 @@ extern "C" __global__ void __launch_bounds__(16) bf_kernel(const __half* __restr
   // attention: 16 query rows per workgroup, 128 keys, head dim 64, 64 outputs
   const int att_b = wg / 8;
   const int att_row0 = wg % 8 * 16;
-  const int att_base = att_b * 128;
   for (int att_c0 = 0; att_c0 < 64; att_c0 += 1) {
     const int att_x0 = att_c0 * 16 + lid;
     const float v0 = __half2float(b0[att_b / 12 * 98304 + (att_row0 + att_x0 / 64) * 768 + att_b % 12 * 64 + att_x0 % 64]);

@@ -57,7 +57,6 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   // attention: 16 query rows per workgroup, 128 keys, head dim 64, 64 outputs
   let att_b: i32 = wg / 8;
   let att_row0: i32 = wg % 8 * 16;
-  let att_base: i32 = att_b * 128;
   for (var att_c0: i32 = 0; att_c0 < 64; att_c0 += 1) {
     let att_x0: i32 = att_c0 * 16 + lid;
     let v0: f32 = f32(b0[att_b / 12 * 98304 + (att_row0 + att_x0 / 64) * 768 + att_b % 12 * 64 + att_x0 % 64]);
