@@ -59,7 +59,12 @@ function kernelFusion(
 export const attentionStage = kernelFusion(
   "fusion-attention",
   "QKᵀ, softmax and PV become one attention kernel where nothing else reads the probabilities",
-  (s, f, ctx) => fuseAttention(s.graph, f, { takeFuel: takeFuel(ctx), log: logOf(ctx) }),
+  // Not where the profile's GEMMs are a library's and our attention kernel is not (cuda-sm90: no tensor-core
+  // attention kernel yet; cpu: BLAS), so QKᵀ and PV stay library calls (targets/profiles.ts).
+  (s, f, ctx) =>
+    s.options.profile?.fuseAttention === false
+      ? f
+      : fuseAttention(s.graph, f, { takeFuel: takeFuel(ctx), log: logOf(ctx) }),
 );
 
 export const siblingStage = kernelFusion(

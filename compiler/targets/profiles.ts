@@ -35,6 +35,13 @@ export interface TargetProfile {
   readonly scatterOwners: number;
   /** A column sum over many rows is split into up to this many parts first (compiler/column_sums.ts). */
   readonly columnSumParts: number;
+  /**
+   * QKᵀ, softmax and PV fused into one attention kernel (compiler/fusion/attention.ts) where nothing else
+   * reads the probabilities. Off where GEMMs run on a library and the attention kernel does not: on CUDA
+   * (until a tensor-core attention kernel exists, issue 16) and on the CPU (BLAS), the two GEMMs as library
+   * calls beat it (the cost model at bert-large inference, batch 1: 6.9 ms of 8.0 in the fused kernels).
+   */
+  readonly fuseAttention: boolean;
 }
 
 export type ProfileName = "lavapipe" | "cpu" | "webgpu-gpu" | "cuda-sm90";
@@ -51,17 +58,30 @@ const ROW_PER_WORKGROUP = {
 };
 
 export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
-  lavapipe: { name: "lavapipe", about: "software Vulkan (CI): one thread per row", ...SERIAL_ROWS },
-  cpu: { name: "cpu", about: "emitted C on CPU cores: one thread per row", ...SERIAL_ROWS },
+  lavapipe: {
+    name: "lavapipe",
+    about: "software Vulkan (CI): one thread per row",
+    ...SERIAL_ROWS,
+    fuseAttention: true,
+  },
+  cpu: {
+    name: "cpu",
+    about: "emitted C on CPU cores: one thread per row; attention's GEMMs on BLAS",
+    ...SERIAL_ROWS,
+    fuseAttention: false,
+  },
   "webgpu-gpu": {
     name: "webgpu-gpu",
     about: "a GPU through WebGPU: a workgroup per row, coalesced loads",
     ...ROW_PER_WORKGROUP,
+    fuseAttention: true,
   },
   "cuda-sm90": {
     name: "cuda-sm90",
-    about: "an H100 (sm_90) through CUDA: a block per row, warp-shuffle reductions, coalesced loads",
+    about: "an H100 (sm_90) through CUDA: a block per row, warp-shuffle reductions, coalesced loads; " +
+      "attention's GEMMs on cuBLASLt",
     ...ROW_PER_WORKGROUP,
+    fuseAttention: false,
   },
 };
 
