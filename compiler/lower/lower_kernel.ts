@@ -50,8 +50,6 @@ import { describeKernel, kernelName } from "./naming.ts";
 import { DEFAULT_PROFILE, type TargetProfile } from "../targets/profiles.ts";
 
 export const LOOP_WORKGROUP = 256;
-/** Column sums over at least this many rows split each column over SPLIT_GROUPS threads. */
-export const SPLIT_MIN_LENGTH = 256;
 export const SPLIT_GROUPS = 16;
 
 export function lowerKernel(
@@ -142,7 +140,7 @@ function lowerReduce(
   // Long column sums (many rows reduced, few columns: a bias gradient over all tokens) would leave too few
   // threads busy; there SPLIT_GROUPS threads share each column and combine their partial sums in
   // workgroup memory, in a fixed order.
-  const split = !trailing && rowLen >= SPLIT_MIN_LENGTH;
+  const split = !trailing && rowLen >= profile.columnSplitMinRows;
   const perThread = !split && (!trailing || rowLen <= 32 || rows >= profile.perThreadMinRows);
   const wg = split || perThread
     ? LOOP_WORKGROUP

@@ -33,6 +33,13 @@ export interface TargetProfile {
    * lowerScatter): 1 is a serial loop per column; a GPU needs enough to fill it.
    */
   readonly scatterOwners: number;
+  /**
+   * A column sum over at least this many rows shares each column among SPLIT_GROUPS threads of a workgroup
+   * (lower_kernel.ts lowerReduce). Infinity on the CPU: a workgroup is a loop there, and the shared-memory
+   * combine with its barriers cost more than it spread (BERT-tiny's training step: 22.4 -> 16.2 ms of
+   * column sums without it, 2-core machine).
+   */
+  readonly columnSplitMinRows: number;
   /** A column sum over many rows is split into up to this many parts first (compiler/column_sums.ts). */
   readonly columnSumParts: number;
   /**
@@ -46,7 +53,13 @@ export interface TargetProfile {
 
 export type ProfileName = "lavapipe" | "cpu" | "webgpu-gpu" | "cuda-sm90";
 
-const SERIAL_ROWS = { perThreadMinRows: 256, reduceWorkgroupMax: 256, scatterOwners: 1, columnSumParts: 1 };
+const SERIAL_ROWS = {
+  perThreadMinRows: 256,
+  reduceWorkgroupMax: 256,
+  scatterOwners: 1,
+  columnSumParts: 1,
+  columnSplitMinRows: 256,
+};
 // 128 owners × BERT-large's 1,024 columns = 131,072 threads: about what keeps an H100's memory busy.
 // Column sums in up to 256 parts: a bias gradient over 8,192 tokens is 256 × 1,024 first-pass threads of 32
 // rows each (the cost model at batch 64: 1,032 sequences/s with 128 parts, 1,123 with 256).
@@ -55,6 +68,7 @@ const ROW_PER_WORKGROUP = {
   reduceWorkgroupMax: 256,
   scatterOwners: 128,
   columnSumParts: 256,
+  columnSplitMinRows: 256,
 };
 
 export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
@@ -66,8 +80,9 @@ export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
   },
   cpu: {
     name: "cpu",
-    about: "emitted C on CPU cores: one thread per row; attention's GEMMs on BLAS",
+    about: "emitted C on CPU cores: one thread per row or column; attention's GEMMs on BLAS",
     ...SERIAL_ROWS,
+    columnSplitMinRows: Infinity,
     fuseAttention: false,
   },
   "webgpu-gpu": {
