@@ -51,9 +51,38 @@ export interface CudaExecutorOptions {
   readonly gemm?: CudaGemmMode;
   /** Where to look for libcublasLt (default: the usual search, runtime/cuda/libs.ts). */
   readonly cublasLt?: DiscoverOptions;
+  /** Where warnings go (a GEMM falling back to the template kernel); default: standard error. */
+  readonly warn?: (line: string) => void;
 }
 
 export type CudaGemmMode = "library" | "template";
+
+/**
+ * The prepared cuBLASLt call of a GEMM (shared by equal calls), or null where cuBLASLt has no algorithm
+ * for it (a heuristic miss, an unsupported shape or alignment): that GEMM then runs as the plan's template
+ * kernel, which computes the same product, with one warning line rather than an abort. Other errors
+ * (a broken library, a bad descriptor) still fail the executor.
+ */
+export function libraryCall<C>(
+  calls: Map<string, C | null>,
+  key: string,
+  make: () => C,
+  kernel: string,
+  warn: (line: string) => void = (line) => console.error(line),
+): C | null {
+  const known = calls.get(key);
+  if (known !== undefined) return known;
+  try {
+    const call = make();
+    calls.set(key, call);
+    return call;
+  } catch (e) {
+    if (!(e instanceof CudaError) || !/has no algorithm/.test(e.message)) throw e;
+    warn(`warning: ${e.message}; kernel ${kernel} runs as the template GEMM instead`);
+    calls.set(key, null);
+    return null;
+  }
+}
 
 /** BERTFUSE_CUDA_GEMM: library (default) or template. */
 export function cudaGemmFromEnv(): CudaGemmMode {
@@ -174,7 +203,7 @@ export class CudaExecutor {
     const modules: Pointer[] = [];
     let stream: Pointer = null;
     let lt: CublasLt | undefined;
-    const calls = new Map<string, LtCall>();
+    const calls = new Map<string, LtCall | null>();
     try {
       // Zeroed here, and the padding a run may dirty again at the start of every run (below): plans read
       // the padding of in-place flat vectors as zero.
@@ -241,11 +270,9 @@ export class CudaExecutor {
           ),
           spec.align,
         ]);
-        let lc = calls.get(key);
-        if (!lc) {
-          lc = new LtCall(lt, spec, k.name);
-          calls.set(key, lc);
-        }
+        const template = () => ({ kernel: k, kernelIndex, ...launchOf(k.name, k.cuda!, k.bindings) });
+        const lc = libraryCall(calls, key, () => new LtCall(lt!, spec, k.name), k.name, opts.warn);
+        if (!lc) return template();
         const epilogue = g.epilogue && launchOf(g.epilogue.name, g.epilogue.cuda, g.epilogue.bindings);
         return { op: "gemm", kernel: k, kernelIndex, call: lc, a, b, d, ...(epilogue ? { epilogue } : {}) };
       });
@@ -293,7 +320,7 @@ export class CudaExecutor {
         modules,
         program,
         fnBySource.size,
-        lt && { lib: lt, calls: [...calls.values()] },
+        lt && { lib: lt, calls: [...calls.values()].filter((c): c is LtCall => c !== null) },
       );
       if (opts.graphs ?? cudaGraphsFromEnv()) {
         ex.warmUp();
@@ -301,7 +328,7 @@ export class CudaExecutor {
       }
       return ex;
     } catch (e) {
-      for (const c of calls.values()) tryIt(() => c.destroy());
+      for (const c of calls.values()) if (c) tryIt(() => c.destroy());
       if (lt) tryIt(() => lt!.close());
       for (const m of modules) tryIt(() => driver.unloadModule(m));
       if (stream) tryIt(() => driver.destroyStream(stream));
