@@ -97,6 +97,8 @@ export class Progress {
   #first: { step: number; t: number } | undefined;
   #lastDraw = -Infinity;
   #last: ProgressStats | undefined;
+  /** The stats last drawn (plain mode prints each once). */
+  #lastDrawn?: ProgressStats;
   #barShown = false;
 
   constructor(o: ProgressOptions) {
@@ -141,6 +143,7 @@ export class Progress {
   }
 
   #draw(s: ProgressStats): void {
+    this.#lastDrawn = s;
     const fields = progressFields(s, this.total, this.eta(s.step));
     if (!this.tty) {
       this.#write(`step ${fields.join("  ")}\n`);
@@ -159,9 +162,9 @@ export class Progress {
     if (this.tty && this.#last) this.#draw(this.#last);
   }
 
-  /** Draws the final state and ends the line. */
+  /** Draws the final state (in plain mode only if not printed yet) and ends the line. */
   finish(message?: string): void {
-    if (this.#last) this.#draw(this.#last);
+    if (this.#last && (this.tty || this.#last !== this.#lastDrawn)) this.#draw(this.#last);
     if (this.tty && this.#barShown) this.#write("\n");
     this.#barShown = false;
     if (message) this.#write(message.endsWith("\n") ? message : message + "\n");

@@ -266,7 +266,10 @@ Deno.test("progress: TTY redraws one line (rate-limited, fits the width); plain 
     t += 1000;
     q.update({ step: s, loss: 3 });
   }
-  // Every 10 s, plus the last step.
+  // Every 10 s, plus the last step; finishing prints the last step no second time.
+  q.log("checkpoint saved");
+  q.finish();
+  assert.equal(plain.splice(plain.indexOf("checkpoint saved\n"), 1).length, 1);
   assert.deepEqual(plain.map((l) => l.match(/^step\s+(\d+)\//)![1]), ["1", "11", "21", "31", "41", "50"]);
   assert.ok(plain.every((l) => l.endsWith("\n") && !l.includes("\r")));
   assert.equal(formatDuration(3725), "1h02m");
