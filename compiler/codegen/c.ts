@@ -151,9 +151,9 @@ function gidGuard(body: readonly KStmt[]): { n: number; body: readonly KStmt[] }
 
 /**
  * Whether a thread's loop may run its iterations as SIMD lanes, and its accumulators: step 1; no
- * barriers, reductions, shared-memory stores or inner loops; every store to a binding the loop never
- * loads from, at most one store per binding, at index `x + v` (x not reading the loop variable v: one
- * element per iteration, so no two iterations touch one element); and every local it sets that was
+ * barriers, reductions, shared-memory stores or inner loops; every store to a binding the loop loads from
+ * only at that same index, at most one store per binding, at index `x + v` (x not reading the loop
+ * variable v: one element per iteration, so no two iterations touch one element); and every local it sets that was
  * declared outside it set as `x = x + e` or `x = max(x, e)` (e not reading x) on f32/i32 values, at
  * most MAX_SIMD_ACCUMULATORS of them. Undefined for any other loop.
  */
@@ -169,7 +169,8 @@ function simdLoop(
     forEachExpr(e, (y) => (found ||= y.k === "ref" && y.name === name));
     return found;
   };
-  const stored = new Set<string>();
+  // Binding -> the index its one store writes (as data, to compare with the loads' indices).
+  const stored = new Map<string, string>();
   let ok = true;
   visitStmts(s.body, (x) => {
     if (x.k === "let") inner.add(x.name);
@@ -180,9 +181,14 @@ function simdLoop(
     const perIteration = isV(i) ||
       (i.k === "bin" && i.op === "add" && ((isV(i.b) && !reads(i.a, s.v)) || (isV(i.a) && !reads(i.b, s.v))));
     if (!perIteration || stored.has(x.buf)) ok = false;
-    stored.add(x.buf);
+    stored.set(x.buf, JSON.stringify(i));
   });
-  visitExprs(s.body, (e) => (ok &&= e.k !== "load" || !stored.has(e.buf)));
+  // A stored binding may be loaded only at the element the same iteration stores (an update in place,
+  // compiler/stages/in_place_updates.ts): each lane then reads its own element before writing it.
+  visitExprs(
+    s.body,
+    (e) => (ok &&= e.k !== "load" || !stored.has(e.buf) || stored.get(e.buf) === JSON.stringify(e.index)),
+  );
   if (!ok) return undefined;
   visitStmts(s.body, (x) => {
     if (x.k !== "set" || inner.has(x.name)) return;
