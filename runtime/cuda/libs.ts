@@ -64,7 +64,8 @@ function defaultEnv(name: string): string | undefined {
   }
 }
 
-function listDir(dir: string): string[] {
+/** The names in `dir`, or none when it cannot be read. */
+export function listDir(dir: string): string[] {
   try {
     return [...Deno.readDirSync(dir)].map((e) => e.name);
   } catch {
@@ -90,7 +91,8 @@ function versionOf(name: string): number[] {
   return (name.match(/\d+/g) ?? []).map(Number);
 }
 
-function byVersionDesc(a: string, b: string): number {
+/** Newest version first, by the numeric parts of two names (`versionOf`); then by name. */
+export function byVersionDesc(a: string, b: string): number {
   const va = versionOf(a), vb = versionOf(b);
   for (let i = 0; i < Math.max(va.length, vb.length); i++) {
     const d = (vb[i] ?? -1) - (va[i] ?? -1);

@@ -13,6 +13,7 @@
  *   headers' contents.
  */
 import { createHash } from "node:crypto";
+import { byVersionDesc, listDir } from "./libs.ts";
 
 /** What a kernel includes (compiler/codegen/cuda.ts) and their own version-bearing includes. */
 export const KEY_HEADERS = [
@@ -25,14 +26,6 @@ export const KEY_HEADERS = [
   "vector_functions.hpp",
   "cuda.h",
 ] as const;
-
-function listDir(dir: string): string[] {
-  try {
-    return [...Deno.readDirSync(dir)].map((e) => e.name);
-  } catch {
-    return [];
-  }
-}
 
 function readText(path: string): string | undefined {
   try {
@@ -53,16 +46,7 @@ export function builtinsBeside(nvrtcPath: string, version: readonly [number, num
   if (!dir) return [];
   const names = listDir(dir).filter((n) => /^libnvrtc-builtins\.so(\.\d+)*$/.test(n));
   const exact = `libnvrtc-builtins.so.${version[0]}.${version[1]}`;
-  const num = (n: string) => (n.match(/\d+/g) ?? []).map(Number);
-  names.sort((a, b) => {
-    if ((a === exact) !== (b === exact)) return a === exact ? -1 : 1;
-    const va = num(a), vb = num(b);
-    for (let i = 0; i < Math.max(va.length, vb.length); i++) {
-      const d = (vb[i] ?? -1) - (va[i] ?? -1);
-      if (d !== 0) return d;
-    }
-    return 0;
-  });
+  names.sort((a, b) => ((a === exact) !== (b === exact) ? (a === exact ? -1 : 1) : byVersionDesc(a, b)));
   return names.map((n) => `${dir}/${n}`);
 }
 
