@@ -15,8 +15,7 @@ import { loadModel } from "../models/load.ts";
 import { writeFileAtomic } from "../model_io/outputs.ts";
 import { formatProfile } from "../runtime/webgpu/timing.ts";
 import { seededRandom } from "../cases/random.ts";
-import { batchFeeds, optimizerStepFeeds } from "../tests/util/bert_feeds.ts";
-import { initParams } from "../model_io/init_params.ts";
+import { batchFeeds, optimizerStepFeeds } from "../cases/bert_feeds.ts";
 
 await runMain(async () => {
   const { values } = parseFlags(
@@ -55,9 +54,11 @@ await runMain(async () => {
       predictions: maxPredictions,
       vocab: model.config.vocab_size,
     };
-    const feeds = mode === "train"
-      ? { ...batchFeeds(g, shape, r, 1), ...optimizerStepFeeds(g, r, precision === "fp16" ? 2 ** 16 : 1) }
-      : { ...Object.fromEntries(initParams(g, 1)), ...batchFeeds(g, shape, r, 1) };
+    // batchFeeds holds the parameters too (seed 1); training adds the optimizer's inputs mid-run.
+    const feeds = {
+      ...batchFeeds(g, shape, r, 1),
+      ...(mode === "train" ? optimizerStepFeeds(g, r, precision === "fp16" ? 2 ** 16 : 1) : {}),
+    };
     for (const [name, v] of Object.entries(feeds)) {
       if (executor.plan.inputs[name] !== undefined || executor.plan.params[name] !== undefined) {
         executor.write(name, v);

@@ -11,7 +11,7 @@ import type { Precision } from "../../compiler/passes/precision.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { initParams } from "../../model_io/init_params.ts";
 import { loadModel } from "../../models/load.ts";
-import { batchFeeds, optimizerStepFeeds } from "../util/bert_feeds.ts";
+import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
 import { F16_TOL } from "../util/fused_check.ts";
 

@@ -17,7 +17,7 @@ import { seededRandom } from "../../cases/random.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { loadModel } from "../../models/load.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
-import { batchFeeds, optimizerStepFeeds } from "../util/bert_feeds.ts";
+import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 
 const F32_WEIGHT = /stored f32 and rounded/;
 

@@ -25,7 +25,7 @@ import { uniformAt } from "../../numeric/philox.ts";
 import { erf } from "../../numeric/erf.ts";
 import { cudaPrelude } from "../../compiler/codegen/cuda_prelude.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { batchFeeds, optimizerStepFeeds } from "../util/bert_feeds.ts";
+import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { buildModelGraph } from "../../compiler/model_graph.ts";
 import type { Precision } from "../../compiler/passes/precision.ts";
 import { loadModel } from "../../models/load.ts";

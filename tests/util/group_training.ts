@@ -22,7 +22,7 @@ import {
 } from "../../training/device_setup.ts";
 import { type DeviceState, readDeviceState } from "../../training/run_state.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { batchFeeds } from "./bert_feeds.ts";
+import { batchFeeds } from "../../cases/bert_feeds.ts";
 
 export const CONFIG = readBertConfig(
   new URL("../fixtures/hf-tiny/pretraining/config.json", import.meta.url).pathname,

@@ -11,7 +11,7 @@ import { defineBert, type Head } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";
 import { initParams } from "../../model_io/init_params.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { optimizerStepFeeds } from "../util/bert_feeds.ts";
+import { optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { checkAgainstReference } from "../util/fused_check.ts";
 import { testGpu } from "../util/webgpu.ts";
 

@@ -23,7 +23,7 @@ import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
 import { F16_TOL, type Tolerance } from "../util/fused_check.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { batchFeeds, optimizerStepFeeds } from "../util/bert_feeds.ts";
+import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 const gpu = await testGpu();

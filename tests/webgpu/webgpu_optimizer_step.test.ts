@@ -9,7 +9,7 @@ import { defineBert } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";
 import { checkAgainstReference } from "../util/fused_check.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { batchFeeds, optimizerStepFeeds } from "../util/bert_feeds.ts";
+import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 const gpu = await testGpu();

@@ -2,14 +2,14 @@
  * Feeds for one BERT pre-training step on fresh random data: token ids, segments, a ragged attention
  * mask, masked positions and labels (every fourth ignored), NSP labels and a dropout key — and, for the
  * fused optimizer, its tables and state with moments as after a few steps (m of either sign, v positive,
- * zero in the padding between tensors). Shared by the WebGPU, precision and CUDA-on-CPU step tests.
+ * zero in the padding between tensors). Shared by the step tests and bench/gpu_profile.ts.
  */
-import { optimizerFeeds } from "../../compiler/optimizer/feeds.ts";
-import { flatLayoutOf } from "../../compiler/optimizer/layout.ts";
-import { OPT } from "../../compiler/optimizer/update.ts";
-import type { Graph } from "../../ir/mod.ts";
-import { initParams } from "../../model_io/init_params.ts";
-import type { Rng } from "../../cases/random.ts";
+import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
+import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
+import { OPT } from "../compiler/optimizer/update.ts";
+import type { Graph } from "../ir/mod.ts";
+import { initParams } from "../model_io/init_params.ts";
+import type { Rng } from "./random.ts";
 
 export interface StepShape {
   readonly batch: number;
