@@ -34,8 +34,12 @@
  */
 import { type DType, Graph, isElementwise, isMovement, type NodeId, numel } from "../ir/mod.ts";
 import type { FusionResult } from "./fusion/types.ts";
+import { usersOf } from "./fusion/needs.ts";
 import type { Precision } from "./passes/precision.ts";
 import { LOW_DTYPE } from "./passes/precision.ts";
+
+/** Views that keep a value's elements (no broadcast, concat or padding): a value read through them is itself. */
+export const VIEW_OPS: ReadonlySet<string> = new Set(["reshape", "permute", "slice"]);
 
 /** Why a materialized f32 value keeps f32 storage. */
 export type KeepReason =
@@ -99,8 +103,7 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
   if (precision === "fp32") return fullStorage(g);
   const low = LOW_DTYPE[precision];
   const outputs = new Set(g.outputs.values());
-  const users: NodeId[][] = g.nodes.map(() => []);
-  for (const n of g.nodes) for (const i of n.inputs) users[i].push(n.id);
+  const users = usersOf(g);
 
   // Whether a value reaches a concat through views, or a graph output through elementwise ops and views
   // (one backward walk: users come after their operands).
@@ -119,10 +122,9 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
   // Statistics: a reduction, or computed from one elementwise or by a view that keeps its elements (not
   // a broadcast back to the activations' shape, nor a concat with other values); one forward walk.
   const statistic = new Uint8Array(g.nodes.length);
-  const VIEWS = new Set(["reshape", "permute", "slice"]);
   for (const n of g.nodes) {
     if (n.op === "reduce_sum" || n.op === "reduce_max") statistic[n.id] = 1;
-    else if ((isElementwise(n.op) || VIEWS.has(n.op)) && n.inputs.some((i) => statistic[i])) {
+    else if ((isElementwise(n.op) || VIEW_OPS.has(n.op)) && n.inputs.some((i) => statistic[i])) {
       statistic[n.id] = 1;
     }
   }
@@ -175,13 +177,12 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
  * updates reaches the flat vector or an output, or is read in f32 by the update, so it stays f32.
  */
 export function weightsReadOnlyLow(g: Graph, low: DType, users: readonly NodeId[][]): NodeId[] {
-  const VIEWS = new Set(["reshape", "permute", "slice"]);
   const outputs = new Set(g.outputs.values());
   const onlyRounded = (id: NodeId): boolean =>
     users[id].length > 0 && !outputs.has(id) && users[id].every((u) => {
       const n = g.nodes[u];
       if (n.op === "cast") return n.attrs.to === low;
-      return VIEWS.has(n.op) && onlyRounded(u);
+      return VIEW_OPS.has(n.op) && onlyRounded(u);
     });
   return g.nodes.filter((n) => n.op === "param" && n.type.dtype === "f32" && onlyRounded(n.id)).map((n) =>
     n.id

@@ -16,22 +16,20 @@
  * the values are the original ones.
  */
 import type { DType, Graph, Node, NodeId } from "../ir/mod.ts";
-import { weightsReadOnlyLow } from "./storage_precision.ts";
-
-const VIEWS = new Set(["reshape", "permute", "slice"]);
+import { usersOf } from "./fusion/needs.ts";
+import { VIEW_OPS, weightsReadOnlyLow } from "./storage_precision.ts";
 
 /** Whether `id` is read by a matmul, directly or through views. */
 function feedsMatmul(g: Graph, users: readonly NodeId[][], id: NodeId): boolean {
   return users[id].some((u) =>
-    g.nodes[u].op === "matmul" || (VIEWS.has(g.nodes[u].op) && feedsMatmul(g, users, u))
+    g.nodes[u].op === "matmul" || (VIEW_OPS.has(g.nodes[u].op) && feedsMatmul(g, users, u))
   );
 }
 
 /** The casts of f32 parameters to `low` that GEMMs read and that fusion must materialize. */
 export function lowWeightCopies(g: Graph, low: DType): ReadonlySet<NodeId> {
   if (low === "f32") return new Set();
-  const users: NodeId[][] = g.nodes.map(() => []);
-  for (const n of g.nodes) for (const i of n.inputs) users[i].push(n.id);
+  const users = usersOf(g);
   const storedLow = new Set(weightsReadOnlyLow(g, low, users));
   const isWeightCast = (n: Node) => {
     if (n.op !== "cast" || n.attrs.to !== low) return false;

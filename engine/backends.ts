@@ -9,7 +9,7 @@ import { emitC } from "../compiler/codegen/c.ts";
 import { emitCUDA } from "../compiler/codegen/cuda.ts";
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../compiler/compile.ts";
-import { PROFILES, type TargetProfile } from "../compiler/targets/profiles.ts";
+import { PROFILES, type TargetProfile, webgpuProfile } from "../compiler/targets/profiles.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../plan/plan.ts";
 import { openCpu } from "../runtime/cpu/context.ts";
@@ -99,10 +99,8 @@ export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor
   }),
   // The adapter's own storage-buffer budget (requested explicitly in runtime/webgpu/device.ts), so no
   // fused kernel binds more than the device allows (Chrome's SwiftShader: 10; lavapipe: 32).
-  // A software adapter runs a workgroup as a loop on a CPU core: lavapipe's profile; a GPU gets coalesced,
-  // workgroup-per-row reductions.
   compile: compiling(WGSL, (ctx, plan) => WebGPUExecutor.create(ctx, plan), (ctx) => ({
-    profile: PROFILES[softwareAdapter(ctx) ? "lavapipe" : "webgpu-gpu"],
+    profile: webgpuProfile(softwareAdapter(ctx) !== undefined),
     maxBindings: ctx.limits.maxStorageBuffersPerShaderStage,
   })),
   graphBackend: (ctx, opts) =>

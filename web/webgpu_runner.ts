@@ -8,7 +8,7 @@
  * WGSL emitter and the WebGPU executor directly rather than engine/backends.ts, whose table also holds
  * the CUDA row (FFI) that has no place in a page.
  */
-import { PROFILES } from "../compiler/targets/profiles.ts";
+import { webgpuProfile } from "../compiler/targets/profiles.ts";
 import { softwareAdapter } from "../runtime/webgpu/software.ts";
 import type { Emitter } from "../compiler/build_plan.ts";
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
@@ -68,9 +68,7 @@ export class WebGPURunner {
           emitters: { wgsl: emitShared },
           flags: QUIET,
           maxBindings: this.gpu.limits.maxStorageBuffersPerShaderStage,
-          // SwiftShader runs a workgroup as a loop on a CPU core, as lavapipe does; a GPU wants a
-          // workgroup per row (compiler/targets/profiles.ts).
-          profile: PROFILES[softwareAdapter(this.gpu) ? "lavapipe" : "webgpu-gpu"],
+          profile: webgpuProfile(softwareAdapter(this.gpu) !== undefined),
         });
         const e = await WebGPUExecutor.create(this.gpu, plan);
         for (const [name, data] of this.weights) {

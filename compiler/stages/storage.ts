@@ -1,19 +1,22 @@
 /** The storage precision stage: the dtype each materialized value is stored in (storage_precision.ts). */
+import type { Precision } from "../passes/precision.ts";
 import type { Stage } from "../pipeline.ts";
 import { chooseStorage, detectPrecision, fullStorage } from "../storage_precision.ts";
 import { type KernelState, need } from "./state.ts";
 
+/** The precision a compile works in: the one asked for, or ("auto") the one the graph was prepared for. */
+export function compilePrecision(s: KernelState): Precision {
+  const p = s.options.precision;
+  return !p || p === "auto" ? detectPrecision(s.graph) : p;
+}
+
 export const storageStage: Stage<KernelState> = {
   name: "storage-precision",
   about: "activations between kernels are stored in the low precision (f16/bf16); kernels compute in f32",
-  run: (s) => {
-    const p = s.options.precision;
-    const precision = !p || p === "auto" ? detectPrecision(s.graph) : p;
-    return {
-      ...s,
-      storage: chooseStorage(s.graph, need(s.fusion, "the fusion", "storage-precision"), precision),
-    };
-  },
+  run: (s) => ({
+    ...s,
+    storage: chooseStorage(s.graph, need(s.fusion, "the fusion", "storage-precision"), compilePrecision(s)),
+  }),
   // Every buffer in its graph dtype.
   skip: (s) => ({ ...s, storage: fullStorage(s.graph) }),
 };

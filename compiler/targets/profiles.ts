@@ -100,6 +100,14 @@ export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
   },
 };
 
+/**
+ * The profile for a WebGPU adapter: a software one (lavapipe, SwiftShader: runtime/webgpu/software.ts)
+ * runs a workgroup as a loop on a CPU core, as lavapipe does; a GPU gets `webgpu-gpu`.
+ */
+export function webgpuProfile(software: boolean): TargetProfile {
+  return PROFILES[software ? "lavapipe" : "webgpu-gpu"];
+}
+
 /** The profile a compile uses when none is named: today's behaviour, tuned for where tests run. */
 export const DEFAULT_PROFILE = PROFILES.lavapipe;
 
