@@ -13,7 +13,15 @@
  */
 import { ERF_LARGE, ERF_SMALL } from "./wgsl_prelude.ts";
 
-export type CudaHelper = "bf_erf" | "bf_philox_block" | "bf_philox" | "bf_philox4" | "bf_half4";
+export type CudaHelper =
+  | "bf_erf"
+  | "bf_philox_block"
+  | "bf_philox"
+  | "bf_philox4"
+  | "bf_half4"
+  | "bf_pack_half2"
+  | "bf_mma_m16n8k16"
+  | "bf_ldmatrix";
 
 /** A warp (butterfly) or block (fold of per-warp slots) reduction helper for one op and type. */
 export interface ReduceHelper {
@@ -110,18 +118,87 @@ static __device__ __forceinline__ bf_half4 bf_make_half4(__half x, __half y, __h
   return r;
 }`;
 
+// Warp-level tensor-core helpers (sm_80 and later; the flash-attention kernels of
+// compiler/lower/flash_attention.ts). Fragment layouts are the PTX ISA's: for mma.m16n8k16 with f16
+// operands and lane = 4·groupID + threadID_in_group, A's registers hold (row, col) = (g, 2t..2t+1),
+// (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B's (k, n) = (2t..2t+1, g), (2t+8..2t+9, g); C's (g, 2t),
+// (g, 2t+1), (g+8, 2t), (g+8, 2t+1). The CPU shim (tests/util/cuda_cpu.ts) defines these guards first and
+// emulates the same instructions as warp collectives, so emitted kernels are checked on the host.
+const PACK_HALF2 =
+  `// Two floats rounded to f16 in one 32-bit register, lo in the low half (a fragment's element order).
+static __device__ __forceinline__ unsigned int bf_pack_half2(float lo, float hi) {
+  return static_cast<unsigned int>(__half_as_ushort(__float2half_rn(lo))) |
+         (static_cast<unsigned int>(__half_as_ushort(__float2half_rn(hi))) << 16);
+}`;
+
+const MMA = `// D = A·B + C on tensor cores, one warp: A 16x16 f16 (row), B 16x8 f16 (col), C and D 16x8 f32.
+static __device__ __forceinline__ void bf_mma_m16n8k16(float* c, const unsigned int* a, const unsigned int* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}`;
+
+// Each lane passes the address of one 16-byte row in shared memory: lanes 8i..8i+7 the rows of matrix i.
+// Without .trans, lane l receives row l/4, columns 2(l%4) and 2(l%4)+1 of each matrix; with .trans, rows
+// 2(l%4) and 2(l%4)+1 of column l/4 (the matrix read column-major).
+const LDMATRIX =
+  `// ldmatrix: 8x8 b16 matrices from shared memory into fragments (x4: four matrices, x2: two).
+static __device__ __forceinline__ void bf_ldmatrix_x4(unsigned int* r, const __half* row) {
+  const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+static __device__ __forceinline__ void bf_ldmatrix_x4_trans(unsigned int* r, const __half* row) {
+  const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+static __device__ __forceinline__ void bf_ldmatrix_x2(unsigned int* r, const __half* row) {
+  const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+static __device__ __forceinline__ void bf_ldmatrix_x2_trans(unsigned int* r, const __half* row) {
+  const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(s));
+}`;
+
 const SOURCES: Record<CudaHelper, { text: string; needs: readonly CudaHelper[] }> = {
   bf_erf: { text: ERF, needs: [] },
   bf_philox_block: { text: PHILOX_BLOCK, needs: [] },
   bf_philox: { text: PHILOX, needs: ["bf_philox_block"] },
   bf_philox4: { text: PHILOX4, needs: ["bf_philox_block"] },
   bf_half4: { text: HALF4, needs: [] },
+  bf_pack_half2: { text: PACK_HALF2, needs: [] },
+  bf_mma_m16n8k16: { text: MMA, needs: [] },
+  bf_ldmatrix: { text: LDMATRIX, needs: [] },
 };
 
-const ORDER: readonly CudaHelper[] = ["bf_half4", "bf_erf", "bf_philox_block", "bf_philox", "bf_philox4"];
+const ORDER: readonly CudaHelper[] = [
+  "bf_half4",
+  "bf_erf",
+  "bf_philox_block",
+  "bf_philox",
+  "bf_philox4",
+  "bf_pack_half2",
+  "bf_mma_m16n8k16",
+  "bf_ldmatrix",
+];
 
 /** Names the prelude defines, which kernel identifiers must not take. */
-export const CUDA_PRELUDE_NAMES: readonly string[] = [...ORDER, "bf_make_half4"];
+export const CUDA_PRELUDE_NAMES: readonly string[] = [
+  ...ORDER,
+  "bf_make_half4",
+  "bf_ldmatrix_x4",
+  "bf_ldmatrix_x4_trans",
+  "bf_ldmatrix_x2",
+  "bf_ldmatrix_x2_trans",
+];
 
 /** C type name -> a suffix for helper names ("unsigned int" -> "u32"). */
 const SUFFIX: Record<string, string> = { float: "f32", int: "i32", "unsigned int": "u32", __half: "f16" };

@@ -108,6 +108,62 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int o, int) {
   __syncthreads();
   return r;
 }
+inline unsigned short __half_as_ushort(__half h) { return h.bits; }
+// Tensor-core fragments (the prelude's bf_mma_m16n8k16 and bf_ldmatrix_*, inline PTX on a GPU) emulated
+// as warp collectives with the PTX ISA's fragment layouts (see compiler/codegen/cuda_prelude.ts): each
+// lane publishes its registers (or its row address), one block barrier, then each lane computes its own
+// result from its warp's published values. Two exchange buffers alternate between calls, so one barrier
+// per call suffices: a buffer is written again two calls later, after a barrier every reader has passed.
+// As with __shfl_xor_sync here, every thread of the block must make the same calls.
+#define BF_MMA_M16N8K16_DEFINED
+#define BF_LDMATRIX_DEFINED
+thread_local unsigned bf_frag_parity = 0;
+inline float bf_half_of(unsigned reg, unsigned hi) { return __half2float({uint16_t(hi ? reg >> 16 : reg & 0xffffu)}); }
+// A·B + C with f16 products (exact in f32) summed in f32 in k order onto C: one valid order of the
+// hardware's; results agree with the GPU's to f32 rounding.
+inline void bf_mma_m16n8k16(float* c, const unsigned* a, const unsigned* b) {
+  struct Regs { unsigned a[4], b[2]; };
+  static Regs slots[2][1024];
+  const unsigned p = bf_frag_parity, t = threadIdx.x;
+  bf_frag_parity ^= 1u;
+  for (int i = 0; i < 4; ++i) slots[p][t].a[i] = a[i];
+  for (int i = 0; i < 2; ++i) slots[p][t].b[i] = b[i];
+  bf_barrier->arrive_and_wait();
+  const unsigned warp = t & ~31u, lane = t & 31u, g = lane >> 2, q = lane & 3u;
+  // A(row, k) lives in lane 4·(row % 8) + (k % 8) / 2, register (row / 8) + 2·(k / 8), half k % 2.
+  auto A = [&](unsigned row, unsigned k) {
+    return bf_half_of(slots[p][warp + (row & 7u) * 4 + ((k & 7u) >> 1)].a[(row >> 3) + 2 * (k >> 3)], k & 1u);
+  };
+  // B(k, n) lives in lane 4·n + (k % 8) / 2, register k / 8, half k % 2.
+  auto B = [&](unsigned k, unsigned n) {
+    return bf_half_of(slots[p][warp + n * 4 + ((k & 7u) >> 1)].b[k >> 3], k & 1u);
+  };
+  for (unsigned i = 0; i < 4; ++i) {
+    const unsigned row = g + 8 * (i >> 1), col = 2 * q + (i & 1u);
+    float acc = c[i];
+    for (unsigned k = 0; k < 16; ++k) acc += A(row, k) * B(k, col);
+    c[i] = acc;
+  }
+}
+// ldmatrix of n 8x8 matrices: lane 8i + r gave the address of row r of matrix i.
+inline void bf_ldmatrix_n(unsigned* r, const __half* row, unsigned n, bool trans) {
+  static const __half* rows[2][1024];
+  const unsigned p = bf_frag_parity, t = threadIdx.x;
+  bf_frag_parity ^= 1u;
+  rows[p][t] = row;
+  bf_barrier->arrive_and_wait();
+  const unsigned warp = t & ~31u, lane = t & 31u, g = lane >> 2, q = lane & 3u;
+  for (unsigned i = 0; i < n; ++i) {
+    // Without .trans: row g, columns 2q and 2q+1; with .trans: rows 2q and 2q+1, column g.
+    const uint16_t lo = trans ? rows[p][warp + 8 * i + 2 * q][g].bits : rows[p][warp + 8 * i + g][2 * q].bits;
+    const uint16_t hi = trans ? rows[p][warp + 8 * i + 2 * q + 1][g].bits : rows[p][warp + 8 * i + g][2 * q + 1].bits;
+    r[i] = unsigned(lo) | (unsigned(hi) << 16);
+  }
+}
+inline void bf_ldmatrix_x4(unsigned* r, const __half* row) { bf_ldmatrix_n(r, row, 4, false); }
+inline void bf_ldmatrix_x4_trans(unsigned* r, const __half* row) { bf_ldmatrix_n(r, row, 4, true); }
+inline void bf_ldmatrix_x2(unsigned* r, const __half* row) { bf_ldmatrix_n(r, row, 2, false); }
+inline void bf_ldmatrix_x2_trans(unsigned* r, const __half* row) { bf_ldmatrix_n(r, row, 2, true); }
 inline float bf_to_f32(float x) { return x; }
 inline float bf_to_f32(__half x) { return __half2float(x); }
 inline float bf_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -199,7 +255,7 @@ export function program(plan: Plan, library = false): string {
       const args = bindings.map((b) =>
         `reinterpret_cast<${C_TYPE[plan.buffers[b.buffer].dtype]}*>${at(b.buffer)}`
       );
-      const barriers = /__syncthreads|__shfl_xor_sync/.test(t.code);
+      const barriers = /__syncthreads|__shfl_xor_sync|bf_mma_|bf_ldmatrix_/.test(t.code);
       const fn = `bf_step_${launchers.length}`;
       launchers.push(`static void ${fn}() { bf_kernel_${sources.get(t.code)}(${args.join(", ")}); }`);
       main.push(`  bf_launch(${t.grid[0]}u, ${t.workgroupSize}u, ${barriers}, ${fn});`);
@@ -270,6 +326,36 @@ function decode(b: PlanBuffer, bytes: Uint8Array): ArrayLike<number> {
     default:
       return new Uint32Array(ab, 0, n);
   }
+}
+
+/**
+ * Builds `body` (C++ after the shim: kernels and a main) in `dir` with g++, runs it with `stdin` and
+ * returns its stdout: for tests that launch hand-made kernels (tensor-core fragments, flash attention).
+ */
+export async function runSourceOnCpu(
+  dir: string,
+  body: string,
+  stdin: Uint8Array,
+  optimize = "-O1",
+): Promise<Uint8Array> {
+  const src = `${dir}/prog.cpp`;
+  await Deno.writeTextFile(src, `${SHIM}\n${body}`);
+  await Deno.writeTextFile(`${dir}/cuda_fp16.h`, "");
+  const build = await new Deno.Command(CXX, {
+    args: ["-std=c++20", optimize, "-fno-strict-aliasing", "-pthread", `-I${dir}`, src, "-o", `${dir}/prog`],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!build.success) {
+    throw new Error(`g++ failed:\n${new TextDecoder().decode(build.stderr).slice(0, 8000)}`);
+  }
+  const child = new Deno.Command(`${dir}/prog`, { stdin: "piped", stdout: "piped", stderr: "piped" }).spawn();
+  const writer = child.stdin.getWriter();
+  await writer.write(stdin);
+  await writer.close();
+  const out = await child.output();
+  if (!out.success) throw new Error(`program failed (${out.code}): ${new TextDecoder().decode(out.stderr)}`);
+  return out.stdout;
 }
 
 /** Builds the plan's program in `dir` with g++, runs it on `feeds` and returns its outputs by name. */
