@@ -3,8 +3,9 @@
  * (compiler/targets/), from the plan alone. A kernel costs its launch plus the larger of its arithmetic
  * time and its memory time (a roofline):
  * - a GEMM that runs as a cuBLASLt call (`cudaGemm`): 2·M·N·K·batch FLOPs at the tensor-core rate (FP32
- *   operands: the CUDA-core rate, since compute type 32F excludes TF32), its operands' bytes; then, if it
- *   has one, the epilogue kernel: the f32 product read back plus the kernel's other traffic, a second launch;
+ *   operands: the CUDA-core rate, since compute type 32F excludes TF32), its operands' bytes (D in its own
+ *   dtype, a BIAS epilogue's vector); then, if it has one, the epilogue kernel: the scratch product (f32 or
+ *   f16/bf16) read back plus the kernel's other traffic, a second launch;
  * - every other kernel (the template GEMM included: it has no mma instruction): the plan's FLOP count at the
  *   CUDA-core rate times the template fraction, and its bytes read and written (kernel_cost.ts);
  * - a kernel (or epilogue) launching fewer threads than the profile's `saturatingThreads` gets the rates
@@ -39,12 +40,16 @@ export interface PlanPrediction {
 const operandBytes = (o: PlanGemmOperand, rows: number, cols: number, batch: number) =>
   rows * cols * (o.batchStride === 0 ? 1 : batch) * (o.dtype === "f32" ? 4 : 2);
 
-/** Bytes the library call itself moves: op(A), op(B) (a broadcast operand once) and D. */
+/**
+ * Bytes the library call itself moves: op(A), op(B) (a broadcast operand once) and D, plus a BIAS
+ * epilogue's vector (read once per call; cuBLASLt adds it in the call's own epilogue, no extra pass).
+ */
 function gemmCallBytes(g: PlanGemm): { a: number; b: number; d: number } {
+  const bias = g.epilogue ? g.n * (g.epilogue.bias.dtype === "f32" ? 4 : 2) : 0;
   return {
     a: operandBytes(g.a, g.m, g.k, g.batch),
     b: operandBytes(g.b, g.k, g.n, g.batch),
-    d: operandBytes(g.d, g.m, g.n, g.batch),
+    d: operandBytes(g.d, g.m, g.n, g.batch) + bias,
   };
 }
 
@@ -69,7 +74,8 @@ export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPredi
     const rate = (g.a.dtype === "f32" ? p.fp32Peak : p.tensorPeak) * p.tensorFraction;
     const call = roofline(p, flops, rate, io.a + io.b + io.d);
     if (!k.cudaGemm!.epilogue) return { route: "cuBLASLt", flops, bytes: io.a + io.b + io.d, ...call };
-    // The epilogue reads the f32 product and whatever else the fused kernel read besides A and B.
+    // The epilogue reads the scratch product (io.d, in its dtype) and whatever else the fused kernel
+    // read besides A and B.
     const epBytes = io.d + k.bytesWritten + Math.max(0, k.bytesRead - io.a - io.b);
     const ep = roofline(p, 0, 1, epBytes, occupancy(p, k.cudaGemm!.epilogue.cuda));
     return {

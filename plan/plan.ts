@@ -80,9 +80,19 @@ export interface PlanGemmOperand {
 }
 
 /**
+ * A library epilogue fused into the call. "bias" (cuBLASLt's CUBLASLT_EPILOGUE_BIAS): a packed vector
+ * over D's columns, bias[j] = buffer[offset + j] for every row and batch entry, stored in D's dtype and
+ * added to the f32 accumulator before D's one rounding: D[β][i][j] = Σ_p op(A)[i][p]·op(B)[p][j] + bias[j].
+ */
+export interface PlanGemmEpilogue {
+  readonly kind: "bias";
+  readonly bias: { readonly buffer: number; readonly offset: number; readonly dtype: "f32" | "f16" | "bf16" };
+}
+
+/**
  * A GEMM as one library call (cuBLASLt on CUDA): D[β] (m×n) = op(A[β]) (m×k) · op(B[β]) (k×n) for
- * β < batch, alpha 1, beta 0, accumulated in f32 ("32F": CUBLAS_COMPUTE_32F). compiler/lower/gemm_library.ts
- * derives it.
+ * β < batch, alpha 1, beta 0, accumulated in f32 ("32F": CUBLAS_COMPUTE_32F), then `epilogue` if any.
+ * compiler/lower/gemm_library.ts derives it.
  */
 export interface PlanGemm {
   readonly m: number;
@@ -95,6 +105,7 @@ export interface PlanGemm {
   readonly b: PlanGemmOperand;
   readonly d: PlanGemmOperand;
   readonly compute: "32F";
+  readonly epilogue?: PlanGemmEpilogue;
 }
 
 /**

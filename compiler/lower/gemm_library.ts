@@ -34,8 +34,9 @@
  *
  * The output: the call writes the kernel's one root directly when that root is the product up to
  * reshapes, permutes and the final rounding (fusion/layout.ts stores attention's results token-major
- * that way), through the same strided-view machinery as the operands; otherwise an f32 scratch buffer
- * and an epilogue kernel.
+ * that way), through the same strided-view machinery as the operands; otherwise a scratch buffer (in
+ * the product's own f16/bf16 where the graph rounds it so, else f32; `scratchType`) and an epilogue
+ * kernel.
  */
 import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
@@ -55,6 +56,16 @@ export interface GemmOperand {
   readonly outerStride?: number;
 }
 
+/**
+ * A BIAS epilogue's vector (CUBLASLT_EPILOGUE_BIAS): D[β][i][j] = Σ_p op(A)[i][p]·op(B)[p][j] + bias[j],
+ * bias[j] = buffer[offset + j] for every row i and batch entry β, added in f32 before D's rounding.
+ */
+export interface GemmBias {
+  readonly buffer: number;
+  readonly offset: number;
+  readonly dtype: GemmDType;
+}
+
 /** One cublasLtMatmul: D = op(A)·op(B), alpha 1, beta 0, f32 accumulation (CUBLAS_COMPUTE_32F). */
 export interface GemmCall {
   readonly m: number;
@@ -69,6 +80,8 @@ export interface GemmCall {
   readonly d: GemmOperand;
   /** Always "32F": f32 accumulation of the stored operand values, as the template does. */
   readonly compute: "32F";
+  /** cuBLASLt's BIAS epilogue (plan/plan.ts PlanGemmEpilogue). */
+  readonly epilogue?: { readonly kind: "bias"; readonly bias: GemmBias };
 }
 
 export type GemmVerdict =
@@ -86,9 +99,17 @@ export type GemmVerdict =
      * dtype", through reshapes and permutes) and D's operand for it; absent: the product goes to an f32
      * scratch buffer (D from `outputOperand`, batched like A and B) and an epilogue kernel does the rest.
      */
-    readonly direct?: { readonly root: NodeId; readonly dtype: GemmDType; readonly d: GemmOperand };
+    readonly direct?: {
+      readonly root: NodeId;
+      readonly dtype: GemmDType;
+      readonly d: GemmOperand;
+      /** The root is the product plus this bias (cuBLASLt's BIAS epilogue). */
+      readonly bias?: GemmBias;
+    };
     /** Without `direct`: the scratch product's batch strides (inner, between groups) under the plan. */
     readonly scratchBatch?: { readonly inner: number; readonly outer: number };
+    /** Without `direct`: the scratch product's dtype (see `scratchType`). */
+    readonly scratchDtype?: GemmDType;
   }
   | { readonly ok: false; readonly reason: string };
 
@@ -150,13 +171,19 @@ export function reshapeView(v: View, outShape: readonly number[]): View | undefi
 
 type Found = { ok: true; buffer: NodeId; dtype: GemmDType; view: View } | { ok: false; reason: string };
 
-/** The buffer and strided view operand `id` of the GEMM reads, or why it is not one. */
-function operandView(g: Graph, ctx: ValueContext, id: NodeId, what: string): Found {
+/**
+ * The buffer and strided view operand `id` of the GEMM reads, or why it is not one. `broadcasts`: a
+ * broadcast on the way is a view too (stride 0 along the axes it expands), which only a bias may use.
+ */
+function operandView(g: Graph, ctx: ValueContext, id: NodeId, what: string, broadcasts = false): Found {
   const chain: NodeId[] = [];
   let cur = id;
+  const ops = broadcasts
+    ? ["cast", "reshape", "permute", "slice", "broadcast"]
+    : ["cast", "reshape", "permute", "slice"];
   while (ctx.members.has(cur) || ctx.computedAnywhere(cur)) {
     const n = g.nodes[cur];
-    if (!["cast", "reshape", "permute", "slice"].includes(n.op)) {
+    if (!ops.includes(n.op)) {
       return {
         ok: false,
         reason: `${what} is computed on load (${n.op}), not a buffer read through reshape/permute/slice/cast`,
@@ -200,6 +227,20 @@ function operandView(g: Graph, ctx: ValueContext, id: NodeId, what: string): Fou
           shape: n.type.shape,
           strides: view.strides,
           offset: view.offset + start.reduce((a, s, d) => a + s * view.strides[d], 0),
+        };
+        break;
+      }
+      case "broadcast": {
+        // numpy rules (ir/ops.ts): dims aligned right; a missing or size-1 dim that grows has stride 0.
+        const out = n.type.shape, lead = out.length - view.shape.length;
+        const v = view;
+        view = {
+          shape: out,
+          strides: out.map((
+            s,
+            d,
+          ) => (d < lead || (v.shape[d - lead] === 1 && s !== 1) ? 0 : v.strides[d - lead])),
+          offset: v.offset,
         };
         break;
       }
@@ -311,18 +352,42 @@ function asMatrix(
 /**
  * The root the call can write itself: the kernel's one root, reached from the matmul through reshapes,
  * permutes and casts that keep the value up to the final rounding to the root's stored dtype (to f32,
- * or to that stored dtype), with the view of the root's buffer in the product's coordinates.
+ * or to that stored dtype), with the view of the root's buffer in the product's coordinates. With
+ * `biasAdd`, at most one `add` may sit on the way while the values are still in the product's
+ * coordinates (only value-keeping casts between it and the matmul): its other operand is the candidate
+ * bias (`bias`), which cuBLASLt's BIAS epilogue adds to the f32 accumulator before the one rounding, as
+ * the template kernel does.
  */
-function directRoot(g: Graph, k: FusedKernel, ctx: ValueContext): { root: NodeId; view: View } | undefined {
+function directRoot(
+  g: Graph,
+  k: FusedKernel,
+  ctx: ValueContext,
+  biasAdd: boolean,
+): { root: NodeId; view: View; bias?: NodeId } | undefined {
   if (k.roots.length !== 1) return undefined;
   const root = k.roots[0];
   const stored = storedTypeOf(ctx, root);
   let cur = root;
   let view: View | undefined = contiguous(g.nodes[root].type.shape);
+  let bias: NodeId | undefined;
+  // Whether a reshape or permute was passed since the add (walking down, toward the matmul: none may be).
+  let moved = false;
+  const fromAnchor = (id: NodeId): boolean =>
+    id === k.anchor || (k.members.has(id) && g.nodes[id].inputs.some(fromAnchor));
   while (cur !== k.anchor) {
     const n = g.nodes[cur];
     if (!k.members.has(cur)) return undefined;
+    if (n.op === "add" && biasAdd && bias === undefined) {
+      const [x, y] = n.inputs;
+      const onChain = fromAnchor(x) ? x : y, other = onChain === x ? y : x;
+      if (fromAnchor(other)) return undefined;
+      bias = other;
+      moved = false;
+      cur = onChain;
+      continue;
+    }
     const inShape = g.nodes[n.inputs[0]].type.shape;
+    if (n.op === "reshape" || n.op === "permute") moved = true;
     if (n.op === "cast") {
       const to = n.attrs.to as DType;
       if (to !== "f32" && to !== stored) return undefined;
@@ -341,7 +406,30 @@ function directRoot(g: Graph, k: FusedKernel, ctx: ValueContext): { root: NodeId
     }
     cur = n.inputs[0];
   }
-  return { root, view };
+  if (bias !== undefined && moved) return undefined;
+  return { root, view, ...(bias !== undefined ? { bias } : {}) };
+}
+
+/**
+ * The bias of a BIAS epilogue: node `id` read as a packed vector over the product's columns, the same
+ * for every row and batch entry (a linear layer's bias broadcast over the tokens), stored in D's dtype
+ * (cuBLASLt's default bias type; BIAS_DATA_TYPE is set to it explicitly). Undefined otherwise.
+ */
+function biasVector(
+  g: Graph,
+  ctx: ValueContext,
+  id: NodeId,
+  productShape: readonly number[],
+  dDtype: GemmDType,
+): GemmBias | undefined {
+  const f = operandView(g, ctx, id, "bias", true);
+  if (!f.ok || f.dtype !== dDtype) return undefined;
+  const { shape, strides, offset } = f.view;
+  const r = productShape.length;
+  if (shape.length !== r || shape.some((s, d) => s !== productShape[d])) return undefined;
+  if (strides.slice(0, r - 1).some((s) => s !== 0)) return undefined;
+  if (productShape[r - 1] > 1 && strides[r - 1] !== 1) return undefined;
+  return { buffer: ctx.bufferOf(f.buffer), offset, dtype: f.dtype };
 }
 
 /** Output types cuBLASLt pairs with each operand type under CUBLAS_COMPUTE_32F (cublasLtMatmul's table). */
@@ -352,20 +440,43 @@ const D_TYPES: Record<GemmDType, readonly DType[]> = {
 };
 
 /**
- * On CUDA a group is one more cublasLtMatmul; the other way to write a root the batch cannot reach in
- * one group is an f32 scratch product and an epilogue kernel, which costs one launch and the product's
- * f32 write and read. Groups win while (groups − 1) launches cost less than that: with the H100
- * profile's 2 µs launches and 3.0 TB/s (compiler/targets/h100.ts), for 8·N/3e12 + 2e-6 ≥ (G − 1)·2e-6,
- * i.e. G ≤ 2 + N/750,000 for N product elements. BERT-large's attention at batch 8 (N = 1 Mi, G = 8
- * for a token-major result) takes the epilogue; batch 1 (G = 1) writes directly. The rule depends on
- * shapes only, so compiled output never depends on the machine.
+ * The dtype of the scratch product an epilogue kernel reads: the matmul node's own dtype when that is
+ * f16/bf16 and cuBLASLt can write it from these operands (CUBLAS_COMPUTE_32F, D of the operands' type).
+ * The graph rounds such a product to its dtype anyway (the reference interpreter stores a matmul in its
+ * dtype), so cuBLASLt's one rounding of the f32 accumulator is the graph's own and the epilogue reads
+ * the value the graph defines, in half the bytes of an f32 scratch. Otherwise f32 (an f32 product, or
+ * operands cuBLASLt cannot pair with the node's dtype).
  */
-export function directGroupsPay(groups: number, elements: number): boolean {
-  const LAUNCH = 2e-6, BANDWIDTH = 3.0e12;
-  return (groups - 1) * LAUNCH <= LAUNCH + (8 * elements) / BANDWIDTH;
+export function scratchType(product: DType, operands: GemmDType): GemmDType {
+  return (product === "f16" || product === "bf16") && D_TYPES[operands].includes(product) ? product : "f32";
 }
 
-export function deriveGemm(g: Graph, k: FusedKernel, ctx: ValueContext): GemmVerdict {
+/**
+ * On CUDA a group is one more cublasLtMatmul; the other way to write a root the batch cannot reach in
+ * one group is a scratch product and an epilogue kernel, which costs one launch and the product's
+ * write and read (`scratchBytes` per element: 2 for an f16/bf16 scratch, 4 for f32). Groups win while
+ * (groups − 1) launches cost less than that: with the H100 profile's 2 µs launches and 3.0 TB/s
+ * (compiler/targets/h100.ts), for 2·b·N/3e12 + 2e-6 ≥ (G − 1)·2e-6, i.e. G ≤ 2 + N/750,000 for N product
+ * elements of an f32 scratch (b = 4), G ≤ 2 + N/1,500,000 for an f16 one. BERT-large's attention at
+ * batch 8 (N = 1 Mi, G = 8 for a token-major result) takes the epilogue; batch 1 (G = 1) writes
+ * directly. The rule depends on shapes only, so compiled output never depends on the machine.
+ */
+export function directGroupsPay(groups: number, elements: number, scratchBytes = 4): boolean {
+  const LAUNCH = 2e-6, BANDWIDTH = 3.0e12;
+  return (groups - 1) * LAUNCH <= LAUNCH + (2 * scratchBytes * elements) / BANDWIDTH;
+}
+
+/**
+ * `opts.biasEpilogue`: a root that is the product plus a bias vector may be written directly with
+ * cuBLASLt's BIAS epilogue (CUDA only: the CPU's BLAS call has no epilogue, so a compile for the C
+ * backend leaves it off).
+ */
+export function deriveGemm(
+  g: Graph,
+  k: FusedKernel,
+  ctx: ValueContext,
+  opts: { readonly biasEpilogue?: boolean } = {},
+): GemmVerdict {
   if (k.kind !== "matmul" || k.anchor === undefined) return { ok: false, reason: `a ${k.kind} kernel` };
   const mm = g.nodes[k.anchor];
   const [aId, bId] = mm.inputs;
@@ -412,9 +523,14 @@ export function deriveGemm(g: Graph, k: FusedKernel, ctx: ValueContext): GemmVer
     };
   }
   const scratchD = contiguous(mm.type.shape);
-  const found = directRoot(g, k, ctx);
+  const scratchDtype = scratchType(mm.type.dtype, fa.dtype);
+  const found = directRoot(g, k, ctx, opts.biasEpilogue ?? false);
   const rootType = found === undefined ? undefined : storedTypeOf(ctx, found.root);
-  const canDirect = found !== undefined && rootType !== undefined && D_TYPES[fa.dtype].includes(rootType);
+  const bias = found?.bias === undefined || rootType === undefined || !GEMM_TYPES.includes(rootType)
+    ? undefined
+    : biasVector(g, ctx, found.bias, mm.type.shape, rootType as GemmDType);
+  const canDirect = found !== undefined && rootType !== undefined && D_TYPES[fa.dtype].includes(rootType) &&
+    (found.bias === undefined || bias !== undefined);
   const operands = (d: View) => {
     const p = planBatch(batchShape, [batchStrides(fa.view), batchStrides(fb.view), batchStrides(d)]);
     if (!p) return undefined;
@@ -426,7 +542,8 @@ export function deriveGemm(g: Graph, k: FusedKernel, ctx: ValueContext): GemmVer
   if (canDirect) {
     const o = operands(found.view);
     if (
-      o && typeof o.a !== "string" && typeof o.b !== "string" && directGroupsPay(o.p.outer, batch * m * n)
+      o && typeof o.a !== "string" && typeof o.b !== "string" &&
+      directGroupsPay(o.p.outer, batch * m * n, scratchDtype === "f32" ? 4 : 2)
     ) {
       let d = asMatrix(
         found.view,
@@ -452,7 +569,7 @@ export function deriveGemm(g: Graph, k: FusedKernel, ctx: ValueContext): GemmVer
           ...(o.p.outer > 1 ? { outer: o.p.outer } : {}),
           a: o.a,
           b: o.b,
-          direct: { root: found.root, dtype: rootType as GemmDType, d },
+          direct: { root: found.root, dtype: rootType as GemmDType, d, ...(bias ? { bias } : {}) },
         };
       }
     }
@@ -473,6 +590,7 @@ export function deriveGemm(g: Graph, k: FusedKernel, ctx: ValueContext): GemmVer
     a: o.a,
     b: o.b,
     scratchBatch: o.p.strides[2],
+    scratchDtype,
   };
 }
 

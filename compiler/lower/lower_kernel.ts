@@ -370,8 +370,8 @@ function lowerMatmul(
 
 /**
  * The epilogue of a matmul kernel whose product a library GEMM (compiler/lower/gemm_library.ts) wrote to
- * an f32 scratch buffer laid out like the matmul node ([batch…, m, n], contiguous): a loop kernel, one
- * thread per product element, that computes and stores every root exactly as lowerMatmul's epilogue
+ * a scratch buffer (f32, or the product's own f16/bf16) laid out like the matmul node ([batch…, m, n],
+ * contiguous): a loop kernel, one thread per product element, that computes and stores every root exactly as lowerMatmul's epilogue
  * does, with the matmul's value loaded from the scratch buffer instead of the template's accumulator.
  * The same ValueBuilder and `special` hook as the template, so the two paths share all lowering logic.
  */
@@ -379,23 +379,26 @@ export function lowerGemmEpilogue(
   g: Graph,
   k: FusedKernel,
   ctx: ValueContext,
-  scratch: { readonly buffer: number },
+  scratch: { readonly buffer: number; readonly dtype: "f32" | "f16" | "bf16" },
 ): Kernel {
   const mmId = k.anchor!;
   const mmShape = g.nodes[mmId].type.shape;
   const total = numel(mmShape);
   const name = `${kernelName(g, k)}_epilogue`;
   const f16 = (id: NodeId) => g.nodes[id].type.dtype === "f16" || storedTypeOf(ctx, id) === "f16";
-  const usesF16 = k.roots.some(f16) || [...k.members].some((m) => m !== mmId && f16(m));
+  const usesF16 = scratch.dtype === "f16" || k.roots.some(f16) ||
+    [...k.members].some((m) => m !== mmId && f16(m));
   const vb = new ValueBuilder(ctx);
   const t = vb.bindBuffer(
     scratch.buffer,
-    "f32",
+    scratch.dtype,
     "read",
     total,
-    `%${mmId} matmul product f32 (library GEMM output)`,
+    `%${mmId} matmul product ${scratch.dtype} (library GEMM output)`,
   );
-  vb.special.set(mmId, (idx) => load(t, linearize(idx, mmShape), "f32"));
+  // The product as the graph defines it: an f16/bf16 scratch holds the matmul's own rounded value
+  // (gemm_library.ts scratchType), widened to the compute type like any stored operand.
+  vb.special.set(mmId, (idx) => cast(load(t, linearize(idx, mmShape), scratch.dtype), "f32"));
   const body = new Scope();
   for (const root of k.roots) {
     if (numel(g.nodes[root].type.shape) !== total) {

@@ -1,7 +1,8 @@
 /**
  * Library calls (CUDA): GEMMs as cuBLASLt calls where they qualify (compiler/lower/gemm_library.ts). The
- * product goes straight to the kernel's output when the epilogue is only that store; otherwise to an f32
- * scratch buffer of the plan, which an epilogue kernel (lowered from the same fused kernel) reads. The
+ * product goes straight to the kernel's output when the epilogue is only that store; otherwise to a
+ * scratch buffer of the plan (f16/bf16 where the graph's product is, else f32; gemm_library.ts
+ * scratchType), which an epilogue kernel (lowered from the same fused kernel) reads. The
  * scratch is a plan buffer rather than an executor-managed workspace so that the memory plan gives it a
  * lifetime of one step and lets it share a slot with other dead activations (no per-GEMM or worst-case
  * allocation beside the arena), and every runtime (and the CPU test harness) sees the same addresses the
@@ -39,7 +40,8 @@ export const libraryCallsStage: Stage<KernelState> = {
     fusion.kernels.forEach((k, i) => {
       if (k.kind !== "matmul") return;
       const kctx = { ...ctx, members: k.members };
-      const v = deriveGemm(g, k, kctx);
+      // The bias epilogue only where no C plan shares the call (the CPU's BLAS call has none).
+      const v = deriveGemm(g, k, kctx, { biasEpilogue: !!cuda && !c });
       if (!v.ok) {
         gemms.push({ kernel: kernels[i].name, library: false, reason: v.reason });
         return;
@@ -55,23 +57,33 @@ export const libraryCallsStage: Stage<KernelState> = {
         compute: "32F" as const,
       };
       if (v.direct) {
-        gemmOf.set(i, { call: { ...base, d: v.direct.d } });
-        gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt writes the output" });
+        const bias = v.direct.bias;
+        gemmOf.set(i, {
+          call: { ...base, d: v.direct.d, ...(bias ? { epilogue: { kind: "bias", bias } } : {}) },
+        });
+        gemms.push({
+          kernel: kernels[i].name,
+          library: true,
+          reason: bias
+            ? "cuBLASLt writes the output, adding the bias (BIAS epilogue)"
+            : "cuBLASLt writes the output",
+        });
         return;
       }
       const mm = g.nodes[k.anchor!];
       const scratch = buffers.length;
+      const dtype = v.scratchDtype ?? "f32";
       buffers.push({
         id: scratch,
-        name: `%${mm.id} matmul product f32 (cuBLASLt)`,
-        dtype: "f32",
+        name: `%${mm.id} matmul product ${dtype} (cuBLASLt)`,
+        dtype,
         shape: [...mm.type.shape],
-        bytes: numel(mm.type.shape) * 4,
+        bytes: numel(mm.type.shape) * (dtype === "f32" ? 4 : 2),
         role: "activation",
       });
-      const lowered = lowerGemmEpilogue(g, k, kctx, { buffer: scratch });
+      const lowered = lowerGemmEpilogue(g, k, kctx, { buffer: scratch, dtype });
       const epilogue = s.vectorized ? vectorizeLoop(lowered) : lowered;
-      const d = outputOperand(scratch, "f32", v.m, v.n, v.outer ? v.scratchBatch : undefined);
+      const d = outputOperand(scratch, dtype, v.m, v.n, v.outer ? v.scratchBatch : undefined);
       gemmOf.set(i, { call: { ...base, d }, epilogue, scratch });
       gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt, then an epilogue kernel" });
     });

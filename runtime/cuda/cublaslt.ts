@@ -78,6 +78,9 @@ const CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14;
 const CUBLAS_COMPUTE_32F = 68;
 const CUBLAS_OP_N = 0, CUBLAS_OP_T = 1;
 const DESC_TRANSA = 3, DESC_TRANSB = 4, DESC_EPILOGUE = 7, DESC_BIAS_POINTER = 8;
+// cublasLtMatmulDescAttributes_t CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE (int32_t cudaDataType, default -1:
+// D's type). BIAS_BATCH_STRIDE (10) keeps its default 0: one bias vector for every batch entry.
+const DESC_BIAS_DATA_TYPE = 26;
 const LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6;
 const PREF_MAX_WORKSPACE_BYTES = 1;
 // cublasLtMatmulPreferenceAttributes_t: MIN_ALIGNMENT_{A,B,C,D}_BYTES (uint32_t, default 256). The
@@ -336,6 +339,16 @@ export interface LtOperand {
   readonly outerStride?: number;
 }
 
+/**
+ * A plan GEMM's epilogue without its buffer (plan/plan.ts PlanGemmEpilogue): "bias" adds a vector over
+ * our D's columns, which are the rows of the library's column-major Dᵀ: CUBLASLT_EPILOGUE_BIAS's
+ * vector, whose length "must match matrix D rows" (cublasLt.h), is exactly ours.
+ */
+export interface LtEpilogue {
+  readonly kind: "bias";
+  readonly bias: { readonly dtype: GemmDType };
+}
+
 /** A plan's GEMM (plan/plan.ts PlanGemm) without its buffers, plus the pointers' alignments in bytes. */
 export interface LtCallSpec {
   readonly m: number;
@@ -347,7 +360,9 @@ export interface LtCallSpec {
   readonly a: LtOperand;
   readonly b: LtOperand;
   readonly d: LtOperand;
-  readonly align: { readonly a: number; readonly b: number; readonly d: number };
+  readonly epilogue?: LtEpilogue;
+  /** `bias`: the bias pointer's alignment (with an epilogue). */
+  readonly align: { readonly a: number; readonly b: number; readonly d: number; readonly bias?: number };
 }
 
 /** The largest power of two (at most 256) that divides a device address. */
@@ -382,6 +397,8 @@ export class LtCall {
   private readonly libA: Pointer;
   private readonly libB: Pointer;
   private readonly d: Pointer;
+  /** The bias pointer the descriptor holds now (calls sharing this LtCall have their own biases). */
+  private readonly biasSlot = new BigUint64Array(1);
 
   constructor(private readonly lt: CublasLt, readonly spec: LtCallSpec, readonly what: string) {
     const s = lt.symbols;
@@ -408,7 +425,14 @@ export class LtCall {
       const lib = ltDescriptors(spec);
       setDesc(DESC_TRANSA, i32(lib.transA ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
       setDesc(DESC_TRANSB, i32(lib.transB ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
-      setDesc(DESC_EPILOGUE, i32(EPILOGUE.none), "EPILOGUE");
+      setDesc(DESC_EPILOGUE, i32(spec.epilogue ? EPILOGUE.bias : EPILOGUE.none), "EPILOGUE");
+      if (spec.epilogue) {
+        setDesc(DESC_BIAS_DATA_TYPE, i32(DATA_TYPE[spec.epilogue.bias.dtype]), "BIAS_DATA_TYPE");
+        // The heuristic reads the bias pointer only for its alignment (cublasLt.h): a stand-in address
+        // with the real one's alignment until run() sets each call's own.
+        this.biasSlot[0] = BigInt(spec.align.bias ?? 256);
+        setDesc(DESC_BIAS_POINTER, new Uint8Array(this.biasSlot.buffer), "BIAS_POINTER");
+      }
       const layout = (op: LtLayout, name: string) => {
         lt.check(
           `cublasLtMatrixLayoutCreate(${name})`,
@@ -477,7 +501,7 @@ export class LtCall {
         if (count[0] < 1 || state !== 0) {
           throw new CudaError(
             `cuBLASLt has no algorithm for ${what} (m ${m}, n ${n}, k ${k}, batch ${batch}, ` +
-              `${spec.a.dtype} -> ${spec.d.dtype})`,
+              `${spec.a.dtype} -> ${spec.d.dtype}${spec.epilogue ? `, ${spec.epilogue.kind} epilogue` : ""})`,
           );
         }
       } finally {
@@ -489,9 +513,30 @@ export class LtCall {
     }
   }
 
-  /** Enqueues D = op(A)·op(B) on `stream` (capturable: the workspace is given, nothing is allocated). */
-  run(a: DevicePtr, b: DevicePtr, d: DevicePtr, stream: Pointer, what = this.what): void {
+  /**
+   * Enqueues D = op(A)·op(B) (+ bias) on `stream` (capturable: the workspace is given, nothing is
+   * allocated; the bias pointer is a host-side descriptor value, read when each call is enqueued).
+   */
+  run(a: DevicePtr, b: DevicePtr, d: DevicePtr, stream: Pointer, what = this.what, bias?: DevicePtr): void {
     const { lt, spec } = this;
+    if (spec.epilogue) {
+      if (bias === undefined) {
+        throw new CudaError(`${what}: the ${spec.epilogue.kind} epilogue needs its vector`);
+      }
+      if (this.biasSlot[0] !== bias) {
+        this.biasSlot[0] = bias;
+        lt.check(
+          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)",
+          lt.symbols.cublasLtMatmulDescSetAttribute(
+            this.desc,
+            DESC_BIAS_POINTER,
+            new Uint8Array(this.biasSlot.buffer),
+            8n,
+          ),
+          what,
+        );
+      }
+    }
     // A call in groups (plan/plan.ts PlanGemm.outer): one cublasLtMatmul per group, pointers stepped by
     // each operand's outerStride (elements, times its element size).
     const step = (o: LtOperand, g: number) => BigInt(g * (o.outerStride ?? 0) * (o.dtype === "f32" ? 4 : 2));

@@ -33,7 +33,7 @@ import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";
 import { CudaError } from "./errors.ts";
 import { decodeStored, encodeStored, type HostArray } from "./host.ts";
 import { kernelCacheKey } from "./kernel_cache.ts";
-import { CublasLt, groupAlignmentOf, LtCall, type LtCallSpec } from "./cublaslt.ts";
+import { alignmentOf, CublasLt, groupAlignmentOf, LtCall, type LtCallSpec } from "./cublaslt.ts";
 import { type ArenaLayout, arenaLayout, zeroRegions } from "./layout.ts";
 import type { DiscoverOptions } from "./libs.ts";
 
@@ -127,6 +127,8 @@ export type CudaStep =
     readonly a: DevicePtr;
     readonly b: DevicePtr;
     readonly d: DevicePtr;
+    /** The bias vector of the call's BIAS epilogue (PlanGemm.epilogue). */
+    readonly bias?: DevicePtr;
     readonly epilogue?: Launch;
   }
   | {
@@ -239,11 +241,13 @@ export class CudaExecutor {
         const g = useLibrary ? k.cudaGemm : undefined;
         if (!g || !lt) return { kernel: k, kernelIndex, ...launchOf(k.name, k.cuda!, k.bindings) };
         const { call } = g;
-        const elementAt = (o: PlanGemmOperand, what: string) => {
+        const elementAt = (o: Pick<PlanGemmOperand, "buffer" | "offset" | "dtype">, what: string) => {
           const b = bufferOf(plan, o.buffer, `kernel ${k.name}: GEMM operand ${what}`);
           return addressOf(b.id) + BigInt(o.offset * storedBytes(o.dtype));
         };
         const a = elementAt(call.a, "A"), b = elementAt(call.b, "B"), d = elementAt(call.d, "D");
+        const ep = call.epilogue;
+        const bias = ep && elementAt(ep.bias, "bias");
         const spec: LtCallSpec = {
           m: call.m,
           n: call.n,
@@ -253,10 +257,13 @@ export class CudaExecutor {
           a: call.a,
           b: call.b,
           d: call.d,
+          ...(ep ? { epilogue: { kind: ep.kind, bias: { dtype: ep.bias.dtype } } } : {}),
           align: {
             a: groupAlignmentOf(a, call.a, call.outer),
             b: groupAlignmentOf(b, call.b, call.outer),
             d: groupAlignmentOf(d, call.d, call.outer),
+            // Every group adds the same vector (plan/plan.ts PlanGemmEpilogue).
+            ...(bias !== undefined ? { bias: alignmentOf(bias) } : {}),
           },
         };
         const key = JSON.stringify([
@@ -268,13 +275,24 @@ export class CudaExecutor {
           ...[spec.a, spec.b, spec.d].map(
             (o) => [o.dtype, o.ld, o.trans, o.batchStride, o.outerStride ?? 0],
           ),
+          spec.epilogue ?? null,
           spec.align,
         ]);
         const template = () => ({ kernel: k, kernelIndex, ...launchOf(k.name, k.cuda!, k.bindings) });
         const lc = libraryCall(calls, key, () => new LtCall(lt!, spec, k.name), k.name, opts.warn);
         if (!lc) return template();
         const epilogue = g.epilogue && launchOf(g.epilogue.name, g.epilogue.cuda, g.epilogue.bindings);
-        return { op: "gemm", kernel: k, kernelIndex, call: lc, a, b, d, ...(epilogue ? { epilogue } : {}) };
+        return {
+          op: "gemm",
+          kernel: k,
+          kernelIndex,
+          call: lc,
+          a,
+          b,
+          d,
+          ...(bias !== undefined ? { bias } : {}),
+          ...(epilogue ? { epilogue } : {}),
+        };
       });
       const zeroes = zeroRegions(plan, layout).map((r): CudaStep => ({
         op: "zero",
@@ -569,7 +587,7 @@ export class CudaExecutor {
     if (s.op === "launch") {
       driver.launch(s.fn, s.grid, s.threads, this.stream, s.args, `${s.kernel.name} (step ${s.index})`);
     } else if (s.op === "gemm") {
-      s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`);
+      s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`, s.bias);
       const e = s.epilogue;
       if (e) {
         driver.launch(

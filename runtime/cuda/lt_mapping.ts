@@ -24,6 +24,8 @@ export interface RowMajorGemm {
   readonly a: RowMajorOperand;
   readonly b: RowMajorOperand;
   readonly d: RowMajorOperand;
+  /** A bias over D's columns, added before D's rounding (plan/plan.ts PlanGemmEpilogue). */
+  readonly epilogue?: { readonly kind: "bias"; readonly bias: { readonly dtype: GemmDType } };
 }
 
 /** One column-major matrix layout as cublasLtMatrixLayoutCreate and its batch attributes take it. */
@@ -49,6 +51,12 @@ export interface LtDescriptors {
   readonly a: LtLayout;
   readonly b: LtLayout;
   readonly d: LtLayout;
+  /**
+   * CUBLASLT_EPILOGUE_BIAS: a vector of `length` elements added to every column of the library's D, one
+   * per row. Our bias runs over D's columns (n), which are the rows of the library's n×m Dᵀ, so it is
+   * that vector as it is, length n.
+   */
+  readonly bias?: { readonly dtype: GemmDType; readonly length: number };
 }
 
 /**
@@ -81,5 +89,6 @@ export function ltDescriptors(
     a: spec.b.trans ? layout(spec.b, k, n) : layout(spec.b, n, k),
     b: spec.a.trans ? layout(spec.a, m, k) : layout(spec.a, k, m),
     d: layout(spec.d, n, m),
+    ...(spec.epilogue ? { bias: { dtype: spec.epilogue.bias.dtype, length: n } } : {}),
   };
 }

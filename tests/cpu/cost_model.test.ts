@@ -135,6 +135,32 @@ Deno.test("cost model: a cuBLASLt GEMM with an epilogue adds the f32 product rea
   assert.equal(r.route, "cuBLASLt+epilogue");
 });
 
+Deno.test("cost model: a BIAS epilogue reads its vector in the call; an f16 scratch halves the read-back", () => {
+  const mib = 1024 ** 2;
+  const plain = libraryKernel(false, 0, 0);
+  const withBias: PlanKernel = {
+    ...plain,
+    cudaGemm: {
+      call: {
+        ...plain.cudaGemm!.call,
+        epilogue: { kind: "bias", bias: { buffer: 0, offset: 0, dtype: "f16" } },
+      },
+    },
+  };
+  // One 1024-element f16 vector beside the plain call's 10 MiB, and no second launch.
+  const r = predictKernel(withBias, P);
+  assert.equal(r.bytes, 10 * mib + 1024 * 2);
+  assert.equal(r.route, "cuBLASLt");
+  // The epilogue kernel of an f16 scratch reads 4 MiB back where an f32 one reads 8.
+  const ep = libraryKernel(true, 7 * mib, 4 * mib);
+  const f16: PlanKernel = {
+    ...ep,
+    cudaGemm: { ...ep.cudaGemm!, call: { ...ep.cudaGemm!.call, d: operand("f16", 1024 * 1024) } },
+  };
+  const call = 4 * mib + 2 * mib + 4 * mib, epilogue = 4 * mib + 4 * mib + 1 * mib;
+  assert.equal(predictKernel(f16, P).bytes, call + epilogue);
+});
+
 Deno.test("cost model: f32 operands on cuBLASLt run on CUDA cores (compute type 32F, no TF32)", () => {
   const k = libraryKernel(false, 0, 0);
   const g = k.cudaGemm!.call;

@@ -19,9 +19,12 @@ import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
 // f16 storage between the kernels of a backward pass through softmax and dropout: the template path
-// misses the f32 reference by the same 1.3% of the largest weight gradient (measured), so the bound is
-// the model tests' fp16 one (cuda_emit_cpu.test.ts), doubled.
-const ATTENTION_F16_TOL = { rtol: 2e-2, atol: 2e-3 };
+// misses the f32 reference by 1.3-1.8% of the largest weight gradient (measured). The library path's
+// scratch products are f16 where the graph's product is (gemm_library.ts scratchType: one rounding more
+// than the template's f32 accumulator), which moves grad.q.bias at batch 1 from 1.8% to 2.4% (seed 7201;
+// over seeds 7201-7204 it is as often closer to the reference as farther, and `out` is closer in three
+// of four). The bound is the model tests' fp16 one (cuda_emit_cpu.test.ts), tripled.
+const ATTENTION_F16_TOL = { rtol: 3e-2, atol: 3e-3 };
 if (!version) console.log(`CUDA-on-CPU attention tests ignored: ${CXX} not found`);
 
 for (const dt of ["f32", "f16"] as DType[]) {

@@ -96,18 +96,20 @@ Deno.test("library GEMM: a slice of rows is an element offset and a wider leadin
   assert.deepEqual([call.a.offset, call.a.ld, call.a.trans, call.m, call.k], [16, 32, false, 2, 8]);
 });
 
-Deno.test("library GEMM: f16 operands (no rounding on load); an epilogue reads the f32 product from a scratch", () => {
+Deno.test("library GEMM: f16 operands (no rounding on load); an epilogue reads the f16 product from a scratch", () => {
   const c = compile((m) =>
     m.param("x", [5, 7], "zeros", "f16").matmul(m.param("w", [7, 6], "zeros", "f16")).cast("f32")
-      .add(m.param("bias", [6], "zeros", "f32"))
+      .add(m.param("bias", [6], "zeros", "f32")).tanh()
   );
   const g = onlyGemm(c.plan).cudaGemm!;
   assert.equal(g.call.a.dtype, "f16");
   assert.equal(g.call.b.dtype, "f16");
+  // The graph's product is f16 (the reference rounds it so): cuBLASLt writes it in f16, once rounded.
   const scratch = c.plan.buffers[g.call.d.buffer];
-  assert.equal(g.call.d.dtype, "f32");
-  assert.equal(scratch.dtype, "f32");
-  assert.match(scratch.name, /matmul product f32 \(cuBLASLt\)/);
+  assert.equal(g.call.d.dtype, "f16");
+  assert.equal(scratch.dtype, "f16");
+  assert.equal(scratch.bytes, 5 * 6 * 2);
+  assert.match(scratch.name, /matmul product f16 \(cuBLASLt\)/);
   assert.ok(g.epilogue, "an epilogue kernel");
   // The epilogue reads the scratch and the bias and writes the output, nothing else.
   const bound = g.epilogue.bindings.map((b) => [b.buffer, b.access]);
@@ -116,6 +118,17 @@ Deno.test("library GEMM: f16 operands (no rounding on load); an epilogue reads t
     [[g.call.d.buffer, "read"], [bufferNamed(c.plan, "bias"), "read"], [c.plan.outputs.out, "write"]].sort(),
   );
   assert.match(g.epilogue.cuda.code, /bf_kernel/);
+  assert.match(g.epilogue.cuda.code, /const __half\* __restrict__ b\d/, "the scratch is read as __half");
+});
+
+Deno.test("library GEMM: an f32 product of f16 operands keeps an f32 scratch", () => {
+  const c = compile((m) =>
+    m.param("x", [5, 7], "zeros", "f16").cast("f32").matmul(m.param("w", [7, 6], "zeros", "f16").cast("f32"))
+      .add(m.param("bias", [6], "zeros", "f32")).tanh()
+  );
+  const g = onlyGemm(c.plan).cudaGemm!;
+  assert.deepEqual([g.call.a.dtype, g.call.b.dtype, g.call.d.dtype], ["f16", "f16", "f32"]);
+  assert.equal(c.plan.buffers[g.call.d.buffer].dtype, "f32");
 });
 
 Deno.test("library GEMM: refusals name the reason", () => {

@@ -272,7 +272,11 @@ export function program(plan: Plan, library = false): string {
       const ptr = (o: PlanGemmOperand) =>
         `(reinterpret_cast<${C_TYPE[o.dtype]}*>${at(o.buffer)} + ${o.offset + g * (o.outerStride ?? 0)})`;
       // Through cuBLASLt's column-major definition with LtCall's descriptors (tests/util/lt_cpu.ts).
-      main.push(`  ${ltCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d))}`);
+      // A BIAS epilogue's vector: the same for every group (plan/plan.ts PlanGemmEpilogue).
+      const ep = call.epilogue;
+      const bias = ep &&
+        `(reinterpret_cast<const ${C_TYPE[ep.bias.dtype]}*>${at(ep.bias.buffer)} + ${ep.bias.offset})`;
+      main.push(`  ${ltCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d), bias)}`);
     }
     if (lib.epilogue) launch(lib.epilogue.cuda, lib.epilogue.bindings);
   }

@@ -1,0 +1,165 @@
+/**
+ * cuBLASLt epilogues and scratch types of library GEMMs (compiler/lower/gemm_library.ts):
+ * - a root that is the product plus a bias vector over its columns is written by the call itself with
+ *   CUBLASLT_EPILOGUE_BIAS (no epilogue kernel); the bias is, in cuBLASLt's column-major terms, the
+ *   vector over the rows of the swapped problem's Dᵀ (runtime/cuda/lt_mapping.ts), so its length is our n;
+ * - a bias that is not a packed vector over the columns, or not stored in D's dtype, keeps the epilogue
+ *   kernel, and so does a compile that also emits C (the CPU's BLAS call has no epilogue);
+ * - an epilogue kernel reads an f16 scratch where the graph's product is f16.
+ * Every plan is run on the CPU shim (tests/util/cuda_cpu.ts: the library call through cuBLASLt's
+ * column-major definition with LtCall's descriptors, tests/util/lt_cpu.ts) against the reference
+ * interpreter on fresh random inputs; m ≠ n everywhere, so a bias taken over the wrong axis aborts the
+ * shim's layout check or misses the reference.
+ */
+import assert from "node:assert/strict";
+import { graphOf } from "../../cases/fusion_cases.ts";
+import { randomFeeds } from "../../cases/random_feeds.ts";
+import { emitC } from "../../compiler/codegen/c.ts";
+import { emitCUDA } from "../../compiler/codegen/cuda.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { gelu, type ModelBuilder, type Tensor } from "../../dsl/mod.ts";
+import type { DType } from "../../ir/mod.ts";
+import type { Plan, PlanKernel } from "../../plan/plan.ts";
+import { evaluate } from "../../runtime/reference/interpreter.ts";
+import { ltDescriptors } from "../../runtime/cuda/lt_mapping.ts";
+import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
+import { assertMatchesReference, F16_TOL, F32_TOL } from "../util/fused_check.ts";
+
+const version = await cxxVersion();
+if (!version) console.log(`CUDA-on-CPU epilogue tests ignored: ${CXX} not found`);
+
+type Body = (m: ModelBuilder, dt: DType) => Tensor;
+
+const gemmKernels = (plan: Plan): PlanKernel[] => plan.kernels.filter((k) => k.kind === "matmul");
+const bufferNamed = (plan: Plan, name: string) => plan.buffers.find((b) => b.name === name)!.id;
+
+/** Compiles for CUDA, then runs the plan's library path on the CPU shim against the reference. */
+async function checkOnShim(name: string, body: Body, dt: DType, backward: boolean, seed: number) {
+  const g = graphOf(name, body, dt, backward);
+  const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+  if (!version) return compiled;
+  const feeds = randomFeeds(g, seed);
+  const ref = evaluate(g, feeds, { precision: "f32" });
+  const dir = await Deno.makeTempDir({ prefix: "bertfuse-lt-epilogue-" });
+  try {
+    const got = await runOnCpu(dir, compiled.plan, feeds, true);
+    assertMatchesReference(ref, Object.fromEntries(got), {
+      tol: dt === "f16" ? F16_TOL : F32_TOL,
+      device: "cuda-on-cpu",
+      plan: `${compiled.plan.kernels.length} kernels`,
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+  return compiled;
+}
+
+// A linear layer [5, 7]·[7, 6] + bias[6]: the bias over the output's 6 columns.
+const linearBias: Body = (m, dt) =>
+  m.param("x", [5, 7], "zeros", dt).matmul(m.param("w", [7, 6], "zeros", dt)).add(
+    m.param("bias", [6], "zeros", dt).broadcastTo([5, 6]),
+  );
+
+for (const dt of ["f32", "f16"] as DType[]) {
+  Deno.test(`BIAS epilogue: a linear layer's bias is added by the call, no epilogue kernel (${dt})`, async () => {
+    const c = await checkOnShim("linear + bias", linearBias, dt, false, 9100);
+    const [k] = gemmKernels(c.plan);
+    const g = k.cudaGemm!;
+    assert.equal(g.epilogue, undefined, "no epilogue kernel");
+    assert.deepEqual(g.call.epilogue, {
+      kind: "bias",
+      bias: { buffer: bufferNamed(c.plan, "bias"), offset: 0, dtype: dt },
+    });
+    assert.equal(g.call.d.buffer, c.plan.outputs.out);
+    // Row-major bias over D's 6 columns = the library's per-row bias of the swapped 6×5 problem.
+    const lt = ltDescriptors(g.call);
+    assert.deepEqual([lt.m, lt.n, lt.bias?.length, lt.bias?.dtype], [6, 5, 6, dt]);
+    assert.deepEqual(c.gemms.map((d) => d.reason), [
+      "cuBLASLt writes the output, adding the bias (BIAS epilogue)",
+    ]);
+  });
+}
+
+Deno.test("BIAS epilogue: transposed weight, batched product and a bias reshaped to [1, n]", async () => {
+  const body: Body = (m, dt) =>
+    m.param("a", [3, 4, 5], "zeros", dt).matmul(m.param("w", [3, 6, 5], "zeros", dt), { transposeB: true })
+      .add(m.param("bias", [1, 6], "zeros", dt).broadcastTo([3, 4, 6]));
+  for (const dt of ["f32", "f16"] as DType[]) {
+    const c = await checkOnShim("batched + bias", body, dt, false, 9110);
+    const call = gemmKernels(c.plan)[0].cudaGemm!.call;
+    assert.equal(call.epilogue?.kind, "bias", dt);
+    assert.deepEqual([call.batch, call.b.trans], [3, true]);
+  }
+});
+
+Deno.test("BIAS epilogue: forward and backward of linear + bias, f16 (the gradients' GEMMs stay plain)", async () => {
+  const c = await checkOnShim("linear + bias, backward", linearBias, "f16", true, 9120);
+  const withBias = gemmKernels(c.plan).filter((k) => k.cudaGemm?.call.epilogue);
+  assert.equal(withBias.length, 1, "only the forward product has a bias");
+});
+
+Deno.test("BIAS epilogue: refused for a bias over the rows, a bias of another dtype, and after a permute", async () => {
+  const cases: [string, Body, DType][] = [
+    // One value per row [5, 1] broadcast over the columns: cuBLASLt's vector runs over our columns.
+    [
+      "row bias",
+      (m, dt) =>
+        m.param("x", [5, 7], "zeros", dt).matmul(m.param("w", [7, 6], "zeros", dt)).add(
+          m.param("bias", [5, 1], "zeros", dt).broadcastTo([5, 6]),
+        ),
+      "f32",
+    ],
+    // An f32 bias on an f16 product stored f16: the bias is not in D's dtype.
+    [
+      "f32 bias, f16 output",
+      (m) =>
+        m.param("x", [5, 7], "zeros", "f16").matmul(m.param("w", [7, 6], "zeros", "f16")).cast("f32")
+          .add(m.param("bias", [6], "zeros", "f32").broadcastTo([5, 6])).cast("f16"),
+      "f16",
+    ],
+    // The bias added after a transpose of the product (over the product's columns, but in the
+    // transpose's coordinates: only an add in the product's own coordinates is taken).
+    [
+      "bias after a permute",
+      (m, dt) =>
+        m.param("x", [5, 7], "zeros", dt).matmul(m.param("w", [7, 6], "zeros", dt)).permute([1, 0]).add(
+          m.param("bias", [6, 1], "zeros", dt).reshape([6, 1]).broadcastTo([6, 5]),
+        ),
+      "f32",
+    ],
+  ];
+  for (const [name, body, dt] of cases) {
+    const c = await checkOnShim(name, body, dt, false, 9130);
+    const g = gemmKernels(c.plan)[0].cudaGemm!;
+    assert.equal(g.call.epilogue, undefined, name);
+    // The bias is added by a kernel: the GEMM's epilogue kernel or one after it.
+    const bias = bufferNamed(c.plan, "bias");
+    const reads = [...c.plan.kernels.flatMap((k) => k.bindings), ...(g.epilogue?.bindings ?? [])];
+    assert.ok(reads.some((b) => b.buffer === bias), `${name}: a kernel reads the bias`);
+  }
+});
+
+Deno.test("BIAS epilogue: off when the compile also emits C (the BLAS call has no epilogue)", () => {
+  const g = graphOf("linear + bias", linearBias, "f32", false);
+  const c = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA, c: emitC } });
+  const [k] = gemmKernels(c.plan);
+  assert.equal(k.cudaGemm!.call.epilogue, undefined);
+  assert.ok(k.cudaGemm!.epilogue && k.cGemm!.epilogue, "both keep the epilogue kernel");
+});
+
+Deno.test("f16 scratch: an epilogue kernel reads the f16 product the graph defines (GELU after the bias)", async () => {
+  const body: Body = (m, dt) =>
+    gelu(
+      m.param("x", [5, 7], "zeros", dt).matmul(m.param("w", [6, 7], "zeros", dt), { transposeB: true }).add(
+        m.param("bias", [6], "zeros", dt).broadcastTo([5, 6]),
+      ),
+    );
+  for (const backward of [false, true]) {
+    const c = await checkOnShim("linear + bias + GELU", body, "f16", backward, 9140);
+    const scratch = gemmKernels(c.plan).flatMap((k) => (k.cudaGemm?.epilogue ? [k.cudaGemm.call.d] : []));
+    // Forward, GELU is the matmul kernel's epilogue. With the backward pass the pre-activation is saved,
+    // so the forward call writes it with its bias (BIAS epilogue) and the GELU goes elsewhere.
+    if (!backward) assert.equal(scratch.length, 1);
+    for (const d of scratch) assert.equal(c.plan.buffers[d.buffer].dtype, "f16");
+  }
+});
