@@ -21,7 +21,10 @@ export type CudaHelper =
   | "bf_half4"
   | "bf_pack_half2"
   | "bf_mma_m16n8k16"
-  | "bf_ldmatrix";
+  | "bf_ldmatrix_x4"
+  | "bf_ldmatrix_x4_trans"
+  | "bf_ldmatrix_x2"
+  | "bf_ldmatrix_x2_trans";
 
 /** A warp (butterfly) or block (fold of per-warp slots) reduction helper for one op and type. */
 export interface ReduceHelper {
@@ -143,24 +146,29 @@ static __device__ __forceinline__ void bf_mma_m16n8k16(float* c, const unsigned 
 // Each lane passes the address of one 16-byte row in shared memory: lanes 8i..8i+7 the rows of matrix i.
 // Without .trans, lane l receives row l/4, columns 2(l%4) and 2(l%4)+1 of each matrix; with .trans, rows
 // 2(l%4) and 2(l%4)+1 of column l/4 (the matrix read column-major).
-const LDMATRIX =
-  `// ldmatrix: 8x8 b16 matrices from shared memory into fragments (x4: four matrices, x2: two).
+const BF_LDMATRIX_X4 = `// ldmatrix x4: four 8x8 b16 matrices from shared memory into fragments.
 static __device__ __forceinline__ void bf_ldmatrix_x4(unsigned int* r, const __half* row) {
   const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(s));
-}
+}`;
+
+const BF_LDMATRIX_X4_TRANS = `// ldmatrix x4 .trans: four 8x8 b16 matrices from shared memory into fragments.
 static __device__ __forceinline__ void bf_ldmatrix_x4_trans(unsigned int* r, const __half* row) {
   const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(s));
-}
+}`;
+
+const BF_LDMATRIX_X2 = `// ldmatrix x2: two 8x8 b16 matrices from shared memory into fragments.
 static __device__ __forceinline__ void bf_ldmatrix_x2(unsigned int* r, const __half* row) {
   const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
-}
+}`;
+
+const BF_LDMATRIX_X2_TRANS = `// ldmatrix x2 .trans: two 8x8 b16 matrices from shared memory into fragments.
 static __device__ __forceinline__ void bf_ldmatrix_x2_trans(unsigned int* r, const __half* row) {
   const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\\n"
@@ -176,7 +184,10 @@ const SOURCES: Record<CudaHelper, { text: string; needs: readonly CudaHelper[] }
   bf_half4: { text: HALF4, needs: [] },
   bf_pack_half2: { text: PACK_HALF2, needs: [] },
   bf_mma_m16n8k16: { text: MMA, needs: [] },
-  bf_ldmatrix: { text: LDMATRIX, needs: [] },
+  bf_ldmatrix_x4: { text: BF_LDMATRIX_X4, needs: [] },
+  bf_ldmatrix_x4_trans: { text: BF_LDMATRIX_X4_TRANS, needs: [] },
+  bf_ldmatrix_x2: { text: BF_LDMATRIX_X2, needs: [] },
+  bf_ldmatrix_x2_trans: { text: BF_LDMATRIX_X2_TRANS, needs: [] },
 };
 
 const ORDER: readonly CudaHelper[] = [
@@ -187,18 +198,14 @@ const ORDER: readonly CudaHelper[] = [
   "bf_philox4",
   "bf_pack_half2",
   "bf_mma_m16n8k16",
-  "bf_ldmatrix",
-];
-
-/** Names the prelude defines, which kernel identifiers must not take. */
-export const CUDA_PRELUDE_NAMES: readonly string[] = [
-  ...ORDER,
-  "bf_make_half4",
   "bf_ldmatrix_x4",
   "bf_ldmatrix_x4_trans",
   "bf_ldmatrix_x2",
   "bf_ldmatrix_x2_trans",
 ];
+
+/** Names the prelude defines, which kernel identifiers must not take. */
+export const CUDA_PRELUDE_NAMES: readonly string[] = [...ORDER, "bf_make_half4"];
 
 /** C type name -> a suffix for helper names ("unsigned int" -> "u32"). */
 const SUFFIX: Record<string, string> = { float: "f32", int: "i32", "unsigned int": "u32", __half: "f16" };

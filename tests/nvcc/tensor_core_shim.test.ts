@@ -16,7 +16,14 @@ const NVCC = Deno.env.get("NVCC") ?? "nvcc";
 const BLOCKS = 2, WARPS = 2, PATHS = 5;
 
 const prelude = cudaPrelude({
-  helpers: new Set(["bf_pack_half2", "bf_mma_m16n8k16", "bf_ldmatrix"]),
+  helpers: new Set([
+    "bf_pack_half2",
+    "bf_mma_m16n8k16",
+    "bf_ldmatrix_x4",
+    "bf_ldmatrix_x4_trans",
+    "bf_ldmatrix_x2",
+    "bf_ldmatrix_x2_trans",
+  ]),
   reductions: new Map(),
   warpWidth: 32,
   warps: WARPS,

@@ -116,7 +116,10 @@ inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 // per call suffices: a buffer is written again two calls later, after a barrier every reader has passed.
 // As with __shfl_xor_sync here, every thread of the block must make the same calls.
 #define BF_MMA_M16N8K16_DEFINED
-#define BF_LDMATRIX_DEFINED
+#define BF_LDMATRIX_X4_DEFINED
+#define BF_LDMATRIX_X4_TRANS_DEFINED
+#define BF_LDMATRIX_X2_DEFINED
+#define BF_LDMATRIX_X2_TRANS_DEFINED
 thread_local unsigned bf_frag_parity = 0;
 inline float bf_half_of(unsigned reg, unsigned hi) { return __half2float({uint16_t(hi ? reg >> 16 : reg & 0xffffu)}); }
 // A·B + C with f16 products (exact in f32) summed in f32 in k order onto C: one valid order of the

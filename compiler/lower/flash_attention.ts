@@ -1,0 +1,521 @@
+/**
+ * FlashAttention-2 style attention kernels for CUDA training (issue 16 item 3): forward and backward for
+ * head dimension 64 on tensor cores (mma.sync m16n8k16, f16 operands, f32 accumulation), without storing
+ * the probabilities. Emitted as CUDA C directly, not through the kernel IR: the IR has no warp-fragment
+ * operations, and these kernels exist only on CUDA. The tensor-core helpers are the prelude's
+ * (compiler/codegen/cuda_prelude.ts), which the CPU shim emulates, so the kernels run on the host in tests.
+ *
+ * What they compute, per (batch b, head h), with S = Q·Kᵀ·scale + mask (the additive mask per key):
+ *   P = softmax(S) by rows; P_d = P ∘ Z with Z = keep / (1 - p), keep = u ≥ p and u the dropout uniform of
+ *   element ((b·H + h)·S_q + i)·S_k + j of the site (seed, step, stream): the unfused graph's
+ *   random_uniform over the probabilities [B, H, S, S] (numeric/philox.ts), so the mask is the same one.
+ *   Forward: O = P_d·V and the row logsumexp L = log Σ_j exp(S_ij) (f32).
+ *   Backward (from O, dO, L; P recomputed as exp(S - L)): D_i = Σ_d dO_id·O_id; dV = P_dᵀ·dO;
+ *   dP = (dO·Vᵀ) ∘ Z; dS = P ∘ (dP - D); dQ = dS·K·scale; dK = dSᵀ·Q·scale.
+ *
+ * Schedule (all three kernels): a block of 4 warps owns 64 rows (query rows for the forward and dQ, key
+ * rows for dK/dV) of one (b, h); each warp owns 16 of them as the mma's M. The other side streams through
+ * shared memory in tiles of 64 rows (16-byte loads; rows padded to 72 halves so ldmatrix's eight row
+ * addresses fall in distinct banks). The forward keeps the running row maximum and sum (online softmax)
+ * and rescales its accumulators; the scores' accumulator fragment is reused as the next mma's A fragment
+ * (rows g and g+8, columns 2t and 2t+1 in both layouts), so P never leaves registers. The backward is two
+ * kernels, one over key blocks (dK, dV) and one over query blocks (dQ), each recomputing P: every gradient
+ * element is summed by one thread in a fixed order, with no atomics, so results are deterministic.
+ *
+ * Requirements (the caller checks `flashEligible`): head dim 64; sequence lengths multiples of 64; Q, K,
+ * V, O, dO row strides and offsets multiples of 8 elements (16-byte loads), the head dim contiguous.
+ */
+import { cudaPrelude } from "../codegen/cuda_prelude.ts";
+
+/** Rows per block, per key/query tile; the head dim the kernels are written for. */
+export const FLASH_ROWS = 64;
+export const FLASH_HEAD_DIM = 64;
+const THREADS = 128;
+const PAD = 72;
+
+/** An f16 operand [B, H, S, 64] in memory: element (b, h, s, d) at offset + b·batch + h·head + s·row + d. */
+export interface FlashOperand {
+  readonly offset: number;
+  readonly batch: number;
+  readonly head: number;
+  readonly row: number;
+}
+
+export interface FlashAttentionSpec {
+  readonly batch: number;
+  readonly heads: number;
+  /** Query and key sequence lengths. */
+  readonly seqQ: number;
+  readonly seqK: number;
+  /** Multiplies Q·Kᵀ before the mask is added. */
+  readonly scale: number;
+  readonly q: FlashOperand;
+  readonly k: FlashOperand;
+  readonly v: FlashOperand;
+  /** O (forward output, backward input) and dO (backward). */
+  readonly o: FlashOperand;
+  readonly dO?: FlashOperand;
+  /** The additive mask per key: f32, element (b, j) at offset + b·batch + j. */
+  readonly mask?: { readonly offset: number; readonly batch: number };
+  /** Dropout of the probabilities: drop probability and the random_uniform's stream; seed and step are read from a u32[2] binding. */
+  readonly dropout?: { readonly p: number; readonly stream: number };
+  /** Type of the stored results (O forward; dQ, dK, dV backward); L is always f32. */
+  readonly out: "f16" | "f32";
+  /** Gradient outputs [B, H, S, 64]: layouts of dQ, dK, dV (backward). */
+  readonly dQ?: FlashOperand;
+  readonly dK?: FlashOperand;
+  readonly dV?: FlashOperand;
+}
+
+export interface FlashKernel {
+  readonly code: string;
+  readonly grid: readonly [number, number, number];
+  readonly workgroupSize: number;
+  /** The kernel's parameters in order (its bindings). */
+  readonly params: readonly string[];
+}
+
+/** Why the spec cannot use these kernels, or undefined when it can. */
+export function flashIneligible(s: FlashAttentionSpec): string | undefined {
+  if (s.seqQ % FLASH_ROWS || s.seqK % FLASH_ROWS) {
+    return `sequence lengths must be multiples of ${FLASH_ROWS}`;
+  }
+  const ops = [s.q, s.k, s.v, s.o, s.dO, s.dQ, s.dK, s.dV].filter((x) => x !== undefined);
+  for (const x of ops) {
+    if ([x.offset, x.batch, x.head, x.row].some((n) => n % 8 !== 0)) {
+      return "operand offsets and strides must be multiples of 8 elements";
+    }
+  }
+  if ((s.batch * s.heads * s.seqQ * s.seqK) > 2 ** 32) return "more than 2^32 probabilities";
+  if (s.dropout && !(s.dropout.p > 0 && s.dropout.p < 1)) return "dropout probability must be in (0, 1)";
+  return undefined;
+}
+
+/** An f32 literal that rounds to Math.fround(x). */
+function f32(x: number): string {
+  const s = String(Math.fround(x));
+  return `${/[.eE]/.test(s) ? s : `${s}.0`}f`;
+}
+
+const PRELUDE = (dropout: boolean) =>
+  cudaPrelude({
+    helpers: new Set([
+      "bf_pack_half2",
+      "bf_mma_m16n8k16",
+      "bf_ldmatrix_x4",
+      "bf_ldmatrix_x4_trans",
+      ...(dropout ? ["bf_philox_block" as const] : []),
+    ]),
+    reductions: new Map(),
+    warpWidth: 32,
+    warps: THREADS / 32,
+  });
+
+/** `(b, h, row)`'s first element of operand x. */
+const rowAt = (name: string, x: FlashOperand, row: string) =>
+  `(${name} + ${x.offset} + b * ${x.batch} + h * ${x.head} + (${row}) * ${x.row})`;
+
+/** Cooperative 16-byte copy of 64 rows × 64 halves (starting at row `row0` of operand x) into `dst`. */
+const stageTile = (dst: string, name: string, x: FlashOperand, row0: string) =>
+  `  for (int i = threadIdx.x; i < ${FLASH_ROWS * 8}; i += ${THREADS}) {
+    const int r = i >> 3, c = (i & 7) * 8;
+    *reinterpret_cast<uint4*>(&${dst}[r][c]) =
+        *reinterpret_cast<const uint4*>(${rowAt(name, x, `${row0} + r`)} + c);
+  }`;
+
+/** A 16×64 A operand (this warp's 16 rows of `src`) as four k-steps of fragments. */
+const loadA = (dst: string, src: string) =>
+  `  unsigned int ${dst}[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) bf_ldmatrix_x4(${dst}[kk], &${src}[warp * 16 + (lane & 15)][kk * 16 + (lane >> 4) * 8]);`;
+
+/**
+ * acc[8][4] (+)= A · Bᵀ where A's fragments are `a` (16 × 64) and B's 64 rows are in shared `src`
+ * ([n][k], k contiguous: K for scores, V for dP): ldmatrix without .trans, two n-tiles per call.
+ */
+const mmaABt = (acc: string, a: string, src: string) =>
+  `#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      unsigned int r[4];
+      bf_ldmatrix_x4(r, &${src}[np * 16 + (lane & 7) + (lane >> 4) * 8][kk * 16 + ((lane >> 3) & 1) * 8]);
+      const unsigned int b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      bf_mma_m16n8k16(${acc}[2 * np], ${a}[kk], b0);
+      bf_mma_m16n8k16(${acc}[2 * np + 1], ${a}[kk], b1);
+    }
+  }`;
+
+/**
+ * acc[8][4] += P · B where P (16 × 64) is an accumulator fragment `p[8][4]` (the C layout is the A
+ * layout: rows g, g+8, columns 2t, 2t+1) rounded to f16, and B's 64 rows are in shared `src` ([k][n], n
+ * contiguous: V, dO, Q or K): ldmatrix .trans, two n-tiles per call.
+ */
+const mmaPB = (acc: string, p: string, src: string) =>
+  `#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const unsigned int pa[4] = {bf_pack_half2(${p}[2 * kk][0], ${p}[2 * kk][1]),
+                                bf_pack_half2(${p}[2 * kk][2], ${p}[2 * kk][3]),
+                                bf_pack_half2(${p}[2 * kk + 1][0], ${p}[2 * kk + 1][1]),
+                                bf_pack_half2(${p}[2 * kk + 1][2], ${p}[2 * kk + 1][3])};
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      unsigned int r[4];
+      bf_ldmatrix_x4_trans(r, &${src}[kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][np * 16 + (lane >> 4) * 8]);
+      const unsigned int b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      bf_mma_m16n8k16(${acc}[2 * np], pa, b0);
+      bf_mma_m16n8k16(${acc}[2 * np + 1], pa, b1);
+    }
+  }`;
+
+const zero = (name: string) =>
+  `  float ${name}[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) ${name}[i][0] = ${name}[i][1] = ${name}[i][2] = ${name}[i][3] = 0.0f;`;
+
+/** Stores acc[8][4] · factor (rows row0 and row0 + 8, columns 8·dt + 2t + {0, 1}) into operand x. */
+function storeRows(name: string, x: FlashOperand, acc: string, f0: string, f1: string, out: "f16" | "f32") {
+  const put = (p: string, v: string) => out === "f16" ? `${p} = __float2half_rn(${v});` : `${p} = ${v};`;
+  return `#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) {
+    const int d = dt * 8 + 2 * t;
+    ${put(`${rowAt(name, x, "row0")}[d]`, `${acc}[dt][0] * ${f0}`)}
+    ${put(`${rowAt(name, x, "row0")}[d + 1]`, `${acc}[dt][1] * ${f0}`)}
+    ${put(`${rowAt(name, x, "row0 + 8")}[d]`, `${acc}[dt][2] * ${f1}`)}
+    ${put(`${rowAt(name, x, "row0 + 8")}[d + 1]`, `${acc}[dt][3] * ${f1}`)}
+  }`;
+}
+
+/** The keep factor (0 or 1/(1-p)) of element `idx`'s uniform `bits` (24 high bits). */
+const keepOf = (s: FlashAttentionSpec, bits: string) =>
+  `(static_cast<float>((${bits}) >> 8) * (1.0f / 16777216.0f) >= ${f32(s.dropout!.p)} ? ${
+    f32(1 / (1 - s.dropout!.p))
+  } : 0.0f)`;
+
+/**
+ * Row-major element pairs (row, col) and (row, col + 1), col even, share a Philox block: z[8][4] gets the
+ * keep factors of acc-layout elements, rows `rowA`/`rowA + 8` (query index), columns key0 + 8·nt + 2t.
+ */
+const keepPairs = (s: FlashAttentionSpec, z: string, key0: string) =>
+  `  float ${z}[8][4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const unsigned int idx = (static_cast<unsigned int>(bh * ${s.seqQ} + row0 + 8 * half)) * ${s.seqK}u +
+                               static_cast<unsigned int>(${key0} + nt * 8 + 2 * t);
+      const uint4 w = bf_philox_block(seed, step, ${s.dropout!.stream}u, idx);
+      const bool lo = (idx & 3u) == 0u;
+      ${z}[nt][2 * half] = ${keepOf(s, "lo ? w.x : w.z")};
+      ${z}[nt][2 * half + 1] = ${keepOf(s, "lo ? w.y : w.w")};
+    }
+  }`;
+
+/** Thread coordinates; block `blk` of `rows` rows of (b, h); seed and step of the dropout site. */
+const head = (s: FlashAttentionSpec, rows: number) =>
+  `  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3, g = lane >> 2;
+  const int bh = blockIdx.x / ${rows / FLASH_ROWS}, blk = blockIdx.x % ${rows / FLASH_ROWS};
+  const int b = bh / ${s.heads}, h = bh % ${s.heads};${
+    s.dropout ? "\n  const unsigned int seed = rng[0], step = rng[1];" : ""
+  }`;
+
+const maskOf = (s: FlashAttentionSpec, key: string) =>
+  s.mask ? ` + mask[${s.mask.offset} + b * ${s.mask.batch} + (${key})]` : "";
+
+/** The forward kernel: O and L. Parameters: q, k, v, [mask], [rng], o, lse. */
+export function flashForward(s: FlashAttentionSpec): FlashKernel {
+  const params = ["q", "k", "v", ...(s.mask ? ["mask"] : []), ...(s.dropout ? ["rng"] : []), "o", "lse"];
+  const outT = s.out === "f16" ? "__half" : "float";
+  const code = `${PRELUDE(!!s.dropout)}
+
+// Flash attention forward: ${s.batch}×${s.heads} heads, ${s.seqQ} queries × ${s.seqK} keys, head dim 64${
+    s.dropout ? `, dropout ${s.dropout.p} (stream ${s.dropout.stream})` : ""
+  } (compiler/lower/flash_attention.ts).
+extern "C" __global__ void __launch_bounds__(${THREADS}) bf_kernel(
+    const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,${
+    s.mask ? "\n    const float* __restrict__ mask," : ""
+  }${s.dropout ? "\n    const unsigned int* __restrict__ rng," : ""}
+    ${outT}* __restrict__ o, float* __restrict__ lse) {
+  __align__(16) __shared__ __half qs[${FLASH_ROWS}][${PAD}];
+  __align__(16) __shared__ __half ks[${FLASH_ROWS}][${PAD}];
+  __align__(16) __shared__ __half vs[${FLASH_ROWS}][${PAD}];
+${head(s, s.seqQ)}
+  const int row0 = blk * ${FLASH_ROWS} + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
+${stageTile("qs", "q", s.q, `blk * ${FLASH_ROWS}`)}
+  __syncthreads();
+${loadA("qf", "qs")}
+${zero("acc")}
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  for (int kb = 0; kb < ${s.seqK / FLASH_ROWS}; ++kb) {
+    __syncthreads();  // every warp is done with the previous K and V tiles
+${stageTile("ks", "k", s.k, `kb * ${FLASH_ROWS}`)}
+${stageTile("vs", "v", s.v, `kb * ${FLASH_ROWS}`)}
+    __syncthreads();
+${zero("sc")}
+${mmaABt("sc", "qf", "ks")}
+    // Scale and mask, then the online softmax: new row maxima over the quad's 16 columns each.
+    float x0 = m0, x1 = m1;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[nt][i] = sc[nt][i] * ${f32(s.scale)}${
+    maskOf(s, `kb * ${FLASH_ROWS} + nt * 8 + 2 * t + (i & 1)`)
+  };
+      x0 = fmaxf(x0, fmaxf(sc[nt][0], sc[nt][1]));
+      x1 = fmaxf(x1, fmaxf(sc[nt][2], sc[nt][3]));
+    }
+    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1, 32));
+    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2, 32));
+    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1, 32));
+    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2, 32));
+    const float a0 = expf(m0 - x0), a1 = expf(m1 - x1);  // 0 on the first tile (m = -inf)
+    m0 = x0;
+    m1 = x1;
+    l0 *= a0;
+    l1 *= a1;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) {
+      acc[dt][0] *= a0;
+      acc[dt][1] *= a0;
+      acc[dt][2] *= a1;
+      acc[dt][3] *= a1;
+    }
+    // Unnormalized probabilities; the row sums take them before dropout (softmax's denominator).
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      sc[nt][0] = expf(sc[nt][0] - m0);
+      sc[nt][1] = expf(sc[nt][1] - m0);
+      sc[nt][2] = expf(sc[nt][2] - m1);
+      sc[nt][3] = expf(sc[nt][3] - m1);
+      l0 += sc[nt][0] + sc[nt][1];
+      l1 += sc[nt][2] + sc[nt][3];
+    }
+${
+    s.dropout
+      ? `${keepPairs(s, "z", `kb * ${FLASH_ROWS}`)}
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[nt][i] *= z[nt][i];
+    }`
+      : ""
+  }
+${mmaPB("acc", "sc", "vs")}
+  }
+  // Each lane summed its own 16 columns of a tile; the quad's four partial sums make the row's.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1, 32);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2, 32);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1, 32);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2, 32);
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+${storeRows("o", s.o, "acc", "inv0", "inv1", s.out)}
+  if (t == 0) {
+    lse[bh * ${s.seqQ} + row0] = m0 + logf(l0);
+    lse[bh * ${s.seqQ} + row0 + 8] = m1 + logf(l1);
+  }
+}
+`;
+  return {
+    code,
+    grid: [s.batch * s.heads * (s.seqQ / FLASH_ROWS), 1, 1],
+    workgroupSize: THREADS,
+    params,
+  };
+}
+
+/**
+ * D_r = Σ_d dO_rd·O_rd and L_r of the 64 query rows from `q0` into shared ds/ls: two threads per row, 32
+ * columns each in increasing order, then their sum (the same order in both backward kernels).
+ */
+const rowStats = (s: FlashAttentionSpec, q0: string) =>
+  `  {
+    const int r = threadIdx.x >> 1, c0 = (threadIdx.x & 1) * 32;
+    const __half* orow = ${rowAt("o", s.o, `${q0} + r`)};
+    const __half* drow = ${rowAt("dO", s.dO!, `${q0} + r`)};
+    float sum = 0.0f;
+    for (int d = c0; d < c0 + 32; ++d) sum += __half2float(orow[d]) * __half2float(drow[d]);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1, 32);
+    if ((threadIdx.x & 1) == 0) {
+      ds[r] = sum;
+      ls[r] = lse[bh * ${s.seqQ} + ${q0} + r];
+    }
+  }`;
+
+const backwardParams = (s: FlashAttentionSpec, out: readonly string[]) => [
+  "q",
+  "k",
+  "v",
+  ...(s.mask ? ["mask"] : []),
+  ...(s.dropout ? ["rng"] : []),
+  "o",
+  "dO",
+  "lse",
+  ...out,
+];
+
+const backwardSignature = (s: FlashAttentionSpec, out: readonly string[]) => {
+  const outT = s.out === "f16" ? "__half" : "float";
+  return `extern "C" __global__ void __launch_bounds__(${THREADS}) bf_kernel(
+    const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,${
+    s.mask ? "\n    const float* __restrict__ mask," : ""
+  }${s.dropout ? "\n    const unsigned int* __restrict__ rng," : ""}
+    const __half* __restrict__ o, const __half* __restrict__ dO, const float* __restrict__ lse,
+    ${out.map((n) => `${outT}* __restrict__ ${n}`).join(", ")}) {
+  __align__(16) __shared__ __half qs[${FLASH_ROWS}][${PAD}];
+  __align__(16) __shared__ __half ks[${FLASH_ROWS}][${PAD}];
+  __align__(16) __shared__ __half vs[${FLASH_ROWS}][${PAD}];
+  __align__(16) __shared__ __half dos[${FLASH_ROWS}][${PAD}];
+  __shared__ float ds[${FLASH_ROWS}], ls[${FLASH_ROWS}];`;
+};
+
+function checkBackward(s: FlashAttentionSpec): void {
+  if (!s.dO || !s.dQ || !s.dK || !s.dV) {
+    throw new Error("flash attention backward: dO, dQ, dK and dV layouts needed");
+  }
+}
+
+/** dQ, a block per 64 query rows looping over key tiles. Parameters: q, k, v, [mask], [rng], o, dO, lse, dq. */
+export function flashBackwardDq(s: FlashAttentionSpec): FlashKernel {
+  checkBackward(s);
+  const code = `${PRELUDE(!!s.dropout)}
+
+// Flash attention backward, dQ: ${s.batch}×${s.heads} heads, ${s.seqQ} queries × ${s.seqK} keys, head dim 64${
+    s.dropout ? `, dropout ${s.dropout.p} (stream ${s.dropout.stream})` : ""
+  } (compiler/lower/flash_attention.ts).
+${backwardSignature(s, ["dq"])}
+${head(s, s.seqQ)}
+  const int row0 = blk * ${FLASH_ROWS} + warp * 16 + g;  // this thread's query rows: row0 and row0 + 8
+${stageTile("qs", "q", s.q, `blk * ${FLASH_ROWS}`)}
+${stageTile("dos", "dO", s.dO!, `blk * ${FLASH_ROWS}`)}
+${rowStats(s, `blk * ${FLASH_ROWS}`)}
+  __syncthreads();
+${loadA("qf", "qs")}
+${loadA("dof", "dos")}
+  const float d0 = ds[warp * 16 + g], d1 = ds[warp * 16 + g + 8];
+  const float l0 = ls[warp * 16 + g], l1 = ls[warp * 16 + g + 8];
+${zero("dq_acc")}
+  for (int kb = 0; kb < ${s.seqK / FLASH_ROWS}; ++kb) {
+    __syncthreads();  // every warp is done with the previous K and V tiles
+${stageTile("ks", "k", s.k, `kb * ${FLASH_ROWS}`)}
+${stageTile("vs", "v", s.v, `kb * ${FLASH_ROWS}`)}
+    __syncthreads();
+${zero("sc")}
+${mmaABt("sc", "qf", "ks")}
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sc[nt][i] = expf(sc[nt][i] * ${f32(s.scale)}${
+    maskOf(s, `kb * ${FLASH_ROWS} + nt * 8 + 2 * t + (i & 1)`)
+  } -
+                         (i < 2 ? l0 : l1));
+      }
+    }
+${zero("dp")}
+${mmaABt("dp", "dof", "vs")}
+${s.dropout ? keepPairs(s, "z", `kb * ${FLASH_ROWS}`) : ""}
+    // dS = P ∘ (dP_d ∘ Z - D)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[nt][i] *= dp[nt][i]${s.dropout ? " * z[nt][i]" : ""} - (i < 2 ? d0 : d1);
+    }
+${mmaPB("dq_acc", "sc", "ks")}
+  }
+${storeRows("dq", s.dQ!, "dq_acc", f32(s.scale), f32(s.scale), s.out)}
+}
+`;
+  return {
+    code,
+    grid: [s.batch * s.heads * (s.seqQ / FLASH_ROWS), 1, 1],
+    workgroupSize: THREADS,
+    params: backwardParams(s, ["dq"]),
+  };
+}
+
+/**
+ * dK and dV, a block per 64 key rows looping over query tiles (everything transposed: Sᵀ = K·Qᵀ, rows are
+ * keys). Parameters: q, k, v, [mask], [rng], o, dO, lse, dk, dv.
+ */
+export function flashBackwardDkDv(s: FlashAttentionSpec): FlashKernel {
+  checkBackward(s);
+  const keep = s.dropout
+    ? `  float z[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const unsigned int idx =
+            static_cast<unsigned int>(bh * ${s.seqQ} + qb * ${FLASH_ROWS} + nt * 8 + 2 * t + (i & 1)) * ${s.seqK}u +
+            static_cast<unsigned int>(row0 + (i >> 1) * 8);
+        const uint4 w = bf_philox_block(seed, step, ${s.dropout.stream}u, idx);
+        const unsigned int j = idx & 3u;
+        z[nt][i] = ${keepOf(s, "j == 0u ? w.x : j == 1u ? w.y : j == 2u ? w.z : w.w")};
+      }
+    }`
+    : "";
+  const code = `${PRELUDE(!!s.dropout)}
+
+// Flash attention backward, dK and dV: ${s.batch}×${s.heads} heads, ${s.seqQ} queries × ${s.seqK} keys, head dim 64${
+    s.dropout ? `, dropout ${s.dropout.p} (stream ${s.dropout.stream})` : ""
+  } (compiler/lower/flash_attention.ts).
+${backwardSignature(s, ["dk", "dv"])}
+${head(s, s.seqK)}
+  const int row0 = blk * ${FLASH_ROWS} + warp * 16 + g;  // this thread's keys: row0 and row0 + 8
+${stageTile("ks", "k", s.k, `blk * ${FLASH_ROWS}`)}
+${stageTile("vs", "v", s.v, `blk * ${FLASH_ROWS}`)}
+  __syncthreads();
+${loadA("kf", "ks")}
+${loadA("vf", "vs")}
+  const float mk0 = 0.0f${maskOf(s, "row0")}, mk1 = 0.0f${maskOf(s, "row0 + 8")};
+${zero("dk_acc")}
+${zero("dv_acc")}
+  for (int qb = 0; qb < ${s.seqQ / FLASH_ROWS}; ++qb) {
+    __syncthreads();  // every warp is done with the previous Q and dO tiles
+${stageTile("qs", "q", s.q, `qb * ${FLASH_ROWS}`)}
+${stageTile("dos", "dO", s.dO!, `qb * ${FLASH_ROWS}`)}
+${rowStats(s, `qb * ${FLASH_ROWS}`)}
+    __syncthreads();
+${zero("st")}
+${mmaABt("st", "kf", "qs")}
+    // Pᵀ: rows are keys (mask mk), columns queries (logsumexp from ls)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        st[nt][i] = expf(st[nt][i] * ${f32(s.scale)} + (i < 2 ? mk0 : mk1) - ls[nt * 8 + 2 * t + (i & 1)]);
+      }
+    }
+${keep}
+    {
+      float pd[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pd[nt][i] = st[nt][i]${s.dropout ? " * z[nt][i]" : ""};
+      }
+${mmaPB("dv_acc", "pd", "dos")}
+    }
+${zero("dpt")}
+${mmaABt("dpt", "vf", "dos")}
+    // dSᵀ = Pᵀ ∘ (dP_dᵀ ∘ Zᵀ - D)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        st[nt][i] *= dpt[nt][i]${s.dropout ? " * z[nt][i]" : ""} - ds[nt * 8 + 2 * t + (i & 1)];
+      }
+    }
+${mmaPB("dk_acc", "st", "qs")}
+  }
+${storeRows("dk", s.dK!, "dk_acc", f32(s.scale), f32(s.scale), s.out)}
+${storeRows("dv", s.dV!, "dv_acc", "1.0f", "1.0f", s.out)}
+}
+`;
+  return {
+    code,
+    grid: [s.batch * s.heads * (s.seqK / FLASH_ROWS), 1, 1],
+    workgroupSize: THREADS,
+    params: backwardParams(s, ["dk", "dv"]),
+  };
+}
