@@ -8,8 +8,8 @@ import type { EmitTarget, Emitter } from "../compiler/build_plan.ts";
 import { emitC } from "../compiler/codegen/c.ts";
 import { emitCUDA } from "../compiler/codegen/cuda.ts";
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
-import { compileGraph } from "../compiler/compile.ts";
-import { PROFILES, type TargetProfile, webgpuProfile } from "../compiler/targets/profiles.ts";
+import { compileGraph, type CompileOptions } from "../compiler/compile.ts";
+import { PROFILES, webgpuProfile } from "../compiler/targets/profiles.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../plan/plan.ts";
 import { openCpu } from "../runtime/cpu/context.ts";
@@ -43,19 +43,13 @@ function compiling<Ctx, Ex extends CompiledStep["executor"]>(
   emitter: { readonly target: EmitTarget; readonly emit: Emitter },
   load: (ctx: Ctx, plan: Plan) => Promise<Ex>,
   /**
-   * What lowering tunes for this device (compiler/targets/profiles.ts), and the most buffers one kernel
-   * may bind on it (fusion stays within it; unlimited if absent).
+   * What lowering tunes for this device (compiler/targets/profiles.ts), the most buffers one kernel may
+   * bind on it (fusion stays within it; unlimited if absent) and the most bytes one binding may see.
    */
-  tuning: (ctx: Ctx) => { readonly profile: TargetProfile; readonly maxBindings?: number },
+  tuning: (ctx: Ctx) => Pick<CompileOptions, "profile" | "maxBindings" | "maxBindingBytes">,
 ): (ctx: Ctx, g: Graph, fuse: boolean) => Promise<Required<CompiledStep<Ex>>> {
   return async (ctx, g, fuse) => {
-    const { profile, maxBindings } = tuning(ctx);
-    const compiled = compileGraph(g, {
-      fuse,
-      emitters: { [emitter.target]: emitter.emit },
-      profile,
-      ...(maxBindings ? { maxBindings } : {}),
-    });
+    const compiled = compileGraph(g, { fuse, emitters: { [emitter.target]: emitter.emit }, ...tuning(ctx) });
     return { compiled, executor: await load(ctx, compiled.plan) };
   };
 }
@@ -102,6 +96,8 @@ export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor
   compile: compiling(WGSL, (ctx, plan) => WebGPUExecutor.create(ctx, plan), (ctx) => ({
     profile: webgpuProfile(softwareAdapter(ctx) !== undefined),
     maxBindings: ctx.limits.maxStorageBuffersPerShaderStage,
+    // A tensor over the binding limit is bound as several ranges of one buffer (plan/binding_ranges.ts).
+    maxBindingBytes: ctx.limits.maxStorageBufferBindingSize,
   })),
   graphBackend: (ctx, opts) =>
     compiledBackend((g, fuse) => WEBGPU.compile(ctx, g, fuse), { name: "webgpu", ...opts }),

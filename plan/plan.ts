@@ -53,6 +53,12 @@ export interface PlanBinding {
   readonly name: string;
   readonly buffer: number;
   readonly access: "read" | "write" | "read_write";
+  /**
+   * Set where the buffer is over WebGPU's binding limit: it is bound as consecutive ranges of this many
+   * elements (the last one shorter), each at its own WGSL binding (plan/binding_ranges.ts). CUDA and the
+   * CPU bind the whole buffer as one pointer and ignore it.
+   */
+  readonly rangeElements?: number;
 }
 
 /** One target's rendering of a kernel. */

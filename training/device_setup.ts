@@ -10,8 +10,6 @@ import type { FlatLayout } from "../compiler/optimizer/layout.ts";
 import { OPT, STATE } from "../compiler/optimizer/update.ts";
 import type { HfHeadParts } from "../model_io/hf_head_files.ts";
 import type { BackendLimits } from "../engine/backend_row.ts";
-import { LayoutError } from "../compiler/optimizer/layout.ts";
-import { TrainOptionsError } from "./options.ts";
 import type { StepExecutor } from "../runtime/backend.ts";
 import { CheckpointError, type LoadedCheckpoint, writeCheckpoint } from "./checkpoint.ts";
 import {
@@ -37,18 +35,6 @@ export function flatGroupBudget(limits: BackendLimits, forced?: number): number 
 /** For the run's first lines: how many groups the flat vectors make, when more than one. */
 export function groupsNote(groups: number, budget: number | undefined): string {
   return groups > 1 ? ` in ${groups} groups of at most ${((budget ?? 0) / 2 ** 20).toFixed(0)} MiB` : "";
-}
-
-/** Builds a training graph; a tensor no group can hold becomes one line naming it and the backend. */
-export function buildWithinBudget<T>(backend: string, build: () => T): T {
-  try {
-    return build();
-  } catch (e) {
-    if (e instanceof LayoutError) {
-      throw new TrainOptionsError(`${e.message} (--backend ${backend}; try another backend)`);
-    }
-    throw e;
-  }
 }
 
 /** The layout tables and schedule (written once), and a zero accumulator when updates accumulate. */

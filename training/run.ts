@@ -33,7 +33,6 @@ import { verifyIfTrainingCheckpoint } from "./checkpoint.ts";
 import { checkModelSize } from "../model_io/size_check.ts";
 import { checkTrainOptions, TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "./options.ts";
 import {
-  buildWithinBudget,
   flatGroupBudget,
   groupsNote,
   launchUpdate,
@@ -171,21 +170,20 @@ async function runInFolder(
   if (o.initCheckpoint) await verifyIfTrainingCheckpoint(o.initCheckpoint);
   // The device's binding limit cuts the flat vectors into groups (bert-base's 444 MB on WebGPU).
   const maxGroupBytes = flatGroupBudget(choice.limits, o.maxGroupBytes);
-  const graph = buildWithinBudget(choice.kind, () =>
-    buildModelGraph({
-      model,
-      mode: "train",
-      precision,
-      batchSize: micro,
-      seqLen: loader.seqLength,
-      maxPredictions: loader.maxPredictions,
-      optimizer: {
-        kind: o.optimizer,
-        dynamicScale: precision === "fp16" && o.lossScale === undefined,
-        accumulationSteps: o.gradientAccumulationSteps,
-        maxGroupBytes,
-      },
-    }));
+  const graph = buildModelGraph({
+    model,
+    mode: "train",
+    precision,
+    batchSize: micro,
+    seqLen: loader.seqLength,
+    maxPredictions: loader.maxPredictions,
+    optimizer: {
+      kind: o.optimizer,
+      dynamicScale: precision === "fp16" && o.lossScale === undefined,
+      accumulationSteps: o.gradientAccumulationSteps,
+      maxGroupBytes,
+    },
+  });
   const layout = flatLayoutOf(graph, undefined, { maxGroupBytes });
   // Compiling takes from seconds to a minute: say so, or the run looks hung.
   info(`compiling the training step (${graph.nodes.length} graph nodes, ${o.fuse ? "fused" : "unfused"})…`);

@@ -68,6 +68,7 @@ export class WebGPURunner {
           emitters: { wgsl: emitShared },
           flags: QUIET,
           maxBindings: this.gpu.limits.maxStorageBuffersPerShaderStage,
+          maxBindingBytes: this.gpu.limits.maxStorageBufferBindingSize,
           profile: webgpuProfile(softwareAdapter(this.gpu) !== undefined),
         });
         const e = await WebGPUExecutor.create(this.gpu, plan);

@@ -242,8 +242,7 @@ export abstract class CFamilySpeller {
         const t = this.bindingType.get(s.buf) ?? this.fail(`store to unknown binding ${s.buf}`);
         if (s.value.t !== t) this.fail(`store of a ${s.value.t} value into ${t} binding ${s.buf}`);
         if (this.readOnly.has(s.buf)) this.fail(`store to read-only binding ${s.buf}`);
-        const at = `${this.bufferAccess(s.buf, t, false)}[${this.index(s.index)}]`;
-        this.line(`${at} = ${this.expr(s.value).s};`);
+        this.line(this.storeInto(s.buf, t, s.index, () => this.expr(s.value).s));
         return;
       }
       case "sstore": {
@@ -284,7 +283,18 @@ export abstract class CFamilySpeller {
     }
   }
 
-  private index(e: KExpr): string {
+  /** Element `index` of binding `buf` read; a target that routes accesses (WGSL ranges) overrides it. */
+  protected loadFrom(buf: string, t: KType, index: KExpr): string {
+    return `${this.bufferAccess(buf, t, true)}[${this.index(index)}]`;
+  }
+
+  /** The statement storing `value` at element `index` of binding `buf` (the index is spelled first). */
+  protected storeInto(buf: string, t: KType, index: KExpr, value: () => string): string {
+    const at = `${this.bufferAccess(buf, t, false)}[${this.index(index)}]`;
+    return `${at} = ${value()};`;
+  }
+
+  protected index(e: KExpr): string {
     if (e.t !== "i32" && e.t !== "u32") this.fail(`index of type ${e.t}`);
     return this.expr(e).s;
   }
@@ -301,7 +311,7 @@ export abstract class CFamilySpeller {
       case "load": {
         const t = this.bindingType.get(e.buf) ?? this.fail(`load from unknown binding ${e.buf}`);
         if (t !== e.t) this.fail(`load of ${e.t} from ${t} binding ${e.buf}`);
-        return atom(`${this.bufferAccess(e.buf, t, true)}[${this.index(e.index)}]`);
+        return atom(this.loadFrom(e.buf, t, e.index));
       }
       case "sload": {
         const t = this.sharedType.get(e.arr) ?? this.fail(`load from unknown shared array ${e.arr}`);

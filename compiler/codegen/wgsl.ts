@@ -5,7 +5,16 @@
  * function of the kernel, so it is byte-identical run to run.
  */
 import type { TargetKernel } from "../../plan/plan.ts";
-import { isVector, type Kernel, type KExpr, type KType, type KUnOp, laneType } from "../kernel_ir/ir.ts";
+import { firstBindingNumbers, rangesOf } from "../../plan/binding_ranges.ts";
+import {
+  isVector,
+  type KBinding,
+  type Kernel,
+  type KExpr,
+  type KType,
+  type KUnOp,
+  laneType,
+} from "../kernel_ir/ir.ts";
 import { visitExprs, visitStmts } from "../kernel_ir/walk.ts";
 import {
   atom,
@@ -145,11 +154,13 @@ class Speller extends CFamilySpeller {
         (gy > 1 ? ` as a ${gx} x ${gy} grid (linear id = x + y * ${gx})` : ""),
     );
     const decls: string[] = [];
+    const first = firstBindingNumbers(k.bindings);
     k.bindings.forEach((b, i) => {
       const access = b.access === "read" ? "read" : "read_write";
       const elem = b.vector ? `vec${b.vector}<${b.t}>` : b.t;
-      decls.push(
-        `@group(0) @binding(${i}) var<storage, ${access}> ${this.names.name(b.name)}: array<${elem}>;`,
+      const arrays = b.rangeElements === undefined ? [this.names.name(b.name)] : this.rangeArrays(b);
+      arrays.forEach((name, r) =>
+        decls.push(`@group(0) @binding(${first[i] + r}) var<storage, ${access}> ${name}: array<${elem}>;`)
       );
     });
     const shared = k.shared.map((s) =>
@@ -169,6 +180,7 @@ class Speller extends CFamilySpeller {
     if (shared.length) parts.push(shared.join("\n"));
     const prelude = preludeFor(this.prelude);
     if (prelude) parts.push(prelude);
+    if (this.rangeAccessors.length) parts.push(this.rangeAccessors.join("\n\n"));
     parts.push(
       [
         `@compute @workgroup_size(${k.workgroupSize})`,
@@ -203,6 +215,64 @@ class Speller extends CFamilySpeller {
 
   protected bufferAccess(buf: string): string {
     return this.names.name(buf);
+  }
+
+  // ---- bindings over the binding limit, bound as ranges (plan/binding_ranges.ts) ---------------------
+
+  /** The range arrays of each split binding, by IR name. */
+  private readonly ranges = new Map<
+    string,
+    { readonly arrays: readonly string[]; readonly length: number }
+  >();
+  /** The accessor functions the body calls, in first-use order, and their names by (binding, kind). */
+  private readonly rangeAccessors: string[] = [];
+  private readonly accessorNames = new Map<string, string>();
+
+  private rangeArrays(b: KBinding): string[] {
+    const arrays = Array.from({ length: rangesOf(b) }, (_, r) => this.names.name(`${b.name}#r${r}`));
+    // Indices of a vector binding count vectors; ranges hold whole vectors (binding_ranges.ts).
+    this.ranges.set(b.name, { arrays, length: b.rangeElements! / (b.vector ?? 1) });
+    return arrays;
+  }
+
+  /**
+   * The accessor of a split binding: a function that tests which range the index falls in. Ranges are
+   * few (a 2 GiB buffer under a 128 MiB limit makes 16), and an index is in range 0 for most buffers'
+   * first 128 MiB, so the chain of tests is cheap beside the access itself.
+   */
+  private accessor(buf: string, t: KType, store: boolean): string {
+    const key = `${store ? "store" : "load"}#${buf}`;
+    const have = this.accessorNames.get(key);
+    if (have !== undefined) return have;
+    const name = this.names.name(key);
+    this.accessorNames.set(key, name);
+    const { arrays, length } = this.ranges.get(buf)!;
+    const at = (r: number) => (r === 0 ? "i" : `i - ${r * length}`);
+    const lines = arrays.map((array, r) => {
+      const access = `${array}[${at(r)}]`;
+      const body = store ? `${access} = v; return;` : `return ${access};`;
+      return r === arrays.length - 1 ? `  ${body}` : `  if (i < ${(r + 1) * length}) { ${body} }`;
+    });
+    const signature = store
+      ? `fn ${name}(i: i32, v: ${typeName(t)})`
+      : `fn ${name}(i: i32) -> ${typeName(t)}`;
+    this.rangeAccessors.push([`${signature} {`, ...lines, "}"].join("\n"));
+    return name;
+  }
+
+  private signedIndex(index: KExpr): string {
+    const i = this.index(index);
+    return index.t === "u32" ? this.toInt(i) : i;
+  }
+
+  protected override loadFrom(buf: string, t: KType, index: KExpr): string {
+    if (!this.ranges.has(buf)) return super.loadFrom(buf, t, index);
+    return `${this.accessor(buf, t, false)}(${this.signedIndex(index)})`;
+  }
+
+  protected override storeInto(buf: string, t: KType, index: KExpr, value: () => string): string {
+    if (!this.ranges.has(buf)) return super.storeInto(buf, t, index, value);
+    return `${this.accessor(buf, t, true)}(${this.signedIndex(index)}, ${value()});`;
   }
 
   protected declaration(name: string, t: KType, mutable: boolean): string {

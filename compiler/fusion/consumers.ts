@@ -9,6 +9,7 @@
  * moments, written as graph outputs) in a kernel of their own that re-reads the moments the row kernel of
  * the LAMB update just computed and wrote — four vector reads and two writes per step that this removes.
  */
+import { bindingCount } from "./binding_budget.ts";
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { isElementwise } from "../../ir/ops.ts";
 import { readsOf } from "./kernel_facts.ts";
@@ -25,6 +26,7 @@ export function mergeConsumers(
   r: FusionResult,
   takeFuel?: () => boolean,
   maxBindings = MAX_MERGED_BINDINGS,
+  maxBindingBytes?: number,
 ): FusionResult {
   const limit = Math.min(maxBindings, MAX_MERGED_BINDINGS);
   const kernels: FusedKernel[] = r.kernels.map((k) => ({
@@ -86,7 +88,7 @@ export function mergeConsumers(
     const merged = new Set([...k1.members, ...k2.members]);
     const roots = [...merged].filter((m) => isRoot(m, i, j)).sort((a, b) => a - b);
     const inputs = new Set([...reads[i], ...reads[j]].filter((x) => !merged.has(x)));
-    const bindings = inputs.size + roots.length;
+    const bindings = bindingCount(g, [...inputs, ...roots], maxBindingBytes);
     if (bindings > limit) {
       decisions.push({
         producer: k2.roots[0],
@@ -132,7 +134,10 @@ export function mergeConsumers(
         }
         if (!ok || from.size !== 1) continue;
         const p = [...from][0];
-        if (p >= k || (takeFuel && !takeFuel())) continue;
+        if (p >= k) continue;
+        // It adds one root to the producer, which must stay within the target's bindings.
+        if (bindingCount(g, [...reads[p], ...kernels[p].roots, x], maxBindingBytes) > limit) continue;
+        if (takeFuel && !takeFuel()) continue;
         kernels[k].members.delete(x);
         kernels[k].roots.splice(kernels[k].roots.indexOf(x), 1);
         kernels[p].members.add(x);

@@ -16,6 +16,7 @@
  * runs them all): attention (attention.ts: QKᵀ, softmax and PV become one kernel where nothing else reads
  * the probabilities), sibling fusion (siblings.ts) and consumer merging (consumers.ts).
  */
+import { bindingCount } from "./binding_budget.ts";
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { isElementwise, isMovement } from "../../ir/ops.ts";
 import { fuseAttention } from "./attention.ts";
@@ -42,6 +43,8 @@ export interface FusionOptions {
    * guarantees 8); unlimited when undefined.
    */
   readonly maxBindings?: number;
+  /** The most bytes one binding may see: a larger value counts one binding per range (binding_budget.ts). */
+  readonly maxBindingBytes?: number;
   /** Nodes written to a buffer even where a reader could compute them (compiler/weight_copies.ts). */
   readonly roots?: ReadonlySet<NodeId>;
 }
@@ -157,7 +160,7 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
       else if (nodes[x].op !== "const") read.add(x);
     };
     for (const m of members) nodes[m].inputs.forEach(visit);
-    return k.roots.length + (extraRoot ? 1 : 0) + read.size;
+    return bindingCount(g, [...k.roots, ...(extraRoot ? [id] : []), ...read], opts.maxBindingBytes);
   };
 
   const newKernel = (id: NodeId): void => {

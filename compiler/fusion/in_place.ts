@@ -13,6 +13,8 @@
  * or a zero fill (padding between ranges: never written, so it reads as zero in the concat's own
  * zero-initialized, never-shared buffer). Each placed range starts at a multiple of PLAN_OFFSET_ALIGN
  * bytes (the alignment WebGPU requires of a binding's offset), and a tensor is placed in one concat only.
+ * A one-operand concat qualifies too: the flat vector of an optimizer group holding a single parameter,
+ * which simplification keeps (simplify_rules.ts) so that the trainer's writes to it reach the parameter.
  */
 import { byteSize, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { PLAN_OFFSET_ALIGN } from "../../plan/plan.ts";
@@ -55,7 +57,7 @@ export function findInPlaceConcats(g: Graph): InPlaceConcats {
   const placed = new Map<NodeId, Placement>();
   const refused = new Map<NodeId, string>();
   for (const n of g.nodes) {
-    if (n.op !== "concat" || n.type.shape.length !== 1 || n.inputs.length < 2) continue;
+    if (n.op !== "concat" || n.type.shape.length !== 1) continue;
     const parts = new Map<NodeId, number>();
     let offset = 0;
     let why: string | undefined;

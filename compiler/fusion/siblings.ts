@@ -8,6 +8,7 @@
  * Two kernels may merge only when neither depends on the other, directly or through other kernels (else
  * the merged kernel would read its own output), and the schedule is then recomputed as a topological order.
  */
+import { bindingCount } from "./binding_budget.ts";
 import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
 import { readsOf } from "./kernel_facts.ts";
 import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
@@ -30,6 +31,7 @@ export function mergeSiblings(
   r: FusionResult,
   takeFuel?: () => boolean,
   maxBindings = MAX_SIBLING_BINDINGS,
+  maxBindingBytes?: number,
 ): FusionResult {
   const limit = Math.min(maxBindings, MAX_SIBLING_BINDINGS);
   const kernels = r.kernels.map((k) => ({ ...k, members: new Set(k.members), roots: [...k.roots] }));
@@ -87,7 +89,11 @@ export function mergeSiblings(
         if (j <= i || !alive[j] || !alive[i] || !sameSpace(kernels[i], kernels[j])) continue;
         const bindings = new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]);
         for (const root of [...kernels[i].roots, ...kernels[j].roots]) bindings.delete(root);
-        const count = bindings.size + kernels[i].roots.length + kernels[j].roots.length;
+        const count = bindingCount(
+          g,
+          [...bindings, ...kernels[i].roots, ...kernels[j].roots],
+          maxBindingBytes,
+        );
         if (count > limit) {
           if (!worthReporting(x)) continue;
           decisions.push({

@@ -144,6 +144,12 @@ export interface KBinding {
    * stores take it. The buffer must be bound at an offset aligned to the vector's size.
    */
   readonly vector?: 4;
+  /**
+   * Set by WebGPU's legalize rule where the buffer is over the adapter's binding limit: the buffer is
+   * bound as consecutive ranges of this many elements (plan/binding_ranges.ts) and the WGSL emitter
+   * routes each access to its range. Other targets bind the whole buffer and ignore it.
+   */
+  readonly rangeElements?: number;
 }
 
 export interface KShared {

@@ -69,7 +69,7 @@ export interface GroupOptions {
   readonly maxGroupBytes?: number;
 }
 
-/** A tensor that cannot fit in any group: one line naming it, its size and the budget. */
+/** A group budget that is no budget (not a positive number of bytes): one line. */
 export class LayoutError extends Error {
   override name = "LayoutError";
 }
@@ -114,19 +114,18 @@ export function flatLayout(
   const segments: Segment[] = [];
   const starts: number[] = [0]; // first segment of each group
   let firstChunk = 0, groupStart = 0;
+  // A tensor over the budget is a group of its own, which the device binds as several ranges of one
+  // buffer (plan/binding_ranges.ts); the tensor after it starts the next group.
+  let closed = false;
   for (const p of params) {
     const size = p.shape.reduce((x, y) => x * y, 1);
     const chunks = Math.max(1, Math.ceil(size / chunk));
-    if (chunks > maxGroupChunks) {
-      throw new LayoutError(
-        `parameter '${p.name}' [${p.shape.join(", ")}] needs ${chunks * chunk * ELEMENT_BYTES} bytes as ` +
-          `one flat range, over the device's ${budget}-byte binding budget; no grouping can fit it`,
-      );
-    }
-    if (firstChunk + chunks - groupStart > maxGroupChunks) {
+    const alone = chunks > maxGroupChunks;
+    if (firstChunk > groupStart && (closed || alone || firstChunk + chunks - groupStart > maxGroupChunks)) {
       starts.push(segments.length);
       groupStart = firstChunk;
     }
+    closed = alone;
     segments.push({
       name: p.name,
       shape: [...p.shape],

@@ -83,6 +83,13 @@ function producer(r: Rewriter, id: NodeId, op: OpName): Node | undefined {
   return n.op === op ? n : undefined;
 }
 
+/** A parameter or input, or a reshape of one: a value whose buffer an in-place concat can share. */
+function isSourceView(r: Rewriter, id: NodeId): boolean {
+  const n = r.node(id);
+  if (n.op === "param" || n.op === "input") return true;
+  return n.op === "reshape" && isSourceView(r, n.inputs[0]);
+}
+
 /** True when every value of dtype `from` is exactly representable in `to` (the cast loses nothing). */
 function lossless(from: DType, to: DType): boolean {
   return from === to || from === "bool" || (to === "f32" && (from === "f16" || from === "bf16"));
@@ -382,7 +389,10 @@ export const RULES: readonly Rule[] = [
         case "pad":
           return sameShape(x.type.shape, s.type.shape) ? x.id : undefined;
         case "concat":
-          return s.inputs.length === 1 ? x.id : undefined;
+          // Except a flat vector of one parameter (an optimizer group of one tensor): in-place concat
+          // makes its buffer the parameter's (fusion/in_place.ts), which the trainer writes through.
+          if (s.inputs.length !== 1) return undefined;
+          return s.type.shape.length === 1 && isSourceView(r, x.id) ? undefined : x.id;
       }
       return undefined;
     },

@@ -13,7 +13,13 @@ import { type Emitter, type KernelState, need } from "./state.ts";
 const NAME = "emit";
 
 const planBindings = (k: Kernel) =>
-  k.bindings.map((b, index) => ({ index, name: b.name, buffer: b.buffer, access: b.access }));
+  k.bindings.map((b, index) => ({
+    index,
+    name: b.name,
+    buffer: b.buffer,
+    access: b.access,
+    ...(b.rangeElements !== undefined ? { rangeElements: b.rangeElements } : {}),
+  }));
 
 export const emitStage: Stage<KernelState> = {
   name: NAME,

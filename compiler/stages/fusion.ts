@@ -26,6 +26,7 @@ export const fusionStage: Stage<KernelState> = {
       takeFuel: takeFuel(ctx),
       log: logOf(ctx),
       maxBindings: s.options.maxBindings,
+      maxBindingBytes: s.options.maxBindingBytes,
       roots: s.forcedRoots,
     }),
   }),
@@ -70,7 +71,7 @@ export const attentionStage = kernelFusion(
 export const siblingStage = kernelFusion(
   "fusion-siblings",
   "kernels over one space that read a common tensor merge into one multi-output kernel",
-  (s, f, ctx) => mergeSiblings(s.graph, f, takeFuel(ctx), s.options.maxBindings),
+  (s, f, ctx) => mergeSiblings(s.graph, f, takeFuel(ctx), s.options.maxBindings, s.options.maxBindingBytes),
 );
 
 // Then values that GEMMs read only through a permuting view (attention's heads and results) are stored
@@ -80,8 +81,12 @@ export const consumerStage = kernelFusion(
   "an elementwise kernel reading a producer's output at the same elements folds into that producer; " +
     "attention's heads and results are stored in the layout their GEMMs read",
   (s, f, ctx) =>
-    layoutForGemms(s.graph, mergeConsumers(s.graph, f, takeFuel(ctx), s.options.maxBindings), {
-      takeFuel: takeFuel(ctx),
-      log: logOf(ctx),
-    }),
+    layoutForGemms(
+      s.graph,
+      mergeConsumers(s.graph, f, takeFuel(ctx), s.options.maxBindings, s.options.maxBindingBytes),
+      {
+        takeFuel: takeFuel(ctx),
+        log: logOf(ctx),
+      },
+    ),
 );

@@ -4,16 +4,25 @@
  *
  * WebGPU: two ranges of one flat vector bound by one kernel, one of them written. WebGPU validates usage
  * per buffer, not per range, and refuses a read-only and a writable binding of one buffer in a dispatch,
- * so every binding of that buffer is declared read_write (the ranges never overlap). CUDA needs no rule:
- * a const pointer to one range beside a writable pointer to another is fine there.
+ * so every binding of that buffer is declared read_write (the ranges never overlap). And a buffer over the
+ * adapter's binding limit is bound as several ranges (plan/binding_ranges.ts). CUDA needs no rule: a
+ * const pointer to one range beside a writable pointer to another is fine there, and a pointer sees any
+ * size.
  */
+import { rangeBytes } from "../../plan/binding_ranges.ts";
+import { storedBytes } from "../../plan/plan.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
 import type { Stage } from "../pipeline.ts";
 import { type EmitTarget, type KernelState, type LibraryGemm, need } from "./state.ts";
 
-type Rule = (k: Kernel, slotOf: (buffer: number) => number) => Kernel;
+interface RuleContext {
+  readonly slotOf: (buffer: number) => number;
+  readonly maxBindingBytes?: number;
+}
 
-const readWriteSharedBuffers: Rule = (k, slotOf) => {
+type Rule = (k: Kernel, ctx: RuleContext) => Kernel;
+
+const readWriteSharedBuffers: Rule = (k, { slotOf }) => {
   const written = new Set(k.bindings.filter((b) => b.access !== "read").map((b) => slotOf(b.buffer)));
   if (!k.bindings.some((b) => b.access === "read" && written.has(slotOf(b.buffer)))) return k;
   return {
@@ -24,8 +33,20 @@ const readWriteSharedBuffers: Rule = (k, slotOf) => {
   };
 };
 
+const rangesOverBindingLimit: Rule = (k, { maxBindingBytes }) => {
+  if (maxBindingBytes === undefined) return k;
+  const over = (b: Kernel["bindings"][number]) => b.elements * storedBytes(b.t) > maxBindingBytes;
+  if (!k.bindings.some(over)) return k;
+  return {
+    ...k,
+    bindings: k.bindings.map((b) =>
+      over(b) ? { ...b, rangeElements: rangeBytes(maxBindingBytes) / storedBytes(b.t) } : b
+    ),
+  };
+};
+
 export const LEGALIZE_RULES: Readonly<Record<EmitTarget, readonly Rule[]>> = {
-  wgsl: [readWriteSharedBuffers],
+  wgsl: [readWriteSharedBuffers, rangesOverBindingLimit],
   cuda: [],
   c: [],
 };
@@ -34,13 +55,17 @@ const NAME = "legalize";
 
 export const legalizeStage: Stage<KernelState> = {
   name: NAME,
-  about: "per-target rules on binding declarations (WebGPU: ranges of one written buffer are read_write)",
+  about: "per-target rules on binding declarations (WebGPU: ranges of one written buffer are read_write; " +
+    "a buffer over the binding limit is bound as several ranges)",
   run: (s) => {
     const memory = need(s.memory, "the memory plan", NAME);
-    const slotOf = (b: number) => memory.slotOf.get(b)!;
+    const ctx: RuleContext = {
+      slotOf: (b: number) => memory.slotOf.get(b)!,
+      maxBindingBytes: s.options.maxBindingBytes,
+    };
     const targets = (Object.keys(s.options.emitters) as EmitTarget[]).filter((t) => s.options.emitters[t]);
     const rules = targets.flatMap((t) => LEGALIZE_RULES[t]);
-    const legal = (k: Kernel) => rules.reduce((x, rule) => rule(x, slotOf), k);
+    const legal = (k: Kernel) => rules.reduce((x, rule) => rule(x, ctx), k);
     const kernels = need(s.kernels, "lowered kernels", NAME).map(legal);
     const gemmOf = s.gemmOf && new Map(
       [...s.gemmOf].map(([i, lib]): [number, LibraryGemm] => [

@@ -43,6 +43,12 @@ export interface KernelOptions {
    * 10, lavapipe 32). Fusion refuses a merge past it. Unlimited when undefined.
    */
   readonly maxBindings?: number;
+  /**
+   * The most bytes one binding may see (WebGPU's maxStorageBufferBindingSize, the adapter's own): a
+   * larger buffer is bound as several ranges (plan/binding_ranges.ts), each counted against maxBindings.
+   * Unlimited when undefined.
+   */
+  readonly maxBindingBytes?: number;
   /** What lowering tunes per kind of device (compiler/targets/profiles.ts); default: DEFAULT_PROFILE. */
   readonly profile?: TargetProfile;
 }

@@ -9,6 +9,7 @@ import type { GpuContext } from "./device.ts";
 import { tidy, validated, WebGPUError } from "./errors.ts";
 import { ResourceError } from "../../model_io/size_check.ts";
 import { type Profile, profileSteps } from "./timing.ts";
+import { boundRanges } from "./binding_ranges.ts";
 
 /** One kernel ready to dispatch. */
 export interface Launch {
@@ -78,7 +79,7 @@ export class WebGPUExecutor {
         const key = wgsl.code;
         let pipeline = pipelines.get(key);
         if (!pipeline) {
-          pipeline = await makePipeline(ctx, k, layoutFor(device, layouts, k));
+          pipeline = await makePipeline(ctx, k, layoutFor(device, layouts, plan, k));
           pipelines.set(key, pipeline);
         }
         const bindGroup = await validated(
@@ -87,14 +88,11 @@ export class WebGPUExecutor {
           () =>
             device.createBindGroup({
               label: k.name,
-              layout: layoutFor(device, layouts, k),
-              entries: k.bindings.map((pb) => {
-                const b = plan.buffers[pb.buffer];
-                return {
-                  binding: pb.index,
-                  resource: { buffer: slots[b.slot], offset: offsetOf(b), size: round4(storedSize(b)) },
-                };
-              }),
+              layout: layoutFor(device, layouts, plan, k),
+              entries: boundRanges(plan, k.bindings).map((r) => ({
+                binding: r.binding,
+                resource: { buffer: slots[r.slot], offset: r.offset, size: r.size },
+              })),
             }),
         );
         launches.push({ kernel: k, pipeline, bindGroup, grid: wgsl.grid });
@@ -332,12 +330,13 @@ function encodedStep(
 function layoutFor(
   device: GPUDevice,
   cache: Map<string, GPUBindGroupLayout>,
+  plan: Plan,
   k: PlanKernel,
 ): GPUBindGroupLayout {
-  const entries = k.bindings.map((b): GPUBindGroupLayoutEntry => ({
-    binding: b.index,
+  const entries = boundRanges(plan, k.bindings).map((r): GPUBindGroupLayoutEntry => ({
+    binding: r.binding,
     visibility: GPUShaderStage.COMPUTE,
-    buffer: { type: b.access === "read" ? "read-only-storage" : "storage" },
+    buffer: { type: r.of.access === "read" ? "read-only-storage" : "storage" },
   }));
   const key = entries.map((e) => `${e.binding}:${e.buffer!.type}`).join(",");
   let layout = cache.get(key);
@@ -392,11 +391,26 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
     }
   }
   for (const k of plan.kernels) {
-    if (k.bindings.length > maxStorageBuffersPerShaderStage) {
+    const ranges = boundRanges(plan, k.bindings);
+    if (ranges.length > maxStorageBuffersPerShaderStage) {
       throw new WebGPUError(
-        `kernel ${k.name} binds ${k.bindings.length} buffers, over maxStorageBuffersPerShaderStage ` +
+        `kernel ${k.name} binds ${ranges.length} buffer ranges, over maxStorageBuffersPerShaderStage ` +
           `${maxStorageBuffersPerShaderStage}`,
       );
+    }
+    // A buffer over the binding limit was split into ranges by the compiler when it knew this adapter's
+    // limit (plan/binding_ranges.ts); a plan compiled without it (or for a larger one) cannot bind it.
+    for (const r of ranges) {
+      const b = plan.buffers[r.of.buffer];
+      if (r.size > maxStorageBufferBindingSize) {
+        throw new ResourceError(
+          `kernel ${k.name}: tensor '${b.name}' [${
+            b.shape.join(", ")
+          }] ${b.dtype} binds ${r.size} bytes at once, ` +
+            `over maxStorageBufferBindingSize of ${maxStorageBufferBindingSize} bytes (adapter ` +
+            `'${ctx.description}'): the plan was compiled for a larger binding limit; compile it for this adapter`,
+        );
+      }
     }
     type Range = { name: string; start: number; end: number };
     const writers = new Map<number, Range[]>();
@@ -404,14 +418,6 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
     for (const pb of k.bindings) {
       const b = plan.buffers[pb.buffer];
       if (!b) throw new WebGPUError(`kernel ${k.name} binds buffer ${pb.buffer}, which the plan lacks`);
-      const size = round4(storedSize(b));
-      if (size > maxStorageBufferBindingSize) {
-        throw new ResourceError(
-          `kernel ${k.name}: tensor '${b.name}' [${b.shape.join(", ")}] ${b.dtype} is ${size} bytes, over ` +
-            `maxStorageBufferBindingSize of ${maxStorageBufferBindingSize} bytes (adapter '${ctx.description}'); ` +
-            LIMIT_HINT,
-        );
-      }
       // WebGPU rejects a writable binding that overlaps another binding of the same buffer, and (in wgpu,
       // which tracks usage per buffer) a read-only binding beside a writable one even where the ranges are
       // disjoint: ranges of one flat vector may share a dispatch only as disjoint read_write bindings.

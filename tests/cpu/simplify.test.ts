@@ -431,6 +431,16 @@ Deno.test("simplify: movement identities and compositions", () => {
     ...o,
     becomes: "input:x",
   });
+  // A flat vector of one parameter stays a concat: in-place concat makes its buffer the parameter's.
+  check(
+    "movement_identity",
+    false,
+    (t) =>
+      t.op("concat", [t.op("reshape", [t.input("x")], { shape: [24] })], {
+        axis: 0,
+      }),
+    o,
+  );
   check(
     "movement_identity",
     false,

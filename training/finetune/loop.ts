@@ -24,7 +24,6 @@ import {
 } from "../checkpoint.ts";
 import { tokenizerPart } from "../checkpoint_tokenizer.ts";
 import {
-  buildWithinBudget,
   flatGroupBudget,
   launchUpdate,
   saveDeviceCheckpoint,
@@ -154,21 +153,20 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
     Math.max(1, Math.ceil((o.numTrainEpochs * data.train.length) / o.trainBatchSize));
   const learningRate = o.learningRate ?? taskDefaults(data.task).learningRate;
   const maxGroupBytes = flatGroupBudget(choice.limits, o.maxGroupBytes);
-  const graph = buildWithinBudget(choice.kind, () =>
-    buildModelGraph({
-      model,
-      mode: "train",
-      head,
-      precision,
-      batchSize: micro,
-      seqLen: data.seqLen,
-      optimizer: {
-        kind: "adamw",
-        dynamicScale: precision === "fp16",
-        accumulationSteps: o.gradientAccumulationSteps,
-        maxGroupBytes,
-      },
-    }));
+  const graph = buildModelGraph({
+    model,
+    mode: "train",
+    head,
+    precision,
+    batchSize: micro,
+    seqLen: data.seqLen,
+    optimizer: {
+      kind: "adamw",
+      dynamicScale: precision === "fp16",
+      accumulationSteps: o.gradientAccumulationSteps,
+      maxGroupBytes,
+    },
+  });
   const layout = flatLayoutOf(graph, undefined, { maxGroupBytes });
   let weights: Map<string, Float32Array> | undefined;
   if (!resume) {
