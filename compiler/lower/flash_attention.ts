@@ -97,8 +97,9 @@ function f32(x: number): string {
   return `${/[.eE]/.test(s) ? s : `${s}.0`}f`;
 }
 
+/** The kernels include only cuda_fp16.h, like the emitter's (NVRTC gets the toolkit's include folder). */
 const PRELUDE = (dropout: boolean) =>
-  cudaPrelude({
+  "#include <cuda_fp16.h>\n\n" + cudaPrelude({
     helpers: new Set([
       "bf_pack_half2",
       "bf_mma_m16n8k16",
@@ -245,7 +246,8 @@ ${stageTile("qs", "q", s.q, `blk * ${FLASH_ROWS}`)}
   __syncthreads();
 ${loadA("qf", "qs")}
 ${zero("acc")}
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  // -inf without math.h's INFINITY (NVRTC has no math.h).
+  float m0 = __uint_as_float(0xff800000u), m1 = m0, l0 = 0.0f, l1 = 0.0f;
   for (int kb = 0; kb < ${s.seqK / FLASH_ROWS}; ++kb) {
     __syncthreads();  // every warp is done with the previous K and V tiles
 ${stageTile("ks", "k", s.k, `kb * ${FLASH_ROWS}`)}

@@ -358,7 +358,7 @@ Deno.test({
         ]] as const
       ) {
         const src = `${dir}/${name}.cu`;
-        await Deno.writeTextFile(src, `#include <cuda_fp16.h>\n${k.code}`);
+        await Deno.writeTextFile(src, k.code);
         const out = await new Deno.Command(NVCC, {
           args: [
             "-arch=sm_90",
