@@ -22,8 +22,9 @@
  * kernels, one over key blocks (dK, dV) and one over query blocks (dQ), each recomputing P: every gradient
  * element is summed by one thread in a fixed order, with no atomics, so results are deterministic.
  *
- * Requirements (the caller checks `flashEligible`): head dim 64; sequence lengths multiples of 64; Q, K,
- * V, O, dO row strides and offsets multiples of 8 elements (16-byte loads), the head dim contiguous.
+ * Requirements (the caller checks `flashIneligible`): head dim 64; self-attention with a sequence length a
+ * multiple of 64; Q, K, V, O, dO row strides and offsets multiples of 8 elements (16-byte loads), the head
+ * dim contiguous.
  */
 import { cudaPrelude } from "../codegen/cuda_prelude.ts";
 
@@ -77,6 +78,8 @@ export interface FlashKernel {
 
 /** Why the spec cannot use these kernels, or undefined when it can. */
 export function flashIneligible(s: FlashAttentionSpec): string | undefined {
+  // Cross-attention's index math is written but not tested: self-attention only.
+  if (s.seqQ !== s.seqK) return "query and key sequence lengths differ (self-attention only)";
   if (s.seqQ % FLASH_ROWS || s.seqK % FLASH_ROWS) {
     return `sequence lengths must be multiples of ${FLASH_ROWS}`;
   }

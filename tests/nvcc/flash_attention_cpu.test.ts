@@ -36,6 +36,8 @@ interface Case {
   heads: number;
   seq: number;
   p: number;
+  /** Type of O and of the gradients (default f32). */
+  out?: "f16" | "f32";
 }
 
 /** BERT's layout: heads of [B, S, H, 64] rows. */
@@ -64,7 +66,7 @@ function specOf(c: Case, stream: number): FlashAttentionSpec {
     dV: x,
     mask: { offset: 0, batch: c.seq },
     dropout: c.p > 0 ? { p: c.p, stream } : undefined,
-    out: "f32",
+    out: c.out ?? "f32",
   };
 }
 
@@ -190,6 +192,7 @@ const CASES: Case[] = [
   { batch: 2, heads: 2, seq: 64, p: 0.1 },
   { batch: 1, heads: 2, seq: 128, p: 0.1 },
   { batch: 1, heads: 1, seq: 128, p: 0 },
+  { batch: 1, heads: 2, seq: 128, p: 0.1, out: "f16" },
 ];
 
 function buffersOf(c: Case, f: Feeds) {
@@ -206,9 +209,9 @@ function buffersOf(c: Case, f: Feeds) {
 for (const c of CASES) {
   Deno.test({
     name:
-      `flash attention forward on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p}${
-        version ? "" : ` (${CXX} not found)`
-      }`,
+      `flash attention forward on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p} ${
+        c.out ?? "f32"
+      }${version ? "" : ` (${CXX} not found)`}`,
     ignore: !version,
     async fn() {
       const { g, stream } = attentionGraph(c);
@@ -217,7 +220,7 @@ for (const c of CASES) {
       const n = c.batch * c.seq * c.heads * D;
       const got = await runKernels([flashForward(specOf(c, stream))], {
         ...buffersOf(c, f),
-        o: { type: "f32", n },
+        o: { type: c.out ?? "f32", n },
         lse: { type: "f32", n: c.batch * c.heads * c.seq },
       }, ["o", "lse"]);
       // P and V meet as f16 on the tensor cores (the reference multiplies f32): ~2^-11 relative per term.
@@ -230,9 +233,9 @@ for (const c of CASES) {
 for (const c of CASES) {
   Deno.test({
     name:
-      `flash attention backward on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p}${
-        version ? "" : ` (${CXX} not found)`
-      }`,
+      `flash attention backward on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p} ${
+        c.out ?? "f32"
+      }${version ? "" : ` (${CXX} not found)`}`,
     ignore: !version,
     async fn() {
       const { g, stream } = attentionGraph(c);
@@ -247,9 +250,9 @@ for (const c of CASES) {
         o: { type: "f16", n, data: decodeF16(encodeF16(ref.get("o")!)) },
         dO: { type: "f16", n, data: f.dO },
         lse: { type: "f32", n: c.batch * c.heads * c.seq, data: ref.get("lse")! },
-        dq: { type: "f32", n },
-        dk: { type: "f32", n },
-        dv: { type: "f32", n },
+        dq: { type: c.out ?? "f32", n },
+        dk: { type: c.out ?? "f32", n },
+        dv: { type: c.out ?? "f32", n },
       }, ["dq", "dk", "dv"]);
       // dS and P meet as f16 on the tensor cores; O is read back in f16.
       close("dQ", got.dq, ref.get(GRAD_PREFIX + "q")!, 4e-3);
