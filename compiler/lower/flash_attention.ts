@@ -524,3 +524,29 @@ ${storeRows("dv", s.dV!, "dv_acc", "1.0f", "1.0f", s.out)}
     params: backwardParams(s, ["dk", "dv"]),
   };
 }
+
+/** Work and unique traffic of one launch of a flash kernel (the cost model's roofline terms). */
+export interface FlashCost {
+  readonly name: "forward" | "dq" | "dkdv";
+  /** Tensor-core FLOPs (2·M·N·K of every mma); the exp and Philox work on CUDA cores is not counted. */
+  readonly flops: number;
+  readonly bytesRead: number;
+  readonly bytesWritten: number;
+}
+
+/**
+ * The three kernels' costs: GEMM FLOPs (forward: Q·Kᵀ and P·V; dQ: Q·Kᵀ, dO·Vᵀ, dS·K; dK/dV: K·Qᵀ, Pᵀ·dO,
+ * V·dOᵀ, dSᵀ·Q: the backward recomputes P twice), and each operand's bytes once (a tile re-read by other
+ * blocks is taken to hit L2, the traffic model's convention), without any [S, S] tensor.
+ */
+export function flashCosts(s: FlashAttentionSpec): FlashCost[] {
+  const bh = s.batch * s.heads, rows = bh * s.seqQ * FLASH_HEAD_DIM;
+  const gemm = 2 * bh * s.seqQ * s.seqK * FLASH_HEAD_DIM;
+  const f16 = 2 * rows, out = rows * (s.out === "f16" ? 2 : 4), lse = 4 * bh * s.seqQ;
+  const side = (s.mask ? 4 * s.batch * s.seqK : 0) + (s.dropout ? 8 : 0);
+  return [
+    { name: "forward", flops: 2 * gemm, bytesRead: 3 * f16 + side, bytesWritten: out + lse },
+    { name: "dq", flops: 3 * gemm, bytesRead: 5 * f16 + lse + side, bytesWritten: out },
+    { name: "dkdv", flops: 4 * gemm, bytesRead: 5 * f16 + lse + side, bytesWritten: 2 * out },
+  ];
+}

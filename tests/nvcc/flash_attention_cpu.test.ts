@@ -20,6 +20,7 @@ import {
   type FlashAttentionSpec,
   flashBackwardDkDv,
   flashBackwardDq,
+  flashCosts,
   flashForward,
   type FlashKernel,
   type FlashOperand,
@@ -137,6 +138,8 @@ async function runKernels(
     ...inputs.map((b) => `  if (std::fread(buf_${b}.data(), 1, ${size(b)}, stdin) != ${size(b)}) return 2;`),
     ...kernels.map((k, i) => `  bf_launch(${k.grid[0]}u, ${k.workgroupSize}u, true, run${i});`),
     ...outputs.map((b) => `  std::fwrite(buf_${b}.data(), 1, ${size(b)}, stdout);`),
+    "  const double mma = double(bf_mma_lane_calls.load());",
+    "  std::fwrite(&mma, 1, 8, stdout);",
     "  return 0;",
     "}",
   ].join("\n");
@@ -164,6 +167,8 @@ async function runKernels(
         ? decodeF16(new Uint16Array(bytes.buffer))
         : Float64Array.from(new Float32Array(bytes.buffer));
     }
+    // Lane calls of the emulated mma (32 per warp-level instruction of m16n8k16: 4,096 FLOPs).
+    result.mmaFlops = Float64Array.of(new Float64Array(out.slice(at, at + 8).buffer)[0] / 32 * 4096);
     return result;
   } finally {
     await Deno.remove(dir, { recursive: true });
@@ -226,6 +231,11 @@ for (const c of CASES) {
       // P and V meet as f16 on the tensor cores (the reference multiplies f32): ~2^-11 relative per term.
       close("O", got.o, ref.get("o")!, 1e-3);
       close("logsumexp", got.lse, ref.get("lse")!, 1e-5);
+      assert.equal(
+        got.mmaFlops[0],
+        flashCosts(specOf(c, stream))[0].flops,
+        "tensor-core FLOPs as flashCosts counts them",
+      );
     },
   });
 }
@@ -258,6 +268,12 @@ for (const c of CASES) {
       close("dQ", got.dq, ref.get(GRAD_PREFIX + "q")!, 4e-3);
       close("dK", got.dk, ref.get(GRAD_PREFIX + "k")!, 4e-3);
       close("dV", got.dv, ref.get(GRAD_PREFIX + "v")!, 2e-3);
+      const [, dqCost, dkdvCost] = flashCosts(spec);
+      assert.equal(
+        got.mmaFlops[0],
+        dqCost.flops + dkdvCost.flops,
+        "tensor-core FLOPs as flashCosts counts them",
+      );
       if (c.seq !== 64) return;
       // A few elements against central differences of the f64 reference loss (dropout fixed by the key).
       const r = seededRandom(7);

@@ -38,6 +38,7 @@ export const SHIM = String.raw`
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <atomic>
 #include <thread>
 #include <vector>
 using std::max;
@@ -121,6 +122,8 @@ inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 #define BF_LDMATRIX_X2_DEFINED
 #define BF_LDMATRIX_X2_TRANS_DEFINED
 thread_local unsigned bf_frag_parity = 0;
+// Warp-level mma instructions executed (one per 32 lane calls), for tests that check a FLOP count.
+static std::atomic<unsigned long long> bf_mma_lane_calls{0};
 inline float bf_half_of(unsigned reg, unsigned hi) { return __half2float({uint16_t(hi ? reg >> 16 : reg & 0xffffu)}); }
 // A·B + C with f16 products (exact in f32) summed in f32 in k order onto C: one valid order of the
 // hardware's; results agree with the GPU's to f32 rounding.
@@ -129,6 +132,7 @@ inline void bf_mma_m16n8k16(float* c, const unsigned* a, const unsigned* b) {
   static Regs slots[2][1024];
   const unsigned p = bf_frag_parity, t = threadIdx.x;
   bf_frag_parity ^= 1u;
+  bf_mma_lane_calls.fetch_add(1, std::memory_order_relaxed);
   for (int i = 0; i < 4; ++i) slots[p][t].a[i] = a[i];
   for (int i = 0; i < 2; ++i) slots[p][t].b[i] = b[i];
   bf_barrier->arrive_and_wait();
