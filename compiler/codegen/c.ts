@@ -50,6 +50,7 @@ import {
   signedFloat,
   type UnarySpelling,
 } from "./c_halves.ts";
+import { immutableLets, interchange, isUniform } from "./c_interchange.ts";
 import { clampUnprovenLoads } from "./cuda_bounds.ts";
 import { CudaNamer } from "./cuda_names.ts";
 import { scalarize } from "./cuda_scalarize.ts";
@@ -67,6 +68,9 @@ export const C_ENTRY = "bf_kernel";
  * microseconds): at least this many threads in all, or any per-thread loop.
  */
 const PARALLEL_THREADS = 1024;
+
+/** Threads per parallel chunk of a kernel with one workgroup: a few vectors' worth, a share per core. */
+const CHUNK = 64;
 
 /** The most accumulators a thread's loop may have and still run as SIMD lanes (see simdLoop). */
 const MAX_SIMD_ACCUMULATORS = 4;
@@ -114,6 +118,14 @@ const SPELL_UNARY: Record<KUnOp, UnarySpelling<CHelper>> = {
 };
 
 type Reduce = Extract<KStmt, { k: "wg_reduce" }>;
+type For = Extract<KStmt, { k: "for" }>;
+type Swap = NonNullable<ReturnType<typeof interchange>>;
+
+function hasLoop(body: readonly KStmt[]): boolean {
+  let found = false;
+  visitStmts(body, (x) => (found ||= x.k === "for"));
+  return found;
+}
 
 /** Whether a statement is, or contains, a barrier or a workgroup reduction. */
 function syncs(s: KStmt): boolean {
@@ -235,6 +247,16 @@ class Speller extends HalfInF32Speller<CHelper> {
   private threadLimit: number | undefined;
   private usesGid = false;
   private temps = 0;
+  /** The kernel's immutable locals declared once (c_interchange.ts), and those uniform in scope. */
+  private readonly lets = immutableLets(this.k.body);
+  private readonly uniformNames = new Set<string>();
+  /** Index-math locals recomputed at the top of every thread loop in their scope (see recomputable). */
+  private readonly cheap = new Set<string>();
+  private readonly perThread: KStmt[] = [];
+  /** Chunks of a single workgroup's threads run in parallel (see kernel), or 0. */
+  private chunks = 0;
+  /** Loops interchanged with the thread loop (for the header). */
+  private swaps = 0;
   protected readonly barrier = "// barrier";
   protected readonly builtins = { lid: "lid", x: "wg", y: "0" };
 
@@ -257,18 +279,15 @@ class Speller extends HalfInF32Speller<CHelper> {
     visitStmts(k.body, (s) => (loops ||= s.k === "for"));
     const phased = k.body.some(syncs);
     const worth = n * w >= PARALLEL_THREADS || loops;
-    const header = k.about.flatMap((a) => a.split("\n")).map((a) => `// ${a}`);
-    header.push(
-      `// ${n} workgroups of ${w} threads` +
-        (phased ? "; threads run in phases split at barriers and reductions" : "; one thread loop"),
-    );
     const args = k.bindings.map((b, i) => {
       const t = this.type(b.t);
       const c = b.access === "read" ? "const " : "";
       return `  ${c}${t}* restrict ${this.names.name(b.name, "binding")} = (${c}${t}*)bf_args[${i}];`;
     });
-    // One workgroup without barriers: its threads are independent, so the thread loop is the parallel one.
-    const threadsParallel = n === 1 && !phased && worth && w > 1;
+    // One workgroup without barriers: its threads are independent, so they are split into chunks of
+    // CHUNK threads, the chunks run in parallel, and each chunk is the workgroup of the rest of this file
+    // (its thread loops, interchanged loops, hoisted locals) over its share of the threads.
+    const chunked = n === 1 && !phased && worth && w > 1;
     this.depth = 2;
     for (const s of k.shared) this.line(`${this.type(s.t)} ${this.sharedName(s.name)}[${s.size}];`);
     const guarded = phased ? undefined : gidGuard(k.body);
@@ -277,17 +296,27 @@ class Speller extends HalfInF32Speller<CHelper> {
       // code in the loop, so the compiler can hoist what is the same for every thread (uniform loads,
       // the optimizer's exp/log of its step counter) and vectorize the rest.
       this.threadLimit = guarded.n >= n * w ? undefined : guarded.n;
-      this.region(guarded.body, threadsParallel);
-    } else this.region(k.body, threadsParallel);
+    }
+    const active = this.threadLimit ?? w;
+    if (chunked) this.chunks = Math.ceil(active / CHUNK);
+    this.region(guarded ? guarded.body : k.body);
     const body = this.lines;
+    const header = k.about.flatMap((a) => a.split("\n")).map((a) => `// ${a}`);
+    header.push(
+      `// ${n} workgroups of ${w} threads` +
+        (phased ? "; threads run in phases split at barriers and reductions" : "; one thread loop") +
+        (this.swaps ? `; ${this.swaps} loop(s) run outside the thread loop, vectorized across threads` : ""),
+    );
     const code = [
       header.join("\n"),
       cPrelude(this.helpers),
       [
         `void ${C_ENTRY}(void* const* bf_args) {`,
         ...args,
-        ...(n > 1 && worth ? ["#pragma omp parallel for schedule(static)"] : []),
-        `  for (int wg = 0; wg < ${n}; ++wg) {`,
+        ...((n > 1 && worth) || this.chunks ? ["#pragma omp parallel for schedule(static)"] : []),
+        this.chunks
+          ? `  for (int bf_chunk = 0; bf_chunk < ${this.chunks}; ++bf_chunk) {\n    const int wg = 0;`
+          : `  for (int wg = 0; wg < ${n}; ++wg) {`,
         ...body,
         "  }",
         "}",
@@ -296,50 +325,84 @@ class Speller extends HalfInF32Speller<CHelper> {
     return code.join("\n\n") + "\n";
   }
 
-  /** A statement list at workgroup level: runs of thread-local statements as thread loops, syncs between. */
-  private region(body: readonly KStmt[], parallel = false): void {
-    const runs: KStmt[][] = [];
-    let run: KStmt[] = [];
-    const items: (KStmt[] | KStmt)[] = [];
+  /**
+   * A statement list at workgroup level: runs of thread-local statements as thread loops, syncs and
+   * interchanged loops (c_interchange.ts) between them. A run's immutable locals with one value for the
+   * whole workgroup (a row index from `wg`, a token id loaded at a uniform index) are declared once
+   * before its thread loop: later phases then read a scalar, not one array element per thread, which
+   * would be a gather in a vectorized loop. `simd`: the run's thread loops are interchanged loops' bodies.
+   */
+  private region(body: readonly KStmt[], simd = false): void {
+    type Run = { readonly hoisted: KStmt[]; readonly perThread: KStmt[]; readonly body: KStmt[] };
+    type Item = { readonly run: Run } | { readonly sync: KStmt } | { readonly swap: For; readonly how: Swap };
+    const items: Item[] = [];
+    let run: Run | undefined;
+    const current = () => {
+      if (!run) items.push({ run: run = { hoisted: [], perThread: [], body: [] } });
+      return run;
+    };
     for (const s of body) {
-      if (!syncs(s)) {
-        run.push(s);
+      if (s.k === "let" && this.lets.has(s.name) && isUniform(s.init, this.uniformNames, this.readOnly)) {
+        this.uniformNames.add(s.name);
+        current().hoisted.push(s);
         continue;
       }
-      if (run.length) items.push(run), runs.push(run);
-      run = [];
-      items.push(s);
+      if (s.k === "let" && this.lets.has(s.name) && this.recomputable(s.init)) {
+        this.cheap.add(s.name);
+        current().perThread.push(s);
+        continue;
+      }
+      const how = s.k === "for" && !syncs(s)
+        ? interchange(s, this.uniformNames, this.readOnly, this.lets)
+        : undefined;
+      if (!syncs(s) && !how) {
+        current().body.push(s);
+        continue;
+      }
+      run = undefined;
+      items.push(how ? { swap: s as For, how } : { sync: s });
     }
-    if (run.length) items.push(run), runs.push(run);
     // A let of a run read anywhere else in this list is promoted to one element per thread.
-    const outside = (r: KStmt[]) => {
+    const outside = (r: Item) => {
       const used = new Set<string>();
       for (const it of items) {
         if (it === r) continue;
-        if (Array.isArray(it)) it.forEach((s) => namesUsed(s, used));
-        else namesUsed(it, used);
+        if ("run" in it) it.run.body.forEach((s) => namesUsed(s, used));
+        else namesUsed("sync" in it ? it.sync : it.swap, used);
       }
       return used;
     };
+    const scope = this.perThread.length;
     for (let i = 0; i < items.length; i++) {
-      const it = items[i];
-      if (Array.isArray(it)) {
-        const used = items.length > 1 ? outside(it) : new Set<string>();
+      const item = items[i];
+      if ("run" in item) this.perThread.push(...item.run.perThread);
+      if ("swap" in item) {
+        this.swapped(item.swap, item.how);
+        continue;
+      }
+      if ("run" in item) {
+        for (const s of item.run.hoisted) this.stmt(s as Exclude<KStmt, Reduce>);
+        const it = item.run.body;
+        if (!it.length) continue;
+        const used = items.length > 1 ? outside(item) : new Set<string>();
         for (const s of it) {
           if (s.k !== "let" || !used.has(s.name)) continue;
           if (this.promoted.has(s.name)) this.fail(`local ${s.name} declared twice across barriers`);
           this.promoted.add(s.name);
           this.line(`${this.type(s.t)} ${this.names.name(s.name)}[${this.k.workgroupSize}];`);
         }
-        this.threads(() => this.block(it), parallel);
+        this.threads(() => this.block(it), simd && !hasLoop(it));
         continue;
       }
+      const it = item.sync;
       if (it.k === "barrier") {
         this.line("// barrier: the thread loop above has finished for every thread");
       } else if (it.k === "wg_reduce") {
         const group: Reduce[] = [];
-        while (i < items.length && !Array.isArray(items[i]) && (items[i] as KStmt).k === "wg_reduce") {
-          group.push(items[i++] as Reduce);
+        for (; i < items.length; i++) {
+          const x = items[i];
+          if (!("sync" in x) || x.sync.k !== "wg_reduce") break;
+          group.push(x.sync);
         }
         i--;
         this.reduceGroup(group);
@@ -348,7 +411,7 @@ class Speller extends HalfInF32Speller<CHelper> {
         const [from, to, step] = [it.from, it.to, it.step].map((e) => this.uniform(e));
         this.line(`for (int ${v} = ${from.s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += ${step.s}) {`);
         this.depth++;
-        this.region(it.body);
+        this.scoped(it.v, () => this.region(it.body));
         this.depth--;
         this.line("}");
       } else if (it.k === "if") {
@@ -367,6 +430,65 @@ class Speller extends HalfInF32Speller<CHelper> {
         this.fail(`internal: ${it.k} taken for a synchronizing statement`);
       }
     }
+    this.perThread.length = scope;
+  }
+
+  /**
+   * Whether a local's value is index math of the thread's ids, literals and uniform or likewise
+   * recomputable names (no memory read): each thread loop then computes it again (`row = gid`), where
+   * keeping it in a per-thread array would make every vectorized access through it a gather.
+   */
+  private recomputable(e: KExpr): boolean {
+    let ok = true;
+    forEachExpr(e, (x) => {
+      if (x.k === "load" || x.k === "sload" || x.k === "philox") ok = false;
+      if (x.k === "ref" && !this.uniformNames.has(x.name) && !this.cheap.has(x.name)) ok = false;
+    });
+    return ok;
+  }
+
+  private min(a: string, b: string): string {
+    this.helpers.add("bf_minmax_int");
+    return `bf_min_i32(${a}, ${b})`;
+  }
+
+  /** `name` (a loop variable at workgroup level) uniform while `f` spells the loop's body. */
+  private scoped(name: string, f: () => void): void {
+    const had = this.uniformNames.has(name);
+    this.uniformNames.add(name);
+    f();
+    if (!had) this.uniformNames.delete(name);
+  }
+
+  /**
+   * A thread's loop run outside the thread loop (c_interchange.ts): the loop at workgroup level and a
+   * vectorized thread loop inside it. A strided loop's variable is per thread (`base + lid`), and the
+   * threads past the loop's end sit out that iteration.
+   */
+  private swapped(s: For, how: Swap): void {
+    this.swaps++;
+    const v = this.local(s.v);
+    const to = this.uniform(s.to), step = this.uniform(s.step);
+    if (how.kind === "uniform") {
+      const from = this.uniform(s.from);
+      this.line(`for (int ${v} = ${from.s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += ${step.s}) {`);
+      this.depth++;
+      this.scoped(s.v, () => this.region(s.body, true));
+      this.depth--;
+      this.line("}");
+      return;
+    }
+    const base = `bf_base${this.temps++}`;
+    const from = this.uniform(how.offset);
+    this.line(`for (int ${base} = ${from.s}; ${base} < ${paren(to, to.p <= REL)}; ${base} += ${step.s}) {`);
+    this.depth++;
+    const body = () => {
+      this.line(`const int ${v} = ${base} + lid;`);
+      this.block(s.body);
+    };
+    this.threads(body, !hasLoop(s.body), `${paren(to, to.p <= REL)} - ${base}`);
+    this.depth--;
+    this.line("}");
   }
 
   /** An expression evaluated once per workgroup (a bound or condition around a barrier). */
@@ -379,18 +501,22 @@ class Speller extends HalfInF32Speller<CHelper> {
     return this.expr(e);
   }
 
-  /** One loop over the threads of the workgroup around `body`. */
-  private threads(body: () => void, parallel: boolean): void {
+  /**
+   * One loop over the threads of the workgroup around `body`; `simd`: vectorized across threads (sound
+   * because threads do not communicate between barriers), `end`: threads at or past it sit out.
+   */
+  private threads(body: () => void, simd = false, end?: string): void {
     const w = this.k.workgroupSize;
-    if (parallel) this.line("#pragma omp parallel for schedule(static)");
+    if (simd) this.line("#pragma omp simd");
     const limit = this.threadLimit;
-    const bound = limit === undefined
-      ? `${w}`
-      : `(${limit} - wg * ${w} < ${w} ? ${limit} - wg * ${w} : ${w})`;
-    this.line(`for (int lid = 0; lid < ${bound}; ++lid) {`);
+    let bound = limit === undefined ? `${w}` : `(${limit} - wg * ${w} < ${w} ? ${limit} - wg * ${w} : ${w})`;
+    if (end !== undefined) bound = this.min(bound, end);
+    if (this.chunks) bound = this.min(bound, `bf_chunk * ${CHUNK} + ${CHUNK}`);
+    this.line(`for (int lid = ${this.chunks ? `bf_chunk * ${CHUNK}` : "0"}; lid < ${bound}; ++lid) {`);
     this.depth++;
     if (this.usesGid) this.line(`const int gid = wg * ${w} + lid;`);
     this.inThreads = true;
+    for (const s of this.perThread) this.stmt(s as Exclude<KStmt, Reduce>);
     body();
     this.inThreads = false;
     this.depth--;
@@ -439,10 +565,7 @@ class Speller extends HalfInF32Speller<CHelper> {
     this.line(
       `// wg_reduce (${group.map((r) => `${r.op} -> ${r.out}`).join(", ")}): slots folded left to right`,
     );
-    this.threads(
-      () => group.forEach((r, i) => this.line(`${slots[i]}[lid] = ${this.expr(r.value).s};`)),
-      false,
-    );
+    this.threads(() => group.forEach((r, i) => this.line(`${slots[i]}[lid] = ${this.expr(r.value).s};`)));
     group.forEach((r, i) => {
       const out = this.names.name(r.out);
       const t = this.type(r.t);
