@@ -21,6 +21,10 @@
  * (rows g and g+8, columns 2t and 2t+1 in both layouts), so P never leaves registers. The backward is two
  * kernels, one over key blocks (dK, dV) and one over query blocks (dQ), each recomputing P: every gradient
  * element is summed by one thread in a fixed order, with no atomics, so results are deterministic.
+ * Dropout draws each Philox block (four consecutive keys of a row) once per kernel, in the lane that
+ * holds some of its keys, and trades words with the lanes holding the others (warp shuffles); Philox is
+ * integer work on CUDA cores that the three kernels repeat (the unfused graph draws once, and re-draws
+ * in the backward), about 80 integer operations per four probabilities per kernel.
  *
  * Requirements (the caller checks `flashIneligible`): head dim 64; self-attention with a sequence length a
  * multiple of 64; Q, K, V, O, dO row strides and offsets multiples of 8 elements (16-byte loads), the head
@@ -197,21 +201,29 @@ const keepOf = (s: FlashAttentionSpec, bits: string) =>
   } : 0.0f)`;
 
 /**
- * Row-major element pairs (row, col) and (row, col + 1), col even, share a Philox block: z[8][4] gets the
- * keep factors of acc-layout elements, rows `rowA`/`rowA + 8` (query index), columns key0 + 8·nt + 2t.
+ * z[8][4]: the keep factors of the thread's accumulator-layout elements, rows row0 and row0 + 8 (query
+ * indices), columns key0 + 8·nt + 2t and + 1. A Philox block covers four consecutive keys of a row, held
+ * by lanes t and t ^ 1: lane t draws the block of row row0 + 8·(t % 2), keeps its own two words and trades
+ * the other two with its partner: each block is drawn once, not by both lanes.
  */
 const keepPairs = (s: FlashAttentionSpec, z: string, key0: string) =>
   `  float ${z}[8][4];
+  {
+    const int odd = t & 1;
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const unsigned int idx = (static_cast<unsigned int>(bh * ${s.seqQ} + row0 + 8 * half)) * ${s.seqK}u +
-                               static_cast<unsigned int>(${key0} + nt * 8 + 2 * t);
+    for (int nt = 0; nt < 8; ++nt) {
+      const unsigned int idx = (static_cast<unsigned int>(bh * ${s.seqQ} + row0 + 8 * odd)) * ${s.seqK}u +
+                               static_cast<unsigned int>(${key0} + nt * 8 + 4 * (t >> 1));
       const uint4 w = bf_philox_block(seed, step, ${s.dropout!.stream}u, idx);
-      const bool lo = (idx & 3u) == 0u;
-      ${z}[nt][2 * half] = ${keepOf(s, "lo ? w.x : w.z")};
-      ${z}[nt][2 * half + 1] = ${keepOf(s, "lo ? w.y : w.w")};
+      // Own words 2·odd and 2·odd + 1 are this lane's keys; the partner's keys are the other two.
+      const unsigned int own0 = odd ? w.z : w.x, own1 = odd ? w.w : w.y;
+      const unsigned int got0 = __shfl_xor_sync(0xffffffffu, odd ? w.x : w.z, 1, 32);
+      const unsigned int got1 = __shfl_xor_sync(0xffffffffu, odd ? w.y : w.w, 1, 32);
+      // Selects, not z[nt][2 * odd]: a runtime index would put z in local memory.
+      ${z}[nt][0] = ${keepOf(s, "odd ? got0 : own0")};
+      ${z}[nt][1] = ${keepOf(s, "odd ? got1 : own1")};
+      ${z}[nt][2] = ${keepOf(s, "odd ? own0 : got0")};
+      ${z}[nt][3] = ${keepOf(s, "odd ? own1 : got1")};
     }
   }`;
 
@@ -444,18 +456,32 @@ ${storeRows("dq", s.dQ!, "dq_acc", f32(s.scale), f32(s.scale), s.out)}
  */
 export function flashBackwardDkDv(s: FlashAttentionSpec): FlashKernel {
   checkBackward(s);
+  // The keep factors of this thread's elements (queries 2t, 2t+1 of each n-tile; keys row0, row0 + 8).
+  // A Philox block covers four consecutive keys, which four lanes hold (lanes 4j + t of a 16-lane half,
+  // j = g % 4): lane j draws block j of the four its group needs ((query 2t + j % 2, keys of row j / 2)),
+  // then a 4×4 exchange over lanes 4·(j ^ x) gives each lane word j of every block: one draw per element
+  // instead of four.
   const keep = s.dropout
     ? `  float z[8][4];
+    {
+      const int j = g & 3;
+      const unsigned int key0 = static_cast<unsigned int>(row0 - j + (j >> 1) * 8);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < 8; ++nt) {
+        const unsigned int query = static_cast<unsigned int>(bh * ${s.seqQ} + qb * ${FLASH_ROWS} + nt * 8 + 2 * t + (j & 1));
+        const uint4 w = bf_philox_block(seed, step, ${s.dropout.stream}u, query * ${s.seqK}u + key0);
+        // Selects, not indexed arrays: a runtime index would put the words in local memory.
+#define BF_WORD(n) ((n) == 0 ? w.x : (n) == 1 ? w.y : (n) == 2 ? w.z : w.w)
+        const unsigned int own = BF_WORD(j);
+        const unsigned int r1 = __shfl_xor_sync(0xffffffffu, BF_WORD(j ^ 1), 4, 32);
+        const unsigned int r2 = __shfl_xor_sync(0xffffffffu, BF_WORD(j ^ 2), 8, 32);
+        const unsigned int r3 = __shfl_xor_sync(0xffffffffu, BF_WORD(j ^ 3), 12, 32);
+#undef BF_WORD
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const unsigned int idx =
-            static_cast<unsigned int>(bh * ${s.seqQ} + qb * ${FLASH_ROWS} + nt * 8 + 2 * t + (i & 1)) * ${s.seqK}u +
-            static_cast<unsigned int>(row0 + (i >> 1) * 8);
-        const uint4 w = bf_philox_block(seed, step, ${s.dropout.stream}u, idx);
-        const unsigned int j = idx & 3u;
-        z[nt][i] = ${keepOf(s, "j == 0u ? w.x : j == 1u ? w.y : j == 2u ? w.z : w.w")};
+        for (int i = 0; i < 4; ++i) {
+          const int x = i ^ j;
+          z[nt][i] = ${keepOf(s, "x == 0 ? own : x == 1 ? r1 : x == 2 ? r2 : r3")};
+        }
       }
     }`
     : "";
