@@ -87,12 +87,19 @@ export interface PlanGemmOperand {
 
 /**
  * A library epilogue fused into the call. "bias" (cuBLASLt's CUBLASLT_EPILOGUE_BIAS): a packed vector
- * over D's columns, bias[j] = buffer[offset + j] for every row and batch entry, stored in D's dtype and
- * added to the f32 accumulator before D's one rounding: D[β][i][j] = Σ_p op(A)[i][p]·op(B)[p][j] + bias[j].
+ * over D's columns, bias[j] = buffer[offset + β·batchStride + j] for every row of batch entry β, stored
+ * in D's dtype (compiler/lower/gemm_library.ts LT_BIAS_TYPES) and added to the f32 accumulator before D's
+ * one rounding:
+ * D[β][i][j] = Σ_p op(A)[i][p]·op(B)[p][j] + bias[j]. A call in groups has batchStride 0.
  */
 export interface PlanGemmEpilogue {
   readonly kind: "bias";
-  readonly bias: { readonly buffer: number; readonly offset: number; readonly dtype: "f32" | "f16" | "bf16" };
+  readonly bias: {
+    readonly buffer: number;
+    readonly offset: number;
+    readonly dtype: "f32" | "f16" | "bf16";
+    readonly batchStride: number;
+  };
 }
 
 /**

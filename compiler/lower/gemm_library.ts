@@ -58,12 +58,14 @@ export interface GemmOperand {
 
 /**
  * A BIAS epilogue's vector (CUBLASLT_EPILOGUE_BIAS): D[β][i][j] = Σ_p op(A)[i][p]·op(B)[p][j] + bias[j],
- * bias[j] = buffer[offset + j] for every row i and batch entry β, added in f32 before D's rounding.
+ * bias[j] = buffer[offset + β·batchStride + j] for every row i, added in f32 before D's rounding.
  */
 export interface GemmBias {
   readonly buffer: number;
   readonly offset: number;
   readonly dtype: GemmDType;
+  /** Elements between the vectors of consecutive batch entries (0: one vector for all; a call in groups has 0). */
+  readonly batchStride: number;
 }
 
 /** One cublasLtMatmul: D = op(A)·op(B), alpha 1, beta 0, f32 accumulation (CUBLAS_COMPUTE_32F). */
@@ -105,6 +107,8 @@ export type GemmVerdict =
       readonly d: GemmOperand;
       /** The root is the product plus this bias (cuBLASLt's BIAS epilogue). */
       readonly bias?: GemmBias;
+      /** The product's columns are this many heads, one batch entry each (`headsCall`). */
+      readonly heads?: number;
     };
     /** Without `direct`: the scratch product's batch strides (inner, between groups) under the plan. */
     readonly scratchBatch?: { readonly inner: number; readonly outer: number };
@@ -290,6 +294,7 @@ interface BatchPlan {
 function planBatch(
   shape: readonly number[],
   operands: readonly (readonly number[])[],
+  broadcastOk: readonly boolean[] = [],
 ): BatchPlan | undefined {
   const axes = shape.map((_, d) => d).filter((d) => shape[d] !== 1);
   let best: BatchPlan | undefined;
@@ -298,11 +303,14 @@ function planBatch(
       const outerAxes = order.slice(0, split), innerAxes = order.slice(split);
       const outer = outerAxes.reduce((a, d) => a * shape[d], 1);
       if (best && outer >= best.outer) continue;
-      const strides = operands.map((st) => {
+      const strides = operands.map((st, i) => {
         const b = { shape, strides: st };
         const inner = collapse(b, innerAxes), out = collapse(b, outerAxes);
-        // A group of several entries at one address (stride 0) would be a broadcast: refused, as before.
-        if (inner === 0 && innerAxes.length > 0 || out === 0 && outerAxes.length > 0) return undefined;
+        // A group of several entries at one address (stride 0) is a broadcast: refused, except for an
+        // operand the caller allows it (an input shared by every head of a head split; never D).
+        if (!broadcastOk[i] && (inner === 0 && innerAxes.length > 0 || out === 0 && outerAxes.length > 0)) {
+          return undefined;
+        }
         return inner === undefined || out === undefined ? undefined : { inner, outer: out };
       });
       if (strides.some((x) => x === undefined)) continue;
@@ -363,13 +371,15 @@ function directRoot(
   k: FusedKernel,
   ctx: ValueContext,
   biasAdd: boolean,
-): { root: NodeId; view: View; bias?: NodeId } | undefined {
+): { root: NodeId; view: View; bias?: NodeId; heads?: readonly [number, number] } | undefined {
   if (k.roots.length !== 1) return undefined;
   const root = k.roots[0];
   const stored = storedTypeOf(ctx, root);
   let cur = root;
   let view: View | undefined = contiguous(g.nodes[root].type.shape);
   let bias: NodeId | undefined;
+  // The product's columns split as [H, Dh] by a reshape whose view does not merge back (see deriveGemm).
+  let heads: readonly [number, number] | undefined;
   // Whether a reshape or permute was passed since the add (walking down, toward the matmul: none may be).
   let moved = false;
   const fromAnchor = (id: NodeId): boolean =>
@@ -387,14 +397,29 @@ function directRoot(
       continue;
     }
     const inShape = g.nodes[n.inputs[0]].type.shape;
-    if (n.op === "reshape" || n.op === "permute") moved = true;
+    if (n.op === "reshape" || n.op === "permute") {
+      // Below the head split the view is in the split coordinates, not the input's: nothing may move.
+      if (heads) return undefined;
+      moved = true;
+    }
     if (n.op === "cast") {
       const to = n.attrs.to as DType;
       if (to !== "f32" && to !== stored) return undefined;
     } else if (n.op === "reshape") {
       // The same elements in the input's shape (a reshape keeps the row-major order both ways).
-      view = reshapeView(view, inShape);
-      if (!view) return undefined;
+      const merged = reshapeView(view, inShape);
+      if (merged) {
+        view = merged;
+      } else {
+        // Attention's heads-major store: [.., n] reshaped to [.., H, Dh] and permuted, whose columns do not
+        // merge back. The view in the input's coordinates with its last axis split as [H, Dh] still exists.
+        const out = n.type.shape, cols = inShape[inShape.length - 1];
+        const hd = [out[out.length - 2], out[out.length - 1]] as const;
+        if (out.length < 2 || hd[0] * hd[1] !== cols || hd[0] === 1 || hd[1] === 1) return undefined;
+        view = reshapeView(view, [...inShape.slice(0, -1), ...hd]);
+        if (!view) return undefined;
+        heads = hd;
+      }
     } else if (n.op === "permute") {
       // Result axis d is input axis perm[d]: the input's axis p has the stride of the result axis naming it.
       const perm = n.attrs.perm as number[];
@@ -407,13 +432,23 @@ function directRoot(
     cur = n.inputs[0];
   }
   if (bias !== undefined && moved) return undefined;
-  return { root, view, ...(bias !== undefined ? { bias } : {}) };
+  return { root, view, ...(bias !== undefined ? { bias } : {}), ...(heads ? { heads } : {}) };
 }
 
 /**
+ * Bias types a BIAS epilogue takes per D type. cublasLt.h documents the bias as "the same type as the
+ * elements of output matrix (Dtype)", with exceptions only for integer and FP8 kernels, so an f32 bias
+ * on an f16/bf16 D (BERT's biases are f32 master weights; its Q/K/V projections store f16) is left to
+ * the epilogue kernel until a GPU shows cuBLASLt finds algorithms for it (BIAS_DATA_TYPE = CUDA_R_32F):
+ * then f16: ["f16", "f32"] takes BERT-large inference at batch 1 from 1.27 to 1.07 ms predicted (its 72
+ * heads-major projections need no kernel). A heuristic miss would run the template GEMM instead.
+ */
+const LT_BIAS_TYPES: Record<GemmDType, readonly GemmDType[]> = { f32: ["f32"], f16: ["f16"], bf16: ["bf16"] };
+
+/**
  * The bias of a BIAS epilogue: node `id` read as a packed vector over the product's columns, the same
- * for every row and batch entry (a linear layer's bias broadcast over the tokens), stored in D's dtype
- * (cuBLASLt's default bias type; BIAS_DATA_TYPE is set to it explicitly). Undefined otherwise.
+ * for every row and batch entry (a linear layer's bias broadcast over the tokens), stored in a type
+ * cuBLASLt pairs with D's (`LT_BIAS_TYPES`; BIAS_DATA_TYPE is set explicitly). Undefined otherwise.
  */
 function biasVector(
   g: Graph,
@@ -423,13 +458,13 @@ function biasVector(
   dDtype: GemmDType,
 ): GemmBias | undefined {
   const f = operandView(g, ctx, id, "bias", true);
-  if (!f.ok || f.dtype !== dDtype) return undefined;
+  if (!f.ok || !LT_BIAS_TYPES[dDtype].includes(f.dtype)) return undefined;
   const { shape, strides, offset } = f.view;
   const r = productShape.length;
   if (shape.length !== r || shape.some((s, d) => s !== productShape[d])) return undefined;
   if (strides.slice(0, r - 1).some((s) => s !== 0)) return undefined;
   if (productShape[r - 1] > 1 && strides[r - 1] !== 1) return undefined;
-  return { buffer: ctx.bufferOf(f.buffer), offset, dtype: f.dtype };
+  return { buffer: ctx.bufferOf(f.buffer), offset, dtype: f.dtype, batchStride: 0 };
 }
 
 /** Output types cuBLASLt pairs with each operand type under CUBLAS_COMPUTE_32F (cublasLtMatmul's table). */
@@ -464,6 +499,68 @@ export function scratchType(product: DType, operands: GemmDType): GemmDType {
 export function directGroupsPay(groups: number, elements: number, scratchBytes = 4): boolean {
   const LAUNCH = 2e-6, BANDWIDTH = 3.0e12;
   return (groups - 1) * LAUNCH <= LAUNCH + (2 * scratchBytes * elements) / BANDWIDTH;
+}
+
+/**
+ * The call for a product whose columns the root splits into heads (directRoot's `heads` [H, Dh]):
+ * attention's Q, K and V projections stored heads-major, [S, H·Dh] → [H, S, Dh]. Head h of the product is
+ * op(A)·op(B)[:, h·Dh ..] (Dh columns), so the heads are one more batch axis, innermost: A is the same
+ * for every head (batch stride 0, which a strided batch allows), B steps by Dh columns, D by the root's
+ * head stride, a bias by Dh. One group only (the bias vector is stepped per batch entry, not per group);
+ * undefined where the strides do not fit, and the scratch path stands.
+ */
+function headsCall(
+  shape: {
+    readonly m: number;
+    readonly n: number;
+    readonly k: number;
+    readonly ta: boolean;
+    readonly tb: boolean;
+    readonly batchShape: readonly number[];
+    readonly heads: readonly [number, number];
+  },
+  fa: Extract<Found, { ok: true }>,
+  fb: Extract<Found, { ok: true }>,
+  root: View,
+  bufferOf: (id: NodeId) => number,
+  rootBuffer: number,
+  rootType: GemmDType,
+): { call: Omit<GemmCall, "d" | "compute">; d: GemmOperand } | undefined {
+  const { m, k, ta, tb, batchShape, heads: [h, dh] } = shape;
+  const r = batchShape.length + 2;
+  const insert = (xs: readonly number[], at: number, x: number) => [...xs.slice(0, at), x, ...xs.slice(at)];
+  // A: the head axis inserted before the matrix axes, stride 0.
+  const a: View = {
+    shape: insert(fa.view.shape, r - 2, h),
+    strides: insert(fa.view.strides, r - 2, 0),
+    offset: fa.view.offset,
+  };
+  // B: its n axis (the last, or the one before it when B is read transposed) becomes Dh, the head axis
+  // steps Dh columns.
+  const nAx = tb ? r - 2 : r - 1;
+  const bShape = fb.view.shape.map((s, d) => (d === nAx ? dh : s));
+  const b: View = {
+    shape: insert(bShape, r - 2, h),
+    strides: insert(fb.view.strides, r - 2, dh * fb.view.strides[nAx]),
+    offset: fb.view.offset,
+  };
+  // D: the root's view over [..batch, m, H, Dh], the head axis moved before m.
+  const rs = root.strides;
+  const d: View = {
+    shape: [...batchShape, h, m, dh],
+    strides: [...rs.slice(0, r - 2), rs[r - 1], rs[r - 2], rs[r]],
+    offset: root.offset,
+  };
+  const batch2 = [...batchShape, h];
+  const p = planBatch(batch2, [a, b, d].map((v) => v.strides.slice(0, r - 1)), [true, true, false]);
+  if (!p || p.outer > 1) return undefined;
+  const oa = asMatrix(a, bufferOf(fa.buffer), fa.dtype, m, k, ta, p.strides[0], false, "A");
+  const ob = asMatrix(b, bufferOf(fb.buffer), fb.dtype, k, dh, tb, p.strides[1], false, "B");
+  const od = asMatrix(d, rootBuffer, rootType, m, dh, false, p.strides[2], false, "D");
+  if (typeof oa === "string" || typeof ob === "string" || typeof od === "string" || od.trans) {
+    return undefined;
+  }
+  return { call: { m, n: dh, k, batch: numel(batch2), a: oa, b: ob }, d: od };
 }
 
 /**
@@ -539,7 +636,31 @@ export function deriveGemm(
     const b = asMatrix(fb.view, ctx.bufferOf(fb.buffer), fb.dtype, kk, n, tb, p.strides[1], grouped, "B");
     return { p, a, b };
   };
-  if (canDirect) {
+  if (canDirect && found.heads) {
+    const split = headsCall(
+      { m, n, k: kk, ta, tb, batchShape, heads: found.heads },
+      fa,
+      fb,
+      found.view,
+      (f) => ctx.bufferOf(f),
+      ctx.bufferOf(found.root),
+      rootType as GemmDType,
+    );
+    if (split) {
+      return {
+        ok: true,
+        ...split.call,
+        direct: {
+          root: found.root,
+          dtype: rootType as GemmDType,
+          d: split.d,
+          heads: found.heads[0],
+          ...(bias ? { bias: { ...bias, batchStride: found.heads[1] } } : {}),
+        },
+      };
+    }
+  }
+  if (canDirect && !found.heads) {
     const o = operands(found.view);
     if (
       o && typeof o.a !== "string" && typeof o.b !== "string" &&

@@ -64,9 +64,9 @@ export const libraryCallsStage: Stage<KernelState> = {
         gemms.push({
           kernel: kernels[i].name,
           library: true,
-          reason: bias
-            ? "cuBLASLt writes the output, adding the bias (BIAS epilogue)"
-            : "cuBLASLt writes the output",
+          reason: "cuBLASLt writes the output" +
+            (v.direct.heads ? " heads-major, a batch entry per head" : "") +
+            (bias ? ", adding the bias (BIAS epilogue)" : ""),
         });
         return;
       }

@@ -78,9 +78,9 @@ const CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14;
 const CUBLAS_COMPUTE_32F = 68;
 const CUBLAS_OP_N = 0, CUBLAS_OP_T = 1;
 const DESC_TRANSA = 3, DESC_TRANSB = 4, DESC_EPILOGUE = 7, DESC_BIAS_POINTER = 8;
-// cublasLtMatmulDescAttributes_t CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE (int32_t cudaDataType, default -1:
-// D's type). BIAS_BATCH_STRIDE (10) keeps its default 0: one bias vector for every batch entry.
-const DESC_BIAS_DATA_TYPE = 26;
+// cublasLtMatmulDescAttributes_t: BIAS_BATCH_STRIDE (int64_t elements, default 0: one vector for every
+// batch entry), BIAS_DATA_TYPE (int32_t cudaDataType, default -1: D's type).
+const DESC_BIAS_BATCH_STRIDE = 10, DESC_BIAS_DATA_TYPE = 26;
 const LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6;
 const PREF_MAX_WORKSPACE_BYTES = 1;
 // cublasLtMatmulPreferenceAttributes_t: MIN_ALIGNMENT_{A,B,C,D}_BYTES (uint32_t, default 256). The
@@ -346,7 +346,7 @@ export interface LtOperand {
  */
 export interface LtEpilogue {
   readonly kind: "bias";
-  readonly bias: { readonly dtype: GemmDType };
+  readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
 }
 
 /** A plan's GEMM (plan/plan.ts PlanGemm) without its buffers, plus the pointers' alignments in bytes. */
@@ -427,7 +427,10 @@ export class LtCall {
       setDesc(DESC_TRANSB, i32(lib.transB ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
       setDesc(DESC_EPILOGUE, i32(spec.epilogue ? EPILOGUE.bias : EPILOGUE.none), "EPILOGUE");
       if (spec.epilogue) {
-        setDesc(DESC_BIAS_DATA_TYPE, i32(DATA_TYPE[spec.epilogue.bias.dtype]), "BIAS_DATA_TYPE");
+        setDesc(DESC_BIAS_DATA_TYPE, i32(DATA_TYPE[lib.bias!.dtype]), "BIAS_DATA_TYPE");
+        if (lib.bias!.batchStride !== 0) {
+          setDesc(DESC_BIAS_BATCH_STRIDE, i64(lib.bias!.batchStride), "BIAS_BATCH_STRIDE");
+        }
         // The heuristic reads the bias pointer only for its alignment (cublasLt.h): a stand-in address
         // with the real one's alignment until run() sets each call's own.
         this.biasSlot[0] = BigInt(spec.align.bias ?? 256);

@@ -257,7 +257,11 @@ export class CudaExecutor {
           a: call.a,
           b: call.b,
           d: call.d,
-          ...(ep ? { epilogue: { kind: ep.kind, bias: { dtype: ep.bias.dtype } } } : {}),
+          ...(ep
+            ? {
+              epilogue: { kind: ep.kind, bias: { dtype: ep.bias.dtype, batchStride: ep.bias.batchStride } },
+            }
+            : {}),
           align: {
             a: groupAlignmentOf(a, call.a, call.outer),
             b: groupAlignmentOf(b, call.b, call.outer),

@@ -25,7 +25,10 @@ export interface RowMajorGemm {
   readonly b: RowMajorOperand;
   readonly d: RowMajorOperand;
   /** A bias over D's columns, added before D's rounding (plan/plan.ts PlanGemmEpilogue). */
-  readonly epilogue?: { readonly kind: "bias"; readonly bias: { readonly dtype: GemmDType } };
+  readonly epilogue?: {
+    readonly kind: "bias";
+    readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
+  };
 }
 
 /** One column-major matrix layout as cublasLtMatrixLayoutCreate and its batch attributes take it. */
@@ -54,9 +57,9 @@ export interface LtDescriptors {
   /**
    * CUBLASLT_EPILOGUE_BIAS: a vector of `length` elements added to every column of the library's D, one
    * per row. Our bias runs over D's columns (n), which are the rows of the library's n×m Dᵀ, so it is
-   * that vector as it is, length n.
+   * that vector as it is, length n; batch entries `batchStride` elements apart (BIAS_BATCH_STRIDE).
    */
-  readonly bias?: { readonly dtype: GemmDType; readonly length: number };
+  readonly bias?: { readonly dtype: GemmDType; readonly length: number; readonly batchStride: number };
 }
 
 /**
@@ -69,6 +72,10 @@ export function ltDescriptors(
   spec: RowMajorGemm,
 ): LtDescriptors {
   const { m, n, k } = spec;
+  // Groups are separate calls with the same bias pointer: a vector stepped per entry cannot follow them.
+  if ((spec.outer ?? 1) > 1 && (spec.epilogue?.bias.batchStride ?? 0) !== 0) {
+    throw new Error("a bias stepped per batch entry in a call in groups (plan GEMMs never have one)");
+  }
   // A call in `outer` groups is one cublasLtMatmul per group over batch/outer strided entries.
   const batch = spec.batch / (spec.outer ?? 1);
   const layout = (op: RowMajorOperand, rows: number, cols: number): LtLayout => ({
@@ -89,6 +96,6 @@ export function ltDescriptors(
     a: spec.b.trans ? layout(spec.b, k, n) : layout(spec.b, n, k),
     b: spec.a.trans ? layout(spec.a, m, k) : layout(spec.a, k, m),
     d: layout(spec.d, n, m),
-    ...(spec.epilogue ? { bias: { dtype: spec.epilogue.bias.dtype, length: n } } : {}),
+    ...(spec.epilogue ? { bias: { ...spec.epilogue.bias, length: n } } : {}),
   };
 }

@@ -143,7 +143,7 @@ Deno.test("cost model: a BIAS epilogue reads its vector in the call; an f16 scra
     cudaGemm: {
       call: {
         ...plain.cudaGemm!.call,
-        epilogue: { kind: "bias", bias: { buffer: 0, offset: 0, dtype: "f16" } },
+        epilogue: { kind: "bias", bias: { buffer: 0, offset: 0, dtype: "f16", batchStride: 0 } },
       },
     },
   };

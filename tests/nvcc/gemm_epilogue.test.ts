@@ -5,7 +5,9 @@
  *   vector over the rows of the swapped problem's Dᵀ (runtime/cuda/lt_mapping.ts), so its length is our n;
  * - a bias that is not a packed vector over the columns, or not stored in D's dtype, keeps the epilogue
  *   kernel, and so does a compile that also emits C (the CPU's BLAS call has no epilogue);
- * - an epilogue kernel reads an f16 scratch where the graph's product is f16.
+ * - an epilogue kernel reads an f16 scratch where the graph's product is f16;
+ * - attention's Q/K/V projections stored heads-major at batch 1 are one call with a batch entry per head
+ *   (A shared, batch stride 0; the bias stepped by the head size with BIAS_BATCH_STRIDE).
  * Every plan is run on the CPU shim (tests/util/cuda_cpu.ts: the library call through cuBLASLt's
  * column-major definition with LtCall's descriptors, tests/util/lt_cpu.ts) against the reference
  * interpreter on fresh random inputs; m ≠ n everywhere, so a bias taken over the wrong axis aborts the
@@ -22,6 +24,7 @@ import type { DType } from "../../ir/mod.ts";
 import type { Plan, PlanKernel } from "../../plan/plan.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { ltDescriptors } from "../../runtime/cuda/lt_mapping.ts";
+import { attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F16_TOL, F32_TOL } from "../util/fused_check.ts";
 
@@ -68,7 +71,7 @@ for (const dt of ["f32", "f16"] as DType[]) {
     assert.equal(g.epilogue, undefined, "no epilogue kernel");
     assert.deepEqual(g.call.epilogue, {
       kind: "bias",
-      bias: { buffer: bufferNamed(c.plan, "bias"), offset: 0, dtype: dt },
+      bias: { buffer: bufferNamed(c.plan, "bias"), offset: 0, dtype: dt, batchStride: 0 },
     });
     assert.equal(g.call.d.buffer, c.plan.outputs.out);
     // Row-major bias over D's 6 columns = the library's per-row bias of the swapped 6×5 problem.
@@ -162,4 +165,101 @@ Deno.test("f16 scratch: an epilogue kernel reads the f16 product the graph defin
     if (!backward) assert.equal(scratch.length, 1);
     for (const d of scratch) assert.equal(c.plan.buffers[d.buffer].dtype, "f16");
   }
+});
+
+Deno.test("heads-major projections at batch 1: one call, a batch entry per head, the bias stepped per head", async () => {
+  const shape = { b: 1, s: 5, heads: 2, dh: 4 };
+  for (const dt of ["f32", "f16"] as DType[]) {
+    const g = attentionBlock(shape, dt);
+    const c = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+    const heads = gemmKernels(c.plan).filter((k) =>
+      k.cudaGemm && !k.cudaGemm.epilogue && k.cudaGemm.call.batch === 2 &&
+      k.cudaGemm.call.n === shape.dh && k.cudaGemm.call.a.batchStride === 0
+    );
+    // Q, K and V with their biases, and one gradient stored heads-major without one.
+    assert.equal(heads.filter((k) => k.cudaGemm!.call.epilogue).length, 3, dt);
+    for (const k of heads) {
+      const call = k.cudaGemm!.call;
+      // Head h: the weight's rows h·dh.. (stored [out, in], read transposed), D's head stride s·dh.
+      assert.deepEqual([call.m, call.k, call.b.batchStride, call.d.batchStride, call.d.ld], [
+        shape.s,
+        shape.heads * shape.dh,
+        call.b.trans ? shape.dh * call.b.ld : shape.dh,
+        shape.s * shape.dh,
+        shape.dh,
+      ]);
+      if (call.epilogue) assert.equal(call.epilogue.bias.batchStride, shape.dh);
+    }
+    if (!version) continue;
+    const feeds = randomFeeds(g, 9150, attentionInts(shape.s));
+    const ref = evaluate(g, feeds, { precision: "f32" });
+    const dir = await Deno.makeTempDir({ prefix: "bertfuse-lt-heads-" });
+    try {
+      const got = await runOnCpu(dir, c.plan, feeds, true);
+      assertMatchesReference(ref, Object.fromEntries(got), {
+        // The attention tests' bounds (cuda_attention_library.test.ts): f16 storage through softmax.
+        tol: dt === "f16" ? { rtol: 3e-2, atol: 3e-3 } : F32_TOL,
+        device: "cuda-on-cpu",
+        plan: `${c.plan.kernels.length} kernels`,
+        skip: (o) => o === "grad.k.bias",
+      });
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  }
+});
+
+/** nvcc's version line, or undefined where it is not installed. */
+async function nvcc(): Promise<string | undefined> {
+  try {
+    const out = await new Deno.Command(NVCC, { args: ["--version"], stdout: "piped", stderr: "piped" })
+      .output();
+    return out.success ? "nvcc" : undefined;
+  } catch {
+    return undefined;
+  }
+}
+const NVCC = Deno.env.get("NVCC") ?? "nvcc";
+const haveNvcc = await nvcc();
+
+Deno.test({
+  name: `f16 scratch: an epilogue that only loads f16 vectors compiles warning-free with nvcc${
+    haveNvcc ? "" : " (nvcc not found)"
+  }`,
+  ignore: !haveNvcc,
+  async fn() {
+    // f16 product, f32 residual, f32 output (BERT's word-embedding gradient): the kernel reads the
+    // scratch as four-half vectors and never builds one (bf_make_half4 unused, cuda_prelude.ts).
+    const body: Body = (m) =>
+      m.param("x", [64, 32], "zeros", "f16").matmul(m.param("w", [32, 64], "zeros", "f16")).cast("f32")
+        .add(m.param("r", [64, 64], "zeros", "f32"));
+    const c = compileGraph(graphOf("f16 scratch, f32 out", body, "f16", false), {
+      fuse: true,
+      emitters: { cuda: emitCUDA },
+    });
+    const e = gemmKernels(c.plan)[0].cudaGemm!.epilogue!;
+    assert.match(e.cuda.code, /bf_half4/, "vector loads of the f16 scratch");
+    const dir = await Deno.makeTempDir({ prefix: "bertfuse-lt-nvcc-" });
+    try {
+      await Deno.writeTextFile(`${dir}/k.cu`, e.cuda.code);
+      const out = await new Deno.Command(NVCC, {
+        args: [
+          "-arch=sm_90",
+          "-std=c++17",
+          "-Werror",
+          "all-warnings",
+          "-c",
+          `${dir}/k.cu`,
+          "-o",
+          `${dir}/k.o`,
+        ],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const log = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+      assert.ok(out.success && log.trim() === "", log);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
 });

@@ -1,8 +1,9 @@
 /**
  * cublasLtMatmul as its documentation defines it, in host C++ for the CPU shim (tests/util/cuda_cpu.ts):
  * column-major layouts (rows, cols, leading dimension, batch count and stride), TRANSA/TRANSB, alpha 1,
- * beta 0, f32 accumulation, and the BIAS epilogue (a vector over the library D's rows). The shim hands it the descriptors LtCall makes (runtime/cuda/lt_mapping.ts),
- * pointers swapped as LtCall swaps them, so a plan's library GEMMs on the shim check the row-major to
+ * beta 0, f32 accumulation, and the BIAS epilogue (a vector over the library D's rows, stepped per batch
+ * entry). The shim hands it the descriptors LtCall makes (runtime/cuda/lt_mapping.ts), pointers swapped
+ * as LtCall swaps them, so a plan's library GEMMs on the shim check the row-major to
  * column-major mapping end to end against the reference interpreter. Layouts whose shapes do not fit
  * the operation abort, as cuBLASLt refuses them (CUBLAS_STATUS_INVALID_VALUE).
  */
@@ -10,12 +11,13 @@ import { ltDescriptors, type LtLayout, type RowMajorGemm } from "../../runtime/c
 
 export const LT_CPU = String.raw`
 // For batch q: D(i,j) = sum_p op(A)(i,p) * op(B)(p,j), i < m, j < n; X(r,c) = X[q*stride + r + c*ld].
-// CUBLASLT_EPILOGUE_BIAS (bias != nullptr): bias[i] is added to row i of every column and batch entry
-// (BIAS_BATCH_STRIDE 0), in f32 before D's rounding; its length, nbias, must be D's rows.
+// CUBLASLT_EPILOGUE_BIAS (bias != nullptr): bias[q*sbias + i] is added to row i of every column of batch
+// entry q (BIAS_BATCH_STRIDE sbias), in f32 before D's rounding; its length, nbias, must be D's rows.
 template <typename TA, typename TB, typename TD, typename TBias>
 static void bf_lt_matmul(long m, long n, long k, bool ta, bool tb, const TA* A, long ar, long ac, long lda,
                          long ab, long sa, const TB* B, long br, long bc, long ldb, long bb, long sb, TD* D,
-                         long dr, long dc, long ldd, long db, long sd, const TBias* bias, long nbias) {
+                         long dr, long dc, long ldd, long db, long sd, const TBias* bias, long nbias,
+                         long sbias) {
   if ((ta ? ac : ar) != m || (ta ? ar : ac) != k || (tb ? bc : br) != k || (tb ? br : bc) != n || dr != m ||
       dc != n || lda < ar || ldb < br || ldd < dr || ab != bb || ab != db || (bias && nbias != dr)) {
     std::fprintf(stderr, "bf_lt_matmul: layouts do not fit m %ld n %ld k %ld\n", m, n, k);
@@ -30,7 +32,7 @@ static void bf_lt_matmul(long m, long n, long k, bool ta, bool tb, const TA* A, 
           const float b = bf_to_f32(B[q * sb + (tb ? j + p * ldb : p + j * ldb)]);
           acc += a * b;
         }
-        if (bias) acc += bf_to_f32(bias[i]);
+        if (bias) acc += bf_to_f32(bias[q * sbias + i]);
         bf_from_f32(acc, &D[q * sd + i + j * ldd]);
       }
 }
@@ -47,7 +49,9 @@ export function ltCallCpp(call: RowMajorGemm, a: string, b: string, d: string, b
     throw new Error(`ltCallCpp: a bias pointer ${bias ? "without" : "is needed for"} a BIAS epilogue`);
   }
   const layout = (l: LtLayout) => `${l.rows}, ${l.cols}, ${l.ld}, ${l.batch}, ${l.batch > 1 ? l.stride : 0}`;
-  const ep = lt.bias ? `${bias}, ${lt.bias.length}` : "static_cast<const float*>(nullptr), 0";
+  const ep = lt.bias
+    ? `${bias}, ${lt.bias.length}, ${lt.bias.batchStride}`
+    : "static_cast<const float*>(nullptr), 0, 0";
   return `bf_lt_matmul(${lt.m}, ${lt.n}, ${lt.k}, ${lt.transA}, ${lt.transB}, ${b}, ${layout(lt.a)}, ${a}, ${
     layout(lt.b)
   }, ${d}, ${layout(lt.d)}, ${ep});`;
