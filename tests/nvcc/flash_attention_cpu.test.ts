@@ -367,15 +367,21 @@ Deno.test({
   ignore: !nvcc,
   async fn() {
     const c: Case = { batch: 64, heads: 16, seq: 128, p: 0.1 };
-    const spec: FlashAttentionSpec = { ...specOf(c, 3), out: "f16" };
+    // As training uses them (f16 results, mask, dropout), and the plainest variant (f32, neither).
+    const specs: FlashAttentionSpec[] = [
+      { ...specOf(c, 3), out: "f16" },
+      { ...specOf(c, 3), mask: undefined, dropout: undefined },
+    ];
     const dir = await Deno.makeTempDir({ prefix: "bertfuse-flash-nvcc-" });
     try {
-      for (
-        const [name, k] of [["forward", flashForward(spec)], ["dq", flashBackwardDq(spec)], [
-          "dkdv",
-          flashBackwardDkDv(spec),
-        ]] as const
-      ) {
+      const kernels = specs.flatMap((spec, i) =>
+        [
+          [`forward${i}`, flashForward(spec)],
+          [`dq${i}`, flashBackwardDq(spec)],
+          [`dkdv${i}`, flashBackwardDkDv(spec)],
+        ] as const
+      );
+      for (const [name, k] of kernels) {
         const src = `${dir}/${name}.cu`;
         await Deno.writeTextFile(src, k.code);
         const out = await new Deno.Command(NVCC, {
