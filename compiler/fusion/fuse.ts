@@ -163,6 +163,12 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
     return bindingCount(g, [...k.roots, ...(extraRoot ? [id] : []), ...read], opts.maxBindingBytes);
   };
 
+  // A view is computed in each reader, which then binds what it reads instead of it (a cheap product of a
+  // buffer and a scalar binds both): each reader must stay within the target's bindings.
+  const viewFits = (id: NodeId, readerKernels: ReadonlySet<number>): boolean =>
+    opts.maxBindings === undefined ||
+    [...readerKernels].every((k) => bindingsAfterJoin(kernels[k], id, false) <= opts.maxBindings!);
+
   const newKernel = (id: NodeId): void => {
     const n = nodes[id];
     const k: FusedKernel = {
@@ -201,7 +207,7 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
       (inline[id] || readerKernels.size === 0 ||
         (opts.fuse
           ? ((isMovement(n.op) || n.op === "cast") && n.op !== "concat" && n.op !== "pad" ||
-            cheapOverBuffer(id)) && readerKernels.size > 1
+            cheapOverBuffer(id)) && readerKernels.size > 1 && viewFits(id, readerKernels)
           : n.op === "reshape" || n.op === "broadcast")); // unfused: views as in eager frameworks
     if (isView) {
       // Each reader folds the index math in (views of a node read by several kernels make it a buffer).
