@@ -50,7 +50,8 @@ import {
   signedFloat,
   type UnarySpelling,
 } from "./c_halves.ts";
-import { immutableLets, interchange, isUniform } from "./c_interchange.ts";
+import { sharePhiloxBlocks, sumTerms } from "./c_philox.ts";
+import { immutableLets, interchange, isUniform, stride } from "./c_interchange.ts";
 import { clampUnprovenLoads } from "./cuda_bounds.ts";
 import { CudaNamer } from "./cuda_names.ts";
 import { scalarize } from "./cuda_scalarize.ts";
@@ -78,7 +79,7 @@ const MAX_SIMD_ACCUMULATORS = 4;
 /** Legalizes and spells `k` for the CPU. */
 export function emitC(k: Kernel): TargetKernel {
   let kernel = boolStorageToU32(k);
-  kernel = scalarize(clampUnprovenLoads(kernel).kernel);
+  kernel = sharePhiloxBlocks(scalarize(clampUnprovenLoads(kernel).kernel));
   const legal: Legal = { kernel, grid: [kernel.workgroups, 1, 1], guard: null };
   return { code: new Speller(legal).kernel(), grid: legal.grid, workgroupSize: kernel.workgroupSize };
 }
@@ -172,6 +173,7 @@ function gidGuard(body: readonly KStmt[]): { n: number; body: readonly KStmt[] }
 function simdLoop(
   s: Extract<KStmt, { k: "for" }>,
   typeOf: (name: string) => KType | undefined,
+  lets: ReadonlyMap<string, KExpr>,
 ): Map<string, "add" | "max"> | undefined {
   if (s.step.k !== "lit" || s.step.v !== 1) return undefined;
   const inner = new Set<string>();
@@ -181,25 +183,31 @@ function simdLoop(
     forEachExpr(e, (y) => (found ||= y.k === "ref" && y.name === name));
     return found;
   };
-  // Binding -> the index its one store writes (as data, to compare with the loads' indices).
-  const stored = new Map<string, string>();
+  // Binding -> the indices its stores write (as data, to compare with the loads' indices).
+  const stored = new Map<string, KExpr[]>();
   let ok = true;
   visitStmts(s.body, (x) => {
     if (x.k === "let") inner.add(x.name);
     if (x.k === "sstore" || x.k === "for" || x.k === "barrier" || x.k === "wg_reduce") ok = false;
     if (x.k !== "store") return;
-    const i = x.index;
-    const isV = (y: KExpr) => y.k === "ref" && y.name === s.v;
+    if (!stored.has(x.buf)) stored.set(x.buf, []);
+    stored.get(x.buf)!.push(x.index);
+  });
+  const isV = (y: KExpr) => y.k === "ref" && y.name === s.v;
+  for (const indices of stored.values()) {
+    const i = indices[0];
     const perIteration = isV(i) ||
       (i.k === "bin" && i.op === "add" && ((isV(i.b) && !reads(i.a, s.v)) || (isV(i.a) && !reads(i.b, s.v))));
-    if (!perIteration || stored.has(x.buf)) ok = false;
-    stored.set(x.buf, JSON.stringify(i));
-  });
-  // A stored binding may be loaded only at the element the same iteration stores (an update in place,
+    if (!(indices.length === 1 && perIteration) && !disjointBlocks(indices, s.v, lets)) ok = false;
+  }
+  // A stored binding may be loaded only at an element the same iteration stores (an update in place,
   // compiler/stages/in_place_updates.ts): each lane then reads its own element before writing it.
+  const storedAt = new Map([...stored].map(([b, is]) => [b, new Set(is.map((i) => JSON.stringify(i)))]));
   visitExprs(
     s.body,
-    (e) => (ok &&= e.k !== "load" || !stored.has(e.buf) || stored.get(e.buf) === JSON.stringify(e.index)),
+    (
+      e,
+    ) => (ok &&= e.k !== "load" || !storedAt.has(e.buf) || storedAt.get(e.buf)!.has(JSON.stringify(e.index))),
   );
   if (!ok) return undefined;
   visitStmts(s.body, (x) => {
@@ -225,6 +233,26 @@ function simdLoop(
   // Many accumulators (a GEMM template's register micro-tile over a short k-tile) would each need a
   // vector and a horizontal sum per loop: there the loop over threads vectorizes better, so leave it.
   return ok && acc.size <= MAX_SIMD_ACCUMULATORS ? acc : undefined;
+}
+
+/**
+ * Whether the stores of one binding at `indices` write, in each iteration of a loop over `v`, a block of
+ * its own: `base + k` with the same base terms for all, the base moving by c >= 2 per iteration and the
+ * literal offsets k distinct in [0, c) (a four-lane vector stored lane by lane after scalarize).
+ */
+function disjointBlocks(indices: readonly KExpr[], v: string, lets: ReadonlyMap<string, KExpr>): boolean {
+  const c = stride(indices[0], v, lets);
+  if (!Number.isInteger(c) || c < 2 || indices.length > c) return false;
+  const base = JSON.stringify(sumTerms(indices[0]).terms);
+  const ks = new Set<number>();
+  for (const i of indices) {
+    const { terms, k } = sumTerms(i);
+    if (JSON.stringify(terms) !== base || stride(i, v, lets) !== c || k < 0 || k >= c || ks.has(k)) {
+      return false;
+    }
+    ks.add(k);
+  }
+  return true;
 }
 
 function countSets(body: readonly KStmt[], name: string): number {
@@ -531,7 +559,7 @@ class Speller extends HalfInF32Speller<CHelper> {
    * array element, which a reduction clause cannot name).
    */
   protected override stmt(s: Exclude<KStmt, Reduce>): void {
-    const red = s.k === "for" ? simdLoop(s, (n) => this.localType.get(n)) : undefined;
+    const red = s.k === "for" ? simdLoop(s, (n) => this.localType.get(n), this.lets) : undefined;
     if (s.k !== "for" || !red) return super.stmt(s);
     const temps = [...red].map(([name, op]) => {
       const temp = `bf_acc${this.temps++}`;
