@@ -61,7 +61,15 @@ export interface FlashAttentionSpec {
   readonly o: FlashOperand;
   readonly dO?: FlashOperand;
   /** The additive mask per key: f32, element (b, j) at offset + b·batch + j. */
-  readonly mask?: { readonly offset: number; readonly batch: number };
+  readonly mask?: {
+    readonly offset: number;
+    readonly batch: number;
+    /**
+     * An i32 mask computed on load as (f32(m) - sub)·mul, BERT's (m - 1)·10000 from the 0/1 attention
+     * mask (models/bert.ts), in the graph's order of operations; absent: the buffer holds f32 values.
+     */
+    readonly fromInt?: { readonly sub: number; readonly mul: number };
+  };
   /** Dropout of the probabilities: drop probability and the random_uniform's stream; seed and step are read from a u32[2] binding. */
   readonly dropout?: { readonly p: number; readonly stream: number };
   /** Type of the stored results (O forward; dQ, dK, dV backward); L is always f32. */
@@ -235,8 +243,16 @@ const head = (s: FlashAttentionSpec, rows: number) =>
     s.dropout ? "\n  const unsigned int seed = rng[0], step = rng[1];" : ""
   }`;
 
-const maskOf = (s: FlashAttentionSpec, key: string) =>
-  s.mask ? ` + mask[${s.mask.offset} + b * ${s.mask.batch} + (${key})]` : "";
+const maskOf = (s: FlashAttentionSpec, key: string) => {
+  if (!s.mask) return "";
+  const m = `mask[${s.mask.offset} + b * ${s.mask.batch} + (${key})]`;
+  const i = s.mask.fromInt;
+  return i ? ` + (static_cast<float>(${m}) - ${f32(i.sub)}) * ${f32(i.mul)}` : ` + ${m}`;
+};
+
+/** The mask's kernel parameter line. */
+const maskParam = (s: FlashAttentionSpec) =>
+  s.mask ? `\n    const ${s.mask.fromInt ? "int" : "float"}* __restrict__ mask,` : "";
 
 /** The forward kernel: O and L. Parameters: q, k, v, [mask], [rng], o, lse. */
 export function flashForward(s: FlashAttentionSpec): FlashKernel {
@@ -248,9 +264,9 @@ export function flashForward(s: FlashAttentionSpec): FlashKernel {
     s.dropout ? `, dropout ${s.dropout.p} (stream ${s.dropout.stream})` : ""
   } (compiler/lower/flash_attention.ts).
 extern "C" __global__ void __launch_bounds__(${THREADS}) bf_kernel(
-    const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,${
-    s.mask ? "\n    const float* __restrict__ mask," : ""
-  }${s.dropout ? "\n    const unsigned int* __restrict__ rng," : ""}
+    const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,${maskParam(s)}${
+    s.dropout ? "\n    const unsigned int* __restrict__ rng," : ""
+  }
     ${outT}* __restrict__ o, float* __restrict__ lse) {
   __align__(16) __shared__ __half qs[${FLASH_ROWS}][${PAD}];
   __align__(16) __shared__ __half ks[${FLASH_ROWS}][${PAD}];
@@ -373,9 +389,9 @@ const backwardParams = (s: FlashAttentionSpec, out: readonly string[]) => [
 const backwardSignature = (s: FlashAttentionSpec, out: readonly string[]) => {
   const outT = s.out === "f16" ? "__half" : "float";
   return `extern "C" __global__ void __launch_bounds__(${THREADS}) bf_kernel(
-    const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,${
-    s.mask ? "\n    const float* __restrict__ mask," : ""
-  }${s.dropout ? "\n    const unsigned int* __restrict__ rng," : ""}
+    const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,${maskParam(s)}${
+    s.dropout ? "\n    const unsigned int* __restrict__ rng," : ""
+  }
     const __half* __restrict__ o, const __half* __restrict__ dO, const float* __restrict__ lse,
     ${out.map((n) => `${outT}* __restrict__ ${n}`).join(", ")}) {
   __align__(16) __shared__ __half qs[${FLASH_ROWS}][${PAD}];

@@ -13,6 +13,7 @@ import { ModelBuilder, type Tensor } from "../../dsl/mod.ts";
 import { dropout, logSumExp, softmax } from "../../dsl/nn.ts";
 import { differentiate, GRAD_PREFIX } from "../../compiler/passes/autodiff.ts";
 import { uniformAt } from "../../numeric/philox.ts";
+import { MASK_VALUE } from "../../models/bert.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { decodeF16, encodeF16 } from "../../numeric/half.ts";
@@ -39,6 +40,8 @@ interface Case {
   p: number;
   /** Type of O and of the gradients (default f32). */
   out?: "f16" | "f32";
+  /** The mask as BERT's graph makes it: a 0/1 i32 input, (m - 1)·10000 on load (default: an f32 input). */
+  intMask?: boolean;
 }
 
 /** BERT's layout: heads of [B, S, H, 64] rows. */
@@ -65,7 +68,7 @@ function specOf(c: Case, stream: number): FlashAttentionSpec {
     dQ: x,
     dK: x,
     dV: x,
-    mask: { offset: 0, batch: c.seq },
+    mask: { offset: 0, batch: c.seq, fromInt: c.intMask ? { sub: 1, mul: -MASK_VALUE } : undefined },
     dropout: c.p > 0 ? { p: c.p, stream } : undefined,
     out: c.out ?? "f32",
   };
@@ -79,7 +82,14 @@ function attentionGraph(c: Case): { g: Graph; stream: number } {
   const q = heads(m.param("q", shape, "zeros"));
   const k = heads(m.param("k", shape, "zeros"));
   const v = heads(m.param("v", shape, "zeros"));
-  const mask = m.input("mask", "f32", [c.batch, 1, 1, c.seq]);
+  const mask = c.intMask
+    ? m.input("mask", "i32", [c.batch, c.seq]).cast("f32").sub(1).mul(-MASK_VALUE).reshape([
+      c.batch,
+      1,
+      1,
+      c.seq,
+    ])
+    : m.input("mask", "f32", [c.batch, 1, 1, c.seq]);
   const key = m.input("key", "u32", [2]);
   const scores = q.matmul(k, { transposeB: true }).mul(1 / Math.sqrt(D));
   const probs = dropout(softmax(scores, -1, mask), c.p, c.p > 0 ? key : undefined);
@@ -102,7 +112,7 @@ function randomFeeds(c: Case, seed: number): Feeds {
   // Some padded keys per sequence (BERT's -10000), never all of them.
   const mask = Float64Array.from(
     { length: c.batch * c.seq },
-    (_, i) => (i % c.seq) > 8 && r.uniform() < 0.2 ? -10000 : 0,
+    (_, i) => (i % c.seq) > 8 && r.uniform() < 0.2 ? (c.intMask ? 0 : MASK_VALUE) : (c.intMask ? 1 : 0),
   );
   return {
     q: half(1.5),
@@ -114,12 +124,12 @@ function randomFeeds(c: Case, seed: number): Feeds {
   };
 }
 
-const C_TYPE: Record<string, string> = { f16: "__half", f32: "float", u32: "unsigned int" };
+const C_TYPE: Record<string, string> = { f16: "__half", f32: "float", u32: "unsigned int", i32: "int" };
 
 /** Runs kernels on the shim; buffers by name with their type and contents (undefined: an output). */
 async function runKernels(
   kernels: readonly FlashKernel[],
-  buffers: Record<string, { type: "f16" | "f32" | "u32"; n: number; data?: ArrayLike<number> }>,
+  buffers: Record<string, { type: "f16" | "f32" | "u32" | "i32"; n: number; data?: ArrayLike<number> }>,
   outputs: readonly string[],
 ): Promise<Record<string, Float64Array>> {
   const names = Object.keys(buffers);
@@ -145,9 +155,13 @@ async function runKernels(
   ].join("\n");
   const chunks = inputs.map((b) => {
     const { type, data } = buffers[b];
-    return type === "f16"
-      ? new Uint8Array(encodeF16(data!).buffer)
-      : new Uint8Array((type === "f32" ? Float32Array.from(data!) : Uint32Array.from(data!)).buffer);
+    return type === "f16" ? new Uint8Array(encodeF16(data!).buffer) : new Uint8Array(
+      (type === "f32"
+        ? Float32Array.from(data!)
+        : type === "i32"
+        ? Int32Array.from(data!)
+        : Uint32Array.from(data!)).buffer,
+    );
   });
   const stdin = new Uint8Array(chunks.reduce((a, x) => a + x.length, 0));
   let at = 0;
@@ -198,6 +212,7 @@ const CASES: Case[] = [
   { batch: 1, heads: 2, seq: 128, p: 0.1 },
   { batch: 1, heads: 1, seq: 128, p: 0 },
   { batch: 1, heads: 2, seq: 128, p: 0.1, out: "f16" },
+  { batch: 2, heads: 1, seq: 64, p: 0.1, out: "f16", intMask: true },
 ];
 
 function buffersOf(c: Case, f: Feeds) {
@@ -206,7 +221,7 @@ function buffersOf(c: Case, f: Feeds) {
     q: { type: "f16" as const, n, data: f.q },
     k: { type: "f16" as const, n, data: f.k },
     v: { type: "f16" as const, n, data: f.v },
-    mask: { type: "f32" as const, n: c.batch * c.seq, data: f.mask },
+    mask: { type: c.intMask ? "i32" as const : "f32" as const, n: c.batch * c.seq, data: f.mask },
     rng: { type: "u32" as const, n: 2, data: f.key },
   };
 }
@@ -216,7 +231,7 @@ for (const c of CASES) {
     name:
       `flash attention forward on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p} ${
         c.out ?? "f32"
-      }${version ? "" : ` (${CXX} not found)`}`,
+      }${c.intMask ? " i32 mask" : ""}${version ? "" : ` (${CXX} not found)`}`,
     ignore: !version,
     async fn() {
       const { g, stream } = attentionGraph(c);
@@ -245,7 +260,7 @@ for (const c of CASES) {
     name:
       `flash attention backward on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p} ${
         c.out ?? "f32"
-      }${version ? "" : ` (${CXX} not found)`}`,
+      }${c.intMask ? " i32 mask" : ""}${version ? "" : ` (${CXX} not found)`}`,
     ignore: !version,
     async fn() {
       const { g, stream } = attentionGraph(c);
