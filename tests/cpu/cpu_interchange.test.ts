@@ -89,6 +89,21 @@ const CASES: {
     ints: { rng_key: (r) => r.u32() },
   },
   {
+    name: "a loop-invariant exp of a step counter (an optimizer's bias correction) hoisted out of the loops",
+    graph: () => {
+      const m = new ModelBuilder("invariant-exp");
+      const w = m.input("w", "f32", [300, 64]);
+      const step = m.input("step", "f32", [1]);
+      const y = w.mul(step.mul(-0.1).exp().neg().add(1).reciprocal());
+      m.output("y", y);
+      m.output("n", y.square().sum(-1, false));
+      return m.graph;
+    },
+    swapped: false,
+    // The exp comes before the (only) thread loop, so it is computed once per workgroup.
+    expect: [/= expf\([\s\S]*for \(int lid/],
+  },
+  {
     name: "softmax over rows of 5000 (longer than a workgroup: block-strided loops)",
     graph: () => {
       const m = new ModelBuilder("long-softmax");
