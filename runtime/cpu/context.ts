@@ -1,8 +1,14 @@
 /**
  * Opening the CPU backend: the C compiler (required; cc.ts) and OpenBLAS (optional; blas.ts: without it
- * GEMMs run as the template kernel, with one warning line per process). OpenMP's idle threads are told to
- * sleep rather than spin (OMP_WAIT_POLICY=passive, unless the user set it) before libgomp is loaded, so
- * they do not compete for the cores with OpenBLAS's threads between kernels.
+ * GEMMs run as the template kernel, with one warning line per process).
+ *
+ * OpenMP's wait policy: with OpenBLAS's OpenMP build (one libgomp thread pool for GEMMs and kernels) or
+ * no BLAS, libgomp's default: an idle thread spins a while (GOMP_SPINCOUNT) before it sleeps, so the next
+ * kernel, microseconds later, finds it awake. Told to sleep at once (OMP_WAIT_POLICY=passive), each of a
+ * step's ~120 kernels paid a futex wake-up of its second thread: the BERT-tiny training step took 72-86
+ * ms against 44-47 ms (same machine, same minutes). Only OpenBLAS's pthread build, whose own pool would
+ * compete with ours for the cores between kernels, gets the passive policy, set before libgomp is loaded
+ * (by the first kernel library then). A policy the user set is kept.
  */
 import { openBlas } from "./blas.ts";
 import { findCompiler } from "./cc.ts";
@@ -23,14 +29,16 @@ function cpuModel(): string {
 /** The CPU backend's context; throws CpuUnavailableError (one line) without a C compiler. */
 export function openCpu(): CpuContext {
   const cc = findCompiler();
-  try {
-    if (Deno.env.get("OMP_WAIT_POLICY") === undefined) Deno.env.set("OMP_WAIT_POLICY", "passive");
-  } catch {
-    // no --allow-env: libgomp's default
-  }
   const threads = navigator.hardwareConcurrency || 1;
   const blas = openBlas();
   const found = "lib" in blas ? blas : undefined;
+  if (found && !/\bUSE_OPENMP\b/.test(found.config)) {
+    try {
+      if (Deno.env.get("OMP_WAIT_POLICY") === undefined) Deno.env.set("OMP_WAIT_POLICY", "passive");
+    } catch {
+      // no --allow-env: libgomp's default
+    }
+  }
   if (!found && !warned) {
     warned = true;
     console.error(`warning: ${(blas as { missing: string }).missing}; GEMMs run as the C template kernel`);
