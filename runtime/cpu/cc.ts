@@ -20,6 +20,10 @@ export const CC_FLAGS: readonly string[] = [
   "-shared",
   "-fPIC",
   "-std=gnu11",
+  // Never unmapped (nor libgomp, which it holds): libgomp's idle threads spin in libgomp's code for a
+  // while after each kernel, and a library unloaded at process exit under a spinning thread crashed the
+  // exit (SIGSEGV, exit status 139).
+  "-Wl,-z,nodelete",
 ];
 
 /** Bumped when the key's composition or the library ABI changes. */
