@@ -6,6 +6,8 @@
  *   operands: the CUDA-core rate, since compute type 32F excludes TF32), its operands' bytes (D in its own
  *   dtype, a BIAS epilogue's vector); then, if it has one, the epilogue kernel: the scratch product (f32 or
  *   f16/bf16) read back plus the kernel's other traffic, a second launch;
+ * - a flash-attention kernel (kind "flash-attention"): its tensor-core FLOPs at the tensor-core rate, its
+ *   operands' bytes (compiler/lower/flash_attention.ts flashCosts);
  * - every other kernel (the template GEMM included: it has no mma instruction): the plan's FLOP count at the
  *   CUDA-core rate times the template fraction, and its bytes read and written (kernel_cost.ts);
  * - a kernel (or epilogue) launching fewer threads than the profile's `saturatingThreads` gets the rates
@@ -16,7 +18,13 @@
 import type { Plan, PlanGemm, PlanGemmOperand, PlanKernel, TargetKernel } from "../plan/plan.ts";
 import type { DeviceProfile } from "./targets/h100.ts";
 
-export type Route = "cuBLASLt" | "cuBLASLt+epilogue" | "template GEMM" | "kernel" | "copy";
+export type Route =
+  | "cuBLASLt"
+  | "cuBLASLt+epilogue"
+  | "template GEMM"
+  | "flash attention"
+  | "kernel"
+  | "copy";
 
 export interface KernelPrediction {
   readonly name: string;
@@ -84,6 +92,18 @@ export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPredi
       bytes: io.a + io.b + io.d + epBytes,
       seconds: call.seconds + ep.seconds,
       bound: call.bound,
+    };
+  }
+  if (k.kind === "flash-attention") {
+    // Its mma.sync FLOPs at the tensor-core rate (flash_attention.ts flashCosts: exp and Philox on CUDA
+    // cores are not counted), its operands' bytes once.
+    const bytes = k.bytesRead + k.bytesWritten;
+    const rate = p.tensorPeak * p.tensorFraction;
+    return {
+      route: "flash attention",
+      flops: k.flops,
+      bytes,
+      ...roofline(p, k.flops, rate, bytes, occupancy(p, k.cuda)),
     };
   }
   const route = k.kind === "matmul" ? "template GEMM" : "kernel";

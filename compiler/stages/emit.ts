@@ -32,7 +32,30 @@ export const emitStage: Stage<KernelState> = {
     const gemmOf = s.gemmOf ?? new Map();
     const { wgsl, cuda, c } = s.options.emitters;
     const render = (emit: Emitter, k: Kernel) => emit({ ...k, about: [] });
-    const planKernels: PlanKernel[] = kernels.map((k, i) => {
+    const flash = s.flash ?? new Map();
+    // Kernels flash attention replaced without taking their index are launched by no step: left out, and
+    // the steps renumbered (only then; otherwise every kernel is emitted as before).
+    const launched = new Set(schedule.steps.flatMap((st) => (st.op === "launch" ? [st.kernel] : [])));
+    const emitted = kernels.map((_, i) => i).filter((i) => flash.size === 0 || launched.has(i));
+    const indexOf = new Map(emitted.map((k, i) => [k, i]));
+    const steps = flash.size === 0
+      ? schedule.steps
+      : schedule.steps.map((st) => (st.op === "launch" ? { ...st, kernel: indexOf.get(st.kernel)! } : st));
+    const planKernels: PlanKernel[] = emitted.map((i) => {
+      const k = kernels[i];
+      const fl = flash.get(i);
+      if (fl) {
+        // Written as CUDA C directly (compiler/lower/flash_attention.ts); the stage runs for CUDA alone.
+        const { cuda: code, ...cost } = fl;
+        return {
+          name: k.name,
+          kind: "flash-attention",
+          bindings: planBindings(k),
+          about: k.about,
+          ...cost,
+          cuda: code,
+        };
+      }
       const lib = gemmOf.get(i);
       const epi = lib?.epilogue;
       return {
@@ -81,7 +104,7 @@ export const emitStage: Stage<KernelState> = {
       params: schedule.params,
       outputs: schedule.outputs,
       kernels: planKernels,
-      steps: schedule.steps,
+      steps,
       updates: schedule.updates,
     };
     return { ...s, plan };

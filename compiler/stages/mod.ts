@@ -7,6 +7,7 @@ import type { Stage, StageLevel } from "../pipeline.ts";
 import { buffersStage } from "./buffers.ts";
 import { columnSumsStage } from "./column_sums.ts";
 import { emitStage } from "./emit.ts";
+import { flashAttentionStage } from "./flash_attention.ts";
 import { attentionStage, consumerStage, fusionStage, siblingStage } from "./fusion.ts";
 import { inPlaceUpdatesStage } from "./in_place_updates.ts";
 import { legalizeStage } from "./legalize.ts";
@@ -40,6 +41,7 @@ export const PLAN_STAGES: readonly Stage<KernelState>[] = [
   libraryCallsStage,
   scheduleStage,
   inPlaceUpdatesStage,
+  flashAttentionStage,
   memoryStage,
   legalizeStage,
   emitStage,

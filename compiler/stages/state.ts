@@ -95,6 +95,17 @@ export interface SharedSources {
   readonly epilogues: readonly number[];
 }
 
+/**
+ * A kernel whose CUDA source is written directly rather than rendered from its (empty-bodied) kernel IR,
+ * with the traffic and work its IR cannot count: the flash-attention kernels (stages/flash_attention.ts).
+ */
+export interface FlashOverride {
+  readonly cuda: TargetKernel;
+  readonly flops: number;
+  readonly bytesRead: number;
+  readonly bytesWritten: number;
+}
+
 export interface KernelState {
   /** The graph after the graph passes, which the plan executes. */
   readonly graph: Graph;
@@ -115,6 +126,8 @@ export interface KernelState {
   readonly gemmOf?: ReadonlyMap<number, LibraryGemm>;
   readonly gemms?: readonly GemmDecision[];
   readonly schedule?: Schedule;
+  /** Kernels replaced by flash attention (CUDA only), by kernel index; emit renders them from these. */
+  readonly flash?: ReadonlyMap<number, FlashOverride>;
   /** Update buffers written over what they update (in-place-updates stage): value buffer -> its target. */
   readonly aliasOf?: ReadonlyMap<number, number>;
   readonly memory?: MemoryLayout;

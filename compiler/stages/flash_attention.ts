@@ -1,0 +1,270 @@
+/**
+ * Flash attention on CUDA for training (issue 16 item 3), for the cuda-sm90 profile only and only where a
+ * plan is compiled for CUDA alone (the kernels exist only as CUDA C): each self-attention the matcher finds
+ * (compiler/lower/flash_match.ts) that flashIneligible allows has its forward kernels (Q·Kᵀ, softmax with
+ * dropout, P·V) replaced by one flash forward writing O and the f32 row logsumexp (a new buffer), and its
+ * backward kernels (dP, dV, softmax backward, dQ, dK) by the dK/dV and dQ kernels. The forward takes the
+ * P·V kernel's index, the backward ones the dV and dQ GEMMs' (the kernel list stays aligned with fusion's;
+ * the other replaced kernels are no longer launched and emit leaves them out). The step program is
+ * rewritten so the memory plan that follows keeps Q, K, V, O, the mask and the logsumexp alive into the
+ * backward and no longer sees the probabilities. Refused where a replaced kernel computes or writes
+ * anything the rest of the plan reads besides O, dQ, dK and dV.
+ */
+import { numel } from "../../ir/dtype.ts";
+import type { NodeId } from "../../ir/mod.ts";
+import type { PlanStep } from "../../plan/plan.ts";
+import type { KBinding, Kernel } from "../kernel_ir/ir.ts";
+import {
+  type FlashAttentionSpec,
+  flashBackwardDkDv,
+  flashBackwardDq,
+  flashCosts,
+  flashForward,
+  flashIneligible,
+  type FlashKernel,
+} from "../lower/flash_attention.ts";
+import { findFlashSites, type FlashSite } from "../lower/flash_match.ts";
+import type { Stage } from "../pipeline.ts";
+import { type FlashOverride, type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
+
+const NAME = "flash-attention";
+
+export const flashAttentionStage: Stage<KernelState> = {
+  name: NAME,
+  about:
+    "cuda-sm90 training: each self-attention's 8 kernels become 3 flash-attention kernels (no probabilities stored)",
+  run: (s, ctx) => {
+    const e = s.options.emitters;
+    if (s.options.profile?.name !== "cuda-sm90" || !e.cuda || e.wgsl || e.c || !s.fusing) return s;
+    const fusion = need(s.fusion, "the fusion", NAME);
+    const bufferOfNode = need(s.bufferOfNode, "buffers", NAME);
+    const schedule = need(s.schedule, "the schedule", NAME);
+    const log = (m: string) => ctx.flags.level >= 3 && console.error(`flash-attention: ${m}`);
+    const { sites, refused } = findFlashSites({
+      graph: s.graph,
+      materialized: (id) => fusion.materialized.has(id),
+      storedType: (id) => storedTypeOf(s, id),
+    });
+    refused.forEach(log);
+    const buffers: StateBuffer[] = [...need(s.buffers, "buffers", NAME)];
+    const kernels: Kernel[] = [...need(s.kernels, "lowered kernels", NAME)];
+    const flash = new Map<number, FlashOverride>();
+    const dropped = new Set<number>();
+    const placed = new Map<number, number[]>(); // step index -> kernels launched there instead
+    const stepOf = new Map<number, number>();
+    schedule.steps.forEach((st, i) => st.op === "launch" && stepOf.set(st.kernel, i));
+    const buf = (id: NodeId) => bufferOfNode.get(id)!;
+    for (const site of sites) {
+      const plan = planSite(
+        s,
+        site,
+        kernels,
+        schedule.steps,
+        stepOf,
+        new Set([...dropped, ...flash.keys()]),
+        buf,
+      );
+      if (typeof plan === "string") {
+        log(`%${site.o}: ${plan}`);
+        continue;
+      }
+      const lse: StateBuffer = {
+        id: buffers.length,
+        name: `%${site.o} flash_logsumexp`,
+        dtype: "f32",
+        shape: [site.spec.batch, site.spec.heads, site.spec.seqQ],
+        bytes: 4 * site.spec.batch * site.spec.heads * site.spec.seqQ,
+        role: "activation",
+      };
+      buffers.push(lse);
+      const costs = flashCosts(site.spec);
+      // The results are the kernel's last parameters: O and L (forward), dK and dV, dQ.
+      const bindingsOf = (fk: FlashKernel, results: number) =>
+        fk.params.map((name, i): KBinding => {
+          const id = bindingBuffer(site, name, lse.id, buf);
+          const b = buffers[id];
+          return {
+            name,
+            buffer: id,
+            t: b.dtype === "bool" ? "u32" : b.dtype,
+            access: i >= fk.params.length - results ? "write" : "read",
+            elements: numel(b.shape),
+          };
+        });
+      const make = (
+        at: number,
+        what: string,
+        fk: FlashKernel,
+        results: number,
+        cost: (typeof costs)[number],
+      ) => {
+        const old = kernels[at];
+        kernels[at] = {
+          name: old.name.replace(/^(k\d+)_.*$/, `$1_flash_${what}`),
+          kind: "attention",
+          bindings: bindingsOf(fk, results),
+          shared: [],
+          workgroupSize: fk.workgroupSize,
+          workgroups: fk.grid[0],
+          body: [],
+          about: [
+            `flash attention ${what} (compiler/lower/flash_attention.ts), head dim 64, ${site.spec.batch}×${site.spec.heads} heads, sequence ${site.spec.seqQ}${
+              site.spec.dropout ? `, dropout ${site.spec.dropout.p}` : ""
+            }`,
+            `replaces ${[...plan.forward, ...plan.backward].map((k) => s.kernels![k].name).join(", ")}`,
+            ...bindingsOf(fk, results).map((b, i) => `binding ${i} (${b.access}): ${buffers[b.buffer].name}`),
+          ],
+          usesF16: true,
+        };
+        flash.set(at, {
+          cuda: { code: fk.code, grid: fk.grid, workgroupSize: fk.workgroupSize },
+          flops: cost.flops,
+          bytesRead: cost.bytesRead,
+          bytesWritten: cost.bytesWritten,
+        });
+        dropped.delete(at);
+      };
+      for (const k of [...plan.forward, ...plan.backward]) dropped.add(k);
+      make(plan.fwdAt, "forward", flashForward(site.spec), 2, costs[0]);
+      make(plan.dkdvAt, "backward_dk_dv", flashBackwardDkDv(site.spec), 2, costs[2]);
+      make(plan.dqAt, "backward_dq", flashBackwardDq(site.spec), 1, costs[1]);
+      placed.set(plan.fwdStep, [plan.fwdAt]);
+      placed.set(plan.bwdStep, [plan.dkdvAt, plan.dqAt]);
+      log(`%${site.o}: ${plan.forward.length + plan.backward.length} kernels -> 3`);
+    }
+    if (flash.size === 0) return s;
+    const steps: PlanStep[] = [];
+    const access: { reads: number[]; writes: number[] }[] = [];
+    schedule.steps.forEach((st, i) => {
+      const instead = placed.get(i);
+      if (instead) {
+        for (const k of instead) {
+          steps.push({ op: "launch", kernel: k });
+          const bs = kernels[k].bindings;
+          access.push({
+            reads: bs.filter((b) => b.access !== "write").map((b) => b.buffer),
+            writes: bs.filter((b) => b.access !== "read").map((b) => b.buffer),
+          });
+        }
+        return;
+      }
+      if (st.op === "launch" && (dropped.has(st.kernel) || flash.has(st.kernel))) return;
+      steps.push(st);
+      access.push({ reads: [...schedule.access[i].reads], writes: [...schedule.access[i].writes] });
+    });
+    const gone = new Set([...dropped, ...flash.keys()]);
+    const gemmOf = s.gemmOf && new Map([...s.gemmOf].filter(([k]) => !gone.has(k)));
+    const goneNames = new Set([...gone].map((k) => s.kernels![k].name));
+    const gemms = s.gemms?.filter((d) => !goneNames.has(d.kernel));
+    return {
+      ...s,
+      buffers,
+      kernels,
+      ...(gemmOf ? { gemmOf } : {}),
+      ...(gemms ? { gemms } : {}),
+      flash,
+      schedule: { ...schedule, steps, access },
+    };
+  },
+  skip: (s) => s,
+};
+
+function bindingBuffer(site: FlashSite, name: string, lse: number, buf: (id: NodeId) => number): number {
+  const node: Record<string, NodeId | undefined> = {
+    q: site.q,
+    k: site.k,
+    v: site.v,
+    mask: site.mask,
+    rng: site.rng,
+    o: site.o,
+    dO: site.dO,
+    dq: site.dQ,
+    dk: site.dK,
+    dv: site.dV,
+  };
+  if (name === "lse") return lse;
+  const id = node[name];
+  if (id === undefined) throw new Error(`internal: flash kernel parameter '${name}' has no buffer`);
+  return buf(id);
+}
+
+interface SitePlan {
+  readonly forward: number[];
+  readonly backward: number[];
+  readonly fwdAt: number;
+  readonly dkdvAt: number;
+  readonly dqAt: number;
+  readonly fwdStep: number;
+  readonly bwdStep: number;
+}
+
+/** Which kernels a site replaces and where its kernels run, or why it cannot be replaced. */
+function planSite(
+  s: KernelState,
+  site: FlashSite,
+  kernels: readonly Kernel[],
+  steps: readonly PlanStep[],
+  stepOf: ReadonlyMap<number, number>,
+  taken: ReadonlySet<number>,
+  buf: (id: NodeId) => number,
+): SitePlan | string {
+  const why = flashIneligible(site.spec);
+  if (why) return why;
+  const fusion = s.fusion!;
+  const kernelsOf = (nodes: ReadonlySet<NodeId>) =>
+    [...new Set([...nodes].map((n) => fusion.kernelOf[n]).filter((k) => k >= 0))].sort((a, b) => a - b);
+  const forward = kernelsOf(site.forward), backward = kernelsOf(site.backward);
+  const all = [...forward, ...backward];
+  if (new Set(all).size !== all.length) return "a kernel computes both forward and backward values";
+  if (all.some((k) => taken.has(k) || !stepOf.has(k))) {
+    return "a kernel is shared with another site or not launched";
+  }
+  // Every member of a replaced kernel is the attention's own, and what it writes is read by no other step
+  // unless it is O, dQ, dK or dV (which the flash kernels write in the same layout).
+  const own = new Set([...site.forward, ...site.backward, ...site.inline]);
+  for (const k of all) {
+    const extra = [...fusion.kernels[k].members].find((n) => !own.has(n));
+    if (extra !== undefined) return `${kernels[k].name} also computes %${extra} (${s.graph.nodes[extra].op})`;
+  }
+  const kept = new Set([site.o, site.dQ, site.dK, site.dV].map(buf));
+  const allSet = new Set(all);
+  const readElsewhere = new Set<number>();
+  steps.forEach((st) => {
+    if (st.op === "copy") readElsewhere.add(st.src);
+    else if (!allSet.has(st.kernel)) {
+      for (const b of kernels[st.kernel].bindings) if (b.access !== "write") readElsewhere.add(b.buffer);
+      const epi = s.gemmOf?.get(st.kernel)?.epilogue;
+      for (const b of epi?.bindings ?? []) if (b.access !== "write") readElsewhere.add(b.buffer);
+    }
+  });
+  const outputs = new Set(Object.values(s.schedule!.outputs));
+  for (const k of all) {
+    for (const b of kernels[k].bindings) {
+      if (b.access === "read" || kept.has(b.buffer)) continue;
+      if (readElsewhere.has(b.buffer) || outputs.has(b.buffer)) {
+        return `${kernels[k].name} writes ${b.name}, which other steps read`;
+      }
+    }
+  }
+  const writerOf = (root: NodeId) =>
+    all.find((k) => kernels[k].bindings.some((b) => b.buffer === buf(root) && b.access !== "read"));
+  const fwdAt = writerOf(site.o),
+    dvAt = writerOf(site.dV),
+    dqAt = writerOf(site.dQ),
+    dkAt = writerOf(site.dK);
+  if ([fwdAt, dvAt, dqAt, dkAt].some((k) => k === undefined) || new Set([fwdAt, dvAt, dqAt]).size !== 3) {
+    return "O, dV and dQ are not written by three distinct replaced kernels";
+  }
+  return {
+    forward,
+    backward,
+    fwdAt: fwdAt!,
+    dkdvAt: dvAt!,
+    dqAt: dqAt!,
+    // Q, K, V and the mask are ready before P·V; dO before the first backward GEMM reads it.
+    fwdStep: stepOf.get(fwdAt!)!,
+    bwdStep: Math.min(...backward.map((k) => stepOf.get(k)!)),
+  };
+}
+
+export type { FlashAttentionSpec };
