@@ -16,6 +16,12 @@ import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { attentionBlock, attentionInts } from "../util/attention_block.ts";
+import { seededRandom } from "../../cases/random.ts";
+import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
+import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { defineBert } from "../../models/bert.ts";
+import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference } from "../util/fused_check.ts";
 
@@ -97,4 +103,68 @@ Deno.test("flash attention plan: only cuda-sm90, and only where the kernels acce
     });
     assert.equal(c.plan.kernels.filter(isFlash).length, 0, JSON.stringify(shape));
   }
+});
+
+// A whole BERT pretraining step in fp16 with LAMB and dynamic loss scaling (as cuda_emit_cpu.test.ts runs
+// BERT-tiny's), at a shape the flash kernels take: hidden 128 in 2 heads of 64, sequence 64, one layer.
+// The reference is the graph with the plan's own roundings (roundTripGraph), which still rounds the
+// probabilities to f16 where the unfused attention stored them; the flash plan keeps them in f32.
+Deno.test({
+  name: "flash attention plan: a BERT training step with LAMB (fp16, sequence 64) on the CPU shim",
+  ignore: !version,
+  async fn() {
+    const model = defineBert("bert-flash-test", {
+      vocab_size: 99,
+      hidden_size: 128,
+      num_hidden_layers: 1,
+      num_attention_heads: 2,
+      intermediate_size: 96,
+      hidden_act: "gelu",
+      hidden_dropout_prob: 0.1,
+      attention_probs_dropout_prob: 0.1,
+      max_position_embeddings: 64,
+      type_vocab_size: 2,
+      initializer_range: 0.02,
+      layer_norm_eps: 1e-12,
+      num_labels: 2,
+    });
+    const [B, S, P] = [1, 64, 4];
+    const g = buildModelGraph({
+      model,
+      mode: "train",
+      precision: "fp16",
+      batchSize: B,
+      seqLen: S,
+      maxPredictions: P,
+      optimizer: { kind: "lamb", dynamicScale: true },
+    });
+    const r = seededRandom(93);
+    const feeds = {
+      ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: 99 }, r, 3),
+      ...optimizerStepFeeds(g, r, 1024),
+    };
+    const compiled = compileGraph(g, {
+      fuse: true,
+      emitters: cuda,
+      profile: PROFILES["cuda-sm90"],
+      flags: flags([]),
+    });
+    assert.equal(compiled.plan.kernels.filter(isFlash).length, 3);
+    const refGraph = roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
+    const raw = evaluate(refGraph, feeds, { precision: "f32" });
+    // After the step: an output the step also updates holds its new value (cuda_emit_cpu.test.ts).
+    const ref = new Map([...raw].map(([name, v]) => [name, raw.get(UPDATE_PREFIX + name) ?? v]));
+    const dir = await Deno.makeTempDir({ prefix: "bertfuse-flash-bert-" });
+    try {
+      const got = await runOnCpu(dir, compiled.plan, feeds, true, "-O2");
+      const w = assertMatchesReference(ref, Object.fromEntries(got), {
+        tol: TOL,
+        device: "cuda-on-cpu (flash)",
+        plan: `${compiled.plan.kernels.length} kernels`,
+      });
+      console.log(`worst ${w.name} at ${(w.err / w.scale).toFixed(3)} of the bound`);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
 });
