@@ -51,6 +51,7 @@ import {
   type UnarySpelling,
 } from "./c_halves.ts";
 import { hoistInvariants } from "./c_hoist.ts";
+import { mergeLoops } from "./c_merge.ts";
 import { sharePhiloxBlocks, sumTerms } from "./c_philox.ts";
 import { immutableLets, interchange, isUniform, stride } from "./c_interchange.ts";
 import { clampUnprovenLoads } from "./cuda_bounds.ts";
@@ -80,7 +81,7 @@ const MAX_SIMD_ACCUMULATORS = 4;
 /** Legalizes and spells `k` for the CPU. */
 export function emitC(k: Kernel): TargetKernel {
   let kernel = boolStorageToU32(k);
-  kernel = hoistInvariants(sharePhiloxBlocks(scalarize(clampUnprovenLoads(kernel).kernel)));
+  kernel = hoistInvariants(mergeLoops(sharePhiloxBlocks(scalarize(clampUnprovenLoads(kernel).kernel))));
   const legal: Legal = { kernel, grid: [kernel.workgroups, 1, 1], guard: null };
   return { code: new Speller(legal).kernel(), grid: legal.grid, workgroupSize: kernel.workgroupSize };
 }

@@ -104,6 +104,21 @@ const CASES: {
     expect: [/= expf\([\s\S]*for \(int lid/],
   },
   {
+    name: "a row sum and an elementwise output not needing it: one loop over the row (merged)",
+    graph: () => {
+      const m = new ModelBuilder("merged-loops");
+      const y = m.input("x", "f32", [300, 96]).mul(m.param("w", [96], "ones")).tanh();
+      m.output("y", y);
+      m.output("n", y.square().sum(-1, false));
+      return m.graph;
+    },
+    swapped: false,
+    // The fused kernel's thread walks its row once: one loop, its sum and its stores in one body.
+    expect: [
+      /^(?![\s\S]*for \(int \w+ = 0; \w+ < 96;[\s\S]*for \(int \w+ = 0; \w+ < 96;)[\s\S]*for \(int \w+ = 0; \w+ < 96;/,
+    ],
+  },
+  {
     name: "softmax over rows of 5000 (longer than a workgroup: block-strided loops)",
     graph: () => {
       const m = new ModelBuilder("long-softmax");
