@@ -10,7 +10,8 @@
  * Not every node needs a kernel: inputs and params are buffers; constants, iotas, random draws and
  * movement ops on buffers are "inline" (recomputed wherever read, for free or nearly); a movement op read
  * by several kernels is a "view" (each reader folds it into its index math, and its operand is
- * materialized).
+ * materialized); so is a cheap elementwise chain over one stored tensor (remat.ts: GELU's intermediates,
+ * recomputed in its backward from the pre-activation rather than stored).
  *
  * Kernel-level fusion stages follow (compiler/stages/fusion.ts runs each as a named stage; `fuseGraph`
  * runs them all): attention (attention.ts: QKᵀ, softmax and PV become one kernel where nothing else reads
@@ -24,6 +25,7 @@ import { findInPlaceConcats } from "./in_place.ts";
 import { mergeConsumers } from "./consumers.ts";
 import { mergeSiblings } from "./siblings.ts";
 import { applyJoin, decideJoin } from "./join.ts";
+import { rematVerdict } from "./remat.ts";
 import { ELEM, operandNeed, ROW, usersOf } from "./needs.ts";
 import { type FusedKernel, type FusionDecision, type FusionResult, type Need, no } from "./types.ts";
 
@@ -119,6 +121,16 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
     }
     return big === 1;
   };
+  // A cheap elementwise chain over one stored tensor (GELU's x/2, x/√2, erf(x/√2) + 1 over the
+  // pre-activation) is recomputed in each reader rather than stored (remat.ts has the cost rule);
+  // `rematSources` are the stored tensors such chains were recomputed from.
+  const rematSources = new Set<NodeId>();
+  const rematGraph = {
+    g,
+    users,
+    inline,
+    stored: (id: NodeId) => isBuffer(nodes[id].op) || isAssembled(id) || isOutput[id] === 1,
+  };
 
   const kernelOf = new Int32Array(nodes.length).fill(-1);
   /** For inline nodes and views: the kernels that read them. */
@@ -156,7 +168,8 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
     const read = new Set<NodeId>();
     const visit = (x: NodeId): void => {
       if (members.has(x) || read.has(x)) return;
-      if (inline[x] && !isBuffer(nodes[x].op)) nodes[x].inputs.forEach(visit);
+      // Inline nodes and views are computed here from what they read (`readers` is set for those only).
+      if ((inline[x] || readers[x] !== undefined) && !isBuffer(nodes[x].op)) nodes[x].inputs.forEach(visit);
       else if (nodes[x].op !== "const") read.add(x);
     };
     for (const m of members) nodes[m].inputs.forEach(visit);
@@ -203,12 +216,24 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
       if (kernelOf[u] >= 0) readerKernels.add(kernelOf[u]);
       else for (const k of readers[u] ?? []) readerKernels.add(k);
     }
+    // Computed in each of several readers: movement ops, casts, cheap products of a buffer, and cheap
+    // chains over a stored tensor (remat.ts), the last asked only where the others do not apply.
+    const several = opts.fuse && readerKernels.size > 1;
+    const cheapView = several &&
+      ((isMovement(n.op) || n.op === "cast") && n.op !== "concat" && n.op !== "pad" || cheapOverBuffer(id));
+    const remat = several && !cheapView && !isOutput[id] ? rematVerdict(rematGraph, id) : undefined;
     const isView = !isOutput[id] &&
       (inline[id] || readerKernels.size === 0 ||
         (opts.fuse
-          ? ((isMovement(n.op) || n.op === "cast") && n.op !== "concat" && n.op !== "pad" ||
-            cheapOverBuffer(id)) && readerKernels.size > 1 && viewFits(id, readerKernels)
+          ? (cheapView || remat?.ok === true) && viewFits(id, readerKernels)
           : n.op === "reshape" || n.op === "broadcast")); // unfused: views as in eager frameworks
+    if (isView && remat?.ok) {
+      rematSources.add(remat.from);
+      opts.log?.(
+        `fusion: %${id} ${n.op} is recomputed in its ${readerKernels.size} readers from %${remat.from} ` +
+          `(${remat.ops} ops, ${remat.transcendentals} transcendental), not stored`,
+      );
+    }
     if (isView) {
       // Each reader folds the index math in (views of a node read by several kernels make it a buffer).
       readers[id] = readerKernels;
@@ -219,10 +244,19 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
       newKernel(id);
       continue;
     }
+    // Several readers (or a graph output): the value must be written to a buffer anyway, so compute it
+    // in the earliest reader and write it from there (multi-output fusion). Only the earliest, so every
+    // other reader still runs after the kernel that writes it.
+    const kid = readerKernels.size === 1
+      ? [...readerKernels][0]
+      : [...readerKernels].reduce((a, b) => (kernels[a].roots[0] < kernels[b].roots[0] ? a : b));
     // A bias add written anyway whose GEMM is read by nothing else: keep it as the root of its own kernel,
-    // so the GEMM takes it as its epilogue (joining a reader would strand the GEMM's raw output).
+    // so the GEMM takes it as its epilogue (joining a reader would strand the GEMM's raw output) — except
+    // where chains are recomputed from it and its earliest reader is the loop kernel computing the
+    // activation: the GEMM joins that kernel too, which then writes the pre-activation and the activation.
+    const epilogueHere = rematSources.has(id) && kernels[kid].kind === "loop";
     if (
-      (readerKernels.size > 1 || isOutput[id]) && n.op === "add" &&
+      !epilogueHere && (readerKernels.size > 1 || isOutput[id]) && n.op === "add" &&
       n.inputs.some((i) => nodes[i].op === "matmul" && users[i].length === 1 && !isOutput[i]) &&
       n.inputs.some((i) => nodes[i].op === "broadcast") // a linear layer's bias
     ) {
@@ -237,12 +271,6 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
       newKernel(id);
       continue;
     }
-    // Several readers (or a graph output): the value must be written to a buffer anyway, so compute it
-    // in the earliest reader and write it from there (multi-output fusion). Only the earliest, so every
-    // other reader still runs after the kernel that writes it.
-    const kid = readerKernels.size === 1
-      ? [...readerKernels][0]
-      : [...readerKernels].reduce((a, b) => (kernels[a].roots[0] < kernels[b].roots[0] ? a : b));
     const extraRoot = readerKernels.size > 1 || isOutput[id] === 1;
     const k = kernels[kid];
     const need = needOf(id, kid);

@@ -1,6 +1,6 @@
 /** Facts about a fused kernel that fusion passes and the lowering both need. */
 import type { Graph, NodeId } from "../../ir/mod.ts";
-import { isMovement, isReduce } from "../../ir/ops.ts";
+import { isElementwise, isMovement, isReduce } from "../../ir/ops.ts";
 import type { FusedKernel, FusionResult } from "./types.ts";
 
 /** The materialized nodes a kernel reads, looking through inline nodes and views (computed where read). */
@@ -27,9 +27,11 @@ export function reductionStages(g: Graph, k: FusedKernel): NodeId[][] {
   const stage = new Map<NodeId, number>();
   const visit = (id: NodeId): number => {
     const n = g.nodes[id];
-    // A view (a movement op that several kernels read, e.g. a broadcast of a row-level root) is computed
-    // where it is read, so a member read through it counts like a member read directly.
-    if (!k.members.has(id) && !isMovement(n.op)) return -1;
+    // A view (a movement op that several kernels read, e.g. a broadcast of a row-level root, or an
+    // elementwise chain recomputed where read, fusion/remat.ts) is computed where it is read, so a member
+    // read through it counts like a member read directly. (A non-member stored by another kernel cannot
+    // depend on this kernel's members: that kernel would run both before and after this one.)
+    if (!k.members.has(id) && !isMovement(n.op) && !isElementwise(n.op)) return -1;
     const have = depth.get(id);
     if (have !== undefined) return have;
     let d = -1;

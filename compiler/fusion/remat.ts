@@ -1,0 +1,144 @@
+/**
+ * Rematerialization: which values fusion recomputes in every kernel that reads them instead of writing
+ * them once (XLA's choice for cheap elementwise producers). The case that pays: erf-GELU's backward reads
+ * three forward values, x/2, x/√2 and erf(x/√2) + 1, each a few elementwise ops of the pre-activation x;
+ * stored, the FFN-up epilogue writes four tensors (those and the activation) and the backward reads
+ * three; recomputed, it writes x and the activation and the backward reads x alone.
+ *
+ * The rule is a question about the graph only, asked of a node that several kernels read (so it would be
+ * written): its value must be an elementwise chain over exactly one tensor that is stored anyway, beside
+ * constants, inline values and small buffers; no longer than REMAT_MAX_OPS ops with at most
+ * REMAT_MAX_TRANSCENDENTALS transcendental per element; and read only elementwise or by reductions (never
+ * as a GEMM, gather or scatter operand, which need a buffer). The chain stops, and never crosses, at
+ * reductions, GEMMs and every other non-elementwise op, and at values written anyway (fuse.ts asks only
+ * where its consumers-first walk would otherwise store the node).
+ */
+import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import { isElementwise, isMovement } from "../../ir/ops.ts";
+
+/**
+ * Ops recomputed per element, at most. A reader of a stored f16 value pays a 2-byte load, which at an
+ * H100's 3.35 TB/s against ~60 TFLOP/s of f32 (non-tensor) is the time of ~35 f32 operations; a CPU
+ * core's ~10 GB/s against ~50 GFLOP/s f32 makes a 4-byte load ~20. Eight ops plus one transcendental
+ * (a libdevice/polynomial erf, tanh or exp: ~10-20 operations) stay under both, and cover both GELU
+ * forms: erf's intermediates take 3 ops, the tanh form's 7 (x + 0.044715x³, scaled, tanh, plus one).
+ */
+export const REMAT_MAX_OPS = 8;
+/** Transcendentals recomputed per element, at most (each costs ~10-20 plain operations). */
+export const REMAT_MAX_TRANSCENDENTALS = 1;
+/** A buffer this small beside the chain (a scalar, a loss scale) is read from cache in every reader. */
+const SMALL = 64;
+
+const TRANSCENDENTAL: ReadonlySet<string> = new Set(["exp", "log", "tanh", "erf"]);
+/** Ops whose operands must be buffers, or that index them by data: a chain never flows into one. */
+const NEEDS_BUFFER: ReadonlySet<string> = new Set(["matmul", "gather", "scatter_add", "concat", "pad"]);
+
+export interface RematGraph {
+  readonly g: Graph;
+  readonly users: readonly (readonly NodeId[])[];
+  /** Computable anywhere from constants and buffers (fuse.ts `inlineNodes`). */
+  readonly inline: Uint8Array;
+  /** Written to a buffer whatever fusion decides: inputs, params, outputs, forced roots, in-place parts. */
+  readonly stored: (id: NodeId) => boolean;
+}
+
+/**
+ * An elementwise op on a GEMM's result (directly or through a cast: a linear layer's bias add) is that
+ * GEMM's epilogue: storing it costs what storing the raw product would, so a chain never recomputes it.
+ */
+function onGemm(g: Graph, id: NodeId): boolean {
+  return g.nodes[id].inputs.some((i) => {
+    const src = g.nodes[i];
+    return src.op === "matmul" || (src.op === "cast" && g.nodes[src.inputs[0]].op === "matmul");
+  });
+}
+
+export type RematVerdict =
+  | {
+    readonly ok: true;
+    /** The stored tensor it is recomputed from (below any reshapes). */
+    readonly from: NodeId;
+    readonly ops: number;
+    readonly transcendentals: number;
+  }
+  | { readonly ok: false; readonly reason: string };
+
+/** Does every read of `id` (looking through movement ops) happen elementwise or in a reduction? */
+function readElementwise(r: RematGraph, id: NodeId, seen = new Set<NodeId>()): boolean {
+  if (seen.has(id)) return true;
+  seen.add(id);
+  return r.users[id].every((u) => {
+    const op = r.g.nodes[u].op;
+    if (NEEDS_BUFFER.has(op)) return false;
+    // A GEMM reads its operands through movement and casts (rounded on load): look through both.
+    return isMovement(op) || op === "cast" ? readElementwise(r, u, seen) : true;
+  });
+}
+
+/**
+ * Is `x` a tensor read element for element where stored: not a reduction (never recomputed across), not a
+ * broadcast, permute or slice (whose source is another tensor); a reshape (a linear layer's output split
+ * into batch and sequence) keeps the linear index, so look through it.
+ */
+function storedAsIs(g: Graph, x: NodeId): boolean {
+  const op = g.nodes[belowReshapes(g, x)].op;
+  return !isMovement(op) && op !== "reduce_sum" && op !== "reduce_max";
+}
+
+function belowReshapes(g: Graph, x: NodeId): NodeId {
+  while (g.nodes[x].op === "reshape") x = g.nodes[x].inputs[0];
+  return x;
+}
+
+/** May `id` be recomputed where it is read, and from which stored tensor? */
+export function rematVerdict(r: RematGraph, id: NodeId): RematVerdict {
+  const { g, inline } = r;
+  const no = (reason: string): RematVerdict => ({ ok: false, reason });
+  const n = g.nodes[id];
+  if (!isElementwise(n.op)) return no(`${n.op} is not elementwise`);
+  if (r.stored(id) || onGemm(g, id)) return no("it is stored anyway");
+  if (!readElementwise(r, id)) return no("a GEMM, gather or scatter reads it from a buffer");
+  const size = numel(n.type.shape);
+  if (size <= SMALL) return no("it is small: storing it costs nothing");
+  // Continue the chain through an operand that would itself be recomputed: elementwise, not stored anyway,
+  // read only elementwise. Anything else ends the chain and must then be the one stored tensor.
+  const chainable = (x: NodeId) =>
+    isElementwise(g.nodes[x].op) && !r.stored(x) && !onGemm(g, x) && readElementwise(r, x);
+  const seen = new Set<NodeId>();
+  const big = new Set<NodeId>();
+  let ops = 0, transcendentals = 0;
+  let why: string | undefined;
+  const visitInline = (x: NodeId): void => {
+    if (seen.has(x)) return;
+    seen.add(x);
+    const src = g.nodes[x];
+    if (src.op === "random_uniform") transcendentals++; // Philox costs more than any transcendental
+    // A buffer read through inline movement at the chain's size is a stored tensor like any other.
+    if ((src.op === "input" || src.op === "param") && numel(src.type.shape) === size) big.add(x);
+    src.inputs.forEach(visitInline);
+  };
+  const visit = (x: NodeId): void => {
+    if (seen.has(x) || why) return;
+    seen.add(x);
+    const op = g.nodes[x].op;
+    if (op !== "cast" && op !== "stop_gradient") ops++; // conversions and identities are free
+    if (TRANSCENDENTAL.has(op)) transcendentals++;
+    if (ops > REMAT_MAX_OPS) why = `recomputing it takes ${ops} ops, over ${REMAT_MAX_OPS}`; // stop walking
+    for (const i of g.nodes[x].inputs) {
+      const src = g.nodes[i];
+      if (inline[i] && src.op !== "input" && src.op !== "param") visitInline(i);
+      else if (chainable(i)) visit(i);
+      else if (numel(src.type.shape) === size && storedAsIs(g, i)) big.add(i);
+      else if (!(r.stored(i) && numel(src.type.shape) <= SMALL)) {
+        why = `it also reads %${i} (${src.op} [${src.type.shape}]), neither small nor its one stored tensor`;
+      }
+    }
+  };
+  visit(id);
+  if (why) return no(why);
+  if (big.size !== 1) return no(`it reads ${big.size} stored tensors of its size, not one`);
+  if (transcendentals > REMAT_MAX_TRANSCENDENTALS) {
+    return no(`recomputing it takes ${transcendentals} transcendentals, over ${REMAT_MAX_TRANSCENDENTALS}`);
+  }
+  return { ok: true, from: belowReshapes(g, [...big][0]), ops, transcendentals };
+}
