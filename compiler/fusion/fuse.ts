@@ -221,7 +221,9 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
     const several = opts.fuse && readerKernels.size > 1;
     const cheapView = several &&
       ((isMovement(n.op) || n.op === "cast") && n.op !== "concat" && n.op !== "pad" || cheapOverBuffer(id));
-    const remat = several && !cheapView && !isOutput[id] ? rematVerdict(rematGraph, id) : undefined;
+    const remat = several && !cheapView && !inline[id] && !isOutput[id]
+      ? rematVerdict(rematGraph, id)
+      : undefined;
     const isView = !isOutput[id] &&
       (inline[id] || readerKernels.size === 0 ||
         (opts.fuse
