@@ -18,7 +18,8 @@
 struct __align__(8) bf_half4 {
   __half x, y, z, w;
 };
-static __device__ __forceinline__ bf_half4 bf_make_half4(__half x, __half y, __half z, __half w) {
+static __device__ __forceinline__ __attribute__((unused)) bf_half4 bf_make_half4(__half x, __half y, __half z,
+                                                                                 __half w) {
   bf_half4 r;
   r.x = x;
   r.y = y;

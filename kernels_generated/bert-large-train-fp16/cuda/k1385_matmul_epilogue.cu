@@ -14,17 +14,40 @@
 
 // launch: grid [30522, 1, 1] of 256-thread blocks
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, float* __restrict__ b1, const float* __restrict__ b2) {
+#include <cuda_fp16.h>
+
+#ifndef BF_HALF4_DEFINED
+#define BF_HALF4_DEFINED
+// Four halves, one 8-byte access (f16 vector bindings).
+struct __align__(8) bf_half4 {
+  __half x, y, z, w;
+};
+static __device__ __forceinline__ __attribute__((unused)) bf_half4 bf_make_half4(__half x, __half y, __half z,
+                                                                                 __half w) {
+  bf_half4 r;
+  r.x = x;
+  r.y = y;
+  r.z = z;
+  r.w = w;
+  return r;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, float* __restrict__ b1, const float* __restrict__ b2) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
   if (gid < 7813632) {
-    const float4 v0 = reinterpret_cast<const float4*>(b0)[gid];
+    const bf_half4 ld = reinterpret_cast<const bf_half4*>(b0)[gid];
+    const float v0_0 = __half2float(ld.x);
+    const float v0_1 = __half2float(ld.y);
+    const float v0_2 = __half2float(ld.z);
+    const float v0_3 = __half2float(ld.w);
     const float4 v1 = reinterpret_cast<const float4*>(b2)[gid];
-    const float v2_0 = v0.x + v1.x;
-    const float v2_1 = v0.y + v1.y;
-    const float v2_2 = v0.z + v1.z;
-    const float v2_3 = v0.w + v1.w;
+    const float v2_0 = v0_0 + v1.x;
+    const float v2_1 = v0_1 + v1.y;
+    const float v2_2 = v0_2 + v1.z;
+    const float v2_3 = v0_3 + v1.w;
     reinterpret_cast<float4*>(b1)[gid] = make_float4(v2_0, v2_1, v2_2, v2_3);
   }
 }

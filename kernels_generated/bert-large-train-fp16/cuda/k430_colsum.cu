@@ -20,18 +20,45 @@
 //   %3405 reshape f32[1024] (models/bert.ts:140) -> written
 //   binding 0 (read): %3387 add f32[160,1024] stored f16
 //   binding 1 (read): %3389 reduce_sum f32[160,1]
-//   binding 2 (read): %3238 mul f32[160,1024] stored f16
-//   binding 3 (read): %3240 mul f32[160,1024] stored f16
-//   binding 4 (read): %3243 add f32[160,1024] stored f16
-//   binding 5 (write): %3404 reduce_sum f32[1,1024]
-//   binding 6 (write): %3405 reshape f32[1024]
-//   binding 7 (write): %3403 add f32[160,1024] stored f16
+//   binding 2 (read): %3236 add f32[160,1024] stored f16
+//   binding 3 (write): %3404 reduce_sum f32[1,1024]
+//   binding 4 (write): %3405 reshape f32[1024]
+//   binding 5 (write): %3403 add f32[160,1024] stored f16
 
 // launch: grid [4, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, const __half* __restrict__ b2, const __half* __restrict__ b3, const __half* __restrict__ b4, float* __restrict__ b5, float* __restrict__ b6, __half* __restrict__ b7) {
+#ifndef BF_ERF_DEFINED
+#define BF_ERF_DEFINED
+// erf(x) to ~1e-7, the WGSL prelude's polynomial: |x| < 1 as x * P(2x^2 - 1);
+// 1 <= |x| <= 4 as 1 - exp(-x^2) * Q((1/x - 0.625) / 0.375); beyond 4, +-1. Both branches are computed.
+static __device__ __forceinline__ float bf_erf(float x) {
+  const float a = fminf(fabsf(x), 4.0f);
+  const float u_small = 2.0f * a * a - 1.0f;
+  float p = 0.0000012306056f;
+  p = p * u_small - 0.000017669068f;
+  p = p * u_small + 0.00021751355f;
+  p = p * u_small - 0.0022854195f;
+  p = p * u_small + 0.019852497f;
+  p = p * u_small - 0.1405361f;
+  p = p * u_small + 0.96546876f;
+  const float u_large = (1.0f / fmaxf(a, 1.0f) - 0.625f) * (1.0f / 0.375f);
+  float q = -0.0000023214589f;
+  q = q * u_large - 0.000019526358f;
+  q = q * u_large + 0.00012329499f;
+  q = q * u_large - 0.00035449324f;
+  q = q * u_large + 0.00046050682f;
+  q = q * u_large + 0.0023097787f;
+  q = q * u_large - 0.024242949f;
+  q = q * u_large + 0.14335628f;
+  q = q * u_large + 0.305953f;
+  const float r = a < 1.0f ? a * p : 1.0f - expf(-a * a) * q;
+  return x < 0.0f ? -r : r;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, const __half* __restrict__ b2, float* __restrict__ b3, float* __restrict__ b4, __half* __restrict__ b5) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
@@ -44,42 +71,46 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __rest
       const float v3 = v2 * 0.0009765625f;
       const float v4 = v1 + v3;
       const float v5 = __half2float(b2[j * 1024 + row]);
-      const float v6 = v4 * v5;
-      const float v7 = __half2float(b3[j * 1024 + row]);
-      const float v8 = v7 * v7;
-      const float v9 = -v8;
-      const float v10 = expf(v9);
-      const float v11 = v10 * 1.1283792f;
-      const float v12 = v6 * v11;
-      const float v13 = v12 * 0.70710677f;
-      const float v14 = __half2float(b4[j * 1024 + row]);
-      const float v15 = v4 * v14;
-      const float v16 = v15 * 0.5f;
-      const float v17 = v13 + v16;
-      acc0 = acc0 + v17;
+      const float v6 = v5 * 0.5f;
+      const float v7 = v4 * v6;
+      const float v8 = v5 * 0.70710677f;
+      const float v9 = v8 * v8;
+      const float v10 = -v9;
+      const float v11 = expf(v10);
+      const float v12 = v11 * 1.1283792f;
+      const float v13 = v7 * v12;
+      const float v14 = v13 * 0.70710677f;
+      const float v15 = bf_erf(v8);
+      const float v16 = v15 + 1.0f;
+      const float v17 = v4 * v16;
+      const float v18 = v17 * 0.5f;
+      const float v19 = v14 + v18;
+      acc0 = acc0 + v19;
     }
-    const float red18 = acc0;
-    b5[row] = red18;
-    b6[row] = red18;
+    const float red20 = acc0;
+    b3[row] = red20;
+    b4[row] = red20;
     for (int j = 0; j < 160; j += 1) {
-      const float v19 = __half2float(b0[row + j * 1024]);
-      const float v20 = b1[j];
-      const float v21 = v20 * 0.0009765625f;
-      const float v22 = v19 + v21;
-      const float v23 = __half2float(b2[row + j * 1024]);
-      const float v24 = v22 * v23;
-      const float v25 = __half2float(b3[row + j * 1024]);
-      const float v26 = v25 * v25;
-      const float v27 = -v26;
-      const float v28 = expf(v27);
-      const float v29 = v28 * 1.1283792f;
-      const float v30 = v24 * v29;
-      const float v31 = v30 * 0.70710677f;
-      const float v32 = __half2float(b4[row + j * 1024]);
-      const float v33 = v22 * v32;
-      const float v34 = v33 * 0.5f;
-      const float v35 = v31 + v34;
-      b7[row + j * 1024] = __float2half_rn(v35);
+      const float v21 = __half2float(b0[row + j * 1024]);
+      const float v22 = b1[j];
+      const float v23 = v22 * 0.0009765625f;
+      const float v24 = v21 + v23;
+      const float v25 = __half2float(b2[row + j * 1024]);
+      const float v26 = v25 * 0.5f;
+      const float v27 = v24 * v26;
+      const float v28 = v25 * 0.70710677f;
+      const float v29 = v28 * v28;
+      const float v30 = -v29;
+      const float v31 = expf(v30);
+      const float v32 = v31 * 1.1283792f;
+      const float v33 = v27 * v32;
+      const float v34 = v33 * 0.70710677f;
+      const float v35 = bf_erf(v28);
+      const float v36 = v35 + 1.0f;
+      const float v37 = v24 * v36;
+      const float v38 = v37 * 0.5f;
+      const float v39 = v34 + v38;
+      b5[row + j * 1024] = __float2half_rn(v39);
     }
   }
 }

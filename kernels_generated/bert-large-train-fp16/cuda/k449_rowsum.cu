@@ -18,17 +18,44 @@
 //   %3489 reshape f32[64,16,4096] (models/bert.ts:248)
 //   %3490 reduce_sum f32[64,1,4096] (models/bert.ts:248) -> written
 //   binding 0 (read): %3472 matmul f16[1024,4096]
-//   binding 1 (read): %3164 mul f32[8,128,4096] stored f16
-//   binding 2 (read): %3165 mul f32[8,128,4096] stored f16
-//   binding 3 (read): %3167 add f32[8,128,4096] stored f16
-//   binding 4 (write): %3490 reduce_sum f32[64,1,4096]
-//   binding 5 (write): %3487 add f32[8,128,4096] stored f16
+//   binding 1 (read): %3162 add f32[1024,4096] stored f16
+//   binding 2 (write): %3490 reduce_sum f32[64,1,4096]
+//   binding 3 (write): %3487 add f32[8,128,4096] stored f16
 
 // launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, const __half* __restrict__ b2, const __half* __restrict__ b3, float* __restrict__ b4, __half* __restrict__ b5) {
+#ifndef BF_ERF_DEFINED
+#define BF_ERF_DEFINED
+// erf(x) to ~1e-7, the WGSL prelude's polynomial: |x| < 1 as x * P(2x^2 - 1);
+// 1 <= |x| <= 4 as 1 - exp(-x^2) * Q((1/x - 0.625) / 0.375); beyond 4, +-1. Both branches are computed.
+static __device__ __forceinline__ float bf_erf(float x) {
+  const float a = fminf(fabsf(x), 4.0f);
+  const float u_small = 2.0f * a * a - 1.0f;
+  float p = 0.0000012306056f;
+  p = p * u_small - 0.000017669068f;
+  p = p * u_small + 0.00021751355f;
+  p = p * u_small - 0.0022854195f;
+  p = p * u_small + 0.019852497f;
+  p = p * u_small - 0.1405361f;
+  p = p * u_small + 0.96546876f;
+  const float u_large = (1.0f / fmaxf(a, 1.0f) - 0.625f) * (1.0f / 0.375f);
+  float q = -0.0000023214589f;
+  q = q * u_large - 0.000019526358f;
+  q = q * u_large + 0.00012329499f;
+  q = q * u_large - 0.00035449324f;
+  q = q * u_large + 0.00046050682f;
+  q = q * u_large + 0.0023097787f;
+  q = q * u_large - 0.024242949f;
+  q = q * u_large + 0.14335628f;
+  q = q * u_large + 0.305953f;
+  const float r = a < 1.0f ? a * p : 1.0f - expf(-a * a) * q;
+  return x < 0.0f ? -r : r;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, float* __restrict__ b2, __half* __restrict__ b3) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
@@ -38,38 +65,42 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __rest
     for (int j = 0; j < 16; j += 1) {
       const float v1 = __half2float(b0[row / 4096 * 65536 + j * 4096 + row % 4096]);
       const float v2 = __half2float(b1[row / 4096 * 65536 + j * 4096 + row % 4096]);
-      const float v3 = v1 * v2;
-      const float v4 = __half2float(b2[row / 4096 * 65536 + j * 4096 + row % 4096]);
-      const float v5 = v4 * v4;
-      const float v6 = -v5;
-      const float v7 = expf(v6);
-      const float v8 = v7 * 1.1283792f;
-      const float v9 = v3 * v8;
-      const float v10 = v9 * 0.70710677f;
-      const float v11 = __half2float(b3[row / 4096 * 65536 + j * 4096 + row % 4096]);
-      const float v12 = v1 * v11;
-      const float v13 = v12 * 0.5f;
-      const float v14 = v10 + v13;
-      acc0 = acc0 + v14;
+      const float v3 = v2 * 0.5f;
+      const float v4 = v1 * v3;
+      const float v5 = v2 * 0.70710677f;
+      const float v6 = v5 * v5;
+      const float v7 = -v6;
+      const float v8 = expf(v7);
+      const float v9 = v8 * 1.1283792f;
+      const float v10 = v4 * v9;
+      const float v11 = v10 * 0.70710677f;
+      const float v12 = bf_erf(v5);
+      const float v13 = v12 + 1.0f;
+      const float v14 = v1 * v13;
+      const float v15 = v14 * 0.5f;
+      const float v16 = v11 + v15;
+      acc0 = acc0 + v16;
     }
-    const float red15 = acc0;
-    b4[row] = red15;
+    const float red17 = acc0;
+    b2[row] = red17;
     for (int j = 0; j < 16; j += 1) {
-      const float v16 = __half2float(b0[row % 4096 + j * 4096 + row / 4096 * 65536]);
-      const float v17 = __half2float(b1[row % 4096 + j * 4096 + row / 4096 * 65536]);
-      const float v18 = v16 * v17;
-      const float v19 = __half2float(b2[row % 4096 + j * 4096 + row / 4096 * 65536]);
-      const float v20 = v19 * v19;
-      const float v21 = -v20;
-      const float v22 = expf(v21);
-      const float v23 = v22 * 1.1283792f;
-      const float v24 = v18 * v23;
-      const float v25 = v24 * 0.70710677f;
-      const float v26 = __half2float(b3[row % 4096 + j * 4096 + row / 4096 * 65536]);
-      const float v27 = v16 * v26;
-      const float v28 = v27 * 0.5f;
-      const float v29 = v25 + v28;
-      b5[row % 4096 + j * 4096 + row / 4096 * 65536] = __float2half_rn(v29);
+      const float v18 = __half2float(b0[row % 4096 + j * 4096 + row / 4096 * 65536]);
+      const float v19 = __half2float(b1[row % 4096 + j * 4096 + row / 4096 * 65536]);
+      const float v20 = v19 * 0.5f;
+      const float v21 = v18 * v20;
+      const float v22 = v19 * 0.70710677f;
+      const float v23 = v22 * v22;
+      const float v24 = -v23;
+      const float v25 = expf(v24);
+      const float v26 = v25 * 1.1283792f;
+      const float v27 = v21 * v26;
+      const float v28 = v27 * 0.70710677f;
+      const float v29 = bf_erf(v22);
+      const float v30 = v29 + 1.0f;
+      const float v31 = v18 * v30;
+      const float v32 = v31 * 0.5f;
+      const float v33 = v28 + v32;
+      b3[row % 4096 + j * 4096 + row / 4096 * 65536] = __float2half_rn(v33);
     }
   }
 }

@@ -22,7 +22,8 @@
 struct __align__(8) bf_half4 {
   __half x, y, z, w;
 };
-static __device__ __forceinline__ bf_half4 bf_make_half4(__half x, __half y, __half z, __half w) {
+static __device__ __forceinline__ __attribute__((unused)) bf_half4 bf_make_half4(__half x, __half y, __half z,
+                                                                                 __half w) {
   bf_half4 r;
   r.x = x;
   r.y = y;
@@ -32,12 +33,16 @@ static __device__ __forceinline__ bf_half4 bf_make_half4(__half x, __half y, __h
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, __half* __restrict__ b1) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, __half* __restrict__ b1) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
   if (gid < 262144) {
-    const float4 v0 = reinterpret_cast<const float4*>(b0)[(gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16) / 32768 * 32768 + (gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16) / 16 % 16 * 2048 + (gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16) / 256 % 128 * 16 + (gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16) % 16];
-    reinterpret_cast<bf_half4*>(b1)[gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16] = bf_make_half4(__float2half_rn(v0.x), __float2half_rn(v0.y), __float2half_rn(v0.z), __float2half_rn(v0.w));
+    const bf_half4 ld = reinterpret_cast<const bf_half4*>(b0)[(gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16) / 32768 * 32768 + (gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16) / 16 % 16 * 2048 + (gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16) / 256 % 128 * 16 + (gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16) % 16];
+    const float v0_0 = __half2float(ld.x);
+    const float v0_1 = __half2float(ld.y);
+    const float v0_2 = __half2float(ld.z);
+    const float v0_3 = __half2float(ld.w);
+    reinterpret_cast<bf_half4*>(b1)[gid / 32768 * 32768 + gid / 16 % 128 * 256 + gid / 2048 % 16 * 16 + gid % 16] = bf_make_half4(__float2half_rn(v0_0), __float2half_rn(v0_1), __float2half_rn(v0_2), __float2half_rn(v0_3));
   }
 }

@@ -20,12 +20,10 @@
 //   %3405 reshape f32[1024] (models/bert.ts:140) -> written
 //   binding 0 (read): %3387 add f32[160,1024] stored f16
 //   binding 1 (read): %3389 reduce_sum f32[160,1]
-//   binding 2 (read): %3238 mul f32[160,1024] stored f16
-//   binding 3 (read): %3240 mul f32[160,1024] stored f16
-//   binding 4 (read): %3243 add f32[160,1024] stored f16
-//   binding 5 (write): %3404 reduce_sum f32[1,1024]
-//   binding 6 (write): %3405 reshape f32[1024]
-//   binding 7 (write): %3403 add f32[160,1024] stored f16
+//   binding 2 (read): %3236 add f32[160,1024] stored f16
+//   binding 3 (write): %3404 reduce_sum f32[1,1024]
+//   binding 4 (write): %3405 reshape f32[1024]
+//   binding 5 (write): %3403 add f32[160,1024] stored f16
 
 // launch: 4 workgroups of 256 threads
 
@@ -34,11 +32,35 @@ enable f16;
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
 @group(0) @binding(2) var<storage, read> b2: array<f16>;
-@group(0) @binding(3) var<storage, read> b3: array<f16>;
-@group(0) @binding(4) var<storage, read> b4: array<f16>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f32>;
-@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
-@group(0) @binding(7) var<storage, read_write> b7: array<f16>;
+@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
+@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
+@group(0) @binding(5) var<storage, read_write> b5: array<f16>;
+
+// erf(x) to ~1e-7: |x| < 1 as x * P(2x² - 1); 1 <= |x| <= 4 as 1 - exp(-x²) * Q((1/x - 0.625) / 0.375);
+// beyond 4, ±1. Both branches are computed and one selected: no divergence.
+fn bf_erf(x: f32) -> f32 {
+  let a = min(abs(x), 4.0);
+  let u_small = 2.0 * a * a - 1.0;
+  var p = 0.0000012306056;
+  p = p * u_small - 0.000017669068;
+  p = p * u_small + 0.00021751355;
+  p = p * u_small - 0.0022854195;
+  p = p * u_small + 0.019852497;
+  p = p * u_small - 0.1405361;
+  p = p * u_small + 0.96546876;
+  let u_large = (1.0 / max(a, 1.0) - 0.625) * (1.0 / 0.375);
+  var q = -0.0000023214589;
+  q = q * u_large - 0.000019526358;
+  q = q * u_large + 0.00012329499;
+  q = q * u_large - 0.00035449324;
+  q = q * u_large + 0.00046050682;
+  q = q * u_large + 0.0023097787;
+  q = q * u_large - 0.024242949;
+  q = q * u_large + 0.14335628;
+  q = q * u_large + 0.305953;
+  let r = select(1.0 - exp(-a * a) * q, a * p, a < 1.0);
+  return select(r, -r, x < 0.0);
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
@@ -54,42 +76,46 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v3: f32 = v2 * 0.0009765625;
       let v4: f32 = v1 + v3;
       let v5: f32 = f32(b2[j * 1024 + row]);
-      let v6: f32 = v4 * v5;
-      let v7: f32 = f32(b3[j * 1024 + row]);
-      let v8: f32 = v7 * v7;
-      let v9: f32 = -v8;
-      let v10: f32 = exp(v9);
-      let v11: f32 = v10 * 1.1283792;
-      let v12: f32 = v6 * v11;
-      let v13: f32 = v12 * 0.70710677;
-      let v14: f32 = f32(b4[j * 1024 + row]);
-      let v15: f32 = v4 * v14;
-      let v16: f32 = v15 * 0.5;
-      let v17: f32 = v13 + v16;
-      acc0 = acc0 + v17;
+      let v6: f32 = v5 * 0.5;
+      let v7: f32 = v4 * v6;
+      let v8: f32 = v5 * 0.70710677;
+      let v9: f32 = v8 * v8;
+      let v10: f32 = -v9;
+      let v11: f32 = exp(v10);
+      let v12: f32 = v11 * 1.1283792;
+      let v13: f32 = v7 * v12;
+      let v14: f32 = v13 * 0.70710677;
+      let v15: f32 = bf_erf(v8);
+      let v16: f32 = v15 + 1.0;
+      let v17: f32 = v4 * v16;
+      let v18: f32 = v17 * 0.5;
+      let v19: f32 = v14 + v18;
+      acc0 = acc0 + v19;
     }
-    let red18: f32 = acc0;
-    b5[row] = red18;
-    b6[row] = red18;
+    let red20: f32 = acc0;
+    b3[row] = red20;
+    b4[row] = red20;
     for (var j: i32 = 0; j < 160; j += 1) {
-      let v19: f32 = f32(b0[row + j * 1024]);
-      let v20: f32 = b1[j];
-      let v21: f32 = v20 * 0.0009765625;
-      let v22: f32 = v19 + v21;
-      let v23: f32 = f32(b2[row + j * 1024]);
-      let v24: f32 = v22 * v23;
-      let v25: f32 = f32(b3[row + j * 1024]);
-      let v26: f32 = v25 * v25;
-      let v27: f32 = -v26;
-      let v28: f32 = exp(v27);
-      let v29: f32 = v28 * 1.1283792;
-      let v30: f32 = v24 * v29;
-      let v31: f32 = v30 * 0.70710677;
-      let v32: f32 = f32(b4[row + j * 1024]);
-      let v33: f32 = v22 * v32;
-      let v34: f32 = v33 * 0.5;
-      let v35: f32 = v31 + v34;
-      b7[row + j * 1024] = f16(v35);
+      let v21: f32 = f32(b0[row + j * 1024]);
+      let v22: f32 = b1[j];
+      let v23: f32 = v22 * 0.0009765625;
+      let v24: f32 = v21 + v23;
+      let v25: f32 = f32(b2[row + j * 1024]);
+      let v26: f32 = v25 * 0.5;
+      let v27: f32 = v24 * v26;
+      let v28: f32 = v25 * 0.70710677;
+      let v29: f32 = v28 * v28;
+      let v30: f32 = -v29;
+      let v31: f32 = exp(v30);
+      let v32: f32 = v31 * 1.1283792;
+      let v33: f32 = v27 * v32;
+      let v34: f32 = v33 * 0.70710677;
+      let v35: f32 = bf_erf(v28);
+      let v36: f32 = v35 + 1.0;
+      let v37: f32 = v24 * v36;
+      let v38: f32 = v37 * 0.5;
+      let v39: f32 = v34 + v38;
+      b5[row + j * 1024] = f16(v39);
     }
   }
 }

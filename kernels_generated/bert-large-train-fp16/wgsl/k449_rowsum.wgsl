@@ -18,11 +18,9 @@
 //   %3489 reshape f32[64,16,4096] (models/bert.ts:248)
 //   %3490 reduce_sum f32[64,1,4096] (models/bert.ts:248) -> written
 //   binding 0 (read): %3472 matmul f16[1024,4096]
-//   binding 1 (read): %3164 mul f32[8,128,4096] stored f16
-//   binding 2 (read): %3165 mul f32[8,128,4096] stored f16
-//   binding 3 (read): %3167 add f32[8,128,4096] stored f16
-//   binding 4 (write): %3490 reduce_sum f32[64,1,4096]
-//   binding 5 (write): %3487 add f32[8,128,4096] stored f16
+//   binding 1 (read): %3162 add f32[1024,4096] stored f16
+//   binding 2 (write): %3490 reduce_sum f32[64,1,4096]
+//   binding 3 (write): %3487 add f32[8,128,4096] stored f16
 
 // launch: 1024 workgroups of 256 threads
 
@@ -30,10 +28,34 @@ enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
-@group(0) @binding(2) var<storage, read> b2: array<f16>;
-@group(0) @binding(3) var<storage, read> b3: array<f16>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f16>;
+@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
+@group(0) @binding(3) var<storage, read_write> b3: array<f16>;
+
+// erf(x) to ~1e-7: |x| < 1 as x * P(2x² - 1); 1 <= |x| <= 4 as 1 - exp(-x²) * Q((1/x - 0.625) / 0.375);
+// beyond 4, ±1. Both branches are computed and one selected: no divergence.
+fn bf_erf(x: f32) -> f32 {
+  let a = min(abs(x), 4.0);
+  let u_small = 2.0 * a * a - 1.0;
+  var p = 0.0000012306056;
+  p = p * u_small - 0.000017669068;
+  p = p * u_small + 0.00021751355;
+  p = p * u_small - 0.0022854195;
+  p = p * u_small + 0.019852497;
+  p = p * u_small - 0.1405361;
+  p = p * u_small + 0.96546876;
+  let u_large = (1.0 / max(a, 1.0) - 0.625) * (1.0 / 0.375);
+  var q = -0.0000023214589;
+  q = q * u_large - 0.000019526358;
+  q = q * u_large + 0.00012329499;
+  q = q * u_large - 0.00035449324;
+  q = q * u_large + 0.00046050682;
+  q = q * u_large + 0.0023097787;
+  q = q * u_large - 0.024242949;
+  q = q * u_large + 0.14335628;
+  q = q * u_large + 0.305953;
+  let r = select(1.0 - exp(-a * a) * q, a * p, a < 1.0);
+  return select(r, -r, x < 0.0);
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
@@ -46,38 +68,42 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     for (var j: i32 = 0; j < 16; j += 1) {
       let v1: f32 = f32(b0[row / 4096 * 65536 + j * 4096 + row % 4096]);
       let v2: f32 = f32(b1[row / 4096 * 65536 + j * 4096 + row % 4096]);
-      let v3: f32 = v1 * v2;
-      let v4: f32 = f32(b2[row / 4096 * 65536 + j * 4096 + row % 4096]);
-      let v5: f32 = v4 * v4;
-      let v6: f32 = -v5;
-      let v7: f32 = exp(v6);
-      let v8: f32 = v7 * 1.1283792;
-      let v9: f32 = v3 * v8;
-      let v10: f32 = v9 * 0.70710677;
-      let v11: f32 = f32(b3[row / 4096 * 65536 + j * 4096 + row % 4096]);
-      let v12: f32 = v1 * v11;
-      let v13: f32 = v12 * 0.5;
-      let v14: f32 = v10 + v13;
-      acc0 = acc0 + v14;
+      let v3: f32 = v2 * 0.5;
+      let v4: f32 = v1 * v3;
+      let v5: f32 = v2 * 0.70710677;
+      let v6: f32 = v5 * v5;
+      let v7: f32 = -v6;
+      let v8: f32 = exp(v7);
+      let v9: f32 = v8 * 1.1283792;
+      let v10: f32 = v4 * v9;
+      let v11: f32 = v10 * 0.70710677;
+      let v12: f32 = bf_erf(v5);
+      let v13: f32 = v12 + 1.0;
+      let v14: f32 = v1 * v13;
+      let v15: f32 = v14 * 0.5;
+      let v16: f32 = v11 + v15;
+      acc0 = acc0 + v16;
     }
-    let red15: f32 = acc0;
-    b4[row] = red15;
+    let red17: f32 = acc0;
+    b2[row] = red17;
     for (var j: i32 = 0; j < 16; j += 1) {
-      let v16: f32 = f32(b0[row % 4096 + j * 4096 + row / 4096 * 65536]);
-      let v17: f32 = f32(b1[row % 4096 + j * 4096 + row / 4096 * 65536]);
-      let v18: f32 = v16 * v17;
-      let v19: f32 = f32(b2[row % 4096 + j * 4096 + row / 4096 * 65536]);
-      let v20: f32 = v19 * v19;
-      let v21: f32 = -v20;
-      let v22: f32 = exp(v21);
-      let v23: f32 = v22 * 1.1283792;
-      let v24: f32 = v18 * v23;
-      let v25: f32 = v24 * 0.70710677;
-      let v26: f32 = f32(b3[row % 4096 + j * 4096 + row / 4096 * 65536]);
-      let v27: f32 = v16 * v26;
-      let v28: f32 = v27 * 0.5;
-      let v29: f32 = v25 + v28;
-      b5[row % 4096 + j * 4096 + row / 4096 * 65536] = f16(v29);
+      let v18: f32 = f32(b0[row % 4096 + j * 4096 + row / 4096 * 65536]);
+      let v19: f32 = f32(b1[row % 4096 + j * 4096 + row / 4096 * 65536]);
+      let v20: f32 = v19 * 0.5;
+      let v21: f32 = v18 * v20;
+      let v22: f32 = v19 * 0.70710677;
+      let v23: f32 = v22 * v22;
+      let v24: f32 = -v23;
+      let v25: f32 = exp(v24);
+      let v26: f32 = v25 * 1.1283792;
+      let v27: f32 = v21 * v26;
+      let v28: f32 = v27 * 0.70710677;
+      let v29: f32 = bf_erf(v22);
+      let v30: f32 = v29 + 1.0;
+      let v31: f32 = v18 * v30;
+      let v32: f32 = v31 * 0.5;
+      let v33: f32 = v28 + v32;
+      b3[row % 4096 + j * 4096 + row / 4096 * 65536] = f16(v33);
     }
   }
 }
