@@ -13,22 +13,12 @@ import { buildModelGraph } from "../../compiler/model_graph.ts";
 import type { Precision } from "../../compiler/passes/precision.ts";
 import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
 import { loadModel } from "../../models/load.ts";
+import { NVCC, nvccVersion } from "../util/nvcc.ts";
 
-const NVCC = Deno.env.get("NVCC") ?? "nvcc";
 const FLAGS = ["-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-c"];
 /** Translation units per nvcc call are sized so that about this many kernels go into each. */
 const KERNELS_PER_TU = 120;
 const PARALLEL = 2;
-
-async function nvccVersion(): Promise<string | undefined> {
-  try {
-    const out = await new Deno.Command(NVCC, { args: ["--version"], stdout: "piped", stderr: "piped" })
-      .output();
-    return out.success ? new TextDecoder().decode(out.stdout).trim().split("\n").pop() : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 const version = await nvccVersion();
 if (!version) {

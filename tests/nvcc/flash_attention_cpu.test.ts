@@ -28,8 +28,8 @@ import {
 } from "../../compiler/lower/flash_attention.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { CXX, cxxVersion, runSourceOnCpu } from "../util/cuda_cpu.ts";
+import { NVCC, nvccVersion } from "../util/nvcc.ts";
 
-const NVCC = Deno.env.get("NVCC") ?? "nvcc";
 const D = 64;
 const version = await cxxVersion();
 
@@ -362,15 +362,6 @@ Deno.test({
   },
 });
 
-async function nvccVersion(): Promise<string | undefined> {
-  try {
-    const out = await new Deno.Command(NVCC, { args: ["--version"], stdout: "piped", stderr: "piped" })
-      .output();
-    return out.success ? new TextDecoder().decode(out.stdout).trim().split("\n").pop() : undefined;
-  } catch {
-    return undefined;
-  }
-}
 const nvcc = await nvccVersion();
 
 // BERT-large's shapes (batch 64, 16 heads, sequence 128; f16 results): each kernel compiles for sm_90

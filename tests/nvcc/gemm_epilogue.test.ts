@@ -27,6 +27,7 @@ import { ltDescriptors } from "../../runtime/cuda/lt_mapping.ts";
 import { attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F16_TOL, F32_TOL } from "../util/fused_check.ts";
+import { NVCC, nvccVersion } from "../util/nvcc.ts";
 
 const version = await cxxVersion();
 if (!version) console.log(`CUDA-on-CPU epilogue tests ignored: ${CXX} not found`);
@@ -209,18 +210,7 @@ Deno.test("heads-major projections at batch 1: one call, a batch entry per head,
   }
 });
 
-/** nvcc's version line, or undefined where it is not installed. */
-async function nvcc(): Promise<string | undefined> {
-  try {
-    const out = await new Deno.Command(NVCC, { args: ["--version"], stdout: "piped", stderr: "piped" })
-      .output();
-    return out.success ? "nvcc" : undefined;
-  } catch {
-    return undefined;
-  }
-}
-const NVCC = Deno.env.get("NVCC") ?? "nvcc";
-const haveNvcc = await nvcc();
+const haveNvcc = await nvccVersion();
 
 Deno.test({
   name: `f16 scratch: an epilogue that only loads f16 vectors compiles warning-free with nvcc${

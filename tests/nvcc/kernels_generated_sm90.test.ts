@@ -15,8 +15,8 @@
 import assert from "node:assert/strict";
 import { discover } from "../../runtime/cuda/libs.ts";
 import { Nvrtc } from "../../runtime/cuda/nvrtc.ts";
+import { NVCC, nvccVersion } from "../util/nvcc.ts";
 
-const NVCC = Deno.env.get("NVCC") ?? "nvcc";
 const ROOT = new URL("../../kernels_generated/", import.meta.url).pathname;
 const PER_TU = 40;
 const PARALLEL = 2;
@@ -49,16 +49,6 @@ function kernelFiles(): KernelFile[] {
     }
   }
   return out;
-}
-
-async function nvccVersion(): Promise<string | undefined> {
-  try {
-    const out = await new Deno.Command(NVCC, { args: ["--version"], stdout: "piped", stderr: "piped" })
-      .output();
-    return out.success ? new TextDecoder().decode(out.stdout).trim().split("\n").pop() : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 const files = kernelFiles();

@@ -11,8 +11,8 @@ import { cudaPrelude } from "../../compiler/codegen/cuda_prelude.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { decodeF16, encodeF16 } from "../../numeric/half.ts";
 import { CXX, cxxVersion, runSourceOnCpu } from "../util/cuda_cpu.ts";
+import { NVCC, nvccVersion } from "../util/nvcc.ts";
 
-const NVCC = Deno.env.get("NVCC") ?? "nvcc";
 const BLOCKS = 2, WARPS = 2, PATHS = 5;
 
 const prelude = cudaPrelude({
@@ -145,15 +145,6 @@ int main() {
   },
 });
 
-async function nvccVersion(): Promise<string | undefined> {
-  try {
-    const out = await new Deno.Command(NVCC, { args: ["--version"], stdout: "piped", stderr: "piped" })
-      .output();
-    return out.success ? new TextDecoder().decode(out.stdout).trim().split("\n").pop() : undefined;
-  } catch {
-    return undefined;
-  }
-}
 const nvcc = await nvccVersion();
 
 Deno.test({
