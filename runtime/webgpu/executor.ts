@@ -9,7 +9,7 @@ import type { GpuContext } from "./device.ts";
 import { tidy, validated, WebGPUError } from "./errors.ts";
 import { ResourceError } from "../../model_io/size_check.ts";
 import { type Profile, profileSteps } from "./timing.ts";
-import { boundRanges } from "./binding_ranges.ts";
+import { type BoundRange, boundRanges } from "./binding_ranges.ts";
 
 /** One kernel ready to dispatch. */
 export interface Launch {
@@ -77,9 +77,11 @@ export class WebGPUExecutor {
         if (!wgsl) throw new WebGPUError(`kernel ${k.name} has no WGSL source (compile with --target wgsl)`);
         // The compiler gives identical kernels one source (its share-sources stage): one pipeline each.
         const key = wgsl.code;
+        const ranges = boundRanges(plan, k.bindings);
+        const layout = layoutFor(device, layouts, ranges);
         let pipeline = pipelines.get(key);
         if (!pipeline) {
-          pipeline = await makePipeline(ctx, k, layoutFor(device, layouts, plan, k));
+          pipeline = await makePipeline(ctx, k, layout);
           pipelines.set(key, pipeline);
         }
         const bindGroup = await validated(
@@ -88,8 +90,8 @@ export class WebGPUExecutor {
           () =>
             device.createBindGroup({
               label: k.name,
-              layout: layoutFor(device, layouts, plan, k),
-              entries: boundRanges(plan, k.bindings).map((r) => ({
+              layout,
+              entries: ranges.map((r) => ({
                 binding: r.binding,
                 resource: { buffer: slots[r.slot], offset: r.offset, size: r.size },
               })),
@@ -330,10 +332,9 @@ function encodedStep(
 function layoutFor(
   device: GPUDevice,
   cache: Map<string, GPUBindGroupLayout>,
-  plan: Plan,
-  k: PlanKernel,
+  ranges: readonly BoundRange[],
 ): GPUBindGroupLayout {
-  const entries = boundRanges(plan, k.bindings).map((r): GPUBindGroupLayoutEntry => ({
+  const entries = ranges.map((r): GPUBindGroupLayoutEntry => ({
     binding: r.binding,
     visibility: GPUShaderStage.COMPUTE,
     buffer: { type: r.of.access === "read" ? "read-only-storage" : "storage" },
@@ -391,6 +392,10 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
     }
   }
   for (const k of plan.kernels) {
+    const missing = k.bindings.find((pb) => !plan.buffers[pb.buffer]);
+    if (missing) {
+      throw new WebGPUError(`kernel ${k.name} binds buffer ${missing.buffer}, which the plan lacks`);
+    }
     const ranges = boundRanges(plan, k.bindings);
     if (ranges.length > maxStorageBuffersPerShaderStage) {
       throw new WebGPUError(
@@ -417,7 +422,6 @@ function checkPlan(ctx: GpuContext, plan: Plan): void {
     const readers = new Map<number, Range[]>();
     for (const pb of k.bindings) {
       const b = plan.buffers[pb.buffer];
-      if (!b) throw new WebGPUError(`kernel ${k.name} binds buffer ${pb.buffer}, which the plan lacks`);
       // WebGPU rejects a writable binding that overlaps another binding of the same buffer, and (in wgpu,
       // which tracks usage per buffer) a read-only binding beside a writable one even where the ranges are
       // disjoint: ranges of one flat vector may share a dispatch only as disjoint read_write bindings.

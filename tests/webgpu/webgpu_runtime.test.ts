@@ -35,6 +35,7 @@ import {
 import { erf } from "../../numeric/erf.ts";
 import { fillUniform, uniformAt } from "../../numeric/philox.ts";
 import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
+import { WebGPUError } from "../../runtime/webgpu/errors.ts";
 import { formatProfile } from "../../runtime/webgpu/timing.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { seededRandom } from "../../cases/random.ts";
@@ -558,6 +559,23 @@ Deno.test({
         assert.match(e.message, /k_huge/);
         return true;
       },
+    );
+  },
+});
+
+Deno.test({
+  name:
+    "webgpu: a kernel binding a buffer the plan lacks is refused in one line, before its ranges are laid out",
+  ignore,
+  fn: async () => {
+    const k = loopKernel("k_orphan", 8, [bind("b_gone", 3, "f32", "read_write", 8)], (i) => [
+      store("b_gone", i, f32(1)),
+    ]);
+    const plan = planOf([k], [{ name: "out", dtype: "f32", shape: [8] }]);
+    await assert.rejects(
+      () => WebGPUExecutor.create(gpu.ctx!, plan),
+      (e: Error) =>
+        e instanceof WebGPUError && /kernel k_orphan binds buffer 3, which the plan lacks/.test(e.message),
     );
   },
 });
