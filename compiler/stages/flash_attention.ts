@@ -25,6 +25,7 @@ import {
 } from "../lower/flash_attention.ts";
 import { findFlashSites, type FlashSite } from "../lower/flash_match.ts";
 import type { Stage } from "../pipeline.ts";
+import { launchAccess } from "./schedule.ts";
 import { type FlashOverride, type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
 
 const NAME = "flash-attention";
@@ -99,10 +100,11 @@ export const flashAttentionStage: Stage<KernelState> = {
         cost: (typeof costs)[number],
       ) => {
         const old = kernels[at];
+        const bindings = bindingsOf(fk, results);
         kernels[at] = {
           name: old.name.replace(/^(k\d+)_.*$/, `$1_flash_${what}`),
           kind: "attention",
-          bindings: bindingsOf(fk, results),
+          bindings,
           shared: [],
           workgroupSize: fk.workgroupSize,
           workgroups: fk.grid[0],
@@ -112,7 +114,7 @@ export const flashAttentionStage: Stage<KernelState> = {
               site.spec.dropout ? `, dropout ${site.spec.dropout.p}` : ""
             }`,
             `replaces ${[...plan.forward, ...plan.backward].map((k) => s.kernels![k].name).join(", ")}`,
-            ...bindingsOf(fk, results).map((b, i) => `binding ${i} (${b.access}): ${buffers[b.buffer].name}`),
+            ...bindings.map((b, i) => `binding ${i} (${b.access}): ${buffers[b.buffer].name}`),
           ],
           usesF16: true,
         };
@@ -140,11 +142,7 @@ export const flashAttentionStage: Stage<KernelState> = {
       if (instead) {
         for (const k of instead) {
           steps.push({ op: "launch", kernel: k });
-          const bs = kernels[k].bindings;
-          access.push({
-            reads: bs.filter((b) => b.access !== "write").map((b) => b.buffer),
-            writes: bs.filter((b) => b.access !== "read").map((b) => b.buffer),
-          });
+          access.push(launchAccess(kernels[k].bindings));
         }
         return;
       }

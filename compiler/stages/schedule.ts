@@ -6,6 +6,7 @@
 import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import type { PlanStep } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline.ts";
+import type { Kernel } from "../kernel_ir/ir.ts";
 import { nodeBuffer } from "./buffers.ts";
 import { type KernelState, need, type StateBuffer } from "./state.ts";
 
@@ -54,12 +55,19 @@ export const scheduleStage: Stage<KernelState> = {
       if (st.op !== "launch") return { reads: [st.src], writes: [st.dst] };
       const scratch = s.gemmOf?.get(st.kernel)?.scratch;
       const extra = scratch === undefined ? [] : [scratch];
-      const bindings = kernels[st.kernel].bindings;
-      return {
-        reads: [...bindings.filter((b) => b.access !== "write").map((b) => b.buffer), ...extra],
-        writes: [...bindings.filter((b) => b.access !== "read").map((b) => b.buffer), ...extra],
-      };
+      return launchAccess(kernels[st.kernel].bindings, extra);
     });
     return { ...s, buffers, schedule: { steps, inputs, params, outputs, updates, access } };
   },
 };
+
+/** What a launch reads and writes, by buffer: its bindings, and `extra` (a library call's scratch) both. */
+export function launchAccess(
+  bindings: Kernel["bindings"],
+  extra: readonly number[] = [],
+): { reads: number[]; writes: number[] } {
+  return {
+    reads: [...bindings.filter((b) => b.access !== "write").map((b) => b.buffer), ...extra],
+    writes: [...bindings.filter((b) => b.access !== "read").map((b) => b.buffer), ...extra],
+  };
+}
