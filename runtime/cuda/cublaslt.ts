@@ -416,11 +416,7 @@ export class LtCall {
     this.desc = ptr();
     try {
       const setDesc = (attr: number, buf: Uint8Array<ArrayBuffer>, name: string) =>
-        lt.check(
-          `cublasLtMatmulDescSetAttribute(${name})`,
-          s.cublasLtMatmulDescSetAttribute(this.desc, attr, buf, BigInt(buf.byteLength)),
-          what,
-        );
+        this.setDesc(attr, buf, name, what);
       // The row-major to column-major mapping (lt_mapping.ts; the CPU shim runs the same descriptors).
       const lib = ltDescriptors(spec);
       setDesc(DESC_TRANSA, i32(lib.transA ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
@@ -516,6 +512,14 @@ export class LtCall {
     }
   }
 
+  private setDesc(attr: number, buf: Uint8Array<ArrayBuffer>, name: string, what: string): void {
+    this.lt.check(
+      `cublasLtMatmulDescSetAttribute(${name})`,
+      this.lt.symbols.cublasLtMatmulDescSetAttribute(this.desc, attr, buf, BigInt(buf.byteLength)),
+      what,
+    );
+  }
+
   /**
    * Enqueues D = op(A)·op(B) (+ bias) on `stream` (capturable: the workspace is given, nothing is
    * allocated; the bias pointer is a host-side descriptor value, read when each call is enqueued).
@@ -528,16 +532,7 @@ export class LtCall {
       }
       if (this.biasSlot[0] !== bias) {
         this.biasSlot[0] = bias;
-        lt.check(
-          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)",
-          lt.symbols.cublasLtMatmulDescSetAttribute(
-            this.desc,
-            DESC_BIAS_POINTER,
-            new Uint8Array(this.biasSlot.buffer),
-            8n,
-          ),
-          what,
-        );
+        this.setDesc(DESC_BIAS_POINTER, new Uint8Array(this.biasSlot.buffer), "BIAS_POINTER", what);
       }
     }
     // A call in groups (plan/plan.ts PlanGemm.outer): one cublasLtMatmul per group, pointers stepped by

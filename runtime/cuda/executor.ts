@@ -238,8 +238,9 @@ export class CudaExecutor {
           "index"
         >;
       const launches = plan.kernels.map((k, kernelIndex): Prepared => {
+        const template = () => ({ kernel: k, kernelIndex, ...launchOf(k.name, k.cuda!, k.bindings) });
         const g = useLibrary ? k.cudaGemm : undefined;
-        if (!g || !lt) return { kernel: k, kernelIndex, ...launchOf(k.name, k.cuda!, k.bindings) };
+        if (!g || !lt) return template();
         const { call } = g;
         const elementAt = (o: Pick<PlanGemmOperand, "buffer" | "offset" | "dtype">, what: string) => {
           const b = bufferOf(plan, o.buffer, `kernel ${k.name}: GEMM operand ${what}`);
@@ -282,7 +283,6 @@ export class CudaExecutor {
           spec.epilogue ?? null,
           spec.align,
         ]);
-        const template = () => ({ kernel: k, kernelIndex, ...launchOf(k.name, k.cuda!, k.bindings) });
         const lc = libraryCall(calls, key, () => new LtCall(lt!, spec, k.name), k.name, opts.warn);
         if (!lc) return template();
         const epilogue = g.epilogue && launchOf(g.epilogue.name, g.epilogue.cuda, g.epilogue.bindings);
