@@ -349,17 +349,7 @@ export async function runSourceOnCpu(
   stdin: Uint8Array,
   optimize = "-O1",
 ): Promise<Uint8Array> {
-  const src = `${dir}/prog.cpp`;
-  await Deno.writeTextFile(src, `${SHIM}\n${body}`);
-  await Deno.writeTextFile(`${dir}/cuda_fp16.h`, "");
-  const build = await new Deno.Command(CXX, {
-    args: ["-std=c++20", optimize, "-fno-strict-aliasing", "-pthread", `-I${dir}`, src, "-o", `${dir}/prog`],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!build.success) {
-    throw new Error(`g++ failed:\n${new TextDecoder().decode(build.stderr).slice(0, 8000)}`);
-  }
+  await buildProgram(dir, `${SHIM}\n${body}`, optimize);
   const child = new Deno.Command(`${dir}/prog`, { stdin: "piped", stdout: "piped", stderr: "piped" }).spawn();
   const writer = child.stdin.getWriter();
   await writer.write(stdin);
@@ -369,16 +359,10 @@ export async function runSourceOnCpu(
   return out.stdout;
 }
 
-/** Builds the plan's program in `dir` with g++, runs it on `feeds` and returns its outputs by name. */
-export async function runOnCpu(
-  dir: string,
-  plan: Plan,
-  feeds: Record<string, ArrayLike<number>>,
-  library = false,
-  optimize = "-O1",
-) {
+/** Compiles `source` (shim included) with g++ into `dir`/prog. */
+async function buildProgram(dir: string, source: string, optimize: string): Promise<void> {
   const src = `${dir}/prog.cpp`;
-  await Deno.writeTextFile(src, program(plan, library));
+  await Deno.writeTextFile(src, source);
   // The generated code includes these headers; on the host the shim provides everything.
   await Deno.writeTextFile(`${dir}/cuda_fp16.h`, "");
   await Deno.writeTextFile(`${dir}/cuda_bf16.h`, "");
@@ -390,6 +374,17 @@ export async function runOnCpu(
   if (!build.success) {
     throw new Error(`g++ failed:\n${new TextDecoder().decode(build.stderr).slice(0, 8000)}`);
   }
+}
+
+/** Builds the plan's program in `dir` with g++, runs it on `feeds` and returns its outputs by name. */
+export async function runOnCpu(
+  dir: string,
+  plan: Plan,
+  feeds: Record<string, ArrayLike<number>>,
+  library = false,
+  optimize = "-O1",
+) {
+  await buildProgram(dir, program(plan, library), optimize);
   const byName = new Map<string, ArrayLike<number>>(Object.entries(feeds));
   const input: Uint8Array[] = plan.buffers.filter((b) => b.role === "input" || b.role === "param")
     .map((b) => encode(b, byName.get(b.name)));
