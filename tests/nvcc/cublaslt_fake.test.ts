@@ -25,6 +25,7 @@ import { Nvrtc } from "../../runtime/cuda/nvrtc.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { decodeF16, encodeF16 } from "../../numeric/half.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
+import { buildFakeLibs, FAKE_DRIVER, FAKE_NVRTC } from "../util/fake_cuda.ts";
 
 const FAKE_LT = String.raw`
 #include <stdint.h>
@@ -123,43 +124,12 @@ int cublasLtMatmul(void *h, Desc *d, const void *alpha, const void *A, Layout *a
 }
 `;
 
-const FAKE_SOURCE = new URL("./cuda_runtime_fake.test.ts", import.meta.url);
-
-function cudaInclude(): string | undefined {
-  for (const r of [Deno.env.get("CUDA_HOME"), "/usr/local/cuda", "/usr/local/cuda-13.0"].filter(Boolean)) {
-    try {
-      if (Deno.statSync(`${r}/include/cuda.h`).isFile) return `${r}/include`;
-    } catch {
-      // next
-    }
-  }
-  return undefined;
-}
-
-/** The fake libcuda and libnvrtc (the fake-driver test's own C) and the fake libcublasLt, built into `dir`. */
-async function buildFakes(dir: string): Promise<string | undefined> {
-  const inc = cudaInclude();
-  if (!inc) return "no cuda.h";
-  const text = await Deno.readTextFile(FAKE_SOURCE);
-  for (const [name, lib] of [["FAKE_DRIVER", "libcuda.so.1"], ["FAKE_NVRTC", "libnvrtc.so.13"]]) {
-    const m = text.match(new RegExp(`const ${name} = String\\.raw\`([\\s\\S]*?)\`;`));
-    if (!m) throw new Error(`${FAKE_SOURCE} no longer defines ${name} as String.raw\`...\``);
-    await Deno.writeTextFile(`${dir}/${lib}.c`, m[1]);
-  }
-  await Deno.writeTextFile(`${dir}/libcublasLt.so.13.c`, FAKE_LT);
-  for (const lib of ["libcuda.so.1", "libnvrtc.so.13", "libcublasLt.so.13"]) {
-    const r = await new Deno.Command("gcc", {
-      args: ["-shared", "-fPIC", "-O1", `-I${inc}`, "-o", `${dir}/${lib}`, `${dir}/${lib}.c`],
-      stderr: "piped",
-    }).output().catch(() => undefined);
-    if (!r) return "no gcc";
-    if (!r.success) throw new Error(`fake ${lib} did not build:\n${new TextDecoder().decode(r.stderr)}`);
-  }
-  return undefined;
-}
-
 const dir = await Deno.makeTempDir({ prefix: "bertfuse-fake-lt-" });
-const why = await buildFakes(dir);
+const why = await buildFakeLibs(dir, {
+  "libcuda.so.1": FAKE_DRIVER,
+  "libnvrtc.so.13": FAKE_NVRTC,
+  "libcublasLt.so.13": FAKE_LT,
+});
 if (why) console.log(`fake cuBLASLt tests skipped: ${why}`);
 const discoverOpts = { env: (n: string) => (n === "LD_LIBRARY_PATH" ? dir : undefined), systemDirs: [] };
 

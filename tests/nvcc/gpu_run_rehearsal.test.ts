@@ -11,44 +11,17 @@
  */
 import assert from "node:assert/strict";
 import { ROOT } from "../util/cli.ts";
-
-const FAKE_SOURCE = `${ROOT}tests/nvcc/cuda_runtime_fake.test.ts`;
-
-function cudaInclude(): string | undefined {
-  for (const r of [Deno.env.get("CUDA_HOME"), "/usr/local/cuda", "/usr/local/cuda-13.0"]) {
-    try {
-      if (r && Deno.statSync(`${r}/include/cuda.h`).isFile) return `${r}/include`;
-    } catch {
-      // next
-    }
-  }
-  return undefined;
-}
+import { buildFakeLibs, cudaInclude, FAKE_DRIVER, FAKE_NVRTC } from "../util/fake_cuda.ts";
 
 /**
- * Builds the fake libcuda and libnvrtc from the C the fake-driver test holds (taken from that file, so the
- * rehearsal runs the same fakes). One change: the fake's launch log is a fixed array of 4096 records that a
- * benchmark's thousands of launches would overrun, so here it wraps around (nothing here reads it).
+ * The fake libcuda and libnvrtc, with one change: the fake's launch log is a fixed array of 4096 records
+ * that a benchmark's thousands of launches would overrun, so here it wraps around (nothing here reads it).
  */
-async function buildFakes(dir: string): Promise<string | undefined> {
-  const inc = cudaInclude();
-  if (!inc) return "no cuda.h";
-  const text = await Deno.readTextFile(FAKE_SOURCE);
-  for (const [name, lib] of [["FAKE_DRIVER", "libcuda.so.1"], ["FAKE_NVRTC", "libnvrtc.so.13"]]) {
-    const m = text.match(new RegExp(`const ${name} = String\\.raw\`([\\s\\S]*?)\`;`));
-    if (!m) throw new Error(`${FAKE_SOURCE} no longer defines ${name} as String.raw\`...\``);
-    await Deno.writeTextFile(
-      `${dir}/${lib}.c`,
-      m[1].replaceAll("launches[nlaunch++]", "launches[nlaunch++ % 4096]"),
-    );
-    const r = await new Deno.Command("gcc", {
-      args: ["-shared", "-fPIC", "-O1", `-I${inc}`, "-o", `${dir}/${lib}`, `${dir}/${lib}.c`],
-      stderr: "piped",
-    }).output().catch(() => undefined);
-    if (!r) return "no gcc";
-    if (!r.success) throw new Error(`fake ${lib} did not build:\n${new TextDecoder().decode(r.stderr)}`);
-  }
-  return undefined;
+function buildFakes(dir: string): Promise<string | undefined> {
+  return buildFakeLibs(dir, {
+    "libcuda.so.1": FAKE_DRIVER.replaceAll("launches[nlaunch++]", "launches[nlaunch++ % 4096]"),
+    "libnvrtc.so.13": FAKE_NVRTC,
+  });
 }
 
 const hasPython = await new Deno.Command("python3", { args: ["-c", "import json"] }).output()
