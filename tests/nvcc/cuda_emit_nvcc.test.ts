@@ -13,9 +13,9 @@ import { buildModelGraph } from "../../compiler/model_graph.ts";
 import type { Precision } from "../../compiler/passes/precision.ts";
 import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
 import { loadModel } from "../../models/load.ts";
-import { NVCC, nvccVersion } from "../util/nvcc.ts";
+import { NVCC, NVCC_STRICT, nvccVersion } from "../util/nvcc.ts";
 
-const FLAGS = ["-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-c"];
+const FLAGS = [...NVCC_STRICT, "-c"];
 /** Translation units per nvcc call are sized so that about this many kernels go into each. */
 const KERNELS_PER_TU = 120;
 const PARALLEL = 2;

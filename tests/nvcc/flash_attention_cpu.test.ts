@@ -28,7 +28,7 @@ import {
 } from "../../compiler/lower/flash_attention.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { CXX, cxxVersion, runSourceOnCpu } from "../util/cuda_cpu.ts";
-import { NVCC, nvccVersion } from "../util/nvcc.ts";
+import { NVCC, NVCC_STRICT, nvccVersion } from "../util/nvcc.ts";
 
 const D = 64;
 const version = await cxxVersion();
@@ -392,10 +392,7 @@ Deno.test({
         await Deno.writeTextFile(src, k.code);
         const out = await new Deno.Command(NVCC, {
           args: [
-            "-arch=sm_90",
-            "-std=c++17",
-            "-Werror",
-            "all-warnings",
+            ...NVCC_STRICT,
             "-Xptxas",
             "-v",
             "-c",

@@ -27,7 +27,7 @@ import { ltDescriptors } from "../../runtime/cuda/lt_mapping.ts";
 import { attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F16_TOL, F32_TOL } from "../util/fused_check.ts";
-import { NVCC, nvccVersion } from "../util/nvcc.ts";
+import { NVCC, NVCC_STRICT, nvccVersion } from "../util/nvcc.ts";
 
 const version = await cxxVersion();
 if (!version) console.log(`CUDA-on-CPU epilogue tests ignored: ${CXX} not found`);
@@ -234,10 +234,7 @@ Deno.test({
       await Deno.writeTextFile(`${dir}/k.cu`, e.cuda.code);
       const out = await new Deno.Command(NVCC, {
         args: [
-          "-arch=sm_90",
-          "-std=c++17",
-          "-Werror",
-          "all-warnings",
+          ...NVCC_STRICT,
           "-c",
           `${dir}/k.cu`,
           "-o",

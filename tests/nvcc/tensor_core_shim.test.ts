@@ -11,7 +11,7 @@ import { cudaPrelude } from "../../compiler/codegen/cuda_prelude.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { decodeF16, encodeF16 } from "../../numeric/half.ts";
 import { CXX, cxxVersion, runSourceOnCpu } from "../util/cuda_cpu.ts";
-import { NVCC, nvccVersion } from "../util/nvcc.ts";
+import { NVCC, NVCC_STRICT, nvccVersion } from "../util/nvcc.ts";
 
 const BLOCKS = 2, WARPS = 2, PATHS = 5;
 
@@ -156,7 +156,7 @@ Deno.test({
       const src = `${dir}/tc.cu`;
       await Deno.writeTextFile(src, `#include <cuda_fp16.h>\n${prelude}\n${KERNEL}`);
       const ptx = await new Deno.Command(NVCC, {
-        args: ["-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-ptx", src, "-o", `${dir}/tc.ptx`],
+        args: [...NVCC_STRICT, "-ptx", src, "-o", `${dir}/tc.ptx`],
         stdout: "piped",
         stderr: "piped",
       }).output();
@@ -172,7 +172,7 @@ Deno.test({
         ]
       ) assert.ok(text.includes(instr), `PTX lacks ${instr}`);
       const obj = await new Deno.Command(NVCC, {
-        args: ["-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-c", src, "-o", `${dir}/tc.o`],
+        args: [...NVCC_STRICT, "-c", src, "-o", `${dir}/tc.o`],
         stdout: "piped",
         stderr: "piped",
       }).output();

@@ -4,6 +4,9 @@
  */
 export const NVCC = Deno.env.get("NVCC") ?? "nvcc";
 
+/** For sm_90 with every warning an error: what each kernel we generate must compile under. */
+export const NVCC_STRICT = ["-arch=sm_90", "-std=c++17", "-Werror", "all-warnings"] as const;
+
 export async function nvccVersion(): Promise<string | undefined> {
   try {
     const out = await new Deno.Command(NVCC, { args: ["--version"], stdout: "piped", stderr: "piped" })
