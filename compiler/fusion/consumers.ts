@@ -16,7 +16,10 @@ import { readsOf } from "./kernel_facts.ts";
 import { ELEM, operandNeed, parseRowCandidate } from "./needs.ts";
 import type { FusedKernel, FusionDecision, FusionResult, Need } from "./types.ts";
 
-/** A merged kernel binds at most this many buffers (desktop WebGPU adapters allow at least 16). */
+/**
+ * A merged kernel binds at most this many buffers where WGSL is emitted (desktop WebGPU adapters allow at
+ * least 16; compiler/stages/fusion.ts mergeBindingLimit).
+ */
 export const MAX_MERGED_BINDINGS = 16;
 /** Roots of at most this many elements may move to the kernel that computes their operands. */
 const SMALL = 64;
@@ -28,7 +31,7 @@ export function mergeConsumers(
   maxBindings = MAX_MERGED_BINDINGS,
   maxBindingBytes?: number,
 ): FusionResult {
-  const limit = Math.min(maxBindings, MAX_MERGED_BINDINGS);
+  const limit = maxBindings;
   const kernels: FusedKernel[] = r.kernels.map((k) => ({
     ...k,
     members: new Set(k.members),

@@ -13,7 +13,10 @@ import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
 import { readsOf } from "./kernel_facts.ts";
 import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
 
-/** A merged kernel binds at most this many buffers (desktop WebGPU adapters allow at least 16). */
+/**
+ * A merged kernel binds at most this many buffers where WGSL is emitted (desktop WebGPU adapters allow at
+ * least 16; compiler/stages/fusion.ts mergeBindingLimit).
+ */
 export const MAX_SIBLING_BINDINGS = 12;
 /** Refused sibling merges are reported only when the shared tensor has at least this many elements. */
 export const MIN_SHARED_ELEMENTS = 1024;
@@ -33,7 +36,7 @@ export function mergeSiblings(
   maxBindings = MAX_SIBLING_BINDINGS,
   maxBindingBytes?: number,
 ): FusionResult {
-  const limit = Math.min(maxBindings, MAX_SIBLING_BINDINGS);
+  const limit = maxBindings;
   const kernels = r.kernels.map((k) => ({ ...k, members: new Set(k.members), roots: [...k.roots] }));
   const alive = kernels.map(() => true);
   const reads = kernels.map((k) => readsOf(g, r, k));
@@ -82,10 +85,18 @@ export function mergeSiblings(
   // them is welcome (fewer launches), but their refusals would flood the report, so only refusals between
   // kernels sharing a sizeable tensor are recorded.
   const worthReporting = (x: NodeId) => numel(g.nodes[x].type.shape) >= MIN_SHARED_ELEMENTS;
-  for (let i = 0; i < kernels.length; i++) {
-    if (!alive[i] || (kernels[i].kind !== "reduce" && kernels[i].kind !== "loop")) continue;
-    for (const x of [...reads[i]].sort((a, b) => a - b)) {
-      for (const j of byReads.get(x) ?? []) {
+  // Pairs sharing the largest tensors merge first: they save the most bytes, and a merge of two small
+  // kernels can make one depend on a kernel it could otherwise have merged with (LAMB's per-segment sums of
+  // the gradient and weight norms, merged, put the weight norm before the update kernel, which then could
+  // not take it in and read bert-large's 1.3 GB of weights twice).
+  const shared = [...byReads.keys()].sort((a, b) =>
+    numel(g.nodes[b].type.shape) - numel(g.nodes[a].type.shape) || a - b
+  );
+  for (const x of shared) {
+    const readers = byReads.get(x)!;
+    for (const i of readers) {
+      if (!alive[i] || (kernels[i].kind !== "reduce" && kernels[i].kind !== "loop")) continue;
+      for (const j of readers) {
         if (j <= i || !alive[j] || !alive[i] || !sameSpace(kernels[i], kernels[j])) continue;
         const bindings = new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]);
         for (const root of [...kernels[i].roots, ...kernels[j].roots]) bindings.delete(root);
@@ -94,7 +105,10 @@ export function mergeSiblings(
           [...bindings, ...kernels[i].roots, ...kernels[j].roots],
           maxBindingBytes,
         );
-        if (count > limit) {
+        // A merge that shares only a small tensor saves a launch, not bytes: it keeps to the portable cap,
+        // so it cannot take the loop kernels that consumer merging would fold into their producer instead
+        // (LAMB's "keep or update" selects of m and v, which would then re-read the new moments).
+        if (count > (worthReporting(x) ? limit : Math.min(limit, MAX_SIBLING_BINDINGS))) {
           if (!worthReporting(x)) continue;
           decisions.push({
             producer: kernels[j].roots[0],

@@ -4,15 +4,27 @@
  * merging. Each spends the one FUSION_FUEL budget and logs its decisions at DEBUG=3.
  */
 import { fuseAttention } from "../fusion/attention.ts";
-import { mergeConsumers } from "../fusion/consumers.ts";
+import { MAX_MERGED_BINDINGS, mergeConsumers } from "../fusion/consumers.ts";
 import { fuseProducers } from "../fusion/fuse.ts";
 import { layoutForGemms } from "../fusion/layout.ts";
-import { mergeSiblings } from "../fusion/siblings.ts";
+import { MAX_SIBLING_BINDINGS, mergeSiblings } from "../fusion/siblings.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { PassContext, Stage } from "../pipeline.ts";
 import { type KernelState, need } from "./state.ts";
 
 const takeFuel = (ctx: PassContext) => () => ctx.fuel.take();
+
+/**
+ * The most buffers a sibling or consumer merge may make a kernel bind. Where WGSL is emitted, the pass's
+ * portability cap, or the adapter's limit if lower. CUDA and C kernels take their buffers as parameters
+ * and have no such limit: there a merge is bounded only by an adapter limit passed in (none today), so
+ * bert-large's LAMB update also computes the weight norm over the weights it already reads (1.3 GB less
+ * per step) instead of stopping at 12 buffers.
+ */
+function mergeBindingLimit(s: KernelState, cap: number): number {
+  if (s.options.emitters.wgsl) return Math.min(s.options.maxBindings ?? cap, cap);
+  return s.options.maxBindings ?? Infinity;
+}
 const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => console.error(m) : undefined;
 
 export const fusionStage: Stage<KernelState> = {
@@ -71,7 +83,14 @@ export const attentionStage = kernelFusion(
 export const siblingStage = kernelFusion(
   "fusion-siblings",
   "kernels over one space that read a common tensor merge into one multi-output kernel",
-  (s, f, ctx) => mergeSiblings(s.graph, f, takeFuel(ctx), s.options.maxBindings, s.options.maxBindingBytes),
+  (s, f, ctx) =>
+    mergeSiblings(
+      s.graph,
+      f,
+      takeFuel(ctx),
+      mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
+      s.options.maxBindingBytes,
+    ),
 );
 
 // Then values that GEMMs read only through a permuting view (attention's heads and results) are stored
@@ -83,7 +102,13 @@ export const consumerStage = kernelFusion(
   (s, f, ctx) =>
     layoutForGemms(
       s.graph,
-      mergeConsumers(s.graph, f, takeFuel(ctx), s.options.maxBindings, s.options.maxBindingBytes),
+      mergeConsumers(
+        s.graph,
+        f,
+        takeFuel(ctx),
+        mergeBindingLimit(s, MAX_MERGED_BINDINGS),
+        s.options.maxBindingBytes,
+      ),
       {
         takeFuel: takeFuel(ctx),
         log: logOf(ctx),
