@@ -28,6 +28,8 @@ export const REMAT_MAX_OPS = 8;
 export const REMAT_MAX_TRANSCENDENTALS = 1;
 /** A buffer this small beside the chain (a scalar, a loss scale) is read from cache in every reader. */
 const SMALL = 64;
+/** Rows at least this long make a per-row value beside the chain cheap to read (isRowStatistic). */
+const ROW_STATISTIC_MIN = 32;
 
 const TRANSCENDENTAL: ReadonlySet<string> = new Set(["exp", "log", "tanh", "erf"]);
 /** Ops whose operands must be buffers, or that index them by data: a chain never flows into one. */
@@ -90,6 +92,29 @@ function belowReshapes(g: Graph, x: NodeId): NodeId {
   return x;
 }
 
+/**
+ * A value broadcast along rows at least ROW_STATISTIC_MIN long: LayerNorm's mean or 1/σ beside its
+ * centred input. A reader loads it once per row, so recomputing `xhat = (x - μ)·(1/σ)` from the stored
+ * `x - μ` costs a reader one multiply, and the forward kernel one tensor write less.
+ */
+function isRowStatistic(g: Graph, x: NodeId, size: number): boolean {
+  const n = g.nodes[x];
+  if (n.op !== "broadcast" || numel(n.type.shape) !== size) return false;
+  const src = g.nodes[belowReshapes(g, n.inputs[0])];
+  return !isMovement(src.op) && numel(src.type.shape) * ROW_STATISTIC_MIN <= size;
+}
+
+const verdicts = new WeakMap<RematGraph, Map<NodeId, RematVerdict>>();
+
+/** rematVerdict, asked once per node of a fusion's graph. */
+function verdictOf(r: RematGraph, id: NodeId): RematVerdict {
+  let memo = verdicts.get(r);
+  if (!memo) verdicts.set(r, memo = new Map());
+  let v = memo.get(id);
+  if (!v) memo.set(id, v = rematVerdict(r, id));
+  return v;
+}
+
 /** May `id` be recomputed where it is read, and from which stored tensor? */
 export function rematVerdict(r: RematGraph, id: NodeId): RematVerdict {
   const { g, inline } = r;
@@ -127,8 +152,13 @@ export function rematVerdict(r: RematGraph, id: NodeId): RematVerdict {
     for (const i of g.nodes[x].inputs) {
       const src = g.nodes[i];
       if (inline[i] && src.op !== "input" && src.op !== "param") visitInline(i);
-      else if (chainable(i)) visit(i);
+      else if (chainable(i) && verdictOf(r, i).ok) visit(i);
+      // An operand that cannot be recomputed itself is stored once the chain is recomputed in several
+      // readers: the chain reads it there (LayerNorm's x̂ = (x - μ)·(1/σ) from the stored x - μ, which
+      // adds a residual and a GEMM's output, two tensors).
+      else if (chainable(i)) big.add(i);
       else if (numel(src.type.shape) === size && storedAsIs(g, i)) big.add(i);
+      else if (isRowStatistic(g, i, size)) continue;
       else if (!(r.stored(i) && numel(src.type.shape) <= SMALL)) {
         why = `it also reads %${i} (${src.op} [${src.type.shape}]), neither small nor its one stored tensor`;
       }

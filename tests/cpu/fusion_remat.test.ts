@@ -14,7 +14,7 @@ import { differentiate } from "../../compiler/passes/autodiff.ts";
 import { applyPrecision } from "../../compiler/passes/precision.ts";
 import { appendSgdUpdate } from "../../compiler/passes/sgd_update.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { gelu, linear, ModelBuilder } from "../../dsl/mod.ts";
+import { gelu, layerNorm, linear, ModelBuilder } from "../../dsl/mod.ts";
 import type { Graph, NodeId } from "../../ir/mod.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
 import { F16_TOL, F32_TOL } from "../util/fused_check.ts";
@@ -124,3 +124,52 @@ Deno.test("remat: the cost rule refuses two stored operands, long chains, two tr
   const v = rematVerdict(remat, ok.id);
   assert.ok(v.ok && v.from === a.id && v.ops === 3 && v.transcendentals === 1, JSON.stringify(v));
 });
+
+/** x = a + b (two stored tensors), LayerNorm(x)·probe summed, differentiated, with an SGD update. */
+function layerNormStep(precision: "fp32" | "fp16"): Graph {
+  const m = new ModelBuilder("layer_norm");
+  const x = m.input("a", "f32", [4, 8, 64]).add(m.input("b", "f32", [4, 8, 64]));
+  const y = layerNorm(x, m.param("gamma", [64], "ones"), m.param("beta", [64], "zeros"), 1e-12);
+  m.output("loss", y.mul(m.input("probe", "f32", [4, 8, 64])).sum([0, 1, 2], false));
+  return applyPrecision(appendSgdUpdate(differentiate(m.graph, "loss")), precision);
+}
+
+/** LayerNorm's x - μ (the sub) and x̂ = (x - μ)·(1/σ) (the mul that reads it and a broadcast row value). */
+function layerNormNodes(g: Graph): { centred: NodeId; xhat: NodeId } {
+  const subs = g.nodes.filter((n) => n.op === "sub" && n.type.shape.length === 3);
+  assert.equal(subs.length, 1, "one x - μ");
+  const xhat = usersOf(g)[subs[0].id].filter((u) =>
+    g.nodes[u].op === "mul" && g.nodes[u].inputs.some((i) => g.nodes[i].op === "broadcast")
+  );
+  assert.equal(xhat.length, 1, "one x̂");
+  return { centred: subs[0].id, xhat: xhat[0] };
+}
+
+for (const precision of ["fp32", "fp16"] as const) {
+  Deno.test(`remat (${precision}): LayerNorm stores one full-size tensor; x̂ is recomputed in its readers`, () => {
+    const g = layerNormStep(precision);
+    const r = fuseGraph(g, { fuse: true });
+    const { centred, xhat } = layerNormNodes(g);
+    assert.ok(!r.materialized.has(xhat), "x̂ is not stored");
+    for (const k of r.kernels) assert.ok(!readsOf(g, r, k).has(xhat));
+    // The forward kernel (the one writing 1/σ) writes x or x - μ, and row values; the backward reads it.
+    const rsqrt = g.nodes.find((n) => n.op === "rsqrt")!.id;
+    const fwd = r.kernels[r.kernelOf[rsqrt]];
+    const full = fwd.roots.filter((id) => g.nodes[id].type.shape.join() === "4,8,64");
+    assert.equal(full.length, 1, `forward writes ${full.map((id) => g.nodes[id].op)}`);
+    assert.ok(full[0] === centred || g.nodes[centred].inputs.includes(full[0]), "x or x - μ");
+  });
+
+  Deno.test({
+    name: `remat (${precision}): the LayerNorm SGD step on the CPU backend matches the reference`,
+    ignore: !cpu.ctx,
+    fn: async () => {
+      const g = layerNormStep(precision);
+      const tol = precision === "fp16" ? F16_TOL : F32_TOL;
+      const skip = precision === "fp16" ? (o: string) => o === "loss" : undefined;
+      for (const seed of [21, 22]) {
+        await checkCpuAgainstReference(cpu.ctx!, g, randomFeeds(g, seed), { fuse: true, tol, skip });
+      }
+    },
+  });
+}
