@@ -431,7 +431,8 @@ export function lowerGemmEpilogue(
  * GPU takes many (targets/profiles.ts), since a thread per column of BERT's hidden size is 1,024 threads
  * walking every token, too few to keep the device busy; the extra threads only re-read the indices.
  * The kernel's other roots (elementwise over the updates) are stored by the owner of each index's row (an
- * index out of range: owner 0).
+ * index out of range: owner 0). A table of few rows has few owners and so few threads; GPU profiles
+ * rewrite those as masked column sums before fusion (compiler/scatter_sums.ts).
  */
 function lowerScatter(
   g: Graph,

@@ -1,16 +1,26 @@
-/** The column-sums stage: large column sums in two passes on a GPU profile (compiler/column_sums.ts). */
+/**
+ * The column-sums stage: on a GPU profile, scatter-adds into small tables as masked column sums
+ * (compiler/scatter_sums.ts), then large column sums in two passes (compiler/column_sums.ts).
+ */
 import type { Stage } from "../pipeline.ts";
 import { splitColumnSums } from "../column_sums.ts";
+import { scattersAsColumnSums } from "../scatter_sums.ts";
 import type { KernelState } from "./state.ts";
 
 export const columnSumsStage: Stage<KernelState> = {
   name: "column-sums",
-  about: "GPU profiles: a column sum over many rows becomes per-part sums, then a sum of the parts",
+  about:
+    "GPU profiles: a scatter-add into few rows becomes a masked column sum; a column sum over many rows becomes per-part sums, then a sum of the parts",
   run: (s, ctx) => {
     if (!s.options.fuse) return s;
-    const r = splitColumnSums(s.graph, s.options.profile?.columnSumParts ?? 1);
-    if (r.split === 0) return s;
-    if (ctx.flags.level >= 3) console.error(`column-sums: ${r.split} reductions in two passes`);
+    const masked = scattersAsColumnSums(s.graph, s.options.profile?.scatterMaskedMaxRows ?? 0);
+    const r = splitColumnSums(masked.graph, s.options.profile?.columnSumParts ?? 1);
+    if (r.split === 0 && masked.rewritten === 0) return s;
+    if (ctx.flags.level >= 3) {
+      console.error(
+        `column-sums: ${masked.rewritten} scatter-adds as column sums, ${r.split} reductions in two passes`,
+      );
+    }
     return { ...s, graph: r.graph };
   },
   skip: (s) => s,

@@ -34,6 +34,14 @@ export interface TargetProfile {
    */
   readonly scatterOwners: number;
   /**
+   * A scatter-add into a table of at most this many rows becomes a masked column sum (compiler/
+   * scatter_sums.ts), split into parts like any long column sum. The owner lowering gives such a table
+   * only rows × columns threads each walking every index, where the column sum gives parts × rows ×
+   * columns; but each row's sum reads every update, so past a few rows the re-reads cost more than the
+   * threads gain. 0: never (a workgroup is a loop on one core, nothing to fill).
+   */
+  readonly scatterMaskedMaxRows: number;
+  /**
    * A column sum over at least this many rows shares each column among SPLIT_GROUPS threads of a workgroup
    * (lower_kernel.ts lowerReduce). Infinity on the CPU: a workgroup is a loop there, and the shared-memory
    * combine with its barriers cost more than it spread (BERT-tiny's training step: 22.4 -> 16.2 ms of
@@ -57,6 +65,7 @@ const SERIAL_ROWS = {
   perThreadMinRows: 256,
   reduceWorkgroupMax: 256,
   scatterOwners: 1,
+  scatterMaskedMaxRows: 0,
   columnSumParts: 1,
   columnSplitMinRows: 256,
 };
@@ -67,6 +76,10 @@ const ROW_PER_WORKGROUP = {
   perThreadMinRows: Infinity,
   reduceWorkgroupMax: 256,
   scatterOwners: 128,
+  // 8: the most rows (a power of two) at which the masked sum still wins if every row's re-read of the
+  // updates came from DRAM, not L2 (the cost model, 8,192 tokens × 1,024 f16 columns: 54 µs against the
+  // owner lowering's 95; at 12 rows 80 against 68). BERT's token types are 2 rows: 742 -> 13 µs.
+  scatterMaskedMaxRows: 8,
   columnSumParts: 256,
   columnSplitMinRows: 256,
 };

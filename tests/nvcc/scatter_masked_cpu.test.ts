@@ -1,0 +1,77 @@
+/**
+ * Scatter-adds into tables of few rows lowered for `cuda-sm90`, where they become masked column sums in
+ * parts (compiler/scatter_sums.ts), run on the CPU through g++ and the CUDA shim against the reference
+ * interpreter on fresh random inputs: tables of one, two and five rows, a share of the ids out of range
+ * (dropped), and the elementwise updates, an output of their own, still stored. A copy of the plan whose
+ * second pass skips the first part must fail the same check.
+ */
+import assert from "node:assert/strict";
+import { emitCUDA } from "../../compiler/codegen/cuda.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { PROFILES } from "../../compiler/targets/profiles.ts";
+import { scatterCases } from "../../cases/scatter_cases.ts";
+import type { Plan } from "../../plan/plan.ts";
+import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
+import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
+import { dropFirstPart, scatterExpected, scatterFeeds } from "../util/scatter_check.ts";
+
+const version = await cxxVersion();
+const emitters = { cuda: emitCUDA };
+
+async function runPlan(plan: Plan, feeds: Record<string, Float64Array>) {
+  const dir = await Deno.makeTempDir({ prefix: "bertfuse-scatter-" });
+  try {
+    return Object.fromEntries(await runOnCpu(dir, plan, feeds));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+for (const [i, c] of scatterCases().entries()) {
+  Deno.test({
+    name: `scatter as a masked column sum: ${c.name}, cuda-sm90, on the CUDA shim${
+      version ? "" : " (g++ not found)"
+    }`,
+    ignore: !version,
+    async fn() {
+      const gpu = compileGraph(c.graph, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
+      const kinds = gpu.plan.kernels.map((k) => k.kind);
+      assert.ok(!kinds.includes("scatter"), `still a scatter kernel: ${kinds}`);
+      // In parts: a first pass per part, then a sum of the parts; else one pass.
+      assert.equal(kinds.filter((k) => k === "reduce").length, c.parts ? 2 : 1, `${kinds}`);
+      const serial = compileGraph(c.graph, { fuse: true, emitters, profile: PROFILES.lavapipe });
+      assert.ok(serial.plan.kernels.some((k) => k.kind === "scatter"), "lavapipe lost its scatter kernel");
+      const seed = 500 + i;
+      const feeds = scatterFeeds(c, seed);
+      const ref = scatterExpected(c, feeds);
+      for (const [label, plan] of [["cuda-sm90", gpu.plan], ["lavapipe", serial.plan]] as const) {
+        assertMatchesReference(ref, await runPlan(plan, feeds), {
+          tol: F32_TOL,
+          device: `cuda-shim (${label}, seed ${seed})`,
+          plan: `${plan.kernels.length} kernels: ${plan.kernels.map((k) => k.name)}`,
+        });
+      }
+    },
+  });
+}
+
+Deno.test({
+  name: `scatter as a masked column sum: a second pass that skips a part fails the check${
+    version ? "" : " (g++ not found)"
+  }`,
+  ignore: !version,
+  async fn() {
+    const c = scatterCases().find((x) => x.parts && x.rows > 2)!;
+    const { plan } = compileGraph(c.graph, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
+    const planted = dropFirstPart(plan, "cuda");
+    const feeds = scatterFeeds(c, 600);
+    const ref = scatterExpected(c, feeds);
+    const out = await runPlan(planted, feeds);
+    assert.throws(() =>
+      assertMatchesReference(ref, out, {
+        tol: F32_TOL,
+        device: "cuda-shim (planted)",
+        plan: "a part dropped",
+      }), /table:/);
+  },
+});
