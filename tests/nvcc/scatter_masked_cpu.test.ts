@@ -3,13 +3,20 @@
  * parts (compiler/scatter_sums.ts), run on the CPU through g++ and the CUDA shim against the reference
  * interpreter on fresh random inputs: tables of one, two and five rows, a share of the ids out of range
  * (dropped), and the elementwise updates, an output of their own, still stored. A copy of the plan whose
- * second pass skips the first part must fail the same check.
+ * second pass skips the first part must fail the same check. And a BERT training step planned for
+ * `cuda-sm90`, whose token-type embedding gradient (2 rows) is such a sum, against the reference.
  */
 import assert from "node:assert/strict";
 import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { scatterCases } from "../../cases/scatter_cases.ts";
+import { seededRandom } from "../../cases/random.ts";
+import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
+import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { loadModel } from "../../models/load.ts";
+import { evaluate } from "../../runtime/reference/interpreter.ts";
+import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
@@ -18,7 +25,7 @@ import { dropFirstPart, scatterExpected, scatterFeeds } from "../util/scatter_ch
 const version = await cxxVersion();
 const emitters = { cuda: emitCUDA };
 
-async function runPlan(plan: Plan, feeds: Record<string, Float64Array>) {
+async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
   const dir = await Deno.makeTempDir({ prefix: "bertfuse-scatter-" });
   try {
     return Object.fromEntries(await runOnCpu(dir, plan, feeds));
@@ -73,5 +80,44 @@ Deno.test({
         device: "cuda-shim (planted)",
         plan: "a part dropped",
       }), /table:/);
+  },
+});
+
+Deno.test({
+  name: `scatter as a masked column sum: a BERT training step planned for cuda-sm90, on the CUDA shim${
+    version ? "" : " (g++ not found)"
+  }`,
+  ignore: !version,
+  async fn() {
+    const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
+    const [B, S, P] = [4, 64, 3];
+    const g = buildModelGraph({
+      model,
+      mode: "train",
+      precision: "fp32",
+      batchSize: B,
+      seqLen: S,
+      maxPredictions: P,
+      optimizer: { kind: "lamb", dynamicScale: false },
+    });
+    const scatters = (profile: typeof PROFILES.lavapipe) =>
+      compileGraph(g, { fuse: true, emitters, profile }).plan.kernels.filter((k) => k.kind === "scatter");
+    const gpu = compileGraph(g, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
+    const left = gpu.plan.kernels.filter((k) => k.kind === "scatter").length;
+    assert.equal(left, scatters(PROFILES.lavapipe).length - 1, "the token-type scatter is still a scatter");
+    const r = seededRandom(92);
+    const feeds = {
+      ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: model.config.vocab_size }, r, 3),
+      ...optimizerStepFeeds(g, r, 1),
+    };
+    const step = evaluate(g, feeds, { precision: "f32" });
+    // An output the step also updates holds its new value afterwards (cuda_emit_cpu.test.ts afterTheStep).
+    const ref = new Map([...step].map(([name, v]) => [name, step.get(UPDATE_PREFIX + name) ?? v]));
+    assert.ok(ref.has("grad.bert.embeddings.token_type_embeddings.weight"));
+    assertMatchesReference(ref, await runPlan(gpu.plan, feeds), {
+      tol: { rtol: 2e-4, atol: 1e-6 },
+      device: "cuda-shim (cuda-sm90)",
+      plan: `${gpu.plan.kernels.length} kernels`,
+    });
   },
 });
