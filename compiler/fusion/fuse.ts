@@ -49,6 +49,8 @@ export interface FusionOptions {
   readonly maxBindingBytes?: number;
   /** Nodes written to a buffer even where a reader could compute them (compiler/weight_copies.ts). */
   readonly roots?: ReadonlySet<NodeId>;
+  /** GEMMs write their raw product: library calls without a fused epilogue (remat.ts RematGraph). */
+  readonly rawGemmOutputs?: boolean;
 }
 
 const isBuffer = (op: string) => op === "input" || op === "param";
@@ -130,6 +132,7 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
     users,
     inline,
     stored: (id: NodeId) => isBuffer(nodes[id].op) || isAssembled(id) || isOutput[id] === 1,
+    rawGemmOutputs: opts.rawGemmOutputs,
   };
 
   const kernelOf = new Int32Array(nodes.length).fill(-1);
@@ -277,6 +280,11 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
     const k = kernels[kid];
     const need = needOf(id, kid);
     let verdict = decideJoin(g, id, k, need, needs, extraRoot);
+    // A GEMM that writes its raw product (a library call) and is stored anyway: as a reader's epilogue it
+    // would also write a scratch product for that reader to read back; alone, its readers read the one.
+    if (verdict.ok && extraRoot && n.op === "matmul" && opts.rawGemmOutputs) {
+      verdict = no("the library GEMM writes its product, stored anyway: its readers read that");
+    }
     if (verdict.ok && opts.maxBindings !== undefined) {
       const bindings = bindingsAfterJoin(k, id, extraRoot);
       if (bindings > opts.maxBindings) {

@@ -42,13 +42,22 @@ export interface RematGraph {
   readonly inline: Uint8Array;
   /** Written to a buffer whatever fusion decides: inputs, params, outputs, forced roots, in-place parts. */
   readonly stored: (id: NodeId) => boolean;
+  /**
+   * GEMMs write their raw product (library calls: cuBLASLt takes no f32 bias on an f16 product, and no
+   * erf-GELU), so an op on a product costs as much in the GEMM's kernel (a scratch product written and
+   * read back by an epilogue kernel) as in its readers, and a chain may start at the product.
+   */
+  readonly rawGemmOutputs?: boolean;
 }
 
 /**
  * An elementwise op on a GEMM's result (directly or through a cast: a linear layer's bias add) is that
- * GEMM's epilogue: storing it costs what storing the raw product would, so a chain never recomputes it.
+ * GEMM's epilogue where the GEMM kernel computes it (the template): storing it costs what storing the raw
+ * product would, so a chain never recomputes it. Not so where GEMMs write their raw product.
  */
-function onGemm(g: Graph, id: NodeId): boolean {
+function onGemm(r: RematGraph, id: NodeId): boolean {
+  const g = r.g;
+  if (r.rawGemmOutputs) return false;
   return g.nodes[id].inputs.some((i) => {
     const src = g.nodes[i];
     return src.op === "matmul" || (src.op === "cast" && g.nodes[src.inputs[0]].op === "matmul");
@@ -121,14 +130,14 @@ export function rematVerdict(r: RematGraph, id: NodeId): RematVerdict {
   const no = (reason: string): RematVerdict => ({ ok: false, reason });
   const n = g.nodes[id];
   if (!isElementwise(n.op)) return no(`${n.op} is not elementwise`);
-  if (r.stored(id) || onGemm(g, id)) return no("it is stored anyway");
+  if (r.stored(id) || onGemm(r, id)) return no("it is stored anyway");
   if (!readElementwise(r, id)) return no("a GEMM, gather or scatter reads it from a buffer");
   const size = numel(n.type.shape);
   if (size <= SMALL) return no("it is small: storing it costs nothing");
   // Continue the chain through an operand that would itself be recomputed: elementwise, not stored anyway,
   // read only elementwise. Anything else ends the chain and must then be the one stored tensor.
   const chainable = (x: NodeId) =>
-    isElementwise(g.nodes[x].op) && !r.stored(x) && !onGemm(g, x) && readElementwise(r, x);
+    isElementwise(g.nodes[x].op) && !r.stored(x) && !onGemm(r, x) && readElementwise(r, x);
   const seen = new Set<NodeId>();
   const big = new Set<NodeId>();
   let ops = 0, transcendentals = 0;

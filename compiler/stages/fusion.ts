@@ -25,6 +25,16 @@ function mergeBindingLimit(s: KernelState, cap: number): number {
   if (s.options.emitters.wgsl) return Math.min(s.options.maxBindings ?? cap, cap);
   return s.options.maxBindings ?? Infinity;
 }
+/**
+ * Whether every GEMM of the plan writes its raw product: a plan emitted as CUDA alone, with GEMMs on
+ * cuBLASLt, where an epilogue costs a scratch product and a kernel reading it back (remat.ts
+ * rawGemmOutputs). A plan shared with WGSL or C keeps the template's free epilogues.
+ */
+function rawGemmOutputs(s: KernelState): boolean {
+  const e = s.options.emitters;
+  return !!e.cuda && !e.wgsl && !e.c && s.options.libraryGemms !== false;
+}
+
 const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => console.error(m) : undefined;
 
 export const fusionStage: Stage<KernelState> = {
@@ -40,6 +50,7 @@ export const fusionStage: Stage<KernelState> = {
       maxBindings: s.options.maxBindings,
       maxBindingBytes: s.options.maxBindingBytes,
       roots: s.forcedRoots,
+      rawGemmOutputs: rawGemmOutputs(s),
     }),
   }),
   // The unfused baseline: one kernel per op; the later fusion stages then do nothing either.

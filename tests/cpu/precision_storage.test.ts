@@ -188,13 +188,14 @@ Deno.test("storage policy: a scatter-add accumulator stays f32", () => {
 Deno.test("storage policy: a value feeding an output through elementwise ops stays f32", () => {
   const g = mixed((m) => {
     // t (a gradient, say) is materialized for a column sum and feeds the output `p - 0.1·tᵀ` (an
-    // update) elementwise: narrowing it would round the update itself.
+    // update) elementwise: narrowing it would round the update itself. (Two transcendentals, so that
+    // fusion stores t rather than recomputing it from x and its row sums: remat.ts.)
     const x = m.input("x", "f32", [64, 48]);
-    const t = x.exp().mul(x.sum(-1));
+    const t = x.exp().mul(x.sum(-1)).tanh();
     return { out: m.param("p", [48, 64], "zeros").sub(t.transpose().mul(0.1)), s: t.mul(t).sum(0) };
   });
   const c = compile(g);
-  const t = decisions(c, "mul").filter((d) => c.graph.nodes[d.id].type.shape.join() === "64,48");
+  const t = decisions(c, "tanh").filter((d) => c.graph.nodes[d.id].type.shape.join() === "64,48");
   assert.equal(t.length, 1, "t is materialized");
   assert.equal(t[0].kept, "feeds an output elementwise");
   assert.equal(c.storage.narrowed.size, 0);

@@ -250,3 +250,36 @@ Deno.test({
     }
   },
 });
+
+Deno.test("raw products: CUDA alone, Linear + f32 bias + GELU + Linear stores the f16 product; GELU and its backward read it", async () => {
+  // Mixed precision's FFN: an f16 product, an f32 bias (cuBLASLt takes none on an f16 D). As the GEMM's
+  // epilogue, bias and GELU would cost a scratch product written and read back, and the pre-activation
+  // written beside the activation; instead the call writes the product alone, a loop kernel the
+  // activation, and every reader recomputes the pre-activation from the product (remat.ts). Above 64
+  // elements, so that the chains are worth recomputing.
+  const body: Body = (m, dt) => {
+    const x = m.param("x", [16, 24], "zeros", dt).matmul(m.param("w", [80, 24], "zeros", dt), {
+      transposeB: true,
+    });
+    const h = gelu(x.cast("f32").add(m.param("bias", [80], "zeros", "f32").broadcastTo([16, 80])));
+    return h.cast(dt).matmul(m.param("w2", [24, 80], "zeros", dt), { transposeB: true });
+  };
+  const c = await checkOnShim("FFN, f32 bias", body, "f16", true, 9160);
+  // The first kernel of the step computes x·wᵀ (16×80 from k = 24).
+  const forward = (p: Plan) => p.kernels[0];
+  const fwd = forward(c.plan);
+  assert.deepEqual([fwd.cudaGemm?.call.m, fwd.cudaGemm?.call.n, fwd.cudaGemm?.call.k], [16, 80, 24]);
+  assert.equal(fwd.cudaGemm!.epilogue, undefined, `${fwd.name} has an epilogue kernel`);
+  assert.equal(fwd.cudaGemm!.call.epilogue, undefined);
+  assert.ok(c.plan.kernels.some((k) => k.kind === "loop"), "a loop kernel writes the activation");
+  // A plan also emitted as C keeps the template's free epilogue: the GEMM kernel adds the bias, applies
+  // GELU and writes both.
+  const shared = compileGraph(graphOf("FFN, f32 bias", body, "f16", true), {
+    fuse: true,
+    emitters: { cuda: emitCUDA, c: emitC },
+  });
+  assert.ok(
+    forward(shared.plan).cudaGemm!.epilogue,
+    "the shared plan's forward GEMM has its epilogue kernel",
+  );
+});
