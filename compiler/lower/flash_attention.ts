@@ -28,7 +28,8 @@
  *
  * Requirements (the caller checks `flashIneligible`): head dim 64; self-attention with a sequence length a
  * multiple of 64; Q, K, V, O, dO row strides and offsets multiples of 8 elements (16-byte loads), the head
- * dim contiguous.
+ * dim contiguous. Q, K and V may each carry a bias added on load (FlashOperand.bias): the flash stage has
+ * the kernels read them from their projections' token-major products (compiler/stages/flash_operands.ts).
  */
 import { cudaPrelude } from "../codegen/cuda_prelude.ts";
 
@@ -38,13 +39,29 @@ export const FLASH_HEAD_DIM = 64;
 const THREADS = 128;
 const PAD = 72;
 
-/** An f16 operand [B, H, S, 64] in memory: element (b, h, s, d) at offset + b·batch + h·head + s·row + d. */
+/**
+ * An f16 operand [B, H, S, 64] in memory: element (b, h, s, d) at offset + b·batch + h·head + s·row + d.
+ * With `bias` (Q, K and V only), the value is f16(f32(element) + bias[offset + h·head + d]) instead: a
+ * projection's bias added on load to its f16 product read token-major, rounded as the graph's
+ * f16(product + bias) is (compiler/stages/flash_attention.ts), so no kernel writes the biased heads.
+ */
 export interface FlashOperand {
   readonly offset: number;
   readonly batch: number;
   readonly head: number;
   readonly row: number;
+  readonly bias?: FlashBias;
 }
+
+/** A bias vector over the heads' columns: element (h, d) at offset + h·head + d, of type dtype. */
+export interface FlashBias {
+  readonly offset: number;
+  readonly head: number;
+  readonly dtype: "f16" | "f32";
+}
+
+/** The operands that may carry a bias, and their bias parameters' names. */
+const BIASED = [["q", "q_bias"], ["k", "k_bias"], ["v", "v_bias"]] as const;
 
 export interface FlashAttentionSpec {
   readonly batch: number;
@@ -101,6 +118,7 @@ export function flashIneligible(s: FlashAttentionSpec): string | undefined {
       return "operand offsets and strides must be multiples of 8 elements";
     }
   }
+  if ([s.o, s.dO, s.dQ, s.dK, s.dV].some((x) => x?.bias)) return "only Q, K and V may carry a bias";
   if ((s.batch * s.heads * s.seqQ * s.seqK) > 2 ** 32) return "more than 2^32 probabilities";
   if (s.dropout && !(s.dropout.p > 0 && s.dropout.p < 1)) return "dropout probability must be in (0, 1)";
   return undefined;
@@ -131,13 +149,40 @@ const PRELUDE = (dropout: boolean) =>
 const rowAt = (name: string, x: FlashOperand, row: string) =>
   `(${name} + ${x.offset} + b * ${x.batch} + h * ${x.head} + (${row}) * ${x.row})`;
 
-/** Cooperative 16-byte copy of 64 rows × 64 halves (starting at row `row0` of operand x) into `dst`. */
-const stageTile = (dst: string, name: string, x: FlashOperand, row0: string) =>
-  `  for (int i = threadIdx.x; i < ${FLASH_ROWS * 8}; i += ${THREADS}) {
+/**
+ * Cooperative 16-byte copy of 64 rows × 64 halves (starting at row `row0` of operand x) into `dst`; with a
+ * bias, each half widened, the bias added in f32 and rounded back (the graph's f16(product + bias)).
+ */
+const stageTile = (dst: string, name: string, x: FlashOperand, row0: string) => {
+  const load = `*reinterpret_cast<const uint4*>(${rowAt(name, x, `${row0} + r`)} + c)`;
+  if (!x.bias) {
+    return `  for (int i = threadIdx.x; i < ${FLASH_ROWS * 8}; i += ${THREADS}) {
     const int r = i >> 3, c = (i & 7) * 8;
     *reinterpret_cast<uint4*>(&${dst}[r][c]) =
-        *reinterpret_cast<const uint4*>(${rowAt(name, x, `${row0} + r`)} + c);
+        ${load};
   }`;
+  }
+  const bias = `${name}_bias[${x.bias.offset} + h * ${x.bias.head} + c + j]`;
+  return `  for (int i = threadIdx.x; i < ${FLASH_ROWS * 8}; i += ${THREADS}) {
+    const int r = i >> 3, c = (i & 7) * 8;
+    uint4 w = ${load};
+    __half* e = reinterpret_cast<__half*>(&w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) e[j] = __float2half_rn(__half2float(e[j]) + ${
+    x.bias.dtype === "f16" ? `__half2float(${bias})` : bias
+  });
+    *reinterpret_cast<uint4*>(&${dst}[r][c]) = w;
+  }`;
+};
+
+/** The bias parameters of the operands that have one, in order (q_bias, k_bias, v_bias). */
+const biasNames = (s: FlashAttentionSpec) => BIASED.filter(([x]) => s[x].bias).map(([, name]) => name);
+
+/** Their parameter lines. */
+const biasParams = (s: FlashAttentionSpec) =>
+  BIASED.filter(([x]) => s[x].bias).map(([x, name]) =>
+    `\n    const ${s[x].bias!.dtype === "f16" ? "__half" : "float"}* __restrict__ ${name},`
+  ).join("");
 
 /** A 16×64 A operand (this warp's 16 rows of `src`) as four k-steps of fragments. */
 const loadA = (dst: string, src: string) =>
@@ -256,7 +301,16 @@ const maskParam = (s: FlashAttentionSpec) =>
 
 /** The forward kernel: O and L. Parameters: q, k, v, [mask], [rng], o, lse. */
 export function flashForward(s: FlashAttentionSpec): FlashKernel {
-  const params = ["q", "k", "v", ...(s.mask ? ["mask"] : []), ...(s.dropout ? ["rng"] : []), "o", "lse"];
+  const params = [
+    "q",
+    "k",
+    "v",
+    ...(s.mask ? ["mask"] : []),
+    ...(s.dropout ? ["rng"] : []),
+    ...biasNames(s),
+    "o",
+    "lse",
+  ];
   const outT = s.out === "f16" ? "__half" : "float";
   const code = `${PRELUDE(!!s.dropout)}
 
@@ -266,7 +320,7 @@ export function flashForward(s: FlashAttentionSpec): FlashKernel {
 extern "C" __global__ void __launch_bounds__(${THREADS}) bf_kernel(
     const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,${maskParam(s)}${
     s.dropout ? "\n    const unsigned int* __restrict__ rng," : ""
-  }
+  }${biasParams(s)}
     ${outT}* __restrict__ o, float* __restrict__ lse) {
   __align__(16) __shared__ __half qs[${FLASH_ROWS}][${PAD}];
   __align__(16) __shared__ __half ks[${FLASH_ROWS}][${PAD}];
@@ -380,6 +434,7 @@ const backwardParams = (s: FlashAttentionSpec, out: readonly string[]) => [
   "v",
   ...(s.mask ? ["mask"] : []),
   ...(s.dropout ? ["rng"] : []),
+  ...biasNames(s),
   "o",
   "dO",
   "lse",
@@ -391,7 +446,7 @@ const backwardSignature = (s: FlashAttentionSpec, out: readonly string[]) => {
   return `extern "C" __global__ void __launch_bounds__(${THREADS}) bf_kernel(
     const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,${maskParam(s)}${
     s.dropout ? "\n    const unsigned int* __restrict__ rng," : ""
-  }
+  }${biasParams(s)}
     const __half* __restrict__ o, const __half* __restrict__ dO, const float* __restrict__ lse,
     ${out.map((n) => `${outT}* __restrict__ ${n}`).join(", ")}) {
   __align__(16) __shared__ __half qs[${FLASH_ROWS}][${PAD}];
@@ -585,7 +640,11 @@ export function flashCosts(s: FlashAttentionSpec): FlashCost[] {
   const bh = s.batch * s.heads, rows = bh * s.seqQ * FLASH_HEAD_DIM;
   const gemm = 2 * bh * s.seqQ * s.seqK * FLASH_HEAD_DIM;
   const f16 = 2 * rows, out = rows * (s.out === "f16" ? 2 : 4), lse = 4 * bh * s.seqQ;
-  const side = (s.mask ? 4 * s.batch * s.seqK : 0) + (s.dropout ? 8 : 0);
+  const bias = BIASED.reduce(
+    (a, [x]) => a + (s[x].bias ? s.heads * FLASH_HEAD_DIM * (s[x].bias!.dtype === "f16" ? 2 : 4) : 0),
+    0,
+  );
+  const side = (s.mask ? 4 * s.batch * s.seqK : 0) + (s.dropout ? 8 : 0) + bias;
   return [
     { name: "forward", flops: 2 * gemm, bytesRead: 3 * f16 + side, bytesWritten: out + lse },
     { name: "dq", flops: 3 * gemm, bytesRead: 5 * f16 + lse + side, bytesWritten: out },

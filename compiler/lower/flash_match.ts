@@ -4,13 +4,17 @@
  * dsl/nn.ts builds it, and the backward the autodiff derives from it (dP_d = dO·Vᵀ, dV = P_dᵀ·dO, the
  * softmax backward into dS, dQ = dS·K, dK = dSᵀ·Q). Each site lists every node the three flash kernels
  * replace, so the flash stage (compiler/stages/flash_attention.ts) can check that the kernels it drops
- * compute nothing else. Operand layouts come from the buffers: Q, K, V and dO must be stored as
+ * compute nothing else. Operand layouts come from the buffers: Q, K, V and dO are matched as stored
  * [B, H, S, 64] themselves; O, dQ, dK and dV may be stored through a chain of permutes and reshapes (the
  * token-major [B·S, H·64] the output projection reads), whose strides become FlashOperand's.
+ * `headsOfProduct` then says how Q, K, V or dO can be read from the token-major f16 product of the GEMM
+ * that computes them (its strides, and a bias the flash kernels add on load), so the flash stage can
+ * have that GEMM write the product alone, as FlashAttention reads its projections.
  */
 import type { Graph, Node, NodeId } from "../../ir/mod.ts";
 import type { DType } from "../../ir/mod.ts";
 import { FLASH_HEAD_DIM, type FlashAttentionSpec, type FlashOperand } from "./flash_attention.ts";
+import { reshapeView } from "./gemm_library.ts";
 
 export interface FlashSite {
   readonly spec: FlashAttentionSpec;
@@ -25,6 +29,10 @@ export interface FlashSite {
   readonly dQ: NodeId;
   readonly dK: NodeId;
   readonly dV: NodeId;
+  /** Bias vectors the kernels add to Q, K and V on load (spec.q.bias etc.; set by the flash stage). */
+  readonly qBias?: NodeId;
+  readonly kBias?: NodeId;
+  readonly vBias?: NodeId;
   /** The forward's computed nodes (scores to O's stored view) and the backward's (dP_d to the gradients'). */
   readonly forward: ReadonlySet<NodeId>;
   readonly backward: ReadonlySet<NodeId>;
@@ -42,7 +50,7 @@ type Why = string;
 const fail = (why: Why): { why: Why } => ({ why });
 
 /** Users of every node. */
-function usersOf(g: Graph): NodeId[][] {
+export function usersOf(g: Graph): NodeId[][] {
   const users: NodeId[][] = g.nodes.map(() => []);
   for (const n of g.nodes) for (const i of n.inputs) users[i].push(n.id);
   return users;
@@ -288,4 +296,143 @@ function matchSite(c: MatchContext, users: NodeId[][], pv: Node): FlashSite | { 
     backward,
     inline,
   };
+}
+
+/** How heads-major `root` is read from the product of `anchor` (see headsOfProduct). */
+export interface ProductHeads {
+  /** Root's elements in the product's buffer (a [.., H·64] row per token): offset 0 and its strides. */
+  readonly operand: FlashOperand;
+  /** The materialized bias vector added before the rounding, and its stored dtype. */
+  readonly bias?: { readonly node: NodeId; readonly dtype: "f16" | "f32" };
+  /** The nodes after the anchor up to the root, and the bias's path to its buffer: computed on load. */
+  readonly chain: readonly NodeId[];
+}
+
+/**
+ * How `root` (an f16 [B, H, S, 64] heads-major value) is the f16 product of the matmul `anchor`, read
+ * through reshapes and a permute, with at most one bias vector added before the rounding: the nodes
+ * from the anchor to the root are value-keeping casts (to f16 or f32), reshapes and permutes, and one
+ * `add` of a materialized f16/f32 vector over the product's columns broadcast to every row, in the
+ * product's coordinates (no reshape or permute between it and the anchor). The value of root element
+ * (b, h, s, d) is then f16(f32(product at the operand's offset) + bias[h·64 + d]), the one rounding the
+ * graph makes (after the add or at the store). Each node on the way has one user. Why not, otherwise.
+ */
+export function headsOfProduct(
+  c: MatchContext,
+  users: NodeId[][],
+  anchor: NodeId,
+  root: NodeId,
+): ProductHeads | string {
+  const g = c.graph, node = (id: NodeId) => g.nodes[id];
+  const mm = node(anchor);
+  if (mm.op !== "matmul" || mm.type.dtype !== "f16" || c.storedType(anchor) !== "f16") {
+    return `%${anchor} is not an f16 matmul product`;
+  }
+  const cols = mm.type.shape[mm.type.shape.length - 1];
+  const chain: NodeId[] = [], biasPath: NodeId[] = [];
+  let bias: ProductHeads["bias"];
+  let cur = root, added = false;
+  const isCast = (id: NodeId) =>
+    node(id).op === "cast" && ["f16", "f32"].includes(node(id).type.dtype) &&
+    ["f16", "f32"].includes(node(node(id).inputs[0]).type.dtype);
+  while (cur !== anchor) {
+    const n = node(cur);
+    chain.push(cur);
+    if (cur !== root && users[cur].length !== 1) return `%${cur} has other readers`;
+    if (n.op === "add" && !added) {
+      // The side that reaches the anchor through casts only; the other is the bias.
+      const strip = (id: NodeId) => {
+        while (id !== anchor && isCast(id)) id = node(id).inputs[0];
+        return id;
+      };
+      const [x, y] = n.inputs;
+      const [on, other] = strip(x) === anchor ? [x, y] : strip(y) === anchor ? [y, x] : [-1, -1];
+      if (on < 0 || strip(other) === anchor) return `%${cur} adds something other than a bias`;
+      const b = biasOf(c, other, n.type.shape, cols);
+      if (typeof b === "string") return b;
+      biasPath.push(...b.path);
+      bias = { node: b.node, dtype: b.dtype };
+      added = true;
+      cur = on;
+      continue;
+    }
+    const moves = n.op === "reshape" || n.op === "permute";
+    // Below the add the values are the product's own, in its coordinates.
+    if (moves && added) return `a ${n.op} between %${anchor} and its bias`;
+    if (!moves && !isCast(cur)) return `%${cur} (${n.op}) is not a cast, reshape or permute`;
+    cur = n.inputs[0];
+  }
+  if (users[anchor].length !== 1) return `%${anchor} has other readers`;
+  // The root's strides in the product's buffer: the chain's views, from the product up.
+  let view: { shape: readonly number[]; strides: readonly number[]; offset: number } | undefined = {
+    shape: mm.type.shape,
+    strides: contiguous(mm.type.shape),
+    offset: 0,
+  };
+  for (const id of [...chain].reverse()) {
+    const n = node(id);
+    if (n.op === "reshape") view = view && reshapeView(view, n.type.shape);
+    else if (n.op === "permute") {
+      const perm = n.attrs.perm as number[], v = view;
+      view = v && { shape: n.type.shape, strides: perm.map((p) => v.strides[p]), offset: v.offset };
+    }
+  }
+  const shape = node(root).type.shape;
+  if (!view || view.shape.join() !== shape.join() || shape.length !== 4 || shape[3] !== FLASH_HEAD_DIM) {
+    return `%${root} is not a strided [B, H, S, 64] view of %${anchor}`;
+  }
+  const o = operandOf(view.strides);
+  if (!o) return `%${root}'s head dim is not contiguous in %${anchor}`;
+  // The bias's column for head h is h·64 + d exactly when the head dim and the heads are the product's
+  // columns in that order: h's stride 64, d's 1, within a row.
+  if (bias && (o.head !== FLASH_HEAD_DIM || shape[1] * FLASH_HEAD_DIM !== cols)) {
+    return `%${root}'s heads are not the product's columns in order`;
+  }
+  return { operand: o, ...(bias ? { bias } : {}), chain: [...chain, ...biasPath] };
+}
+
+/**
+ * The bias of an add of shape `shape`: `id` is a materialized f16/f32 vector of `cols` elements read
+ * through value-keeping casts, reshapes between shapes [1, …, 1, cols], and one broadcast to `shape`
+ * (the vector along the last axis). Its nodes (`path`) are computed on load.
+ */
+function biasOf(
+  c: MatchContext,
+  id: NodeId,
+  shape: readonly number[],
+  cols: number,
+): { node: NodeId; dtype: "f16" | "f32"; path: NodeId[] } | string {
+  const g = c.graph, node = (x: NodeId) => g.nodes[x];
+  const vector = (s: readonly number[]) => s[s.length - 1] === cols && s.slice(0, -1).every((d) => d === 1);
+  const path: NodeId[] = [];
+  let cur = id, broadcast = false;
+  while (!c.materialized(cur)) {
+    const n = node(cur);
+    path.push(cur);
+    const from = node(n.inputs[0]);
+    if (
+      n.op === "broadcast" && !broadcast && n.type.shape.join() === shape.join() && vector(from.type.shape)
+    ) {
+      broadcast = true;
+    } else if (n.op === "reshape" && broadcast && vector(n.type.shape) && vector(from.type.shape)) {
+      // a vector reshaped
+    } else if (
+      n.op === "cast" && (n.type.dtype === "f32" || n.type.dtype === from.type.dtype) &&
+      ["f16", "f32"].includes(from.type.dtype)
+    ) {
+      // widening, or the value's own dtype: exact
+    } else {
+      return `the bias %${id} is not a vector broadcast over the rows (%${cur} ${n.op})`;
+    }
+    cur = n.inputs[0];
+  }
+  const dtype = c.storedType(cur);
+  if (!broadcast || !vector(node(cur).type.shape) || (dtype !== "f16" && dtype !== "f32")) {
+    return `the bias %${id} is not an f16/f32 vector of ${cols} broadcast over the rows`;
+  }
+  // A cast on the way that narrows the stored value (an f32 buffer read as f16) would round it.
+  if (path.some((x) => node(x).op === "cast" && node(x).type.dtype === "f16") && dtype !== "f16") {
+    return `the bias %${id} is rounded to f16 on load`;
+  }
+  return { node: cur, dtype, path };
 }

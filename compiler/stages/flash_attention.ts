@@ -8,13 +8,16 @@
  * the other replaced kernels are no longer launched and emit leaves them out). The step program is
  * rewritten so the memory plan that follows keeps Q, K, V, O, the mask and the logsumexp alive into the
  * backward and no longer sees the probabilities. Refused where a replaced kernel computes or writes
- * anything the rest of the plan reads besides O, dQ, dK and dV.
+ * anything the rest of the plan reads besides O, dQ, dK and dV. Where nothing else reads the heads-major
+ * Q, K, V or dO either, the GEMM that computes one is re-rooted at its token-major product, which the
+ * flash kernels then read (flash_operands.ts).
  */
 import { numel } from "../../ir/dtype.ts";
 import type { NodeId } from "../../ir/mod.ts";
 import type { PlanStep } from "../../plan/plan.ts";
 import type { KBinding, Kernel } from "../kernel_ir/ir.ts";
 import {
+  FLASH_HEAD_DIM,
   type FlashAttentionSpec,
   flashBackwardDkDv,
   flashBackwardDq,
@@ -23,8 +26,15 @@ import {
   flashIneligible,
   type FlashKernel,
 } from "../lower/flash_attention.ts";
-import { findFlashSites, type FlashSite } from "../lower/flash_match.ts";
+import {
+  findFlashSites,
+  type FlashSite,
+  headsOfProduct,
+  type MatchContext,
+  usersOf,
+} from "../lower/flash_match.ts";
 import type { Stage } from "../pipeline.ts";
+import { rerootAtProduct, rerootedFusion, type RerootWork, rerootWork } from "./flash_operands.ts";
 import { launchAccess } from "./schedule.ts";
 import { type FlashOverride, type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
 
@@ -37,28 +47,34 @@ export const flashAttentionStage: Stage<KernelState> = {
   run: (s, ctx) => {
     const e = s.options.emitters;
     if (s.options.profile?.name !== "cuda-sm90" || !e.cuda || e.wgsl || e.c || !s.fusing) return s;
-    const fusion = need(s.fusion, "the fusion", NAME);
-    const bufferOfNode = need(s.bufferOfNode, "buffers", NAME);
+    need(s.fusion, "the fusion", NAME);
+    need(s.bufferOfNode, "buffers", NAME);
+    need(s.buffers, "buffers", NAME);
+    need(s.kernels, "lowered kernels", NAME);
     const schedule = need(s.schedule, "the schedule", NAME);
     const log = (m: string) => ctx.flags.level >= 3 && console.error(`flash-attention: ${m}`);
-    const { sites, refused } = findFlashSites({
+    // The working copies re-rooting changes (flash_operands.ts): fusion, buffers, kernels, GEMMs.
+    const w = rerootWork(s);
+    const match: MatchContext = {
       graph: s.graph,
-      materialized: (id) => fusion.materialized.has(id),
+      materialized: (id) => w.materialized.has(id),
       storedType: (id) => storedTypeOf(s, id),
-    });
+    };
+    const { sites, refused } = findFlashSites(match);
     refused.forEach(log);
-    const buffers: StateBuffer[] = [...need(s.buffers, "buffers", NAME)];
-    const kernels: Kernel[] = [...need(s.kernels, "lowered kernels", NAME)];
+    const users = usersOf(s.graph);
+    const buffers: StateBuffer[] = w.buffers;
+    const kernels: Kernel[] = w.kernels;
     const flash = new Map<number, FlashOverride>();
     const dropped = new Set<number>();
     const placed = new Map<number, number[]>(); // step index -> kernels launched there instead
     const stepOf = new Map<number, number>();
     schedule.steps.forEach((st, i) => st.op === "launch" && stepOf.set(st.kernel, i));
-    const buf = (id: NodeId) => bufferOfNode.get(id)!;
-    for (const site of sites) {
+    const buf = (id: NodeId) => w.bufferOfNode.get(id)!;
+    for (const found of sites) {
       const plan = planSite(
         s,
-        site,
+        found,
         kernels,
         schedule.steps,
         stepOf,
@@ -66,9 +82,10 @@ export const flashAttentionStage: Stage<KernelState> = {
         buf,
       );
       if (typeof plan === "string") {
-        log(`%${site.o}: ${plan}`);
+        log(`%${found.o}: ${plan}`);
         continue;
       }
+      const site = tokenMajor(s, w, found, plan.readElsewhere, match, users, log);
       const lse: StateBuffer = {
         id: buffers.length,
         name: `%${site.o} flash_logsumexp`,
@@ -148,14 +165,17 @@ export const flashAttentionStage: Stage<KernelState> = {
       }
       if (st.op === "launch" && (dropped.has(st.kernel) || flash.has(st.kernel))) return;
       steps.push(st);
-      access.push({ reads: [...schedule.access[i].reads], writes: [...schedule.access[i].writes] });
+      const now = st.op === "launch" ? w.access.get(st.kernel) : undefined;
+      access.push(now ?? { reads: [...schedule.access[i].reads], writes: [...schedule.access[i].writes] });
     });
     const gone = new Set([...dropped, ...flash.keys()]);
-    const gemmOf = s.gemmOf && new Map([...s.gemmOf].filter(([k]) => !gone.has(k)));
+    const gemmOf = s.gemmOf && new Map([...w.gemmOf].filter(([k]) => !gone.has(k)));
     const goneNames = new Set([...gone].map((k) => s.kernels![k].name));
-    const gemms = s.gemms?.filter((d) => !goneNames.has(d.kernel));
+    const gemms = s.gemms && w.gemms.filter((d) => !goneNames.has(d.kernel));
     return {
       ...s,
+      fusion: rerootedFusion(s, w),
+      bufferOfNode: w.bufferOfNode,
       buffers,
       kernels,
       ...(gemmOf ? { gemmOf } : {}),
@@ -179,6 +199,9 @@ function bindingBuffer(site: FlashSite, name: string, lse: number, buf: (id: Nod
     dq: site.dQ,
     dk: site.dK,
     dv: site.dV,
+    q_bias: site.qBias,
+    k_bias: site.kBias,
+    v_bias: site.vBias,
   };
   if (name === "lse") return lse;
   const id = node[name];
@@ -194,6 +217,8 @@ interface SitePlan {
   readonly dqAt: number;
   readonly fwdStep: number;
   readonly bwdStep: number;
+  /** Buffers that steps other than the replaced kernels' read (or that are outputs). */
+  readonly readElsewhere: ReadonlySet<number>;
 }
 
 /** Which kernels a site replaces and where its kernels run, or why it cannot be replaced. */
@@ -236,10 +261,11 @@ function planSite(
     }
   });
   const outputs = new Set(Object.values(s.schedule!.outputs));
+  outputs.forEach((b) => readElsewhere.add(b));
   for (const k of all) {
     for (const b of kernels[k].bindings) {
       if (b.access === "read" || kept.has(b.buffer)) continue;
-      if (readElsewhere.has(b.buffer) || outputs.has(b.buffer)) {
+      if (readElsewhere.has(b.buffer)) {
         return `${kernels[k].name} writes ${b.name}, which other steps read`;
       }
     }
@@ -262,7 +288,61 @@ function planSite(
     // Q, K, V and the mask are ready before P·V; dO before the first backward GEMM reads it.
     fwdStep: stepOf.get(fwdAt!)!,
     bwdStep: Math.min(...backward.map((k) => stepOf.get(k)!)),
+    readElsewhere,
   };
+}
+
+const ROLES = [["q", "qBias"], ["k", "kBias"], ["v", "vBias"], ["dO", undefined]] as const;
+
+/**
+ * The site with each of Q, K, V and dO that only the replaced kernels read taken from the token-major
+ * product of the GEMM computing it (that GEMM re-rooted there, flash_operands.ts); the others as they are.
+ */
+function tokenMajor(
+  s: KernelState,
+  w: RerootWork,
+  site: FlashSite,
+  readElsewhere: ReadonlySet<number>,
+  match: MatchContext,
+  users: NodeId[][],
+  log: (m: string) => void,
+): FlashSite {
+  let out = site;
+  const own = new Set([...site.forward, ...site.backward]);
+  for (const [role, biasRole] of ROLES) {
+    const x = site[role];
+    const why = (() => {
+      // One value in two roles (Q = K) stays a buffer of its own.
+      if (ROLES.some(([r]) => r !== role && site[r] === x)) return "it also plays another role";
+      if (!users[x].every((u) => own.has(u)) || readElsewhere.has(w.bufferOfNode.get(x)!)) {
+        return "something else reads it";
+      }
+      const at = w.kernelOf[x], anchor = at >= 0 ? w.fused[at].anchor : undefined;
+      if (anchor === undefined) return "no GEMM computes it";
+      const heads = headsOfProduct(match, users, anchor, x);
+      if (typeof heads === "string") return heads;
+      if (heads.bias && !biasRole) return "a bias on dO";
+      const operand = heads.bias
+        ? { ...heads.operand, bias: { offset: 0, head: FLASH_HEAD_DIM, dtype: heads.bias.dtype } }
+        : heads.operand;
+      const spec = { ...out.spec, [role]: operand };
+      const no = flashIneligible(spec) ?? rerootAtProduct(s, w, at, x, heads, users);
+      if (no) return no;
+      out = {
+        ...out,
+        [role]: anchor,
+        ...(heads.bias && biasRole ? { [biasRole]: heads.bias.node } : {}),
+        spec,
+      };
+      return undefined;
+    })();
+    log(
+      `%${site.o}: ${role} %${x} ${
+        why ? `stays heads-major: ${why}` : "read token-major from its GEMM's product"
+      }`,
+    );
+  }
+  return out;
 }
 
 export type { FlashAttentionSpec };

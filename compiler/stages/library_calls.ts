@@ -9,7 +9,7 @@
  * plan describes.
  */
 import { numel } from "../../ir/mod.ts";
-import { deriveGemm, outputOperand } from "../lower/gemm_library.ts";
+import { deriveGemm, type GemmVerdict, outputOperand } from "../lower/gemm_library.ts";
 import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
 import type { Stage } from "../pipeline.ts";
@@ -46,28 +46,11 @@ export const libraryCallsStage: Stage<KernelState> = {
         gemms.push({ kernel: kernels[i].name, library: false, reason: v.reason });
         return;
       }
-      const base = {
-        m: v.m,
-        n: v.n,
-        k: v.k,
-        batch: v.batch,
-        ...(v.outer ? { outer: v.outer } : {}),
-        a: v.a,
-        b: v.b,
-        compute: "32F" as const,
-      };
+      const base = callBase(v);
       if (v.direct) {
-        const bias = v.direct.bias;
-        gemmOf.set(i, {
-          call: { ...base, d: v.direct.d, ...(bias ? { epilogue: { kind: "bias", bias } } : {}) },
-        });
-        gemms.push({
-          kernel: kernels[i].name,
-          library: true,
-          reason: "cuBLASLt writes the output" +
-            (v.direct.heads ? " heads-major, a batch entry per head" : "") +
-            (bias ? ", adding the bias (BIAS epilogue)" : ""),
-        });
+        const d = directGemm(v, v.direct, kernels[i].name);
+        gemmOf.set(i, d.gemm);
+        gemms.push(d.decision);
         return;
       }
       const mm = g.nodes[k.anchor!];
@@ -92,3 +75,39 @@ export const libraryCallsStage: Stage<KernelState> = {
   // Every GEMM runs as the template kernel.
   skip: (s) => ({ ...s, gemms: [] }),
 };
+
+type Derived = Extract<GemmVerdict, { ok: true }>;
+
+/** The call's sizes and operands, without D. */
+const callBase = (v: Derived) => ({
+  m: v.m,
+  n: v.n,
+  k: v.k,
+  batch: v.batch,
+  ...(v.outer ? { outer: v.outer } : {}),
+  a: v.a,
+  b: v.b,
+  compute: "32F" as const,
+});
+
+/**
+ * The library GEMM of a kernel whose root cuBLASLt writes itself, and its decision (also used by the
+ * flash-attention stage, which re-roots the Q, K, V and dO projections at their products).
+ */
+export function directGemm(
+  v: Derived,
+  direct: NonNullable<Derived["direct"]>,
+  kernel: string,
+): { gemm: LibraryGemm; decision: GemmDecision } {
+  const bias = direct.bias;
+  return {
+    gemm: { call: { ...callBase(v), d: direct.d, ...(bias ? { epilogue: { kind: "bias", bias } } : {}) } },
+    decision: {
+      kernel,
+      library: true,
+      reason: "cuBLASLt writes the output" +
+        (direct.heads ? " heads-major, a batch entry per head" : "") +
+        (bias ? ", adding the bias (BIAS epilogue)" : ""),
+    },
+  };
+}

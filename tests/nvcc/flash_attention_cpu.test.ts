@@ -6,7 +6,9 @@
  * logsumexp) and backward (dQ, dK, dV, whose reference is the graph's autodiff), at sequence lengths 64 and
  * 128. The dropout mask is checked exactly on its own (uniform probabilities and V an indicator, so each
  * output element is 0 or 1/(S·(1-p)) by the mask alone), and a few gradient elements against central
- * finite differences of the f64 reference loss. Both kernels also compile with nvcc -arch=sm_90.
+ * finite differences of the f64 reference loss. Q, K, V and dO are also read token-major from GEMM products
+ * with biases added on load, as the flash stage has them read (a planted stride error must fail). The
+ * kernels also compile with nvcc -arch=sm_90 without spills.
  */
 import assert from "node:assert/strict";
 import { ModelBuilder, type Tensor } from "../../dsl/mod.ts";
@@ -376,6 +378,8 @@ Deno.test({
     // As training uses them (f16 results, mask, dropout), and the plainest variant (f32, neither).
     const specs: FlashAttentionSpec[] = [
       { ...specOf(c, 3), out: "f16" },
+      // Q, K, V and dO read token-major from the projections' products, biases added on load.
+      { ...tokenMajorSpec(c, 3), out: "f16" },
       { ...specOf(c, 3), mask: undefined, dropout: undefined },
     ];
     const dir = await Deno.makeTempDir({ prefix: "bertfuse-flash-nvcc-" });
@@ -414,6 +418,137 @@ Deno.test({
       }
     } finally {
       await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+// Q, K and V read token-major from one fused [B·S, 3·H·64] projection product (head h of Q at column
+// h·64, of K at H·64 + h·64, of V at 2·H·64 + h·64) with a bias each added on load (f32 for Q and K, f16
+// for V), and dO from its own token-major [B·S, H·64] product: how the flash stage has the kernels read
+// the GEMMs' products (compiler/stages/flash_operands.ts). The reference is the graph fed the biased
+// heads as the graph computes them, f16(f32(product) + bias). Each buffer has slack after it, so a
+// planted error in a stride still reads in bounds — and must fail the comparison.
+const SLACK = 4096;
+
+interface TokenMajor {
+  spec: FlashAttentionSpec;
+  buffers: Parameters<typeof runKernels>[1];
+  feeds: Feeds;
+}
+
+/** The spec: Q, K, V at columns 0, H·64, 2·H·64 of [B·S, 3·H·64] rows with biases, dO [B·S, H·64]. */
+function tokenMajorSpec(c: Case, stream: number): FlashAttentionSpec {
+  const cols = c.heads * D, row = 3 * cols;
+  const at = (offset: number, dtype: "f16" | "f32"): FlashOperand => ({
+    offset,
+    batch: c.seq * row,
+    head: D,
+    row,
+    bias: { offset: 0, head: D, dtype },
+  });
+  return {
+    ...specOf(c, stream),
+    q: at(0, "f32"),
+    k: at(cols, "f32"),
+    v: at(2 * cols, "f16"),
+    dO: { offset: 0, batch: c.seq * cols, head: D, row: cols },
+  };
+}
+
+function tokenMajorCase(c: Case, stream: number, seed: number): TokenMajor {
+  const r = seededRandom(seed);
+  const [B, H, S] = [c.batch, c.heads, c.seq];
+  const cols = H * D, row = 3 * cols, n = B * S * row + SLACK;
+  const half = (k: number, scale: number) =>
+    decodeF16(encodeF16(Float64Array.from({ length: k }, () => scale * r.normal())));
+  const product = half(n, 1.2);
+  const biases = {
+    q_bias: Float64Array.from({ length: cols }, () => 0.5 * r.normal()),
+    k_bias: Float64Array.from({ length: cols }, () => 0.5 * r.normal()),
+    v_bias: half(cols, 0.5),
+  };
+  const dO = half(B * S * cols + SLACK, 1);
+  // The heads as the graph computes them: [B, S, H, 64], f16(f32(product) + bias).
+  const heads = (offset: number, b: Float64Array) =>
+    decodeF16(encodeF16(Float64Array.from({ length: B * S * cols }, (_, i) => {
+      const t = Math.floor(i / cols), col = i % cols;
+      return Math.fround(product[offset + t * row + col] + b[col]);
+    })));
+  const base = randomFeeds(c, seed + 1);
+  const feeds: Feeds = {
+    ...base,
+    q: heads(0, biases.q_bias),
+    k: heads(cols, biases.k_bias),
+    v: heads(2 * cols, biases.v_bias),
+    dO: dO.slice(0, B * S * cols),
+  };
+  return {
+    spec: tokenMajorSpec(c, stream),
+    feeds,
+    buffers: {
+      q: { type: "f16", n, data: product },
+      k: { type: "f16", n, data: product },
+      v: { type: "f16", n, data: product },
+      mask: { type: c.intMask ? "i32" : "f32", n: B * S, data: base.mask },
+      rng: { type: "u32", n: 2, data: base.key },
+      q_bias: { type: "f32", n: cols, data: biases.q_bias },
+      k_bias: { type: "f32", n: cols, data: biases.k_bias },
+      v_bias: { type: "f16", n: cols, data: biases.v_bias },
+      dO: { type: "f16", n: dO.length, data: dO },
+    },
+  };
+}
+
+/** Forward and backward of `spec` on the shim (O read back as the forward wrote it, in f16). */
+async function forwardBackward(c: Case, t: TokenMajor, spec: FlashAttentionSpec) {
+  const n = c.batch * c.seq * c.heads * D, rows = c.batch * c.heads * c.seq;
+  const fwd = await runKernels([flashForward(spec)], {
+    ...t.buffers,
+    o: { type: "f16", n },
+    lse: { type: "f32", n: rows },
+  }, ["o", "lse"]);
+  const bwd = await runKernels([flashBackwardDq(spec), flashBackwardDkDv(spec)], {
+    ...t.buffers,
+    o: { type: "f16", n, data: fwd.o },
+    lse: { type: "f32", n: rows, data: fwd.lse },
+    dq: { type: "f16", n },
+    dk: { type: "f16", n },
+    dv: { type: "f16", n },
+  }, ["dq", "dk", "dv"]);
+  return { ...fwd, ...bwd };
+}
+
+Deno.test({
+  name:
+    `flash attention on the CPU shim: Q, K, V and dO read token-major from GEMM products, biases added on load${
+      version ? "" : ` (${CXX} not found)`
+    }`,
+  ignore: !version,
+  async fn() {
+    const c: Case = { batch: 2, heads: 2, seq: 128, p: 0.1, out: "f16", intMask: true };
+    const { g, stream } = attentionGraph(c);
+    const t = tokenMajorCase(c, stream, Date.now() >>> 0);
+    const names = ["o", "lse", ...["q", "k", "v"].map((x) => GRAD_PREFIX + x)];
+    const ref = evaluate(g, t.feeds, { precision: "f32", outputs: names });
+    const check = (got: Record<string, Float64Array>) => {
+      close("O", got.o, ref.get("o")!, 1e-3);
+      close("logsumexp", got.lse, ref.get("lse")!, 1e-5);
+      close("dQ", got.dq, ref.get(GRAD_PREFIX + "q")!, 4e-3);
+      close("dK", got.dk, ref.get(GRAD_PREFIX + "k")!, 4e-3);
+      close("dV", got.dv, ref.get(GRAD_PREFIX + "v")!, 2e-3);
+    };
+    check(await forwardBackward(c, t, t.spec));
+    // Planted errors: a row stride, a head stride, a bias's head stride, dO's row stride, each off by 8.
+    const s = t.spec;
+    const planted: [string, FlashAttentionSpec][] = [
+      ["Q's row stride", { ...s, q: { ...s.q, row: s.q.row + 8 } }],
+      ["K's head stride", { ...s, k: { ...s.k, head: s.k.head + 8 } }],
+      ["V's bias head stride", { ...s, v: { ...s.v, bias: { ...s.v.bias!, head: 56 } } }],
+      ["dO's row stride", { ...s, dO: { ...s.dO!, row: s.dO!.row + 8 } }],
+    ];
+    for (const [what, bad] of planted) {
+      const got = await forwardBackward(c, t, bad);
+      assert.throws(() => check(got), `${what} off by 8 still matched the reference`);
     }
   },
 });

@@ -7,7 +7,9 @@
  * compiled with the stage skipped (SKIP_PASSES) runs too, so the flash plan's error is set beside the
  * unfused attention's: the graph rounds the scores to f16 before scaling and stores f16 probabilities,
  * the flash kernels keep them in f32, so the two agree within tolerance, not bit for bit. Other profiles,
- * and sequence lengths the kernels refuse, keep the eight kernels.
+ * and sequence lengths the kernels refuse, keep the eight kernels. The flash kernels read Q, K, V and dO
+ * from their projections' token-major products (plain cuBLASLt calls, biases added on load), except a
+ * heads-major value something else reads, which keeps its projection's epilogue.
  */
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
@@ -23,6 +25,9 @@ import { roundTripGraph } from "../../compiler/storage_precision.ts";
 import { defineBert } from "../../models/bert.ts";
 import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
+import { graphOf } from "../../cases/fusion_cases.ts";
+import { linear, type ModelBuilder, type Tensor } from "../../dsl/mod.ts";
+import { dropout, softmax } from "../../dsl/nn.ts";
 import { assertMatchesReference } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
@@ -32,6 +37,27 @@ const TOL = { rtol: 4e-3, atol: 1e-3 };
 const flags = (skip: string[]) => ({ level: 0 as const, skipPasses: new Set(skip) });
 const cuda = { cuda: emitCUDA };
 const isFlash = (k: { kind: string }) => k.kind === "flash-attention";
+
+type CompiledPlan = ReturnType<typeof compileGraph>["plan"];
+
+/**
+ * Per flash kernel binding of Q, K, V or dO: whether the kernel writing its buffer is a cuBLASLt call
+ * writing the GEMM's product itself (token-major, no epilogue kernel), and whether a bias comes with it.
+ */
+function operandSources(plan: CompiledPlan): { name: string; product: boolean; bias: boolean }[] {
+  const writer = (b: number) =>
+    plan.kernels.find((k) => k.bindings.some((x) => x.buffer === b && x.access !== "read"))!;
+  return plan.kernels.filter(isFlash).flatMap((k) =>
+    k.bindings.filter((b) => ["q", "k", "v", "dO"].includes(b.name)).map((b) => {
+      const w = writer(b.buffer);
+      return {
+        name: `${k.name}.${b.name}`,
+        product: / matmul$/.test(plan.buffers[b.buffer].name) && !!w.cudaGemm && !w.cudaGemm.epilogue,
+        bias: k.bindings.some((x) => x.name === `${b.name}_bias`),
+      };
+    })
+  );
+}
 
 for (const shape of [{ b: 2, s: 64, heads: 2, dh: 64 }, { b: 1, s: 128, heads: 2, dh: 64 }]) {
   Deno.test({
@@ -56,7 +82,22 @@ for (const shape of [{ b: 2, s: 64, heads: 2, dh: 64 }, { b: 1, s: 128, heads: 2
           .filter((b) => / (exp|div|where)$/.test(p.buffers[b.buffer].name));
       assert.equal(scores(flash.plan).length, 0);
       assert.ok(scores(plain.plan).length > 0);
-      assert.ok(flash.memory.peakLiveBytes < plain.memory.peakLiveBytes, "less memory live at the peak");
+      // At sequence 64 the peak lies elsewhere (measured at 960f179: 626,208 bytes live with the stage and
+      // without it), so only sequence 128, whose probabilities are 4× larger, must lower it.
+      if (shape.s === 64) {
+        assert.ok(
+          flash.memory.peakLiveBytes <= plain.memory.peakLiveBytes,
+          "no more memory live at the peak",
+        );
+      } else {
+        assert.ok(flash.memory.peakLiveBytes < plain.memory.peakLiveBytes, "less memory live at the peak");
+      }
+      // Q, K, V and dO are read from their projections' token-major products (plain cuBLASLt calls, no
+      // epilogue kernel); Q, K and V with their biases added on load.
+      for (const o of operandSources(flash.plan)) {
+        assert.ok(o.product, `${o.name} is not read from a GEMM's product`);
+        assert.equal(o.bias, !o.name.endsWith(".dO"), `${o.name}: bias`);
+      }
       const feeds = randomFeeds(g, 7300 + shape.s, attentionInts(shape.s));
       // BERT's magnitudes: a LayerNorm'd input and small weights, scaled scores of standard deviation ~2
       // (as in flash_attention_cpu.test.ts). With N(0, 1) weights they are ~100 and the graph's f16
@@ -105,6 +146,68 @@ Deno.test("flash attention plan: only cuda-sm90, and only where the kernels acce
   }
 });
 
+// Where the heads-major Q has another reader (here a term of the output, through stop_gradient so that the
+// backward is the attention's own), Q stays heads-major as fusion stored it, written by its projection's
+// epilogue, while K, V and dO are read from their products; the step still matches the reference.
+Deno.test({
+  name: "flash attention plan: Q read elsewhere stays heads-major, K, V and dO token-major, on the CPU shim",
+  ignore: !version,
+  async fn() {
+    const [b, s, heads, dh] = [2, 64, 2, 64];
+    const h = heads * dh;
+    const g = graphOf(
+      "attention, Q read twice",
+      (m: ModelBuilder) => {
+        const dense = (name: string) => ({
+          weight: m.param(`${name}.weight`, [h, h], "zeros", "f16"),
+          bias: m.param(`${name}.bias`, [h], "zeros", "f16"),
+        });
+        const x = m.input("x", "f16", [b, s, h]);
+        const mask = m.input("mask", "i32", [b, s]).cast("f16").sub(1).mul(10000).reshape([b, 1, 1, s]);
+        const key = m.input("rng_key", "u32", [2]);
+        const split = (t: Tensor) => t.reshape([b, s, heads, dh]).permute([0, 2, 1, 3]);
+        const [wq, wk, wv, wo] = ["q", "k", "v", "o"].map(dense);
+        const q = split(linear(x, wq.weight, wq.bias));
+        const k = split(linear(x, wk.weight, wk.bias));
+        const v = split(linear(x, wv.weight, wv.bias));
+        const probs = dropout(
+          softmax(q.matmul(k, { transposeB: true }).mul(1 / Math.sqrt(dh)), -1, mask),
+          0.1,
+          key,
+        );
+        const ctx = probs.matmul(v).permute([0, 2, 1, 3]).reshape([b, s, h]);
+        return linear(ctx, wo.weight, wo.bias).add(q.stopGradient().permute([0, 2, 1, 3]).reshape([b, s, h]));
+      },
+      "f16",
+      true,
+    );
+    const c = compileGraph(g, {
+      fuse: true,
+      emitters: cuda,
+      profile: PROFILES["cuda-sm90"],
+      flags: flags([]),
+    });
+    assert.equal(c.plan.kernels.filter(isFlash).length, 3);
+    const sources = operandSources(c.plan);
+    for (const o of sources) assert.equal(o.product, !o.name.endsWith(".q"), o.name);
+    const feeds = randomFeeds(g, 7400, attentionInts(s));
+    for (const w of ["q", "k", "v", "o"]) feeds[`${w}.weight`] = feeds[`${w}.weight`].map((x) => x / 8);
+    const ref = evaluate(g, feeds, { precision: "f32" });
+    const dir = await Deno.makeTempDir({ prefix: "bertfuse-flash-q-" });
+    try {
+      const got = await runOnCpu(dir, c.plan, feeds, true, "-O2");
+      assertMatchesReference(ref, Object.fromEntries(got), {
+        tol: TOL,
+        device: "cuda-on-cpu (flash, Q heads-major)",
+        plan: `${c.plan.kernels.length} kernels`,
+        skip: (o) => o === "grad.k.bias",
+      });
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
 // A whole BERT pretraining step in fp16 with LAMB and dynamic loss scaling (as cuda_emit_cpu.test.ts runs
 // BERT-tiny's), at a shape the flash kernels take: hidden 128 in 2 heads of 64, sequence 64, one layer.
 // The reference is the graph with the plan's own roundings (roundTripGraph), which still rounds the
@@ -150,6 +253,11 @@ Deno.test({
       flags: flags([]),
     });
     assert.equal(compiled.plan.kernels.filter(isFlash).length, 3);
+    // BERT's f32 biases: Q, K and V from their products with the bias added on load, dO from its product.
+    for (const o of operandSources(compiled.plan)) {
+      assert.ok(o.product, `${o.name} is not read from a GEMM's product`);
+      assert.equal(o.bias, !o.name.endsWith(".dO"), `${o.name}: bias`);
+    }
     const refGraph = roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
     const raw = evaluate(refGraph, feeds, { precision: "f32" });
     // After the step: an output the step also updates holds its new value (cuda_emit_cpu.test.ts).
