@@ -17,9 +17,10 @@
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6605 matmul f16[8,16,128,128]
 //   binding 2 (read): %758 reduce_sum f32[8,16,128,1]
-//   binding 3 (read): %760 div f32[8,16,128,128] stored f16
-//   binding 4 (write): %6618 mul f32[8,16,128,128] stored f16
-//   binding 5 (read): %757 exp f32[8,16,128,128] stored f16
+//   binding 3 (read): %751 mul f32[8,16,128,128] stored f16
+//   binding 4 (read): input attention_mask i32[8,128]
+//   binding 5 (read): %754 stop_gradient f32[8,16,128,1]
+//   binding 6 (write): %6618 mul f32[8,16,128,128] stored f16
 
 // launch: grid [16384, 1, 1] of 128-thread blocks
 
@@ -84,7 +85,7 @@ static __device__ __forceinline__ float bf_block_sum_f32_4(const float* slots) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(128) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, __half* __restrict__ b4, const __half* __restrict__ b5) {
+extern "C" __global__ void __launch_bounds__(128) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, const int* __restrict__ b4, const float* __restrict__ b5, __half* __restrict__ b6) {
   __shared__ float red_f32_0[4];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
@@ -101,31 +102,48 @@ extern "C" __global__ void __launch_bounds__(128) bf_kernel(const unsigned int* 
     const float v8 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
     const float v9 = v7 / v8;
     const float v10 = __half2float(b3[row * 128 + j]);
-    const float v11 = v9 * v10;
-    const float v12 = -v11;
-    acc0 = acc0 + v12;
+    const int v11 = b4[row / 2048 * 128 + j];
+    const float v12 = static_cast<float>(v11);
+    const float v13 = v12 - 1.0f;
+    const float v14 = v13 * 10000.0f;
+    const float v15 = v10 + v14;
+    const float v16 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v17 = v15 - v16;
+    const float v18 = expf(v17);
+    const float v19 = v18 / v8;
+    const float v20 = v9 * v19;
+    const float v21 = -v20;
+    acc0 = acc0 + v21;
   }
-  // wg_reduce (sum -> red13): butterfly within each warp, then the 4 warp results in order
+  // wg_reduce (sum -> red22): butterfly within each warp, then the 4 warp results in order
   const float bf_warp0 = bf_warp_sum_f32_32(acc0);
   if ((lid & 31) == 0) {
     red_f32_0[lid / 32] = bf_warp0;
   }
   __syncthreads();
-  const float red13 = bf_block_sum_f32_4(red_f32_0);
+  const float red22 = bf_block_sum_f32_4(red_f32_0);
   for (int j = lid; j < 128; j += 128) {
-    const unsigned int v14 = b0[0];
-    const unsigned int v15 = b0[1];
-    const float v16 = bf_philox(v14, v15, 16u, static_cast<unsigned int>(row * 128 + j));
-    const bool v17 = v16 >= 0.1f;
-    const float v18 = __half2float(b1[row * 128 + j]);
-    const float v19 = (v17 ? v18 : 0.0f);
-    const float v20 = v19 * 1.1111112f;
-    const float v21 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    const float v22 = v20 / v21;
-    const float v23 = v22 + red13;
-    const float v24 = __half2float(b5[row * 128 + j]);
-    const float v25 = v23 * v24;
-    const float v26 = v25 * 0.125f;
-    b4[row * 128 + j] = __float2half_rn(v26);
+    const unsigned int v23 = b0[0];
+    const unsigned int v24 = b0[1];
+    const float v25 = bf_philox(v23, v24, 16u, static_cast<unsigned int>(row * 128 + j));
+    const bool v26 = v25 >= 0.1f;
+    const float v27 = __half2float(b1[row * 128 + j]);
+    const float v28 = (v26 ? v27 : 0.0f);
+    const float v29 = v28 * 1.1111112f;
+    const float v30 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v31 = v29 / v30;
+    const float v32 = v31 + red22;
+    const float v33 = __half2float(b3[row * 128 + j]);
+    const int v34 = b4[row / 2048 * 128 + j];
+    const float v35 = static_cast<float>(v34);
+    const float v36 = v35 - 1.0f;
+    const float v37 = v36 * 10000.0f;
+    const float v38 = v33 + v37;
+    const float v39 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v40 = v38 - v39;
+    const float v41 = expf(v40);
+    const float v42 = v32 * v41;
+    const float v43 = v42 * 0.125f;
+    b6[row * 128 + j] = __float2half_rn(v43);
   }
 }

@@ -11,18 +11,17 @@
 //   %7501 add f32[8,128,1024] (models/bert.ts:236)
 //   %7511 cast f32[1024,1024] (models/bert.ts:236)
 //   %7514 reshape f32[8,128,1024] (models/bert.ts:236)
-//   %7515 add f32[8,128,1024] (models/bert.ts:236)
-//   %7516 where f32[8,128,1024] (models/bert.ts:108)
-//   %7517 mul f32[8,128,1024] (models/bert.ts:108) -> written
+//   %7515 add f32[8,128,1024] (models/bert.ts:236) -> written
 //   %7518 reshape f32[64,16,1024] (models/bert.ts:100)
 //   %7519 reduce_sum f32[64,1,1024] (models/bert.ts:100) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %7438 add f32[8,128,1024] stored f16
-//   binding 2 (read): %7482 matmul f16[1024,1024]
-//   binding 3 (read): %7496 matmul f16[1024,1024]
-//   binding 4 (read): %7510 matmul f16[1024,1024]
-//   binding 5 (write): %7519 reduce_sum f32[64,1,1024]
-//   binding 6 (write): %7517 mul f32[8,128,1024] stored f16
+//   binding 1 (read): %7433 add f32[8,128,1024] stored f16
+//   binding 2 (read): %7436 mul f32[8,128,1]
+//   binding 3 (read): %7482 matmul f16[1024,1024]
+//   binding 4 (read): %7496 matmul f16[1024,1024]
+//   binding 5 (read): %7510 matmul f16[1024,1024]
+//   binding 6 (write): %7519 reduce_sum f32[64,1,1024]
+//   binding 7 (write): %7515 add f32[8,128,1024] stored f16
 
 // launch: grid [256, 1, 1] of 256-thread blocks
 
@@ -62,7 +61,7 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const __half* __restrict__ b2, const __half* __restrict__ b3, const __half* __restrict__ b4, float* __restrict__ b5, __half* __restrict__ b6) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, const __half* __restrict__ b4, const __half* __restrict__ b5, float* __restrict__ b6, __half* __restrict__ b7) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
@@ -75,33 +74,31 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
       const float v3 = bf_philox(v1, v2, 0u, static_cast<unsigned int>(row / 1024 * 16384 + j * 1024 + row % 1024));
       const bool v4 = v3 >= 0.1f;
       const float v5 = __half2float(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      const float v6 = __half2float(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      const float v6 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
       const float v7 = v5 + v6;
       const float v8 = __half2float(b3[row / 1024 * 16384 + j * 1024 + row % 1024]);
       const float v9 = v7 + v8;
       const float v10 = __half2float(b4[row / 1024 * 16384 + j * 1024 + row % 1024]);
       const float v11 = v9 + v10;
-      const float v12 = (v4 ? v11 : 0.0f);
-      const float v13 = v12 * 1.1111112f;
-      acc0 = acc0 + v13;
+      const float v12 = __half2float(b5[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      const float v13 = v11 + v12;
+      const float v14 = (v4 ? v13 : 0.0f);
+      const float v15 = v14 * 1.1111112f;
+      acc0 = acc0 + v15;
     }
-    const float red14 = acc0;
-    b5[row] = red14;
+    const float red16 = acc0;
+    b6[row] = red16;
     for (int j = 0; j < 16; j += 1) {
-      const unsigned int v15 = b0[0];
-      const unsigned int v16 = b0[1];
-      const float v17 = bf_philox(v15, v16, 0u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
-      const bool v18 = v17 >= 0.1f;
-      const float v19 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      const float v20 = __half2float(b2[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v17 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v18 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      const float v19 = v17 + v18;
+      const float v20 = __half2float(b3[row % 1024 + j * 1024 + row / 1024 * 16384]);
       const float v21 = v19 + v20;
-      const float v22 = __half2float(b3[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v22 = __half2float(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
       const float v23 = v21 + v22;
-      const float v24 = __half2float(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v24 = __half2float(b5[row % 1024 + j * 1024 + row / 1024 * 16384]);
       const float v25 = v23 + v24;
-      const float v26 = (v18 ? v25 : 0.0f);
-      const float v27 = v26 * 1.1111112f;
-      b6[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v27);
+      b7[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v25);
     }
   }
 }

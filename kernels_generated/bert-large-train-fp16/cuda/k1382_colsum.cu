@@ -2,27 +2,29 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k1382_colsum
 // What the first of them fuses:
-//   reduce kernel over [8,128,1024] reducing axes [0]
-//   %7547 reduce_sum f32[1,128,1024] (models/bert.ts:115) -> written
-//   binding 0 (read): %7545 add f32[8,128,1024] stored f16
-//   binding 1 (write): %7547 reduce_sum f32[1,128,1024]
+//   reduce kernel over [64,1,2,1024] reducing axes [0]
+//   %7556 reduce_sum f32[1,1,2,1024] (models/bert.ts:115) -> written
+//   %7557 reshape f32[1,2,1024] (models/bert.ts:115)
+//   %7558 reshape f32[2,1024] (models/bert.ts:115) -> written
+//   binding 0 (read): %7555 reduce_sum f32[64,1,2,1024]
+//   binding 1 (write): %7556 reduce_sum f32[1,1,2,1024]
+//   binding 2 (write): %7558 reshape f32[2,1024]
 
-// launch: grid [512, 1, 1] of 256-thread blocks
+// launch: grid [8, 1, 1] of 256-thread blocks
 
-#include <cuda_fp16.h>
-
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, float* __restrict__ b1) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, float* __restrict__ b1, float* __restrict__ b2) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
-  if (gid < 131072) {
+  if (gid < 2048) {
     const int row = gid;
     float acc0 = 0.0f;
-    for (int j = 0; j < 8; j += 1) {
-      const float v1 = __half2float(b0[j * 131072 + row / 1024 * 1024 + row % 1024]);
+    for (int j = 0; j < 64; j += 1) {
+      const float v1 = b0[j * 2048 + row / 1024 * 1024 + row % 1024];
       acc0 = acc0 + v1;
     }
     const float red2 = acc0;
     b1[row] = red2;
+    b2[row] = red2;
   }
 }

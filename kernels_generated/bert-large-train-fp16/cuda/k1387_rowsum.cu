@@ -3,9 +3,12 @@
 // Used by 1 kernel: k1387_rowsum
 // What the first of them fuses:
 //   reduce kernel over [10500,32768] reducing axes [1]
-//   %7962 reduce_sum f32[10500,1] (compiler/optimizer/update.ts) -> written
-//   binding 0 (read): %7713 concat f32[344064000]
-//   binding 1 (write): %7962 reduce_sum f32[10500,1]
+//   %7891 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7892 reshape f32[10500,32768] (compiler/optimizer/update.ts)
+//   %7893 reduce_sum f32[10500,1] (compiler/optimizer/update.ts) -> written
+//   binding 0 (read): %7876 concat f32[344064000]
+//   binding 1 (read): input train.state f32[8]
+//   binding 2 (write): %7893 reduce_sum f32[10500,1]
 
 // launch: grid [10500, 1, 1] of 256-thread blocks
 
@@ -34,7 +37,7 @@ static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, float* __restrict__ b1) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, float* __restrict__ b2) {
   __shared__ float red_f32_0[8];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
@@ -42,17 +45,20 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
   float acc0 = 0.0f;
   for (int j = lid; j < 32768; j += 256) {
     const float v1 = b0[row * 32768 + j];
-    const float v2 = v1 * v1;
-    acc0 = acc0 + v2;
+    const float v2 = b1[1];
+    const float v3 = 1.0f / v2;
+    const float v4 = v1 * v3;
+    const float v5 = v4 * v4;
+    acc0 = acc0 + v5;
   }
-  // wg_reduce (sum -> red3): butterfly within each warp, then the 8 warp results in order
+  // wg_reduce (sum -> red6): butterfly within each warp, then the 8 warp results in order
   const float bf_warp0 = bf_warp_sum_f32_32(acc0);
   if ((lid & 31) == 0) {
     red_f32_0[lid / 32] = bf_warp0;
   }
   __syncthreads();
-  const float red3 = bf_block_sum_f32_8(red_f32_0);
+  const float red6 = bf_block_sum_f32_8(red_f32_0);
   if (lid == 0) {
-    b1[row] = red3;
+    b2[row] = red6;
   }
 }

@@ -2,16 +2,48 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k1391_gather_rowsum
 // What the first of them fuses:
-//   reduce kernel over [398,954] reducing axes [1]
-//   %7972 gather f32[398,954,1] (compiler/optimizer/update.ts)
-//   %7973 reshape f32[398,954] (compiler/optimizer/update.ts)
-//   %7974 where f32[398,954] (compiler/optimizer/update.ts)
-//   %7975 reduce_sum f32[398,1] (compiler/optimizer/update.ts) -> written
-//   binding 0 (read): input train.segments i32[398,3]
-//   binding 1 (read): %7971 reduce_sum f32[10500,1]
-//   binding 2 (write): %7975 reduce_sum f32[398,1]
+//   reduce kernel over [10500,32768] reducing axes [1]
+//   %7904 max f32[1] (compiler/optimizer/update.ts)
+//   %7905 reciprocal f32[1] (compiler/optimizer/update.ts)
+//   %7906 broadcast f32[344064000] (compiler/optimizer/update.ts)
+//   %7907 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7909 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7911 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7912 add f32[344064000] (compiler/optimizer/update.ts)
+//   %7914 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7915 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7917 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7918 add f32[344064000] (compiler/optimizer/update.ts)
+//   %7947 gather f32[10500,1] (compiler/optimizer/update.ts)
+//   %7948 broadcast f32[10500,32768] (compiler/optimizer/update.ts)
+//   %7949 reshape f32[344064000] (compiler/optimizer/update.ts)
+//   %7956 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7963 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7964 sqrt f32[344064000] (compiler/optimizer/update.ts)
+//   %7966 add f32[344064000] (compiler/optimizer/update.ts)
+//   %7967 div f32[344064000] (compiler/optimizer/update.ts)
+//   %7968 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7969 add f32[344064000] (compiler/optimizer/update.ts) -> written
+//   %7981 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7982 reshape f32[10500,32768] (compiler/optimizer/update.ts)
+//   %7983 reduce_sum f32[10500,1] (compiler/optimizer/update.ts) -> written
+//   %8010 where f32[344064000] (compiler/optimizer/update.ts) -> written
+//   %8011 where f32[344064000] (compiler/optimizer/update.ts) -> written
+//   binding 0 (read): input opt.m f32[344064000]
+//   binding 1 (read): %7876 concat f32[344064000]
+//   binding 2 (read): input train.state f32[8]
+//   binding 3 (read): %7901 sqrt f32[1]
+//   binding 4 (read): input opt.v f32[344064000]
+//   binding 5 (read): input train.chunk_segment i32[10500]
+//   binding 6 (read): input train.segments i32[398,3]
+//   binding 7 (read): %7725 concat f32[344064000]
+//   binding 8 (write): %7983 reduce_sum f32[10500,1]
+//   binding 9 (write): %7969 add f32[344064000]
+//   binding 10 (write): %8010 where f32[344064000]
+//   binding 11 (read): %7903 le bool[1]
+//   binding 12 (write): %8011 where f32[344064000]
 
-// launch: grid [398, 1, 1] of 256-thread blocks
+// launch: grid [10500, 1, 1] of 256-thread blocks
 
 #ifndef BF_WARP_SUM_F32_32_DEFINED
 #define BF_WARP_SUM_F32_32_DEFINED
@@ -38,31 +70,110 @@ static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const int* __restrict__ b0, const float* __restrict__ b1, float* __restrict__ b2) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(float* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, const float* __restrict__ b3, float* __restrict__ b4, const int* __restrict__ b5, const int* __restrict__ b6, const float* __restrict__ b7, float* __restrict__ b8, float* __restrict__ b9, const unsigned int* __restrict__ b11) {
   __shared__ float red_f32_0[8];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int row = wg;
   float acc0 = 0.0f;
-  for (int j = lid; j < 954; j += 256) {
-    const int v1 = b0[row * 3 + 1];
-    const bool v2 = j < v1;
-    const int v3 = b0[(row * 954 + j) / 954 * 3];
-    const int v4 = (row * 954 + j) % 954;
-    const int v5 = v3 + v4;
-    const int v6 = min(v5, 10499);
-    const float v7 = b1[min(max(v6, 0), 10499)];
-    const float v8 = (v2 ? v7 : 0.0f);
-    acc0 = acc0 + v8;
+  for (int j = lid; j < 32768; j += 256) {
+    const float v1 = b0[row * 32768 + j];
+    const float v2 = v1 * 0.9f;
+    const float v3 = b1[row * 32768 + j];
+    const float v4 = b2[1];
+    const float v5 = 1.0f / v4;
+    const float v6 = v3 * v5;
+    const float v7 = b3[0];
+    const float v8 = fmaxf(1.0f, v7);
+    const float v9 = 1.0f / v8;
+    const float v10 = v6 * v9;
+    const float v11 = v10 * 0.1f;
+    const float v12 = v2 + v11;
+    const float v13 = b2[0];
+    const float v14 = v13 + 1.0f;
+    const float v15 = v14 * (-0.105360515f);
+    const float v16 = expf(v15);
+    const float v17 = 1.0f - v16;
+    const float v18 = 1.0f / v17;
+    const float v19 = v12 * v18;
+    const float v20 = b4[row * 32768 + j];
+    const float v21 = v20 * 0.999f;
+    const float v22 = v10 * v10;
+    const float v23 = v22 * 0.001f;
+    const float v24 = v21 + v23;
+    const float v25 = v14 * (-0.0010005003f);
+    const float v26 = expf(v25);
+    const float v27 = 1.0f - v26;
+    const float v28 = 1.0f / v27;
+    const float v29 = v24 * v28;
+    const float v30 = sqrtf(v29);
+    const float v31 = v30 + 0.000001f;
+    const float v32 = v19 / v31;
+    const int v33 = b5[(row * 32768 + j) / 32768];
+    const int v34 = b6[min(max(v33, 0), 397) * 3 + 2];
+    const float v35 = static_cast<float>(v34);
+    const float v36 = v35 * 0.01f;
+    const float v37 = b7[row * 32768 + j];
+    const float v38 = v36 * v37;
+    const float v39 = v32 + v38;
+    const float v40 = v39 * v39;
+    acc0 = acc0 + v40;
   }
-  // wg_reduce (sum -> red9): butterfly within each warp, then the 8 warp results in order
+  // wg_reduce (sum -> red41): butterfly within each warp, then the 8 warp results in order
   const float bf_warp0 = bf_warp_sum_f32_32(acc0);
   if ((lid & 31) == 0) {
     red_f32_0[lid / 32] = bf_warp0;
   }
   __syncthreads();
-  const float red9 = bf_block_sum_f32_8(red_f32_0);
+  const float red41 = bf_block_sum_f32_8(red_f32_0);
   if (lid == 0) {
-    b2[row] = red9;
+    b8[row] = red41;
+  }
+  for (int j = lid; j < 32768; j += 256) {
+    const float v42 = b0[row * 32768 + j];
+    const float v43 = v42 * 0.9f;
+    const float v44 = b1[row * 32768 + j];
+    const float v45 = b2[1];
+    const float v46 = 1.0f / v45;
+    const float v47 = v44 * v46;
+    const float v48 = b3[0];
+    const float v49 = fmaxf(1.0f, v48);
+    const float v50 = 1.0f / v49;
+    const float v51 = v47 * v50;
+    const float v52 = v51 * 0.1f;
+    const float v53 = v43 + v52;
+    const float v54 = b2[0];
+    const float v55 = v54 + 1.0f;
+    const float v56 = v55 * (-0.105360515f);
+    const float v57 = expf(v56);
+    const float v58 = 1.0f - v57;
+    const float v59 = 1.0f / v58;
+    const float v60 = v53 * v59;
+    const float v61 = b4[row * 32768 + j];
+    const float v62 = v61 * 0.999f;
+    const float v63 = v51 * v51;
+    const float v64 = v63 * 0.001f;
+    const float v65 = v62 + v64;
+    const float v66 = v55 * (-0.0010005003f);
+    const float v67 = expf(v66);
+    const float v68 = 1.0f - v67;
+    const float v69 = 1.0f / v68;
+    const float v70 = v65 * v69;
+    const float v71 = sqrtf(v70);
+    const float v72 = v71 + 0.000001f;
+    const float v73 = v60 / v72;
+    const int v74 = b5[(row * 32768 + j) / 32768];
+    const int v75 = b6[min(max(v74, 0), 397) * 3 + 2];
+    const float v76 = static_cast<float>(v75);
+    const float v77 = v76 * 0.01f;
+    const float v78 = b7[row * 32768 + j];
+    const float v79 = v77 * v78;
+    const float v80 = v73 + v79;
+    b9[row * 32768 + j] = v80;
+    const bool v81 = b11[0] != 0u;
+    const float v82 = (v81 ? v53 : v42);
+    b0[row * 32768 + j] = v82;
+    const float v83 = (v81 ? v65 : v61);
+    b4[row * 32768 + j] = v83;
   }
 }

@@ -20,16 +20,17 @@
 //   binding 1 (read): %3295 max f32[]
 //   binding 2 (read): input masked_lm_ids i32[8,20]
 //   binding 3 (read): %3287 reduce_sum f32[160,1]
-//   binding 4 (read): %3286 exp f32[160,30522] stored f16
-//   binding 5 (write): %3363 reduce_sum f32[1,30522]
-//   binding 6 (write): %3364 reshape f32[30522]
-//   binding 7 (write): %3362 add f32[160,30522] stored f16
+//   binding 4 (read): %3267 add f32[160,30522] stored f16
+//   binding 5 (read): %3283 stop_gradient f32[160,1]
+//   binding 6 (write): %3363 reduce_sum f32[1,30522]
+//   binding 7 (write): %3364 reshape f32[30522]
+//   binding 8 (write): %3362 add f32[160,30522] stored f16
 
 // launch: grid [120, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const int* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, float* __restrict__ b5, float* __restrict__ b6, __half* __restrict__ b7) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const int* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, float* __restrict__ b7, __half* __restrict__ b8) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
@@ -47,33 +48,39 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
       const float v8 = b3[j];
       const float v9 = v7 / v8;
       const float v10 = __half2float(b4[j * 30522 + row]);
-      const float v11 = v9 * v10;
-      const bool v12 = row == v4;
-      const float v13 = -v7;
-      const float v14 = (v12 ? v13 : 0.0f);
-      const float v15 = v11 + v14;
-      acc0 = acc0 + v15;
+      const float v11 = b5[j];
+      const float v12 = v10 - v11;
+      const float v13 = expf(v12);
+      const float v14 = v9 * v13;
+      const bool v15 = row == v4;
+      const float v16 = -v7;
+      const float v17 = (v15 ? v16 : 0.0f);
+      const float v18 = v14 + v17;
+      acc0 = acc0 + v18;
     }
-    const float red16 = acc0;
-    b5[row] = red16;
-    b6[row] = red16;
+    const float red19 = acc0;
+    b6[row] = red19;
+    b7[row] = red19;
     for (int j = 0; j < 160; j += 1) {
-      const float v17 = b0[1];
-      const float v18 = b1[0];
-      const float v19 = v17 / v18;
-      const int v20 = b2[j];
-      const bool v21 = v20 != -1;
-      const float v22 = (v21 ? 1.0f : 0.0f);
-      const float v23 = v19 * v22;
-      const float v24 = b3[j];
-      const float v25 = v23 / v24;
-      const float v26 = __half2float(b4[row + j * 30522]);
-      const float v27 = v25 * v26;
-      const bool v28 = row == v20;
-      const float v29 = -v23;
-      const float v30 = (v28 ? v29 : 0.0f);
-      const float v31 = v27 + v30;
-      b7[row + j * 30522] = __float2half_rn(v31);
+      const float v20 = b0[1];
+      const float v21 = b1[0];
+      const float v22 = v20 / v21;
+      const int v23 = b2[j];
+      const bool v24 = v23 != -1;
+      const float v25 = (v24 ? 1.0f : 0.0f);
+      const float v26 = v22 * v25;
+      const float v27 = b3[j];
+      const float v28 = v26 / v27;
+      const float v29 = __half2float(b4[row + j * 30522]);
+      const float v30 = b5[j];
+      const float v31 = v29 - v30;
+      const float v32 = expf(v31);
+      const float v33 = v28 * v32;
+      const bool v34 = row == v23;
+      const float v35 = -v26;
+      const float v36 = (v34 ? v35 : 0.0f);
+      const float v37 = v33 + v36;
+      b8[row + j * 30522] = __float2half_rn(v37);
     }
   }
 }

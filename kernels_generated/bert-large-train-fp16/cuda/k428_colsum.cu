@@ -5,40 +5,27 @@
 //   reduce kernel over [160,1024] reducing axes [0]
 //   %3370 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
 //   %3371 reshape f32[1024] (models/bert.ts:100) -> written
-//   %3373 mul f32[160,1024] (models/bert.ts:100)
-//   %3374 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
-//   %3375 reshape f32[1024] (models/bert.ts:100) -> written
 //   binding 0 (read): %3366 matmul f16[160,1024]
-//   binding 1 (read): %3257 mul f32[160,1024] stored f16
-//   binding 2 (write): %3370 reduce_sum f32[1,1024]
-//   binding 3 (write): %3371 reshape f32[1024]
-//   binding 4 (write): %3374 reduce_sum f32[1,1024]
-//   binding 5 (write): %3375 reshape f32[1024]
+//   binding 1 (write): %3370 reduce_sum f32[1,1024]
+//   binding 2 (write): %3371 reshape f32[1024]
 
 // launch: grid [4, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, float* __restrict__ b2, float* __restrict__ b3, float* __restrict__ b4, float* __restrict__ b5) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, float* __restrict__ b1, float* __restrict__ b2) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
   if (gid < 1024) {
     const int row = gid;
     float acc0 = 0.0f;
-    float acc1 = 0.0f;
     for (int j = 0; j < 160; j += 1) {
-      const float v2 = __half2float(b0[j * 1024 + row]);
-      acc0 = acc0 + v2;
-      const float v3 = __half2float(b1[j * 1024 + row]);
-      const float v4 = v2 * v3;
-      acc1 = acc1 + v4;
+      const float v1 = __half2float(b0[j * 1024 + row]);
+      acc0 = acc0 + v1;
     }
-    const float red5 = acc0;
-    const float red6 = acc1;
-    b2[row] = red5;
-    b3[row] = red5;
-    b4[row] = red6;
-    b5[row] = red6;
+    const float red2 = acc0;
+    b1[row] = red2;
+    b2[row] = red2;
   }
 }

@@ -19,15 +19,44 @@
 //   %3389 reduce_sum f32[160,1] (models/bert.ts:100) -> written
 //   binding 0 (read): %3366 matmul f16[160,1024]
 //   binding 1 (read): param cls.predictions.transform.LayerNorm.weight f32[1024]
-//   binding 2 (read): %3249 sub f32[160,1024] stored f16
-//   binding 3 (read): %3255 rsqrt f32[160,1]
-//   binding 4 (read): %3254 add f32[160,1]
+//   binding 2 (read): %3236 add f32[160,1024] stored f16
+//   binding 3 (read): %3247 mul f32[160,1]
+//   binding 4 (read): %3252 mul f32[160,1]
 //   binding 5 (write): %3389 reduce_sum f32[160,1]
 //   binding 6 (write): %3387 add f32[160,1024] stored f16
 
 // launch: grid [160, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
+
+#ifndef BF_ERF_DEFINED
+#define BF_ERF_DEFINED
+// erf(x) to ~1e-7, the WGSL prelude's polynomial: |x| < 1 as x * P(2x^2 - 1);
+// 1 <= |x| <= 4 as 1 - exp(-x^2) * Q((1/x - 0.625) / 0.375); beyond 4, +-1. Both branches are computed.
+static __device__ __forceinline__ float bf_erf(float x) {
+  const float a = fminf(fabsf(x), 4.0f);
+  const float u_small = 2.0f * a * a - 1.0f;
+  float p = 0.0000012306056f;
+  p = p * u_small - 0.000017669068f;
+  p = p * u_small + 0.00021751355f;
+  p = p * u_small - 0.0022854195f;
+  p = p * u_small + 0.019852497f;
+  p = p * u_small - 0.1405361f;
+  p = p * u_small + 0.96546876f;
+  const float u_large = (1.0f / fmaxf(a, 1.0f) - 0.625f) * (1.0f / 0.375f);
+  float q = -0.0000023214589f;
+  q = q * u_large - 0.000019526358f;
+  q = q * u_large + 0.00012329499f;
+  q = q * u_large - 0.00035449324f;
+  q = q * u_large + 0.00046050682f;
+  q = q * u_large + 0.0023097787f;
+  q = q * u_large - 0.024242949f;
+  q = q * u_large + 0.14335628f;
+  q = q * u_large + 0.305953f;
+  const float r = a < 1.0f ? a * p : 1.0f - expf(-a * a) * q;
+  return x < 0.0f ? -r : r;
+}
+#endif
 
 #ifndef BF_WARP_SUM_F32_32_DEFINED
 #define BF_WARP_SUM_F32_32_DEFINED
@@ -66,60 +95,83 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __rest
     const float v2 = b1[j];
     const float v3 = v1 * v2;
     const float v4 = __half2float(b2[row * 1024 + j]);
-    const float v5 = v3 * v4;
-    acc0 = acc0 + v5;
+    const float v5 = v4 * 0.5f;
+    const float v6 = v4 * 0.70710677f;
+    const float v7 = bf_erf(v6);
+    const float v8 = v7 + 1.0f;
+    const float v9 = v5 * v8;
+    const float v10 = b3[row];
+    const float v11 = v9 - v10;
+    const float v12 = v3 * v11;
+    acc0 = acc0 + v12;
   }
-  // wg_reduce (sum -> red6): butterfly within each warp, then the 8 warp results in order
+  // wg_reduce (sum -> red13): butterfly within each warp, then the 8 warp results in order
   const float bf_warp0 = bf_warp_sum_f32_32(acc0);
   if ((lid & 31) == 0) {
     red_f32_0[lid / 32] = bf_warp0;
   }
   __syncthreads();
-  const float red6 = bf_block_sum_f32_8(red_f32_0);
-  float acc7 = 0.0f;
+  const float red13 = bf_block_sum_f32_8(red_f32_0);
+  float acc14 = 0.0f;
   for (int j = lid; j < 1024; j += 256) {
-    const float v8 = __half2float(b0[row * 1024 + j]);
-    const float v9 = b1[j];
-    const float v10 = v8 * v9;
-    const float v11 = b3[row];
-    const float v12 = v10 * v11;
-    const float v13 = red6 * (-0.5f);
-    const float v14 = b4[row];
-    const float v15 = v11 / v14;
-    const float v16 = v13 * v15;
-    const float v17 = v16 * 0.0009765625f;
-    const float v18 = __half2float(b2[row * 1024 + j]);
-    const float v19 = v17 * v18;
-    const float v20 = v12 + v19;
-    const float v21 = v20 + v19;
-    const float v22 = -v21;
-    acc7 = acc7 + v22;
+    const float v15 = __half2float(b0[row * 1024 + j]);
+    const float v16 = b1[j];
+    const float v17 = v15 * v16;
+    const float v18 = b4[row];
+    const float v19 = v18 + 1e-12f;
+    const float v20 = rsqrtf(v19);
+    const float v21 = v17 * v20;
+    const float v22 = red13 * (-0.5f);
+    const float v23 = v20 / v19;
+    const float v24 = v22 * v23;
+    const float v25 = v24 * 0.0009765625f;
+    const float v26 = __half2float(b2[row * 1024 + j]);
+    const float v27 = v26 * 0.5f;
+    const float v28 = v26 * 0.70710677f;
+    const float v29 = bf_erf(v28);
+    const float v30 = v29 + 1.0f;
+    const float v31 = v27 * v30;
+    const float v32 = b3[row];
+    const float v33 = v31 - v32;
+    const float v34 = v25 * v33;
+    const float v35 = v21 + v34;
+    const float v36 = v35 + v34;
+    const float v37 = -v36;
+    acc14 = acc14 + v37;
   }
-  // wg_reduce (sum -> red23): butterfly within each warp, then the 8 warp results in order
-  const float bf_warp1 = bf_warp_sum_f32_32(acc7);
+  // wg_reduce (sum -> red38): butterfly within each warp, then the 8 warp results in order
+  const float bf_warp1 = bf_warp_sum_f32_32(acc14);
   if ((lid & 31) == 0) {
     red_f32_1[lid / 32] = bf_warp1;
   }
   __syncthreads();
-  const float red23 = bf_block_sum_f32_8(red_f32_1);
+  const float red38 = bf_block_sum_f32_8(red_f32_1);
   if (lid == 0) {
-    b5[row] = red23;
+    b5[row] = red38;
   }
   for (int j = lid; j < 1024; j += 256) {
-    const float v24 = __half2float(b0[row * 1024 + j]);
-    const float v25 = b1[j];
-    const float v26 = v24 * v25;
-    const float v27 = b3[row];
-    const float v28 = v26 * v27;
-    const float v29 = red6 * (-0.5f);
-    const float v30 = b4[row];
-    const float v31 = v27 / v30;
-    const float v32 = v29 * v31;
-    const float v33 = v32 * 0.0009765625f;
-    const float v34 = __half2float(b2[row * 1024 + j]);
-    const float v35 = v33 * v34;
-    const float v36 = v28 + v35;
-    const float v37 = v36 + v35;
-    b6[row * 1024 + j] = __float2half_rn(v37);
+    const float v39 = __half2float(b0[row * 1024 + j]);
+    const float v40 = b1[j];
+    const float v41 = v39 * v40;
+    const float v42 = b4[row];
+    const float v43 = v42 + 1e-12f;
+    const float v44 = rsqrtf(v43);
+    const float v45 = v41 * v44;
+    const float v46 = red13 * (-0.5f);
+    const float v47 = v44 / v43;
+    const float v48 = v46 * v47;
+    const float v49 = v48 * 0.0009765625f;
+    const float v50 = __half2float(b2[row * 1024 + j]);
+    const float v51 = v50 * 0.5f;
+    const float v52 = v50 * 0.70710677f;
+    const float v53 = bf_erf(v52);
+    const float v54 = v53 + 1.0f;
+    const float v55 = v51 * v54;
+    const float v56 = b3[row];
+    const float v57 = v55 - v56;
+    const float v58 = v49 * v57;
+    const float v59 = v45 + v58;
+    const float v60 = v59 + v58;
+    b6[row * 1024 + j] = __float2half_rn(v60);
   }
 }

@@ -3,6 +3,9 @@
 // Used by 1 kernel: k430_colsum
 // What the first of them fuses:
 //   reduce kernel over [160,1024] reducing axes [0]
+//   %3373 mul f32[160,1024] (models/bert.ts:100)
+//   %3374 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
+//   %3375 reshape f32[1024] (models/bert.ts:100) -> written
 //   %3390 mul f32[160,1] (models/bert.ts:100)
 //   %3391 broadcast f32[160,1024] (models/bert.ts:100)
 //   %3392 add f32[160,1024] (models/bert.ts:100)
@@ -18,12 +21,17 @@
 //   %3403 add f32[160,1024] (models/bert.ts:140) -> written
 //   %3404 reduce_sum f32[1,1024] (models/bert.ts:140) -> written
 //   %3405 reshape f32[1024] (models/bert.ts:140) -> written
-//   binding 0 (read): %3387 add f32[160,1024] stored f16
-//   binding 1 (read): %3389 reduce_sum f32[160,1]
-//   binding 2 (read): %3236 add f32[160,1024] stored f16
-//   binding 3 (write): %3404 reduce_sum f32[1,1024]
-//   binding 4 (write): %3405 reshape f32[1024]
-//   binding 5 (write): %3403 add f32[160,1024] stored f16
+//   binding 0 (read): %3366 matmul f16[160,1024]
+//   binding 1 (read): %3236 add f32[160,1024] stored f16
+//   binding 2 (read): %3247 mul f32[160,1]
+//   binding 3 (read): %3252 mul f32[160,1]
+//   binding 4 (read): %3387 add f32[160,1024] stored f16
+//   binding 5 (read): %3389 reduce_sum f32[160,1]
+//   binding 6 (write): %3374 reduce_sum f32[1,1024]
+//   binding 7 (write): %3375 reshape f32[1024]
+//   binding 8 (write): %3404 reduce_sum f32[1,1024]
+//   binding 9 (write): %3405 reshape f32[1024]
+//   binding 10 (write): %3403 add f32[160,1024] stored f16
 
 // launch: grid [4, 1, 1] of 256-thread blocks
 
@@ -58,59 +66,73 @@ static __device__ __forceinline__ float bf_erf(float x) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, const __half* __restrict__ b2, float* __restrict__ b3, float* __restrict__ b4, __half* __restrict__ b5) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, float* __restrict__ b7, float* __restrict__ b8, float* __restrict__ b9, __half* __restrict__ b10) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
   if (gid < 1024) {
     const int row = gid;
     float acc0 = 0.0f;
+    float acc1 = 0.0f;
     for (int j = 0; j < 160; j += 1) {
-      const float v1 = __half2float(b0[j * 1024 + row]);
-      const float v2 = b1[j];
-      const float v3 = v2 * 0.0009765625f;
-      const float v4 = v1 + v3;
-      const float v5 = __half2float(b2[j * 1024 + row]);
-      const float v6 = v5 * 0.5f;
-      const float v7 = v4 * v6;
-      const float v8 = v5 * 0.70710677f;
-      const float v9 = v8 * v8;
-      const float v10 = -v9;
-      const float v11 = expf(v10);
-      const float v12 = v11 * 1.1283792f;
-      const float v13 = v7 * v12;
-      const float v14 = v13 * 0.70710677f;
-      const float v15 = bf_erf(v8);
-      const float v16 = v15 + 1.0f;
-      const float v17 = v4 * v16;
-      const float v18 = v17 * 0.5f;
-      const float v19 = v14 + v18;
-      acc0 = acc0 + v19;
+      const float v2 = __half2float(b0[j * 1024 + row]);
+      const float v3 = __half2float(b1[j * 1024 + row]);
+      const float v4 = v3 * 0.5f;
+      const float v5 = v3 * 0.70710677f;
+      const float v6 = bf_erf(v5);
+      const float v7 = v6 + 1.0f;
+      const float v8 = v4 * v7;
+      const float v9 = b2[j];
+      const float v10 = v8 - v9;
+      const float v11 = b3[j];
+      const float v12 = v11 + 1e-12f;
+      const float v13 = rsqrtf(v12);
+      const float v14 = v10 * v13;
+      const float v15 = v2 * v14;
+      acc0 = acc0 + v15;
+      const float v16 = __half2float(b4[j * 1024 + row]);
+      const float v17 = b5[j];
+      const float v18 = v17 * 0.0009765625f;
+      const float v19 = v16 + v18;
+      const float v20 = v19 * v4;
+      const float v21 = v5 * v5;
+      const float v22 = -v21;
+      const float v23 = expf(v22);
+      const float v24 = v23 * 1.1283792f;
+      const float v25 = v20 * v24;
+      const float v26 = v25 * 0.70710677f;
+      const float v27 = v19 * v7;
+      const float v28 = v27 * 0.5f;
+      const float v29 = v26 + v28;
+      acc1 = acc1 + v29;
     }
-    const float red20 = acc0;
-    b3[row] = red20;
-    b4[row] = red20;
+    const float red30 = acc0;
+    const float red31 = acc1;
+    b6[row] = red30;
+    b7[row] = red30;
+    b8[row] = red31;
+    b9[row] = red31;
     for (int j = 0; j < 160; j += 1) {
-      const float v21 = __half2float(b0[row + j * 1024]);
-      const float v22 = b1[j];
-      const float v23 = v22 * 0.0009765625f;
-      const float v24 = v21 + v23;
-      const float v25 = __half2float(b2[row + j * 1024]);
-      const float v26 = v25 * 0.5f;
-      const float v27 = v24 * v26;
-      const float v28 = v25 * 0.70710677f;
-      const float v29 = v28 * v28;
-      const float v30 = -v29;
-      const float v31 = expf(v30);
-      const float v32 = v31 * 1.1283792f;
-      const float v33 = v27 * v32;
-      const float v34 = v33 * 0.70710677f;
-      const float v35 = bf_erf(v28);
-      const float v36 = v35 + 1.0f;
-      const float v37 = v24 * v36;
-      const float v38 = v37 * 0.5f;
-      const float v39 = v34 + v38;
-      b5[row + j * 1024] = __float2half_rn(v39);
+      const float v32 = __half2float(b4[row + j * 1024]);
+      const float v33 = b5[j];
+      const float v34 = v33 * 0.0009765625f;
+      const float v35 = v32 + v34;
+      const float v36 = __half2float(b1[row + j * 1024]);
+      const float v37 = v36 * 0.5f;
+      const float v38 = v35 * v37;
+      const float v39 = v36 * 0.70710677f;
+      const float v40 = v39 * v39;
+      const float v41 = -v40;
+      const float v42 = expf(v41);
+      const float v43 = v42 * 1.1283792f;
+      const float v44 = v38 * v43;
+      const float v45 = v44 * 0.70710677f;
+      const float v46 = bf_erf(v39);
+      const float v47 = v46 + 1.0f;
+      const float v48 = v35 * v47;
+      const float v49 = v48 * 0.5f;
+      const float v50 = v45 + v49;
+      b10[row + j * 1024] = __float2half_rn(v50);
     }
   }
 }

@@ -8,16 +8,17 @@
 //   %3500 add f32[8,128,1024] (models/bert.ts:248) -> written
 //   %3501 reshape f32[64,16,1024] (models/bert.ts:223)
 //   %3502 reduce_sum f32[64,1,1024] (models/bert.ts:223) -> written
-//   binding 0 (read): %3462 add f32[8,128,1024] stored f16
-//   binding 1 (read): %3495 matmul f16[1024,1024]
-//   binding 2 (write): %3502 reduce_sum f32[64,1,1024]
-//   binding 3 (write): %3500 add f32[8,128,1024] stored f16
+//   binding 0 (read): %3457 add f32[8,128,1024] stored f16
+//   binding 1 (read): %3460 mul f32[8,128,1]
+//   binding 2 (read): %3495 matmul f16[1024,1024]
+//   binding 3 (write): %3502 reduce_sum f32[64,1,1024]
+//   binding 4 (write): %3500 add f32[8,128,1024] stored f16
 
 // launch: grid [256, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, float* __restrict__ b2, __half* __restrict__ b3) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, const __half* __restrict__ b2, float* __restrict__ b3, __half* __restrict__ b4) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
@@ -26,17 +27,21 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __rest
     float acc0 = 0.0f;
     for (int j = 0; j < 16; j += 1) {
       const float v1 = __half2float(b0[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      const float v2 = __half2float(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      const float v2 = b1[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
       const float v3 = v1 + v2;
-      acc0 = acc0 + v3;
+      const float v4 = __half2float(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      const float v5 = v3 + v4;
+      acc0 = acc0 + v5;
     }
-    const float red4 = acc0;
-    b2[row] = red4;
+    const float red6 = acc0;
+    b3[row] = red6;
     for (int j = 0; j < 16; j += 1) {
-      const float v5 = __half2float(b0[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      const float v6 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      const float v7 = v5 + v6;
-      b3[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v7);
+      const float v7 = __half2float(b0[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v8 = b1[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      const float v9 = v7 + v8;
+      const float v10 = __half2float(b2[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v11 = v9 + v10;
+      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v11);
     }
   }
 }

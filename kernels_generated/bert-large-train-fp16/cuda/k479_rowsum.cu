@@ -14,18 +14,19 @@
 //   %3605 add f32[8,128,1024] (models/bert.ts:236) -> written
 //   %3606 reshape f32[64,16,1024] (models/bert.ts:223)
 //   %3607 reduce_sum f32[64,1,1024] (models/bert.ts:223) -> written
-//   binding 0 (read): %3528 add f32[8,128,1024] stored f16
-//   binding 1 (read): %3572 matmul f16[1024,1024]
-//   binding 2 (read): %3586 matmul f16[1024,1024]
-//   binding 3 (read): %3600 matmul f16[1024,1024]
-//   binding 4 (write): %3607 reduce_sum f32[64,1,1024]
-//   binding 5 (write): %3605 add f32[8,128,1024] stored f16
+//   binding 0 (read): %3523 add f32[8,128,1024] stored f16
+//   binding 1 (read): %3526 mul f32[8,128,1]
+//   binding 2 (read): %3572 matmul f16[1024,1024]
+//   binding 3 (read): %3586 matmul f16[1024,1024]
+//   binding 4 (read): %3600 matmul f16[1024,1024]
+//   binding 5 (write): %3607 reduce_sum f32[64,1,1024]
+//   binding 6 (write): %3605 add f32[8,128,1024] stored f16
 
 // launch: grid [256, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, const __half* __restrict__ b2, const __half* __restrict__ b3, float* __restrict__ b4, __half* __restrict__ b5) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const float* __restrict__ b1, const __half* __restrict__ b2, const __half* __restrict__ b3, const __half* __restrict__ b4, float* __restrict__ b5, __half* __restrict__ b6) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
@@ -34,25 +35,29 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __rest
     float acc0 = 0.0f;
     for (int j = 0; j < 16; j += 1) {
       const float v1 = __half2float(b0[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      const float v2 = __half2float(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      const float v2 = b1[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
       const float v3 = v1 + v2;
       const float v4 = __half2float(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
       const float v5 = v3 + v4;
       const float v6 = __half2float(b3[row / 1024 * 16384 + j * 1024 + row % 1024]);
       const float v7 = v5 + v6;
-      acc0 = acc0 + v7;
+      const float v8 = __half2float(b4[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      const float v9 = v7 + v8;
+      acc0 = acc0 + v9;
     }
-    const float red8 = acc0;
-    b4[row] = red8;
+    const float red10 = acc0;
+    b5[row] = red10;
     for (int j = 0; j < 16; j += 1) {
-      const float v9 = __half2float(b0[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      const float v10 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      const float v11 = v9 + v10;
-      const float v12 = __half2float(b2[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v11 = __half2float(b0[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v12 = b1[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
       const float v13 = v11 + v12;
-      const float v14 = __half2float(b3[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v14 = __half2float(b2[row % 1024 + j * 1024 + row / 1024 * 16384]);
       const float v15 = v13 + v14;
-      b5[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v15);
+      const float v16 = __half2float(b3[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v17 = v15 + v16;
+      const float v18 = __half2float(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v19 = v17 + v18;
+      b6[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v19);
     }
   }
 }

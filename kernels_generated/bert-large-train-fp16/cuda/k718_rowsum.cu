@@ -3,19 +3,15 @@
 // Used by 1 kernel: k718_rowsum
 // What the first of them fuses:
 //   reduce kernel over [64,16,1024] reducing axes [1]
-//   %4651 mul f32[8,128,1] (models/bert.ts:223)
-//   %4652 broadcast f32[8,128,1024] (models/bert.ts:223)
-//   %4653 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   %4654 where f32[8,128,1024] (models/bert.ts:224)
 //   %4655 mul f32[8,128,1024] (models/bert.ts:224) -> written
 //   %4657 reshape f32[64,16,1024] (models/bert.ts:249)
 //   %4658 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4648 add f32[8,128,1024] stored f16
-//   binding 2 (read): %4650 reduce_sum f32[8,128,1]
+//   binding 2 (read): %4651 mul f32[8,128,1]
 //   binding 3 (write): %4658 reduce_sum f32[64,1,1024]
-//   binding 4 (write): %4653 add f32[8,128,1024] stored f16
-//   binding 5 (write): %4655 mul f32[8,128,1024] stored f16
+//   binding 4 (write): %4655 mul f32[8,128,1024] stored f16
 
 // launch: grid [256, 1, 1] of 256-thread blocks
 
@@ -55,7 +51,7 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, float* __restrict__ b3, __half* __restrict__ b4, __half* __restrict__ b5) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, float* __restrict__ b3, __half* __restrict__ b4) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int gid = wg * 256 + lid;
@@ -69,27 +65,24 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
       const bool v4 = v3 >= 0.1f;
       const float v5 = __half2float(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
       const float v6 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      const float v7 = v6 * 0.0009765625f;
-      const float v8 = v5 + v7;
-      const float v9 = (v4 ? v8 : 0.0f);
-      const float v10 = v9 * 1.1111112f;
-      acc0 = acc0 + v10;
+      const float v7 = v5 + v6;
+      const float v8 = (v4 ? v7 : 0.0f);
+      const float v9 = v8 * 1.1111112f;
+      acc0 = acc0 + v9;
     }
-    const float red11 = acc0;
-    b3[row] = red11;
+    const float red10 = acc0;
+    b3[row] = red10;
     for (int j = 0; j < 16; j += 1) {
-      const float v12 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      const float v13 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
-      const float v14 = v13 * 0.0009765625f;
-      const float v15 = v12 + v14;
-      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v15);
-      const unsigned int v16 = b0[0];
-      const unsigned int v17 = b0[1];
-      const float v18 = bf_philox(v16, v17, 51u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
-      const bool v19 = v18 >= 0.1f;
-      const float v20 = (v19 ? v15 : 0.0f);
-      const float v21 = v20 * 1.1111112f;
-      b5[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v21);
+      const unsigned int v11 = b0[0];
+      const unsigned int v12 = b0[1];
+      const float v13 = bf_philox(v11, v12, 51u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
+      const bool v14 = v13 >= 0.1f;
+      const float v15 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v16 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      const float v17 = v15 + v16;
+      const float v18 = (v14 ? v17 : 0.0f);
+      const float v19 = v18 * 1.1111112f;
+      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v19);
     }
   }
 }

@@ -17,9 +17,10 @@
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %6095 matmul f16[8,16,128,128]
 //   binding 2 (read): %1151 reduce_sum f32[8,16,128,1]
-//   binding 3 (read): %1153 div f32[8,16,128,128] stored f16
-//   binding 4 (write): %6108 mul f32[8,16,128,128] stored f16
-//   binding 5 (read): %1150 exp f32[8,16,128,128] stored f16
+//   binding 3 (read): %1144 mul f32[8,16,128,128] stored f16
+//   binding 4 (read): input attention_mask i32[8,128]
+//   binding 5 (read): %1147 stop_gradient f32[8,16,128,1]
+//   binding 6 (write): %6108 mul f32[8,16,128,128] stored f16
 
 // launch: 16384 workgroups of 128 threads
 
@@ -29,8 +30,9 @@ enable f16;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
 @group(0) @binding(2) var<storage, read> b2: array<f32>;
 @group(0) @binding(3) var<storage, read> b3: array<f16>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f16>;
-@group(0) @binding(5) var<storage, read> b5: array<f16>;
+@group(0) @binding(4) var<storage, read> b4: array<i32>;
+@group(0) @binding(5) var<storage, read> b5: array<f32>;
+@group(0) @binding(6) var<storage, read_write> b6: array<f16>;
 
 var<workgroup> red_f32_0: array<f32, 128>;
 
@@ -89,11 +91,20 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     let v8: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
     let v9: f32 = v7 / v8;
     let v10: f32 = f32(b3[row * 128 + j]);
-    let v11: f32 = v9 * v10;
-    let v12: f32 = -v11;
-    acc0 = acc0 + v12;
+    let v11: i32 = b4[row / 2048 * 128 + j];
+    let v12: f32 = f32(v11);
+    let v13: f32 = v12 - 1.0;
+    let v14: f32 = v13 * 10000.0;
+    let v15: f32 = v10 + v14;
+    let v16: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v17: f32 = v15 - v16;
+    let v18: f32 = exp(v17);
+    let v19: f32 = v18 / v8;
+    let v20: f32 = v9 * v19;
+    let v21: f32 = -v20;
+    acc0 = acc0 + v21;
   }
-  // wg_reduce (sum -> red13): tree over 128 threads in workgroup memory
+  // wg_reduce (sum -> red22): tree over 128 threads in workgroup memory
   red_f32_0[lid] = acc0;
   workgroupBarrier();
   if (lid < 64) {
@@ -120,21 +131,29 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
   }
   workgroupBarrier();
-  let red13: f32 = red_f32_0[0] + red_f32_0[1];
+  let red22: f32 = red_f32_0[0] + red_f32_0[1];
   for (var j: i32 = lid; j < 128; j += 128) {
-    let v14: u32 = b0[0];
-    let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 25u, u32(row * 128 + j));
-    let v17: bool = v16 >= 0.1;
-    let v18: f32 = f32(b1[row * 128 + j]);
-    let v19: f32 = select(0.0, v18, v17);
-    let v20: f32 = v19 * 1.1111112;
-    let v21: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v22: f32 = v20 / v21;
-    let v23: f32 = v22 + red13;
-    let v24: f32 = f32(b5[row * 128 + j]);
-    let v25: f32 = v23 * v24;
-    let v26: f32 = v25 * 0.125;
-    b4[row * 128 + j] = f16(v26);
+    let v23: u32 = b0[0];
+    let v24: u32 = b0[1];
+    let v25: f32 = bf_philox(v23, v24, 25u, u32(row * 128 + j));
+    let v26: bool = v25 >= 0.1;
+    let v27: f32 = f32(b1[row * 128 + j]);
+    let v28: f32 = select(0.0, v27, v26);
+    let v29: f32 = v28 * 1.1111112;
+    let v30: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v31: f32 = v29 / v30;
+    let v32: f32 = v31 + red22;
+    let v33: f32 = f32(b3[row * 128 + j]);
+    let v34: i32 = b4[row / 2048 * 128 + j];
+    let v35: f32 = f32(v34);
+    let v36: f32 = v35 - 1.0;
+    let v37: f32 = v36 * 10000.0;
+    let v38: f32 = v33 + v37;
+    let v39: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v40: f32 = v38 - v39;
+    let v41: f32 = exp(v40);
+    let v42: f32 = v32 * v41;
+    let v43: f32 = v42 * 0.125;
+    b6[row * 128 + j] = f16(v43);
   }
 }

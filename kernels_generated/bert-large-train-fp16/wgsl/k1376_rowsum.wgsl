@@ -11,18 +11,17 @@
 //   %7501 add f32[8,128,1024] (models/bert.ts:236)
 //   %7511 cast f32[1024,1024] (models/bert.ts:236)
 //   %7514 reshape f32[8,128,1024] (models/bert.ts:236)
-//   %7515 add f32[8,128,1024] (models/bert.ts:236)
-//   %7516 where f32[8,128,1024] (models/bert.ts:108)
-//   %7517 mul f32[8,128,1024] (models/bert.ts:108) -> written
+//   %7515 add f32[8,128,1024] (models/bert.ts:236) -> written
 //   %7518 reshape f32[64,16,1024] (models/bert.ts:100)
 //   %7519 reduce_sum f32[64,1,1024] (models/bert.ts:100) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %7438 add f32[8,128,1024] stored f16
-//   binding 2 (read): %7482 matmul f16[1024,1024]
-//   binding 3 (read): %7496 matmul f16[1024,1024]
-//   binding 4 (read): %7510 matmul f16[1024,1024]
-//   binding 5 (write): %7519 reduce_sum f32[64,1,1024]
-//   binding 6 (write): %7517 mul f32[8,128,1024] stored f16
+//   binding 1 (read): %7433 add f32[8,128,1024] stored f16
+//   binding 2 (read): %7436 mul f32[8,128,1]
+//   binding 3 (read): %7482 matmul f16[1024,1024]
+//   binding 4 (read): %7496 matmul f16[1024,1024]
+//   binding 5 (read): %7510 matmul f16[1024,1024]
+//   binding 6 (write): %7519 reduce_sum f32[64,1,1024]
+//   binding 7 (write): %7515 add f32[8,128,1024] stored f16
 
 // launch: 256 workgroups of 256 threads
 
@@ -30,11 +29,12 @@ enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<u32>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
-@group(0) @binding(2) var<storage, read> b2: array<f16>;
+@group(0) @binding(2) var<storage, read> b2: array<f32>;
 @group(0) @binding(3) var<storage, read> b3: array<f16>;
 @group(0) @binding(4) var<storage, read> b4: array<f16>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f32>;
-@group(0) @binding(6) var<storage, read_write> b6: array<f16>;
+@group(0) @binding(5) var<storage, read> b5: array<f16>;
+@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
+@group(0) @binding(7) var<storage, read_write> b7: array<f16>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -88,33 +88,31 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v3: f32 = bf_philox(v1, v2, 0u, u32(row / 1024 * 16384 + j * 1024 + row % 1024));
       let v4: bool = v3 >= 0.1;
       let v5: f32 = f32(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      let v6: f32 = f32(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      let v6: f32 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
       let v7: f32 = v5 + v6;
       let v8: f32 = f32(b3[row / 1024 * 16384 + j * 1024 + row % 1024]);
       let v9: f32 = v7 + v8;
       let v10: f32 = f32(b4[row / 1024 * 16384 + j * 1024 + row % 1024]);
       let v11: f32 = v9 + v10;
-      let v12: f32 = select(0.0, v11, v4);
-      let v13: f32 = v12 * 1.1111112;
-      acc0 = acc0 + v13;
+      let v12: f32 = f32(b5[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      let v13: f32 = v11 + v12;
+      let v14: f32 = select(0.0, v13, v4);
+      let v15: f32 = v14 * 1.1111112;
+      acc0 = acc0 + v15;
     }
-    let red14: f32 = acc0;
-    b5[row] = red14;
+    let red16: f32 = acc0;
+    b6[row] = red16;
     for (var j: i32 = 0; j < 16; j += 1) {
-      let v15: u32 = b0[0];
-      let v16: u32 = b0[1];
-      let v17: f32 = bf_philox(v15, v16, 0u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
-      let v18: bool = v17 >= 0.1;
-      let v19: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      let v20: f32 = f32(b2[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v17: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v18: f32 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      let v19: f32 = v17 + v18;
+      let v20: f32 = f32(b3[row % 1024 + j * 1024 + row / 1024 * 16384]);
       let v21: f32 = v19 + v20;
-      let v22: f32 = f32(b3[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v22: f32 = f32(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
       let v23: f32 = v21 + v22;
-      let v24: f32 = f32(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v24: f32 = f32(b5[row % 1024 + j * 1024 + row / 1024 * 16384]);
       let v25: f32 = v23 + v24;
-      let v26: f32 = select(0.0, v25, v18);
-      let v27: f32 = v26 * 1.1111112;
-      b6[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v27);
+      b7[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v25);
     }
   }
 }

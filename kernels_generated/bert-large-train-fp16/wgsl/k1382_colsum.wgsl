@@ -2,31 +2,34 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k1382_colsum
 // What the first of them fuses:
-//   reduce kernel over [8,128,1024] reducing axes [0]
-//   %7547 reduce_sum f32[1,128,1024] (models/bert.ts:115) -> written
-//   binding 0 (read): %7545 add f32[8,128,1024] stored f16
-//   binding 1 (write): %7547 reduce_sum f32[1,128,1024]
+//   reduce kernel over [64,1,2,1024] reducing axes [0]
+//   %7556 reduce_sum f32[1,1,2,1024] (models/bert.ts:115) -> written
+//   %7557 reshape f32[1,2,1024] (models/bert.ts:115)
+//   %7558 reshape f32[2,1024] (models/bert.ts:115) -> written
+//   binding 0 (read): %7555 reduce_sum f32[64,1,2,1024]
+//   binding 1 (write): %7556 reduce_sum f32[1,1,2,1024]
+//   binding 2 (write): %7558 reshape f32[2,1024]
 
-// launch: 512 workgroups of 256 threads
+// launch: 8 workgroups of 256 threads
 
-enable f16;
-
-@group(0) @binding(0) var<storage, read> b0: array<f16>;
+@group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read_write> b1: array<f32>;
+@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let gid = wg * 256 + lid;
-  if (gid < 131072) {
+  if (gid < 2048) {
     let row: i32 = gid;
     var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 8; j += 1) {
-      let v1: f32 = f32(b0[j * 131072 + row / 1024 * 1024 + row % 1024]);
+    for (var j: i32 = 0; j < 64; j += 1) {
+      let v1: f32 = b0[j * 2048 + row / 1024 * 1024 + row % 1024];
       acc0 = acc0 + v1;
     }
     let red2: f32 = acc0;
     b1[row] = red2;
+    b2[row] = red2;
   }
 }

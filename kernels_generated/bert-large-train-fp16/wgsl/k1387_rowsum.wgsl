@@ -3,14 +3,18 @@
 // Used by 1 kernel: k1387_rowsum
 // What the first of them fuses:
 //   reduce kernel over [10500,32768] reducing axes [1]
-//   %7962 reduce_sum f32[10500,1] (compiler/optimizer/update.ts) -> written
-//   binding 0 (read): %7713 concat f32[344064000]
-//   binding 1 (write): %7962 reduce_sum f32[10500,1]
+//   %7891 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7892 reshape f32[10500,32768] (compiler/optimizer/update.ts)
+//   %7893 reduce_sum f32[10500,1] (compiler/optimizer/update.ts) -> written
+//   binding 0 (read): %7876 concat f32[344064000]
+//   binding 1 (read): input train.state f32[8]
+//   binding 2 (write): %7893 reduce_sum f32[10500,1]
 
 // launch: 10500 workgroups of 256 threads
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
-@group(0) @binding(1) var<storage, read_write> b1: array<f32>;
+@group(0) @binding(1) var<storage, read> b1: array<f32>;
+@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
 
 var<workgroup> red_f32_0: array<f32, 256>;
 
@@ -22,10 +26,13 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   var acc0: f32 = 0.0;
   for (var j: i32 = lid; j < 32768; j += 256) {
     let v1: f32 = b0[row * 32768 + j];
-    let v2: f32 = v1 * v1;
-    acc0 = acc0 + v2;
+    let v2: f32 = b1[1];
+    let v3: f32 = 1.0 / v2;
+    let v4: f32 = v1 * v3;
+    let v5: f32 = v4 * v4;
+    acc0 = acc0 + v5;
   }
-  // wg_reduce (sum -> red3): tree over 256 threads in workgroup memory
+  // wg_reduce (sum -> red6): tree over 256 threads in workgroup memory
   red_f32_0[lid] = acc0;
   workgroupBarrier();
   if (lid < 128) {
@@ -56,8 +63,8 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
   }
   workgroupBarrier();
-  let red3: f32 = red_f32_0[0] + red_f32_0[1];
+  let red6: f32 = red_f32_0[0] + red_f32_0[1];
   if (lid == 0) {
-    b1[row] = red3;
+    b2[row] = red6;
   }
 }

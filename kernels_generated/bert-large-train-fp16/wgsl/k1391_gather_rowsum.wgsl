@@ -2,20 +2,60 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k1391_gather_rowsum
 // What the first of them fuses:
-//   reduce kernel over [398,954] reducing axes [1]
-//   %7972 gather f32[398,954,1] (compiler/optimizer/update.ts)
-//   %7973 reshape f32[398,954] (compiler/optimizer/update.ts)
-//   %7974 where f32[398,954] (compiler/optimizer/update.ts)
-//   %7975 reduce_sum f32[398,1] (compiler/optimizer/update.ts) -> written
-//   binding 0 (read): input train.segments i32[398,3]
-//   binding 1 (read): %7971 reduce_sum f32[10500,1]
-//   binding 2 (write): %7975 reduce_sum f32[398,1]
+//   reduce kernel over [10500,32768] reducing axes [1]
+//   %7904 max f32[1] (compiler/optimizer/update.ts)
+//   %7905 reciprocal f32[1] (compiler/optimizer/update.ts)
+//   %7906 broadcast f32[344064000] (compiler/optimizer/update.ts)
+//   %7907 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7909 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7911 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7912 add f32[344064000] (compiler/optimizer/update.ts)
+//   %7914 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7915 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7917 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7918 add f32[344064000] (compiler/optimizer/update.ts)
+//   %7947 gather f32[10500,1] (compiler/optimizer/update.ts)
+//   %7948 broadcast f32[10500,32768] (compiler/optimizer/update.ts)
+//   %7949 reshape f32[344064000] (compiler/optimizer/update.ts)
+//   %7956 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7963 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7964 sqrt f32[344064000] (compiler/optimizer/update.ts)
+//   %7966 add f32[344064000] (compiler/optimizer/update.ts)
+//   %7967 div f32[344064000] (compiler/optimizer/update.ts)
+//   %7968 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7969 add f32[344064000] (compiler/optimizer/update.ts) -> written
+//   %7981 mul f32[344064000] (compiler/optimizer/update.ts)
+//   %7982 reshape f32[10500,32768] (compiler/optimizer/update.ts)
+//   %7983 reduce_sum f32[10500,1] (compiler/optimizer/update.ts) -> written
+//   %8010 where f32[344064000] (compiler/optimizer/update.ts) -> written
+//   %8011 where f32[344064000] (compiler/optimizer/update.ts) -> written
+//   binding 0 (read): input opt.m f32[344064000]
+//   binding 1 (read): %7876 concat f32[344064000]
+//   binding 2 (read): input train.state f32[8]
+//   binding 3 (read): %7901 sqrt f32[1]
+//   binding 4 (read): input opt.v f32[344064000]
+//   binding 5 (read): input train.chunk_segment i32[10500]
+//   binding 6 (read): input train.segments i32[398,3]
+//   binding 7 (read): %7725 concat f32[344064000]
+//   binding 8 (write): %7983 reduce_sum f32[10500,1]
+//   binding 9 (write): %7969 add f32[344064000]
+//   binding 10 (write): %8010 where f32[344064000]
+//   binding 11 (read): %7903 le bool[1]
+//   binding 12 (write): %8011 where f32[344064000]
 
-// launch: 398 workgroups of 256 threads
+// launch: 10500 workgroups of 256 threads
 
-@group(0) @binding(0) var<storage, read> b0: array<i32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
+@group(0) @binding(2) var<storage, read> b2: array<f32>;
+@group(0) @binding(3) var<storage, read> b3: array<f32>;
+@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
+@group(0) @binding(5) var<storage, read> b5: array<i32>;
+@group(0) @binding(6) var<storage, read> b6: array<i32>;
+@group(0) @binding(7) var<storage, read> b7: array<f32>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
+@group(0) @binding(9) var<storage, read_write> b9: array<f32>;
+@group(0) @binding(10) var<storage, read> b11: array<u32>;
 
 var<workgroup> red_f32_0: array<f32, 256>;
 
@@ -25,18 +65,50 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let wg = i32(group_id.x);
   let row: i32 = wg;
   var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 954; j += 256) {
-    let v1: i32 = b0[row * 3 + 1];
-    let v2: bool = j < v1;
-    let v3: i32 = b0[(row * 954 + j) / 954 * 3];
-    let v4: i32 = (row * 954 + j) % 954;
-    let v5: i32 = v3 + v4;
-    let v6: i32 = min(v5, 10499);
-    let v7: f32 = b1[min(max(v6, 0), 10499)];
-    let v8: f32 = select(0.0, v7, v2);
-    acc0 = acc0 + v8;
+  for (var j: i32 = lid; j < 32768; j += 256) {
+    let v1: f32 = b0[row * 32768 + j];
+    let v2: f32 = v1 * 0.9;
+    let v3: f32 = b1[row * 32768 + j];
+    let v4: f32 = b2[1];
+    let v5: f32 = 1.0 / v4;
+    let v6: f32 = v3 * v5;
+    let v7: f32 = b3[0];
+    let v8: f32 = max(1.0, v7);
+    let v9: f32 = 1.0 / v8;
+    let v10: f32 = v6 * v9;
+    let v11: f32 = v10 * 0.1;
+    let v12: f32 = v2 + v11;
+    let v13: f32 = b2[0];
+    let v14: f32 = v13 + 1.0;
+    let v15: f32 = v14 * (-0.105360515);
+    let v16: f32 = exp(v15);
+    let v17: f32 = 1.0 - v16;
+    let v18: f32 = 1.0 / v17;
+    let v19: f32 = v12 * v18;
+    let v20: f32 = b4[row * 32768 + j];
+    let v21: f32 = v20 * 0.999;
+    let v22: f32 = v10 * v10;
+    let v23: f32 = v22 * 0.001;
+    let v24: f32 = v21 + v23;
+    let v25: f32 = v14 * (-0.0010005003);
+    let v26: f32 = exp(v25);
+    let v27: f32 = 1.0 - v26;
+    let v28: f32 = 1.0 / v27;
+    let v29: f32 = v24 * v28;
+    let v30: f32 = sqrt(v29);
+    let v31: f32 = v30 + 0.000001;
+    let v32: f32 = v19 / v31;
+    let v33: i32 = b5[(row * 32768 + j) / 32768];
+    let v34: i32 = b6[min(max(v33, 0), 397) * 3 + 2];
+    let v35: f32 = f32(v34);
+    let v36: f32 = v35 * 0.01;
+    let v37: f32 = b7[row * 32768 + j];
+    let v38: f32 = v36 * v37;
+    let v39: f32 = v32 + v38;
+    let v40: f32 = v39 * v39;
+    acc0 = acc0 + v40;
   }
-  // wg_reduce (sum -> red9): tree over 256 threads in workgroup memory
+  // wg_reduce (sum -> red41): tree over 256 threads in workgroup memory
   red_f32_0[lid] = acc0;
   workgroupBarrier();
   if (lid < 128) {
@@ -67,8 +139,55 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
   }
   workgroupBarrier();
-  let red9: f32 = red_f32_0[0] + red_f32_0[1];
+  let red41: f32 = red_f32_0[0] + red_f32_0[1];
   if (lid == 0) {
-    b2[row] = red9;
+    b8[row] = red41;
+  }
+  for (var j: i32 = lid; j < 32768; j += 256) {
+    let v42: f32 = b0[row * 32768 + j];
+    let v43: f32 = v42 * 0.9;
+    let v44: f32 = b1[row * 32768 + j];
+    let v45: f32 = b2[1];
+    let v46: f32 = 1.0 / v45;
+    let v47: f32 = v44 * v46;
+    let v48: f32 = b3[0];
+    let v49: f32 = max(1.0, v48);
+    let v50: f32 = 1.0 / v49;
+    let v51: f32 = v47 * v50;
+    let v52: f32 = v51 * 0.1;
+    let v53: f32 = v43 + v52;
+    let v54: f32 = b2[0];
+    let v55: f32 = v54 + 1.0;
+    let v56: f32 = v55 * (-0.105360515);
+    let v57: f32 = exp(v56);
+    let v58: f32 = 1.0 - v57;
+    let v59: f32 = 1.0 / v58;
+    let v60: f32 = v53 * v59;
+    let v61: f32 = b4[row * 32768 + j];
+    let v62: f32 = v61 * 0.999;
+    let v63: f32 = v51 * v51;
+    let v64: f32 = v63 * 0.001;
+    let v65: f32 = v62 + v64;
+    let v66: f32 = v55 * (-0.0010005003);
+    let v67: f32 = exp(v66);
+    let v68: f32 = 1.0 - v67;
+    let v69: f32 = 1.0 / v68;
+    let v70: f32 = v65 * v69;
+    let v71: f32 = sqrt(v70);
+    let v72: f32 = v71 + 0.000001;
+    let v73: f32 = v60 / v72;
+    let v74: i32 = b5[(row * 32768 + j) / 32768];
+    let v75: i32 = b6[min(max(v74, 0), 397) * 3 + 2];
+    let v76: f32 = f32(v75);
+    let v77: f32 = v76 * 0.01;
+    let v78: f32 = b7[row * 32768 + j];
+    let v79: f32 = v77 * v78;
+    let v80: f32 = v73 + v79;
+    b9[row * 32768 + j] = v80;
+    let v81: bool = b11[0] != 0u;
+    let v82: f32 = select(v42, v53, v81);
+    b0[row * 32768 + j] = v82;
+    let v83: f32 = select(v61, v65, v81);
+    b4[row * 32768 + j] = v83;
   }
 }

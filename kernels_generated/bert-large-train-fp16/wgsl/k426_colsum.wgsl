@@ -20,10 +20,11 @@
 //   binding 1 (read): %3295 max f32[]
 //   binding 2 (read): input masked_lm_ids i32[8,20]
 //   binding 3 (read): %3287 reduce_sum f32[160,1]
-//   binding 4 (read): %3286 exp f32[160,30522] stored f16
-//   binding 5 (write): %3363 reduce_sum f32[1,30522]
-//   binding 6 (write): %3364 reshape f32[30522]
-//   binding 7 (write): %3362 add f32[160,30522] stored f16
+//   binding 4 (read): %3267 add f32[160,30522] stored f16
+//   binding 5 (read): %3283 stop_gradient f32[160,1]
+//   binding 6 (write): %3363 reduce_sum f32[1,30522]
+//   binding 7 (write): %3364 reshape f32[30522]
+//   binding 8 (write): %3362 add f32[160,30522] stored f16
 
 // launch: 120 workgroups of 256 threads
 
@@ -34,9 +35,10 @@ enable f16;
 @group(0) @binding(2) var<storage, read> b2: array<i32>;
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
 @group(0) @binding(4) var<storage, read> b4: array<f16>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f32>;
+@group(0) @binding(5) var<storage, read> b5: array<f32>;
 @group(0) @binding(6) var<storage, read_write> b6: array<f32>;
-@group(0) @binding(7) var<storage, read_write> b7: array<f16>;
+@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f16>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
@@ -57,33 +59,39 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v8: f32 = b3[j];
       let v9: f32 = v7 / v8;
       let v10: f32 = f32(b4[j * 30522 + row]);
-      let v11: f32 = v9 * v10;
-      let v12: bool = row == v4;
-      let v13: f32 = -v7;
-      let v14: f32 = select(0.0, v13, v12);
-      let v15: f32 = v11 + v14;
-      acc0 = acc0 + v15;
+      let v11: f32 = b5[j];
+      let v12: f32 = v10 - v11;
+      let v13: f32 = exp(v12);
+      let v14: f32 = v9 * v13;
+      let v15: bool = row == v4;
+      let v16: f32 = -v7;
+      let v17: f32 = select(0.0, v16, v15);
+      let v18: f32 = v14 + v17;
+      acc0 = acc0 + v18;
     }
-    let red16: f32 = acc0;
-    b5[row] = red16;
-    b6[row] = red16;
+    let red19: f32 = acc0;
+    b6[row] = red19;
+    b7[row] = red19;
     for (var j: i32 = 0; j < 160; j += 1) {
-      let v17: f32 = b0[1];
-      let v18: f32 = b1[0];
-      let v19: f32 = v17 / v18;
-      let v20: i32 = b2[j];
-      let v21: bool = v20 != -1;
-      let v22: f32 = select(0.0, 1.0, v21);
-      let v23: f32 = v19 * v22;
-      let v24: f32 = b3[j];
-      let v25: f32 = v23 / v24;
-      let v26: f32 = f32(b4[row + j * 30522]);
-      let v27: f32 = v25 * v26;
-      let v28: bool = row == v20;
-      let v29: f32 = -v23;
-      let v30: f32 = select(0.0, v29, v28);
-      let v31: f32 = v27 + v30;
-      b7[row + j * 30522] = f16(v31);
+      let v20: f32 = b0[1];
+      let v21: f32 = b1[0];
+      let v22: f32 = v20 / v21;
+      let v23: i32 = b2[j];
+      let v24: bool = v23 != -1;
+      let v25: f32 = select(0.0, 1.0, v24);
+      let v26: f32 = v22 * v25;
+      let v27: f32 = b3[j];
+      let v28: f32 = v26 / v27;
+      let v29: f32 = f32(b4[row + j * 30522]);
+      let v30: f32 = b5[j];
+      let v31: f32 = v29 - v30;
+      let v32: f32 = exp(v31);
+      let v33: f32 = v28 * v32;
+      let v34: bool = row == v23;
+      let v35: f32 = -v26;
+      let v36: f32 = select(0.0, v35, v34);
+      let v37: f32 = v33 + v36;
+      b8[row + j * 30522] = f16(v37);
     }
   }
 }

@@ -5,26 +5,17 @@
 //   reduce kernel over [160,1024] reducing axes [0]
 //   %3370 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
 //   %3371 reshape f32[1024] (models/bert.ts:100) -> written
-//   %3373 mul f32[160,1024] (models/bert.ts:100)
-//   %3374 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
-//   %3375 reshape f32[1024] (models/bert.ts:100) -> written
 //   binding 0 (read): %3366 matmul f16[160,1024]
-//   binding 1 (read): %3257 mul f32[160,1024] stored f16
-//   binding 2 (write): %3370 reduce_sum f32[1,1024]
-//   binding 3 (write): %3371 reshape f32[1024]
-//   binding 4 (write): %3374 reduce_sum f32[1,1024]
-//   binding 5 (write): %3375 reshape f32[1024]
+//   binding 1 (write): %3370 reduce_sum f32[1,1024]
+//   binding 2 (write): %3371 reshape f32[1024]
 
 // launch: 4 workgroups of 256 threads
 
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
-@group(0) @binding(1) var<storage, read> b1: array<f16>;
+@group(0) @binding(1) var<storage, read_write> b1: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
@@ -34,19 +25,12 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   if (gid < 1024) {
     let row: i32 = gid;
     var acc0: f32 = 0.0;
-    var acc1: f32 = 0.0;
     for (var j: i32 = 0; j < 160; j += 1) {
-      let v2: f32 = f32(b0[j * 1024 + row]);
-      acc0 = acc0 + v2;
-      let v3: f32 = f32(b1[j * 1024 + row]);
-      let v4: f32 = v2 * v3;
-      acc1 = acc1 + v4;
+      let v1: f32 = f32(b0[j * 1024 + row]);
+      acc0 = acc0 + v1;
     }
-    let red5: f32 = acc0;
-    let red6: f32 = acc1;
-    b2[row] = red5;
-    b3[row] = red5;
-    b4[row] = red6;
-    b5[row] = red6;
+    let red2: f32 = acc0;
+    b1[row] = red2;
+    b2[row] = red2;
   }
 }

@@ -19,9 +19,9 @@
 //   %3389 reduce_sum f32[160,1] (models/bert.ts:100) -> written
 //   binding 0 (read): %3366 matmul f16[160,1024]
 //   binding 1 (read): param cls.predictions.transform.LayerNorm.weight f32[1024]
-//   binding 2 (read): %3249 sub f32[160,1024] stored f16
-//   binding 3 (read): %3255 rsqrt f32[160,1]
-//   binding 4 (read): %3254 add f32[160,1]
+//   binding 2 (read): %3236 add f32[160,1024] stored f16
+//   binding 3 (read): %3247 mul f32[160,1]
+//   binding 4 (read): %3252 mul f32[160,1]
 //   binding 5 (write): %3389 reduce_sum f32[160,1]
 //   binding 6 (write): %3387 add f32[160,1024] stored f16
 
@@ -40,6 +40,32 @@ enable f16;
 var<workgroup> red_f32_0: array<f32, 256>;
 var<workgroup> red_f32_1: array<f32, 256>;
 
+// erf(x) to ~1e-7: |x| < 1 as x * P(2x² - 1); 1 <= |x| <= 4 as 1 - exp(-x²) * Q((1/x - 0.625) / 0.375);
+// beyond 4, ±1. Both branches are computed and one selected: no divergence.
+fn bf_erf(x: f32) -> f32 {
+  let a = min(abs(x), 4.0);
+  let u_small = 2.0 * a * a - 1.0;
+  var p = 0.0000012306056;
+  p = p * u_small - 0.000017669068;
+  p = p * u_small + 0.00021751355;
+  p = p * u_small - 0.0022854195;
+  p = p * u_small + 0.019852497;
+  p = p * u_small - 0.1405361;
+  p = p * u_small + 0.96546876;
+  let u_large = (1.0 / max(a, 1.0) - 0.625) * (1.0 / 0.375);
+  var q = -0.0000023214589;
+  q = q * u_large - 0.000019526358;
+  q = q * u_large + 0.00012329499;
+  q = q * u_large - 0.00035449324;
+  q = q * u_large + 0.00046050682;
+  q = q * u_large + 0.0023097787;
+  q = q * u_large - 0.024242949;
+  q = q * u_large + 0.14335628;
+  q = q * u_large + 0.305953;
+  let r = select(1.0 - exp(-a * a) * q, a * p, a < 1.0);
+  return select(r, -r, x < 0.0);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
@@ -51,10 +77,17 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     let v2: f32 = b1[j];
     let v3: f32 = v1 * v2;
     let v4: f32 = f32(b2[row * 1024 + j]);
-    let v5: f32 = v3 * v4;
-    acc0 = acc0 + v5;
+    let v5: f32 = v4 * 0.5;
+    let v6: f32 = v4 * 0.70710677;
+    let v7: f32 = bf_erf(v6);
+    let v8: f32 = v7 + 1.0;
+    let v9: f32 = v5 * v8;
+    let v10: f32 = b3[row];
+    let v11: f32 = v9 - v10;
+    let v12: f32 = v3 * v11;
+    acc0 = acc0 + v12;
   }
-  // wg_reduce (sum -> red6): tree over 256 threads in workgroup memory
+  // wg_reduce (sum -> red13): tree over 256 threads in workgroup memory
   red_f32_0[lid] = acc0;
   workgroupBarrier();
   if (lid < 128) {
@@ -85,28 +118,36 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
   }
   workgroupBarrier();
-  let red6: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc7: f32 = 0.0;
+  let red13: f32 = red_f32_0[0] + red_f32_0[1];
+  var acc14: f32 = 0.0;
   for (var j: i32 = lid; j < 1024; j += 256) {
-    let v8: f32 = f32(b0[row * 1024 + j]);
-    let v9: f32 = b1[j];
-    let v10: f32 = v8 * v9;
-    let v11: f32 = b3[row];
-    let v12: f32 = v10 * v11;
-    let v13: f32 = red6 * (-0.5);
-    let v14: f32 = b4[row];
-    let v15: f32 = v11 / v14;
-    let v16: f32 = v13 * v15;
-    let v17: f32 = v16 * 0.0009765625;
-    let v18: f32 = f32(b2[row * 1024 + j]);
-    let v19: f32 = v17 * v18;
-    let v20: f32 = v12 + v19;
-    let v21: f32 = v20 + v19;
-    let v22: f32 = -v21;
-    acc7 = acc7 + v22;
+    let v15: f32 = f32(b0[row * 1024 + j]);
+    let v16: f32 = b1[j];
+    let v17: f32 = v15 * v16;
+    let v18: f32 = b4[row];
+    let v19: f32 = v18 + 1e-12;
+    let v20: f32 = inverseSqrt(v19);
+    let v21: f32 = v17 * v20;
+    let v22: f32 = red13 * (-0.5);
+    let v23: f32 = v20 / v19;
+    let v24: f32 = v22 * v23;
+    let v25: f32 = v24 * 0.0009765625;
+    let v26: f32 = f32(b2[row * 1024 + j]);
+    let v27: f32 = v26 * 0.5;
+    let v28: f32 = v26 * 0.70710677;
+    let v29: f32 = bf_erf(v28);
+    let v30: f32 = v29 + 1.0;
+    let v31: f32 = v27 * v30;
+    let v32: f32 = b3[row];
+    let v33: f32 = v31 - v32;
+    let v34: f32 = v25 * v33;
+    let v35: f32 = v21 + v34;
+    let v36: f32 = v35 + v34;
+    let v37: f32 = -v36;
+    acc14 = acc14 + v37;
   }
-  // wg_reduce (sum -> red23): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc7;
+  // wg_reduce (sum -> red38): tree over 256 threads in workgroup memory
+  red_f32_1[lid] = acc14;
   workgroupBarrier();
   if (lid < 128) {
     red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
@@ -136,25 +177,33 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
   }
   workgroupBarrier();
-  let red23: f32 = red_f32_1[0] + red_f32_1[1];
+  let red38: f32 = red_f32_1[0] + red_f32_1[1];
   if (lid == 0) {
-    b5[row] = red23;
+    b5[row] = red38;
   }
   for (var j: i32 = lid; j < 1024; j += 256) {
-    let v24: f32 = f32(b0[row * 1024 + j]);
-    let v25: f32 = b1[j];
-    let v26: f32 = v24 * v25;
-    let v27: f32 = b3[row];
-    let v28: f32 = v26 * v27;
-    let v29: f32 = red6 * (-0.5);
-    let v30: f32 = b4[row];
-    let v31: f32 = v27 / v30;
-    let v32: f32 = v29 * v31;
-    let v33: f32 = v32 * 0.0009765625;
-    let v34: f32 = f32(b2[row * 1024 + j]);
-    let v35: f32 = v33 * v34;
-    let v36: f32 = v28 + v35;
-    let v37: f32 = v36 + v35;
-    b6[row * 1024 + j] = f16(v37);
+    let v39: f32 = f32(b0[row * 1024 + j]);
+    let v40: f32 = b1[j];
+    let v41: f32 = v39 * v40;
+    let v42: f32 = b4[row];
+    let v43: f32 = v42 + 1e-12;
+    let v44: f32 = inverseSqrt(v43);
+    let v45: f32 = v41 * v44;
+    let v46: f32 = red13 * (-0.5);
+    let v47: f32 = v44 / v43;
+    let v48: f32 = v46 * v47;
+    let v49: f32 = v48 * 0.0009765625;
+    let v50: f32 = f32(b2[row * 1024 + j]);
+    let v51: f32 = v50 * 0.5;
+    let v52: f32 = v50 * 0.70710677;
+    let v53: f32 = bf_erf(v52);
+    let v54: f32 = v53 + 1.0;
+    let v55: f32 = v51 * v54;
+    let v56: f32 = b3[row];
+    let v57: f32 = v55 - v56;
+    let v58: f32 = v49 * v57;
+    let v59: f32 = v45 + v58;
+    let v60: f32 = v59 + v58;
+    b6[row * 1024 + j] = f16(v60);
   }
 }

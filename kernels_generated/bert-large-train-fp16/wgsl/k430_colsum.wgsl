@@ -3,6 +3,9 @@
 // Used by 1 kernel: k430_colsum
 // What the first of them fuses:
 //   reduce kernel over [160,1024] reducing axes [0]
+//   %3373 mul f32[160,1024] (models/bert.ts:100)
+//   %3374 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
+//   %3375 reshape f32[1024] (models/bert.ts:100) -> written
 //   %3390 mul f32[160,1] (models/bert.ts:100)
 //   %3391 broadcast f32[160,1024] (models/bert.ts:100)
 //   %3392 add f32[160,1024] (models/bert.ts:100)
@@ -18,23 +21,33 @@
 //   %3403 add f32[160,1024] (models/bert.ts:140) -> written
 //   %3404 reduce_sum f32[1,1024] (models/bert.ts:140) -> written
 //   %3405 reshape f32[1024] (models/bert.ts:140) -> written
-//   binding 0 (read): %3387 add f32[160,1024] stored f16
-//   binding 1 (read): %3389 reduce_sum f32[160,1]
-//   binding 2 (read): %3236 add f32[160,1024] stored f16
-//   binding 3 (write): %3404 reduce_sum f32[1,1024]
-//   binding 4 (write): %3405 reshape f32[1024]
-//   binding 5 (write): %3403 add f32[160,1024] stored f16
+//   binding 0 (read): %3366 matmul f16[160,1024]
+//   binding 1 (read): %3236 add f32[160,1024] stored f16
+//   binding 2 (read): %3247 mul f32[160,1]
+//   binding 3 (read): %3252 mul f32[160,1]
+//   binding 4 (read): %3387 add f32[160,1024] stored f16
+//   binding 5 (read): %3389 reduce_sum f32[160,1]
+//   binding 6 (write): %3374 reduce_sum f32[1,1024]
+//   binding 7 (write): %3375 reshape f32[1024]
+//   binding 8 (write): %3404 reduce_sum f32[1,1024]
+//   binding 9 (write): %3405 reshape f32[1024]
+//   binding 10 (write): %3403 add f32[160,1024] stored f16
 
 // launch: 4 workgroups of 256 threads
 
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
-@group(0) @binding(1) var<storage, read> b1: array<f32>;
-@group(0) @binding(2) var<storage, read> b2: array<f16>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f16>;
+@group(0) @binding(1) var<storage, read> b1: array<f16>;
+@group(0) @binding(2) var<storage, read> b2: array<f32>;
+@group(0) @binding(3) var<storage, read> b3: array<f32>;
+@group(0) @binding(4) var<storage, read> b4: array<f16>;
+@group(0) @binding(5) var<storage, read> b5: array<f32>;
+@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
+@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
+@group(0) @binding(9) var<storage, read_write> b9: array<f32>;
+@group(0) @binding(10) var<storage, read_write> b10: array<f16>;
 
 // erf(x) to ~1e-7: |x| < 1 as x * P(2x² - 1); 1 <= |x| <= 4 as 1 - exp(-x²) * Q((1/x - 0.625) / 0.375);
 // beyond 4, ±1. Both branches are computed and one selected: no divergence.
@@ -70,52 +83,66 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   if (gid < 1024) {
     let row: i32 = gid;
     var acc0: f32 = 0.0;
+    var acc1: f32 = 0.0;
     for (var j: i32 = 0; j < 160; j += 1) {
-      let v1: f32 = f32(b0[j * 1024 + row]);
-      let v2: f32 = b1[j];
-      let v3: f32 = v2 * 0.0009765625;
-      let v4: f32 = v1 + v3;
-      let v5: f32 = f32(b2[j * 1024 + row]);
-      let v6: f32 = v5 * 0.5;
-      let v7: f32 = v4 * v6;
-      let v8: f32 = v5 * 0.70710677;
-      let v9: f32 = v8 * v8;
-      let v10: f32 = -v9;
-      let v11: f32 = exp(v10);
-      let v12: f32 = v11 * 1.1283792;
-      let v13: f32 = v7 * v12;
-      let v14: f32 = v13 * 0.70710677;
-      let v15: f32 = bf_erf(v8);
-      let v16: f32 = v15 + 1.0;
-      let v17: f32 = v4 * v16;
-      let v18: f32 = v17 * 0.5;
-      let v19: f32 = v14 + v18;
-      acc0 = acc0 + v19;
+      let v2: f32 = f32(b0[j * 1024 + row]);
+      let v3: f32 = f32(b1[j * 1024 + row]);
+      let v4: f32 = v3 * 0.5;
+      let v5: f32 = v3 * 0.70710677;
+      let v6: f32 = bf_erf(v5);
+      let v7: f32 = v6 + 1.0;
+      let v8: f32 = v4 * v7;
+      let v9: f32 = b2[j];
+      let v10: f32 = v8 - v9;
+      let v11: f32 = b3[j];
+      let v12: f32 = v11 + 1e-12;
+      let v13: f32 = inverseSqrt(v12);
+      let v14: f32 = v10 * v13;
+      let v15: f32 = v2 * v14;
+      acc0 = acc0 + v15;
+      let v16: f32 = f32(b4[j * 1024 + row]);
+      let v17: f32 = b5[j];
+      let v18: f32 = v17 * 0.0009765625;
+      let v19: f32 = v16 + v18;
+      let v20: f32 = v19 * v4;
+      let v21: f32 = v5 * v5;
+      let v22: f32 = -v21;
+      let v23: f32 = exp(v22);
+      let v24: f32 = v23 * 1.1283792;
+      let v25: f32 = v20 * v24;
+      let v26: f32 = v25 * 0.70710677;
+      let v27: f32 = v19 * v7;
+      let v28: f32 = v27 * 0.5;
+      let v29: f32 = v26 + v28;
+      acc1 = acc1 + v29;
     }
-    let red20: f32 = acc0;
-    b3[row] = red20;
-    b4[row] = red20;
+    let red30: f32 = acc0;
+    let red31: f32 = acc1;
+    b6[row] = red30;
+    b7[row] = red30;
+    b8[row] = red31;
+    b9[row] = red31;
     for (var j: i32 = 0; j < 160; j += 1) {
-      let v21: f32 = f32(b0[row + j * 1024]);
-      let v22: f32 = b1[j];
-      let v23: f32 = v22 * 0.0009765625;
-      let v24: f32 = v21 + v23;
-      let v25: f32 = f32(b2[row + j * 1024]);
-      let v26: f32 = v25 * 0.5;
-      let v27: f32 = v24 * v26;
-      let v28: f32 = v25 * 0.70710677;
-      let v29: f32 = v28 * v28;
-      let v30: f32 = -v29;
-      let v31: f32 = exp(v30);
-      let v32: f32 = v31 * 1.1283792;
-      let v33: f32 = v27 * v32;
-      let v34: f32 = v33 * 0.70710677;
-      let v35: f32 = bf_erf(v28);
-      let v36: f32 = v35 + 1.0;
-      let v37: f32 = v24 * v36;
-      let v38: f32 = v37 * 0.5;
-      let v39: f32 = v34 + v38;
-      b5[row + j * 1024] = f16(v39);
+      let v32: f32 = f32(b4[row + j * 1024]);
+      let v33: f32 = b5[j];
+      let v34: f32 = v33 * 0.0009765625;
+      let v35: f32 = v32 + v34;
+      let v36: f32 = f32(b1[row + j * 1024]);
+      let v37: f32 = v36 * 0.5;
+      let v38: f32 = v35 * v37;
+      let v39: f32 = v36 * 0.70710677;
+      let v40: f32 = v39 * v39;
+      let v41: f32 = -v40;
+      let v42: f32 = exp(v41);
+      let v43: f32 = v42 * 1.1283792;
+      let v44: f32 = v38 * v43;
+      let v45: f32 = v44 * 0.70710677;
+      let v46: f32 = bf_erf(v39);
+      let v47: f32 = v46 + 1.0;
+      let v48: f32 = v35 * v47;
+      let v49: f32 = v48 * 0.5;
+      let v50: f32 = v45 + v49;
+      b10[row + j * 1024] = f16(v50);
     }
   }
 }

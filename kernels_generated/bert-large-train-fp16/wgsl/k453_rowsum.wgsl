@@ -8,19 +8,21 @@
 //   %3500 add f32[8,128,1024] (models/bert.ts:248) -> written
 //   %3501 reshape f32[64,16,1024] (models/bert.ts:223)
 //   %3502 reduce_sum f32[64,1,1024] (models/bert.ts:223) -> written
-//   binding 0 (read): %3462 add f32[8,128,1024] stored f16
-//   binding 1 (read): %3495 matmul f16[1024,1024]
-//   binding 2 (write): %3502 reduce_sum f32[64,1,1024]
-//   binding 3 (write): %3500 add f32[8,128,1024] stored f16
+//   binding 0 (read): %3457 add f32[8,128,1024] stored f16
+//   binding 1 (read): %3460 mul f32[8,128,1]
+//   binding 2 (read): %3495 matmul f16[1024,1024]
+//   binding 3 (write): %3502 reduce_sum f32[64,1,1024]
+//   binding 4 (write): %3500 add f32[8,128,1024] stored f16
 
 // launch: 256 workgroups of 256 threads
 
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
-@group(0) @binding(1) var<storage, read> b1: array<f16>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f16>;
+@group(0) @binding(1) var<storage, read> b1: array<f32>;
+@group(0) @binding(2) var<storage, read> b2: array<f16>;
+@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
+@group(0) @binding(4) var<storage, read_write> b4: array<f16>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
@@ -32,17 +34,21 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     var acc0: f32 = 0.0;
     for (var j: i32 = 0; j < 16; j += 1) {
       let v1: f32 = f32(b0[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      let v2: f32 = f32(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      let v2: f32 = b1[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
       let v3: f32 = v1 + v2;
-      acc0 = acc0 + v3;
+      let v4: f32 = f32(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      let v5: f32 = v3 + v4;
+      acc0 = acc0 + v5;
     }
-    let red4: f32 = acc0;
-    b2[row] = red4;
+    let red6: f32 = acc0;
+    b3[row] = red6;
     for (var j: i32 = 0; j < 16; j += 1) {
-      let v5: f32 = f32(b0[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      let v6: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      let v7: f32 = v5 + v6;
-      b3[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v7);
+      let v7: f32 = f32(b0[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v8: f32 = b1[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      let v9: f32 = v7 + v8;
+      let v10: f32 = f32(b2[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v11: f32 = v9 + v10;
+      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v11);
     }
   }
 }

@@ -14,23 +14,25 @@
 //   %3605 add f32[8,128,1024] (models/bert.ts:236) -> written
 //   %3606 reshape f32[64,16,1024] (models/bert.ts:223)
 //   %3607 reduce_sum f32[64,1,1024] (models/bert.ts:223) -> written
-//   binding 0 (read): %3528 add f32[8,128,1024] stored f16
-//   binding 1 (read): %3572 matmul f16[1024,1024]
-//   binding 2 (read): %3586 matmul f16[1024,1024]
-//   binding 3 (read): %3600 matmul f16[1024,1024]
-//   binding 4 (write): %3607 reduce_sum f32[64,1,1024]
-//   binding 5 (write): %3605 add f32[8,128,1024] stored f16
+//   binding 0 (read): %3523 add f32[8,128,1024] stored f16
+//   binding 1 (read): %3526 mul f32[8,128,1]
+//   binding 2 (read): %3572 matmul f16[1024,1024]
+//   binding 3 (read): %3586 matmul f16[1024,1024]
+//   binding 4 (read): %3600 matmul f16[1024,1024]
+//   binding 5 (write): %3607 reduce_sum f32[64,1,1024]
+//   binding 6 (write): %3605 add f32[8,128,1024] stored f16
 
 // launch: 256 workgroups of 256 threads
 
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
-@group(0) @binding(1) var<storage, read> b1: array<f16>;
+@group(0) @binding(1) var<storage, read> b1: array<f32>;
 @group(0) @binding(2) var<storage, read> b2: array<f16>;
 @group(0) @binding(3) var<storage, read> b3: array<f16>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f16>;
+@group(0) @binding(4) var<storage, read> b4: array<f16>;
+@group(0) @binding(5) var<storage, read_write> b5: array<f32>;
+@group(0) @binding(6) var<storage, read_write> b6: array<f16>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
@@ -42,25 +44,29 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     var acc0: f32 = 0.0;
     for (var j: i32 = 0; j < 16; j += 1) {
       let v1: f32 = f32(b0[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      let v2: f32 = f32(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      let v2: f32 = b1[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
       let v3: f32 = v1 + v2;
       let v4: f32 = f32(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
       let v5: f32 = v3 + v4;
       let v6: f32 = f32(b3[row / 1024 * 16384 + j * 1024 + row % 1024]);
       let v7: f32 = v5 + v6;
-      acc0 = acc0 + v7;
+      let v8: f32 = f32(b4[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      let v9: f32 = v7 + v8;
+      acc0 = acc0 + v9;
     }
-    let red8: f32 = acc0;
-    b4[row] = red8;
+    let red10: f32 = acc0;
+    b5[row] = red10;
     for (var j: i32 = 0; j < 16; j += 1) {
-      let v9: f32 = f32(b0[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      let v10: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      let v11: f32 = v9 + v10;
-      let v12: f32 = f32(b2[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v11: f32 = f32(b0[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v12: f32 = b1[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
       let v13: f32 = v11 + v12;
-      let v14: f32 = f32(b3[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v14: f32 = f32(b2[row % 1024 + j * 1024 + row / 1024 * 16384]);
       let v15: f32 = v13 + v14;
-      b5[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v15);
+      let v16: f32 = f32(b3[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v17: f32 = v15 + v16;
+      let v18: f32 = f32(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v19: f32 = v17 + v18;
+      b6[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v19);
     }
   }
 }

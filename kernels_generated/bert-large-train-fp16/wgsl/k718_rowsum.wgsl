@@ -3,19 +3,15 @@
 // Used by 1 kernel: k718_rowsum
 // What the first of them fuses:
 //   reduce kernel over [64,16,1024] reducing axes [1]
-//   %4651 mul f32[8,128,1] (models/bert.ts:223)
-//   %4652 broadcast f32[8,128,1024] (models/bert.ts:223)
-//   %4653 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   %4654 where f32[8,128,1024] (models/bert.ts:224)
 //   %4655 mul f32[8,128,1024] (models/bert.ts:224) -> written
 //   %4657 reshape f32[64,16,1024] (models/bert.ts:249)
 //   %4658 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
 //   binding 1 (read): %4648 add f32[8,128,1024] stored f16
-//   binding 2 (read): %4650 reduce_sum f32[8,128,1]
+//   binding 2 (read): %4651 mul f32[8,128,1]
 //   binding 3 (write): %4658 reduce_sum f32[64,1,1024]
-//   binding 4 (write): %4653 add f32[8,128,1024] stored f16
-//   binding 5 (write): %4655 mul f32[8,128,1024] stored f16
+//   binding 4 (write): %4655 mul f32[8,128,1024] stored f16
 
 // launch: 256 workgroups of 256 threads
 
@@ -26,7 +22,6 @@ enable f16;
 @group(0) @binding(2) var<storage, read> b2: array<f32>;
 @group(0) @binding(3) var<storage, read_write> b3: array<f32>;
 @group(0) @binding(4) var<storage, read_write> b4: array<f16>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f16>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -81,27 +76,24 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v4: bool = v3 >= 0.1;
       let v5: f32 = f32(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
       let v6: f32 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      let v7: f32 = v6 * 0.0009765625;
-      let v8: f32 = v5 + v7;
-      let v9: f32 = select(0.0, v8, v4);
-      let v10: f32 = v9 * 1.1111112;
-      acc0 = acc0 + v10;
+      let v7: f32 = v5 + v6;
+      let v8: f32 = select(0.0, v7, v4);
+      let v9: f32 = v8 * 1.1111112;
+      acc0 = acc0 + v9;
     }
-    let red11: f32 = acc0;
-    b3[row] = red11;
+    let red10: f32 = acc0;
+    b3[row] = red10;
     for (var j: i32 = 0; j < 16; j += 1) {
-      let v12: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      let v13: f32 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
-      let v14: f32 = v13 * 0.0009765625;
-      let v15: f32 = v12 + v14;
-      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v15);
-      let v16: u32 = b0[0];
-      let v17: u32 = b0[1];
-      let v18: f32 = bf_philox(v16, v17, 51u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
-      let v19: bool = v18 >= 0.1;
-      let v20: f32 = select(0.0, v15, v19);
-      let v21: f32 = v20 * 1.1111112;
-      b5[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v21);
+      let v11: u32 = b0[0];
+      let v12: u32 = b0[1];
+      let v13: f32 = bf_philox(v11, v12, 51u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
+      let v14: bool = v13 >= 0.1;
+      let v15: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v16: f32 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      let v17: f32 = v15 + v16;
+      let v18: f32 = select(0.0, v17, v14);
+      let v19: f32 = v18 * 1.1111112;
+      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v19);
     }
   }
 }
