@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
 import { scattersAsColumnSums } from "../../compiler/scatter_sums.ts";
 import { PROFILE_NAMES, PROFILES } from "../../compiler/targets/profiles.ts";
-import { scatterCases } from "../../cases/scatter_cases.ts";
+import { scatterCases } from "../util/scatter_cases.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { scatterExpected, scatterFeeds } from "../util/scatter_check.ts";
 

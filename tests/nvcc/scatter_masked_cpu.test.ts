@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
-import { scatterCases } from "../../cases/scatter_cases.ts";
+import { scatterCases } from "../util/scatter_cases.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { buildModelGraph } from "../../compiler/model_graph.ts";

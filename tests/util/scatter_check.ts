@@ -1,9 +1,9 @@
 /**
- * Feeds and expected outputs for the scatter cases (cases/scatter_cases.ts), shared by the CUDA-shim and
+ * Feeds and expected outputs for the scatter cases (tests/util/scatter_cases.ts), shared by the CUDA-shim and
  * WebGPU tests of scatter-adds lowered as masked column sums.
  */
 import assert from "node:assert/strict";
-import { type ScatterCase, widenedOracle } from "../../cases/scatter_cases.ts";
+import { type ScatterCase, widenedOracle } from "./scatter_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import type { Plan } from "../../plan/plan.ts";

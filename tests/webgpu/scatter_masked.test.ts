@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
-import { type ScatterCase, scatterCases } from "../../cases/scatter_cases.ts";
+import { type ScatterCase, scatterCases } from "../util/scatter_cases.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";

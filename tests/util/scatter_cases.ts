@@ -5,9 +5,9 @@
  * `rows` rows; some ids fall outside [0, rows) and must be dropped. Shared by the CUDA-shim and WebGPU
  * tests.
  */
-import { ModelBuilder } from "../dsl/builder.ts";
-import type { Graph } from "../ir/mod.ts";
-import type { Rng } from "./random.ts";
+import { ModelBuilder } from "../../dsl/builder.ts";
+import type { Graph } from "../../ir/mod.ts";
+import type { Rng } from "../../cases/random.ts";
 
 export interface ScatterCase {
   readonly name: string;
