@@ -1,9 +1,10 @@
 /**
  * The C spelling of the kernel IR, for the CPU backend (runtime/cpu/): each kernel becomes
  * `void bf_kernel(void* const* bf_args)`, one pointer per binding in binding order, compiled at run time
- * with `cc -O3 -march=native -fopenmp` into a shared library.
+ * with `cc -O3 -march=native -fopenmp-simd` into a shared library.
  *
- * Grid and workgroup: the workgroups are an OpenMP-parallel loop (`wg`); the threads of a workgroup are
+ * Grid and workgroup: the workgroups are a loop (`wg`) that the runtime's thread pool runs in parallel
+ * (`bf_parallel`, runtime/cpu/pool.c) when there is enough work; the threads of a workgroup are
  * an inner loop (`lid`) run by one CPU thread, so shared memory is an array local to a workgroup's
  * iteration. A kernel without barriers is one thread loop. A kernel with barriers runs its threads in
  * phases (the MCUDA / POCL "thread loop fission"): the body is split at each barrier and each wg_reduce
@@ -65,10 +66,17 @@ export class CEmitError extends Error {
 
 /** The entry point every C kernel defines (the runtime renames it per kernel when it joins sources). */
 export const C_ENTRY = "bf_kernel";
+/** A parallel kernel's loop body, a static function (renamed per kernel like the entry). */
+export const C_BODY = "bf_body";
+/** The runtime pool's entry (runtime/cpu/pool.c), declared once per translation unit. */
+const POOL_DECL = `#ifndef BF_PARALLEL_DECLARED
+#define BF_PARALLEL_DECLARED
+void bf_parallel(void (*body)(void* const*, int, int), void* const* args, int n);
+#endif`;
 
 /**
- * Workgroups run in parallel only when there is enough work to pay for waking the OpenMP team (a few
- * microseconds): at least this many threads in all, or any per-thread loop.
+ * Workgroups run in parallel only when there is enough work to pay for handing it to the pool's threads
+ * (a few microseconds): at least this many threads in all, or any per-thread loop.
  */
 const PARALLEL_THREADS = 1024;
 
@@ -337,21 +345,28 @@ class Speller extends HalfInF32Speller<CHelper> {
         (phased ? "; threads run in phases split at barriers and reductions" : "; one thread loop") +
         (this.swaps ? `; ${this.swaps} loop(s) run outside the thread loop, vectorized across threads` : ""),
     );
-    const code = [
-      header.join("\n"),
-      cPrelude(this.helpers),
-      [
-        `void ${C_ENTRY}(void* const* bf_args) {`,
+    const parallel = (n > 1 && worth) || this.chunks > 0;
+    const loop = this.chunks
+      ? [`  for (int bf_chunk = bf_lo; bf_chunk < bf_hi; ++bf_chunk) {`, `    const int wg = 0;`]
+      : [`  for (int wg = ${parallel ? "bf_lo" : "0"}; wg < ${parallel ? "bf_hi" : n}; ++wg) {`];
+    // In parallel: the loop is the body of a function the runtime's pool (runtime/cpu/pool.c) runs
+    // over ranges of its iterations on its threads; the pool is linked into every kernel library.
+    const fn = parallel
+      ? [
+        POOL_DECL,
+        `static void ${C_BODY}(void* const* bf_args, int bf_lo, int bf_hi) {`,
         ...args,
-        ...((n > 1 && worth) || this.chunks ? ["#pragma omp parallel for schedule(static)"] : []),
-        this.chunks
-          ? `  for (int bf_chunk = 0; bf_chunk < ${this.chunks}; ++bf_chunk) {\n    const int wg = 0;`
-          : `  for (int wg = 0; wg < ${n}; ++wg) {`,
+        ...loop,
         ...body,
         "  }",
         "}",
-      ].join("\n"),
-    ];
+        "",
+        `void ${C_ENTRY}(void* const* bf_args) {`,
+        `  bf_parallel(${C_BODY}, bf_args, ${this.chunks || n});`,
+        "}",
+      ]
+      : [`void ${C_ENTRY}(void* const* bf_args) {`, ...args, ...loop, ...body, "  }", "}"];
+    const code = [header.join("\n"), cPrelude(this.helpers), fn.join("\n")];
     return code.join("\n\n") + "\n";
   }
 

@@ -1,38 +1,21 @@
 /**
- * GEMMs on the CPU through OpenBLAS's cblas_sgemm (Deno FFI), driven by the same library-call
- * descriptors the CUDA runtime hands cuBLASLt (plan/plan.ts PlanGemm, derived once by the compiler's
- * `library-calls` stage): row-major D[β] = op(A[β]) · op(B[β]), alpha 1, beta 0, f32 accumulation. The
- * descriptor's layout is BLAS's own row-major convention (op(X)[i][j] = X[i·ld + j], or X[j·ld + i]
- * transposed), so each batch entry is one cblas_sgemm. sgemm takes f32 operands only: a GEMM with f16 or
- * bf16 operands runs as the template kernel instead.
+ * GEMMs on the CPU through OpenBLAS's cblas_sgemm, driven by the same library-call descriptors the
+ * CUDA runtime hands cuBLASLt (plan/plan.ts PlanGemm, derived once by the compiler's `library-calls`
+ * stage): row-major D[β] = op(A[β]) · op(B[β]), alpha 1, beta 0, f32 accumulation. The descriptor's
+ * layout is BLAS's own row-major convention (op(X)[i][j] = X[i·ld + j], or X[j·ld + i] transposed), so
+ * each batch entry is one cblas_sgemm. sgemm takes f32 operands only: a GEMM with f16 or bf16 operands
+ * runs as the template kernel instead.
  *
- * Found in `$BERTFUSE_BLAS` (a path to the library), Debian's OpenMP build (libopenblas0-openmp), the
- * system loader's cache (`ldconfig -p`), then the usual folders; opened once per process with its thread count set once (`$BERTFUSE_CPU_THREADS`, else
- * every core): OpenBLAS keeps one pool for the whole process.
+ * Found in `$BERTFUSE_BLAS` (a path to the library), Debian's builds, the system loader's cache
+ * (`ldconfig -p`), then the usual folders; opened once per process, single-threaded: the thread pool
+ * (pool.c `bf_gemm`) cuts each GEMM into blocks and runs one sgemm per block on its threads, so the
+ * process has one set of threads for GEMMs and kernels alike.
  */
 import type { PlanGemm } from "../../plan/plan.ts";
 import { CpuError } from "./errors.ts";
+import type { Pool } from "./pool.ts";
 
 const SYMBOLS = {
-  cblas_sgemm: {
-    parameters: [
-      "i32",
-      "i32",
-      "i32",
-      "i32",
-      "i32",
-      "i32",
-      "f32",
-      "pointer",
-      "i32",
-      "pointer",
-      "i32",
-      "f32",
-      "pointer",
-      "i32",
-    ],
-    result: "void",
-  },
   openblas_set_num_threads: { parameters: ["i32"], result: "void" },
   openblas_get_config: { parameters: [], result: "pointer" },
 } as const;
@@ -44,7 +27,7 @@ export interface Blas {
   readonly lib: Deno.DynamicLibrary<typeof SYMBOLS>;
 }
 
-const CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112;
+const CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112;
 
 const NAMES = ["libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0", "libopenblaso.so.0"];
 const FOLDERS = [
@@ -72,10 +55,10 @@ function candidates(): string[] {
   const out: string[] = [];
   const explicit = env("BERTFUSE_BLAS");
   if (explicit) out.push(explicit);
-  // The OpenMP build first: it runs on the same libgomp thread pool as our kernels. The pthread build
-  // keeps a pool of its own whose threads spin after each GEMM, competing with the next kernel's threads
-  // for the cores (measured: the kernel after a GEMM took several times its own CPU time).
+  // The pthread build first: run single-threaded it starts no threads at all, where the OpenMP build
+  // loads libgomp (single-threaded too, through each calling thread's OpenMP setting; pool.c).
   for (const arch of ["x86_64", "aarch64"]) {
+    out.push(`/usr/lib/${arch}-linux-gnu/openblas-pthread/libopenblas.so.0`);
     out.push(`/usr/lib/${arch}-linux-gnu/openblas-openmp/libopenblas.so.0`);
   }
   try {
@@ -91,6 +74,26 @@ function candidates(): string[] {
   return [...new Set(out)];
 }
 
+/**
+ * `f()` with an environment variable set, then restored: OpenBLAS reads its thread count when it is
+ * loaded (a pool of its own otherwise starts then), and child processes (the PyTorch peer) keep theirs.
+ */
+function withEnv<T>(name: string, value: string, f: () => T): T {
+  let before: string | undefined;
+  try {
+    before = Deno.env.get(name);
+    Deno.env.set(name, value);
+  } catch {
+    return f(); // no --allow-env: openblas_set_num_threads(1) after loading still applies
+  }
+  try {
+    return f();
+  } finally {
+    if (before === undefined) Deno.env.delete(name);
+    else Deno.env.set(name, before);
+  }
+}
+
 let opened: Blas | { missing: string } | undefined;
 
 /** OpenBLAS, opened once per process, or why not (one line). */
@@ -104,9 +107,8 @@ export function openBlas(): Blas | { missing: string } {
       continue;
     }
     try {
-      const lib = Deno.dlopen(path, SYMBOLS);
-      const threads = Number(env("BERTFUSE_CPU_THREADS")) || navigator.hardwareConcurrency || 1;
-      lib.symbols.openblas_set_num_threads(threads);
+      const lib = withEnv("OPENBLAS_NUM_THREADS", "1", () => Deno.dlopen(path, SYMBOLS));
+      lib.symbols.openblas_set_num_threads(1);
       const p = lib.symbols.openblas_get_config();
       const config = p ? new Deno.UnsafePointerView(p).getCString() : "OpenBLAS";
       return opened = { path, config: config.trim(), lib };
@@ -123,15 +125,21 @@ export function openBlas(): Blas | { missing: string } {
 
 /** A GEMM prepared for one plan: every address and argument fixed, so a step only calls. */
 export interface BlasCall {
+  /** The descriptor run() passes by address (held here so that it lives as long as the call). */
+  readonly words: BigInt64Array;
   run(): void;
 }
 
 /** Whether sgemm can run the call (f32 operands and result); else the template kernel runs it. */
 export const blasCan = (g: PlanGemm) => g.a.dtype === "f32" && g.b.dtype === "f32" && g.d.dtype === "f32";
 
-/** The call with operand addresses from `addressOf` (the buffer's first byte) plus the descriptor's offsets. */
+/**
+ * The call with operand addresses from `addressOf` (the buffer's first byte) plus the descriptor's
+ * offsets, as the descriptor pool.c `bf_gemm` reads: transposes, m, n, k, the three leading
+ * dimensions, the batch, then A, B and D per batch entry.
+ */
 export function blasCallOf(
-  blas: Blas,
+  pool: Pool,
   g: PlanGemm,
   addressOf: (buffer: number) => bigint,
   kernel: string,
@@ -139,19 +147,20 @@ export function blasCallOf(
   if (!blasCan(g)) throw new CpuError(`kernel ${kernel}: BLAS GEMM needs f32 operands`);
   // Batch entry β of group o = ⌊β / inner⌋ (plan/plan.ts): one sgemm per entry, groups or not.
   const inner = g.batch / (g.outer ?? 1);
-  const ptr = (o: PlanGemm["a"], q: number) =>
-    Deno.UnsafePointer.create(
-      addressOf(o.buffer) +
-        BigInt((o.offset + Math.floor(q / inner) * (o.outerStride ?? 0) + (q % inner) * o.batchStride) * 4),
-    );
-  const calls = Array.from({ length: g.batch }, (_, q) => [ptr(g.a, q), ptr(g.b, q), ptr(g.d, q)] as const);
+  const at = (o: PlanGemm["a"], q: number) =>
+    addressOf(o.buffer) +
+    BigInt((o.offset + Math.floor(q / inner) * (o.outerStride ?? 0) + (q % inner) * o.batchStride) * 4);
   const ta = g.a.trans ? CBLAS_TRANS : CBLAS_NO_TRANS, tb = g.b.trans ? CBLAS_TRANS : CBLAS_NO_TRANS;
-  const sgemm = blas.lib.symbols.cblas_sgemm;
+  const desc = new BigInt64Array([
+    ...[ta, tb, g.m, g.n, g.k, g.a.ld, g.b.ld, g.d.ld, g.batch].map(BigInt),
+    ...Array.from({ length: g.batch }, (_, q) => [at(g.a, q), at(g.b, q), at(g.d, q)]).flat(),
+  ]);
+  const ptr = Deno.UnsafePointer.of(desc);
+  const gemm = pool.lib.symbols.bf_gemm;
   return {
+    words: desc,
     run() {
-      for (const [a, b, d] of calls) {
-        sgemm(CBLAS_ROW_MAJOR, ta, tb, g.m, g.n, g.k, 1, a, g.a.ld, b, g.b.ld, 0, d, g.d.ld);
-      }
+      if (gemm(ptr) !== 0) throw new CpuError(`kernel ${kernel}: the CPU thread pool has no BLAS`);
     },
   };
 }

@@ -1,6 +1,6 @@
 /**
  * The system C compiler, found once per process: `$CC` or `cc`. Kernels are compiled with
- * `-O3 -march=native -fopenmp -shared -fPIC` into shared libraries that the executor loads with
+ * `-O3 -march=native -fopenmp-simd -shared -fPIC` into shared libraries that the executor loads with
  * Deno.dlopen. Libraries are cached on disk by SHA-256 of the compiler's version line, the flags and the
  * source (`$BERTFUSE_CACHE/cpu`, default ~/.cache/bertfuse/cpu), written to a temporary name and renamed
  * so that a crash or a concurrent process never leaves a half-written library under a real key. The
@@ -12,22 +12,25 @@ import { CpuError, CpuUnavailableError } from "./errors.ts";
 // -fno-math-errno: libm calls that set no errno are pure, so loop-invariant ones (the optimizer's bias
 // corrections) leave their loops, sqrtf is one instruction, and loops calling expf/logf/tanhf vectorize
 // with libmvec's variants. Results are unchanged (only errno would be).
+// -fopenmp-simd: OpenMP's simd loops only; kernels run in parallel on our own pool (pool.c), not
+// libgomp's.
 export const CC_FLAGS: readonly string[] = [
   "-O3",
   "-march=native",
-  "-fopenmp",
+  "-fopenmp-simd",
   "-fno-math-errno",
   "-shared",
   "-fPIC",
   "-std=gnu11",
-  // Never unmapped (nor libgomp, which it holds): libgomp's idle threads spin in libgomp's code for a
-  // while after each kernel, and a library unloaded at process exit under a spinning thread crashed the
-  // exit (SIGSEGV, exit status 139).
+  "-pthread",
+  // Never unmapped (nor the pool they link): the pool's idle threads spin in its code for a while after
+  // each kernel, and a library unloaded at process exit under a spinning thread crashed the exit
+  // (SIGSEGV, exit status 139; seen with libgomp's threads before the pool).
   "-Wl,-z,nodelete",
 ];
 
 /** Bumped when the key's composition or the library ABI changes. */
-const KEY_VERSION = "bertfuse-cpu-kernel-v2";
+const KEY_VERSION = "bertfuse-cpu-kernel-v3";
 
 export interface CCompiler {
   /** The command (`cc`, or `$CC`). */
@@ -70,9 +73,9 @@ export function cpuCacheDir(): string {
   return `${xdg ? xdg : home ? `${home}/.cache` : "/tmp"}/bertfuse/cpu`;
 }
 
-function cacheKey(cc: CCompiler, source: string): string {
+function cacheKey(cc: CCompiler, source: string, link: readonly string[]): string {
   const h = createHash("sha256");
-  for (const part of [KEY_VERSION, cc.version, ...CC_FLAGS, source]) {
+  for (const part of [KEY_VERSION, cc.version, ...CC_FLAGS, ...link, source]) {
     const bytes = new TextEncoder().encode(part);
     h.update(`${bytes.length}:`);
     h.update(bytes);
@@ -85,11 +88,17 @@ export const cacheStats = { hits: 0, misses: 0 };
 
 /**
  * The path of a shared library built from `source`: from the cache when there, else compiled (the
- * compiler's own messages are in the error, with the first lines of its output).
+ * compiler's own messages are in the error, with the first lines of its output). `link`: shared
+ * libraries it needs, by path (part of the cache key).
  */
-export async function compileLibrary(cc: CCompiler, source: string, what: string): Promise<string> {
+export async function compileLibrary(
+  cc: CCompiler,
+  source: string,
+  what: string,
+  link: readonly string[] = [],
+): Promise<string> {
   const dir = cpuCacheDir();
-  const path = `${dir}/${cacheKey(cc, source)}.so`;
+  const path = `${dir}/${cacheKey(cc, source, link)}.so`;
   try {
     if (Deno.statSync(path).size > 0) {
       cacheStats.hits++;
@@ -116,7 +125,7 @@ export async function compileLibrary(cc: CCompiler, source: string, what: string
   try {
     out = await new Deno.Command(cc.command, {
       // -lmvec: the vector variants of expf/logf/tanhf that vectorized loops call (c_prelude.ts).
-      args: [...CC_FLAGS, "-o", tmp, src, "-lmvec", "-lm"],
+      args: [...CC_FLAGS, "-o", tmp, src, ...link, "-lmvec", "-lm"],
       stdout: "piped",
       stderr: "piped",
     }).output();

@@ -21,9 +21,12 @@ import type { LaunchTime, Profile } from "../webgpu/timing.ts";
 import { type Blas, type BlasCall, blasCallOf, blasCan } from "./blas.ts";
 import { type CCompiler, compileLibrary } from "./cc.ts";
 import { CpuError } from "./errors.ts";
+import { openPool } from "./pool.ts";
 
 /** The entry point of every C kernel; sources are renamed `bf_kernel_<i>` when joined into one library. */
 const ENTRY = "bf_kernel";
+/** A parallel kernel's loop body (compiler/codegen/c.ts C_BODY), renamed with the entry. */
+const BODY = "bf_body";
 /** Distinct kernel sources per translation unit: units compile in parallel, one per core at most. */
 const SOURCES_PER_UNIT = 12;
 
@@ -33,6 +36,7 @@ export interface CpuContext {
   /** OpenBLAS, when found; GEMMs otherwise run as the template kernel. */
   readonly blas?: Blas;
   readonly blasMissing?: string;
+  /** Threads of the process's pool (pool.ts), the calling thread included. */
   readonly threads: number;
 }
 
@@ -116,9 +120,12 @@ export class CpuExecutor {
     for (let i = 0; i < sources.length; i += SOURCES_PER_UNIT) {
       units.push(sources.slice(i, i + SOURCES_PER_UNIT).map((_, j) => i + j));
     }
+    const pool = await openPool(ctx.cc, ctx.threads, ctx.blas?.path);
     const paths = await Promise.all(
       units.map((u, n) =>
-        compileLibrary(ctx.cc, unitSource(u, sources), `${plan.graph} (part ${n + 1} of ${units.length})`)
+        compileLibrary(ctx.cc, unitSource(u, sources), `${plan.graph} (part ${n + 1} of ${units.length})`, [
+          pool.path,
+        ])
       ),
     );
     const libraries = units.map((u, n) => loadLibrary(paths[n], u.map((i) => `${ENTRY}_${i}`)));
@@ -149,7 +156,7 @@ export class CpuExecutor {
         if (!b) throw new CpuError(`kernel ${k.name}: GEMM operand in buffer ${id}, which the plan lacks`);
         return addressOf(id);
       };
-      const call = blasCallOf(ctx.blas!, g.call, bufferAt, k.name);
+      const call = blasCallOf(pool, g.call, bufferAt, k.name);
       const e = g.epilogue;
       return {
         op: "gemm" as const,
@@ -328,9 +335,13 @@ function loadLibrary(path: string, symbols: readonly string[]): Library {
   return lib;
 }
 
-/** One translation unit: each source with its entry renamed (helpers are include-guarded, so they join). */
+/** One translation unit: each source with its entry and body renamed (helpers are include-guarded). */
 function unitSource(indices: readonly number[], sources: readonly string[]): string {
-  return indices.map((i) => `#define ${ENTRY} ${ENTRY}_${i}\n${sources[i]}#undef ${ENTRY}\n`).join("\n");
+  return indices.map((i) =>
+    `#define ${ENTRY} ${ENTRY}_${i}\n#define ${BODY} ${BODY}_${i}\n${
+      sources[i]
+    }#undef ${ENTRY}\n#undef ${BODY}\n`
+  ).join("\n");
 }
 
 function median(xs: readonly number[]): number {

@@ -1,5 +1,5 @@
 /**
- * The CPU backend (emitted C, OpenMP, BLAS GEMMs) against the reference interpreter: every fusion case
+ * The CPU backend (emitted C on its thread pool, BLAS GEMMs) against the reference interpreter: every fusion case
  * (cases/fusion_cases.ts) in f32 and with f16 storage, fused and unfused, on fresh random inputs; with
  * OpenBLAS where it is installed (GEMMs as sgemm + a C epilogue) and once more with every GEMM as the C
  * template kernel. Needs a C compiler (present on every machine of ours); without one the tests are

@@ -1,8 +1,8 @@
 /**
- * A process that ran CPU kernels exits cleanly: libgomp's idle threads spin for a while after each
- * kernel (runtime/cpu/context.ts), and unloading the kernel libraries (and with them libgomp) under a
- * spinning thread at exit crashed the process with SIGSEGV (status 139) until they were linked
- * `-z nodelete` (runtime/cpu/cc.ts).
+ * A process that ran CPU kernels exits cleanly: the thread pool's idle helpers spin for a while after
+ * each kernel (runtime/cpu/pool.c), and unloading the libraries they run in under a spinning thread at
+ * exit crashed the process with SIGSEGV (status 139; seen with libgomp's threads before the pool) until
+ * they were linked `-z nodelete` (runtime/cpu/cc.ts).
  */
 import assert from "node:assert/strict";
 import { testCpu } from "../util/cpu_check.ts";

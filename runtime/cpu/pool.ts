@@ -1,0 +1,35 @@
+/**
+ * The CPU backend's thread pool (its C is pool.c, next to this file): built with the kernels' compiler and flags, cached
+ * like them, opened once per process, its helpers started once (`$BERTFUSE_CPU_THREADS`, else every
+ * core). Kernel libraries link it by path, so the loader maps one copy for the process and every kernel
+ * shares its threads; GEMMs run through its `bf_gemm`, which calls OpenBLAS single-threaded per block.
+ */
+import { type CCompiler, compileLibrary } from "./cc.ts";
+import { CpuError } from "./errors.ts";
+
+const SYMBOLS = {
+  bf_pool_init: { parameters: ["i32", "buffer"], result: "i32" },
+  bf_pool_threads: { parameters: [], result: "i32" },
+  bf_gemm: { parameters: ["pointer"], result: "i32" },
+} as const;
+
+export interface Pool {
+  /** The shared library's path, which kernel libraries link. */
+  readonly path: string;
+  readonly threads: number;
+  readonly lib: Deno.DynamicLibrary<typeof SYMBOLS>;
+}
+
+let opened: Promise<Pool> | undefined;
+
+/** The pool, built and started on first use; `blasPath`: OpenBLAS's path (the first caller's counts). */
+export function openPool(cc: CCompiler, threads: number, blasPath?: string): Promise<Pool> {
+  return opened ??= (async () => {
+    const source = await Deno.readTextFile(new URL("./pool.c", import.meta.url));
+    const path = await compileLibrary(cc, source, "the CPU thread pool (runtime/cpu/pool.c)");
+    const lib = Deno.dlopen(path, SYMBOLS);
+    const status = lib.symbols.bf_pool_init(threads, new TextEncoder().encode(`${blasPath ?? ""}\0`));
+    if (status !== 0) throw new CpuError(`the CPU thread pool could not open OpenBLAS at ${blasPath}`);
+    return { path, threads: lib.symbols.bf_pool_threads(), lib };
+  })();
+}
