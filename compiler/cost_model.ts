@@ -4,8 +4,11 @@
  * time and its memory time (a roofline):
  * - a GEMM that runs as a cuBLASLt call (`cudaGemm`): 2·M·N·K·batch FLOPs at the tensor-core rate (FP32
  *   operands: the CUDA-core rate, since compute type 32F excludes TF32), its operands' bytes (D in its own
- *   dtype, a BIAS epilogue's vector); then, if it has one, the epilogue kernel: the scratch product (f32 or
- *   f16/bf16) read back plus the kernel's other traffic, a second launch;
+ *   dtype, a BIAS epilogue's vector read, a bias-gradient epilogue's vector written); then, if it has one,
+ *   the epilogue kernel: the scratch product (f32 or f16/bf16) read back plus the kernel's other traffic, a
+ *   second launch. The column-sum kernels a bias-gradient epilogue names as its fallback are not counted:
+ *   they run only where the call cannot take the epilogue; its copies of the vector are (a launch and the
+ *   vector read and written each);
  * - a flash-attention kernel (kind "flash-attention"): its tensor-core FLOPs at the tensor-core rate, its
  *   operands' bytes (compiler/lower/flash_attention.ts flashCosts);
  * - every other kernel (the template GEMM included: it has no mma instruction): the plan's FLOP count at the
@@ -50,10 +53,13 @@ const operandBytes = (o: PlanGemmOperand, rows: number, cols: number, batch: num
 
 /**
  * Bytes the library call itself moves: op(A), op(B) (a broadcast operand once) and D, plus a BIAS
- * epilogue's vector (read once per call; cuBLASLt adds it in the call's own epilogue, no extra pass).
+ * epilogue's vector (read once per call; cuBLASLt adds it in the call's own epilogue, no extra pass), or a
+ * bias gradient's (written once: the sums are taken from the operand tiles the GEMM loads anyway).
  */
 function gemmCallBytes(g: PlanGemm): { a: number; b: number; d: number } {
-  const bias = g.epilogue ? g.n * (g.epilogue.bias.dtype === "f32" ? 4 : 2) : 0;
+  const e = g.epilogue;
+  const length = e?.kind === "bgrad" && e.operand === "a" ? g.m : g.n;
+  const bias = e ? length * (e.bias.dtype === "f32" ? 4 : 2) : 0;
   return {
     a: operandBytes(g.a, g.m, g.k, g.batch),
     b: operandBytes(g.b, g.k, g.n, g.batch),
@@ -80,8 +86,16 @@ export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPredi
     const flops = 2 * g.m * g.n * g.k * g.batch;
     const io = gemmCallBytes(g);
     const rate = (g.a.dtype === "f32" ? p.fp32Peak : p.tensorPeak) * p.tensorFraction;
-    const call = roofline(p, flops, rate, io.a + io.b + io.d);
-    if (!k.cudaGemm!.epilogue) return { route: "cuBLASLt", flops, bytes: io.a + io.b + io.d, ...call };
+    const roof = roofline(p, flops, rate, io.a + io.b + io.d);
+    // A bias gradient copied into the other buffers holding it: a device-to-device copy each.
+    const e = g.epilogue;
+    const vector = e?.kind === "bgrad"
+      ? (e.operand === "a" ? g.m : g.n) * (e.bias.dtype === "f32" ? 4 : 2)
+      : 0;
+    const copies = e?.kind === "bgrad" ? e.copies.length : 0;
+    const call = { ...roof, seconds: roof.seconds + copies * (p.launch + (2 * vector) / p.bandwidth) };
+    const callBytes = io.a + io.b + io.d + 2 * vector * copies;
+    if (!k.cudaGemm!.epilogue) return { route: "cuBLASLt", flops, bytes: callBytes, ...call };
     // The epilogue reads the scratch product (io.d, in its dtype) and whatever else the fused kernel
     // read besides A and B.
     const epBytes = io.d + k.bytesWritten + Math.max(0, k.bytesRead - io.a - io.b);
@@ -89,7 +103,7 @@ export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPredi
     return {
       route: "cuBLASLt+epilogue",
       flops,
-      bytes: io.a + io.b + io.d + epBytes,
+      bytes: callBytes + epBytes,
       seconds: call.seconds + ep.seconds,
       bound: call.bound,
     };
@@ -126,9 +140,10 @@ export function predictPlan(plan: Plan, p: DeviceProfile): PlanPrediction {
     else (copies++, copyBytes += 2 * s.bytes);
   }
   const rows: KernelPrediction[] = [];
+  const covered = bgradCovered(plan);
   plan.kernels.forEach((k, i) => {
     const n = launches.get(i) ?? 0;
-    if (n === 0) return;
+    if (n === 0 || covered.has(k.name)) return;
     const one = predictKernel(k, p);
     rows.push({
       ...one,
@@ -154,6 +169,20 @@ export function predictPlan(plan: Plan, p: DeviceProfile): PlanPrediction {
     rows.push(copyRow("(parameter updates)", plan.updates.length, bytes));
   }
   return { profile: p, rows, seconds: rows.reduce((a, r) => a + r.seconds, 0) };
+}
+
+/**
+ * Names of the kernels that bias-gradient epilogues of launched library calls stand in for (their
+ * fallback, plan/plan.ts PlanGemmEpilogue): the CUDA runtime leaves them out of the step.
+ */
+export function bgradCovered(plan: Plan): Set<string> {
+  const out = new Set<string>();
+  for (const s of plan.steps) {
+    if (s.op !== "launch") continue;
+    const e = plan.kernels[s.kernel].cudaGemm?.call.epilogue;
+    if (e?.kind === "bgrad") { for (const n of e.fallback) out.add(n); }
+  }
+  return out;
 }
 
 /**

@@ -6,7 +6,7 @@
 import type { Plan } from "../plan/plan.ts";
 import type { Compiled } from "./compile.ts";
 import { narrowingSummary } from "./storage_precision.ts";
-import { gemmFlops, type Measured, type PlanPrediction, predictPlan } from "./cost_model.ts";
+import { bgradCovered, gemmFlops, type Measured, type PlanPrediction, predictPlan } from "./cost_model.ts";
 import { DEVICE_PROFILES } from "./targets/h100.ts";
 
 export interface CompileFigures {
@@ -17,11 +17,22 @@ export interface CompileFigures {
   readonly peak_bytes: number;
 }
 
+/**
+ * Launch steps as a step runs them: without the column sums that library calls' bias-gradient epilogues
+ * compute (their kernels stay in the plan as the calls' fallback, cost_model.ts bgradCovered).
+ */
+function runLaunches(p: Plan): number[] {
+  const covered = bgradCovered(p);
+  return p.steps.flatMap((
+    s,
+  ) => (s.op === "launch" && !covered.has(p.kernels[s.kernel].name) ? [s.kernel] : []));
+}
+
 export function figuresOf(c: Compiled): CompileFigures {
   const p = c.plan;
   return {
     kernels: p.kernels.length,
-    launches_per_step: p.steps.filter((s) => s.op === "launch").length,
+    launches_per_step: runLaunches(p).length,
     library_calls_per_step: p.kernels.filter((k) => k.kind === "matmul").length,
     bytes_per_step: bytesMoved(p),
     peak_bytes: c.memory.bytesWithReuse,
@@ -30,10 +41,8 @@ export function figuresOf(c: Compiled): CompileFigures {
 
 export function bytesMoved(p: Plan): number {
   let total = 0;
-  for (const s of p.steps) {
-    if (s.op === "launch") total += p.kernels[s.kernel].bytesRead + p.kernels[s.kernel].bytesWritten;
-    else total += 2 * s.bytes;
-  }
+  for (const k of runLaunches(p)) total += p.kernels[k].bytesRead + p.kernels[k].bytesWritten;
+  for (const s of p.steps) if (s.op === "copy") total += 2 * s.bytes;
   return total;
 }
 
@@ -114,14 +123,31 @@ export function predictionsOf(c: Compiled): PlanPrediction[] {
 const us = (s: number) => (s * 1e6).toFixed(1);
 const pct = (a: number, b: number) => (b > 0 ? `${(100 * a / b).toFixed(1)}%` : "-");
 
+/** The report's row for library calls computing a bias gradient in their epilogue, if any. */
+function bgradRow(p: Plan, tail: string): string[] {
+  const n = p.kernels.filter((k) => k.cudaGemm?.call.epilogue?.kind === "bgrad").length;
+  if (n === 0) return [];
+  return [
+    `| bias gradients in GEMM epilogues (BGRADA/BGRADB) | ${n}; their ${
+      bgradCovered(p).size
+    } column-sum kernels ` +
+    `kept as fallbacks, not launched |${tail}`,
+  ];
+}
+
 /** Predicted (and, given timings, measured) step time on a device: totals, routes, the costliest kernels. */
 function costSection(c: Compiled, pred: PlanPrediction, o: ReportOptions, measured?: Measured): string[] {
   const p = pred.profile;
   const { gemm_flops, gemm_flops_library } = gemmFlops(c.plan);
   const gemms = c.plan.kernels.filter((k) => k.kind === "matmul");
   const ms = pred.seconds * 1e3;
+  // What ran, measured: the predicted rows, and column sums a bias-gradient epilogue was predicted to
+  // cover where they ran anyway (the call fell back without its epilogue, runtime/cuda/executor.ts).
   const measuredSum = measured
-    ? pred.rows.reduce((a, r) => a + (measured.kernels.get(r.name) ?? 0), 0)
+    ? [...pred.rows.map((r) => r.name), ...bgradCovered(c.plan)].reduce(
+      (a, name) => a + (measured.kernels.get(name) ?? 0),
+      0,
+    )
     : undefined;
   const mcol = (v: string) => (measured ? ` ${v} |` : "");
   const lines = [
@@ -164,6 +190,7 @@ function costSection(c: Compiled, pred: PlanPrediction, o: ReportOptions, measur
     `| GEMMs as library calls | ${gemms.filter((k) => k.cudaGemm).length} of ${gemms.length}, ${
       pct(gemm_flops_library, gemm_flops)
     } of ${(gemm_flops / 1e9).toFixed(1)} GFLOP |${mcol("")}`,
+    ...bgradRow(c.plan, mcol("")),
     "",
     "| route | launches | GFLOP | MiB moved | predicted ms | share |",
     "|---|---:|---:|---:|---:|---:|",

@@ -85,22 +85,41 @@ export interface PlanGemmOperand {
   readonly outerStride?: number;
 }
 
-/**
- * A library epilogue fused into the call. "bias" (cuBLASLt's CUBLASLT_EPILOGUE_BIAS): a packed vector
- * over D's columns, bias[j] = buffer[offset + β·batchStride + j] for every row of batch entry β, stored
- * in D's dtype (compiler/lower/gemm_library.ts LT_BIAS_TYPES) and added to the f32 accumulator before D's
- * one rounding:
- * D[β][i][j] = Σ_p op(A)[i][p]·op(B)[p][j] + bias[j]. A call in groups has batchStride 0.
- */
-export interface PlanGemmEpilogue {
-  readonly kind: "bias";
-  readonly bias: {
-    readonly buffer: number;
-    readonly offset: number;
-    readonly dtype: "f32" | "f16" | "bf16";
-    readonly batchStride: number;
-  };
+/** The vector of a library epilogue: element e at buffer[offset + β·batchStride + e], in `dtype`. */
+export interface PlanGemmVector {
+  readonly buffer: number;
+  readonly offset: number;
+  readonly dtype: "f32" | "f16" | "bf16";
+  readonly batchStride: number;
 }
+
+/**
+ * A library epilogue fused into the call.
+ *
+ * "bias" (cuBLASLt's CUBLASLT_EPILOGUE_BIAS): a packed vector over D's columns, bias[j] =
+ * buffer[offset + β·batchStride + j] for every row of batch entry β, stored in D's dtype
+ * (compiler/lower/gemm_library.ts LT_BIAS_TYPES) and added to the f32 accumulator before D's one rounding:
+ * D[β][i][j] = Σ_p op(A)[i][p]·op(B)[p][j] + bias[j]. A call in groups has batchStride 0.
+ *
+ * "bgrad" (a bias gradient, cuBLASLt's BGRADA / BGRADB; runtime/cuda/lt_mapping.ts picks which): besides
+ * D, the call writes the sums over k of one operand into the vector: operand "a": bias[i] = Σ_p
+ * op(A)[i][p] (length m); operand "b": bias[j] = Σ_p op(B)[p][j] (length n); accumulated in f32, stored
+ * in bias.dtype. One batch entry, batchStride 0. `fallback` names the plan kernels that compute the same
+ * vector (the column sums it replaces, compiler/lower/gemm_bgrad.ts): a runtime launches them only where
+ * the call runs without this epilogue (a heuristic miss, the template GEMM), and skips them otherwise.
+ * `copies`: buffers (of bias.dtype, the vector's length) those kernels also write the vector to (a
+ * gradient that is a graph output and a piece of the optimizer's flat vector): where the call writes the
+ * vector, the runtime copies it into each of them right after the call.
+ */
+export type PlanGemmEpilogue =
+  | { readonly kind: "bias"; readonly bias: PlanGemmVector }
+  | {
+    readonly kind: "bgrad";
+    readonly operand: "a" | "b";
+    readonly bias: PlanGemmVector;
+    readonly fallback: readonly string[];
+    readonly copies: readonly number[];
+  };
 
 /**
  * A GEMM as one library call (cuBLASLt on CUDA): D[β] (m×n) = op(A[β]) (m×k) · op(B[β]) (k×n) for

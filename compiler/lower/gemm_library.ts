@@ -82,8 +82,19 @@ export interface GemmCall {
   readonly d: GemmOperand;
   /** Always "32F": f32 accumulation of the stored operand values, as the template does. */
   readonly compute: "32F";
-  /** cuBLASLt's BIAS epilogue (plan/plan.ts PlanGemmEpilogue). */
-  readonly epilogue?: { readonly kind: "bias"; readonly bias: GemmBias };
+  /**
+   * cuBLASLt's BIAS epilogue, or a bias gradient (BGRADA / BGRADB, gemm_bgrad.ts) written to `bias` with
+   * the kernels computing it otherwise named in `fallback` (plan/plan.ts PlanGemmEpilogue).
+   */
+  readonly epilogue?:
+    | { readonly kind: "bias"; readonly bias: GemmBias }
+    | {
+      readonly kind: "bgrad";
+      readonly operand: "a" | "b";
+      readonly bias: GemmBias;
+      readonly fallback: readonly string[];
+      readonly copies: readonly number[];
+    };
 }
 
 export type GemmVerdict =
@@ -444,6 +455,15 @@ function directRoot(
  * heads-major projections need no kernel). A heuristic miss would run the template GEMM instead.
  */
 const LT_BIAS_TYPES: Record<GemmDType, readonly GemmDType[]> = { f32: ["f32"], f16: ["f16"], bf16: ["bf16"] };
+
+/**
+ * Whether an epilogue vector stored `bias` goes with a D stored `d` (LT_BIAS_TYPES). cublasLt.h documents
+ * BIAS_DATA_TYPE as the type "of the bias or bias gradient vector", so a bias gradient (gemm_bgrad.ts)
+ * follows the same rule.
+ */
+export function biasTypeFits(d: GemmDType, bias: string): boolean {
+  return (LT_BIAS_TYPES[d] as readonly string[]).includes(bias);
+}
 
 /**
  * The bias of a BIAS epilogue: node `id` read as a packed vector over the product's columns, the same

@@ -6,9 +6,11 @@
  * scratch is a plan buffer rather than an executor-managed workspace so that the memory plan gives it a
  * lifetime of one step and lets it share a slot with other dead activations (no per-GEMM or worst-case
  * allocation beside the arena), and every runtime (and the CPU test harness) sees the same addresses the
- * plan describes.
+ * plan describes. On a plan for CUDA alone, a column sum over k of a call's operand becomes the call's
+ * bias-gradient epilogue (compiler/lower/gemm_bgrad.ts), its kernels kept as the fallback.
  */
 import { numel } from "../../ir/mod.ts";
+import { bgradEpilogues } from "../lower/gemm_bgrad.ts";
 import { deriveGemm, type GemmVerdict, outputOperand } from "../lower/gemm_library.ts";
 import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
@@ -70,6 +72,31 @@ export const libraryCallsStage: Stage<KernelState> = {
       gemmOf.set(i, { call: { ...base, d }, epilogue, scratch });
       gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt, then an epilogue kernel" });
     });
+    // CUDA alone (the fallback kernels exist only there): column sums of a call's operand over k become
+    // its bias-gradient epilogue (gemm_bgrad.ts).
+    if (cuda && !s.options.emitters.wgsl && !c) {
+      const bg = bgradEpilogues(
+        {
+          graph: g,
+          fusion,
+          kernels,
+          bufferOfNode: need(s.bufferOfNode, "buffers", NAME),
+          bufferDtype: (b) => buffers[b].dtype,
+        },
+        new Map([...gemmOf].map(([i, l]) => [i, l.call])),
+      );
+      for (const [i, choice] of bg) {
+        gemmOf.set(i, { ...gemmOf.get(i)!, call: choice.call });
+        // The covered kernels are named in the plan (the epilogue's fallback), not here: reasons are counted.
+        const d = gemms.findIndex((x) => x.kernel === kernels[i].name);
+        gemms[d] = {
+          ...gemms[d],
+          reason: `${
+            gemms[d].reason
+          }, and the bias gradient of an operand (BGRAD epilogue; its column sums kept as the fallback)`,
+        };
+      }
+    }
     return { ...s, buffers, gemmOf, gemms };
   },
   // Every GEMM runs as the template kernel.

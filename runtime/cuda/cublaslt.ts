@@ -87,12 +87,13 @@ const PREF_MAX_WORKSPACE_BYTES = 1;
 // heuristic only returns algorithms that work with pointers aligned this much, so they are set to the
 // alignment the pointers really have (cuBLASLt docs, "cublasLtMatmulPreferenceAttributes_t").
 const PREF_MIN_ALIGNMENT = { a: 5, b: 6, c: 7, d: 8 } as const;
-const EPILOGUE = { none: 1, bias: 4, gelu: 32, gelu_bias: 36 } as const;
+// cublasLtEpilogue_t: DEFAULT 1, BIAS 4, GELU 32, GELU_BIAS 36, BGRADA 256, BGRADB 512 (cublasLt.h).
+const EPILOGUE = { none: 1, bias: 4, gelu: 32, gelu_bias: 36, bgrada: 256, bgradb: 512 } as const;
 const HEURISTIC_RESULT_BYTES = 96;
 const HEURISTIC_STATE_OFFSET = 72;
 
 export type GemmDType = "f32" | "f16" | "bf16";
-export type Epilogue = keyof typeof EPILOGUE;
+export type Epilogue = Exclude<keyof typeof EPILOGUE, "bgrada" | "bgradb">;
 
 const DATA_TYPE: Record<GemmDType, number> = { f32: CUDA_R_32F, f16: CUDA_R_16F, bf16: CUDA_R_16BF };
 
@@ -342,10 +343,12 @@ export interface LtOperand {
 /**
  * A plan GEMM's epilogue without its buffer (plan/plan.ts PlanGemmEpilogue): "bias" adds a vector over
  * our D's columns, which are the rows of the library's column-major Dᵀ: CUBLASLT_EPILOGUE_BIAS's
- * vector, whose length "must match matrix D rows" (cublasLt.h), is exactly ours.
+ * vector, whose length "must match matrix D rows" (cublasLt.h), is exactly ours. "bgrad" writes the sums
+ * over k of our operand A or B to the vector: BGRADB or BGRADA (lt_mapping.ts ltEpilogue).
  */
 export interface LtEpilogue {
-  readonly kind: "bias";
+  readonly kind: "bias" | "bgrad";
+  readonly operand?: "a" | "b";
   readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
 }
 
@@ -421,14 +424,16 @@ export class LtCall {
       const lib = ltDescriptors(spec);
       setDesc(DESC_TRANSA, i32(lib.transA ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
       setDesc(DESC_TRANSB, i32(lib.transB ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
-      setDesc(DESC_EPILOGUE, i32(spec.epilogue ? EPILOGUE.bias : EPILOGUE.none), "EPILOGUE");
+      // BIAS, or a bias gradient as BGRADA / BGRADB (LtCall passes our B as the library's A).
+      setDesc(DESC_EPILOGUE, i32(EPILOGUE[lib.bias?.kind ?? "none"]), "EPILOGUE");
       if (spec.epilogue) {
         setDesc(DESC_BIAS_DATA_TYPE, i32(DATA_TYPE[lib.bias!.dtype]), "BIAS_DATA_TYPE");
         if (lib.bias!.batchStride !== 0) {
           setDesc(DESC_BIAS_BATCH_STRIDE, i64(lib.bias!.batchStride), "BIAS_BATCH_STRIDE");
         }
         // The heuristic reads the bias pointer only for its alignment (cublasLt.h): a stand-in address
-        // with the real one's alignment until run() sets each call's own.
+        // with the real one's alignment until run() sets each call's own. BIAS_DATA_TYPE is also the type
+        // a bias gradient is stored in ("type of the bias or bias gradient vector", cublasLt.h).
         this.biasSlot[0] = BigInt(spec.align.bias ?? 256);
         setDesc(DESC_BIAS_POINTER, new Uint8Array(this.biasSlot.buffer), "BIAS_POINTER");
       }
@@ -500,7 +505,9 @@ export class LtCall {
         if (count[0] < 1 || state !== 0) {
           throw new CudaError(
             `cuBLASLt has no algorithm for ${what} (m ${m}, n ${n}, k ${k}, batch ${batch}, ` +
-              `${spec.a.dtype} -> ${spec.d.dtype}${spec.epilogue ? `, ${spec.epilogue.kind} epilogue` : ""})`,
+              `${spec.a.dtype} -> ${spec.d.dtype}${
+                spec.epilogue ? `, ${lib.bias!.kind.toUpperCase()} epilogue` : ""
+              })`,
           );
         }
       } finally {

@@ -13,6 +13,10 @@
  * algorithm chosen once per distinct call by cuBLASLt's heuristic, with the cuBLASLt workspace) followed by
  * its epilogue kernel, when there is one; `BERTFUSE_CUDA_GEMM=template` runs the tiled template kernel
  * instead, so the two can be measured against each other. Both are captured into the CUDA graph alike.
+ * A call with a bias-gradient epilogue (PlanGemm.epilogue "bgrad") computes column sums whose kernels the
+ * plan keeps as its fallback: they are left out of the program where the call runs with the epilogue, and
+ * launched where it cannot (a heuristic miss: one warning line, the call without the epilogue; the
+ * template GEMM).
  *
  * Ordering: the executor's stream is a blocking stream, so the synchronous cuMemcpyHtoD/DtoH of write()
  * and read() (legacy default stream) wait for steps already launched, and later steps wait for them.
@@ -69,6 +73,7 @@ export function libraryCall<C>(
   make: () => C,
   kernel: string,
   warn: (line: string) => void = (line) => console.error(line),
+  instead = "runs as the template GEMM instead",
 ): C | null {
   const known = calls.get(key);
   if (known !== undefined) return known;
@@ -78,7 +83,7 @@ export function libraryCall<C>(
     return call;
   } catch (e) {
     if (!(e instanceof CudaError) || !/has no algorithm/.test(e.message)) throw e;
-    warn(`warning: ${e.message}; kernel ${kernel} runs as the template GEMM instead`);
+    warn(`warning: ${e.message}; kernel ${kernel} ${instead}`);
     calls.set(key, null);
     return null;
   }
@@ -127,9 +132,11 @@ export type CudaStep =
     readonly a: DevicePtr;
     readonly b: DevicePtr;
     readonly d: DevicePtr;
-    /** The bias vector of the call's BIAS epilogue (PlanGemm.epilogue). */
+    /** The vector of the call's BIAS or bias-gradient epilogue (PlanGemm.epilogue). */
     readonly bias?: DevicePtr;
     readonly epilogue?: Launch;
+    /** After the call: the bias gradient copied into the other buffers holding it (its `copies`). */
+    readonly copies?: readonly { readonly dst: DevicePtr; readonly bytes: number; readonly what: string }[];
   }
   | {
     readonly op: "copy";
@@ -230,6 +237,8 @@ export class CudaExecutor {
         };
       };
       const useLibrary = gemmMode === "library";
+      // Fallback kernels of bias-gradient epilogues that run (left out of the program).
+      const covered = new Set<string>();
       if (useLibrary && plan.kernels.some((k) => k.cudaGemm)) lt = CublasLt.open(driver, opts.cublasLt);
       type Prepared =
         | Omit<Extract<CudaStep, { op: "launch" }>, "op" | "index">
@@ -249,7 +258,7 @@ export class CudaExecutor {
         const a = elementAt(call.a, "A"), b = elementAt(call.b, "B"), d = elementAt(call.d, "D");
         const ep = call.epilogue;
         const bias = ep && elementAt(ep.bias, "bias");
-        const spec: LtCallSpec = {
+        const full: LtCallSpec = {
           m: call.m,
           n: call.n,
           k: call.k,
@@ -260,7 +269,11 @@ export class CudaExecutor {
           d: call.d,
           ...(ep
             ? {
-              epilogue: { kind: ep.kind, bias: { dtype: ep.bias.dtype, batchStride: ep.bias.batchStride } },
+              epilogue: {
+                kind: ep.kind,
+                ...(ep.kind === "bgrad" ? { operand: ep.operand } : {}),
+                bias: { dtype: ep.bias.dtype, batchStride: ep.bias.batchStride },
+              },
             }
             : {}),
           align: {
@@ -271,20 +284,56 @@ export class CudaExecutor {
             ...(bias !== undefined ? { bias: alignmentOf(bias) } : {}),
           },
         };
-        const key = JSON.stringify([
-          spec.m,
-          spec.n,
-          spec.k,
-          spec.batch,
-          spec.outer ?? 1,
-          ...[spec.a, spec.b, spec.d].map(
-            (o) => [o.dtype, o.ld, o.trans, o.batchStride, o.outerStride ?? 0],
-          ),
-          spec.epilogue ?? null,
-          spec.align,
-        ]);
-        const lc = libraryCall(calls, key, () => new LtCall(lt!, spec, k.name), k.name, opts.warn);
+        const keyOf = (spec: LtCallSpec) =>
+          JSON.stringify([
+            spec.m,
+            spec.n,
+            spec.k,
+            spec.batch,
+            spec.outer ?? 1,
+            ...[spec.a, spec.b, spec.d].map(
+              (o) => [o.dtype, o.ld, o.trans, o.batchStride, o.outerStride ?? 0],
+            ),
+            spec.epilogue ?? null,
+            spec.align,
+          ]);
+        const callOf = (spec: LtCallSpec, instead?: string) =>
+          libraryCall(calls, keyOf(spec), () => new LtCall(lt!, spec, k.name), k.name, opts.warn, instead);
+        let spec = full;
+        let lc: LtCall | null;
+        let copies: Extract<CudaStep, { op: "gemm" }>["copies"] = [];
+        if (ep?.kind === "bgrad") {
+          // A bias gradient the library cannot fuse: the call without it, and the column sums as kernels.
+          lc = callOf(
+            full,
+            `runs without its bias-gradient epilogue; ${ep.fallback.join(", ")} compute the vector instead`,
+          );
+          if (lc) {
+            for (const name of ep.fallback) covered.add(name);
+            const from = bufferOf(plan, ep.bias.buffer, `kernel ${k.name}: bias gradient`);
+            copies = ep.copies.map((id) => {
+              const to = bufferOf(plan, id, `kernel ${k.name}: bias gradient copy`);
+              if (storedSize(to) !== storedSize(from)) {
+                throw new CudaError(
+                  `kernel ${k.name}: bias gradient copy '${to.name}' differs in size from '${from.name}'`,
+                );
+              }
+              return {
+                dst: addressOf(id),
+                bytes: storedSize(to),
+                what: `${k.name}: bias gradient into '${to.name}'`,
+              };
+            });
+          } else {
+            const { epilogue: _, ...plain } = full;
+            spec = { ...plain, align: { a: plain.align.a, b: plain.align.b, d: plain.align.d } };
+            lc = callOf(spec);
+          }
+        } else {
+          lc = callOf(full);
+        }
         if (!lc) return template();
+        const withBias = spec.epilogue !== undefined;
         const epilogue = g.epilogue && launchOf(g.epilogue.name, g.epilogue.cuda, g.epilogue.bindings);
         return {
           op: "gemm",
@@ -294,8 +343,9 @@ export class CudaExecutor {
           a,
           b,
           d,
-          ...(bias !== undefined ? { bias } : {}),
+          ...(bias !== undefined && withBias ? { bias } : {}),
           ...(epilogue ? { epilogue } : {}),
+          ...(copies.length ? { copies } : {}),
         };
       });
       const zeroes = zeroRegions(plan, layout).map((r): CudaStep => ({
@@ -307,7 +357,7 @@ export class CudaExecutor {
       }));
       const program: CudaStep[] = [
         ...zeroes,
-        ...plan.steps.map((s, index): CudaStep => {
+        ...plan.steps.flatMap((s, index): CudaStep[] => {
           if (s.op === "launch") {
             const l = launches[s.kernel];
             if (!l) {
@@ -315,10 +365,12 @@ export class CudaExecutor {
                 `plan ${plan.graph}: step ${index} launches kernel ${s.kernel}, which it lacks`,
               );
             }
-            return "op" in l ? { ...l, index } : { op: "launch", index, ...l };
+            // A column sum a library call's bias-gradient epilogue computes instead.
+            if (covered.has(plan.kernels[s.kernel].name)) return [];
+            return ["op" in l ? { ...l, index } : { op: "launch", index, ...l }];
           }
           const src = bufferOf(plan, s.src, `step ${index}`), dst = bufferOf(plan, s.dst, `step ${index}`);
-          return copyStep(index, src, dst, addressOf, `step ${index}: '${src.name}' -> '${dst.name}'`);
+          return [copyStep(index, src, dst, addressOf, `step ${index}: '${src.name}' -> '${dst.name}'`)];
         }),
       ];
       plan.updates.forEach((u, i) => {
@@ -592,6 +644,7 @@ export class CudaExecutor {
       driver.launch(s.fn, s.grid, s.threads, this.stream, s.args, `${s.kernel.name} (step ${s.index})`);
     } else if (s.op === "gemm") {
       s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`, s.bias);
+      for (const c of s.copies ?? []) driver.copyDtoDAsync(c.dst, s.bias!, c.bytes, this.stream, c.what);
       const e = s.epilogue;
       if (e) {
         driver.launch(
@@ -650,7 +703,19 @@ function copyStep(
 
 /** Checks every kernel has CUDA code and a launch shape CUDA accepts, naming the kernel otherwise. */
 function checkKernels(plan: Plan): void {
+  const names = new Set(plan.kernels.map((k) => k.name));
   for (const k of plan.kernels) {
+    const ep = k.cudaGemm?.call.epilogue;
+    if (ep?.kind === "bgrad") {
+      const missing = ep.fallback.filter((n) => !names.has(n));
+      if (missing.length || ep.fallback.includes(k.name)) {
+        throw new CudaError(
+          `kernel ${k.name}: its bias-gradient epilogue's fallback names ${
+            missing.length ? `kernels the plan lacks (${missing.join(", ")})` : "the GEMM itself"
+          }`,
+        );
+      }
+    }
     const c = k.cuda;
     if (!c) throw new CudaError(`kernel ${k.name} has no CUDA source (compile with the cuda emitter)`);
     checkTarget(k.name, c, k.bindings);

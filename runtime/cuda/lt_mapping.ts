@@ -24,12 +24,26 @@ export interface RowMajorGemm {
   readonly a: RowMajorOperand;
   readonly b: RowMajorOperand;
   readonly d: RowMajorOperand;
-  /** A bias over D's columns, added before D's rounding (plan/plan.ts PlanGemmEpilogue). */
+  /**
+   * "bias": a vector over D's columns, added before D's rounding; "bgrad": the sums over k of op(A)'s rows
+   * (operand "a") or of op(B)'s columns (operand "b") written to the vector (plan/plan.ts PlanGemmEpilogue).
+   */
   readonly epilogue?: {
-    readonly kind: "bias";
+    readonly kind: "bias" | "bgrad";
+    readonly operand?: "a" | "b";
     readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
   };
 }
+
+/**
+ * cuBLASLt's epilogues we use (cublasLtEpilogue_t, cublasLt.h / the cuBLASLt docs): BIAS adds a vector of
+ * D-rows elements to every column of D; BGRADA writes, "independently" of D, the bias gradient of the
+ * library's A: "the bias size corresponds to the number of rows of the matrix D; the reduction happens over
+ * the GEMM's k dimension", i.e. bias[i] = Σ_p op(A)(i, p); BGRADB that of its B, "the number of columns of
+ * the matrix D", bias[j] = Σ_p op(B)(p, j). Both store to CUBLASLT_MATMUL_DESC_BIAS_POINTER in
+ * BIAS_DATA_TYPE. (apex's fused_dense backward uses BGRADB for a linear layer's db with OP_T on B.)
+ */
+export type LtEpilogueKind = "bias" | "bgrada" | "bgradb";
 
 /** One column-major matrix layout as cublasLtMatrixLayoutCreate and its batch attributes take it. */
 export interface LtLayout {
@@ -55,11 +69,31 @@ export interface LtDescriptors {
   readonly b: LtLayout;
   readonly d: LtLayout;
   /**
-   * CUBLASLT_EPILOGUE_BIAS: a vector of `length` elements added to every column of the library's D, one
-   * per row. Our bias runs over D's columns (n), which are the rows of the library's n×m Dᵀ, so it is
-   * that vector as it is, length n; batch entries `batchStride` elements apart (BIAS_BATCH_STRIDE).
+   * The epilogue's vector: `length` elements, batch entries `batchStride` elements apart
+   * (BIAS_BATCH_STRIDE). BIAS: added to every column of the library's D, one per row. Our bias runs over
+   * D's columns (n), which are the rows of the library's n×m Dᵀ, so it is that vector as it is, length n.
+   * A bias gradient: our operand "b" is the library's A (BGRADA, over the library D's n rows: length n),
+   * our "a" its B (BGRADB, over its m columns: length m); see `ltEpilogue`.
    */
-  readonly bias?: { readonly dtype: GemmDType; readonly length: number; readonly batchStride: number };
+  readonly bias?: {
+    readonly kind: LtEpilogueKind;
+    readonly dtype: GemmDType;
+    readonly length: number;
+    readonly batchStride: number;
+  };
+}
+
+/**
+ * The library epilogue of a plan GEMM's: BIAS as it is; a bias gradient of our B (Σ_p op(B)[p][j], j < n)
+ * is one of the library's A, since LtCall passes our B as its A (Dᵀ = op(B)ᵀ·op(A)ᵀ): op_lib(A) = op(B)ᵀ,
+ * so Σ_p op_lib(A)(j, p) = Σ_p op(B)[p][j], over the n rows of the library's D: BGRADA. Ours of A is its
+ * B's: BGRADB, over the library D's m columns.
+ */
+export function ltEpilogue(e: NonNullable<RowMajorGemm["epilogue"]>, m: number, n: number) {
+  if (e.kind === "bias") return { kind: "bias" as const, length: n };
+  if (e.operand === "b") return { kind: "bgrada" as const, length: n };
+  if (e.operand === "a") return { kind: "bgradb" as const, length: m };
+  throw new Error("a bgrad epilogue names no operand");
 }
 
 /**
@@ -75,6 +109,10 @@ export function ltDescriptors(
   // Groups are separate calls with the same bias pointer: a vector stepped per entry cannot follow them.
   if ((spec.outer ?? 1) > 1 && (spec.epilogue?.bias.batchStride ?? 0) !== 0) {
     throw new Error("a bias stepped per batch entry in a call in groups (plan GEMMs never have one)");
+  }
+  // A bias gradient sums one call's operand: plans give it one batch entry (gemm_bgrad.ts).
+  if (spec.epilogue?.kind === "bgrad" && spec.batch !== 1) {
+    throw new Error("a bias-gradient epilogue on a batched call (plan GEMMs never have one)");
   }
   // A call in `outer` groups is one cublasLtMatmul per group over batch/outer strided entries.
   const batch = spec.batch / (spec.outer ?? 1);
@@ -96,6 +134,14 @@ export function ltDescriptors(
     a: spec.b.trans ? layout(spec.b, k, n) : layout(spec.b, n, k),
     b: spec.a.trans ? layout(spec.a, m, k) : layout(spec.a, k, m),
     d: layout(spec.d, n, m),
-    ...(spec.epilogue ? { bias: { ...spec.epilogue.bias, length: n } } : {}),
+    ...(spec.epilogue
+      ? {
+        bias: {
+          ...ltEpilogue(spec.epilogue, m, n),
+          dtype: spec.epilogue.bias.dtype,
+          batchStride: spec.epilogue.bias.batchStride,
+        },
+      }
+      : {}),
   };
 }

@@ -2,7 +2,8 @@
  * The fake CUDA libraries the CI-side tests run the real FFI paths against: a fake libcuda (device memory
  * is host memory; kernels do not run, each launch is recorded) and a fake NVRTC, C compiled here against
  * the toolkit's cuda.h so every fake function has the real prototype (a mismatch is a compile error).
- * Used by the fake-driver test, the fake-cuBLASLt test and the GPU-run rehearsal.
+ * Used by the fake-driver test, the fake-cuBLASLt tests and the GPU-run rehearsal; a fake libcublasLt
+ * doing cuBLASLt's column-major arithmetic (FAKE_LT).
  */
 
 export const FAKE_DRIVER = String.raw`
@@ -142,6 +143,133 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
     else memmove((void *)(uintptr_t)o->dst, (void *)(uintptr_t)o->src, o->n);
   }
   return CUDA_SUCCESS;
+}
+`;
+
+/**
+ * A fake libcublasLt.so: C that keeps every descriptor attribute LtCall sets, keyed by cublasLt.h's enum
+ * values (CUDA 12.6 header: TRANSA 3, TRANSB 4, EPILOGUE 7 with BIAS = 4, BGRADA = 256, BGRADB = 512,
+ * BIAS_POINTER 8, BIAS_BATCH_STRIDE 10, BIAS_DATA_TYPE 26; layout BATCH_COUNT 5, STRIDED_BATCH_OFFSET 6;
+ * an attribute it does not know is CUBLAS_STATUS_INVALID_VALUE), and runs cublasLtMatmul as the
+ * documentation defines it on host memory: column-major, batched, the BIAS epilogue's vector over D's rows
+ * added before D's rounding; BGRADA / BGRADB write the sums over k of op(A)'s rows (D's rows of them) or of
+ * op(B)'s columns (D's columns) to the bias pointer, in BIAS_DATA_TYPE. With FAKE_LT_NO_BGRAD set, the
+ * heuristic finds no algorithm for a bias-gradient epilogue (a heuristic miss).
+ */
+export const FAKE_LT = String.raw`
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { int transa, transb; unsigned epilogue; uint64_t bias; int64_t bias_stride; int bias_type; } Desc;
+typedef struct { int type; uint64_t rows, cols; int64_t ld; int batch; int64_t stride; } Layout;
+static int matmuls;
+int fake_lt_matmuls(void) { return matmuls; }
+
+int cublasLtCreate(void **h) { *h = malloc(8); return 0; }
+int cublasLtDestroy(void *h) { free(h); return 0; }
+size_t cublasLtGetVersion(void) { return 130000; }
+int cublasLtMatmulDescCreate(Desc **d, int compute, int scale) {
+  if (compute != 68 || scale != 0) return 7; /* CUBLAS_COMPUTE_32F, CUDA_R_32F */
+  *d = calloc(1, sizeof(Desc)); (*d)->epilogue = 1; (*d)->bias_type = -1; return 0;
+}
+int cublasLtMatmulDescDestroy(Desc *d) { free(d); return 0; }
+int cublasLtMatmulDescSetAttribute(Desc *d, int attr, const void *buf, size_t n) {
+  switch (attr) {
+    case 3: if (n != 4) return 7; memcpy(&d->transa, buf, 4); return 0;
+    case 4: if (n != 4) return 7; memcpy(&d->transb, buf, 4); return 0;
+    case 7: if (n != 4) return 7; memcpy(&d->epilogue, buf, 4); return 0;
+    case 8: if (n != 8) return 7; memcpy(&d->bias, buf, 8); return 0;
+    case 10: if (n != 8) return 7; memcpy(&d->bias_stride, buf, 8); return 0;
+    case 26: if (n != 4) return 7; memcpy(&d->bias_type, buf, 4); return 0;
+    default: return 7;
+  }
+}
+int cublasLtMatrixLayoutCreate(Layout **l, int type, uint64_t rows, uint64_t cols, int64_t ld) {
+  if (ld < (int64_t)rows) return 7;
+  *l = calloc(1, sizeof(Layout)); (*l)->type = type; (*l)->rows = rows; (*l)->cols = cols; (*l)->ld = ld;
+  (*l)->batch = 1; return 0;
+}
+int cublasLtMatrixLayoutDestroy(Layout *l) { free(l); return 0; }
+int cublasLtMatrixLayoutSetAttribute(Layout *l, int attr, const void *buf, size_t n) {
+  if (attr == 5 && n == 4) { memcpy(&l->batch, buf, 4); return 0; }
+  if (attr == 6 && n == 8) { memcpy(&l->stride, buf, 8); return 0; }
+  return 7;
+}
+int cublasLtMatmulPreferenceCreate(void **p) { *p = malloc(8); return 0; }
+int cublasLtMatmulPreferenceDestroy(void *p) { free(p); return 0; }
+int cublasLtMatmulPreferenceSetAttribute(void *p, int attr, const void *buf, size_t n) { return 0; }
+
+/* D = op(A)·op(B) must fit: m×k by k×n into m×n, every layout with the same batch count. */
+static int fits(const Desc *d, const Layout *a, const Layout *b, const Layout *D) {
+  uint64_t m = D->rows, n = D->cols, k = d->transa ? a->rows : a->cols;
+  return (d->transa ? a->cols : a->rows) == m && (d->transb ? b->cols : b->rows) == k &&
+         (d->transb ? b->rows : b->cols) == n && a->batch == b->batch && b->batch == D->batch;
+}
+int cublasLtMatmulAlgoGetHeuristic(void *h, Desc *d, Layout *a, Layout *b, Layout *c, Layout *D, void *pref,
+                                   int want, uint8_t *results, int *count) {
+  if (!fits(d, a, b, D)) return 7;
+  memset(results, 0, 96);
+  /* A heuristic miss: no algorithm (count 0) for a bias-gradient epilogue. */
+  if ((d->epilogue == 256 || d->epilogue == 512) && getenv("FAKE_LT_NO_BGRAD")) { *count = 0; return 0; }
+  *count = 1; return 0; /* state (offset 72) CUBLAS_STATUS_SUCCESS */
+}
+
+static float half_to_f32(uint16_t h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
+static uint16_t f32_to_half(float f) { _Float16 x = (_Float16)f; uint16_t h; memcpy(&h, &x, 2); return h; }
+static float load(int type, const void *p, int64_t i) {
+  if (type == 0) return ((const float *)p)[i];
+  if (type == 2) return half_to_f32(((const uint16_t *)p)[i]);
+  uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16; float f; memcpy(&f, &bits, 4); return f;
+}
+static void store(int type, void *p, int64_t i, float v) {
+  if (type == 0) { ((float *)p)[i] = v; return; }
+  if (type == 2) { ((uint16_t *)p)[i] = f32_to_half(v); return; }
+  uint32_t bits; memcpy(&bits, &v, 4); bits += 0x7fff + ((bits >> 16) & 1); ((uint16_t *)p)[i] = bits >> 16;
+}
+
+int cublasLtMatmul(void *h, Desc *d, const void *alpha, const void *A, Layout *a, const void *B, Layout *b,
+                   const void *beta, const void *C, Layout *c, void *D, Layout *dl, const void *algo,
+                   void *ws, size_t wsBytes, void *stream) {
+  if (!fits(d, a, b, dl)) return 7;
+  const unsigned ep = d->epilogue;
+  if (ep != 1 && ep != 4 && ep != 256 && ep != 512) return 15; /* CUBLAS_STATUS_NOT_SUPPORTED */
+  if (ep != 1 && !d->bias) return 7;
+  if ((ep == 256 || ep == 512) && dl->batch != 1) return 15;
+  const int bias_type = d->bias_type == -1 ? dl->type : d->bias_type;
+  const float al = *(const float *)alpha, be = *(const float *)beta;
+  const int64_t m = dl->rows, n = dl->cols, k = d->transa ? a->rows : a->cols;
+  matmuls++;
+  for (int q = 0; q < dl->batch; ++q)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int64_t p = 0; p < k; ++p) {
+          const float x = load(a->type, A, q * a->stride + (d->transa ? p + i * a->ld : i + p * a->ld));
+          const float y = load(b->type, B, q * b->stride + (d->transb ? j + p * b->ld : p + j * b->ld));
+          acc += x * y;
+        }
+        float v = al * acc;
+        if (be != 0.0f) v += be * load(c->type, C, q * c->stride + i + j * c->ld);
+        if (d->epilogue == 4) v += load(bias_type, (const void *)(uintptr_t)d->bias, q * d->bias_stride + i);
+        store(dl->type, D, q * dl->stride + i + j * dl->ld, v);
+      }
+  /* The bias gradient, from the operands as the call reads them: over k of op(A) (BGRADA, one per row of
+     D) or of op(B) (BGRADB, one per column of D). */
+  void *bias = (void *)(uintptr_t)d->bias;
+  if (ep == 256)
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < k; ++p) acc += load(a->type, A, d->transa ? p + i * a->ld : i + p * a->ld);
+      store(bias_type, bias, i, acc);
+    }
+  if (ep == 512)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < k; ++p) acc += load(b->type, B, d->transb ? j + p * b->ld : p + j * b->ld);
+      store(bias_type, bias, j, acc);
+    }
+  return 0;
 }
 `;
 

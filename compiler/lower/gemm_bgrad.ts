@@ -1,0 +1,206 @@
+/**
+ * Bias gradients as cuBLASLt epilogues (issue 16 item 1). A linear layer's backward computes
+ * dW = Xᵀ·dY (or dYᵀ·X), a GEMM whose reduction dimension k is the tokens, and its bias gradient
+ * db = Σ_tokens dY, a column sum of the same stored dY: the column-sums stage (compiler/column_sums.ts)
+ * makes it two kernels, per-part sums and a sum of the parts. cuBLASLt's BGRADA / BGRADB epilogues compute
+ * exactly that sum over k of one operand while doing the GEMM, so the call takes the column sum over and its
+ * kernels leave the step.
+ *
+ * Which operand: a column sum over the rows of a stored [k, c] matrix X is a sum over k of
+ *   - our A read transposed (op(A)[i][p] = X[p·c + i], i < m = c): operand "a", db[i] = Σ_p op(A)[i][p];
+ *   - our B read as stored (op(B)[p][j] = X[p·c + j], j < n = c): operand "b", db[j] = Σ_p op(B)[p][j].
+ * (A read as stored or B transposed sums its rows along p, a row sum: never a column sum.) The row-major to
+ * column-major mapping (runtime/cuda/lt_mapping.ts ltEpilogue) turns operand "b" into BGRADA and "a" into
+ * BGRADB.
+ *
+ * The column sum is recognized on the graph by what each node holds, relative to X viewed [rows, cols]
+ * (rows = k, cols = c): a node "sums Q blocks" when it holds, for q < Q and column j, the sum of X's rows
+ * q·rows/Q .. (q+1)·rows/Q − 1 in column j, row-major [Q, cols] (X itself: Q = rows). A reshape or a cast
+ * to f32 keeps Q; an f32 reduce_sum over a contiguous run of axes whose leading axes hold Q' of the blocks
+ * and whose trailing axes are the cols makes Q' (the column-sums stage's [P, rows/P, cols] split and its
+ * second pass are both such sums). The kernels computing a node with Q < rows must compute nothing else,
+ * read only X's buffer (and each other's), and end in vectors (Q = 1) that the rest of the plan needs:
+ * the bias gradient, written by the call instead. A training step writes it twice, as the graph's output
+ * and as its piece of the flat gradient vector the optimizer reads (compiler/fusion/in_place.ts): the call
+ * writes the first and the runtime copies it into the others right after the call (`copies`). Both read X's stored values (f16 where dY is stored f16)
+ * and sum them in f32, so the call computes what the kernels do, in another order.
+ *
+ * Only where the plan is emitted for CUDA alone (the kernels stay in the plan, named in the epilogue as its
+ * fallback: the runtime launches them only where the call must run without the epilogue), and where the
+ * step order lets either path write the vector: the column-sum kernels run before the GEMM, and everything
+ * else reading the vector after it, so the memory plan's lifetimes hold for both.
+ */
+import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import type { FusionResult } from "../fusion/types.ts";
+import type { Kernel } from "../kernel_ir/ir.ts";
+import { biasTypeFits, type GemmCall, type GemmDType } from "./gemm_library.ts";
+
+/** What bgradEpilogues needs of the kernel state. */
+export interface BgradContext {
+  readonly graph: Graph;
+  readonly fusion: FusionResult;
+  /** Lowered kernels, aligned with fusion.kernels (names and buffer bindings). */
+  readonly kernels: readonly Kernel[];
+  readonly bufferOfNode: ReadonlyMap<NodeId, number>;
+  /** Stored dtype per buffer id. */
+  readonly bufferDtype: (buffer: number) => string;
+}
+
+/** A GEMM call given a bias-gradient epilogue, and the column-sum kernels it covers. */
+export interface BgradChoice {
+  readonly call: GemmCall;
+  readonly covers: readonly number[];
+}
+
+/**
+ * For each library GEMM (kernel index -> call) that can take over a column sum, its call with the
+ * bias-gradient epilogue and the kernels it covers. Each column sum goes to one call at most.
+ */
+export function bgradEpilogues(
+  c: BgradContext,
+  calls: ReadonlyMap<number, GemmCall>,
+): Map<number, BgradChoice> {
+  const g = c.graph;
+  const consumers: NodeId[][] = g.nodes.map(() => []);
+  for (const n of g.nodes) for (const i of new Set(n.inputs)) consumers[i].push(n.id);
+  const outputs = new Set(g.outputs.values());
+  const nodesOfBuffer = new Map<number, NodeId[]>();
+  for (const [id, b] of c.bufferOfNode) nodesOfBuffer.set(b, [...(nodesOfBuffer.get(b) ?? []), id]);
+  const claimed = new Set<number>();
+  const out = new Map<number, BgradChoice>();
+  for (const [gi, call] of [...calls].sort((x, y) => x[0] - y[0])) {
+    if (call.epilogue || call.batch !== 1 || (call.outer ?? 1) > 1) continue;
+    for (const operand of ["a", "b"] as const) {
+      const op = call[operand];
+      // A column sum of the stored [k, cols] matrix: A transposed or B as stored (file comment).
+      if (op.trans !== (operand === "a") || op.offset !== 0) continue;
+      const cols = operand === "a" ? call.m : call.n;
+      if (op.ld !== cols) continue;
+      const found = columnSum(c, consumers, outputs, nodesOfBuffer, op.buffer, call.k, cols, gi);
+      if (!found || found.covers.some((k) => claimed.has(k))) continue;
+      if (!biasTypeFits(call.d.dtype, found.dtype)) continue;
+      found.covers.forEach((k) => claimed.add(k));
+      out.set(gi, {
+        call: {
+          ...call,
+          epilogue: {
+            kind: "bgrad",
+            operand,
+            bias: { buffer: found.buffer, offset: 0, dtype: found.dtype, batchStride: 0 },
+            fallback: found.covers.map((k) => c.kernels[k].name),
+            copies: found.copies,
+          },
+        },
+        covers: found.covers,
+      });
+      break;
+    }
+  }
+  return out;
+}
+
+/**
+ * The column sum over the `rows` rows of buffer `x` viewed [rows, cols] that kernels before `gemm` compute
+ * and nothing else: its kernels (ascending), the vector's buffer and stored dtype, and the other buffers
+ * holding the same vector; undefined if none.
+ */
+function columnSum(
+  c: BgradContext,
+  consumers: readonly NodeId[][],
+  outputs: ReadonlySet<NodeId>,
+  nodesOfBuffer: ReadonlyMap<number, readonly NodeId[]>,
+  x: number,
+  rows: number,
+  cols: number,
+  gemm: number,
+): { covers: number[]; buffer: number; dtype: GemmDType; copies: number[] } | undefined {
+  const g = c.graph, { fusion } = c;
+  // Blocks summed per node (see the file comment), from X's nodes forward.
+  const blocks = new Map<NodeId, number>();
+  const queue: NodeId[] = [];
+  for (const id of nodesOfBuffer.get(x) ?? []) {
+    if (numel(g.nodes[id].type.shape) === rows * cols) (blocks.set(id, rows), queue.push(id));
+  }
+  while (queue.length) {
+    const id = queue.shift()!;
+    const q = blocks.get(id)!;
+    for (const u of consumers[id]) {
+      if (blocks.has(u)) continue;
+      const next = blocksOf(g, u, q, cols);
+      if (next === undefined) continue;
+      blocks.set(u, next);
+      queue.push(u);
+    }
+  }
+  // The kernels that sum: those computing a node of fewer blocks than rows.
+  const covers = [
+    ...new Set(
+      [...blocks].filter(([id, q]) => q < rows && fusion.kernelOf[id] >= 0)
+        .map(([id]) => fusion.kernelOf[id]),
+    ),
+  ].sort((p, q) => p - q);
+  if (covers.length === 0 || covers.some((k) => k >= gemm)) return undefined;
+  const inCovers = (id: NodeId) => covers.includes(fusion.kernelOf[id]);
+  for (const k of covers) {
+    // Nothing else computed there.
+    for (const m of fusion.kernels[k].members) if (!blocks.has(m)) return undefined;
+  }
+  // The vectors: the roots the rest of the plan needs (a graph output, a node computed elsewhere, a piece
+  // of a flat vector assembled in place); every other root is read only by these kernels.
+  const placed = fusion.inPlace.placed;
+  const vectors: NodeId[] = [];
+  for (const k of covers) {
+    for (const r of fusion.kernels[k].roots) {
+      const needed = outputs.has(r) || placed.has(r) || consumers[r].some((u) => !inCovers(u));
+      if (!needed) continue;
+      if (blocks.get(r) !== 1 || numel(g.nodes[r].type.shape) !== cols) return undefined;
+      vectors.push(r);
+    }
+  }
+  const held = vectors.map((v) => c.bufferOfNode.get(v));
+  if (held.length === 0 || held.some((b) => b === undefined)) return undefined;
+  const [buffer, ...copies] = held as number[];
+  if (copies.some((b) => c.bufferDtype(b) !== c.bufferDtype(buffer))) return undefined;
+  // Reads only X and each other's buffers; the vectors' buffers (and the flat vectors they are pieces of)
+  // are written by these kernels alone and read elsewhere only after the GEMM; their other buffers are
+  // read by no other kernel.
+  const written = new Set(
+    covers.flatMap((k) => c.kernels[k].bindings.filter((b) => b.access !== "read").map((b) => b.buffer)),
+  );
+  for (const k of covers) {
+    if (c.kernels[k].bindings.some((b) => b.access !== "write" && b.buffer !== x && !written.has(b.buffer))) {
+      return undefined;
+    }
+  }
+  const flats = new Set(vectors.flatMap((v) => {
+    const at = placed.get(v);
+    const b = at && c.bufferOfNode.get(at.concat);
+    return b === undefined ? [] : [b];
+  }));
+  if (vectors.some((v) => placed.has(v)) && flats.size === 0) return undefined;
+  for (let k = 0; k < c.kernels.length; k++) {
+    if (covers.includes(k)) continue;
+    for (const b of c.kernels[k].bindings) {
+      if (flats.has(b.buffer) && b.access !== "write" && k <= gemm) return undefined;
+      if (!written.has(b.buffer)) continue;
+      if (!held.includes(b.buffer) || b.access !== "read" || k <= gemm) return undefined;
+    }
+  }
+  const dtype = c.bufferDtype(buffer);
+  if (dtype !== "f32" && dtype !== "f16" && dtype !== "bf16") return undefined;
+  return { covers, buffer, dtype, copies };
+}
+
+/** Blocks node `u` sums given that its input sums `q` (see the file comment); undefined if it is no such sum. */
+function blocksOf(g: Graph, u: NodeId, q: number, cols: number): number | undefined {
+  const n = g.nodes[u];
+  if (n.op === "reshape") return q;
+  if (n.op === "cast") return n.attrs.to === "f32" ? q : undefined;
+  if (n.op !== "reduce_sum" || n.type.dtype !== "f32") return undefined;
+  const shape = g.nodes[n.inputs[0]].type.shape;
+  const axes = [...(n.attrs.axes as number[])].sort((p, r) => p - r);
+  if (axes.length === 0 || axes.some((a, i) => a !== axes[0] + i)) return undefined;
+  const lead = numel(shape.slice(0, axes[0])), run = numel(shape.slice(axes[0], axes[axes.length - 1] + 1));
+  if (numel(shape.slice(axes[axes.length - 1] + 1)) !== cols || lead * run !== q) return undefined;
+  return lead;
+}
