@@ -139,7 +139,7 @@ function scoresOf(
   const sm = kernels[smIdx];
   const rank = sm.space.length;
   if (sm.kind !== "reduce" || sm.axes?.length !== 1 || sm.axes[0] !== rank - 1 || rank < 3) return undefined;
-  const ops = new Set([...sm.members].map((m) => g.nodes[m].op));
+  const ops = new Set([...computedIn(g, r, sm)].map((m) => g.nodes[m].op));
   if (!ops.has("exp") || !ops.has("reduce_max") || !ops.has("reduce_sum")) return undefined;
   // The scores: a GEMM kernel of the softmax's shape whose roots the softmax reads directly.
   const qks = new Set<number>();
@@ -175,6 +175,23 @@ function scoresOf(
     }
   }
   return qkIdx;
+}
+
+/**
+ * The nodes a kernel computes: its members, and the values it recomputes where it reads them (views and
+ * rematerialized chains: a training softmax may recompute exp(s - max) from a stored s - max, remat.ts).
+ */
+function computedIn(g: Graph, r: FusionResult, k: FusedKernel): Set<NodeId> {
+  const out = new Set(k.members);
+  const stack = [...k.members];
+  while (stack.length) {
+    for (const i of g.nodes[stack.pop()!].inputs) {
+      if (out.has(i) || r.kernelOf[i] >= 0 || r.materialized.has(i)) continue;
+      out.add(i);
+      stack.push(i);
+    }
+  }
+  return out;
 }
 
 /**
