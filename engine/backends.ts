@@ -26,6 +26,7 @@ export { softwareAdapter };
 import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
 import type { BackendRow, CompiledStep } from "./backend_row.ts";
 import { compiledBackend } from "./device_backend.ts";
+import { refreshingLowCopies } from "./low_copies.ts";
 
 /**
  * The compiled rows' emitters. Identical fusions (the same pattern in every encoder layer) get one source
@@ -50,7 +51,8 @@ function compiling<Ctx, Ex extends CompiledStep["executor"]>(
 ): (ctx: Ctx, g: Graph, fuse: boolean) => Promise<Required<CompiledStep<Ex>>> {
   return async (ctx, g, fuse) => {
     const compiled = compileGraph(g, { fuse, emitters: { [emitter.target]: emitter.emit }, ...tuning(ctx) });
-    return { compiled, executor: await load(ctx, compiled.plan) };
+    // A plan that keeps weight copies refreshes them on every weight write (engine/low_copies.ts).
+    return { compiled, executor: refreshingLowCopies(await load(ctx, compiled.plan), compiled.plan) };
   };
 }
 

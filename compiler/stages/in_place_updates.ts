@@ -10,10 +10,12 @@
  * - no step after K reads or writes P or any part of P (a flat vector's parameters);
  * - inside K, P is read only by elementwise ops over the kernel's whole space, so each thread reads the
  *   elements it later writes and no other (K reads old values before it stores new ones, element by
- *   element), and V's binding has P's element type and vector width.
+ *   element), and V's binding has P's element type and vector width; or K does not read P at all (a
+ *   weight copy recomputed from the new weights, compiler/weight_copies.ts) and V has P's type.
  * K then binds the range once, read_write (two bindings of one range would alias: WebGPU refuses a
- * writable binding aliasing another, and CUDA's `__restrict__` pointers promise they do not), and the
- * memory plan places V where P is (memory.ts `aliasOf`). Everything else keeps its copy.
+ * writable binding aliasing another, and CUDA's `__restrict__` pointers promise they do not), or write
+ * only where it never read P, and the memory plan places V where P is (memory.ts `aliasOf`). Everything
+ * else keeps its copy.
  */
 import { isElementwise, type NodeId, numel } from "../../ir/mod.ts";
 import type { KBinding, Kernel, KStmt } from "../kernel_ir/ir.ts";
@@ -51,6 +53,11 @@ function mergeBindings(k: Kernel, p: KBinding, v: KBinding): Kernel {
   };
 }
 
+/** `k` with value binding `v` bound to buffer `param` instead (a kernel that never reads the old value). */
+function rebind(k: Kernel, v: KBinding, param: number): Kernel {
+  return { ...k, bindings: k.bindings.map((b) => (b === v ? { ...b, buffer: param } : b)) };
+}
+
 export const inPlaceUpdatesStage: Stage<KernelState> = {
   name: NAME,
   about: "a step's new parameters and moments overwrite the old where nothing reads the old ones later",
@@ -75,9 +82,9 @@ export const inPlaceUpdatesStage: Stage<KernelState> = {
         return true;
       }
       const { step, kernel } = at;
-      const p = kernels[kernel].bindings.find((b) => b.buffer === param)!;
+      const p = kernels[kernel].bindings.find((b) => b.buffer === param);
       const v = kernels[kernel].bindings.find((b) => b.buffer === value)!;
-      kernels[kernel] = mergeBindings(kernels[kernel], p, v);
+      kernels[kernel] = p ? mergeBindings(kernels[kernel], p, v) : rebind(kernels[kernel], v, param);
       access[step].writes = access[step].writes.map((b) => (b === value ? param : b));
       aliasOf.set(value, param);
       return false;
@@ -124,6 +131,10 @@ export const inPlaceUpdatesStage: Stage<KernelState> = {
       const kernel = kernels[step.kernel];
       const p = kernel.bindings.filter((b) => b.buffer === param);
       const v = kernel.bindings.filter((b) => b.buffer === value);
+      if (p.length === 0 && v.length === 1 && v[0].access === "write") {
+        if (buffers[param].dtype !== buffers[value].dtype) return "the old and new values differ in type";
+        return { step: k, kernel: step.kernel };
+      }
       if (p.length !== 1 || v.length !== 1 || p[0].access !== "read" || v[0].access !== "write") {
         return "its kernel does not bind the old value once, read-only, and the new once, write-only";
       }

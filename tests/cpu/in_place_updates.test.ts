@@ -33,7 +33,7 @@ Deno.test("in-place updates: parameters and moments of a LAMB step are updated w
   }).plan;
   const plan = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } }).plan;
   const updated = (p: Plan) => p.updates.map((u) => p.buffers[u.param].name).sort();
-  assert.deepEqual(updated(copies), ["flat.params", "opt.m", "opt.v", "train.state"]);
+  assert.deepEqual(updated(copies), ["flat.params", "low:flat.params", "opt.m", "opt.v", "train.state"]);
   // train.state is read through slices by the kernel that writes its new value: it keeps its copy.
   assert.deepEqual(updated(plan), ["train.state"]);
   for (const name of ["flat.params", "opt.m", "opt.v"]) {
@@ -49,6 +49,13 @@ Deno.test("in-place updates: parameters and moments of a LAMB step are updated w
     assert.equal(ranges.length, 1, `${last.name} binds ${name}'s range ${ranges.length} times`);
     assert.equal(ranges[0].access, "read_write");
   }
+  // The weight copies (compiler/weight_copies.ts), rounded from the new weights and never read by the
+  // kernel writing them: written in place, write-only, by the kernel writing the new weights.
+  const lowFlat = plan.outputs["low:flat.params"];
+  assert.equal(where(plan, plan.outputs["new:low:flat.params"]), where(plan, lowFlat));
+  const writer = plan.kernels.filter((k) => k.bindings.some((b) => b.buffer === lowFlat));
+  assert.equal(writer.length, 1);
+  assert.deepEqual(writer[0].bindings.filter((b) => b.buffer === lowFlat).map((b) => b.access), ["write"]);
   // Device memory: three vectors fewer.
   const bytes = (p: Plan) => p.slots.reduce((s, x) => s + x.bytes, 0);
   assert.ok(bytes(plan) < bytes(copies), `${bytes(plan)} vs ${bytes(copies)}`);

@@ -13,6 +13,7 @@
 import { numel } from "../../ir/mod.ts";
 import type { Plan, PlanBinding, PlanBuffer, PlanGemmOperand, TargetKernel } from "../../plan/plan.ts";
 import { storedBytes } from "../../plan/plan.ts";
+import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../../numeric/half.ts";
 import { LT_CPU, ltCallCpp } from "./lt_cpu.ts";
 
@@ -384,8 +385,20 @@ export async function runOnCpu(
   library = false,
   optimize = "-O1",
 ) {
+  await buildPlanOnCpu(dir, plan, library, optimize);
+  return await runBuiltPlan(dir, plan, feeds);
+}
+
+/** Builds the plan's program in `dir` with g++, for runBuiltPlan to run as many steps as a test needs. */
+export async function buildPlanOnCpu(dir: string, plan: Plan, library = false, optimize = "-O1") {
   await buildProgram(dir, program(plan, library), optimize);
-  const byName = new Map<string, ArrayLike<number>>(Object.entries(feeds));
+}
+
+/** Runs the program buildPlanOnCpu built in `dir` on `feeds` (one step) and returns its outputs by name. */
+export async function runBuiltPlan(dir: string, plan: Plan, feeds: Record<string, ArrayLike<number>>) {
+  // A weight copy the feeds do not give takes its weight's values, as the runtime's writes do
+  // (engine/low_copies.ts).
+  const byName = new Map<string, ArrayLike<number>>(Object.entries(withLowCopyFeeds(plan, feeds)));
   const input: Uint8Array[] = plan.buffers.filter((b) => b.role === "input" || b.role === "param")
     .map((b) => encode(b, byName.get(b.name)));
   const child = new Deno.Command(`${dir}/prog`, { stdin: "piped", stdout: "piped", stderr: "piped" }).spawn();

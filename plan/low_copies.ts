@@ -1,0 +1,40 @@
+/**
+ * Low-precision copies of weights kept as state between steps (compiler/weight_copies.ts): a training
+ * plan for cuBLASLt reads its GEMM weights from an f16/bf16 copy that the optimizer's last pass rewrites
+ * each step, named `low:<name>` beside the f32 source `<name>` (a parameter, or the flat parameter vector
+ * `flat.params` that holds them). The f32 source stays the truth: whoever writes a source (a fresh start,
+ * a checkpoint, weights set between steps) writes its copy with the same values, which the runtime rounds
+ * to the copy's type on upload (round to nearest even, as the cast kernel did). engine/low_copies.ts does
+ * that for every executor; this is the naming both sides share.
+ */
+import type { Plan } from "./plan.ts";
+
+export const LOW_COPY_PREFIX = "low:";
+
+/** The name of `name`'s low-precision copy where the plan keeps one (an input or a flat output). */
+export function lowCopyName(plan: Pick<Plan, "inputs" | "outputs">, name: string): string | undefined {
+  if (name.startsWith(LOW_COPY_PREFIX)) return undefined;
+  const copy = LOW_COPY_PREFIX + name;
+  return plan.inputs[copy] !== undefined || plan.outputs[copy] !== undefined ? copy : undefined;
+}
+
+/** Whether the plan keeps any low-precision copy. */
+export function keepsLowCopies(plan: Pick<Plan, "inputs">): boolean {
+  return Object.keys(plan.inputs).some((n) => n.startsWith(LOW_COPY_PREFIX));
+}
+
+/**
+ * `feeds` with each fed source's copy fed the same values, unless the feeds give the copy themselves: for
+ * callers that hand a plan all its inputs at once (tests, the CUDA shim).
+ */
+export function withLowCopyFeeds<T>(
+  plan: Pick<Plan, "inputs" | "outputs">,
+  feeds: Record<string, T>,
+): Record<string, T> {
+  const out = { ...feeds };
+  for (const [name, data] of Object.entries(feeds)) {
+    const copy = lowCopyName(plan, name);
+    if (copy !== undefined && !(copy in feeds)) out[copy] = data;
+  }
+  return out;
+}
