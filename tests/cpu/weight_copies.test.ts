@@ -22,6 +22,7 @@ import { loadModel } from "../../models/load.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { LOW_COPY_PREFIX } from "../../plan/low_copies.ts";
+import { flatNames } from "../../compiler/optimizer/feeds.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { copiedParams, copyTrainGraph } from "../util/weight_copies_check.ts";
 
@@ -162,4 +163,24 @@ Deno.test("weight copies: a WGSL-only compile keeps its weights rounded on load 
   // A plan shared with CUDA keeps the copies (its WGSL kernels read them too).
   const both = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL, cuda: emitCUDA } });
   assert.ok(copiedParams(Object.keys(both.plan.inputs)).length > 0);
+});
+
+Deno.test("weight copies: with the flat vectors cut into groups, each group's copies are updated in place", async () => {
+  const one = await copyTrainGraph("fp16", 128);
+  const { g, layout } = await copyTrainGraph("fp16", 128, 8, {
+    maxGroupBytes: Math.ceil(one.layout.total * 4 / 3),
+  });
+  assert.ok(layout.groups.length > 1);
+  const plan = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } }).plan;
+  for (const name of flatNames(layout, "flat.params")) {
+    const copies = plan.outputs[LOW_COPY_PREFIX + name];
+    assert.ok(copies !== undefined, `no copies vector for ${name}`);
+    assert.equal(where(plan, plan.outputs[`new:${LOW_COPY_PREFIX}${name}`]), where(plan, copies), name);
+  }
+  assert.deepEqual(plan.updates.map((u) => plan.buffers[u.param].name), ["train.state"]);
+  assert.equal(
+    copiedParams(Object.keys(plan.inputs)).length,
+    copiedParams(Object.keys(compileGraph(one.g, { fuse: true, emitters: { cuda: emitCUDA } }).plan.inputs))
+      .length,
+  );
 });

@@ -104,11 +104,14 @@ async function assertSame(a: StepExecutor, b: StepExecutor, when: string): Promi
   }
 }
 
-/** The copies an executor of the copies graph holds are its master weights rounded. */
-async function assertCopies(ex: StepExecutor, when: string): Promise<void> {
-  const master = await readFlat(ex, layout, OPT.flatParams);
-  const [name] = flatNames(layout, OPT.flatParams);
-  assertCopyIsCast(layout, master, await ex.read(LOW_COPY_PREFIX + name), copied, "f16", when);
+/** The copies an executor of the copies graph holds are its master weights rounded (every group's). */
+async function assertCopies(ex: StepExecutor, when: string, l = layout, names = copied): Promise<void> {
+  const master = await readFlat(ex, l, OPT.flatParams);
+  const lowFlat = new Float32Array(l.total);
+  for (const [gi, name] of flatNames(l, OPT.flatParams).entries()) {
+    lowFlat.set(await ex.read(LOW_COPY_PREFIX + name), l.groups[gi].offset);
+  }
+  assertCopyIsCast(l, master, lowFlat, names, "f16", when);
 }
 
 function freshStart(ex: StepExecutor): void {
@@ -230,4 +233,45 @@ Deno.test("weight copies: the engine's executor view writes a copy with its sour
   // A plan without copies: the executor itself, untouched.
   const plain = new Recording();
   assert.equal(refreshingLowCopies(plain, { inputs: { w: 0 }, outputs: {} }), plain);
+});
+
+Deno.test("weight copies with the flat vectors in groups and micro-batches that only accumulate (reference interpreter)", async () => {
+  const budget = Math.ceil(layout.total * 4 / 3); // about three groups
+  const grouped = await copyTrainGraph("fp16", 128, 8, { maxGroupBytes: budget, accumulationSteps: 2 });
+  const l = grouped.layout;
+  assert.ok(l.groups.length > 1, "one group: the test checks nothing about groups");
+  const keptGrouped = keptCopies(grouped.g, "f16");
+  const names = copiedParams(keptGrouped.graph.sources("input").keys());
+  assert.ok(names.length > 0 && keptGrouped.castRoots.size === 0);
+  // One copies vector per group, each updated.
+  for (const name of flatNames(l, OPT.flatParams)) {
+    assert.ok(
+      keptGrouped.graph.outputs.has(`new:${LOW_COPY_PREFIX}${name}`),
+      `no update of ${name}'s copies`,
+    );
+  }
+  const truth: StepExecutor = new ReferenceExecutor(grouped.g);
+  const ex = refreshingLowCopies(new ReferenceExecutor(keptGrouped.graph), namesOf(keptGrouped.graph));
+  for (const e of [truth, ex]) {
+    writeOptimizerConstants(e, l, MOVING_SCHEDULE, 2);
+    writeFreshStart(e, l, initParams(grouped.g, 6), 1024);
+  }
+  let last = await readFlat(ex, l, OPT.flatParams); // unchanged by an accumulating micro-batch only
+  for (let n = 0; n < 2; n++) {
+    for (let micro = 0; micro < 2; micro++) {
+      const f = batchFeeds(grouped.g, grouped.shape, seededRandom(5000 + 2 * n + micro), 0);
+      for (const e of [truth, ex]) {
+        for (const name of DATA) e.write(name, f[name]);
+        e.write("rng_key", [9, 2 * n + micro]);
+        e.write(OPT.apply, [micro]);
+        await e.step();
+      }
+      const [x, y] = [await readFlat(truth, l, OPT.flatParams), await readFlat(ex, l, OPT.flatParams)];
+      assert.equal(firstDifference(x, y), -1, `update ${n}, micro-batch ${micro}: weights differ`);
+      assert.equal(firstDifference(y, last) < 0, micro === 0, `micro-batch ${micro} of update ${n}`);
+      last = y;
+      // Also after a micro-batch that only accumulates: the copies are still the weights'.
+      await assertCopies(ex, `update ${n}, micro-batch ${micro}`, l, names);
+    }
+  }
 });

@@ -24,9 +24,14 @@ export interface CopyTrainGraph {
 /**
  * A LAMB training step (dynamic loss scaling under fp16) whose flat layout has `chunk` elements per chunk
  * (model_graph.ts's graph with the chunk chosen: 128 places every f16 copy on the binding alignment, the
- * fixture's own 64 only some).
+ * fixture's own 64 only some), optionally cut into groups or accumulating micro-batches.
  */
-export async function copyTrainGraph(precision: Precision, chunk: number, seq = 8): Promise<CopyTrainGraph> {
+export async function copyTrainGraph(
+  precision: Precision,
+  chunk: number,
+  seq = 8,
+  opts: { readonly maxGroupBytes?: number; readonly accumulationSteps?: number } = {},
+): Promise<CopyTrainGraph> {
   const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
   const shape = { batch: 2, seq, predictions: 3, vocab: model.config.vocab_size };
   const fwd = model.build({
@@ -37,10 +42,11 @@ export async function copyTrainGraph(precision: Precision, chunk: number, seq = 
     maxPredictions: shape.predictions,
     trackLocations: true,
   });
-  const layout = flatLayoutOf(fwd, chunk);
+  const layout = flatLayoutOf(fwd, chunk, { maxGroupBytes: opts.maxGroupBytes });
   const g = appendOptimizer(differentiate(fwd, appendScaledLoss(fwd)), layout, {
     kind: "lamb",
     dynamicScale: precision === "fp16",
+    ...opts,
   });
   return { g: applyPrecision(g, precision), layout, shape };
 }
