@@ -18,12 +18,18 @@
  * q·rows/Q .. (q+1)·rows/Q − 1 in column j, row-major [Q, cols] (X itself: Q = rows). A reshape or a cast
  * to f32 keeps Q; an f32 reduce_sum over a contiguous run of axes whose leading axes hold Q' of the blocks
  * and whose trailing axes are the cols makes Q' (the column-sums stage's [P, rows/P, cols] split and its
- * second pass are both such sums). The kernels computing a node with Q < rows must compute nothing else,
- * read only X's buffer (and each other's), and end in vectors (Q = 1) that the rest of the plan needs:
- * the bias gradient, written by the call instead. A training step writes it twice, as the graph's output
- * and as its piece of the flat gradient vector the optimizer reads (compiler/fusion/in_place.ts): the call
- * writes the first and the runtime copies it into the others right after the call (`copies`). Both read X's stored values (f16 where dY is stored f16)
- * and sum them in f32, so the call computes what the kernels do, in another order.
+ * second pass are both such sums). The kernels computing a node with Q < rows and nothing else, reading
+ * only X's buffer (and each other's), are covered: they end in vectors (Q = 1) that the rest of the plan
+ * needs, the bias gradient, which the call writes instead. A first pass fused into the kernel producing X
+ * (BERT's dropout and GELU backward write dY and its per-part sums in one kernel) keeps running for X; its
+ * per-part sums are then written and not read. A training step holds the gradient twice, as the graph's
+ * output and as its piece of the flat gradient vector the optimizer reads (compiler/fusion/in_place.ts):
+ * the call writes the first and the runtime copies it into the others right after the call (`copies`).
+ *
+ * Numerics: the call sums X's stored values (f16 where dY is stored f16) in f32. So do the covered
+ * kernels where they read X from memory; a first pass fused with X's producer sums the f32 values before
+ * their rounding to storage. The difference is that rounding, which every other reader of dY (the dW and
+ * dX GEMMs among them) sees too.
  *
  * Only where the plan is emitted for CUDA alone (the kernels stay in the plan, named in the epilogue as its
  * fallback: the runtime launches them only where the call must run without the epilogue), and where the
@@ -132,31 +138,35 @@ function columnSum(
       queue.push(u);
     }
   }
-  // The kernels that sum: those computing a node of fewer blocks than rows.
-  const covers = [
+  // The kernels that sum: those computing a node of fewer blocks than rows. A first pass fused with the
+  // kernel producing X (a dropout or GELU backward writing dY and its per-part sums) keeps running for X;
+  // the kernels computing nothing but sums are the ones the call covers.
+  const sums = [
     ...new Set(
       [...blocks].filter(([id, q]) => q < rows && fusion.kernelOf[id] >= 0)
         .map(([id]) => fusion.kernelOf[id]),
     ),
   ].sort((p, q) => p - q);
-  if (covers.length === 0 || covers.some((k) => k >= gemm)) return undefined;
-  const inCovers = (id: NodeId) => covers.includes(fusion.kernelOf[id]);
-  for (const k of covers) {
-    // Nothing else computed there.
-    for (const m of fusion.kernels[k].members) if (!blocks.has(m)) return undefined;
-  }
+  if (sums.length === 0 || sums.some((k) => k >= gemm)) return undefined;
+  const covers = sums.filter((k) => [...fusion.kernels[k].members].every((m) => blocks.has(m)));
+  const kept = sums.filter((k) => !covers.includes(k));
+  if (covers.length === 0) return undefined;
+  const inSums = (id: NodeId) => sums.includes(fusion.kernelOf[id]);
   // The vectors: the roots the rest of the plan needs (a graph output, a node computed elsewhere, a piece
-  // of a flat vector assembled in place); every other root is read only by these kernels.
+  // of a flat vector assembled in place); every other root of the covered kernels, and every partial sum
+  // a kept kernel writes, is read only by these kernels.
   const placed = fusion.inPlace.placed;
+  const needed = (r: NodeId) => outputs.has(r) || placed.has(r) || consumers[r].some((u) => !inSums(u));
   const vectors: NodeId[] = [];
   for (const k of covers) {
     for (const r of fusion.kernels[k].roots) {
-      const needed = outputs.has(r) || placed.has(r) || consumers[r].some((u) => !inCovers(u));
-      if (!needed) continue;
+      if (!needed(r)) continue;
       if (blocks.get(r) !== 1 || numel(g.nodes[r].type.shape) !== cols) return undefined;
       vectors.push(r);
     }
   }
+  const partials = kept.flatMap((k) => fusion.kernels[k].roots.filter((r) => (blocks.get(r) ?? rows) < rows));
+  if (partials.some(needed)) return undefined;
   const held = vectors.map((v) => c.bufferOfNode.get(v));
   if (held.length === 0 || held.some((b) => b === undefined)) return undefined;
   const [buffer, ...copies] = held as number[];
@@ -164,9 +174,13 @@ function columnSum(
   // Reads only X and each other's buffers; the vectors' buffers (and the flat vectors they are pieces of)
   // are written by these kernels alone and read elsewhere only after the GEMM; their other buffers are
   // read by no other kernel.
-  const written = new Set(
-    covers.flatMap((k) => c.kernels[k].bindings.filter((b) => b.access !== "read").map((b) => b.buffer)),
-  );
+  const written = new Set([
+    ...covers.flatMap((k) => c.kernels[k].bindings.filter((b) => b.access !== "read").map((b) => b.buffer)),
+    ...partials.flatMap((r) => {
+      const b = c.bufferOfNode.get(r);
+      return b === undefined ? [] : [b];
+    }),
+  ]);
   for (const k of covers) {
     if (c.kernels[k].bindings.some((b) => b.access !== "write" && b.buffer !== x && !written.has(b.buffer))) {
       return undefined;
@@ -179,7 +193,7 @@ function columnSum(
   }));
   if (vectors.some((v) => placed.has(v)) && flats.size === 0) return undefined;
   for (let k = 0; k < c.kernels.length; k++) {
-    if (covers.includes(k)) continue;
+    if (sums.includes(k)) continue;
     for (const b of c.kernels[k].bindings) {
       if (flats.has(b.buffer) && b.access !== "write" && k <= gemm) return undefined;
       if (!written.has(b.buffer)) continue;

@@ -4,7 +4,8 @@
  * cuBLASLt's column-major definition with LtCall's descriptors, tests/util/lt_cpu.ts), against the
  * reference interpreter on fresh random inputs: a linear layer's backward with its weight stored
  * [out, in] (dW = dYᵀ·X: the sum over A, BGRADB once mapped) and [in, out] (dW = Xᵀ·dY: over B, BGRADA),
- * over fewer tokens than a two-pass column sum needs and over more; each on the epilogue path (the
+ * over fewer tokens than a two-pass column sum needs and over more, and with dropout after it (the first
+ * pass fused with dY's producer, which keeps running); each on the epilogue path (the
  * column-sum kernels left out, as the runtime does) and on the fallback path (the call without the
  * epilogue, the kernels run). The epilogue on the other operand must fail (the other operand's sums), and
  * the shim refuses a vector length that does not match the library D's side (as cuBLASLt's layouts do). And a BERT training
@@ -19,9 +20,12 @@ import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { buildModelGraph } from "../../compiler/model_graph.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
-import { linear } from "../../dsl/mod.ts";
+import { dropout, linear } from "../../dsl/mod.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { loadModel } from "../../models/load.ts";
+import { defineBert } from "../../models/bert.ts";
+import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { type Plan, UPDATE_PREFIX } from "../../plan/plan.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { ltDescriptors } from "../../runtime/cuda/lt_mapping.ts";
@@ -43,13 +47,30 @@ async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
   }
 }
 
-/** y = x·wᵀ + b (w stored [out, in], a linear layer) or x·w + b (w stored [in, out]), backward of a probe loss. */
-function linearBackward(tokens: readonly number[], inF: number, outF: number, wIn: boolean): Graph {
+/**
+ * y = x·wᵀ + b (w stored [out, in], a linear layer) or x·w + b (w stored [in, out]), backward of a probe
+ * loss; with `drop`, dropout after it, so dY is the dropout's backward, which fusion computes in the kernel
+ * taking dY's per-part sums (as in BERT's attention-output and FFN-output layers).
+ */
+function linearBackward(
+  tokens: readonly number[],
+  inF: number,
+  outF: number,
+  wIn: boolean,
+  drop = false,
+): Graph {
   return graphOf(
     `linear backward, w stored ${wIn ? "[in, out]" : "[out, in]"}`,
     (m, dt) => {
       const x = m.param("x", [...tokens, inF], "zeros", dt);
       const b = m.param("bias", [outF], "zeros", dt);
+      if (drop) {
+        return dropout(
+          linear(x, m.param("w", [outF, inF], "zeros", dt), b),
+          0.1,
+          m.input("rng_key", "u32", [2]),
+        );
+      }
       if (!wIn) return linear(x, m.param("w", [outF, inF], "zeros", dt), b);
       const rows = tokens.reduce((a, t) => a * t, 1);
       const y = x.reshape([rows, inF]).matmul(m.param("w", [inF, outF], "zeros", dt));
@@ -61,24 +82,26 @@ function linearBackward(tokens: readonly number[], inF: number, outF: number, wI
 }
 
 const cases = [
-  { tokens: [64], inF: 24, outF: 24, wIn: false, operand: "a", lib: "bgradb", kernels: 1 },
-  { tokens: [64], inF: 24, outF: 24, wIn: true, operand: "b", lib: "bgrada", kernels: 1 },
+  { tokens: [64], inF: 24, outF: 24, wIn: false, drop: false, operand: "a", lib: "bgradb", kernels: 1 },
+  { tokens: [64], inF: 24, outF: 24, wIn: true, drop: false, operand: "b", lib: "bgrada", kernels: 1 },
   // 2048 tokens: the column sum in two passes (compiler/column_sums.ts), two kernels covered.
-  { tokens: [4, 512], inF: 24, outF: 40, wIn: false, operand: "a", lib: "bgradb", kernels: 2 },
-  { tokens: [4, 512], inF: 40, outF: 24, wIn: true, operand: "b", lib: "bgrada", kernels: 2 },
+  { tokens: [4, 512], inF: 24, outF: 40, wIn: false, drop: false, operand: "a", lib: "bgradb", kernels: 2 },
+  { tokens: [4, 512], inF: 40, outF: 24, wIn: true, drop: false, operand: "b", lib: "bgrada", kernels: 2 },
+  // The first pass fused with the dropout's backward keeps running (it writes dY); the second is covered.
+  { tokens: [4, 512], inF: 24, outF: 40, wIn: false, drop: true, operand: "a", lib: "bgradb", kernels: 1 },
 ] as const;
 
 for (const [i, c] of cases.entries()) {
   const shape = `${c.tokens.join("x")} tokens, ${c.inF} -> ${c.outF}, w stored ${
     c.wIn ? "[in, out]" : "[out, in]"
-  }`;
+  }${c.drop ? ", dropout after" : ""}`;
   Deno.test({
     name: `bias gradient as ${c.lib.toUpperCase()}: linear backward (${shape}) on the CUDA shim${
       version ? "" : " (g++ not found)"
     }`,
     ignore: !version,
     async fn() {
-      const g = linearBackward(c.tokens, c.inF, c.outF, c.wIn);
+      const g = linearBackward(c.tokens, c.inF, c.outF, c.wIn, c.drop);
       const { plan } = compileGraph(g, { fuse: true, emitters, profile: sm90 });
       const calls = bgradCalls(plan);
       assert.equal(calls.length, 1, "one call computes the bias gradient");
@@ -92,7 +115,7 @@ for (const [i, c] of cases.entries()) {
       const names = plan.kernels.map((k) => k.name);
       for (const f of epilogue.fallback) assert.ok(names.indexOf(f) < names.indexOf(kernel.name), f);
       const seed = 7100 + i;
-      const feeds = randomFeeds(g, seed);
+      const feeds = randomFeeds(g, seed, { rng_key: (r) => r.u32() });
       const ref = evaluate(g, feeds, { precision: "f32" });
       for (const [path, p] of [["epilogue", epiloguePath(plan)], ["fallback", fallbackPath(plan)]] as const) {
         assert.equal(p.steps.length, plan.steps.length - (path === "epilogue" ? c.kernels : 0));
@@ -219,6 +242,64 @@ Deno.test({
       assertMatchesReference(ref, await runPlan(p, feeds), {
         tol: { rtol: 2e-4, atol: 1e-6 },
         device: `cuda-shim (cuda-sm90, ${path} path)`,
+        plan: `${p.steps.length} steps`,
+      });
+    }
+  },
+});
+
+Deno.test({
+  name: `bias gradient: a BERT training step (fp16, LAMB, 1024 tokens) planned for cuda-sm90, both paths${
+    version ? "" : " (g++ not found)"
+  }`,
+  ignore: !version,
+  async fn() {
+    // 1024 tokens: column sums in two passes, the first fused with the dropout and GELU backward where dY
+    // comes from them; f16-stored dY; the gradients also pieces of LAMB's flat vector (the copies).
+    const model = defineBert("bert-bgrad-test", {
+      vocab_size: 99,
+      hidden_size: 128,
+      num_hidden_layers: 1,
+      num_attention_heads: 2,
+      intermediate_size: 96,
+      hidden_act: "gelu",
+      hidden_dropout_prob: 0.1,
+      attention_probs_dropout_prob: 0.1,
+      max_position_embeddings: 64,
+      type_vocab_size: 2,
+      initializer_range: 0.02,
+      layer_norm_eps: 1e-12,
+      num_labels: 2,
+    });
+    const [B, S, P] = [16, 64, 4];
+    const g = buildModelGraph({
+      model,
+      mode: "train",
+      precision: "fp16",
+      batchSize: B,
+      seqLen: S,
+      maxPredictions: P,
+      optimizer: { kind: "lamb", dynamicScale: true },
+    });
+    const compiled = compileGraph(g, { fuse: true, emitters, profile: sm90 });
+    const { plan } = compiled;
+    const calls = bgradCalls(plan);
+    // Q, K, V, the attention output, FFN up and down: one bias gradient each, a copy into the flat vector.
+    assert.equal(calls.length, 6, calls.map((c) => c.kernel.name).join(", "));
+    assert.ok(calls.every((c) => c.epilogue.copies.length === 1));
+    const r = seededRandom(94);
+    const feeds = {
+      ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: 99 }, r, 3),
+      ...optimizerStepFeeds(g, r, 1024),
+    };
+    // The reference with the plan's roundings (flash_attention_plan_cpu.test.ts).
+    const refGraph = roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
+    const raw = evaluate(refGraph, withLowCopyFeeds(plan, feeds), { precision: "f32" });
+    const ref = new Map([...raw].map(([name, v]) => [name, raw.get(UPDATE_PREFIX + name) ?? v]));
+    for (const [path, p] of [["epilogue", epiloguePath(plan)], ["fallback", fallbackPath(plan)]] as const) {
+      assertMatchesReference(ref, await runPlan(p, feeds), {
+        tol: { rtol: 4e-3, atol: 1e-3 },
+        device: `cuda-shim (cuda-sm90, fp16, ${path} path)`,
         plan: `${p.steps.length} steps`,
       });
     }
