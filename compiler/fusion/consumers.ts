@@ -63,15 +63,20 @@ export function mergeConsumers(
 
   for (let j = 0; j < kernels.length; j++) {
     const k2 = kernels[j];
-    if (k2.kind !== "loop") continue;
     const size = numel(k2.space);
-    if (![...k2.members].every((m) => numel(g.nodes[m].type.shape) === size)) continue;
+    if (k2.kind === "loop") {
+      if (![...k2.members].every((m) => numel(g.nodes[m].type.shape) === size)) continue;
+    } else if (k2.kind !== "reduce") continue;
     // The producer: the latest kernel whose roots this one reads (everything else must be older).
     const producers = [...reads[j]].map(readyAt).filter((i) => i >= 0 && i !== j);
     if (producers.length === 0) continue;
     const i = Math.max(...producers);
     const k1 = kernels[i];
     if (!alive[i] || (k1.kind !== "loop" && k1.kind !== "reduce") || numel(k1.space) !== size) continue;
+    // A reduction folds only into a producer reducing the same space over the same axes (LayerNorm
+    // backward's dγ partial sums into the kernel that writes dY and its dβ partial sums): it then reads
+    // dY where it is computed instead of from memory.
+    if (k2.kind === "reduce" && !sameReduction(k1, k2)) continue;
     const mismatch = readAtAnotherIndex(g, r.materialized, k1, k2);
     if (mismatch !== undefined) {
       decisions.push({ producer: k2.roots[0], consumerKernel: i, ok: false, reason: mismatch });
@@ -256,4 +261,10 @@ export function readAtAnotherIndex(
     }
   }
   return undefined;
+}
+
+/** Both reduce kernels iterate one space and reduce the same axes. */
+function sameReduction(a: FusedKernel, b: FusedKernel): boolean {
+  return a.kind === "reduce" && b.kind === "reduce" && a.space.join() === b.space.join() &&
+    (a.axes ?? []).join() === (b.axes ?? []).join();
 }
