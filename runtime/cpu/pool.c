@@ -8,9 +8,9 @@
  * machine whose cores are shared (two cores and a second process), every kernel waits for a worker the
  * scheduler has not run yet: a step of ~120 kernels then took several scheduler time slices. Here the
  * caller waits only for chunks a helper has claimed; a helper that is not running claims none, and
- * the caller does the rest alone. A helper spins a short while after each chunk (kernels follow each
- * other microseconds apart) and then sleeps on a futex, so a process that stops computing stops using
- * the cores.
+ * the caller does the rest alone. A helper spins a few milliseconds after each job (kernels follow
+ * each other microseconds apart) and then sleeps on a futex, so a process that stops computing stops
+ * using the cores.
  *
  * Claims: one 64-bit word holds the job's generation (24 bits), its chunk count and the next chunk (20
  * bits each); a helper claims by compare-and-swap on the whole word, so a helper still holding a
@@ -23,7 +23,6 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -40,8 +39,11 @@ typedef void (*bf_sgemm_fn)(int, int, int, int, int, int, float, const float*, i
 #define BF_PACK(g, c, n) (((uint64_t)((g) & 0xFFFFFF) << 40) | ((uint64_t)(c) << 20) | (uint64_t)(n))
 // Chunks per thread: enough that a thread arriving late still finds work, few enough to claim cheaply.
 #define BF_CHUNKS_PER_THREAD 8
-// How long a helper spins for the next job before it sleeps (nanoseconds).
-#define BF_SPIN_NS 200000
+// How long a helper spins for the next job before it sleeps (nanoseconds), about as long as libgomp's
+// default. In a virtual machine a core whose threads all sleep is handed back to the host, and waking
+// it again took milliseconds at times: with 0.2 ms the unfused BERT-tiny step took 100 ms in such
+// minutes against 70 ms with 3 ms (alternating runs, load 1.5).
+#define BF_SPIN_NS 3000000
 
 static int bf_threads = 1;
 static _Atomic int bf_busy;
@@ -92,10 +94,9 @@ static void* bf_helper(void* unused) {
     for (int i = 1; BF_GEN(s) == seen; ++i) {
       bf_pause();
       s = atomic_load_explicit(&bf_state, memory_order_acquire);
-      if ((i & 255) == 0) {
-        if (bf_now() - t0 > BF_SPIN_NS) break;
-        sched_yield();  // a process waiting for this core runs now rather than at the next tick
-      }
+      // No sched_yield here or below: with a second process on the core, yielding hands it the rest
+      // of a time slice (milliseconds), often just before the next job or chunk comes.
+      if ((i & 255) == 0 && bf_now() - t0 > BF_SPIN_NS) break;
     }
     while (BF_GEN(s) == seen) {
       // Sleep. The caller bumps the bell after publishing a job when it sees a sleeper; either it sees
@@ -168,10 +169,7 @@ void bf_parallel(bf_body_fn fn, void* const* args, int n) {
   }
   bf_work(g);
   // Only chunks a helper claimed and is running remain.
-  for (int i = 1; atomic_load_explicit(&bf_done, memory_order_acquire) < chunks; ++i) {
-    bf_pause();
-    if ((i & 1023) == 0) sched_yield();
-  }
+  while (atomic_load_explicit(&bf_done, memory_order_acquire) < chunks) bf_pause();
   atomic_store_explicit(&bf_busy, 0, memory_order_release);
 }
 
