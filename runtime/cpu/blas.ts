@@ -12,6 +12,7 @@
  * process has one set of threads for GEMMs and kernels alike.
  */
 import type { PlanGemm } from "../../plan/plan.ts";
+import { env } from "./cc.ts";
 import { CpuError } from "./errors.ts";
 import type { Pool } from "./pool.ts";
 
@@ -41,14 +42,6 @@ const FOLDERS = [
   "/usr/local/lib",
   "/opt/OpenBLAS/lib",
 ];
-
-function env(name: string): string | undefined {
-  try {
-    return Deno.env.get(name);
-  } catch {
-    return undefined;
-  }
-}
 
 /** Paths OpenBLAS may be at, best first. */
 function candidates(): string[] {

@@ -39,7 +39,8 @@ export interface CCompiler {
   readonly version: string;
 }
 
-function env(name: string): string | undefined {
+/** An environment variable, or undefined when unset or not readable (no --allow-env). */
+export function env(name: string): string | undefined {
   try {
     return Deno.env.get(name);
   } catch {

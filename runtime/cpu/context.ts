@@ -5,18 +5,10 @@
  * executor).
  */
 import { openBlas } from "./blas.ts";
-import { findCompiler } from "./cc.ts";
+import { env, findCompiler } from "./cc.ts";
 import type { CpuContext } from "./executor.ts";
 
 let warned = false;
-
-function env(name: string): string | undefined {
-  try {
-    return Deno.env.get(name);
-  } catch {
-    return undefined;
-  }
-}
 
 /** The processor's model name, else the architecture (Deno may refuse /proc without --allow-all). */
 function cpuModel(): string {
