@@ -18,12 +18,11 @@ import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { lambStep, oneLayerBert } from "../util/bert_steps.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { dropout, linear } from "../../dsl/mod.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { loadModel } from "../../models/load.ts";
-import { defineBert } from "../../models/bert.ts";
 import { roundTripGraph } from "../../compiler/storage_precision.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { type Plan, UPDATE_PREFIX } from "../../plan/plan.ts";
@@ -212,15 +211,7 @@ Deno.test({
   async fn() {
     const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
     const [B, S, P] = [4, 64, 3];
-    const g = buildModelGraph({
-      model,
-      mode: "train",
-      precision: "fp32",
-      batchSize: B,
-      seqLen: S,
-      maxPredictions: P,
-      optimizer: { kind: "lamb", dynamicScale: false },
-    });
+    const g = lambStep(model, "fp32", [B, S, P], false);
     const { plan } = compileGraph(g, { fuse: true, emitters, profile: sm90 });
     const calls = bgradCalls(plan);
     // Q, K and V of every layer read their stored dY; the other linear layers' column sums are fused
@@ -256,31 +247,9 @@ Deno.test({
   async fn() {
     // 1024 tokens: column sums in two passes, the first fused with the dropout and GELU backward where dY
     // comes from them; f16-stored dY; the gradients also pieces of LAMB's flat vector (the copies).
-    const model = defineBert("bert-bgrad-test", {
-      vocab_size: 99,
-      hidden_size: 128,
-      num_hidden_layers: 1,
-      num_attention_heads: 2,
-      intermediate_size: 96,
-      hidden_act: "gelu",
-      hidden_dropout_prob: 0.1,
-      attention_probs_dropout_prob: 0.1,
-      max_position_embeddings: 64,
-      type_vocab_size: 2,
-      initializer_range: 0.02,
-      layer_norm_eps: 1e-12,
-      num_labels: 2,
-    });
+    const model = oneLayerBert("bert-bgrad-test");
     const [B, S, P] = [16, 64, 4];
-    const g = buildModelGraph({
-      model,
-      mode: "train",
-      precision: "fp16",
-      batchSize: B,
-      seqLen: S,
-      maxPredictions: P,
-      optimizer: { kind: "lamb", dynamicScale: true },
-    });
+    const g = lambStep(model, "fp16", [B, S, P], true);
     const compiled = compileGraph(g, { fuse: true, emitters, profile: sm90 });
     const { plan } = compiled;
     const calls = bgradCalls(plan);

@@ -17,42 +17,20 @@ import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { linear } from "../../dsl/mod.ts";
 import type { Plan } from "../../plan/plan.ts";
-import { CublasLt, LtCall, type LtCallSpec } from "../../runtime/cuda/cublaslt.ts";
-import { CudaDriver } from "../../runtime/cuda/driver.ts";
+import { LtCall, type LtCallSpec } from "../../runtime/cuda/cublaslt.ts";
 import { CudaExecutor } from "../../runtime/cuda/executor.ts";
 import { KernelCache } from "../../runtime/cuda/kernel_cache.ts";
 import { Nvrtc } from "../../runtime/cuda/nvrtc.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { bgradCalls } from "../util/bgrad_plans.ts";
-import { buildFakeLibs, FAKE_DRIVER, FAKE_LT, FAKE_NVRTC } from "../util/fake_cuda.ts";
+import { exactValues, fakeLtSession } from "../util/fake_lt_session.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
-const dir = await Deno.makeTempDir({ prefix: "bertfuse-fake-bgrad-" });
-const why = await buildFakeLibs(dir, {
-  "libcuda.so.1": FAKE_DRIVER,
-  "libnvrtc.so.13": FAKE_NVRTC,
-  "libcublasLt.so.13": FAKE_LT,
-});
+const fake = await fakeLtSession("bertfuse-fake-bgrad-");
+const { dir, why, discoverOpts } = fake;
 if (why) console.log(`fake cuBLASLt bias-gradient tests skipped: ${why}`);
-const discoverOpts = { env: (n: string) => (n === "LD_LIBRARY_PATH" ? dir : undefined), systemDirs: [] };
-
-let opened: { driver: CudaDriver; lt: CublasLt } | undefined;
-function open() {
-  if (!opened) {
-    const driver = CudaDriver.open(0, discoverOpts);
-    opened = { driver, lt: CublasLt.open(driver, { ...discoverOpts, workspaceBytes: 1024 }) };
-  }
-  return opened;
-}
-
-/** Fresh random values exactly representable in f32 sums of a few terms (multiples of 1/32). */
-function values(n: number, seed: number): Float32Array {
-  let s = seed >>> 0;
-  return Float32Array.from({ length: n }, () => {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    return Math.round(((s >>> 8) / 2 ** 24 - 0.5) * 64) / 32;
-  });
-}
+const open = () => fake.open();
+const values = exactValues;
 
 Deno.test({
   name: "fake cuBLASLt: LtCall's bias gradient of our A (BGRADB) and of our B (BGRADA), lengths m and n",

@@ -13,7 +13,7 @@ import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
-import { CublasLt, LtCall, type LtCallSpec } from "../../runtime/cuda/cublaslt.ts";
+import { LtCall, type LtCallSpec } from "../../runtime/cuda/cublaslt.ts";
 import { CudaDriver } from "../../runtime/cuda/driver.ts";
 import { CudaExecutor } from "../../runtime/cuda/executor.ts";
 import { KernelCache } from "../../runtime/cuda/kernel_cache.ts";
@@ -21,34 +21,13 @@ import { Nvrtc } from "../../runtime/cuda/nvrtc.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { decodeF16, encodeF16 } from "../../numeric/half.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
-import { buildFakeLibs, FAKE_DRIVER, FAKE_LT, FAKE_NVRTC } from "../util/fake_cuda.ts";
+import { exactValues, fakeLtSession } from "../util/fake_lt_session.ts";
 
-const dir = await Deno.makeTempDir({ prefix: "bertfuse-fake-lt-" });
-const why = await buildFakeLibs(dir, {
-  "libcuda.so.1": FAKE_DRIVER,
-  "libnvrtc.so.13": FAKE_NVRTC,
-  "libcublasLt.so.13": FAKE_LT,
-});
+const fake = await fakeLtSession("bertfuse-fake-lt-");
+const { dir, why, discoverOpts } = fake;
 if (why) console.log(`fake cuBLASLt tests skipped: ${why}`);
-const discoverOpts = { env: (n: string) => (n === "LD_LIBRARY_PATH" ? dir : undefined), systemDirs: [] };
-
-let opened: { driver: CudaDriver; lt: CublasLt } | undefined;
-function open() {
-  if (!opened) {
-    const driver = CudaDriver.open(0, discoverOpts);
-    opened = { driver, lt: CublasLt.open(driver, { ...discoverOpts, workspaceBytes: 1024 }) };
-  }
-  return opened;
-}
-
-/** Random values exactly representable in f16 (so every dtype sees the same numbers). */
-function values(n: number, seed: number): Float32Array {
-  let s = seed >>> 0;
-  return Float32Array.from({ length: n }, () => {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    return Math.round(((s >>> 8) / 2 ** 24 - 0.5) * 64) / 32;
-  });
-}
+const open = () => fake.open();
+const values = exactValues;
 
 type Dt = "f32" | "f16";
 const bytesOf = (x: Float32Array, dt: Dt) =>

@@ -20,10 +20,9 @@ import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { lambStep, oneLayerBert } from "../util/bert_steps.ts";
 import { roundTripGraph } from "../../compiler/storage_precision.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
-import { defineBert } from "../../models/bert.ts";
 import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { graphOf } from "../../cases/fusion_cases.ts";
@@ -217,31 +216,9 @@ Deno.test({
   name: "flash attention plan: a BERT training step with LAMB (fp16, sequence 64) on the CPU shim",
   ignore: !version,
   async fn() {
-    const model = defineBert("bert-flash-test", {
-      vocab_size: 99,
-      hidden_size: 128,
-      num_hidden_layers: 1,
-      num_attention_heads: 2,
-      intermediate_size: 96,
-      hidden_act: "gelu",
-      hidden_dropout_prob: 0.1,
-      attention_probs_dropout_prob: 0.1,
-      max_position_embeddings: 64,
-      type_vocab_size: 2,
-      initializer_range: 0.02,
-      layer_norm_eps: 1e-12,
-      num_labels: 2,
-    });
+    const model = oneLayerBert("bert-flash-test");
     const [B, S, P] = [1, 64, 4];
-    const g = buildModelGraph({
-      model,
-      mode: "train",
-      precision: "fp16",
-      batchSize: B,
-      seqLen: S,
-      maxPredictions: P,
-      optimizer: { kind: "lamb", dynamicScale: true },
-    });
+    const g = lambStep(model, "fp16", [B, S, P], true);
     const r = seededRandom(93);
     const feeds = {
       ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: 99 }, r, 3),

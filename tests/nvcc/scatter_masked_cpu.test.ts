@@ -13,7 +13,7 @@ import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { scatterCases } from "../util/scatter_cases.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { lambStep } from "../util/bert_steps.ts";
 import { loadModel } from "../../models/load.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { UPDATE_PREFIX } from "../../plan/plan.ts";
@@ -91,15 +91,7 @@ Deno.test({
   async fn() {
     const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
     const [B, S, P] = [4, 64, 3];
-    const g = buildModelGraph({
-      model,
-      mode: "train",
-      precision: "fp32",
-      batchSize: B,
-      seqLen: S,
-      maxPredictions: P,
-      optimizer: { kind: "lamb", dynamicScale: false },
-    });
+    const g = lambStep(model, "fp32", [B, S, P], false);
     const scatters = (profile: typeof PROFILES.lavapipe) =>
       compileGraph(g, { fuse: true, emitters, profile }).plan.kernels.filter((k) => k.kind === "scatter");
     const gpu = compileGraph(g, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
