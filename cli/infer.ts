@@ -52,8 +52,8 @@ output names.
                      without a GPU set DENO_WEBGPU_BACKEND=vulkan to use Mesa's lavapipe), cuda (fused
                      kernels on an NVIDIA GPU through the driver; needs --allow-ffi, which the task has), or
                      auto (cuda if a driver and GPU are there, else webgpu on a real GPU, else cpu, else
-                     reference; the choice and why go to stderr); cpu: fused C kernels built with cc and
-                     OpenMP, GEMMs through OpenBLAS (needs --allow-run for the compiler)
+                     reference; the choice and why go to stderr); cpu: fused C kernels built with cc on
+                     our thread pool, GEMMs through OpenBLAS (needs --allow-run for the compiler)
   --no-fuse          webgpu, cuda: one kernel per primitive op (the unfused baseline)
   --precision P      reference backend arithmetic: f32 (default, rounds every f32 result) or f64
 
