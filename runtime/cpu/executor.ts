@@ -6,7 +6,7 @@
  * epilogue kernels, copies, then the parameter updates. Nothing is allocated per step.
  *
  * Kernel ABI: `void bf_kernel_<i>(void* const* args)`, one address per binding in binding-index order;
- * each kernel runs its whole grid (OpenMP inside) before returning, so a step is the calls in order.
+ * each kernel runs its whole grid (on the thread pool) before returning, so a step is the calls in order.
  */
 import {
   type Plan,
