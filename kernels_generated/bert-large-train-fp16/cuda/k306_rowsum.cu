@@ -2,32 +2,18 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k306_rowsum
 // What the first of them fuses:
-//   reduce kernel over [8,128,1024] reducing axes [2]
-//   %2387 cast f32[1024,1024] (models/bert.ts:249)
-//   %2389 add f32[1024,1024] (models/bert.ts:249)
-//   %2390 reshape f32[8,128,1024] (models/bert.ts:249)
-//   %2393 mul f32[8,128,1024] (models/bert.ts:224)
-//   %2394 where f32[8,128,1024] (models/bert.ts:224)
-//   %2395 add f32[8,128,1024] (models/bert.ts:249) -> written
-//   %2396 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %2397 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %2400 mul f32[8,128,1024] (models/bert.ts:223)
-//   %2401 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %2402 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %2408 mul f32[8,128,1024] (models/bert.ts:223)
-//   %2410 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   reduce kernel over [64,16,1024] reducing axes [1]
+//   %3529 where f32[8,128,1024] (models/bert.ts:224)
+//   %3530 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %3532 reshape f32[64,16,1024] (models/bert.ts:245)
+//   %3533 reduce_sum f32[64,1,1024] (models/bert.ts:245) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %2386 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.17.output.dense.bias f32[1024]
-//   binding 3 (read): %2369 add f32[8,128,1024] stored f16
-//   binding 4 (write): %2397 mul f32[8,128,1]
-//   binding 5 (write): %2402 mul f32[8,128,1]
-//   binding 6 (write): %2395 add f32[8,128,1024] stored f16
-//   binding 7 (write): %2410 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.17.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.17.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %3523 add f32[8,128,1024] stored f16
+//   binding 2 (read): %3526 mul f32[8,128,1]
+//   binding 3 (write): %3533 reduce_sum f32[64,1,1024]
+//   binding 4 (write): %3530 mul f32[8,128,1024] stored f16
 
-// launch: grid [1024, 1, 1] of 256-thread blocks
+// launch: grid [256, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -65,111 +51,38 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 }
 #endif
 
-#ifndef BF_WARP_SUM_F32_32_DEFINED
-#define BF_WARP_SUM_F32_32_DEFINED
-static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
-    a = a + b;
-  }
-  return a;
-}
-#endif
-
-#ifndef BF_BLOCK_SUM_F32_8_DEFINED
-#define BF_BLOCK_SUM_F32_8_DEFINED
-static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
-  float a = slots[0];
-#pragma unroll
-  for (int i = 1; i < 8; ++i) {
-    const float b = slots[i];
-    a = a + b;
-  }
-  return a;
-}
-#endif
-
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, float* __restrict__ b4, float* __restrict__ b5, __half* __restrict__ b6, __half* __restrict__ b7, const float* __restrict__ b8, const float* __restrict__ b9) {
-  __shared__ float red_f32_0[8];
-  __shared__ float red_f32_1[8];
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, float* __restrict__ b3, __half* __restrict__ b4) {
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int row = wg;
-  float acc0 = 0.0f;
-  for (int j = lid; j < 1024; j += 256) {
-    const unsigned int v1 = b0[0];
-    const unsigned int v2 = b0[1];
-    const float v3 = bf_philox(v1, v2, 54u, static_cast<unsigned int>(row * 1024 + j));
-    const bool v4 = v3 >= 0.1f;
-    const float v5 = __half2float(b1[row * 1024 + j]);
-    const float v6 = b2[(row * 1024 + j) % 1024];
-    const float v7 = v5 + v6;
-    const float v8 = v7 * 1.1111112f;
-    const float v9 = (v4 ? v8 : 0.0f);
-    const float v10 = __half2float(b3[row * 1024 + j]);
-    const float v11 = v9 + v10;
-    acc0 = acc0 + v11;
-  }
-  // wg_reduce (sum -> red12): butterfly within each warp, then the 8 warp results in order
-  const float bf_warp0 = bf_warp_sum_f32_32(acc0);
-  if ((lid & 31) == 0) {
-    red_f32_0[lid / 32] = bf_warp0;
-  }
-  __syncthreads();
-  const float red12 = bf_block_sum_f32_8(red_f32_0);
-  float acc13 = 0.0f;
-  for (int j = lid; j < 1024; j += 256) {
-    const unsigned int v14 = b0[0];
-    const unsigned int v15 = b0[1];
-    const float v16 = bf_philox(v14, v15, 54u, static_cast<unsigned int>(row * 1024 + j));
-    const bool v17 = v16 >= 0.1f;
-    const float v18 = __half2float(b1[row * 1024 + j]);
-    const float v19 = b2[(row * 1024 + j) % 1024];
-    const float v20 = v18 + v19;
-    const float v21 = v20 * 1.1111112f;
-    const float v22 = (v17 ? v21 : 0.0f);
-    const float v23 = __half2float(b3[row * 1024 + j]);
-    const float v24 = v22 + v23;
-    const float v25 = red12 * 0.0009765625f;
-    const float v26 = v24 - v25;
-    const float v27 = v26 * v26;
-    acc13 = acc13 + v27;
-  }
-  // wg_reduce (sum -> red28): butterfly within each warp, then the 8 warp results in order
-  const float bf_warp1 = bf_warp_sum_f32_32(acc13);
-  if ((lid & 31) == 0) {
-    red_f32_1[lid / 32] = bf_warp1;
-  }
-  __syncthreads();
-  const float red28 = bf_block_sum_f32_8(red_f32_1);
-  const float v29 = red12 * 0.0009765625f;
-  const float v30 = red28 * 0.0009765625f;
-  if (lid == 0) {
-    b4[row] = v29;
-    b5[row] = v30;
-  }
-  for (int j = lid; j < 1024; j += 256) {
-    const unsigned int v31 = b0[0];
-    const unsigned int v32 = b0[1];
-    const float v33 = bf_philox(v31, v32, 54u, static_cast<unsigned int>(row * 1024 + j));
-    const bool v34 = v33 >= 0.1f;
-    const float v35 = __half2float(b1[row * 1024 + j]);
-    const float v36 = b2[(row * 1024 + j) % 1024];
-    const float v37 = v35 + v36;
-    const float v38 = v37 * 1.1111112f;
-    const float v39 = (v34 ? v38 : 0.0f);
-    const float v40 = __half2float(b3[row * 1024 + j]);
-    const float v41 = v39 + v40;
-    b6[row * 1024 + j] = __float2half_rn(v41);
-    const float v42 = v41 - v29;
-    const float v43 = v30 + 1e-12f;
-    const float v44 = rsqrtf(v43);
-    const float v45 = v42 * v44;
-    const float v46 = b8[j];
-    const float v47 = v45 * v46;
-    const float v48 = b9[j];
-    const float v49 = v47 + v48;
-    b7[row * 1024 + j] = __float2half_rn(v49);
+  const int gid = wg * 256 + lid;
+  if (gid < 65536) {
+    const int row = gid;
+    float acc0 = 0.0f;
+    for (int j = 0; j < 16; j += 1) {
+      const unsigned int v1 = b0[0];
+      const unsigned int v2 = b0[1];
+      const float v3 = bf_philox(v1, v2, 71u, static_cast<unsigned int>(row / 1024 * 16384 + j * 1024 + row % 1024));
+      const bool v4 = v3 >= 0.1f;
+      const float v5 = __half2float(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      const float v6 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
+      const float v7 = v5 + v6;
+      const float v8 = (v4 ? v7 : 0.0f);
+      const float v9 = v8 * 1.1111112f;
+      acc0 = acc0 + v9;
+    }
+    const float red10 = acc0;
+    b3[row] = red10;
+    for (int j = 0; j < 16; j += 1) {
+      const unsigned int v11 = b0[0];
+      const unsigned int v12 = b0[1];
+      const float v13 = bf_philox(v11, v12, 71u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
+      const bool v14 = v13 >= 0.1f;
+      const float v15 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v16 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      const float v17 = v15 + v16;
+      const float v18 = (v14 ? v17 : 0.0f);
+      const float v19 = v18 * 1.1111112f;
+      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v19);
+    }
   }
 }

@@ -2,32 +2,27 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k386_rowsum
 // What the first of them fuses:
-//   reduce kernel over [8,128,1024] reducing axes [2]
-//   %3001 cast f32[1024,1024] (models/bert.ts:245)
-//   %3003 add f32[1024,1024] (models/bert.ts:245)
-//   %3004 reshape f32[8,128,1024] (models/bert.ts:245)
-//   %3007 mul f32[8,128,1024] (models/bert.ts:224)
-//   %3008 where f32[8,128,1024] (models/bert.ts:224)
-//   %3009 add f32[8,128,1024] (models/bert.ts:245) -> written
-//   %3010 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %3011 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %3014 mul f32[8,128,1024] (models/bert.ts:223)
-//   %3015 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %3016 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %3022 mul f32[8,128,1024] (models/bert.ts:223)
-//   %3024 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   reduce kernel over [8,16,128,128] reducing axes [3]
+//   %3886 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %3889 where f32[8,16,128,128] (models/bert.ts:236)
+//   %3890 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3891 div f32[8,16,128,128] (models/bert.ts:236)
+//   %3892 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3893 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %3894 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %3895 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %3896 add f32[8,16,128,128] (models/bert.ts:236)
+//   %3897 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3898 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %3000 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.22.attention.output.dense.bias f32[1024]
-//   binding 3 (read): %2934 add f32[8,128,1024] stored f16
-//   binding 4 (write): %3011 mul f32[8,128,1]
-//   binding 5 (write): %3016 mul f32[8,128,1]
-//   binding 6 (write): %3009 add f32[8,128,1024] stored f16
-//   binding 7 (write): %3024 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.22.attention.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.22.attention.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %3885 matmul f16[8,16,128,128]
+//   binding 2 (read): %2854 reduce_sum f32[8,16,128,1]
+//   binding 3 (read): %2847 mul f32[8,16,128,128] stored f16
+//   binding 4 (read): input attention_mask i32[8,128]
+//   binding 5 (read): %2850 stop_gradient f32[8,16,128,1]
+//   binding 6 (write): %3898 mul f32[8,16,128,128] stored f16
 
-// launch: grid [1024, 1, 1] of 256-thread blocks
+// launch: grid [16384, 1, 1] of 128-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -77,12 +72,12 @@ static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
 }
 #endif
 
-#ifndef BF_BLOCK_SUM_F32_8_DEFINED
-#define BF_BLOCK_SUM_F32_8_DEFINED
-static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
+#ifndef BF_BLOCK_SUM_F32_4_DEFINED
+#define BF_BLOCK_SUM_F32_4_DEFINED
+static __device__ __forceinline__ float bf_block_sum_f32_4(const float* slots) {
   float a = slots[0];
 #pragma unroll
-  for (int i = 1; i < 8; ++i) {
+  for (int i = 1; i < 4; ++i) {
     const float b = slots[i];
     a = a + b;
   }
@@ -90,86 +85,65 @@ static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, float* __restrict__ b4, float* __restrict__ b5, __half* __restrict__ b6, __half* __restrict__ b7, const float* __restrict__ b8, const float* __restrict__ b9) {
-  __shared__ float red_f32_0[8];
-  __shared__ float red_f32_1[8];
+extern "C" __global__ void __launch_bounds__(128) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, const int* __restrict__ b4, const float* __restrict__ b5, __half* __restrict__ b6) {
+  __shared__ float red_f32_0[4];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
   const int row = wg;
   float acc0 = 0.0f;
-  for (int j = lid; j < 1024; j += 256) {
+  for (int j = lid; j < 128; j += 128) {
     const unsigned int v1 = b0[0];
     const unsigned int v2 = b0[1];
-    const float v3 = bf_philox(v1, v2, 68u, static_cast<unsigned int>(row * 1024 + j));
+    const float v3 = bf_philox(v1, v2, 64u, static_cast<unsigned int>(row * 128 + j));
     const bool v4 = v3 >= 0.1f;
-    const float v5 = __half2float(b1[row * 1024 + j]);
-    const float v6 = b2[(row * 1024 + j) % 1024];
-    const float v7 = v5 + v6;
-    const float v8 = v7 * 1.1111112f;
-    const float v9 = (v4 ? v8 : 0.0f);
-    const float v10 = __half2float(b3[row * 1024 + j]);
-    const float v11 = v9 + v10;
-    acc0 = acc0 + v11;
+    const float v5 = __half2float(b1[row * 128 + j]);
+    const float v6 = (v4 ? v5 : 0.0f);
+    const float v7 = v6 * 1.1111112f;
+    const float v8 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v9 = v7 / v8;
+    const float v10 = __half2float(b3[row * 128 + j]);
+    const int v11 = b4[row / 2048 * 128 + j];
+    const float v12 = static_cast<float>(v11);
+    const float v13 = v12 - 1.0f;
+    const float v14 = v13 * 10000.0f;
+    const float v15 = v10 + v14;
+    const float v16 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v17 = v15 - v16;
+    const float v18 = expf(v17);
+    const float v19 = v18 / v8;
+    const float v20 = v9 * v19;
+    const float v21 = -v20;
+    acc0 = acc0 + v21;
   }
-  // wg_reduce (sum -> red12): butterfly within each warp, then the 8 warp results in order
+  // wg_reduce (sum -> red22): butterfly within each warp, then the 4 warp results in order
   const float bf_warp0 = bf_warp_sum_f32_32(acc0);
   if ((lid & 31) == 0) {
     red_f32_0[lid / 32] = bf_warp0;
   }
   __syncthreads();
-  const float red12 = bf_block_sum_f32_8(red_f32_0);
-  float acc13 = 0.0f;
-  for (int j = lid; j < 1024; j += 256) {
-    const unsigned int v14 = b0[0];
-    const unsigned int v15 = b0[1];
-    const float v16 = bf_philox(v14, v15, 68u, static_cast<unsigned int>(row * 1024 + j));
-    const bool v17 = v16 >= 0.1f;
-    const float v18 = __half2float(b1[row * 1024 + j]);
-    const float v19 = b2[(row * 1024 + j) % 1024];
-    const float v20 = v18 + v19;
-    const float v21 = v20 * 1.1111112f;
-    const float v22 = (v17 ? v21 : 0.0f);
-    const float v23 = __half2float(b3[row * 1024 + j]);
-    const float v24 = v22 + v23;
-    const float v25 = red12 * 0.0009765625f;
-    const float v26 = v24 - v25;
-    const float v27 = v26 * v26;
-    acc13 = acc13 + v27;
-  }
-  // wg_reduce (sum -> red28): butterfly within each warp, then the 8 warp results in order
-  const float bf_warp1 = bf_warp_sum_f32_32(acc13);
-  if ((lid & 31) == 0) {
-    red_f32_1[lid / 32] = bf_warp1;
-  }
-  __syncthreads();
-  const float red28 = bf_block_sum_f32_8(red_f32_1);
-  const float v29 = red12 * 0.0009765625f;
-  const float v30 = red28 * 0.0009765625f;
-  if (lid == 0) {
-    b4[row] = v29;
-    b5[row] = v30;
-  }
-  for (int j = lid; j < 1024; j += 256) {
-    const unsigned int v31 = b0[0];
-    const unsigned int v32 = b0[1];
-    const float v33 = bf_philox(v31, v32, 68u, static_cast<unsigned int>(row * 1024 + j));
-    const bool v34 = v33 >= 0.1f;
-    const float v35 = __half2float(b1[row * 1024 + j]);
-    const float v36 = b2[(row * 1024 + j) % 1024];
-    const float v37 = v35 + v36;
-    const float v38 = v37 * 1.1111112f;
-    const float v39 = (v34 ? v38 : 0.0f);
-    const float v40 = __half2float(b3[row * 1024 + j]);
-    const float v41 = v39 + v40;
-    b6[row * 1024 + j] = __float2half_rn(v41);
-    const float v42 = v41 - v29;
-    const float v43 = v30 + 1e-12f;
-    const float v44 = rsqrtf(v43);
-    const float v45 = v42 * v44;
-    const float v46 = b8[j];
-    const float v47 = v45 * v46;
-    const float v48 = b9[j];
-    const float v49 = v47 + v48;
-    b7[row * 1024 + j] = __float2half_rn(v49);
+  const float red22 = bf_block_sum_f32_4(red_f32_0);
+  for (int j = lid; j < 128; j += 128) {
+    const unsigned int v23 = b0[0];
+    const unsigned int v24 = b0[1];
+    const float v25 = bf_philox(v23, v24, 64u, static_cast<unsigned int>(row * 128 + j));
+    const bool v26 = v25 >= 0.1f;
+    const float v27 = __half2float(b1[row * 128 + j]);
+    const float v28 = (v26 ? v27 : 0.0f);
+    const float v29 = v28 * 1.1111112f;
+    const float v30 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v31 = v29 / v30;
+    const float v32 = v31 + red22;
+    const float v33 = __half2float(b3[row * 128 + j]);
+    const int v34 = b4[row / 2048 * 128 + j];
+    const float v35 = static_cast<float>(v34);
+    const float v36 = v35 - 1.0f;
+    const float v37 = v36 * 10000.0f;
+    const float v38 = v33 + v37;
+    const float v39 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v40 = v38 - v39;
+    const float v41 = expf(v40);
+    const float v42 = v32 * v41;
+    const float v43 = v42 * 0.125f;
+    b6[row * 128 + j] = __float2half_rn(v43);
   }
 }

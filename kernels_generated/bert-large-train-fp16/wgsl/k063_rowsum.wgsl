@@ -3,29 +3,29 @@
 // Used by 1 kernel: k063_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %512 cast f32[1024,1024] (models/bert.ts:245)
-//   %514 add f32[1024,1024] (models/bert.ts:245)
-//   %515 reshape f32[8,128,1024] (models/bert.ts:245)
-//   %518 mul f32[8,128,1024] (models/bert.ts:224)
-//   %519 where f32[8,128,1024] (models/bert.ts:224)
-//   %520 add f32[8,128,1024] (models/bert.ts:245) -> written
-//   %521 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %522 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %525 mul f32[8,128,1024] (models/bert.ts:223)
-//   %526 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %527 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %533 mul f32[8,128,1024] (models/bert.ts:223)
-//   %535 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %774 cast f32[1024,1024] (models/bert.ts:245)
+//   %776 add f32[1024,1024] (models/bert.ts:245)
+//   %777 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %780 mul f32[8,128,1024] (models/bert.ts:224)
+//   %781 where f32[8,128,1024] (models/bert.ts:224)
+//   %782 add f32[8,128,1024] (models/bert.ts:245) -> written
+//   %783 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %784 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %787 mul f32[8,128,1024] (models/bert.ts:223)
+//   %788 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %789 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %795 mul f32[8,128,1024] (models/bert.ts:223)
+//   %797 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %511 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.3.attention.output.dense.bias f32[1024]
-//   binding 3 (read): %445 add f32[8,128,1024] stored f16
-//   binding 4 (write): %522 mul f32[8,128,1]
-//   binding 5 (write): %527 mul f32[8,128,1]
-//   binding 6 (write): %520 add f32[8,128,1024] stored f16
-//   binding 7 (write): %535 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.3.attention.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.3.attention.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %773 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.5.attention.output.dense.bias f32[1024]
+//   binding 3 (read): %707 add f32[8,128,1024] stored f16
+//   binding 4 (write): %784 mul f32[8,128,1]
+//   binding 5 (write): %789 mul f32[8,128,1]
+//   binding 6 (write): %782 add f32[8,128,1024] stored f16
+//   binding 7 (write): %797 add f32[8,128,1024] stored f16
+//   binding 8 (read): param bert.encoder.layer.5.attention.output.LayerNorm.weight f32[1024]
+//   binding 9 (read): param bert.encoder.layer.5.attention.output.LayerNorm.bias f32[1024]
 
 // launch: 1024 workgroups of 256 threads
 
@@ -92,7 +92,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v1: u32 = b0[0];
     let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 11u, u32(row * 1024 + j));
+    let v3: f32 = bf_philox(v1, v2, 17u, u32(row * 1024 + j));
     let v4: bool = v3 >= 0.1;
     let v5: f32 = f32(b1[row * 1024 + j]);
     let v6: f32 = b2[(row * 1024 + j) % 1024];
@@ -139,7 +139,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v14: u32 = b0[0];
     let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 11u, u32(row * 1024 + j));
+    let v16: f32 = bf_philox(v14, v15, 17u, u32(row * 1024 + j));
     let v17: bool = v16 >= 0.1;
     let v18: f32 = f32(b1[row * 1024 + j]);
     let v19: f32 = b2[(row * 1024 + j) % 1024];
@@ -194,7 +194,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v31: u32 = b0[0];
     let v32: u32 = b0[1];
-    let v33: f32 = bf_philox(v31, v32, 11u, u32(row * 1024 + j));
+    let v33: f32 = bf_philox(v31, v32, 17u, u32(row * 1024 + j));
     let v34: bool = v33 >= 0.1;
     let v35: f32 = f32(b1[row * 1024 + j]);
     let v36: f32 = b2[(row * 1024 + j) % 1024];

@@ -3,29 +3,29 @@
 // Used by 1 kernel: k085_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %684 cast f32[1024,1024] (models/bert.ts:249)
-//   %686 add f32[1024,1024] (models/bert.ts:249)
-//   %687 reshape f32[8,128,1024] (models/bert.ts:249)
-//   %690 mul f32[8,128,1024] (models/bert.ts:224)
-//   %691 where f32[8,128,1024] (models/bert.ts:224)
-//   %692 add f32[8,128,1024] (models/bert.ts:249) -> written
-//   %693 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %694 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %697 mul f32[8,128,1024] (models/bert.ts:223)
-//   %698 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %699 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %705 mul f32[8,128,1024] (models/bert.ts:223)
-//   %707 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1036 cast f32[1024,1024] (models/bert.ts:245)
+//   %1038 add f32[1024,1024] (models/bert.ts:245)
+//   %1039 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %1042 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1043 where f32[8,128,1024] (models/bert.ts:224)
+//   %1044 add f32[8,128,1024] (models/bert.ts:245) -> written
+//   %1045 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1046 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %1049 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1050 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1051 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %1057 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1059 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %683 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.4.output.dense.bias f32[1024]
-//   binding 3 (read): %666 add f32[8,128,1024] stored f16
-//   binding 4 (write): %694 mul f32[8,128,1]
-//   binding 5 (write): %699 mul f32[8,128,1]
-//   binding 6 (write): %692 add f32[8,128,1024] stored f16
-//   binding 7 (write): %707 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.4.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.4.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %1035 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.7.attention.output.dense.bias f32[1024]
+//   binding 3 (read): %969 add f32[8,128,1024] stored f16
+//   binding 4 (write): %1046 mul f32[8,128,1]
+//   binding 5 (write): %1051 mul f32[8,128,1]
+//   binding 6 (write): %1044 add f32[8,128,1024] stored f16
+//   binding 7 (write): %1059 add f32[8,128,1024] stored f16
+//   binding 8 (read): param bert.encoder.layer.7.attention.output.LayerNorm.weight f32[1024]
+//   binding 9 (read): param bert.encoder.layer.7.attention.output.LayerNorm.bias f32[1024]
 
 // launch: 1024 workgroups of 256 threads
 
@@ -92,7 +92,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v1: u32 = b0[0];
     let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 15u, u32(row * 1024 + j));
+    let v3: f32 = bf_philox(v1, v2, 23u, u32(row * 1024 + j));
     let v4: bool = v3 >= 0.1;
     let v5: f32 = f32(b1[row * 1024 + j]);
     let v6: f32 = b2[(row * 1024 + j) % 1024];
@@ -139,7 +139,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v14: u32 = b0[0];
     let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 15u, u32(row * 1024 + j));
+    let v16: f32 = bf_philox(v14, v15, 23u, u32(row * 1024 + j));
     let v17: bool = v16 >= 0.1;
     let v18: f32 = f32(b1[row * 1024 + j]);
     let v19: f32 = b2[(row * 1024 + j) % 1024];
@@ -194,7 +194,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v31: u32 = b0[0];
     let v32: u32 = b0[1];
-    let v33: f32 = bf_philox(v31, v32, 15u, u32(row * 1024 + j));
+    let v33: f32 = bf_philox(v31, v32, 23u, u32(row * 1024 + j));
     let v34: bool = v33 >= 0.1;
     let v35: f32 = f32(b1[row * 1024 + j]);
     let v36: f32 = b2[(row * 1024 + j) % 1024];

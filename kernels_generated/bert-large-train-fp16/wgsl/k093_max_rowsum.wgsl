@@ -3,19 +3,19 @@
 // Used by 1 kernel: k093_max_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %750 cast f32[8,16,128,128] (models/bert.ts:236)
-//   %751 mul f32[8,16,128,128] (models/bert.ts:236) -> written
-//   %753 reduce_max f32[8,16,128,1] (models/bert.ts:236)
-//   %754 stop_gradient f32[8,16,128,1] (models/bert.ts:236) -> written
-//   %758 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
-//   %763 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %764 where f32[8,16,128,128] (models/bert.ts:236) -> written
-//   binding 0 (read): %749 matmul f16[8,16,128,128]
+//   %1143 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %1144 mul f32[8,16,128,128] (models/bert.ts:236) -> written
+//   %1146 reduce_max f32[8,16,128,1] (models/bert.ts:236)
+//   %1147 stop_gradient f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1151 reduce_sum f32[8,16,128,1] (models/bert.ts:236) -> written
+//   %1156 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %1157 where f32[8,16,128,128] (models/bert.ts:236) -> written
+//   binding 0 (read): %1142 matmul f16[8,16,128,128]
 //   binding 1 (read): input attention_mask i32[8,128]
-//   binding 2 (write): %754 stop_gradient f32[8,16,128,1]
-//   binding 3 (write): %758 reduce_sum f32[8,16,128,1]
-//   binding 4 (write): %751 mul f32[8,16,128,128] stored f16
-//   binding 5 (write): %764 where f32[8,16,128,128] stored f16
+//   binding 2 (write): %1147 stop_gradient f32[8,16,128,1]
+//   binding 3 (write): %1151 reduce_sum f32[8,16,128,1]
+//   binding 4 (write): %1144 mul f32[8,16,128,128] stored f16
+//   binding 5 (write): %1157 where f32[8,16,128,128] stored f16
 //   binding 6 (read): input rng_key u32[2]
 
 // launch: 16384 workgroups of 128 threads
@@ -166,7 +166,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     b4[row * 128 + j] = f16(v21);
     let v22: u32 = b6[0];
     let v23: u32 = b6[1];
-    let v24: f32 = bf_philox(v22, v23, 16u, u32(row * 128 + j));
+    let v24: f32 = bf_philox(v22, v23, 25u, u32(row * 128 + j));
     let v25: bool = v24 >= 0.1;
     let v26: i32 = b1[row / 2048 * 128 + j];
     let v27: f32 = f32(v26);

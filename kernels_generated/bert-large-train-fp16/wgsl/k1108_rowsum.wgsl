@@ -3,15 +3,15 @@
 // Used by 1 kernel: k1108_rowsum
 // What the first of them fuses:
 //   reduce kernel over [64,16,1024] reducing axes [1]
-//   %6354 where f32[8,128,1024] (models/bert.ts:224)
-//   %6355 mul f32[8,128,1024] (models/bert.ts:224) -> written
-//   %6357 reshape f32[64,16,1024] (models/bert.ts:249)
-//   %6358 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
+//   %7204 where f32[8,128,1024] (models/bert.ts:224)
+//   %7205 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %7207 reshape f32[64,16,1024] (models/bert.ts:249)
+//   %7208 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %6348 add f32[8,128,1024] stored f16
-//   binding 2 (read): %6351 mul f32[8,128,1]
-//   binding 3 (write): %6358 reduce_sum f32[64,1,1024]
-//   binding 4 (write): %6355 mul f32[8,128,1024] stored f16
+//   binding 1 (read): %7198 add f32[8,128,1024] stored f16
+//   binding 2 (read): %7201 mul f32[8,128,1]
+//   binding 3 (write): %7208 reduce_sum f32[64,1,1024]
+//   binding 4 (write): %7205 mul f32[8,128,1024] stored f16
 
 // launch: 256 workgroups of 256 threads
 
@@ -72,7 +72,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     for (var j: i32 = 0; j < 16; j += 1) {
       let v1: u32 = b0[0];
       let v2: u32 = b0[1];
-      let v3: f32 = bf_philox(v1, v2, 21u, u32(row / 1024 * 16384 + j * 1024 + row % 1024));
+      let v3: f32 = bf_philox(v1, v2, 6u, u32(row / 1024 * 16384 + j * 1024 + row % 1024));
       let v4: bool = v3 >= 0.1;
       let v5: f32 = f32(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
       let v6: f32 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
@@ -86,7 +86,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     for (var j: i32 = 0; j < 16; j += 1) {
       let v11: u32 = b0[0];
       let v12: u32 = b0[1];
-      let v13: f32 = bf_philox(v11, v12, 21u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
+      let v13: f32 = bf_philox(v11, v12, 6u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
       let v14: bool = v13 >= 0.1;
       let v15: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
       let v16: f32 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];

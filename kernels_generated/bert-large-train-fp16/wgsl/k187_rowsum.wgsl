@@ -3,29 +3,29 @@
 // Used by 1 kernel: k187_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1470 cast f32[1024,1024] (models/bert.ts:249)
-//   %1472 add f32[1024,1024] (models/bert.ts:249)
-//   %1473 reshape f32[8,128,1024] (models/bert.ts:249)
-//   %1476 mul f32[8,128,1024] (models/bert.ts:224)
-//   %1477 where f32[8,128,1024] (models/bert.ts:224)
-//   %1478 add f32[8,128,1024] (models/bert.ts:249) -> written
-//   %1479 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %1480 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %1483 mul f32[8,128,1024] (models/bert.ts:223)
-//   %1484 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %1485 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %1491 mul f32[8,128,1024] (models/bert.ts:223)
-//   %1493 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %2256 cast f32[1024,1024] (models/bert.ts:249)
+//   %2258 add f32[1024,1024] (models/bert.ts:249)
+//   %2259 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %2262 mul f32[8,128,1024] (models/bert.ts:224)
+//   %2263 where f32[8,128,1024] (models/bert.ts:224)
+//   %2264 add f32[8,128,1024] (models/bert.ts:249) -> written
+//   %2265 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2266 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %2269 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2270 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %2271 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %2277 mul f32[8,128,1024] (models/bert.ts:223)
+//   %2279 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %1469 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.10.output.dense.bias f32[1024]
-//   binding 3 (read): %1452 add f32[8,128,1024] stored f16
-//   binding 4 (write): %1480 mul f32[8,128,1]
-//   binding 5 (write): %1485 mul f32[8,128,1]
-//   binding 6 (write): %1478 add f32[8,128,1024] stored f16
-//   binding 7 (write): %1493 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.10.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.10.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %2255 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.16.output.dense.bias f32[1024]
+//   binding 3 (read): %2238 add f32[8,128,1024] stored f16
+//   binding 4 (write): %2266 mul f32[8,128,1]
+//   binding 5 (write): %2271 mul f32[8,128,1]
+//   binding 6 (write): %2264 add f32[8,128,1024] stored f16
+//   binding 7 (write): %2279 add f32[8,128,1024] stored f16
+//   binding 8 (read): param bert.encoder.layer.16.output.LayerNorm.weight f32[1024]
+//   binding 9 (read): param bert.encoder.layer.16.output.LayerNorm.bias f32[1024]
 
 // launch: 1024 workgroups of 256 threads
 
@@ -92,7 +92,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v1: u32 = b0[0];
     let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 33u, u32(row * 1024 + j));
+    let v3: f32 = bf_philox(v1, v2, 51u, u32(row * 1024 + j));
     let v4: bool = v3 >= 0.1;
     let v5: f32 = f32(b1[row * 1024 + j]);
     let v6: f32 = b2[(row * 1024 + j) % 1024];
@@ -139,7 +139,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v14: u32 = b0[0];
     let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 33u, u32(row * 1024 + j));
+    let v16: f32 = bf_philox(v14, v15, 51u, u32(row * 1024 + j));
     let v17: bool = v16 >= 0.1;
     let v18: f32 = f32(b1[row * 1024 + j]);
     let v19: f32 = b2[(row * 1024 + j) % 1024];
@@ -194,7 +194,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v31: u32 = b0[0];
     let v32: u32 = b0[1];
-    let v33: f32 = bf_philox(v31, v32, 33u, u32(row * 1024 + j));
+    let v33: f32 = bf_philox(v31, v32, 51u, u32(row * 1024 + j));
     let v34: bool = v33 >= 0.1;
     let v35: f32 = f32(b1[row * 1024 + j]);
     let v36: f32 = b2[(row * 1024 + j) % 1024];

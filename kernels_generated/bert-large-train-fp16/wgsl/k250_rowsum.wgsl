@@ -3,29 +3,29 @@
 // Used by 1 kernel: k250_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1953 cast f32[1024,1024] (models/bert.ts:245)
-//   %1955 add f32[1024,1024] (models/bert.ts:245)
-//   %1956 reshape f32[8,128,1024] (models/bert.ts:245)
-//   %1959 mul f32[8,128,1024] (models/bert.ts:224)
-//   %1960 where f32[8,128,1024] (models/bert.ts:224)
-//   %1961 add f32[8,128,1024] (models/bert.ts:245) -> written
-//   %1962 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %1963 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %1966 mul f32[8,128,1024] (models/bert.ts:223)
-//   %1967 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %1968 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %1974 mul f32[8,128,1024] (models/bert.ts:223)
-//   %1976 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3001 cast f32[1024,1024] (models/bert.ts:245)
+//   %3003 add f32[1024,1024] (models/bert.ts:245)
+//   %3004 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %3007 mul f32[8,128,1024] (models/bert.ts:224)
+//   %3008 where f32[8,128,1024] (models/bert.ts:224)
+//   %3009 add f32[8,128,1024] (models/bert.ts:245) -> written
+//   %3010 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3011 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %3014 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3015 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3016 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %3022 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3024 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %1952 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.14.attention.output.dense.bias f32[1024]
-//   binding 3 (read): %1886 add f32[8,128,1024] stored f16
-//   binding 4 (write): %1963 mul f32[8,128,1]
-//   binding 5 (write): %1968 mul f32[8,128,1]
-//   binding 6 (write): %1961 add f32[8,128,1024] stored f16
-//   binding 7 (write): %1976 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.14.attention.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.14.attention.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %3000 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.22.attention.output.dense.bias f32[1024]
+//   binding 3 (read): %2934 add f32[8,128,1024] stored f16
+//   binding 4 (write): %3011 mul f32[8,128,1]
+//   binding 5 (write): %3016 mul f32[8,128,1]
+//   binding 6 (write): %3009 add f32[8,128,1024] stored f16
+//   binding 7 (write): %3024 add f32[8,128,1024] stored f16
+//   binding 8 (read): param bert.encoder.layer.22.attention.output.LayerNorm.weight f32[1024]
+//   binding 9 (read): param bert.encoder.layer.22.attention.output.LayerNorm.bias f32[1024]
 
 // launch: 1024 workgroups of 256 threads
 
@@ -92,7 +92,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v1: u32 = b0[0];
     let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 44u, u32(row * 1024 + j));
+    let v3: f32 = bf_philox(v1, v2, 68u, u32(row * 1024 + j));
     let v4: bool = v3 >= 0.1;
     let v5: f32 = f32(b1[row * 1024 + j]);
     let v6: f32 = b2[(row * 1024 + j) % 1024];
@@ -139,7 +139,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v14: u32 = b0[0];
     let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 44u, u32(row * 1024 + j));
+    let v16: f32 = bf_philox(v14, v15, 68u, u32(row * 1024 + j));
     let v17: bool = v16 >= 0.1;
     let v18: f32 = f32(b1[row * 1024 + j]);
     let v19: f32 = b2[(row * 1024 + j) % 1024];
@@ -194,7 +194,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   for (var j: i32 = lid; j < 1024; j += 256) {
     let v31: u32 = b0[0];
     let v32: u32 = b0[1];
-    let v33: f32 = bf_philox(v31, v32, 44u, u32(row * 1024 + j));
+    let v33: f32 = bf_philox(v31, v32, 68u, u32(row * 1024 + j));
     let v34: bool = v33 >= 0.1;
     let v35: f32 = f32(b1[row * 1024 + j]);
     let v36: f32 = b2[(row * 1024 + j) % 1024];

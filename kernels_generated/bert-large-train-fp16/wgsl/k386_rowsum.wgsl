@@ -2,32 +2,27 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k386_rowsum
 // What the first of them fuses:
-//   reduce kernel over [8,128,1024] reducing axes [2]
-//   %3001 cast f32[1024,1024] (models/bert.ts:245)
-//   %3003 add f32[1024,1024] (models/bert.ts:245)
-//   %3004 reshape f32[8,128,1024] (models/bert.ts:245)
-//   %3007 mul f32[8,128,1024] (models/bert.ts:224)
-//   %3008 where f32[8,128,1024] (models/bert.ts:224)
-//   %3009 add f32[8,128,1024] (models/bert.ts:245) -> written
-//   %3010 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %3011 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %3014 mul f32[8,128,1024] (models/bert.ts:223)
-//   %3015 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %3016 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %3022 mul f32[8,128,1024] (models/bert.ts:223)
-//   %3024 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   reduce kernel over [8,16,128,128] reducing axes [3]
+//   %3886 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %3889 where f32[8,16,128,128] (models/bert.ts:236)
+//   %3890 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3891 div f32[8,16,128,128] (models/bert.ts:236)
+//   %3892 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3893 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %3894 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %3895 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %3896 add f32[8,16,128,128] (models/bert.ts:236)
+//   %3897 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3898 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %3000 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.22.attention.output.dense.bias f32[1024]
-//   binding 3 (read): %2934 add f32[8,128,1024] stored f16
-//   binding 4 (write): %3011 mul f32[8,128,1]
-//   binding 5 (write): %3016 mul f32[8,128,1]
-//   binding 6 (write): %3009 add f32[8,128,1024] stored f16
-//   binding 7 (write): %3024 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.22.attention.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.22.attention.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %3885 matmul f16[8,16,128,128]
+//   binding 2 (read): %2854 reduce_sum f32[8,16,128,1]
+//   binding 3 (read): %2847 mul f32[8,16,128,128] stored f16
+//   binding 4 (read): input attention_mask i32[8,128]
+//   binding 5 (read): %2850 stop_gradient f32[8,16,128,1]
+//   binding 6 (write): %3898 mul f32[8,16,128,128] stored f16
 
-// launch: 1024 workgroups of 256 threads
+// launch: 16384 workgroups of 128 threads
 
 enable f16;
 
@@ -35,15 +30,11 @@ enable f16;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
 @group(0) @binding(2) var<storage, read> b2: array<f32>;
 @group(0) @binding(3) var<storage, read> b3: array<f16>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f32>;
+@group(0) @binding(4) var<storage, read> b4: array<i32>;
+@group(0) @binding(5) var<storage, read> b5: array<f32>;
 @group(0) @binding(6) var<storage, read_write> b6: array<f16>;
-@group(0) @binding(7) var<storage, read_write> b7: array<f16>;
-@group(0) @binding(8) var<storage, read> b8: array<f32>;
-@group(0) @binding(9) var<storage, read> b9: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 256>;
-var<workgroup> red_f32_1: array<f32, 256>;
+var<workgroup> red_f32_0: array<f32, 128>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -83,32 +74,38 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(128)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
   let row: i32 = wg;
   var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
+  for (var j: i32 = lid; j < 128; j += 128) {
     let v1: u32 = b0[0];
     let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 68u, u32(row * 1024 + j));
+    let v3: f32 = bf_philox(v1, v2, 64u, u32(row * 128 + j));
     let v4: bool = v3 >= 0.1;
-    let v5: f32 = f32(b1[row * 1024 + j]);
-    let v6: f32 = b2[(row * 1024 + j) % 1024];
-    let v7: f32 = v5 + v6;
-    let v8: f32 = v7 * 1.1111112;
-    let v9: f32 = select(0.0, v8, v4);
-    let v10: f32 = f32(b3[row * 1024 + j]);
-    let v11: f32 = v9 + v10;
-    acc0 = acc0 + v11;
+    let v5: f32 = f32(b1[row * 128 + j]);
+    let v6: f32 = select(0.0, v5, v4);
+    let v7: f32 = v6 * 1.1111112;
+    let v8: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v9: f32 = v7 / v8;
+    let v10: f32 = f32(b3[row * 128 + j]);
+    let v11: i32 = b4[row / 2048 * 128 + j];
+    let v12: f32 = f32(v11);
+    let v13: f32 = v12 - 1.0;
+    let v14: f32 = v13 * 10000.0;
+    let v15: f32 = v10 + v14;
+    let v16: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v17: f32 = v15 - v16;
+    let v18: f32 = exp(v17);
+    let v19: f32 = v18 / v8;
+    let v20: f32 = v9 * v19;
+    let v21: f32 = -v20;
+    acc0 = acc0 + v21;
   }
-  // wg_reduce (sum -> red12): tree over 256 threads in workgroup memory
+  // wg_reduce (sum -> red22): tree over 128 threads in workgroup memory
   red_f32_0[lid] = acc0;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
-  }
   workgroupBarrier();
   if (lid < 64) {
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
@@ -134,84 +131,29 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
   }
   workgroupBarrier();
-  let red12: f32 = red_f32_0[0] + red_f32_0[1];
-  var acc13: f32 = 0.0;
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v14: u32 = b0[0];
-    let v15: u32 = b0[1];
-    let v16: f32 = bf_philox(v14, v15, 68u, u32(row * 1024 + j));
-    let v17: bool = v16 >= 0.1;
-    let v18: f32 = f32(b1[row * 1024 + j]);
-    let v19: f32 = b2[(row * 1024 + j) % 1024];
-    let v20: f32 = v18 + v19;
-    let v21: f32 = v20 * 1.1111112;
-    let v22: f32 = select(0.0, v21, v17);
-    let v23: f32 = f32(b3[row * 1024 + j]);
-    let v24: f32 = v22 + v23;
-    let v25: f32 = red12 * 0.0009765625;
-    let v26: f32 = v24 - v25;
-    let v27: f32 = v26 * v26;
-    acc13 = acc13 + v27;
-  }
-  // wg_reduce (sum -> red28): tree over 256 threads in workgroup memory
-  red_f32_1[lid] = acc13;
-  workgroupBarrier();
-  if (lid < 128) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
-  }
-  workgroupBarrier();
-  if (lid < 64) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
-  }
-  workgroupBarrier();
-  if (lid < 32) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
-  }
-  workgroupBarrier();
-  if (lid < 16) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
-  }
-  workgroupBarrier();
-  let red28: f32 = red_f32_1[0] + red_f32_1[1];
-  let v29: f32 = red12 * 0.0009765625;
-  let v30: f32 = red28 * 0.0009765625;
-  if (lid == 0) {
-    b4[row] = v29;
-    b5[row] = v30;
-  }
-  for (var j: i32 = lid; j < 1024; j += 256) {
-    let v31: u32 = b0[0];
-    let v32: u32 = b0[1];
-    let v33: f32 = bf_philox(v31, v32, 68u, u32(row * 1024 + j));
-    let v34: bool = v33 >= 0.1;
-    let v35: f32 = f32(b1[row * 1024 + j]);
-    let v36: f32 = b2[(row * 1024 + j) % 1024];
-    let v37: f32 = v35 + v36;
-    let v38: f32 = v37 * 1.1111112;
-    let v39: f32 = select(0.0, v38, v34);
-    let v40: f32 = f32(b3[row * 1024 + j]);
-    let v41: f32 = v39 + v40;
-    b6[row * 1024 + j] = f16(v41);
-    let v42: f32 = v41 - v29;
-    let v43: f32 = v30 + 1e-12;
-    let v44: f32 = inverseSqrt(v43);
-    let v45: f32 = v42 * v44;
-    let v46: f32 = b8[j];
-    let v47: f32 = v45 * v46;
-    let v48: f32 = b9[j];
-    let v49: f32 = v47 + v48;
-    b7[row * 1024 + j] = f16(v49);
+  let red22: f32 = red_f32_0[0] + red_f32_0[1];
+  for (var j: i32 = lid; j < 128; j += 128) {
+    let v23: u32 = b0[0];
+    let v24: u32 = b0[1];
+    let v25: f32 = bf_philox(v23, v24, 64u, u32(row * 128 + j));
+    let v26: bool = v25 >= 0.1;
+    let v27: f32 = f32(b1[row * 128 + j]);
+    let v28: f32 = select(0.0, v27, v26);
+    let v29: f32 = v28 * 1.1111112;
+    let v30: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v31: f32 = v29 / v30;
+    let v32: f32 = v31 + red22;
+    let v33: f32 = f32(b3[row * 128 + j]);
+    let v34: i32 = b4[row / 2048 * 128 + j];
+    let v35: f32 = f32(v34);
+    let v36: f32 = v35 - 1.0;
+    let v37: f32 = v36 * 10000.0;
+    let v38: f32 = v33 + v37;
+    let v39: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v40: f32 = v38 - v39;
+    let v41: f32 = exp(v40);
+    let v42: f32 = v32 * v41;
+    let v43: f32 = v42 * 0.125;
+    b6[row * 128 + j] = f16(v43);
   }
 }
