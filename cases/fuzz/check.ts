@@ -9,6 +9,7 @@
  */
 import type { EmitTarget, Emitter } from "../../compiler/build_plan.ts";
 import { compileGraph } from "../../compiler/compile.ts";
+import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { evaluate, evaluateNodes } from "../../runtime/reference/interpreter.ts";
 import { batchOf } from "./batch.ts";
@@ -120,7 +121,13 @@ export async function checkBatch(
 
   const want = evaluate(batch.graph, batch.feeds, { precision: "f64" });
   const g = compiled.graph;
-  const vals = evaluateNodes(g, batch.feeds, g.nodes.map((n) => n.id), "f64");
+  // The plan's graph may read weight copies the runtime derives from the weights (plan/low_copies.ts).
+  const vals = evaluateNodes(
+    g,
+    withLowCopyFeeds(compiled.plan, batch.feeds),
+    g.nodes.map((n) => n.id),
+    "f64",
+  );
   const bounds = errorBounds(g, vals, { narrowed: compiled.storage.narrowed });
   const verdicts = new Map(
     seeds.map((seed) => [seed, { seed, checked: 0, unchecked: 0, sharp: 0, failures: [] as Failure[] }]),
