@@ -36,7 +36,14 @@ import {
 import type { Stage } from "../pipeline.ts";
 import { rerootAtProduct, rerootedFusion, type RerootWork, rerootWork } from "./flash_operands.ts";
 import { launchAccess } from "./schedule.ts";
-import { type FlashOverride, type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
+import {
+  cudaAlone,
+  type FlashOverride,
+  type KernelState,
+  need,
+  type StateBuffer,
+  storedTypeOf,
+} from "./state.ts";
 
 const NAME = "flash-attention";
 
@@ -45,8 +52,7 @@ export const flashAttentionStage: Stage<KernelState> = {
   about:
     "cuda-sm90 training: each self-attention's 8 kernels become 3 flash-attention kernels (no probabilities stored)",
   run: (s, ctx) => {
-    const e = s.options.emitters;
-    if (s.options.profile?.name !== "cuda-sm90" || !e.cuda || e.wgsl || e.c || !s.fusing) return s;
+    if (s.options.profile?.name !== "cuda-sm90" || !cudaAlone(s.options) || !s.fusing) return s;
     need(s.fusion, "the fusion", NAME);
     need(s.bufferOfNode, "buffers", NAME);
     need(s.buffers, "buffers", NAME);

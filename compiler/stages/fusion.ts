@@ -10,7 +10,7 @@ import { layoutForGemms } from "../fusion/layout.ts";
 import { MAX_SIBLING_BINDINGS, mergeSiblings } from "../fusion/siblings.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { PassContext, Stage } from "../pipeline.ts";
-import { type KernelState, need } from "./state.ts";
+import { cudaAlone, type KernelState, need } from "./state.ts";
 
 const takeFuel = (ctx: PassContext) => () => ctx.fuel.take();
 
@@ -31,8 +31,7 @@ function mergeBindingLimit(s: KernelState, cap: number): number {
  * rawGemmOutputs). A plan shared with WGSL or C keeps the template's free epilogues.
  */
 function rawGemmOutputs(s: KernelState): boolean {
-  const e = s.options.emitters;
-  return !!e.cuda && !e.wgsl && !e.c && s.options.libraryGemms !== false;
+  return cudaAlone(s.options) && s.options.libraryGemms !== false;
 }
 
 const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => console.error(m) : undefined;

@@ -16,6 +16,7 @@ import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
 import type { Stage } from "../pipeline.ts";
 import {
+  cudaAlone,
   type GemmDecision,
   type KernelState,
   type LibraryGemm,
@@ -74,7 +75,7 @@ export const libraryCallsStage: Stage<KernelState> = {
     });
     // CUDA alone (the fallback kernels exist only there): column sums of a call's operand over k become
     // its bias-gradient epilogue (gemm_bgrad.ts).
-    if (cuda && !s.options.emitters.wgsl && !c) {
+    if (cudaAlone(s.options)) {
       const bg = bgradEpilogues(
         {
           graph: g,

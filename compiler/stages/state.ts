@@ -53,6 +53,16 @@ export interface KernelOptions {
   readonly profile?: TargetProfile;
 }
 
+/**
+ * Whether the plan is emitted as CUDA alone: what only the CUDA runtime runs (flash-attention kernels,
+ * bias-gradient epilogues with their fallback kernels, GEMMs that write their raw product) may then shape
+ * the plan, which no other target has to execute.
+ */
+export function cudaAlone(o: KernelOptions): boolean {
+  const e = o.emitters;
+  return !!e.cuda && !e.wgsl && !e.c;
+}
+
 /** A plan buffer before memory planning gives it a slot. */
 export type StateBuffer = Omit<PlanBuffer, "slot">;
 
