@@ -18,9 +18,11 @@
  * shared memory in tiles of 64 rows (16-byte loads; rows padded to 72 halves so ldmatrix's eight row
  * addresses fall in distinct banks). The forward keeps the running row maximum and sum (online softmax)
  * and rescales its accumulators; the scores' accumulator fragment is reused as the next mma's A fragment
- * (rows g and g+8, columns 2t and 2t+1 in both layouts), so P never leaves registers. The backward is two
- * kernels, one over key blocks (dK, dV) and one over query blocks (dQ), each recomputing P: every gradient
- * element is summed by one thread in a fixed order, with no atomics, so results are deterministic.
+ * (rows g and g+8, columns 2t and 2t+1 in both layouts), so P never leaves registers. The backward here is
+ * two kernels, one over key blocks (dK, dV) and one over query blocks (dQ), each recomputing P: every
+ * gradient element is summed by one thread in a fixed order, with no atomics, so results are deterministic.
+ * Up to sequence 128 the flash stage uses one kernel per (batch, head) instead (flash_backward_fused.ts,
+ * built from this file's helpers), which reads every operand once and computes P once.
  * Dropout draws each Philox block (four consecutive keys of a row) once per kernel, in the lane that
  * holds some of its keys, and trades words with the lanes holding the others (warp shuffles); Philox is
  * integer work on CUDA cores that the three kernels repeat (the unfused graph draws once, and re-draws
@@ -37,7 +39,8 @@ import { cudaPrelude } from "../codegen/cuda_prelude.ts";
 export const FLASH_ROWS = 64;
 export const FLASH_HEAD_DIM = 64;
 const THREADS = 128;
-const PAD = 72;
+/** Row length of a staged 64-column tile, in halves: ldmatrix's eight row addresses in distinct banks. */
+export const PAD = 72;
 
 /**
  * An f16 operand [B, H, S, 64] in memory: element (b, h, s, d) at offset + b·batch + h·head + s·row + d.
@@ -125,13 +128,13 @@ export function flashIneligible(s: FlashAttentionSpec): string | undefined {
 }
 
 /** An f32 literal that rounds to Math.fround(x). */
-function f32(x: number): string {
+export function f32(x: number): string {
   const s = String(Math.fround(x));
   return `${/[.eE]/.test(s) ? s : `${s}.0`}f`;
 }
 
 /** The kernels include only cuda_fp16.h, like the emitter's (NVRTC gets the toolkit's include folder). */
-const PRELUDE = (dropout: boolean) =>
+export const PRELUDE = (dropout: boolean, threads = THREADS) =>
   "#include <cuda_fp16.h>\n\n" + cudaPrelude({
     helpers: new Set([
       "bf_pack_half2",
@@ -142,28 +145,36 @@ const PRELUDE = (dropout: boolean) =>
     ]),
     reductions: new Map(),
     warpWidth: 32,
-    warps: THREADS / 32,
+    warps: threads / 32,
   });
 
 /** `(b, h, row)`'s first element of operand x. */
-const rowAt = (name: string, x: FlashOperand, row: string) =>
+export const rowAt = (name: string, x: FlashOperand, row: string) =>
   `(${name} + ${x.offset} + b * ${x.batch} + h * ${x.head} + (${row}) * ${x.row})`;
 
 /**
- * Cooperative 16-byte copy of 64 rows × 64 halves (starting at row `row0` of operand x) into `dst`; with a
- * bias, each half widened, the bias added in f32 and rounded back (the graph's f16(product + bias)).
+ * Cooperative 16-byte copy by `threads` threads of `rows` rows × 64 halves (starting at row `row0` of
+ * operand x) into `dst`; with a bias, each half widened, the bias added in f32 and rounded back (the
+ * graph's f16(product + bias)).
  */
-const stageTile = (dst: string, name: string, x: FlashOperand, row0: string) => {
+export const stageTile = (
+  dst: string,
+  name: string,
+  x: FlashOperand,
+  row0: string,
+  rows = FLASH_ROWS,
+  threads = THREADS,
+) => {
   const load = `*reinterpret_cast<const uint4*>(${rowAt(name, x, `${row0} + r`)} + c)`;
   if (!x.bias) {
-    return `  for (int i = threadIdx.x; i < ${FLASH_ROWS * 8}; i += ${THREADS}) {
+    return `  for (int i = threadIdx.x; i < ${rows * 8}; i += ${threads}) {
     const int r = i >> 3, c = (i & 7) * 8;
     *reinterpret_cast<uint4*>(&${dst}[r][c]) =
         ${load};
   }`;
   }
   const bias = `${name}_bias[${x.bias.offset} + h * ${x.bias.head} + c + j]`;
-  return `  for (int i = threadIdx.x; i < ${FLASH_ROWS * 8}; i += ${THREADS}) {
+  return `  for (int i = threadIdx.x; i < ${rows * 8}; i += ${threads}) {
     const int r = i >> 3, c = (i & 7) * 8;
     uint4 w = ${load};
     __half* e = reinterpret_cast<__half*>(&w);
@@ -176,16 +187,16 @@ const stageTile = (dst: string, name: string, x: FlashOperand, row0: string) => 
 };
 
 /** The bias parameters of the operands that have one, in order (q_bias, k_bias, v_bias). */
-const biasNames = (s: FlashAttentionSpec) => BIASED.filter(([x]) => s[x].bias).map(([, name]) => name);
+export const biasNames = (s: FlashAttentionSpec) => BIASED.filter(([x]) => s[x].bias).map(([, name]) => name);
 
 /** Their parameter lines. */
-const biasParams = (s: FlashAttentionSpec) =>
+export const biasParams = (s: FlashAttentionSpec) =>
   BIASED.filter(([x]) => s[x].bias).map(([x, name]) =>
     `\n    const ${s[x].bias!.dtype === "f16" ? "__half" : "float"}* __restrict__ ${name},`
   ).join("");
 
 /** A 16×64 A operand (this warp's 16 rows of `src`) as four k-steps of fragments. */
-const loadA = (dst: string, src: string) =>
+export const loadA = (dst: string, src: string) =>
   `  unsigned int ${dst}[4][4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) bf_ldmatrix_x4(${dst}[kk], &${src}[warp * 16 + (lane & 15)][kk * 16 + (lane >> 4) * 8]);`;
@@ -194,7 +205,7 @@ const loadA = (dst: string, src: string) =>
  * acc[8][4] (+)= A · Bᵀ where A's fragments are `a` (16 × 64) and B's 64 rows are in shared `src`
  * ([n][k], k contiguous: K for scores, V for dP): ldmatrix without .trans, two n-tiles per call.
  */
-const mmaABt = (acc: string, a: string, src: string) =>
+export const mmaABt = (acc: string, a: string, src: string) =>
   `#pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -212,7 +223,7 @@ const mmaABt = (acc: string, a: string, src: string) =>
  * layout: rows g, g+8, columns 2t, 2t+1) rounded to f16, and B's 64 rows are in shared `src` ([k][n], n
  * contiguous: V, dO, Q or K): ldmatrix .trans, two n-tiles per call.
  */
-const mmaPB = (acc: string, p: string, src: string) =>
+export const mmaPB = (acc: string, p: string, src: string) =>
   `#pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const unsigned int pa[4] = {bf_pack_half2(${p}[2 * kk][0], ${p}[2 * kk][1]),
@@ -229,13 +240,20 @@ const mmaPB = (acc: string, p: string, src: string) =>
     }
   }`;
 
-const zero = (name: string) =>
-  `  float ${name}[8][4];
+export const zero = (name: string, n = 8) =>
+  `  float ${name}[${n}][4];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) ${name}[i][0] = ${name}[i][1] = ${name}[i][2] = ${name}[i][3] = 0.0f;`;
+  for (int i = 0; i < ${n}; ++i) ${name}[i][0] = ${name}[i][1] = ${name}[i][2] = ${name}[i][3] = 0.0f;`;
 
 /** Stores acc[8][4] · factor (rows row0 and row0 + 8, columns 8·dt + 2t + {0, 1}) into operand x. */
-function storeRows(name: string, x: FlashOperand, acc: string, f0: string, f1: string, out: "f16" | "f32") {
+export function storeRows(
+  name: string,
+  x: FlashOperand,
+  acc: string,
+  f0: string,
+  f1: string,
+  out: "f16" | "f32",
+) {
   const put = (p: string, v: string) => out === "f16" ? `${p} = __float2half_rn(${v});` : `${p} = ${v};`;
   return `#pragma unroll
   for (int dt = 0; dt < 8; ++dt) {
@@ -259,7 +277,7 @@ const keepOf = (s: FlashAttentionSpec, bits: string) =>
  * by lanes t and t ^ 1: lane t draws the block of row row0 + 8·(t % 2), keeps its own two words and trades
  * the other two with its partner: each block is drawn once, not by both lanes.
  */
-const keepPairs = (s: FlashAttentionSpec, z: string, key0: string) =>
+export const keepPairs = (s: FlashAttentionSpec, z: string, key0: string) =>
   `  float ${z}[8][4];
   {
     const int odd = t & 1;
@@ -288,7 +306,7 @@ const head = (s: FlashAttentionSpec, rows: number) =>
     s.dropout ? "\n  const unsigned int seed = rng[0], step = rng[1];" : ""
   }`;
 
-const maskOf = (s: FlashAttentionSpec, key: string) => {
+export const maskOf = (s: FlashAttentionSpec, key: string) => {
   if (!s.mask) return "";
   const m = `mask[${s.mask.offset} + b * ${s.mask.batch} + (${key})]`;
   const i = s.mask.fromInt;
@@ -296,7 +314,7 @@ const maskOf = (s: FlashAttentionSpec, key: string) => {
 };
 
 /** The mask's kernel parameter line. */
-const maskParam = (s: FlashAttentionSpec) =>
+export const maskParam = (s: FlashAttentionSpec) =>
   s.mask ? `\n    const ${s.mask.fromInt ? "int" : "float"}* __restrict__ mask,` : "";
 
 /** The forward kernel: O and L. Parameters: q, k, v, [mask], [rng], o, lse. */
@@ -414,7 +432,7 @@ ${storeRows("o", s.o, "acc", "inv0", "inv1", s.out)}
  * D_r = Σ_d dO_rd·O_rd and L_r of the 64 query rows from `q0` into shared ds/ls: two threads per row, 32
  * columns each in increasing order, then their sum (the same order in both backward kernels).
  */
-const rowStats = (s: FlashAttentionSpec, q0: string) =>
+export const rowStats = (s: FlashAttentionSpec, q0: string) =>
   `  {
     const int r = threadIdx.x >> 1, c0 = (threadIdx.x & 1) * 32;
     const __half* orow = ${rowAt("o", s.o, `${q0} + r`)};
@@ -428,7 +446,7 @@ const rowStats = (s: FlashAttentionSpec, q0: string) =>
     }
   }`;
 
-const backwardParams = (s: FlashAttentionSpec, out: readonly string[]) => [
+export const backwardParams = (s: FlashAttentionSpec, out: readonly string[]) => [
   "q",
   "k",
   "v",
@@ -456,7 +474,7 @@ const backwardSignature = (s: FlashAttentionSpec, out: readonly string[]) => {
   __shared__ float ds[${FLASH_ROWS}], ls[${FLASH_ROWS}];`;
 };
 
-function checkBackward(s: FlashAttentionSpec): void {
+export function checkBackward(s: FlashAttentionSpec): void {
   if (!s.dO || !s.dQ || !s.dK || !s.dV) {
     throw new Error("flash attention backward: dO, dQ, dK and dV layouts needed");
   }
@@ -624,7 +642,7 @@ ${storeRows("dv", s.dV!, "dv_acc", "1.0f", "1.0f", s.out)}
 
 /** Work and unique traffic of one launch of a flash kernel (the cost model's roofline terms). */
 export interface FlashCost {
-  readonly name: "forward" | "dq" | "dkdv";
+  readonly name: "forward" | "dq" | "dkdv" | "backward";
   /** Tensor-core FLOPs (2·M·N·K of every mma); the exp and Philox work on CUDA cores is not counted. */
   readonly flops: number;
   readonly bytesRead: number;
@@ -632,9 +650,11 @@ export interface FlashCost {
 }
 
 /**
- * The three kernels' costs: GEMM FLOPs (forward: Q·Kᵀ and P·V; dQ: Q·Kᵀ, dO·Vᵀ, dS·K; dK/dV: K·Qᵀ, Pᵀ·dO,
- * V·dOᵀ, dSᵀ·Q: the backward recomputes P twice), and each operand's bytes once (a tile re-read by other
- * blocks is taken to hit L2, the traffic model's convention), without any [S, S] tensor.
+ * The kernels' costs: GEMM FLOPs (forward: Q·Kᵀ and P·V; dQ: Q·Kᵀ, dO·Vᵀ, dS·K; dK/dV: K·Qᵀ, Pᵀ·dO,
+ * V·dOᵀ, dSᵀ·Q: the two-kernel backward recomputes P twice; the one-kernel backward, "backward" in
+ * flash_backward_fused.ts: Q·Kᵀ, dO·Vᵀ, dS·K, Pᵀ·dO, dSᵀ·Q), and each operand's bytes once (a tile re-read
+ * by other blocks, or by the same block, is taken to hit L2, the traffic model's convention), without any
+ * [S, S] tensor.
  */
 export function flashCosts(s: FlashAttentionSpec): FlashCost[] {
   const bh = s.batch * s.heads, rows = bh * s.seqQ * FLASH_HEAD_DIM;
@@ -649,5 +669,6 @@ export function flashCosts(s: FlashAttentionSpec): FlashCost[] {
     { name: "forward", flops: 2 * gemm, bytesRead: 3 * f16 + side, bytesWritten: out + lse },
     { name: "dq", flops: 3 * gemm, bytesRead: 5 * f16 + lse + side, bytesWritten: out },
     { name: "dkdv", flops: 4 * gemm, bytesRead: 5 * f16 + lse + side, bytesWritten: 2 * out },
+    { name: "backward", flops: 5 * gemm, bytesRead: 5 * f16 + lse + side, bytesWritten: 3 * out },
   ];
 }

@@ -3,7 +3,8 @@
  * plan is compiled for CUDA alone (the kernels exist only as CUDA C): each self-attention the matcher finds
  * (compiler/lower/flash_match.ts) that flashIneligible allows has its forward kernels (Q·Kᵀ, softmax with
  * dropout, P·V) replaced by one flash forward writing O and the f32 row logsumexp (a new buffer), and its
- * backward kernels (dP, dV, softmax backward, dQ, dK) by the dK/dV and dQ kernels. The forward takes the
+ * backward kernels (dP, dV, softmax backward, dQ, dK) by one kernel per (batch, head) where the sequence
+ * fits a block (lower/flash_backward_fused.ts), else by the dK/dV and dQ kernels. The forward takes the
  * P·V kernel's index, the backward ones the dV and dQ GEMMs' (the kernel list stays aligned with fusion's;
  * the other replaced kernels are no longer launched and emit leaves them out). The step program is
  * rewritten so the memory plan that follows keeps Q, K, V, O, the mask and the logsumexp alive into the
@@ -26,6 +27,7 @@ import {
   flashIneligible,
   type FlashKernel,
 } from "../lower/flash_attention.ts";
+import { flashBackwardFused, fusedBackwardIneligible } from "../lower/flash_backward_fused.ts";
 import {
   findFlashSites,
   type FlashSite,
@@ -50,7 +52,7 @@ const NAME = "flash-attention";
 export const flashAttentionStage: Stage<KernelState> = {
   name: NAME,
   about:
-    "cuda-sm90 training: each self-attention's 8 kernels become 3 flash-attention kernels (no probabilities stored)",
+    "cuda-sm90 training: each self-attention's 8 kernels become 2 or 3 flash-attention kernels (no probabilities stored)",
   run: (s, ctx) => {
     if (s.options.profile?.name !== "cuda-sm90" || !cudaAlone(s.options) || !s.fusing) return s;
     need(s.fusion, "the fusion", NAME);
@@ -151,11 +153,20 @@ export const flashAttentionStage: Stage<KernelState> = {
       };
       for (const k of [...plan.forward, ...plan.backward]) dropped.add(k);
       make(plan.fwdAt, "forward", flashForward(site.spec), 2, costs[0]);
-      make(plan.dkdvAt, "backward_dk_dv", flashBackwardDkDv(site.spec), 2, costs[2]);
-      make(plan.dqAt, "backward_dq", flashBackwardDq(site.spec), 1, costs[1]);
       placed.set(plan.fwdStep, [plan.fwdAt]);
-      placed.set(plan.bwdStep, [plan.dkdvAt, plan.dqAt]);
-      log(`%${site.o}: ${plan.forward.length + plan.backward.length} kernels -> 3`);
+      // The whole sequence in one block: one backward kernel per (batch, head), at dV's index (dQ's
+      // kernel stays dropped); otherwise the dK/dV and dQ kernels.
+      const oneKernel = fusedBackwardIneligible(site.spec);
+      if (oneKernel === undefined) {
+        make(plan.dkdvAt, "backward", flashBackwardFused(site.spec), 3, costs[3]);
+        placed.set(plan.bwdStep, [plan.dkdvAt]);
+      } else {
+        make(plan.dkdvAt, "backward_dk_dv", flashBackwardDkDv(site.spec), 2, costs[2]);
+        make(plan.dqAt, "backward_dq", flashBackwardDq(site.spec), 1, costs[1]);
+        placed.set(plan.bwdStep, [plan.dkdvAt, plan.dqAt]);
+        log(`%${site.o}: two backward kernels: ${oneKernel}`);
+      }
+      log(`%${site.o}: ${plan.forward.length + plan.backward.length} kernels -> ${oneKernel ? 3 : 2}`);
     }
     if (flash.size === 0) return s;
     const steps: PlanStep[] = [];

@@ -3,8 +3,9 @@
  * which emulates mma.sync and ldmatrix with the PTX ISA's fragment layouts) against the reference
  * interpreter on fresh random inputs: BERT's attention (Q, K, V read as heads of [B, S, H, 64] rows, an
  * additive key mask, softmax, dropout from the graph's own random_uniform, P·V), forward (O and the row
- * logsumexp) and backward (dQ, dK, dV, whose reference is the graph's autodiff), at sequence lengths 64 and
- * 128. The dropout mask is checked exactly on its own (uniform probabilities and V an indicator, so each
+ * logsumexp) and backward (dQ, dK, dV, whose reference is the graph's autodiff; both the two-kernel path and
+ * the one kernel per (batch, head) of lower/flash_backward_fused.ts, whose planted errors must fail), at
+ * sequence lengths 64 and 128. The dropout mask is checked exactly on its own (uniform probabilities and V an indicator, so each
  * output element is 0 or 1/(S·(1-p)) by the mask alone), and a few gradient elements against central
  * finite differences of the f64 reference loss. Q, K, V and dO are also read token-major from GEMM products
  * with biases added on load, as the flash stage has them read (a planted stride error must fail). The
@@ -28,6 +29,7 @@ import {
   type FlashKernel,
   type FlashOperand,
 } from "../../compiler/lower/flash_attention.ts";
+import { flashBackwardFused } from "../../compiler/lower/flash_backward_fused.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { CXX, cxxVersion, runSourceOnCpu } from "../util/cuda_cpu.ts";
 import { NVCC, NVCC_STRICT, nvccVersion } from "../util/nvcc.ts";
@@ -257,62 +259,75 @@ for (const c of CASES) {
   });
 }
 
+/** The backward kernels of `spec`: the two-kernel path or the one kernel per (batch, head). */
+const backwardKernels = (spec: FlashAttentionSpec, fused: boolean) =>
+  fused ? [flashBackwardFused(spec)] : [flashBackwardDq(spec), flashBackwardDkDv(spec)];
+
+/** Their tensor-core FLOPs as flashCosts counts them. */
+const backwardFlops = (spec: FlashAttentionSpec, fused: boolean) => {
+  const [, dq, dkdv, one] = flashCosts(spec);
+  return fused ? one.flops : dq.flops + dkdv.flops;
+};
+
 for (const c of CASES) {
-  Deno.test({
-    name:
-      `flash attention backward on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p} ${
-        c.out ?? "f32"
-      }${c.intMask ? " i32 mask" : ""}${version ? "" : ` (${CXX} not found)`}`,
-    ignore: !version,
-    async fn() {
-      const { g, stream } = attentionGraph(c);
-      const f = randomFeeds(c, Date.now() >>> 0);
-      const names = ["o", "lse", ...["q", "k", "v"].map((x) => GRAD_PREFIX + x)];
-      const ref = evaluate(g, f, { precision: "f32", outputs: names });
-      const n = c.batch * c.seq * c.heads * D;
-      const spec = specOf(c, stream);
-      // O as the forward stores it in fp16 training (f16), L as it stores it (f32).
-      const got = await runKernels([flashBackwardDq(spec), flashBackwardDkDv(spec)], {
-        ...buffersOf(c, f),
-        o: { type: "f16", n, data: decodeF16(encodeF16(ref.get("o")!)) },
-        dO: { type: "f16", n, data: f.dO },
-        lse: { type: "f32", n: c.batch * c.heads * c.seq, data: ref.get("lse")! },
-        dq: { type: c.out ?? "f32", n },
-        dk: { type: c.out ?? "f32", n },
-        dv: { type: c.out ?? "f32", n },
-      }, ["dq", "dk", "dv"]);
-      // dS and P meet as f16 on the tensor cores; O is read back in f16.
-      close("dQ", got.dq, ref.get(GRAD_PREFIX + "q")!, 4e-3);
-      close("dK", got.dk, ref.get(GRAD_PREFIX + "k")!, 4e-3);
-      close("dV", got.dv, ref.get(GRAD_PREFIX + "v")!, 2e-3);
-      const [, dqCost, dkdvCost] = flashCosts(spec);
-      assert.equal(
-        got.mmaFlops[0],
-        dqCost.flops + dkdvCost.flops,
-        "tensor-core FLOPs as flashCosts counts them",
-      );
-      if (c.seq !== 64) return;
-      // A few elements against central differences of the f64 reference loss (dropout fixed by the key).
-      const r = seededRandom(7);
-      const loss = (feeds: Feeds) =>
-        evaluate(g, feeds, { precision: "f64", outputs: ["loss"] }).get("loss")![0];
-      const kernel: Record<string, Float64Array> = { q: got.dq, k: got.dk, v: got.dv };
-      for (const x of ["q", "k", "v"]) {
-        for (let trial = 0; trial < 3; trial++) {
-          const i = r.int(0, n), h = 1e-3;
-          const plus = { ...f, [x]: Float64Array.from(f[x]) }, minus = { ...f, [x]: Float64Array.from(f[x]) };
-          plus[x][i] += h;
-          minus[x][i] -= h;
-          const fd = (loss(plus) - loss(minus)) / (2 * h);
-          const scale = Math.max(...Array.from(kernel[x], Math.abs));
-          assert.ok(
-            Math.abs(kernel[x][i] - fd) <= 5e-3 * scale,
-            `d${x}[${i}]: kernel ${kernel[x][i]} vs finite difference ${fd} (max |d${x}| ${scale})`,
-          );
+  for (const fused of [false, true]) {
+    Deno.test({
+      name: `flash attention backward (${
+        fused ? "one kernel" : "two kernels"
+      }) on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p} ${c.out ?? "f32"}${
+        c.intMask ? " i32 mask" : ""
+      }${version ? "" : ` (${CXX} not found)`}`,
+      ignore: !version,
+      async fn() {
+        const { g, stream } = attentionGraph(c);
+        const f = randomFeeds(c, Date.now() >>> 0);
+        const names = ["o", "lse", ...["q", "k", "v"].map((x) => GRAD_PREFIX + x)];
+        const ref = evaluate(g, f, { precision: "f32", outputs: names });
+        const n = c.batch * c.seq * c.heads * D;
+        const spec = specOf(c, stream);
+        // O as the forward stores it in fp16 training (f16), L as it stores it (f32).
+        const got = await runKernels(backwardKernels(spec, fused), {
+          ...buffersOf(c, f),
+          o: { type: "f16", n, data: decodeF16(encodeF16(ref.get("o")!)) },
+          dO: { type: "f16", n, data: f.dO },
+          lse: { type: "f32", n: c.batch * c.heads * c.seq, data: ref.get("lse")! },
+          dq: { type: c.out ?? "f32", n },
+          dk: { type: c.out ?? "f32", n },
+          dv: { type: c.out ?? "f32", n },
+        }, ["dq", "dk", "dv"]);
+        // dS and P meet as f16 on the tensor cores; O is read back in f16.
+        close("dQ", got.dq, ref.get(GRAD_PREFIX + "q")!, 4e-3);
+        close("dK", got.dk, ref.get(GRAD_PREFIX + "k")!, 4e-3);
+        close("dV", got.dv, ref.get(GRAD_PREFIX + "v")!, 2e-3);
+        assert.equal(
+          got.mmaFlops[0],
+          backwardFlops(spec, fused),
+          "tensor-core FLOPs as flashCosts counts them",
+        );
+        if (c.seq !== 64) return;
+        // A few elements against central differences of the f64 reference loss (dropout fixed by the key).
+        const r = seededRandom(7);
+        const loss = (feeds: Feeds) =>
+          evaluate(g, feeds, { precision: "f64", outputs: ["loss"] }).get("loss")![0];
+        const kernel: Record<string, Float64Array> = { q: got.dq, k: got.dk, v: got.dv };
+        for (const x of ["q", "k", "v"]) {
+          for (let trial = 0; trial < 3; trial++) {
+            const i = r.int(0, n), h = 1e-3;
+            const plus = { ...f, [x]: Float64Array.from(f[x]) },
+              minus = { ...f, [x]: Float64Array.from(f[x]) };
+            plus[x][i] += h;
+            minus[x][i] -= h;
+            const fd = (loss(plus) - loss(minus)) / (2 * h);
+            const scale = Math.max(...Array.from(kernel[x], Math.abs));
+            assert.ok(
+              Math.abs(kernel[x][i] - fd) <= 5e-3 * scale,
+              `d${x}[${i}]: kernel ${kernel[x][i]} vs finite difference ${fd} (max |d${x}| ${scale})`,
+            );
+          }
         }
-      }
-    },
-  });
+      },
+    });
+  }
 }
 
 // The dropout mask exactly: Q = K = 0 and no mask make every probability 1/S; V[j, d] = 1 where
@@ -389,6 +404,7 @@ Deno.test({
           [`forward${i}`, flashForward(spec)],
           [`dq${i}`, flashBackwardDq(spec)],
           [`dkdv${i}`, flashBackwardDkDv(spec)],
+          [`backward${i}`, flashBackwardFused(spec)],
         ] as const
       );
       for (const [name, k] of kernels) {
@@ -500,14 +516,14 @@ function tokenMajorCase(c: Case, stream: number, seed: number): TokenMajor {
 }
 
 /** Forward and backward of `spec` on the shim (O read back as the forward wrote it, in f16). */
-async function forwardBackward(c: Case, t: TokenMajor, spec: FlashAttentionSpec) {
+async function forwardBackward(c: Case, t: TokenMajor, spec: FlashAttentionSpec, fused = false) {
   const n = c.batch * c.seq * c.heads * D, rows = c.batch * c.heads * c.seq;
   const fwd = await runKernels([flashForward(spec)], {
     ...t.buffers,
     o: { type: "f16", n },
     lse: { type: "f32", n: rows },
   }, ["o", "lse"]);
-  const bwd = await runKernels([flashBackwardDq(spec), flashBackwardDkDv(spec)], {
+  const bwd = await runKernels(backwardKernels(spec, fused), {
     ...t.buffers,
     o: { type: "f16", n, data: fwd.o },
     lse: { type: "f32", n: rows, data: fwd.lse },
@@ -538,6 +554,7 @@ Deno.test({
       close("dV", got.dv, ref.get(GRAD_PREFIX + "v")!, 2e-3);
     };
     check(await forwardBackward(c, t, t.spec));
+    check(await forwardBackward(c, t, t.spec, true));
     // Planted errors: a row stride, a head stride, a bias's head stride, dO's row stride, each off by 8.
     const s = t.spec;
     const planted: [string, FlashAttentionSpec][] = [
@@ -549,6 +566,56 @@ Deno.test({
     for (const [what, bad] of planted) {
       const got = await forwardBackward(c, t, bad);
       assert.throws(() => check(got), `${what} off by 8 still matched the reference`);
+    }
+  },
+});
+
+// The one-kernel backward's comparison can fail: planted errors in its source (dS's sign, the second key
+// block skipped in the dS/dQ loop, P read without the transpose for dV, dK's and dV's second key block
+// stored over the first) each break dQ, dK or dV against the reference.
+Deno.test({
+  name: `flash attention one-kernel backward on the CPU shim: planted errors fail the comparison${
+    version ? "" : ` (${CXX} not found)`
+  }`,
+  ignore: !version,
+  async fn() {
+    const c: Case = { batch: 1, heads: 2, seq: 128, p: 0.1, intMask: true };
+    const { g, stream } = attentionGraph(c);
+    const f = randomFeeds(c, Date.now() >>> 0);
+    const names = ["o", "lse", ...["q", "k", "v"].map((x) => GRAD_PREFIX + x)];
+    const ref = evaluate(g, f, { precision: "f32", outputs: names });
+    const n = c.batch * c.seq * c.heads * D;
+    const kernel = flashBackwardFused(specOf(c, stream));
+    const run = (code: string) =>
+      runKernels([{ ...kernel, code }], {
+        ...buffersOf(c, f),
+        o: { type: "f16", n, data: decodeF16(encodeF16(ref.get("o")!)) },
+        dO: { type: "f16", n, data: f.dO },
+        lse: { type: "f32", n: c.batch * c.heads * c.seq, data: ref.get("lse")! },
+        dq: { type: "f32", n },
+        dk: { type: "f32", n },
+        dv: { type: "f32", n },
+      }, ["dq", "dk", "dv"]);
+    const check = (got: Record<string, Float64Array>) => {
+      close("dQ", got.dq, ref.get(GRAD_PREFIX + "q")!, 4e-3);
+      close("dK", got.dk, ref.get(GRAD_PREFIX + "k")!, 4e-3);
+      close("dV", got.dv, ref.get(GRAD_PREFIX + "v")!, 2e-3);
+    };
+    check(await run(kernel.code));
+    const planted: [string, string, string][] = [
+      ["dS's sign", "- (i < 2 ? d0 : d1)", "+ (i < 2 ? d0 : d1)"],
+      ["a skipped key block", "for (int kb = 0; kb < 2; ++kb)", "for (int kb = 0; kb < 1; ++kb)"],
+      ["P read untransposed", "bf_ldmatrix_x4_trans(a, ", "bf_ldmatrix_x4(a, "],
+      [
+        "the second key block's stores",
+        "const int k0 = 64 + key * 16 + g;",
+        "const int k0 = 0 + key * 16 + g;",
+      ],
+    ];
+    for (const [what, from, to] of planted) {
+      assert.ok(kernel.code.includes(from), `${what}: '${from}' is not in the kernel`);
+      const got = await run(kernel.code.replaceAll(from, to));
+      assert.throws(() => check(got), `${what} still matched the reference`);
     }
   },
 });

@@ -1,7 +1,9 @@
 /**
  * Flash attention wired into a training plan (compiler/stages/flash_attention.ts): BERT's self-attention
  * block (tests/util/attention_block.ts) at sequence 64 and 128, head dim 64, fp16, compiled for CUDA with
- * the cuda-sm90 profile, where each attention's eight kernels become the three flash kernels; the WHOLE
+ * the cuda-sm90 profile, where each attention's eight kernels become two flash kernels (the forward and
+ * the one-kernel backward, lower/flash_backward_fused.ts; three, with the two-kernel backward, past
+ * sequence 128); the WHOLE
  * training step (projections as cuBLASLt calls, flash forward and backward, the rest) runs on the CPU shim
  * (tests/util/cuda_cpu.ts) on fresh random inputs against the reference interpreter. The same graph
  * compiled with the stage skipped (SKIP_PASSES) runs too, so the flash plan's error is set beside the
@@ -37,6 +39,9 @@ const TOL = { rtol: 4e-3, atol: 1e-3 };
 const flags = (skip: string[]) => ({ level: 0 as const, skipPasses: new Set(skip) });
 const cuda = { cuda: emitCUDA };
 const isFlash = (k: { kind: string }) => k.kind === "flash-attention";
+/** The flash kernels of a plan by what they compute, in plan order ("forward", "backward", ...). */
+const flashKinds = (plan: { kernels: readonly { kind: string; name: string }[] }) =>
+  plan.kernels.filter(isFlash).map((k) => k.name.replace(/^k\d+_flash_/, ""));
 
 type CompiledPlan = ReturnType<typeof compileGraph>["plan"];
 
@@ -73,8 +78,8 @@ for (const shape of [{ b: 2, s: 64, heads: 2, dh: 64 }, { b: 1, s: 128, heads: 2
         profile,
         flags: flags(["flash-attention"]),
       });
-      assert.equal(flash.plan.kernels.filter(isFlash).length, 3);
-      assert.equal(plain.plan.kernels.length - flash.plan.kernels.length, 5, "8 kernels became 3");
+      assert.deepEqual(flashKinds(flash.plan), ["forward", "backward"]);
+      assert.equal(plain.plan.kernels.length - flash.plan.kernels.length, 6, "8 kernels became 2");
       // No step touches the softmax's exp, div (probabilities) or where (dropped out) [B, H, S, S] buffers:
       // the probabilities are not stored.
       const scores = (p: typeof flash.plan) =>
@@ -144,6 +149,14 @@ Deno.test("flash attention plan: only cuda-sm90, and only where the kernels acce
     });
     assert.equal(c.plan.kernels.filter(isFlash).length, 0, JSON.stringify(shape));
   }
+  // Past sequence 128 a head no longer fits one block: the two-kernel backward.
+  const long = compileGraph(attentionBlock({ b: 1, s: 256, heads: 2, dh: 64 }, "f16"), {
+    fuse: true,
+    emitters: cuda,
+    profile: PROFILES["cuda-sm90"],
+    flags: flags([]),
+  });
+  assert.deepEqual(flashKinds(long.plan), ["forward", "backward_dk_dv", "backward_dq"]);
 });
 
 // Where the heads-major Q has another reader (here a term of the output, through stop_gradient so that the
@@ -187,7 +200,7 @@ Deno.test({
       profile: PROFILES["cuda-sm90"],
       flags: flags([]),
     });
-    assert.equal(c.plan.kernels.filter(isFlash).length, 3);
+    assert.deepEqual(flashKinds(c.plan), ["forward", "backward"]);
     const sources = operandSources(c.plan);
     for (const o of sources) assert.equal(o.product, !o.name.endsWith(".q"), o.name);
     const feeds = randomFeeds(g, 7400, attentionInts(s));
@@ -230,7 +243,7 @@ Deno.test({
       profile: PROFILES["cuda-sm90"],
       flags: flags([]),
     });
-    assert.equal(compiled.plan.kernels.filter(isFlash).length, 3);
+    assert.deepEqual(flashKinds(compiled.plan), ["forward", "backward"]);
     // BERT's f32 biases: Q, K and V from their products with the bias added on load, dO from its product.
     for (const o of operandSources(compiled.plan)) {
       assert.ok(o.product, `${o.name} is not read from a GEMM's product`);
