@@ -25,6 +25,7 @@ import { findInPlaceConcats } from "./in_place.ts";
 import { mergeConsumers } from "./consumers.ts";
 import { mergeSiblings } from "./siblings.ts";
 import { applyJoin, decideJoin } from "./join.ts";
+import { isLibraryColumnSum } from "./library_sums.ts";
 import { rematVerdict } from "./remat.ts";
 import { ELEM, operandNeed, ROW, usersOf } from "./needs.ts";
 import { type FusedKernel, type FusionDecision, type FusionResult, type Need, no } from "./types.ts";
@@ -252,9 +253,29 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
     // Several readers (or a graph output): the value must be written to a buffer anyway, so compute it
     // in the earliest reader and write it from there (multi-output fusion). Only the earliest, so every
     // other reader still runs after the kernel that writes it.
-    const kid = readerKernels.size === 1
-      ? [...readerKernels][0]
-      : [...readerKernels].reduce((a, b) => (kernels[a].roots[0] < kernels[b].roots[0] ? a : b));
+    // On library-GEMM plans a column sum of a GEMM operand is left to the GEMM's BGRAD epilogue
+    // (library_sums.ts): not a candidate, and the value is written before it runs.
+    const leftToLibrary = opts.rawGemmOutputs
+      ? [...readerKernels].filter((k) => isLibraryColumnSum(g, users, id, kernels[k]))
+      : [];
+    const candidates = [...readerKernels].filter((k) => !leftToLibrary.includes(k));
+    const kid = candidates.length === 0
+      ? -1
+      : candidates.length === 1
+      ? candidates[0]
+      : candidates.reduce((a, b) => (kernels[a].roots[0] < kernels[b].roots[0] ? a : b));
+    if (kid < 0 || leftToLibrary.some((k) => kernels[k].roots[0] < kernels[kid].roots[0])) {
+      for (const k of leftToLibrary) {
+        decisions.push({
+          producer: id,
+          consumerKernel: k,
+          ok: false,
+          reason: "its column sum is left to the bias-gradient epilogue of the GEMM reading it",
+        });
+      }
+      newKernel(id);
+      continue;
+    }
     // A bias add written anyway whose GEMM is read by nothing else: keep it as the root of its own kernel,
     // so the GEMM takes it as its epilogue (joining a reader would strand the GEMM's raw output) — except
     // where chains are recomputed from it and its earliest reader is the loop kernel computing the
