@@ -68,9 +68,9 @@ export function writeCheckpointStart(
   ck: LoadedCheckpoint,
   layout: FlatLayout,
 ): Float32Array {
-  checkLayout(ck.dir, ck.state.layout, layout);
+  const saved = checkLayout(ck.dir, ck.state.layout, layout);
   writeFlat(ex, layout, OPT.flatParams, flatFromParams(ck.model, layout));
-  restoreOptimizer(ex, ck, layout);
+  restoreOptimizer(ex, ck, layout, saved);
   return decodeState(ck.state.device_state, ck.dir);
 }
 

@@ -25,13 +25,21 @@ export function layoutRecord(layout: FlatLayout): LayoutRecord {
   };
 }
 
-/** Throws unless a checkpoint's layout is the one the run's graph has. */
-export function checkLayout(dir: string, saved: unknown, layout: FlatLayout): void {
+/**
+ * Checks a checkpoint's layout against the run's and returns how to read its flat moments in the run's
+ * layout. The same tensors in the same order are the same model; the chunk size (and with it each tensor's
+ * padded offset) may differ, as between versions that chose other chunks, and then each tensor's range is
+ * moved to its offset here. Anything else throws.
+ */
+export function checkLayout(dir: string, saved: unknown, layout: FlatLayout): SavedLayout {
   const want = layoutRecord(layout);
   const got = saved as LayoutRecord | undefined;
-  const same = got && got.total === want.total && got.chunk === want.chunk &&
-    got.tensors?.length === want.tensors.length && got.tensors.every((t, i) => t === want.tensors[i]);
-  if (!same) {
+  const sameTensors = got && Array.isArray(got.tensors) && got.tensors.length === want.tensors.length &&
+    got.tensors.every((t, i) => t === want.tensors[i]);
+  const savedOffsets = sameTensors && Number.isInteger(got.chunk) && got.chunk > 0
+    ? offsetsFor(layout.segments.map((s) => s.size), got.chunk)
+    : undefined;
+  if (!savedOffsets || savedOffsets.total !== got!.total) {
     throw new CheckpointError(
       `${dir}: its optimizer state is laid out for another model (${got?.tensors?.length ?? "?"} tensors, ` +
         `${
@@ -39,6 +47,35 @@ export function checkLayout(dir: string, saved: unknown, layout: FlatLayout): vo
         } elements; this model has ${want.tensors.length} tensors, ${want.total} elements)`,
     );
   }
+  if (got!.chunk === want.chunk) return { total: want.total, inLayout: (flat) => flat };
+  return {
+    total: savedOffsets.total,
+    inLayout: (flat) => {
+      const out = new Float32Array(layout.total);
+      layout.segments.forEach((s, i) => {
+        const from = savedOffsets.offsets[i];
+        out.set(flat.subarray(from, from + s.size), s.offset);
+      });
+      return out;
+    },
+  };
+}
+
+/** A checkpoint's flat layout: its length, and its flat vectors moved into the run's layout. */
+export interface SavedLayout {
+  readonly total: number;
+  readonly inLayout: (flat: Float32Array) => Float32Array;
+}
+
+/** Each tensor's offset when every tensor starts on a multiple of `chunk` (layout.ts), and the total. */
+function offsetsFor(sizes: readonly number[], chunk: number): { offsets: number[]; total: number } {
+  const offsets: number[] = [];
+  let at = 0;
+  for (const n of sizes) {
+    offsets.push(at);
+    at += Math.ceil(n / chunk) * chunk;
+  }
+  return { offsets, total: at };
 }
 
 /** The parameters, one Float32Array each, cut out of the flat parameter vector. */
@@ -118,17 +155,25 @@ export async function readDeviceState(ex: StepExecutor, layout: FlatLayout): Pro
   };
 }
 
-/** Writes a checkpoint's moments and state vector to the device (the weights go separately). */
-export function restoreOptimizer(ex: StepExecutor, ck: LoadedCheckpoint, layout: FlatLayout): void {
+/**
+ * Writes a checkpoint's moments to the device (the weights go separately), moved from the checkpoint's
+ * layout (checkLayout) into the run's.
+ */
+export function restoreOptimizer(
+  ex: StepExecutor,
+  ck: LoadedCheckpoint,
+  layout: FlatLayout,
+  saved: SavedLayout,
+): void {
   for (const name of [OPT.m, OPT.v] as const) {
     const t = ck.optimizer.get(name);
     if (!t) throw new CheckpointError(`${ck.dir}: optimizer.safetensors has no '${name}'`);
-    if (t.length !== layout.total) {
+    if (t.length !== saved.total) {
       throw new CheckpointError(
-        `${ck.dir}: '${name}' has ${t.length} values, the layout wants ${layout.total}`,
+        `${ck.dir}: '${name}' has ${t.length} values, the layout wants ${saved.total}`,
       );
     }
-    writeFlat(ex, layout, name, t);
+    writeFlat(ex, layout, name, saved.inLayout(asF32(t)));
   }
 }
 
