@@ -8,7 +8,8 @@
  *   the epilogue kernel: the scratch product (f32 or f16/bf16) read back plus the kernel's other traffic, a
  *   second launch. The column-sum kernels a bias-gradient epilogue names as its fallback are not counted:
  *   they run only where the call cannot take the epilogue; its copies of the vector are (a launch and the
- *   vector read and written each);
+ *   vector read and written each; none in a training step, whose gradient outputs are views of the flat
+ *   gradient vector: compiler/stages/output_views.ts);
  * - a flash-attention kernel (kind "flash-attention"): its tensor-core FLOPs at the tensor-core rate, its
  *   operands' bytes (compiler/lower/flash_attention.ts flashCosts);
  * - every other kernel (the template GEMM included: it has no mma instruction): the plan's FLOP count at the

@@ -22,9 +22,11 @@
  * only X's buffer (and each other's), are covered: they end in vectors (Q = 1) that the rest of the plan
  * needs, the bias gradient, which the call writes instead. A first pass fused into the kernel producing X
  * (BERT's dropout and GELU backward write dY and its per-part sums in one kernel) keeps running for X; its
- * per-part sums are then written and not read. A training step holds the gradient twice, as the graph's
- * output and as its piece of the flat gradient vector the optimizer reads (compiler/fusion/in_place.ts):
- * the call writes the first and the runtime copies it into the others right after the call (`copies`).
+ * per-part sums are then written and not read. Where the covered kernels write the vector into more
+ * than one buffer, the call writes the first and the runtime copies it into the others right after the
+ * call (`copies`, a launch each). A training step's graph output `grad.<bias>` is no such second buffer:
+ * it is a view of the gradient's piece of the flat vector the optimizer reads (compiler/fusion/in_place.ts,
+ * compiler/stages/output_views.ts), so BERT's calls copy nothing.
  *
  * Numerics: the call sums X's stored values (f16 where dY is stored f16) in f32. So do the covered
  * kernels where they read X from memory; a first pass fused with X's producer sums the f32 values before

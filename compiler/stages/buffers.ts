@@ -1,11 +1,13 @@
 /**
  * Buffer assignment: one plan buffer per graph input and parameter, per kernel root (an output or an
- * activation), and per flat vector assembled in place (the buffers of its parts sit inside it; placed by
- * the memory plan).
+ * activation), per flat vector assembled in place (the buffers of its parts sit inside it; placed by
+ * the memory plan), and per output that is a view of such a part (output_views.ts: no kernel writes it,
+ * the memory plan places it where the part is).
  */
 import { byteSize, type NodeId, numel } from "../../ir/mod.ts";
 import type { BufferRole } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline.ts";
+import { outputViews } from "./output_views.ts";
 import { type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
 
 /** A buffer for node `id`'s value, numbered after `buffers`. */
@@ -30,10 +32,15 @@ export function nodeBuffer(
 
 export const buffersStage: Stage<KernelState> = {
   name: "buffers",
-  about: "one buffer per input, parameter, kernel root and in-place flat vector",
+  about:
+    "one buffer per input, parameter, kernel root, in-place flat vector and output viewing a part of one",
   run: (s) => {
     const g = s.graph;
-    const fusion = need(s.fusion, "the fusion", "buffers");
+    const { fusion, views } = outputViews(
+      g,
+      need(s.fusion, "the fusion", "buffers"),
+      (id) => storedTypeOf(s, id),
+    );
     const buffers: StateBuffer[] = [];
     const bufferOfNode = new Map<NodeId, number>();
     const add = (id: NodeId, role: BufferRole, name?: string) => {
@@ -51,6 +58,11 @@ export const buffersStage: Stage<KernelState> = {
       add(id, outputNodes.has(id) ? "output" : "activation", outputName.get(id));
     for (const k of fusion.kernels) k.roots.forEach(kernelValue);
     fusion.inPlace.concats.forEach(kernelValue);
-    return { ...s, buffers, bufferOfNode };
+    const viewOf = new Map<number, number>();
+    for (const [o, p] of views) {
+      add(o, "output", outputName.get(o));
+      viewOf.set(bufferOfNode.get(o)!, bufferOfNode.get(p)!);
+    }
+    return { ...s, fusion, buffers, bufferOfNode, viewOf };
   },
 };

@@ -1,8 +1,8 @@
 /**
  * Memory planning: buffers with disjoint lifetimes share a slot (memory_plan.ts). A part of an in-place
  * flat vector lives in the vector's buffer at its offset: the planner sees only the vector (pinned: never
- * shared, so the ranges no part covers keep reading as zero). An update written in place lives where the
- * buffer it updates does.
+ * shared, so the ranges no part covers keep reading as zero), and so does an output that views a part
+ * (output_views.ts). An update written in place lives where the buffer it updates does.
  */
 import { storedBytes, storedSize } from "../../plan/plan.ts";
 import { planMemory } from "../memory_plan.ts";
@@ -26,6 +26,14 @@ export const memoryStage: Stage<KernelState> = {
       if (part === undefined) throw new Error(`internal: placed %${id} has no buffer`);
       const whole = bufferOfNode.get(where.concat)!;
       container.set(part, { buffer: whole, offset: where.elementOffset * storedBytes(buffers[whole].dtype) });
+    }
+    // An output viewing a part of a flat vector (output_views.ts) lives where the part does.
+    for (const [view, viewed] of s.viewOf ?? []) {
+      const at = container.get(viewed);
+      if (!at) {
+        throw new Error(`internal: output buffer ${view} views buffer ${viewed}, which no flat vector holds`);
+      }
+      container.set(view, at);
     }
     // An update written over what it updates (in_place_updates.ts) lives where its target does.
     for (const [value, target] of s.aliasOf ?? []) {

@@ -128,6 +128,8 @@ export interface KernelState {
   readonly storage?: StoragePlan;
   readonly buffers?: readonly StateBuffer[];
   readonly bufferOfNode?: ReadonlyMap<NodeId, number>;
+  /** Output buffers that view another's bytes (buffers stage, output_views.ts): view -> the buffer viewed. */
+  readonly viewOf?: ReadonlyMap<number, number>;
   /** One per fused kernel, in fusion's order. */
   readonly kernels?: readonly Kernel[];
   /** Whether the vectorize stage ran (GEMM epilogues lowered later are vectorized too). */
