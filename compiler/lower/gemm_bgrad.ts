@@ -20,9 +20,9 @@
  * and whose trailing axes are the cols makes Q' (the column-sums stage's [P, rows/P, cols] split and its
  * second pass are both such sums). The kernels computing a node with Q < rows and nothing else, reading
  * only X's buffer (and each other's), are covered: they end in vectors (Q = 1) that the rest of the plan
- * needs, the bias gradient, which the call writes instead. A first pass fused into the kernel producing X
- * (BERT's dropout and GELU backward write dY and its per-part sums in one kernel) keeps running for X; its
- * per-part sums are then written and not read. Where the covered kernels write the vector into more
+ * needs, the bias gradient, which the call writes instead. Producer fusion leaves these sums out of the
+ * kernel producing X on such plans (compiler/fusion/library_sums.ts); where a first pass is fused there
+ * anyway, that kernel keeps running for X and its per-part sums are written and not read. Where the covered kernels write the vector into more
  * than one buffer, the call writes the first and the runtime copies it into the others right after the
  * call (`copies`, a launch each). A training step's graph output `grad.<bias>` is no such second buffer:
  * it is a view of the gradient's piece of the flat vector the optimizer reads (compiler/fusion/in_place.ts,
