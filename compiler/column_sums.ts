@@ -10,6 +10,12 @@
  * consecutive columns, so loads coalesce), then a second over the P parts (cols outputs, P terms each). The
  * sum is the same up to rounding (the order of the additions changes), which the reference's tolerances
  * cover; lavapipe and the CPU keep one pass (profile `columnSumParts` 1).
+ *
+ * P is the fewest parts whose first pass launches the profile's `columnFillThreads` (P · cols threads),
+ * up to `columnSumParts`: more parts than fill the device only add partial sums for the first pass to
+ * write and the second to read. BERT-large's 1,024 columns keep 256 parts; its FFN's 4,096 take 64
+ * (the cost model at batch 64: 3 MiB less written by each of 24 FFN backward kernels, 41.957 -> 41.926 ms
+ * a step); 128 parts for 1,024 columns (a first pass just short of filling) cost 0.017 ms more, 512 0.12.
  */
 import { Graph, type NodeId, numel } from "../ir/mod.ts";
 import { copyNode, copyOutputs } from "./graph_rebuild.ts";
@@ -19,15 +25,23 @@ const MIN_ROWS = 1024;
 /** Each part sums at least this many rows. */
 const MIN_ROWS_PER_PART = 16;
 
-/** The largest power of two at most `parts` dividing `rows` with at least MIN_ROWS_PER_PART rows a part. */
-export function partsFor(rows: number, parts: number): number {
+/**
+ * The largest power of two at most `parts` dividing `rows` with at least MIN_ROWS_PER_PART rows a part,
+ * stopping at the first whose `cols` threads a part reach `fill` threads in all.
+ */
+export function partsFor(rows: number, parts: number, cols = 1, fill = Infinity): number {
   let p = 1;
-  while (p * 2 <= parts && rows % (p * 2) === 0 && rows / (p * 2) >= MIN_ROWS_PER_PART) p *= 2;
+  while (
+    p * 2 <= parts && p * cols < fill && rows % (p * 2) === 0 && rows / (p * 2) >= MIN_ROWS_PER_PART
+  ) p *= 2;
   return p;
 }
 
-/** `g` with each large column sum (or max) split into two reductions; `g` itself when none is. */
-export function splitColumnSums(g: Graph, parts: number): { graph: Graph; split: number } {
+/**
+ * `g` with each large column sum (or max) split into two reductions of at most `parts` parts, as few as
+ * launch `fill` threads in the first (see partsFor); `g` itself when none is.
+ */
+export function splitColumnSums(g: Graph, parts: number, fill = Infinity): { graph: Graph; split: number } {
   if (parts <= 1) return { graph: g, split: 0 };
   const plan = new Map<NodeId, { rows: number; p: number; lead: number }>();
   for (const n of g.nodes) {
@@ -38,8 +52,9 @@ export function splitColumnSums(g: Graph, parts: number): { graph: Graph; split:
     // Leading axes only, with something kept after them.
     if (!axes.every((a, i) => a === i) || lead === shape.length) continue;
     const rows = numel(shape.slice(0, lead));
-    if (rows < MIN_ROWS || numel(shape.slice(lead)) < 2) continue;
-    const p = partsFor(rows, parts);
+    const cols = numel(shape.slice(lead));
+    if (rows < MIN_ROWS || cols < 2) continue;
+    const p = partsFor(rows, parts, cols, fill);
     if (p > 1) plan.set(n.id, { rows, p, lead });
   }
   if (plan.size === 0) return { graph: g, split: 0 };

@@ -7,6 +7,9 @@
  *
  * Two kernels may merge only when neither depends on the other, directly or through other kernels (else
  * the merged kernel would read its own output), and the schedule is then recomputed as a topological order.
+ *
+ * After consumer merging, mergeSameWriter merges reductions that share no tensor but whose inputs were all
+ * written by one kernel (see there).
  */
 import { bindingCount } from "./binding_budget.ts";
 import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
@@ -29,14 +32,8 @@ function sameSpace(a: FusedKernel, b: FusedKernel): boolean {
   return false;
 }
 
-export function mergeSiblings(
-  g: Graph,
-  r: FusionResult,
-  takeFuel?: () => boolean,
-  maxBindings = MAX_SIBLING_BINDINGS,
-  maxBindingBytes?: number,
-): FusionResult {
-  const limit = maxBindings;
+/** The kernels being merged, what each reads and depends on, a merge, and the schedule afterwards. */
+function mergeState(g: Graph, r: FusionResult) {
   const kernels = r.kernels.map((k) => ({ ...k, members: new Set(k.members), roots: [...k.roots] }));
   const alive = kernels.map(() => true);
   const reads = kernels.map((k) => readsOf(g, r, k));
@@ -78,6 +75,67 @@ export function mergeSiblings(
     return false;
   };
 
+  /** Merges kernel j into kernel i. */
+  const merge = (i: number, j: number) => {
+    for (const m of kernels[j].members) kernels[i].members.add(m);
+    kernels[i].roots.push(...kernels[j].roots);
+    for (const root of kernels[j].roots) writerOf.set(root, i);
+    // Roots the merged kernel writes itself are no longer reads of it.
+    reads[i] = new Set([...reads[i], ...reads[j]].filter((y) => writerOf.get(y) !== i));
+    alive[j] = false;
+    decisions.push({ producer: kernels[j].roots[0], consumerKernel: i, ok: true, reason: "" });
+  };
+  /** The surviving kernels in a topological order, renumbered. */
+  const finish = (): FusionResult => {
+    // Topological order of the surviving kernels, preferring original order.
+    const ids = kernels.map((_, i) => i).filter((i) => alive[i]);
+    const indeg = new Map<number, number>(ids.map((i) => [i, preds(i).size]));
+    const succ = new Map<number, number[]>(ids.map((i) => [i, []]));
+    for (const i of ids) for (const p of preds(i)) succ.get(p)!.push(i);
+    const ready = ids.filter((i) => indeg.get(i) === 0);
+    const order: number[] = [];
+    while (ready.length) {
+      ready.sort((a, b) => a - b);
+      const i = ready.shift()!;
+      order.push(i);
+      for (const s of succ.get(i)!) {
+        indeg.set(s, indeg.get(s)! - 1);
+        if (indeg.get(s) === 0) ready.push(s);
+      }
+    }
+    if (order.length !== ids.length) throw new Error("internal: sibling fusion made the kernel graph cyclic");
+    const renumber = new Map(order.map((old, i) => [old, i]));
+    const scheduled = order.map((old, i) => ({
+      ...kernels[old],
+      id: i,
+      roots: [...kernels[old].roots].sort((a, b) => a - b),
+    }));
+    const kernelOf = new Int32Array(r.kernelOf.length).fill(-1);
+    for (const k of scheduled) for (const m of k.members) kernelOf[m] = k.id;
+    return {
+      kernels: scheduled,
+      kernelOf,
+      materialized: r.materialized,
+      decisions: decisions.map((d) => ({
+        ...d,
+        consumerKernel: renumber.get(d.consumerKernel) ?? d.consumerKernel,
+      })),
+      fuelRefusals: r.fuelRefusals,
+      inPlace: r.inPlace,
+    };
+  };
+  return { kernels, alive, reads, writerOf, partsOf, decisions, preds, dependsOn, merge, finish };
+}
+
+export function mergeSiblings(
+  g: Graph,
+  r: FusionResult,
+  takeFuel?: () => boolean,
+  maxBindings = MAX_SIBLING_BINDINGS,
+  maxBindingBytes?: number,
+): FusionResult {
+  const limit = maxBindings;
+  const { kernels, alive, reads, decisions, dependsOn, merge, finish } = mergeState(g, r);
   // Group candidates by (space, axes) and try to merge each with the earlier ones sharing a read.
   const byReads = new Map<NodeId, number[]>();
   kernels.forEach((_, i) => reads[i].forEach((x) => byReads.set(x, [...(byReads.get(x) ?? []), i])));
@@ -120,52 +178,55 @@ export function mergeSiblings(
         }
         if (dependsOn(j, i) || dependsOn(i, j)) continue;
         if (takeFuel && !takeFuel()) continue;
-        // Merge j into i.
-        for (const m of kernels[j].members) kernels[i].members.add(m);
-        kernels[i].roots.push(...kernels[j].roots);
-        for (const root of kernels[j].roots) writerOf.set(root, i);
-        // Roots the merged kernel writes itself are no longer reads of it.
-        reads[i] = new Set([...reads[i], ...reads[j]].filter((y) => writerOf.get(y) !== i));
-        alive[j] = false;
-        decisions.push({ producer: kernels[j].roots[0], consumerKernel: i, ok: true, reason: "" });
+        merge(i, j);
       }
     }
   }
+  return finish();
+}
 
-  // Topological order of the surviving kernels, preferring original order.
-  const ids = kernels.map((_, i) => i).filter((i) => alive[i]);
-  const indeg = new Map<number, number>(ids.map((i) => [i, preds(i).size]));
-  const succ = new Map<number, number[]>(ids.map((i) => [i, []]));
-  for (const i of ids) for (const p of preds(i)) succ.get(p)!.push(i);
-  const ready = ids.filter((i) => indeg.get(i) === 0);
-  const order: number[] = [];
-  while (ready.length) {
-    ready.sort((a, b) => a - b);
-    const i = ready.shift()!;
-    order.push(i);
-    for (const s of succ.get(i)!) {
-      indeg.set(s, indeg.get(s)! - 1);
-      if (indeg.get(s) === 0) ready.push(s);
+/**
+ * Reductions of one space over the same axes whose inputs were all written by one kernel merge, though
+ * they share no tensor: a LayerNorm backward's dγ and dβ second passes, each summing its own per-part sums
+ * of the kernel that computes dY (compiler/column_sums.ts), which mergeSiblings leaves apart. Merged, they
+ * read no more bytes and save a launch; and since each waits for nothing but that one kernel, so does the
+ * merged kernel (no order the rest of the schedule relies on changes). Run after consumer merging, which is
+ * what puts the dγ first pass into the kernel computing dY and its dβ first pass.
+ */
+export function mergeSameWriter(
+  g: Graph,
+  r: FusionResult,
+  takeFuel?: () => boolean,
+  maxBindings = MAX_SIBLING_BINDINGS,
+  maxBindingBytes?: number,
+): FusionResult {
+  const { kernels, reads, writerOf, partsOf, preds, dependsOn, merge, finish } = mergeState(g, r);
+  /** The one kernel that wrote everything kernel i reads (no graph input, no second kernel), if any. */
+  const soleWriter = (i: number): number | undefined => {
+    const written = [...reads[i]].every((x) => (partsOf.get(x) ?? [x]).every((y) => writerOf.has(y)));
+    const [w, ...others] = preds(i);
+    return written && others.length === 0 ? w : undefined;
+  };
+  const groups = new Map<string, number[]>();
+  kernels.forEach((k, i) => {
+    const w = k.kind === "reduce" ? soleWriter(i) : undefined;
+    if (w === undefined) return;
+    const key = `${w}|${k.space.join()}|${k.axes!.join()}`;
+    groups.set(key, [...(groups.get(key) ?? []), i]);
+  });
+  let merged = 0;
+  for (const [i, ...rest] of groups.values()) {
+    for (const j of rest) {
+      // They share nothing, so the merge saves a launch, not bytes: it keeps to the portable cap.
+      const bindings = new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]);
+      if (bindingCount(g, [...bindings], maxBindingBytes) > Math.min(maxBindings, MAX_SIBLING_BINDINGS)) {
+        continue;
+      }
+      if (dependsOn(j, i) || dependsOn(i, j)) continue;
+      if (takeFuel && !takeFuel()) continue;
+      merge(i, j);
+      merged++;
     }
   }
-  if (order.length !== ids.length) throw new Error("internal: sibling fusion made the kernel graph cyclic");
-  const renumber = new Map(order.map((old, i) => [old, i]));
-  const scheduled = order.map((old, i) => ({
-    ...kernels[old],
-    id: i,
-    roots: [...kernels[old].roots].sort((a, b) => a - b),
-  }));
-  const kernelOf = new Int32Array(r.kernelOf.length).fill(-1);
-  for (const k of scheduled) for (const m of k.members) kernelOf[m] = k.id;
-  return {
-    kernels: scheduled,
-    kernelOf,
-    materialized: r.materialized,
-    decisions: decisions.map((d) => ({
-      ...d,
-      consumerKernel: renumber.get(d.consumerKernel) ?? d.consumerKernel,
-    })),
-    fuelRefusals: r.fuelRefusals,
-    inPlace: r.inPlace,
-  };
+  return merged === 0 ? r : finish();
 }

@@ -50,7 +50,28 @@ import { describeKernel, kernelName } from "./naming.ts";
 import { DEFAULT_PROFILE, type TargetProfile } from "../targets/profiles.ts";
 
 export const LOOP_WORKGROUP = 256;
+/** Threads per column of a split column sum where the profile does not size them to fill the device. */
 export const SPLIT_GROUPS = 16;
+/** Each thread of a split column sum adds at least this many terms before the workgroup combine. */
+export const MIN_SPLIT_TERMS = 2;
+
+/**
+ * How many threads of a workgroup share each output of a column sum (`outputs` outputs, `rowLen` terms
+ * each); 1: a thread per output, not split. Where the profile names a thread count to fill (a GPU), the
+ * fewest (a power of two) that launch that many, so that a short column sum of few columns (the second
+ * pass of a two-pass column sum: 256 parts × 1,024 columns) is not left to a sixteenth of the device;
+ * else SPLIT_GROUPS (lavapipe, where a workgroup is a loop on one core and a thread more buys nothing).
+ */
+export function columnGroups(profile: TargetProfile, outputs: number, rowLen: number): number {
+  if (rowLen < profile.columnSplitMinRows) return 1;
+  if (!profile.columnFillThreads) return SPLIT_GROUPS;
+  let groups = 1;
+  while (
+    groups * 2 <= LOOP_WORKGROUP && groups * 2 * MIN_SPLIT_TERMS <= rowLen &&
+    outputs * groups < profile.columnFillThreads
+  ) groups *= 2;
+  return groups;
+}
 
 export function lowerKernel(
   g: Graph,
@@ -138,14 +159,16 @@ function lowerReduce(
   // with a barrier per level: LayerNorm was 10x slower on lavapipe than a serial loop per thread). Else
   // one workgroup per row: on a GPU, coalesced loads and a block for every row (targets/profiles.ts).
   // Long column sums (many rows reduced, few columns: a bias gradient over all tokens) would leave too few
-  // threads busy; there SPLIT_GROUPS threads share each column and combine their partial sums in
-  // workgroup memory, in a fixed order.
-  const split = !trailing && rowLen >= profile.columnSplitMinRows;
+  // threads busy; there `groups` threads share each column (columnGroups) and combine their partial sums
+  // in workgroup memory, in a fixed order.
+  const groups = trailing ? 1 : columnGroups(profile, rows, rowLen);
+  const split = groups > 1;
   const perThread = !split && (!trailing || rowLen <= 32 || rows >= profile.perThreadMinRows);
   const wg = split || perThread
     ? LOOP_WORKGROUP
     : Math.min(profile.reduceWorkgroupMax, Math.max(32, nextPow2(rowLen)));
-  const columns = LOOP_WORKGROUP / SPLIT_GROUPS; // outputs per workgroup when split
+  // Outputs per workgroup when split; consecutive threads take consecutive columns (coalesced loads).
+  const columns = LOOP_WORKGROUP / groups;
 
   const vb = new ValueBuilder(ctx);
   const top = new Scope();
@@ -189,15 +212,15 @@ function lowerReduce(
     }
     const j = ref("j", "i32");
     fill(inner, elemIdx(j));
-    if (split) return if_(valid, [for_("j", grp, i32(rowLen), i32(SPLIT_GROUPS), inner.stmts)]);
+    if (split) return if_(valid, [for_("j", grp, i32(rowLen), i32(groups), inner.stmts)]);
     return perThread
       ? for_("j", i32(0), i32(rowLen), i32(1), inner.stmts)
       : for_("j", lid, i32(rowLen), i32(wg), inner.stmts);
   };
-  /** Combines the SPLIT_GROUPS partial values of each column in workgroup memory (a fixed-order tree). */
+  /** Combines the `groups` partial values of each column in workgroup memory (a fixed-order tree). */
   const combineGroups = (op: "add" | "max", acc: string, out: string) => {
     top.stmts.push({ k: "sstore", arr: "colred", index: lid, value: ref(acc, "f32") }, barrier);
-    for (let step = SPLIT_GROUPS / 2; step >= 1; step /= 2) {
+    for (let step = groups / 2; step >= 1; step /= 2) {
       const other = sload("colred", add(lid, i32(step * columns)), "f32");
       top.stmts.push(
         if_(lt(grp, i32(step)), [{

@@ -14,7 +14,12 @@ export const columnSumsStage: Stage<KernelState> = {
   run: (s, ctx) => {
     if (!s.options.fuse) return s;
     const masked = scattersAsColumnSums(s.graph, s.options.profile?.scatterMaskedMaxRows ?? 0);
-    const r = splitColumnSums(masked.graph, s.options.profile?.columnSumParts ?? 1);
+    const profile = s.options.profile;
+    const r = splitColumnSums(
+      masked.graph,
+      profile?.columnSumParts ?? 1,
+      profile?.columnFillThreads || Infinity,
+    );
     if (r.split === 0 && masked.rewritten === 0) return s;
     if (ctx.flags.level >= 3) {
       console.error(

@@ -1,13 +1,14 @@
 /**
  * The fusion stages: producer-consumer fusion (consumers first), then the kernel-level fusions in the
  * order they must run — attention while its softmax kernel is still alone, sibling fusion, consumer
- * merging. Each spends the one FUSION_FUEL budget and logs its decisions at DEBUG=3.
+ * merging, then reductions reading only what one kernel wrote. Each spends the one FUSION_FUEL budget
+ * and logs its decisions at DEBUG=3.
  */
 import { fuseAttention } from "../fusion/attention.ts";
 import { MAX_MERGED_BINDINGS, mergeConsumers } from "../fusion/consumers.ts";
 import { fuseProducers } from "../fusion/fuse.ts";
 import { layoutForGemms } from "../fusion/layout.ts";
-import { MAX_SIBLING_BINDINGS, mergeSiblings } from "../fusion/siblings.ts";
+import { MAX_SIBLING_BINDINGS, mergeSameWriter, mergeSiblings } from "../fusion/siblings.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { PassContext, Stage } from "../pipeline.ts";
 import { cudaAlone, type KernelState, need } from "./state.ts";
@@ -123,5 +124,20 @@ export const consumerStage = kernelFusion(
         takeFuel: takeFuel(ctx),
         log: logOf(ctx),
       },
+    ),
+);
+
+// After consumer merging, which puts a LayerNorm backward's dγ first pass into the kernel computing dY and
+// its dβ first pass: the two second passes then read only what that one kernel wrote.
+export const sameWriterStage = kernelFusion(
+  "fusion-same-writer",
+  "reductions over one space and axes that read only what one kernel wrote merge",
+  (s, f, ctx) =>
+    mergeSameWriter(
+      s.graph,
+      f,
+      takeFuel(ctx),
+      mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
+      s.options.maxBindingBytes,
     ),
 );

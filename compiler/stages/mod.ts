@@ -8,7 +8,7 @@ import { buffersStage } from "./buffers.ts";
 import { columnSumsStage } from "./column_sums.ts";
 import { emitStage } from "./emit.ts";
 import { flashAttentionStage } from "./flash_attention.ts";
-import { attentionStage, consumerStage, fusionStage, siblingStage } from "./fusion.ts";
+import { attentionStage, consumerStage, fusionStage, sameWriterStage, siblingStage } from "./fusion.ts";
 import { inPlaceUpdatesStage } from "./in_place_updates.ts";
 import { legalizeStage } from "./legalize.ts";
 import { libraryCallsStage } from "./library_calls.ts";
@@ -30,6 +30,7 @@ export const FUSION_STAGES: readonly Stage<KernelState>[] = [
   attentionStage,
   siblingStage,
   consumerStage,
+  sameWriterStage,
 ];
 
 /** From the storage choice to the Plan: what follows fusion. */

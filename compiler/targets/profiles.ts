@@ -18,6 +18,8 @@
  * KernelOptions.maxBindings by the backend that opened it (engine/backends.ts).
  */
 
+import { H100_SXM } from "./h100.ts";
+
 export interface TargetProfile {
   readonly name: ProfileName;
   readonly about: string;
@@ -42,13 +44,22 @@ export interface TargetProfile {
    */
   readonly scatterMaskedMaxRows: number;
   /**
-   * A column sum over at least this many rows shares each column among SPLIT_GROUPS threads of a workgroup
-   * (lower_kernel.ts lowerReduce). Infinity on the CPU: a workgroup is a loop there, and the shared-memory
-   * combine with its barriers cost more than it spread (BERT-tiny's training step: 22.4 -> 16.2 ms of
-   * column sums without it, 2-core machine).
+   * A column sum over at least this many rows shares each column among several threads of a workgroup
+   * (lower_kernel.ts columnGroups, lowerReduce). Infinity on the CPU: a workgroup is a loop there, and the
+   * shared-memory combine with its barriers cost more than it spread (BERT-tiny's training step: 22.4 ->
+   * 16.2 ms of column sums without it, 2-core machine).
    */
   readonly columnSplitMinRows: number;
-  /** A column sum over many rows is split into up to this many parts first (compiler/column_sums.ts). */
+  /**
+   * How many threads a split column sum should launch (lower_kernel.ts columnGroups takes the fewest
+   * threads per column, a power of two up to a workgroup, that reach it); 0: SPLIT_GROUPS per column,
+   * where a workgroup is a loop on one core (lavapipe) and more threads only add combine steps.
+   */
+  readonly columnFillThreads: number;
+  /**
+   * A column sum over many rows is split into up to this many parts first (compiler/column_sums.ts), as
+   * few as give its first pass `columnFillThreads` threads where that is set.
+   */
   readonly columnSumParts: number;
   /**
    * QKᵀ, softmax and PV fused into one attention kernel (compiler/fusion/attention.ts) where nothing else
@@ -68,6 +79,7 @@ const SERIAL_ROWS = {
   scatterMaskedMaxRows: 0,
   columnSumParts: 1,
   columnSplitMinRows: 256,
+  columnFillThreads: 0,
 };
 // 128 owners × BERT-large's 1,024 columns = 131,072 threads: about what keeps an H100's memory busy.
 // Column sums in up to 256 parts: a bias gradient over 8,192 tokens is 256 × 1,024 first-pass threads of 32
@@ -81,7 +93,13 @@ const ROW_PER_WORKGROUP = {
   // owner lowering's 95; at 12 rows 80 against 68). BERT's token types are 2 rows: 742 -> 13 µs.
   scatterMaskedMaxRows: 8,
   columnSumParts: 256,
-  columnSplitMinRows: 256,
+  // Any column sum whose outputs alone leave the device idle is split; columnGroups takes the threads per
+  // column that fill it, each adding at least two terms (the second pass of a bias gradient, 256 parts ×
+  // 1,024 columns: 128 threads a column, 131,072 in all, where SPLIT_GROUPS gave 16,384; the cost model:
+  // 4.9 -> 2.4 µs each, 42.364 -> 42.058 ms a step at batch 64).
+  columnSplitMinRows: 4,
+  // What keeps an H100's memory busy, as the cost model has it (targets/h100.ts saturatingThreads).
+  columnFillThreads: H100_SXM.saturatingThreads,
 };
 
 export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {

@@ -32,8 +32,9 @@ export function scatterExpected(
 
 /**
  * A planted error: `plan` with the second pass of its masked column sum (the reduce kernel reading what
- * another reduce kernel wrote: the parts' sums) starting its loop over the parts at 1, so the first part
- * is dropped.
+ * another reduce kernel wrote: the parts' sums) skipping the first part: its loop over the parts starts at
+ * 1 where a thread walks them all, and the first group of threads starts a stride later where the parts
+ * are shared among groups (lower_kernel.ts columnGroups).
  */
 export function dropFirstPart(plan: Plan, target: "cuda" | "wgsl"): Plan {
   const partsOut = plan.kernels.filter((k) => k.kind === "reduce")
@@ -44,7 +45,13 @@ export function dropFirstPart(plan: Plan, target: "cuda" | "wgsl"): Plan {
   assert.ok(second >= 0, `no second pass among ${plan.kernels.map((k) => k.name)}`);
   const k = plan.kernels[second];
   const source = k[target]!;
-  const code = source.code.replace(/for \((int j|var j: i32) = 0;/, "for ($1 = 1;");
+  const code = source.code.replace(/for \((int j|var j: i32) = 0;/, "for ($1 = 1;").replace(
+    /for \((int j|var j: i32) = grp; (j < \d+); j \+= (\d+)\)/,
+    (_, decl, test, stride) =>
+      `for (${decl} = grp + ${
+        target === "cuda" ? `(grp == 0 ? ${stride} : 0)` : `select(0, ${stride}, grp == 0)`
+      }; ${test}; j += ${stride})`,
+  );
   assert.notEqual(code, source.code, `no loop over the parts in ${k.name}:\n${source.code}`);
   return {
     ...plan,

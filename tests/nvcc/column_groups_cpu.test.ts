@@ -1,0 +1,72 @@
+/**
+ * Column sums lowered for `cuda-sm90` (tests/util/column_sum_cases.ts: threads per column that fill the
+ * device, combined in shared memory; a LayerNorm backward's dγ and dβ second passes as one kernel), run
+ * on the CPU through g++ and the CUDA shim against the reference interpreter on fresh random inputs. A
+ * copy of a plan whose second pass skips the first part must fail the same check.
+ */
+import assert from "node:assert/strict";
+import { emitCUDA } from "../../compiler/codegen/cuda.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { PROFILES } from "../../compiler/targets/profiles.ts";
+import { randomFeeds } from "../../cases/random_feeds.ts";
+import type { Plan } from "../../plan/plan.ts";
+import { evaluate } from "../../runtime/reference/interpreter.ts";
+import { columnSumCases } from "../util/column_sum_cases.ts";
+import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
+import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
+import { dropFirstPart } from "../util/scatter_check.ts";
+
+const version = await cxxVersion();
+const emitters = { cuda: emitCUDA };
+const sm90 = PROFILES["cuda-sm90"];
+
+async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
+  const dir = await Deno.makeTempDir({ prefix: "bertfuse-colsum-" });
+  try {
+    return Object.fromEntries(await runOnCpu(dir, plan, feeds));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+for (const [i, c] of columnSumCases().entries()) {
+  Deno.test({
+    name: `column sums: ${c.name}, cuda-sm90, on the CUDA shim${version ? "" : " (g++ not found)"}`,
+    ignore: !version,
+    async fn() {
+      const compiled = compileGraph(c.graph, { fuse: true, emitters, profile: sm90 });
+      assert.equal(c.expect(compiled), undefined);
+      const feeds = randomFeeds(c.graph, 1100 + i);
+      assertMatchesReference(
+        evaluate(c.graph, feeds, { precision: "f32" }),
+        await runPlan(compiled.plan, feeds),
+        {
+          tol: F32_TOL,
+          device: `cuda-shim (cuda-sm90, seed ${1100 + i})`,
+          plan: compiled.plan.kernels.map((k) => k.name).join(","),
+        },
+      );
+    },
+  });
+}
+
+Deno.test({
+  name: `column sums: a second pass that skips a part fails the check${version ? "" : " (g++ not found)"}`,
+  ignore: !version,
+  async fn() {
+    const c = columnSumCases().find((x) => x.name.startsWith("bias gradient"))!;
+    const { plan } = compileGraph(c.graph, { fuse: true, emitters, profile: sm90 });
+    const feeds = randomFeeds(c.graph, 1200);
+    const ref = evaluate(c.graph, feeds, { precision: "f32" });
+    const out = await runPlan(dropFirstPart(plan, "cuda"), feeds);
+    assert.throws(
+      () =>
+        assertMatchesReference(ref, out, {
+          tol: F32_TOL,
+          device: "cuda-shim (planted)",
+          plan: "a part dropped",
+        }),
+      /db/,
+    );
+  },
+});
