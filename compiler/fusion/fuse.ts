@@ -23,7 +23,7 @@ import { isElementwise, isMovement } from "../../ir/ops.ts";
 import { fuseAttention } from "./attention.ts";
 import { findInPlaceConcats } from "./in_place.ts";
 import { mergeConsumers } from "./consumers.ts";
-import { mergeSiblings } from "./siblings.ts";
+import { mergeSameWriter, mergeSiblings } from "./siblings.ts";
 import { applyJoin, decideJoin } from "./join.ts";
 import { isLibraryColumnSum } from "./library_sums.ts";
 import { rematVerdict } from "./remat.ts";
@@ -73,7 +73,10 @@ function inlineNodes(g: Graph, fuse: boolean): Uint8Array {
   return inline;
 }
 
-/** Every fusion stage in order: producer-consumer fusion, then (when fusing) attention, siblings, consumers. */
+/**
+ * Every fusion stage in order: producer-consumer fusion, then (when fusing) attention, siblings, consumers,
+ * and reductions reading only what one kernel wrote.
+ */
 export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
   const result = fuseProducers(g, opts);
   if (!opts.fuse) return result;
@@ -83,7 +86,8 @@ export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
     log: opts.log,
     always: opts.attention === "always",
   });
-  return mergeConsumers(g, mergeSiblings(g, withAttention, opts.takeFuel), opts.takeFuel);
+  const merged = mergeConsumers(g, mergeSiblings(g, withAttention, opts.takeFuel), opts.takeFuel);
+  return mergeSameWriter(g, merged, opts.takeFuel);
 }
 
 /**
