@@ -60,7 +60,12 @@ const operandBytes = (o: PlanGemmOperand, rows: number, cols: number, batch: num
 function gemmCallBytes(g: PlanGemm): { a: number; b: number; d: number } {
   const e = g.epilogue;
   const length = e?.kind === "bgrad" && e.operand === "a" ? g.m : g.n;
-  const bias = e ? length * (e.bias.dtype === "f32" ? 4 : 2) : 0;
+  // DGELU reads its GELU input matrix (m×n, in D's type) where a BIAS epilogue reads a vector.
+  const bias = e?.kind === "dgelu"
+    ? g.m * g.n * (e.aux.dtype === "f32" ? 4 : 2)
+    : e
+    ? length * (e.bias.dtype === "f32" ? 4 : 2)
+    : 0;
   return {
     a: operandBytes(g.a, g.m, g.k, g.batch),
     b: operandBytes(g.b, g.k, g.n, g.batch),

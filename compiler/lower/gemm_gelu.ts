@@ -140,12 +140,34 @@ export function isTanhGelu(g: Graph, act: NodeId, pre: NodeId): boolean {
  * cone propose their argument's nodes as candidates, each checked exactly by isTanhGelu.
  */
 export function tanhGeluInput(g: Graph, act: NodeId): NodeId | undefined {
+  if (!nearTanh(g, act)) return undefined;
   const cone = polyOf(g, act, new Set());
   for (const t of variablesOf(cone)) {
     if (g.nodes[t].op !== "tanh") continue;
     for (const pre of candidates(g, g.nodes[t].inputs[0])) if (isTanhGelu(g, act, pre)) return pre;
   }
   return undefined;
+}
+
+/**
+ * Whether a tanh node is within a few elementwise steps of `id` (GELU within 3 and its autodiff gradient
+ * within 7 in the graphs the DSL makes): a cheap test before expanding a cone, which callers run on every
+ * candidate node of a graph.
+ */
+function nearTanh(g: Graph, id: NodeId, depth = 12): boolean {
+  const seen = new Set<NodeId>([id]);
+  let level = [id];
+  for (let d = 0; d <= depth && level.length; d++) {
+    const next: NodeId[] = [];
+    for (const cur of level) {
+      const n = g.nodes[cur];
+      if (n.op === "tanh") return true;
+      if (n.type.dtype !== "f32" || !["add", "sub", "mul", "neg"].includes(n.op)) continue;
+      for (const i of n.inputs) if (!seen.has(i)) (seen.add(i), next.push(i));
+    }
+    level = next;
+  }
+  return false;
 }
 
 /** The nodes of the elementwise cone of `id` (itself included), nearest first: where P may be. */
@@ -171,7 +193,7 @@ function candidates(g: Graph, id: NodeId): NodeId[] {
  * derivative of isTanhGelu's function: 0.5·(1 + T) + 0.5·P·(1 − T²)·c·(1 + 3a·P²), T = tanh(c·(P + a·P³)).
  */
 export function tanhGeluGradient(g: Graph, grad: NodeId, pre: NodeId): NodeId | undefined {
-  if (grad === pre || g.nodes[grad].type.dtype !== "f32") return undefined;
+  if (grad === pre || g.nodes[grad].type.dtype !== "f32" || !nearTanh(g, grad)) return undefined;
   const p = polyOf(g, grad, new Set([pre]));
   const ts = geluTanhsOf(g, p, pre);
   const others = [...variablesOf(p)].filter((v) => v !== pre && !ts.includes(v));

@@ -68,6 +68,17 @@ export interface GemmBias {
   readonly batchStride: number;
 }
 
+/**
+ * The GELU input matrix of a DGELU epilogue (gemm_dgelu.ts): element (i, j) of the m×n product's
+ * pre-activation at buffer[offset + i·ld + j], stored in D's dtype.
+ */
+export interface GemmAux {
+  readonly buffer: number;
+  readonly offset: number;
+  readonly dtype: GemmDType;
+  readonly ld: number;
+}
+
 /** One cublasLtMatmul: D = op(A)·op(B), alpha 1, beta 0, f32 accumulation (CUBLAS_COMPUTE_32F). */
 export interface GemmCall {
   readonly m: number;
@@ -84,7 +95,8 @@ export interface GemmCall {
   readonly compute: "32F";
   /**
    * cuBLASLt's BIAS epilogue, or a bias gradient (BGRADA / BGRADB, gemm_bgrad.ts) written to `bias` with
-   * the kernels computing it otherwise named in `fallback` (plan/plan.ts PlanGemmEpilogue).
+   * the kernels computing it otherwise named in `fallback` (plan/plan.ts PlanGemmEpilogue), or the tanh-GELU
+   * gradient of the pre-activation in `aux` (DGELU, gemm_dgelu.ts).
    */
   readonly epilogue?:
     | { readonly kind: "bias"; readonly bias: GemmBias }
@@ -94,7 +106,8 @@ export interface GemmCall {
       readonly bias: GemmBias;
       readonly fallback: readonly string[];
       readonly copies: readonly number[];
-    };
+    }
+    | { readonly kind: "dgelu"; readonly aux: GemmAux };
 }
 
 export type GemmVerdict =

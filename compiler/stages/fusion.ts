@@ -7,6 +7,7 @@
 import { fuseAttention } from "../fusion/attention.ts";
 import { MAX_MERGED_BINDINGS, mergeConsumers } from "../fusion/consumers.ts";
 import { fuseProducers } from "../fusion/fuse.ts";
+import { geluAuxRoots } from "../fusion/gelu_aux.ts";
 import { layoutForGemms } from "../fusion/layout.ts";
 import { MAX_SIBLING_BINDINGS, mergeSameWriter, mergeSiblings } from "../fusion/siblings.ts";
 import type { FusionResult } from "../fusion/types.ts";
@@ -35,6 +36,12 @@ function rawGemmOutputs(s: KernelState): boolean {
   return cudaAlone(s.options) && s.options.libraryGemms !== false;
 }
 
+/** The forced roots and, for cuBLASLt's DGELU epilogue, tanh-GELU pre-activations (fusion/gelu_aux.ts). */
+function withGeluAux(s: KernelState): ReadonlySet<number> | undefined {
+  const aux = geluAuxRoots(s.graph);
+  return aux.size === 0 ? s.forcedRoots : new Set([...(s.forcedRoots ?? []), ...aux]);
+}
+
 const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => console.error(m) : undefined;
 
 export const fusionStage: Stage<KernelState> = {
@@ -49,7 +56,7 @@ export const fusionStage: Stage<KernelState> = {
       log: logOf(ctx),
       maxBindings: s.options.maxBindings,
       maxBindingBytes: s.options.maxBindingBytes,
-      roots: s.forcedRoots,
+      roots: rawGemmOutputs(s) ? withGeluAux(s) : s.forcedRoots,
       rawGemmOutputs: rawGemmOutputs(s),
     }),
   }),

@@ -11,6 +11,7 @@
  */
 import { numel } from "../../ir/mod.ts";
 import { bgradEpilogues } from "../lower/gemm_bgrad.ts";
+import { dgeluCall } from "../lower/gemm_dgelu.ts";
 import { deriveGemm, type GemmVerdict, outputOperand } from "../lower/gemm_library.ts";
 import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
@@ -54,6 +55,18 @@ export const libraryCallsStage: Stage<KernelState> = {
         const d = directGemm(v, v.direct, kernels[i].name);
         gemmOf.set(i, d.gemm);
         gemms.push(d.decision);
+        return;
+      }
+      // CUDA alone: a tanh-GELU gradient of a stored pre-activation is the call's DGELU epilogue
+      // (gemm_dgelu.ts); a heuristic miss runs the template GEMM, which computes the same.
+      const dgelu = cudaAlone(s.options) ? dgeluCall(g, k, kctx, v, v.a.dtype) : undefined;
+      if (dgelu?.ok) {
+        gemmOf.set(i, { call: { ...base, d: dgelu.d, epilogue: { kind: "dgelu", aux: dgelu.aux } } });
+        gemms.push({
+          kernel: kernels[i].name,
+          library: true,
+          reason: "cuBLASLt writes the output, the GELU gradient of the stored pre-activation (DGELU)",
+        });
         return;
       }
       const mm = g.nodes[k.anchor!];

@@ -81,6 +81,10 @@ const DESC_TRANSA = 3, DESC_TRANSB = 4, DESC_EPILOGUE = 7, DESC_BIAS_POINTER = 8
 // cublasLtMatmulDescAttributes_t: BIAS_BATCH_STRIDE (int64_t elements, default 0: one vector for every
 // batch entry), BIAS_DATA_TYPE (int32_t cudaDataType, default -1: D's type).
 const DESC_BIAS_BATCH_STRIDE = 10, DESC_BIAS_DATA_TYPE = 26;
+// EPILOGUE_AUX_POINTER (the GELU input matrix DGELU reads), EPILOGUE_AUX_LD (int64_t elements; "divisible by
+// 8 and no less than the number of rows in the output matrix", cublasLt.h); its type is D's (AUX_DATA_TYPE
+// left unset: "GELU input matrix elements type is the same as the type of elements of the output matrix").
+const DESC_EPILOGUE_AUX_POINTER = 11, DESC_EPILOGUE_AUX_LD = 12;
 const LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6;
 const PREF_MAX_WORKSPACE_BYTES = 1;
 // cublasLtMatmulPreferenceAttributes_t: MIN_ALIGNMENT_{A,B,C,D}_BYTES (uint32_t, default 256). The
@@ -88,12 +92,13 @@ const PREF_MAX_WORKSPACE_BYTES = 1;
 // alignment the pointers really have (cuBLASLt docs, "cublasLtMatmulPreferenceAttributes_t").
 const PREF_MIN_ALIGNMENT = { a: 5, b: 6, c: 7, d: 8 } as const;
 // cublasLtEpilogue_t: DEFAULT 1, BIAS 4, GELU 32, GELU_BIAS 36, BGRADA 256, BGRADB 512 (cublasLt.h).
-const EPILOGUE = { none: 1, bias: 4, gelu: 32, gelu_bias: 36, bgrada: 256, bgradb: 512 } as const;
+// DGELU = 64 | 128: "apply GELU gradient to matmul output", reading the GELU input matrix (aux).
+const EPILOGUE = { none: 1, bias: 4, gelu: 32, gelu_bias: 36, dgelu: 192, bgrada: 256, bgradb: 512 } as const;
 const HEURISTIC_RESULT_BYTES = 96;
 const HEURISTIC_STATE_OFFSET = 72;
 
 export type GemmDType = "f32" | "f16" | "bf16";
-export type Epilogue = Exclude<keyof typeof EPILOGUE, "bgrada" | "bgradb">;
+export type Epilogue = Exclude<keyof typeof EPILOGUE, "bgrada" | "bgradb" | "dgelu">;
 
 const DATA_TYPE: Record<GemmDType, number> = { f32: CUDA_R_32F, f16: CUDA_R_16F, bf16: CUDA_R_16BF };
 
@@ -346,11 +351,15 @@ export interface LtOperand {
  * vector, whose length "must match matrix D rows" (cublasLt.h), is exactly ours. "bgrad" writes the sums
  * over k of our operand A or B to the vector: BGRADB or BGRADA (lt_mapping.ts ltEpilogue).
  */
-export interface LtEpilogue {
+export type LtEpilogue = {
   readonly kind: "bias" | "bgrad";
   readonly operand?: "a" | "b";
   readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
-}
+} | {
+  /** DGELU: D = product ⊙ GELU'(aux), the GELU input matrix in D's type (lt_mapping.ts RowMajorDgelu). */
+  readonly kind: "dgelu";
+  readonly aux: { readonly dtype: GemmDType; readonly ld: number };
+};
 
 /** A plan's GEMM (plan/plan.ts PlanGemm) without its buffers, plus the pointers' alignments in bytes. */
 export interface LtCallSpec {
@@ -425,8 +434,13 @@ export class LtCall {
       setDesc(DESC_TRANSA, i32(lib.transA ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
       setDesc(DESC_TRANSB, i32(lib.transB ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
       // BIAS, or a bias gradient as BGRADA / BGRADB (LtCall passes our B as the library's A).
-      setDesc(DESC_EPILOGUE, i32(EPILOGUE[lib.bias?.kind ?? "none"]), "EPILOGUE");
-      if (spec.epilogue) {
+      setDesc(DESC_EPILOGUE, i32(EPILOGUE[lib.aux?.kind ?? lib.bias?.kind ?? "none"]), "EPILOGUE");
+      if (lib.aux) {
+        // As the bias pointer below: a stand-in with the real one's alignment until run() sets it.
+        setDesc(DESC_EPILOGUE_AUX_LD, i64(lib.aux.ld), "EPILOGUE_AUX_LD");
+        this.biasSlot[0] = BigInt(spec.align.bias ?? 256);
+        setDesc(DESC_EPILOGUE_AUX_POINTER, new Uint8Array(this.biasSlot.buffer), "EPILOGUE_AUX_POINTER");
+      } else if (spec.epilogue) {
         setDesc(DESC_BIAS_DATA_TYPE, i32(DATA_TYPE[lib.bias!.dtype]), "BIAS_DATA_TYPE");
         if (lib.bias!.batchStride !== 0) {
           setDesc(DESC_BIAS_BATCH_STRIDE, i64(lib.bias!.batchStride), "BIAS_BATCH_STRIDE");
@@ -506,7 +520,7 @@ export class LtCall {
           throw new CudaError(
             `cuBLASLt has no algorithm for ${what} (m ${m}, n ${n}, k ${k}, batch ${batch}, ` +
               `${spec.a.dtype} -> ${spec.d.dtype}${
-                spec.epilogue ? `, ${lib.bias!.kind.toUpperCase()} epilogue` : ""
+                spec.epilogue ? `, ${(lib.aux ?? lib.bias)!.kind.toUpperCase()} epilogue` : ""
               })`,
           );
         }
@@ -539,7 +553,11 @@ export class LtCall {
       }
       if (this.biasSlot[0] !== bias) {
         this.biasSlot[0] = bias;
-        this.setDesc(DESC_BIAS_POINTER, new Uint8Array(this.biasSlot.buffer), "BIAS_POINTER", what);
+        // DGELU's pointer is its GELU input matrix (the `bias` argument carries the epilogue's pointer).
+        const [attr, name] = spec.epilogue.kind === "dgelu"
+          ? [DESC_EPILOGUE_AUX_POINTER, "EPILOGUE_AUX_POINTER"]
+          : [DESC_BIAS_POINTER, "BIAS_POINTER"];
+        this.setDesc(attr, new Uint8Array(this.biasSlot.buffer), name, what);
       }
     }
     // A call in groups (plan/plan.ts PlanGemm.outer): one cublasLtMatmul per group, pointers stepped by

@@ -257,7 +257,9 @@ export class CudaExecutor {
         };
         const a = elementAt(call.a, "A"), b = elementAt(call.b, "B"), d = elementAt(call.d, "D");
         const ep = call.epilogue;
-        const bias = ep && elementAt(ep.bias, "bias");
+        // The epilogue's pointer: its vector, or DGELU's GELU input matrix.
+        const bias = ep &&
+          (ep.kind === "dgelu" ? elementAt(ep.aux, "GELU input") : elementAt(ep.bias, "bias"));
         const full: LtCallSpec = {
           m: call.m,
           n: call.n,
@@ -267,7 +269,9 @@ export class CudaExecutor {
           a: call.a,
           b: call.b,
           d: call.d,
-          ...(ep
+          ...(ep?.kind === "dgelu"
+            ? { epilogue: { kind: "dgelu", aux: { dtype: ep.aux.dtype, ld: ep.aux.ld } } }
+            : ep
             ? {
               epilogue: {
                 kind: ep.kind,

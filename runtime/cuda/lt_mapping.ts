@@ -32,7 +32,17 @@ export interface RowMajorGemm {
     readonly kind: "bias" | "bgrad";
     readonly operand?: "a" | "b";
     readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
-  };
+  } | RowMajorDgelu;
+}
+
+/**
+ * "dgelu" (plan/plan.ts PlanGemmAux): D = product ⊙ GELU'(P), P the m×n pre-activation stored row-major
+ * with leading dimension `ld` in D's type; the library's CUBLASLT_EPILOGUE_DGELU with P as its GELU input
+ * matrix (EPILOGUE_AUX_POINTER), which in the library's column-major terms is P's transpose as D's is.
+ */
+export interface RowMajorDgelu {
+  readonly kind: "dgelu";
+  readonly aux: { readonly dtype: GemmDType; readonly ld: number };
 }
 
 /**
@@ -69,6 +79,11 @@ export interface LtDescriptors {
   readonly b: LtLayout;
   readonly d: LtLayout;
   /**
+   * DGELU (RowMajorDgelu): the GELU input matrix, n×m column-major as D with leading dimension `ld`
+   * (EPILOGUE_AUX_LD), in D's type; no vector.
+   */
+  readonly aux?: { readonly kind: "dgelu"; readonly dtype: GemmDType; readonly ld: number };
+  /**
    * The epilogue's vector: `length` elements, batch entries `batchStride` elements apart
    * (BIAS_BATCH_STRIDE). BIAS: added to every column of the library's D, one per row. Our bias runs over
    * D's columns (n), which are the rows of the library's n×m Dᵀ, so it is that vector as it is, length n.
@@ -89,7 +104,11 @@ export interface LtDescriptors {
  * so Σ_p op_lib(A)(j, p) = Σ_p op(B)[p][j], over the n rows of the library's D: BGRADA. Ours of A is its
  * B's: BGRADB, over the library D's m columns.
  */
-export function ltEpilogue(e: NonNullable<RowMajorGemm["epilogue"]>, m: number, n: number) {
+export function ltEpilogue(
+  e: Exclude<NonNullable<RowMajorGemm["epilogue"]>, RowMajorDgelu>,
+  m: number,
+  n: number,
+) {
   if (e.kind === "bias") return { kind: "bias" as const, length: n };
   if (e.operand === "b") return { kind: "bgrada" as const, length: n };
   if (e.operand === "a") return { kind: "bgradb" as const, length: m };
@@ -106,13 +125,24 @@ export function ltDescriptors(
   spec: RowMajorGemm,
 ): LtDescriptors {
   const { m, n, k } = spec;
+  const dgelu = spec.epilogue?.kind === "dgelu" ? spec.epilogue : undefined;
+  const vector = spec.epilogue?.kind === "dgelu" ? undefined : spec.epilogue;
   // Groups are separate calls with the same bias pointer: a vector stepped per entry cannot follow them.
-  if ((spec.outer ?? 1) > 1 && (spec.epilogue?.bias.batchStride ?? 0) !== 0) {
+  if ((spec.outer ?? 1) > 1 && (vector?.bias.batchStride ?? 0) !== 0) {
     throw new Error("a bias stepped per batch entry in a call in groups (plan GEMMs never have one)");
   }
   // A bias gradient sums one call's operand: plans give it one batch entry (gemm_bgrad.ts).
   if (spec.epilogue?.kind === "bgrad" && spec.batch !== 1) {
     throw new Error("a bias-gradient epilogue on a batched call (plan GEMMs never have one)");
+  }
+  // DGELU's GELU input matrix: in D's type ("GELU input matrix elements type is the same as the type of
+  // elements of the output matrix"), EPILOGUE_AUX_LD "divisible by 8 and no less than the number of rows
+  // in the output matrix" (cublasLt.h), the library D's n; plans give it one batch entry (gemm_dgelu.ts).
+  if (
+    dgelu &&
+    (dgelu.aux.dtype !== spec.d.dtype || dgelu.aux.ld % 8 !== 0 || dgelu.aux.ld < n || spec.batch !== 1)
+  ) {
+    throw new Error("a DGELU aux not in D's type, with a leading dimension cuBLASLt refuses, or batched");
   }
   // A call in `outer` groups is one cublasLtMatmul per group over batch/outer strided entries.
   const batch = spec.batch / (spec.outer ?? 1);
@@ -134,14 +164,15 @@ export function ltDescriptors(
     a: spec.b.trans ? layout(spec.b, k, n) : layout(spec.b, n, k),
     b: spec.a.trans ? layout(spec.a, m, k) : layout(spec.a, k, m),
     d: layout(spec.d, n, m),
-    ...(spec.epilogue
+    ...(vector
       ? {
         bias: {
-          ...ltEpilogue(spec.epilogue, m, n),
-          dtype: spec.epilogue.bias.dtype,
-          batchStride: spec.epilogue.bias.batchStride,
+          ...ltEpilogue(vector, m, n),
+          dtype: vector.bias.dtype,
+          batchStride: vector.bias.batchStride,
         },
       }
       : {}),
+    ...(dgelu ? { aux: { kind: "dgelu" as const, dtype: dgelu.aux.dtype, ld: dgelu.aux.ld } } : {}),
   };
 }

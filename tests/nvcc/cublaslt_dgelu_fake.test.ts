@@ -1,0 +1,97 @@
+/**
+ * The DGELU epilogue through the real FFI path against the fake libcublasLt (tests/util/fake_cuda.ts
+ * FAKE_LT: D = product ⊙ GELU'(aux), the tanh form, the aux read column-major with EPILOGUE_AUX_LD in D's
+ * type): LtCall's descriptors for a plan GEMM with a "dgelu" epilogue (runtime/cuda/lt_mapping.ts: our
+ * row-major [m, n] aux is the library's n×m one, leading dimension our n), in f32 and f16, against the
+ * same arithmetic in TypeScript on exact random values.
+ *
+ * Needs gcc and cuda.h; ignored without them.
+ */
+import assert from "node:assert/strict";
+import { decodeF16, encodeF16 } from "../../numeric/half.ts";
+import { LtCall, type LtCallSpec } from "../../runtime/cuda/cublaslt.ts";
+import { exactValues, fakeLtSession } from "../util/fake_lt_session.ts";
+
+const fake = await fakeLtSession("bertfuse-fake-dgelu-");
+if (fake.why) console.log(`fake cuBLASLt DGELU tests skipped: ${fake.why}`);
+
+/** GELU'(x) of the tanh form, as cuBLASLt's DGELU applies it. */
+function geluSlope(x: number): number {
+  const c = Math.sqrt(2 / Math.PI), a = 0.044715, t = Math.tanh(c * (x + a * x ** 3));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * a * x * x);
+}
+
+for (const dtype of ["f32", "f16"] as const) {
+  Deno.test({
+    name: `fake cuBLASLt: LtCall with DGELU reads our row-major pre-activation (${dtype})`,
+    ignore: !!fake.why,
+    fn: () => {
+      const { driver, lt } = fake.open();
+      const stream = driver.createStream();
+      // dP [m, n] = dY [m, k] · W2 [k, n] (W2 stored [n, k], read transposed), ⊙ GELU'(P [m, n]).
+      const [m, n, k] = [6, 16, 5];
+      const dy = exactValues(m * k, 21), w = exactValues(n * k, 22);
+      const pre = exactValues(m * n, 23).map((v) => v * 3);
+      const spec: LtCallSpec = {
+        m,
+        n,
+        k,
+        batch: 1,
+        a: { dtype, ld: k, trans: false, batchStride: 0 },
+        b: { dtype, ld: k, trans: true, batchStride: 0 },
+        d: { dtype, ld: n, trans: false, batchStride: m * n },
+        epilogue: { kind: "dgelu", aux: { dtype, ld: n } },
+        align: { a: 256, b: 256, d: 256, bias: 256 },
+      };
+      const call = new LtCall(lt, spec, `fake dgelu ${dtype}`);
+      const bytes = (x: Float32Array) =>
+        dtype === "f32" ? new Uint8Array(x.buffer as ArrayBuffer) : new Uint8Array(encodeF16(x).buffer);
+      const ptrs = [dy, w, new Float32Array(m * n), pre].map((x) => {
+        const p = driver.alloc(x.byteLength + 256, "fake dgelu");
+        driver.copyHtoD(p, bytes(x), "fake dgelu");
+        return p;
+      });
+      try {
+        call.run(ptrs[0], ptrs[1], ptrs[2], stream, "fake dgelu", ptrs[3]);
+        driver.synchronize(stream);
+        const raw = new Uint8Array(m * n * (dtype === "f32" ? 4 : 2));
+        driver.copyDtoH(raw, ptrs[2], "fake dgelu");
+        const got = dtype === "f32"
+          ? new Float32Array(raw.buffer)
+          : decodeF16(new Uint16Array(raw.buffer), new Float32Array(m * n));
+        for (let i = 0; i < m; i++) {
+          for (let j = 0; j < n; j++) {
+            let acc = 0;
+            for (let p = 0; p < k; p++) acc += dy[i * k + p] * w[j * k + p];
+            const want = acc * geluSlope(pre[i * n + j]);
+            const tol = dtype === "f32" ? 1e-5 : 2e-3;
+            assert.ok(Math.abs(got[i * n + j] - want) <= tol * (1 + Math.abs(want)), `[${i}, ${j}]`);
+          }
+        }
+      } finally {
+        call.destroy();
+      }
+    },
+  });
+}
+
+Deno.test({
+  name:
+    "fake cuBLASLt: an aux leading dimension cuBLASLt refuses (not a multiple of 8) is refused by the mapping",
+  ignore: !!fake.why,
+  fn: () => {
+    const { lt } = fake.open();
+    const spec: LtCallSpec = {
+      m: 4,
+      n: 12,
+      k: 3,
+      batch: 1,
+      a: { dtype: "f32", ld: 3, trans: false, batchStride: 0 },
+      b: { dtype: "f32", ld: 12, trans: false, batchStride: 0 },
+      d: { dtype: "f32", ld: 12, trans: false, batchStride: 48 },
+      epilogue: { kind: "dgelu", aux: { dtype: "f32", ld: 12 } },
+      align: { a: 256, b: 256, d: 256, bias: 256 },
+    };
+    assert.throws(() => new LtCall(lt, spec, "fake dgelu ld 12"), /DGELU aux/);
+  },
+});
