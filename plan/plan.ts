@@ -120,7 +120,8 @@ export type PlanGemmEpilogue =
     readonly fallback: readonly string[];
     readonly copies: readonly number[];
   }
-  | { readonly kind: "dgelu"; readonly aux: PlanGemmAux };
+  | { readonly kind: "dgelu"; readonly aux: PlanGemmAux }
+  | { readonly kind: "gelu_aux_bias"; readonly bias: PlanGemmVector; readonly aux: PlanGemmAux };
 
 /**
  * The GELU input matrix of a "dgelu" epilogue (cuBLASLt's CUBLASLT_EPILOGUE_DGELU; one batch entry): the
@@ -128,6 +129,10 @@ export type PlanGemmEpilogue =
  * GELU the tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), in f32, then D's one rounding. P is
  * stored in D's dtype (compiler/lower/gemm_dgelu.ts). Where the call cannot take it, the kernel's
  * template GEMM computes the same.
+ *
+ * "gelu_aux_bias" (cuBLASLt's CUBLASLT_EPILOGUE_GELU_AUX_BIAS; one batch entry): with x = Σ_p
+ * op(A)[i][p]·op(B)[p][j] + bias[j] in f32, the call writes P[i][j] = x and D[i][j] = GELU(x) (the tanh
+ * form), each rounded once to D's dtype, P laid out as for "dgelu" (compiler/lower/gemm_gelu_aux.ts).
  */
 export interface PlanGemmAux {
   readonly buffer: number;

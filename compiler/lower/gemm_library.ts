@@ -96,7 +96,8 @@ export interface GemmCall {
   /**
    * cuBLASLt's BIAS epilogue, or a bias gradient (BGRADA / BGRADB, gemm_bgrad.ts) written to `bias` with
    * the kernels computing it otherwise named in `fallback` (plan/plan.ts PlanGemmEpilogue), or the tanh-GELU
-   * gradient of the pre-activation in `aux` (DGELU, gemm_dgelu.ts).
+   * gradient of the pre-activation in `aux` (DGELU, gemm_dgelu.ts), or the tanh-GELU of the product plus `bias`
+   * with that sum written to `aux` (GELU_AUX_BIAS, gemm_gelu_aux.ts).
    */
   readonly epilogue?:
     | { readonly kind: "bias"; readonly bias: GemmBias }
@@ -107,7 +108,8 @@ export interface GemmCall {
       readonly fallback: readonly string[];
       readonly copies: readonly number[];
     }
-    | { readonly kind: "dgelu"; readonly aux: GemmAux };
+    | { readonly kind: "dgelu"; readonly aux: GemmAux }
+    | { readonly kind: "gelu_aux_bias"; readonly bias: GemmBias; readonly aux: GemmAux };
 }
 
 export type GemmVerdict =
@@ -483,7 +485,7 @@ export function biasTypeFits(d: GemmDType, bias: string): boolean {
  * for every row and batch entry (a linear layer's bias broadcast over the tokens), stored in a type
  * cuBLASLt pairs with D's (`LT_BIAS_TYPES`; BIAS_DATA_TYPE is set explicitly). Undefined otherwise.
  */
-function biasVector(
+export function biasVectorOf(
   g: Graph,
   ctx: ValueContext,
   id: NodeId,
@@ -658,7 +660,7 @@ export function deriveGemm(
   const rootType = found === undefined ? undefined : storedTypeOf(ctx, found.root);
   const bias = found?.bias === undefined || rootType === undefined || !GEMM_TYPES.includes(rootType)
     ? undefined
-    : biasVector(g, ctx, found.bias, mm.type.shape, rootType as GemmDType);
+    : biasVectorOf(g, ctx, found.bias, mm.type.shape, rootType as GemmDType);
   const canDirect = found !== undefined && rootType !== undefined && D_TYPES[fa.dtype].includes(rootType) &&
     (found.bias === undefined || bias !== undefined);
   const operands = (d: View) => {

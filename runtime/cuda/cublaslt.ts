@@ -93,12 +93,22 @@ const PREF_MAX_WORKSPACE_BYTES = 1;
 const PREF_MIN_ALIGNMENT = { a: 5, b: 6, c: 7, d: 8 } as const;
 // cublasLtEpilogue_t: DEFAULT 1, BIAS 4, GELU 32, GELU_BIAS 36, BGRADA 256, BGRADB 512 (cublasLt.h).
 // DGELU = 64 | 128: "apply GELU gradient to matmul output", reading the GELU input matrix (aux).
-const EPILOGUE = { none: 1, bias: 4, gelu: 32, gelu_bias: 36, dgelu: 192, bgrada: 256, bgradb: 512 } as const;
+// GELU_AUX_BIAS = GELU | 128 | BIAS: "apply Bias and then GELU transform", writing the GELU input (aux).
+const EPILOGUE = {
+  none: 1,
+  bias: 4,
+  gelu: 32,
+  gelu_bias: 36,
+  gelu_aux_bias: 164,
+  dgelu: 192,
+  bgrada: 256,
+  bgradb: 512,
+} as const;
 const HEURISTIC_RESULT_BYTES = 96;
 const HEURISTIC_STATE_OFFSET = 72;
 
 export type GemmDType = "f32" | "f16" | "bf16";
-export type Epilogue = Exclude<keyof typeof EPILOGUE, "bgrada" | "bgradb" | "dgelu">;
+export type Epilogue = Exclude<keyof typeof EPILOGUE, "bgrada" | "bgradb" | "dgelu" | "gelu_aux_bias">;
 
 const DATA_TYPE: Record<GemmDType, number> = { f32: CUDA_R_32F, f16: CUDA_R_16F, bf16: CUDA_R_16BF };
 
@@ -359,6 +369,11 @@ export type LtEpilogue = {
   /** DGELU: D = product ⊙ GELU'(aux), the GELU input matrix in D's type (lt_mapping.ts RowMajorDgelu). */
   readonly kind: "dgelu";
   readonly aux: { readonly dtype: GemmDType; readonly ld: number };
+} | {
+  /** GELU_AUX_BIAS: aux = product + bias, D = GELU(aux) (lt_mapping.ts RowMajorGeluAuxBias). */
+  readonly kind: "gelu_aux_bias";
+  readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
+  readonly aux: { readonly dtype: GemmDType; readonly ld: number };
 };
 
 /** A plan's GEMM (plan/plan.ts PlanGemm) without its buffers, plus the pointers' alignments in bytes. */
@@ -374,7 +389,14 @@ export interface LtCallSpec {
   readonly d: LtOperand;
   readonly epilogue?: LtEpilogue;
   /** `bias`: the bias pointer's alignment (with an epilogue). */
-  readonly align: { readonly a: number; readonly b: number; readonly d: number; readonly bias?: number };
+  readonly align: {
+    readonly a: number;
+    readonly b: number;
+    readonly d: number;
+    readonly bias?: number;
+    /** The GELU input matrix's (DGELU, GELU_AUX_BIAS). */
+    readonly aux?: number;
+  };
 }
 
 /** The largest power of two (at most 256) that divides a device address. */
@@ -411,6 +433,9 @@ export class LtCall {
   private readonly d: Pointer;
   /** The bias pointer the descriptor holds now (calls sharing this LtCall have their own biases). */
   private readonly biasSlot = new BigUint64Array(1);
+  /** Likewise the GELU input matrix's (DGELU, GELU_AUX_BIAS). */
+  private readonly auxSlot = new BigUint64Array(1);
+  private auxGiven = false;
 
   constructor(private readonly lt: CublasLt, readonly spec: LtCallSpec, readonly what: string) {
     const s = lt.symbols;
@@ -438,9 +463,10 @@ export class LtCall {
       if (lib.aux) {
         // As the bias pointer below: a stand-in with the real one's alignment until run() sets it.
         setDesc(DESC_EPILOGUE_AUX_LD, i64(lib.aux.ld), "EPILOGUE_AUX_LD");
-        this.biasSlot[0] = BigInt(spec.align.bias ?? 256);
-        setDesc(DESC_EPILOGUE_AUX_POINTER, new Uint8Array(this.biasSlot.buffer), "EPILOGUE_AUX_POINTER");
-      } else if (spec.epilogue) {
+        this.auxSlot[0] = BigInt(spec.align.aux ?? 256);
+        setDesc(DESC_EPILOGUE_AUX_POINTER, new Uint8Array(this.auxSlot.buffer), "EPILOGUE_AUX_POINTER");
+      }
+      if (lib.bias) {
         setDesc(DESC_BIAS_DATA_TYPE, i32(DATA_TYPE[lib.bias!.dtype]), "BIAS_DATA_TYPE");
         if (lib.bias!.batchStride !== 0) {
           setDesc(DESC_BIAS_BATCH_STRIDE, i64(lib.bias!.batchStride), "BIAS_BATCH_STRIDE");
@@ -542,23 +568,38 @@ export class LtCall {
   }
 
   /**
+   * The GELU input matrix of a DGELU (read) or GELU_AUX_BIAS (written) call: a host-side descriptor value,
+   * as the bias pointer is, read when each following run() is enqueued (so a captured graph keeps it).
+   */
+  setAux(aux: DevicePtr, what = this.what): void {
+    this.auxGiven = true;
+    if (this.auxSlot[0] === aux) return;
+    this.auxSlot[0] = aux;
+    this.setDesc(
+      DESC_EPILOGUE_AUX_POINTER,
+      new Uint8Array(this.auxSlot.buffer),
+      "EPILOGUE_AUX_POINTER",
+      what,
+    );
+  }
+
+  /**
    * Enqueues D = op(A)·op(B) (+ bias) on `stream` (capturable: the workspace is given, nothing is
    * allocated; the bias pointer is a host-side descriptor value, read when each call is enqueued).
+   * A DGELU or GELU_AUX_BIAS call reads its GELU input matrix's pointer from the last `setAux`.
    */
   run(a: DevicePtr, b: DevicePtr, d: DevicePtr, stream: Pointer, what = this.what, bias?: DevicePtr): void {
     const { lt, spec } = this;
-    if (spec.epilogue) {
-      if (bias === undefined) {
-        throw new CudaError(`${what}: the ${spec.epilogue.kind} epilogue needs its vector`);
-      }
+    const kind = spec.epilogue?.kind;
+    if (kind !== undefined && kind !== "dgelu") {
+      if (bias === undefined) throw new CudaError(`${what}: the ${kind} epilogue needs its vector`);
       if (this.biasSlot[0] !== bias) {
         this.biasSlot[0] = bias;
-        // DGELU's pointer is its GELU input matrix (the `bias` argument carries the epilogue's pointer).
-        const [attr, name] = spec.epilogue.kind === "dgelu"
-          ? [DESC_EPILOGUE_AUX_POINTER, "EPILOGUE_AUX_POINTER"]
-          : [DESC_BIAS_POINTER, "BIAS_POINTER"];
-        this.setDesc(attr, new Uint8Array(this.biasSlot.buffer), name, what);
+        this.setDesc(DESC_BIAS_POINTER, new Uint8Array(this.biasSlot.buffer), "BIAS_POINTER", what);
       }
+    }
+    if ((kind === "dgelu" || kind === "gelu_aux_bias") && !this.auxGiven) {
+      throw new CudaError(`${what}: the ${kind} epilogue needs its GELU input matrix (setAux)`);
     }
     // A call in groups (plan/plan.ts PlanGemm.outer): one cublasLtMatmul per group, pointers stepped by
     // each operand's outerStride (elements, times its element size).

@@ -134,6 +134,8 @@ export type CudaStep =
     readonly d: DevicePtr;
     /** The vector of the call's BIAS or bias-gradient epilogue (PlanGemm.epilogue). */
     readonly bias?: DevicePtr;
+    /** The GELU input matrix of a DGELU or GELU_AUX_BIAS epilogue. */
+    readonly aux?: DevicePtr;
     readonly epilogue?: Launch;
     /** After the call: the bias gradient copied into the other buffers holding it (its `copies`). */
     readonly copies?: readonly { readonly dst: DevicePtr; readonly bytes: number; readonly what: string }[];
@@ -257,9 +259,11 @@ export class CudaExecutor {
         };
         const a = elementAt(call.a, "A"), b = elementAt(call.b, "B"), d = elementAt(call.d, "D");
         const ep = call.epilogue;
-        // The epilogue's pointer: its vector, or DGELU's GELU input matrix.
-        const bias = ep &&
-          (ep.kind === "dgelu" ? elementAt(ep.aux, "GELU input") : elementAt(ep.bias, "bias"));
+        // The epilogue's vector, and the GELU input matrix DGELU reads and GELU_AUX_BIAS writes.
+        const bias = ep && ep.kind !== "dgelu" ? elementAt(ep.bias, "bias") : undefined;
+        const aux = ep?.kind === "dgelu" || ep?.kind === "gelu_aux_bias"
+          ? elementAt(ep.aux, "GELU input")
+          : undefined;
         const full: LtCallSpec = {
           m: call.m,
           n: call.n,
@@ -271,6 +275,14 @@ export class CudaExecutor {
           d: call.d,
           ...(ep?.kind === "dgelu"
             ? { epilogue: { kind: "dgelu", aux: { dtype: ep.aux.dtype, ld: ep.aux.ld } } }
+            : ep?.kind === "gelu_aux_bias"
+            ? {
+              epilogue: {
+                kind: "gelu_aux_bias",
+                bias: { dtype: ep.bias.dtype, batchStride: ep.bias.batchStride },
+                aux: { dtype: ep.aux.dtype, ld: ep.aux.ld },
+              },
+            }
             : ep
             ? {
               epilogue: {
@@ -286,6 +298,7 @@ export class CudaExecutor {
             d: groupAlignmentOf(d, call.d, call.outer),
             // Every group adds the same vector (plan/plan.ts PlanGemmEpilogue).
             ...(bias !== undefined ? { bias: alignmentOf(bias) } : {}),
+            ...(aux !== undefined ? { aux: alignmentOf(aux) } : {}),
           },
         };
         const keyOf = (spec: LtCallSpec) =>
@@ -348,6 +361,7 @@ export class CudaExecutor {
           b,
           d,
           ...(bias !== undefined && withBias ? { bias } : {}),
+          ...(aux !== undefined && withBias ? { aux } : {}),
           ...(epilogue ? { epilogue } : {}),
           ...(copies.length ? { copies } : {}),
         };
@@ -647,6 +661,7 @@ export class CudaExecutor {
     if (s.op === "launch") {
       driver.launch(s.fn, s.grid, s.threads, this.stream, s.args, `${s.kernel.name} (step ${s.index})`);
     } else if (s.op === "gemm") {
+      if (s.aux !== undefined) s.call.setAux(s.aux, `${s.kernel.name} (step ${s.index})`);
       s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`, s.bias);
       for (const c of s.copies ?? []) driver.copyDtoDAsync(c.dst, s.bias!, c.bytes, this.stream, c.what);
       const e = s.epilogue;

@@ -28,11 +28,14 @@ export interface RowMajorGemm {
    * "bias": a vector over D's columns, added before D's rounding; "bgrad": the sums over k of op(A)'s rows
    * (operand "a") or of op(B)'s columns (operand "b") written to the vector (plan/plan.ts PlanGemmEpilogue).
    */
-  readonly epilogue?: {
-    readonly kind: "bias" | "bgrad";
-    readonly operand?: "a" | "b";
-    readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
-  } | RowMajorDgelu;
+  readonly epilogue?:
+    | {
+      readonly kind: "bias" | "bgrad";
+      readonly operand?: "a" | "b";
+      readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
+    }
+    | RowMajorDgelu
+    | RowMajorGeluAuxBias;
 }
 
 /**
@@ -42,6 +45,17 @@ export interface RowMajorGemm {
  */
 export interface RowMajorDgelu {
   readonly kind: "dgelu";
+  readonly aux: { readonly dtype: GemmDType; readonly ld: number };
+}
+
+/**
+ * "gelu_aux_bias" (plan/plan.ts): P = product + bias (a vector over D's columns, as "bias"), D = GELU(P),
+ * P written with leading dimension `ld` in D's type: the library's CUBLASLT_EPILOGUE_GELU_AUX_BIAS, whose
+ * bias is over its D's rows (our columns, as for BIAS) and whose GELU input matrix is P's transpose.
+ */
+export interface RowMajorGeluAuxBias {
+  readonly kind: "gelu_aux_bias";
+  readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
   readonly aux: { readonly dtype: GemmDType; readonly ld: number };
 }
 
@@ -79,10 +93,10 @@ export interface LtDescriptors {
   readonly b: LtLayout;
   readonly d: LtLayout;
   /**
-   * DGELU (RowMajorDgelu): the GELU input matrix, n×m column-major as D with leading dimension `ld`
-   * (EPILOGUE_AUX_LD), in D's type; no vector.
+   * DGELU (RowMajorDgelu) or GELU_AUX_BIAS: the GELU input matrix, n×m column-major as D with leading
+   * dimension `ld` (EPILOGUE_AUX_LD), in D's type; DGELU has no vector, GELU_AUX_BIAS BIAS's.
    */
-  readonly aux?: { readonly kind: "dgelu"; readonly dtype: GemmDType; readonly ld: number };
+  readonly aux?: { readonly kind: "dgelu" | "gelu_aux_bias"; readonly dtype: GemmDType; readonly ld: number };
   /**
    * The epilogue's vector: `length` elements, batch entries `batchStride` elements apart
    * (BIAS_BATCH_STRIDE). BIAS: added to every column of the library's D, one per row. Our bias runs over
@@ -105,7 +119,7 @@ export interface LtDescriptors {
  * B's: BGRADB, over the library D's m columns.
  */
 export function ltEpilogue(
-  e: Exclude<NonNullable<RowMajorGemm["epilogue"]>, RowMajorDgelu>,
+  e: Exclude<NonNullable<RowMajorGemm["epilogue"]>, RowMajorDgelu | RowMajorGeluAuxBias>,
   m: number,
   n: number,
 ) {
@@ -125,8 +139,10 @@ export function ltDescriptors(
   spec: RowMajorGemm,
 ): LtDescriptors {
   const { m, n, k } = spec;
-  const dgelu = spec.epilogue?.kind === "dgelu" ? spec.epilogue : undefined;
-  const vector = spec.epilogue?.kind === "dgelu" ? undefined : spec.epilogue;
+  const e = spec.epilogue;
+  // The GELU input matrix of DGELU (read) or GELU_AUX_BIAS (written), and the vector of the others.
+  const dgelu = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias" ? e : undefined;
+  const vector = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias" ? undefined : e;
   // Groups are separate calls with the same bias pointer: a vector stepped per entry cannot follow them.
   if ((spec.outer ?? 1) > 1 && (vector?.bias.batchStride ?? 0) !== 0) {
     throw new Error("a bias stepped per batch entry in a call in groups (plan GEMMs never have one)");
@@ -173,6 +189,10 @@ export function ltDescriptors(
         },
       }
       : {}),
-    ...(dgelu ? { aux: { kind: "dgelu" as const, dtype: dgelu.aux.dtype, ld: dgelu.aux.ld } } : {}),
+    // GELU_AUX_BIAS's bias is BIAS's: over the library D's rows, our n columns.
+    ...(e?.kind === "gelu_aux_bias"
+      ? { bias: { kind: "bias" as const, length: n, dtype: e.bias.dtype, batchStride: e.bias.batchStride } }
+      : {}),
+    ...(dgelu ? { aux: { kind: dgelu.kind, dtype: dgelu.aux.dtype, ld: dgelu.aux.ld } } : {}),
   };
 }

@@ -52,7 +52,8 @@ for (const dtype of ["f32", "f16"] as const) {
         return p;
       });
       try {
-        call.run(ptrs[0], ptrs[1], ptrs[2], stream, "fake dgelu", ptrs[3]);
+        call.setAux(ptrs[3]);
+        call.run(ptrs[0], ptrs[1], ptrs[2], stream, "fake dgelu");
         driver.synchronize(stream);
         const raw = new Uint8Array(m * n * (dtype === "f32" ? 4 : 2));
         driver.copyDtoH(raw, ptrs[2], "fake dgelu");
@@ -93,5 +94,60 @@ Deno.test({
       align: { a: 256, b: 256, d: 256, bias: 256 },
     };
     assert.throws(() => new LtCall(lt, spec, "fake dgelu ld 12"), /DGELU aux/);
+  },
+});
+
+Deno.test({
+  name: "fake cuBLASLt: LtCall with GELU_AUX_BIAS writes our row-major pre-activation and its tanh GELU",
+  ignore: !!fake.why,
+  fn: () => {
+    const { driver, lt } = fake.open();
+    const stream = driver.createStream();
+    // P [m, n] = X [m, k] · W1 [k, n] (W1 stored [n, k]) + b [n]; D = GELU(P).
+    const [m, n, k] = [6, 16, 5];
+    const x = exactValues(m * k, 31), w = exactValues(n * k, 32), b = exactValues(n, 33);
+    const spec: LtCallSpec = {
+      m,
+      n,
+      k,
+      batch: 1,
+      a: { dtype: "f32", ld: k, trans: false, batchStride: 0 },
+      b: { dtype: "f32", ld: k, trans: true, batchStride: 0 },
+      d: { dtype: "f32", ld: n, trans: false, batchStride: m * n },
+      epilogue: {
+        kind: "gelu_aux_bias",
+        bias: { dtype: "f32", batchStride: 0 },
+        aux: { dtype: "f32", ld: n },
+      },
+      align: { a: 256, b: 256, d: 256, bias: 256, aux: 256 },
+    };
+    const call = new LtCall(lt, spec, "fake gelu_aux_bias");
+    const ptrs = [x, w, new Float32Array(m * n), b, new Float32Array(m * n)].map((v) => {
+      const p = driver.alloc(v.byteLength + 256, "fake gelu_aux_bias");
+      driver.copyHtoD(p, new Uint8Array(v.buffer as ArrayBuffer), "fake gelu_aux_bias");
+      return p;
+    });
+    try {
+      call.setAux(ptrs[4]);
+      call.run(ptrs[0], ptrs[1], ptrs[2], stream, "fake gelu_aux_bias", ptrs[3]);
+      driver.synchronize(stream);
+      const [d, p] = [ptrs[2], ptrs[4]].map((q) => {
+        const out = new Float32Array(m * n);
+        driver.copyDtoH(new Uint8Array(out.buffer), q, "fake gelu_aux_bias");
+        return out;
+      });
+      const c = Math.sqrt(2 / Math.PI);
+      for (let i = 0; i < m; i++) {
+        for (let j = 0; j < n; j++) {
+          let pre = b[j];
+          for (let q = 0; q < k; q++) pre += x[i * k + q] * w[j * k + q];
+          const act = 0.5 * pre * (1 + Math.tanh(c * (pre + 0.044715 * pre ** 3)));
+          assert.ok(Math.abs(p[i * n + j] - pre) <= 1e-5 * (1 + Math.abs(pre)), `P[${i}, ${j}]`);
+          assert.ok(Math.abs(d[i * n + j] - act) <= 1e-5 * (1 + Math.abs(act)), `D[${i}, ${j}]`);
+        }
+      }
+    } finally {
+      call.destroy();
+    }
   },
 });

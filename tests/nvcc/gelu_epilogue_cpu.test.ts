@@ -1,7 +1,9 @@
 /**
- * cuBLASLt's DGELU epilogue (compiler/lower/gemm_dgelu.ts, compiler/fusion/gelu_aux.ts): on plans for
- * cuda-sm90 alone, the backward GEMM dY·W2 of a layer with a tanh-form GELU writes dP = (dY·W2)·GELU'(P)
- * itself from the pre-activation P the forward stored, with no scratch product and no epilogue kernel.
+ * cuBLASLt's GELU epilogues (compiler/lower/gemm_dgelu.ts, gemm_gelu_aux.ts, compiler/fusion/gelu_aux.ts):
+ * on plans for cuda-sm90 alone, the backward GEMM dY·W2 of a layer with a tanh-form GELU writes
+ * dP = (dY·W2)·GELU'(P) itself (DGELU) from the pre-activation P the forward stored, and where the bias
+ * fits D's type the forward GEMM writes P = x·W1ᵀ + b1 and GELU(P) itself (GELU_AUX_BIAS): no scratch
+ * products, no epilogue kernels.
  * Plans run on the CPU through g++ and the CUDA shim, library calls through cuBLASLt's column-major
  * definition with LtCall's descriptors (tests/util/lt_gelu_cpu.ts), against the reference interpreter on
  * fresh random inputs: two linear layers around a tanh GELU (f32), forward and backward, on the
@@ -41,7 +43,9 @@ async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>, lib
   }
 }
 
-const dgeluCalls = (plan: Plan) => plan.kernels.filter((k) => k.cudaGemm?.call.epilogue?.kind === "dgelu");
+const callsWith = (plan: Plan, kind: string) =>
+  plan.kernels.filter((k) => k.cudaGemm?.call.epilogue?.kind === kind);
+const dgeluCalls = (plan: Plan) => callsWith(plan, "dgelu");
 
 /**
  * x [1024, 24] -> linear 24->64 -> act -> linear 64->40, backward of a probe loss. Over 1024 tokens the bias
@@ -83,15 +87,19 @@ for (const dt of ["f32"] as DType[]) {
       // The aux is the pre-activation the forward stored, in D's type, [1024, 64]: ld 64, the library D's rows.
       assert.equal(ep.aux.dtype, call.d.dtype);
       assert.deepEqual([call.m, call.n, ep.aux.ld, ltDescriptors(call).aux?.ld], [1024, 64, 64, 64]);
-      assert.ok(
-        plan.kernels.some((p) => p.bindings.some((b) => b.buffer === ep.aux.buffer && b.access === "write")),
-      );
+      // The forward call writes it: GELU_AUX_BIAS (the f32 bias fits an f32 D), no epilogue kernel either.
+      const [fwd] = callsWith(plan, "gelu_aux_bias");
+      assert.ok(fwd, "the x·W1ᵀ call takes GELU_AUX_BIAS");
+      assert.equal(fwd.cudaGemm!.epilogue, undefined);
+      const fe = fwd.cudaGemm!.call.epilogue as Extract<typeof call.epilogue, { kind: "gelu_aux_bias" }>;
+      assert.deepEqual([fe.aux.buffer, fe.aux.ld, fe.bias.dtype], [ep.aux.buffer, 64, "f32"]);
+      assert.equal(ltDescriptors(fwd.cudaGemm!.call).bias?.length, 64, "the bias over the library D's rows");
       const feeds = randomFeeds(g, 5100 + (dt === "f16" ? 1 : 0));
       const ref = evaluate(g, feeds, { precision: "f32" });
       for (const library of [true, false]) {
         assertMatchesReference(ref, await runPlan(plan, feeds, library), {
           tol: dt === "f16" ? F16_TOL : F32_TOL,
-          device: `cuda-shim (${library ? "DGELU call" : "template kernels"}, ${dt})`,
+          device: `cuda-shim (${library ? "library calls" : "template kernels"}, ${dt})`,
           plan: `${plan.kernels.length} kernels`,
         });
       }
@@ -99,10 +107,11 @@ for (const dt of ["f32"] as DType[]) {
   });
 }
 
-Deno.test("DGELU: the erf GELU stores no pre-activation for it and takes no DGELU", () => {
+Deno.test("GELU epilogues: the erf GELU stores no pre-activation for them and takes neither", () => {
   for (const dt of ["f32"] as DType[]) {
     const { plan } = compileGraph(twoLinears(gelu, dt), { fuse: true, emitters, profile: sm90 });
     assert.deepEqual(dgeluCalls(plan), [], dt);
+    assert.deepEqual(callsWith(plan, "gelu_aux_bias"), [], dt);
     const tanh = compileGraph(twoLinears(geluTanh, dt), { fuse: true, emitters, profile: sm90 }).plan;
     assert.equal(dgeluCalls(tanh).length, 1, dt);
   }
@@ -134,6 +143,9 @@ Deno.test({
     const compiled = compileGraph(g, { fuse: true, emitters, profile: sm90 });
     const { plan } = compiled;
     assert.equal(dgeluCalls(plan).length, 1, "the FFN's dY·W2 call");
+    // The forward keeps its epilogue kernel: BERT's biases are f32 on f16 products, which cublasLt.h does
+    // not document for GELU_AUX_BIAS (gemm_library.ts LT_BIAS_TYPES).
+    assert.deepEqual(callsWith(plan, "gelu_aux_bias"), []);
     const r = seededRandom(95);
     const feeds = {
       ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: 99 }, r, 3),

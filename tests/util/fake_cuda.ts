@@ -155,7 +155,8 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
  * added before D's rounding; BGRADA / BGRADB write the sums over k of op(A)'s rows (D's rows of them) or of
  * op(B)'s columns (D's columns) to the bias pointer, in BIAS_DATA_TYPE. With FAKE_LT_NO_BGRAD set, the
  * heuristic finds no algorithm for a bias-gradient epilogue (a heuristic miss). DGELU (192) multiplies D by the
- * tanh-form GELU's derivative at the GELU input matrix (EPILOGUE_AUX_POINTER 11, AUX_LD 12), in D's type.
+ * tanh-form GELU's derivative at the GELU input matrix (EPILOGUE_AUX_POINTER 11, AUX_LD 12), in D's type;
+ * GELU_AUX_BIAS (164) writes product + bias there and D = its tanh-form GELU.
  */
 export const FAKE_LT = String.raw`
 #include <math.h>
@@ -240,10 +241,11 @@ int cublasLtMatmul(void *h, Desc *d, const void *alpha, const void *A, Layout *a
                    void *ws, size_t wsBytes, void *stream) {
   if (!fits(d, a, b, dl)) return 7;
   const unsigned ep = d->epilogue;
-  if (ep != 1 && ep != 4 && ep != 192 && ep != 256 && ep != 512) return 15; /* CUBLAS_STATUS_NOT_SUPPORTED */
+  if (ep != 1 && ep != 4 && ep != 164 && ep != 192 && ep != 256 && ep != 512) return 15; /* NOT_SUPPORTED */
   if (ep != 1 && ep != 192 && !d->bias) return 7;
   /* DGELU: the GELU input matrix in D's type, AUX_LD divisible by 8 and no less than D's rows (cublasLt.h). */
-  if (ep == 192 && (!d->aux || d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)dl->rows || dl->batch != 1)) return 7;
+  if ((ep == 164 || ep == 192) && (!d->aux || d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)dl->rows || dl->batch != 1))
+    return 7;
   if ((ep == 256 || ep == 512) && dl->batch != 1) return 15;
   const int bias_type = d->bias_type == -1 ? dl->type : d->bias_type;
   const float al = *(const float *)alpha, be = *(const float *)beta;
@@ -260,7 +262,12 @@ int cublasLtMatmul(void *h, Desc *d, const void *alpha, const void *A, Layout *a
         }
         float v = al * acc;
         if (be != 0.0f) v += be * load(c->type, C, q * c->stride + i + j * c->ld);
-        if (d->epilogue == 4) v += load(bias_type, (const void *)(uintptr_t)d->bias, q * d->bias_stride + i);
+        if (d->epilogue == 4 || ep == 164) v += load(bias_type, (const void *)(uintptr_t)d->bias, q * d->bias_stride + i);
+        if (ep == 164) {
+          /* GELU_AUX_BIAS: the sum stored as the GELU input matrix, D its tanh-form GELU. */
+          store(dl->type, (void *)(uintptr_t)d->aux, i + j * d->aux_ld, v);
+          v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        }
         if (ep == 192) {
           /* cuBLASLt's GELU is the tanh form: v times its derivative at the stored pre-activation x. */
           const float x = load(dl->type, (const void *)(uintptr_t)d->aux, i + j * d->aux_ld);

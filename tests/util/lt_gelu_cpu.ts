@@ -33,7 +33,50 @@ static void bf_lt_matmul_dgelu(long m, long n, long k, bool ta, bool tb, const T
       bf_from_f32(acc * slope, &D[i + j * ldd]);
     }
 }
+
+// GELU_AUX_BIAS: x = acc + bias[i] (bias over D's rows, nbias of them), aux(i,j) = x and D(i,j) = GELU(x),
+// 0.5·x·(1 + tanh(c·(x + a·x³))), each rounded once to D's type.
+template <typename TA, typename TB, typename TD, typename TBias>
+static void bf_lt_matmul_gelu_aux_bias(long m, long n, long k, bool ta, bool tb, const TA* A, long ar, long ac,
+                                       long lda, const TB* B, long br, long bc, long ldb, TD* D, long dr,
+                                       long dc, long ldd, const TBias* bias, long nbias, TD* aux, long ldaux) {
+  if ((ta ? ac : ar) != m || (ta ? ar : ac) != k || (tb ? bc : br) != k || (tb ? br : bc) != n || dr != m ||
+      dc != n || lda < ar || ldb < br || ldd < dr || !aux || !bias || nbias != dr || ldaux % 8 != 0 ||
+      ldaux < dr) {
+    std::fprintf(stderr, "bf_lt_matmul_gelu_aux_bias: layouts do not fit m %ld n %ld k %ld\n", m, n, k);
+    std::abort();
+  }
+  const float c = 0.7978845608028654f, a = 0.044715f;
+  for (long j = 0; j < n; ++j)
+    for (long i = 0; i < m; ++i) {
+      float x = bf_to_f32(bias[i]);
+      for (long p = 0; p < k; ++p)
+        x += bf_to_f32(A[ta ? p + i * lda : i + p * lda]) * bf_to_f32(B[tb ? j + p * ldb : p + j * ldb]);
+      bf_from_f32(x, &aux[i + j * ldaux]);
+      bf_from_f32(0.5f * x * (1.0f + tanhf(c * (x + a * x * x * x))), &D[i + j * ldd]);
+    }
+}
 `;
+
+/**
+ * The C++ call for a plan GEMM with a "gelu_aux_bias" epilogue: `bias` and `aux` are the vector's and the
+ * GELU input matrix's pointer expressions.
+ */
+export function ltGeluAuxBiasCallCpp(
+  call: RowMajorGemm,
+  a: string,
+  b: string,
+  d: string,
+  bias: string,
+  aux: string,
+): string {
+  const lt = ltDescriptors(call);
+  if (lt.aux?.kind !== "gelu_aux_bias" || !lt.bias) throw new Error("ltGeluAuxBiasCallCpp: no GELU_AUX_BIAS");
+  const layout = (l: LtLayout) => `${l.rows}, ${l.cols}, ${l.ld}`;
+  return `bf_lt_matmul_gelu_aux_bias(${lt.m}, ${lt.n}, ${lt.k}, ${lt.transA}, ${lt.transB}, ${b}, ${
+    layout(lt.a)
+  }, ${a}, ${layout(lt.b)}, ${d}, ${layout(lt.d)}, ${bias}, ${lt.bias.length}, ${aux}, ${lt.aux.ld});`;
+}
 
 /**
  * The C++ call for a plan GEMM with a "dgelu" epilogue: `a`, `b`, `d`, `aux` the row-major operands'
@@ -41,7 +84,7 @@ static void bf_lt_matmul_dgelu(long m, long n, long k, bool ta, bool tb, const T
  */
 export function ltDgeluCallCpp(call: RowMajorGemm, a: string, b: string, d: string, aux: string): string {
   const lt = ltDescriptors(call);
-  if (!lt.aux) throw new Error("ltDgeluCallCpp: a call without a DGELU epilogue");
+  if (lt.aux?.kind !== "dgelu") throw new Error("ltDgeluCallCpp: a call without a DGELU epilogue");
   const layout = (l: LtLayout) => `${l.rows}, ${l.cols}, ${l.ld}`;
   return `bf_lt_matmul_dgelu(${lt.m}, ${lt.n}, ${lt.k}, ${lt.transA}, ${lt.transB}, ${b}, ${
     layout(lt.a)
