@@ -3,14 +3,27 @@
  * FAKE_LT: D = product ⊙ GELU'(aux), the tanh form, the aux read column-major with EPILOGUE_AUX_LD in D's
  * type): LtCall's descriptors for a plan GEMM with a "dgelu" epilogue (runtime/cuda/lt_mapping.ts: our
  * row-major [m, n] aux is the library's n×m one, leading dimension our n), in f32 and f16, against the
- * same arithmetic in TypeScript on exact random values.
+ * same arithmetic in TypeScript on exact random values; and the executor running a plan of two linear
+ * layers around a tanh GELU (forward GELU_AUX_BIAS, backward DGELU) against the reference interpreter on
+ * fresh random inputs, for the outputs the library calls compute alone (the fake driver runs no kernel).
  *
  * Needs gcc and cuda.h; ignored without them.
  */
 import assert from "node:assert/strict";
+import { graphOf } from "../../cases/fusion_cases.ts";
+import { randomFeeds } from "../../cases/random_feeds.ts";
+import { emitCUDA } from "../../compiler/codegen/cuda.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { PROFILES } from "../../compiler/targets/profiles.ts";
+import { geluTanh, linear } from "../../dsl/mod.ts";
 import { decodeF16, encodeF16 } from "../../numeric/half.ts";
 import { LtCall, type LtCallSpec } from "../../runtime/cuda/cublaslt.ts";
+import { CudaExecutor } from "../../runtime/cuda/executor.ts";
+import { KernelCache } from "../../runtime/cuda/kernel_cache.ts";
+import { Nvrtc } from "../../runtime/cuda/nvrtc.ts";
+import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { exactValues, fakeLtSession } from "../util/fake_lt_session.ts";
+import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
 const fake = await fakeLtSession("bertfuse-fake-dgelu-");
 if (fake.why) console.log(`fake cuBLASLt DGELU tests skipped: ${fake.why}`);
@@ -148,6 +161,62 @@ Deno.test({
       }
     } finally {
       call.destroy();
+    }
+  },
+});
+
+Deno.test({
+  name: "fake cuBLASLt: the executor runs linear, tanh GELU, linear with GELU_AUX_BIAS and DGELU calls",
+  ignore: !!fake.why,
+  fn: async () => {
+    const g = graphOf(
+      "linear gelu linear",
+      (m) => {
+        const x = m.param("x", [1024, 24], "zeros", "f32");
+        const h = geluTanh(
+          linear(x, m.param("w1", [64, 24], "zeros", "f32"), m.param("b1", [64], "zeros", "f32")),
+        );
+        return linear(h, m.param("w2", [40, 64], "zeros", "f32"), m.param("b2", [40], "zeros", "f32"));
+      },
+      "f32",
+      true,
+    );
+    const { plan } = compileGraph(g, {
+      fuse: true,
+      emitters: { cuda: emitCUDA },
+      profile: PROFILES["cuda-sm90"],
+    });
+    const kinds = plan.kernels.map((k) => k.cudaGemm?.call.epilogue?.kind);
+    assert.ok(kinds.includes("gelu_aux_bias") && kinds.includes("dgelu"), kinds.join(", "));
+    const { driver } = fake.open();
+    const nvrtc = Nvrtc.open(fake.discoverOpts);
+    const ctx = { driver, nvrtc, cache: new KernelCache(`${fake.dir}/cache`), description: "fake" };
+    const warnings: string[] = [];
+    // No graph: the fake's cublasLtMatmul runs when called, so a captured one would not replay.
+    const ex = await CudaExecutor.create(ctx, plan, {
+      graphs: false,
+      cublasLt: fake.discoverOpts,
+      warn: (l) => warnings.push(l),
+    });
+    try {
+      const feeds = randomFeeds(g, 7401);
+      for (const [name, data] of Object.entries(feeds)) ex.write(name, data);
+      await ex.profile(1);
+      assert.deepEqual(warnings, []);
+      const ref = evaluate(g, feeds, { precision: "f32" });
+      // What the calls compute alone: the forward (GELU_AUX_BIAS, then BIAS), dP by DGELU from the probe
+      // and the stored P, and dX and dW1 from dP.
+      const names = ["out", "grad.x", "grad.w1"];
+      const got = Object.fromEntries(
+        await Promise.all(names.map(async (n) => [n, await ex.read(n)] as const)),
+      );
+      assertMatchesReference(new Map(names.map((n) => [n, ref.get(n)!])), got, {
+        tol: F32_TOL,
+        device: "cuda-fake",
+        plan: `${plan.kernels.length} kernels`,
+      });
+    } finally {
+      ex.destroy();
     }
   },
 });
