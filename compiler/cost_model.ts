@@ -53,7 +53,8 @@ const operandBytes = (o: PlanGemmOperand, rows: number, cols: number, batch: num
   rows * cols * (o.batchStride === 0 ? 1 : batch) * (o.dtype === "f32" ? 4 : 2);
 
 /**
- * Bytes the library call itself moves: op(A), op(B) (a broadcast operand once) and D, plus a BIAS
+ * Bytes the library call itself moves: op(A), op(B) (a broadcast operand once), D and C if it reads one
+ * (laid out and typed as D, compiler/fusion/gemm_sums.ts), plus a BIAS
  * epilogue's vector (read once per call; cuBLASLt adds it in the call's own epilogue, no extra pass), or a
  * bias gradient's (written once: the sums are taken from the operand tiles the GEMM loads anyway).
  */
@@ -75,7 +76,7 @@ function gemmCallBytes(g: PlanGemm): { a: number; b: number; d: number } {
   return {
     a: operandBytes(g.a, g.m, g.k, g.batch),
     b: operandBytes(g.b, g.k, g.n, g.batch),
-    d: operandBytes(g.d, g.m, g.n, g.batch) + bias,
+    d: operandBytes(g.d, g.m, g.n, g.batch) + (g.c ? operandBytes(g.c, g.m, g.n, g.batch) : 0) + bias,
   };
 }
 

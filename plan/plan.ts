@@ -143,7 +143,8 @@ export interface PlanGemmAux {
 
 /**
  * A GEMM as one library call (cuBLASLt on CUDA): D[β] (m×n) = op(A[β]) (m×k) · op(B[β]) (k×n) for
- * β < batch, alpha 1, beta 0, accumulated in f32 ("32F": CUBLAS_COMPUTE_32F), then `epilogue` if any.
+ * β < batch (+ C, beta 1, where `c` is given; else beta 0), alpha 1, accumulated in f32 ("32F":
+ * CUBLAS_COMPUTE_32F), then `epilogue` if any.
  * compiler/lower/gemm_library.ts derives it.
  */
 export interface PlanGemm {
@@ -156,6 +157,11 @@ export interface PlanGemm {
   readonly a: PlanGemmOperand;
   readonly b: PlanGemmOperand;
   readonly d: PlanGemmOperand;
+  /**
+   * Beta 1: D = op(A)·op(B) + C, C laid out as D (same offset rule, ld and strides) and stored in D's dtype,
+   * added to the f32 accumulator before D's one rounding (compiler/fusion/gemm_sums.ts). Absent: beta 0.
+   */
+  readonly c?: PlanGemmOperand;
   readonly compute: "32F";
   readonly epilogue?: PlanGemmEpilogue;
 }

@@ -79,7 +79,10 @@ export interface GemmAux {
   readonly ld: number;
 }
 
-/** One cublasLtMatmul: D = op(A)·op(B), alpha 1, beta 0, f32 accumulation (CUBLAS_COMPUTE_32F). */
+/**
+ * One cublasLtMatmul: D = op(A)·op(B) (+ C), alpha 1, beta 0 (beta 1 with `c`), f32 accumulation
+ * (CUBLAS_COMPUTE_32F).
+ */
 export interface GemmCall {
   readonly m: number;
   readonly n: number;
@@ -91,6 +94,11 @@ export interface GemmCall {
   readonly a: GemmOperand;
   readonly b: GemmOperand;
   readonly d: GemmOperand;
+  /**
+   * C with beta 1 (compiler/fusion/gemm_sums.ts): D = op(A)·op(B) + C, C laid out as D and stored in D's
+   * dtype (cuBLASLt takes C of D's type), added to the f32 accumulator before D's one rounding.
+   */
+  readonly c?: GemmOperand;
   /** Always "32F": f32 accumulation of the stored operand values, as the template does. */
   readonly compute: "32F";
   /**
@@ -135,6 +143,8 @@ export type GemmVerdict =
       readonly bias?: GemmBias;
       /** The product's columns are this many heads, one batch entry each (`headsCall`). */
       readonly heads?: number;
+      /** The root is the product plus this stored tensor, read as C with beta 1 (laid out as D). */
+      readonly c?: GemmOperand;
     };
     /** Without `direct`: the scratch product's batch strides (inner, between groups) under the plan. */
     readonly scratchBatch?: { readonly inner: number; readonly outer: number };
@@ -383,6 +393,8 @@ function asMatrix(
   return `${what}: strides [${si}, ${sj}] of its matrix axes have no unit stride`;
 }
 
+const isWidening = (g: Graph, id: NodeId) => g.nodes[id].op === "cast" && g.nodes[id].attrs.to === "f32";
+
 /**
  * The root the call can write itself: the kernel's one root, reached from the matmul through reshapes,
  * permutes and casts that keep the value up to the final rounding to the root's stored dtype (to f32,
@@ -390,18 +402,22 @@ function asMatrix(
  * `biasAdd`, at most one `add` may sit on the way while the values are still in the product's
  * coordinates (only value-keeping casts between it and the matmul): its other operand is the candidate
  * bias (`bias`), which cuBLASLt's BIAS epilogue adds to the f32 accumulator before the one rounding, as
- * the template kernel does.
+ * the template kernel does. With `sumC`, the root itself may be an add of the chain and a buffer of the
+ * root's shape (compiler/fusion/gemm_sums.ts), read at the root's own elements: cuBLASLt's C, laid out as
+ * D (then no bias).
  */
 function directRoot(
   g: Graph,
   k: FusedKernel,
   ctx: ValueContext,
   biasAdd: boolean,
-): { root: NodeId; view: View; bias?: NodeId; heads?: readonly [number, number] } | undefined {
+  sumC = false,
+): { root: NodeId; view: View; bias?: NodeId; heads?: readonly [number, number]; c?: NodeId } | undefined {
   if (k.roots.length !== 1) return undefined;
   const root = k.roots[0];
   const stored = storedTypeOf(ctx, root);
   let cur = root;
+  let c: NodeId | undefined;
   let view: View | undefined = contiguous(g.nodes[root].type.shape);
   let bias: NodeId | undefined;
   // The product's columns split as [H, Dh] by a reshape whose view does not merge back (see deriveGemm).
@@ -410,6 +426,20 @@ function directRoot(
   let moved = false;
   const fromAnchor = (id: NodeId): boolean =>
     id === k.anchor || (k.members.has(id) && g.nodes[id].inputs.some(fromAnchor));
+  const r = g.nodes[root];
+  if (sumC && r.op === "add" && r.inputs[0] !== r.inputs[1]) {
+    const y = fromAnchor(r.inputs[0]) ? r.inputs[1] : r.inputs[0];
+    // A buffer read through reshapes and casts to f32 (the stored value widened, as the template loads
+    // it): its row-major elements are the root's, so C is laid out as D.
+    let at = y;
+    const computed = (id: NodeId) => k.members.has(id) || ctx.computedAnywhere(id);
+    while (computed(at) && (g.nodes[at].op === "reshape" || isWidening(g, at))) at = g.nodes[at].inputs[0];
+    if (!computed(at) && !fromAnchor(y) && numel(g.nodes[at].type.shape) === numel(r.type.shape)) {
+      c = at;
+      cur = y === r.inputs[0] ? r.inputs[1] : r.inputs[0];
+      biasAdd = false;
+    }
+  }
   while (cur !== k.anchor) {
     const n = g.nodes[cur];
     if (!k.members.has(cur)) return undefined;
@@ -458,7 +488,15 @@ function directRoot(
     cur = n.inputs[0];
   }
   if (bias !== undefined && moved) return undefined;
-  return { root, view, ...(bias !== undefined ? { bias } : {}), ...(heads ? { heads } : {}) };
+  // C in the heads-major layout would need its own split; no plan has one.
+  if (c !== undefined && heads) return undefined;
+  return {
+    root,
+    view,
+    ...(bias !== undefined ? { bias } : {}),
+    ...(heads ? { heads } : {}),
+    ...(c !== undefined ? { c } : {}),
+  };
 }
 
 /**
@@ -601,13 +639,15 @@ function headsCall(
 /**
  * `opts.biasEpilogue`: a root that is the product plus a bias vector may be written directly with
  * cuBLASLt's BIAS epilogue (CUDA only: the CPU's BLAS call has no epilogue, so a compile for the C
- * backend leaves it off).
+ * backend leaves it off). `opts.sumC`: a root that is the product plus a stored tensor of D's layout and
+ * dtype may be written directly with that tensor as C, beta 1 (plans for CUDA alone,
+ * compiler/fusion/gemm_sums.ts).
  */
 export function deriveGemm(
   g: Graph,
   k: FusedKernel,
   ctx: ValueContext,
-  opts: { readonly biasEpilogue?: boolean } = {},
+  opts: { readonly biasEpilogue?: boolean; readonly sumC?: boolean } = {},
 ): GemmVerdict {
   if (k.kind !== "matmul" || k.anchor === undefined) return { ok: false, reason: `a ${k.kind} kernel` };
   const mm = g.nodes[k.anchor];
@@ -656,13 +696,15 @@ export function deriveGemm(
   }
   const scratchD = contiguous(mm.type.shape);
   const scratchDtype = scratchType(mm.type.dtype, fa.dtype);
-  const found = directRoot(g, k, ctx, opts.biasEpilogue ?? false);
+  const found = directRoot(g, k, ctx, opts.biasEpilogue ?? false, opts.sumC ?? false);
   const rootType = found === undefined ? undefined : storedTypeOf(ctx, found.root);
+  // cuBLASLt takes C in D's type; otherwise the epilogue kernel adds it.
+  const cFits = found?.c === undefined || storedTypeOf(ctx, found.c) === rootType;
   const bias = found?.bias === undefined || rootType === undefined || !GEMM_TYPES.includes(rootType)
     ? undefined
     : biasVectorOf(g, ctx, found.bias, mm.type.shape, rootType as GemmDType);
   const canDirect = found !== undefined && rootType !== undefined && D_TYPES[fa.dtype].includes(rootType) &&
-    (found.bias === undefined || bias !== undefined);
+    (found.bias === undefined || bias !== undefined) && cFits;
   const operands = (d: View) => {
     const p = planBatch(batchShape, [batchStrides(fa.view), batchStrides(fb.view), batchStrides(d)]);
     if (!p) return undefined;
@@ -716,6 +758,8 @@ export function deriveGemm(
         // One product: its batch stride is never read; m·n as a scratch product's, so plans that have no
         // batch keep the descriptor they had.
         if (batch === 1) d = { ...d, batchStride: m * n };
+        // C: D's view of the summed buffer (it is read at the root's own elements).
+        const c = found.c === undefined ? undefined : { ...d, buffer: ctx.bufferOf(found.c) };
         return {
           ok: true,
           m,
@@ -725,7 +769,13 @@ export function deriveGemm(
           ...(o.p.outer > 1 ? { outer: o.p.outer } : {}),
           a: o.a,
           b: o.b,
-          direct: { root: found.root, dtype: rootType as GemmDType, d, ...(bias ? { bias } : {}) },
+          direct: {
+            root: found.root,
+            dtype: rootType as GemmDType,
+            d,
+            ...(bias ? { bias } : {}),
+            ...(c ? { c } : {}),
+          },
         };
       }
     }

@@ -7,7 +7,8 @@
  * lifetime of one step and lets it share a slot with other dead activations (no per-GEMM or worst-case
  * allocation beside the arena), and every runtime (and the CPU test harness) sees the same addresses the
  * plan describes. On a plan for CUDA alone, a column sum over k of a call's operand becomes the call's
- * bias-gradient epilogue (compiler/lower/gemm_bgrad.ts), its kernels kept as the fallback.
+ * bias-gradient epilogue (compiler/lower/gemm_bgrad.ts), its kernels kept as the fallback, and a root
+ * that sums the product with a stored tensor reads that tensor as C with beta 1 (fusion/gemm_sums.ts).
  */
 import { numel } from "../../ir/mod.ts";
 import { bgradEpilogues } from "../lower/gemm_bgrad.ts";
@@ -45,8 +46,9 @@ export const libraryCallsStage: Stage<KernelState> = {
     fusion.kernels.forEach((k, i) => {
       if (k.kind !== "matmul") return;
       const kctx = { ...ctx, members: k.members };
-      // The bias epilogue only where no C plan shares the call (the CPU's BLAS call has none).
-      const v = deriveGemm(g, k, kctx, { biasEpilogue: !!cuda && !c });
+      // The bias epilogue only where no C plan shares the call (the CPU's BLAS call has none); a sum as
+      // C (beta 1) only on plans for CUDA alone, the only ones whose fusion puts one there (gemm_sums.ts).
+      const v = deriveGemm(g, k, kctx, { biasEpilogue: !!cuda && !c, sumC: cudaAlone(s.options) });
       if (!v.ok) {
         gemms.push({ kernel: kernels[i].name, library: false, reason: v.reason });
         return;
@@ -154,15 +156,23 @@ export function directGemm(
   direct: NonNullable<Derived["direct"]>,
   kernel: string,
 ): { gemm: LibraryGemm; decision: GemmDecision } {
-  const bias = direct.bias;
+  const { bias, c } = direct;
   return {
-    gemm: { call: { ...callBase(v), d: direct.d, ...(bias ? { epilogue: { kind: "bias", bias } } : {}) } },
+    gemm: {
+      call: {
+        ...callBase(v),
+        d: direct.d,
+        ...(c ? { c } : {}),
+        ...(bias ? { epilogue: { kind: "bias", bias } } : {}),
+      },
+    },
     decision: {
       kernel,
       library: true,
       reason: "cuBLASLt writes the output" +
         (direct.heads ? " heads-major, a batch entry per head" : "") +
-        (bias ? ", adding the bias (BIAS epilogue)" : ""),
+        (bias ? ", adding the bias (BIAS epilogue)" : "") +
+        (c ? ", adding a stored sum as C (beta 1)" : ""),
     },
   };
 }

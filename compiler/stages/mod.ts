@@ -8,6 +8,7 @@ import { buffersStage } from "./buffers.ts";
 import { columnSumsStage } from "./column_sums.ts";
 import { emitStage } from "./emit.ts";
 import { flashAttentionStage } from "./flash_attention.ts";
+import { gemmSumOrderStage, gemmSumsStage } from "./gemm_sums.ts";
 import { attentionStage, consumerStage, fusionStage, sameWriterStage, siblingStage } from "./fusion.ts";
 import { inPlaceUpdatesStage } from "./in_place_updates.ts";
 import { legalizeStage } from "./legalize.ts";
@@ -25,12 +26,14 @@ import { vectorizeStage } from "./vectorize.ts";
 
 export const FUSION_STAGES: readonly Stage<KernelState>[] = [
   columnSumsStage,
+  gemmSumOrderStage,
   weightCopiesStage,
   fusionStage,
   attentionStage,
   siblingStage,
   consumerStage,
   sameWriterStage,
+  gemmSumsStage,
 ];
 
 /** From the storage choice to the Plan: what follows fusion. */

@@ -387,12 +387,15 @@ export interface LtCallSpec {
   readonly a: LtOperand;
   readonly b: LtOperand;
   readonly d: LtOperand;
+  /** C, read with beta 1 (plan/plan.ts PlanGemm.c): laid out and typed as D. Absent: beta 0. */
+  readonly c?: LtOperand;
   readonly epilogue?: LtEpilogue;
-  /** `bias`: the bias pointer's alignment (with an epilogue). */
+  /** `bias`: the bias pointer's alignment (with an epilogue); `c`: C's (with C). */
   readonly align: {
     readonly a: number;
     readonly b: number;
     readonly d: number;
+    readonly c?: number;
     readonly bias?: number;
     /** The GELU input matrix's (DGELU, GELU_AUX_BIAS). */
     readonly aux?: number;
@@ -420,17 +423,20 @@ export function groupAlignmentOf(p: DevicePtr, o: LtOperand, outer = 1): number 
  * leading dimension ld is the column-major Xᵀ with the same ld: untransposed B (k×n) is the library's
  * n×k "A" as is (OP_N), transposed B (stored n×k) is its k×n view used transposed (OP_T); likewise A.
  * Batches: BATCH_COUNT and STRIDED_BATCH_OFFSET (elements) on every layout (cuBLASLt docs,
- * "cublasLtMatrixLayoutAttribute_t"). C is D with beta 0.
+ * "cublasLtMatrixLayoutAttribute_t"). Without the spec's `c`, C is D with beta 0 (not read); with it, C
+ * is that buffer with its own layout (D's shape and type) and beta 1: D = op(A)·op(B) + C.
  */
 export class LtCall {
   private readonly desc: Pointer;
   private readonly layouts: Pointer[] = [];
   private readonly algo = new Uint8Array(HEURISTIC_RESULT_BYTES);
   private readonly alpha = new Uint8Array(new Float32Array([1]).buffer);
-  private readonly beta = new Uint8Array(new Float32Array([0]).buffer);
+  private readonly beta: Uint8Array<ArrayBuffer>;
   private readonly libA: Pointer;
   private readonly libB: Pointer;
   private readonly d: Pointer;
+  /** C's layout: its own with the spec's `c`, else D's. */
+  private readonly c: Pointer;
   /** The bias pointer the descriptor holds now (calls sharing this LtCall have their own biases). */
   private readonly biasSlot = new BigUint64Array(1);
   /** Likewise the GELU input matrix's (DGELU, GELU_AUX_BIAS). */
@@ -456,6 +462,7 @@ export class LtCall {
         this.setDesc(attr, buf, name, what);
       // The row-major to column-major mapping (lt_mapping.ts; the CPU shim runs the same descriptors).
       const lib = ltDescriptors(spec);
+      this.beta = new Uint8Array(new Float32Array([lib.beta]).buffer);
       setDesc(DESC_TRANSA, i32(lib.transA ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
       setDesc(DESC_TRANSB, i32(lib.transB ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
       // BIAS, or a bias gradient as BGRADA / BGRADB (LtCall passes our B as the library's A).
@@ -508,6 +515,7 @@ export class LtCall {
       this.libA = layout(lib.a, "B");
       this.libB = layout(lib.b, "A");
       this.d = layout(lib.d, "D");
+      this.c = lib.c ? layout(lib.c, "C") : this.d;
       lt.check("cublasLtMatmulPreferenceCreate", s.cublasLtMatmulPreferenceCreate(out), what);
       const pref = ptr();
       try {
@@ -522,7 +530,11 @@ export class LtCall {
         // Library A is our B, library B our A.
         setPref(PREF_MIN_ALIGNMENT.a, u32(spec.align.b), "MIN_ALIGNMENT_A_BYTES");
         setPref(PREF_MIN_ALIGNMENT.b, u32(spec.align.a), "MIN_ALIGNMENT_B_BYTES");
-        setPref(PREF_MIN_ALIGNMENT.c, u32(spec.align.d), "MIN_ALIGNMENT_C_BYTES");
+        setPref(
+          PREF_MIN_ALIGNMENT.c,
+          u32(spec.c ? spec.align.c ?? 1 : spec.align.d),
+          "MIN_ALIGNMENT_C_BYTES",
+        );
         setPref(PREF_MIN_ALIGNMENT.d, u32(spec.align.d), "MIN_ALIGNMENT_D_BYTES");
         const count = new Int32Array(1);
         lt.check(
@@ -532,7 +544,7 @@ export class LtCall {
             this.desc,
             this.libA,
             this.libB,
-            this.d,
+            this.c,
             this.d,
             pref,
             1,
@@ -547,7 +559,7 @@ export class LtCall {
             `cuBLASLt has no algorithm for ${what} (m ${m}, n ${n}, k ${k}, batch ${batch}, ` +
               `${spec.a.dtype} -> ${spec.d.dtype}${
                 spec.epilogue ? `, ${(lib.aux ?? lib.bias)!.kind.toUpperCase()} epilogue` : ""
-              })`,
+              }${spec.c ? ", C with beta 1" : ""})`,
           );
         }
       } finally {
@@ -584,12 +596,26 @@ export class LtCall {
   }
 
   /**
-   * Enqueues D = op(A)·op(B) (+ bias) on `stream` (capturable: the workspace is given, nothing is
-   * allocated; the bias pointer is a host-side descriptor value, read when each call is enqueued).
-   * A DGELU or GELU_AUX_BIAS call reads its GELU input matrix's pointer from the last `setAux`.
+   * Enqueues D = op(A)·op(B) (+ C, + bias) on `stream` (capturable: the workspace is given, nothing is
+   * allocated; the bias pointer is a host-side descriptor value, read when each call is enqueued). `c`:
+   * C's pointer, for a spec with C. A DGELU or GELU_AUX_BIAS call reads its GELU input matrix's pointer
+   * from the last `setAux`.
    */
-  run(a: DevicePtr, b: DevicePtr, d: DevicePtr, stream: Pointer, what = this.what, bias?: DevicePtr): void {
+  run(
+    a: DevicePtr,
+    b: DevicePtr,
+    d: DevicePtr,
+    stream: Pointer,
+    what = this.what,
+    bias?: DevicePtr,
+    c?: DevicePtr,
+  ): void {
     const { lt, spec } = this;
+    if ((c === undefined) !== (spec.c === undefined)) {
+      throw new CudaError(
+        `${what}: C's pointer ${c === undefined ? "is missing" : "is given to a call without C"}`,
+      );
+    }
     const kind = spec.epilogue?.kind;
     if (kind !== undefined && kind !== "dgelu") {
       if (bias === undefined) throw new CudaError(`${what}: the ${kind} epilogue needs its vector`);
@@ -606,6 +632,7 @@ export class LtCall {
     const step = (o: LtOperand, g: number) => BigInt(g * (o.outerStride ?? 0) * (o.dtype === "f32" ? 4 : 2));
     for (let g = 0; g < (spec.outer ?? 1); g++) {
       const ga = a + step(spec.a, g), gb = b + step(spec.b, g), gd = d + step(spec.d, g);
+      const gc = c === undefined ? gd : c + step(spec.c!, g);
       lt.check(
         "cublasLtMatmul",
         lt.symbols.cublasLtMatmul(
@@ -617,8 +644,8 @@ export class LtCall {
           ga,
           this.libB,
           this.beta,
-          gd,
-          this.d,
+          gc,
+          this.c,
           gd,
           this.d,
           this.algo,

@@ -132,6 +132,8 @@ export type CudaStep =
     readonly a: DevicePtr;
     readonly b: DevicePtr;
     readonly d: DevicePtr;
+    /** C, read with beta 1 (PlanGemm.c). */
+    readonly c?: DevicePtr;
     /** The vector of the call's BIAS or bias-gradient epilogue (PlanGemm.epilogue). */
     readonly bias?: DevicePtr;
     /** The GELU input matrix of a DGELU or GELU_AUX_BIAS epilogue. */
@@ -258,6 +260,7 @@ export class CudaExecutor {
           return addressOf(b.id) + BigInt(o.offset * storedBytes(o.dtype));
         };
         const a = elementAt(call.a, "A"), b = elementAt(call.b, "B"), d = elementAt(call.d, "D");
+        const c = call.c && elementAt(call.c, "C");
         const ep = call.epilogue;
         // The epilogue's vector, and the GELU input matrix DGELU reads and GELU_AUX_BIAS writes.
         const bias = ep && ep.kind !== "dgelu" ? elementAt(ep.bias, "bias") : undefined;
@@ -273,6 +276,7 @@ export class CudaExecutor {
           a: call.a,
           b: call.b,
           d: call.d,
+          ...(call.c ? { c: call.c } : {}),
           ...(ep?.kind === "dgelu"
             ? { epilogue: { kind: "dgelu", aux: { dtype: ep.aux.dtype, ld: ep.aux.ld } } }
             : ep?.kind === "gelu_aux_bias"
@@ -296,6 +300,7 @@ export class CudaExecutor {
             a: groupAlignmentOf(a, call.a, call.outer),
             b: groupAlignmentOf(b, call.b, call.outer),
             d: groupAlignmentOf(d, call.d, call.outer),
+            ...(c !== undefined ? { c: groupAlignmentOf(c, call.c!, call.outer) } : {}),
             // Every group adds the same vector (plan/plan.ts PlanGemmEpilogue).
             ...(bias !== undefined ? { bias: alignmentOf(bias) } : {}),
             ...(aux !== undefined ? { aux: alignmentOf(aux) } : {}),
@@ -308,7 +313,7 @@ export class CudaExecutor {
             spec.k,
             spec.batch,
             spec.outer ?? 1,
-            ...[spec.a, spec.b, spec.d].map(
+            ...[spec.a, spec.b, spec.d, ...(spec.c ? [spec.c] : [])].map(
               (o) => [o.dtype, o.ld, o.trans, o.batchStride, o.outerStride ?? 0],
             ),
             spec.epilogue ?? null,
@@ -343,7 +348,8 @@ export class CudaExecutor {
             });
           } else {
             const { epilogue: _, ...plain } = full;
-            spec = { ...plain, align: { a: plain.align.a, b: plain.align.b, d: plain.align.d } };
+            const { bias: _b, ...align } = plain.align;
+            spec = { ...plain, align };
             lc = callOf(spec);
           }
         } else {
@@ -360,6 +366,7 @@ export class CudaExecutor {
           a,
           b,
           d,
+          ...(c !== undefined ? { c } : {}),
           ...(bias !== undefined && withBias ? { bias } : {}),
           ...(aux !== undefined && withBias ? { aux } : {}),
           ...(epilogue ? { epilogue } : {}),
@@ -662,7 +669,7 @@ export class CudaExecutor {
       driver.launch(s.fn, s.grid, s.threads, this.stream, s.args, `${s.kernel.name} (step ${s.index})`);
     } else if (s.op === "gemm") {
       if (s.aux !== undefined) s.call.setAux(s.aux, `${s.kernel.name} (step ${s.index})`);
-      s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`, s.bias);
+      s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`, s.bias, s.c);
       for (const c of s.copies ?? []) driver.copyDtoDAsync(c.dst, s.bias!, c.bytes, this.stream, c.what);
       const e = s.epilogue;
       if (e) {

@@ -24,6 +24,8 @@ export interface RowMajorGemm {
   readonly a: RowMajorOperand;
   readonly b: RowMajorOperand;
   readonly d: RowMajorOperand;
+  /** C with beta 1 (plan/plan.ts PlanGemm.c): D = op(A)·op(B) + C, laid out and typed as D. */
+  readonly c?: RowMajorOperand;
   /**
    * "bias": a vector over D's columns, added before D's rounding; "bgrad": the sums over k of op(A)'s rows
    * (operand "a") or of op(B)'s columns (operand "b") written to the vector (plan/plan.ts PlanGemmEpilogue).
@@ -93,6 +95,12 @@ export interface LtDescriptors {
   readonly b: LtLayout;
   readonly d: LtLayout;
   /**
+   * C, read with beta 1 where the plan gives one (the library's C, D's transpose as D is): absent, beta 0
+   * and the call passes D's pointer and layout as C, which cuBLASLt then does not read.
+   */
+  readonly c?: LtLayout;
+  readonly beta: 0 | 1;
+  /**
    * DGELU (RowMajorDgelu) or GELU_AUX_BIAS: the GELU input matrix, n×m column-major as D with leading
    * dimension `ld` (EPILOGUE_AUX_LD), in D's type; DGELU has no vector, GELU_AUX_BIAS BIAS's.
    */
@@ -147,6 +155,10 @@ export function ltDescriptors(
   if ((spec.outer ?? 1) > 1 && (vector?.bias.batchStride ?? 0) !== 0) {
     throw new Error("a bias stepped per batch entry in a call in groups (plan GEMMs never have one)");
   }
+  // cuBLASLt takes C in D's type; in place (C = D) it also needs D's layout, which plans keep for any C.
+  if (spec.c && (spec.c.dtype !== spec.d.dtype || spec.c.ld !== spec.d.ld)) {
+    throw new Error("C differs from D in type or leading dimension (plan GEMMs never have one)");
+  }
   // A bias gradient sums one call's operand: plans give it one batch entry (gemm_bgrad.ts).
   if (spec.epilogue?.kind === "bgrad" && spec.batch !== 1) {
     throw new Error("a bias-gradient epilogue on a batched call (plan GEMMs never have one)");
@@ -180,6 +192,8 @@ export function ltDescriptors(
     a: spec.b.trans ? layout(spec.b, k, n) : layout(spec.b, n, k),
     b: spec.a.trans ? layout(spec.a, m, k) : layout(spec.a, k, m),
     d: layout(spec.d, n, m),
+    ...(spec.c ? { c: layout(spec.c, n, m) } : {}),
+    beta: spec.c ? 1 : 0,
     ...(vector
       ? {
         bias: {

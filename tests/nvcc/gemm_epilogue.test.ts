@@ -218,11 +218,14 @@ Deno.test({
   }`,
   ignore: !haveNvcc,
   async fn() {
-    // f16 product, f32 residual, f32 output (BERT's word-embedding gradient): the kernel reads the
-    // scratch as four-half vectors and never builds one (bf_make_half4 unused, cuda_prelude.ts).
-    const body: Body = (m) =>
-      m.param("x", [64, 32], "zeros", "f16").matmul(m.param("w", [32, 64], "zeros", "f16")).cast("f32")
-        .add(m.param("r", [64, 64], "zeros", "f32"));
+    // f16 product, f32 residual, f32 output, scaled by the residual (a plain sum is the call's C with
+    // beta 1, fusion/gemm_sums.ts): the kernel reads the scratch as four-half vectors and never builds one
+    // (bf_make_half4 unused, cuda_prelude.ts).
+    const body: Body = (m) => {
+      const r = m.param("r", [64, 64], "zeros", "f32");
+      return m.param("x", [64, 32], "zeros", "f16").matmul(m.param("w", [32, 64], "zeros", "f16")).cast("f32")
+        .add(r).mul(r);
+    };
     const c = compileGraph(graphOf("f16 scratch, f32 out", body, "f16", false), {
       fuse: true,
       emitters: { cuda: emitCUDA },

@@ -300,7 +300,8 @@ export function program(plan: Plan, library = false): string {
       }
       const bias = ep &&
         `(reinterpret_cast<const ${C_TYPE[ep.bias.dtype]}*>${at(ep.bias.buffer)} + ${ep.bias.offset})`;
-      main.push(`  ${ltCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d), bias)}`);
+      // C (beta 1): stepped per group like D (plan/plan.ts PlanGemm.c).
+      main.push(`  ${ltCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d), bias, call.c && ptr(call.c))}`);
     }
     if (lib.epilogue) launch(lib.epilogue.cuda, lib.epilogue.bindings);
   }

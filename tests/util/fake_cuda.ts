@@ -153,10 +153,12 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
  * an attribute it does not know is CUBLAS_STATUS_INVALID_VALUE), and runs cublasLtMatmul as the
  * documentation defines it on host memory: column-major, batched, the BIAS epilogue's vector over D's rows
  * added before D's rounding; BGRADA / BGRADB write the sums over k of op(A)'s rows (D's rows of them) or of
- * op(B)'s columns (D's columns) to the bias pointer, in BIAS_DATA_TYPE. With FAKE_LT_NO_BGRAD set, the
- * heuristic finds no algorithm for a bias-gradient epilogue (a heuristic miss). DGELU (192) multiplies D by the
- * tanh-form GELU's derivative at the GELU input matrix (EPILOGUE_AUX_POINTER 11, AUX_LD 12), in D's type;
- * GELU_AUX_BIAS (164) writes product + bias there and D = its tanh-form GELU.
+ * op(B)'s columns (D's columns) to the bias pointer, in BIAS_DATA_TYPE; beta times C (with C's own layout,
+ * which must have D's shape, batch and type) added before D's rounding. With FAKE_LT_NO_BGRAD set, the
+ * heuristic finds no algorithm for a bias-gradient epilogue (a heuristic miss); with FAKE_LT_NO_C, none for
+ * a C layout other than D's (a call with C: a heuristic miss). DGELU (192) multiplies D by the tanh-form
+ * GELU's derivative at the GELU input matrix (EPILOGUE_AUX_POINTER 11, AUX_LD 12), in D's type; GELU_AUX_BIAS
+ * (164) writes product + bias there and D = its tanh-form GELU.
  */
 export const FAKE_LT = String.raw`
 #include <math.h>
@@ -220,6 +222,7 @@ int cublasLtMatmulAlgoGetHeuristic(void *h, Desc *d, Layout *a, Layout *b, Layou
   memset(results, 0, 96);
   /* A heuristic miss: no algorithm (count 0) for a bias-gradient epilogue. */
   if ((d->epilogue == 256 || d->epilogue == 512) && getenv("FAKE_LT_NO_BGRAD")) { *count = 0; return 0; }
+  if (c != D && getenv("FAKE_LT_NO_C")) { *count = 0; return 0; }
   *count = 1; return 0; /* state (offset 72) CUBLAS_STATUS_SUCCESS */
 }
 
@@ -240,6 +243,10 @@ int cublasLtMatmul(void *h, Desc *d, const void *alpha, const void *A, Layout *a
                    const void *beta, const void *C, Layout *c, void *D, Layout *dl, const void *algo,
                    void *ws, size_t wsBytes, void *stream) {
   if (!fits(d, a, b, dl)) return 7;
+  const float al = *(const float *)alpha, be = *(const float *)beta;
+  /* beta != 0: C is read with its own layout, which must have D's shape, batch and type. */
+  if (be != 0.0f && (!C || c->rows != dl->rows || c->cols != dl->cols || c->batch != dl->batch ||
+                     c->type != dl->type)) return 7;
   const unsigned ep = d->epilogue;
   if (ep != 1 && ep != 4 && ep != 164 && ep != 192 && ep != 256 && ep != 512) return 15; /* NOT_SUPPORTED */
   if (ep != 1 && ep != 192 && !d->bias) return 7;
@@ -248,7 +255,6 @@ int cublasLtMatmul(void *h, Desc *d, const void *alpha, const void *A, Layout *a
     return 7;
   if ((ep == 256 || ep == 512) && dl->batch != 1) return 15;
   const int bias_type = d->bias_type == -1 ? dl->type : d->bias_type;
-  const float al = *(const float *)alpha, be = *(const float *)beta;
   const int64_t m = dl->rows, n = dl->cols, k = d->transa ? a->rows : a->cols;
   matmuls++;
   for (int q = 0; q < dl->batch; ++q)

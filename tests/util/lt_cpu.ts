@@ -1,7 +1,8 @@
 /**
  * cublasLtMatmul as its documentation defines it, in host C++ for the CPU shim (tests/util/cuda_cpu.ts):
  * column-major layouts (rows, cols, leading dimension, batch count and stride), TRANSA/TRANSB, alpha 1,
- * beta 0, f32 accumulation, the BIAS epilogue (a vector over the library D's rows, stepped per batch
+ * beta 0 or 1 (C with its own layout, of D's type, added to the f32 accumulator before D's rounding), f32
+ * accumulation, the BIAS epilogue (a vector over the library D's rows, stepped per batch
  * entry) and the bias-gradient epilogues BGRADA / BGRADB (the sums over k of op(A)'s rows, as many as D's
  * rows, or of op(B)'s columns, as many as D's columns, written to the vector). The shim hands it the descriptors LtCall makes (runtime/cuda/lt_mapping.ts), pointers swapped
  * as LtCall swaps them, so a plan's library GEMMs on the shim check the row-major to
@@ -16,15 +17,18 @@ export const LT_CPU = String.raw`
 // column of batch entry q (BIAS_BATCH_STRIDE sbias), in f32 before D's rounding; its length, nbias, must be
 // D's rows. 256 BGRADA: bias[i] = sum_p op(A)(i,p), nbias = D's rows; 512 BGRADB: bias[j] = sum_p
 // op(B)(p,j), nbias = D's columns ("the reduction happens over the GEMM's k dimension"), f32 sums stored
-// in the bias type; one batch entry.
+// in the bias type; one batch entry. beta 1: C(i,j) = C[q*sc + i + j*ldc] is added before D's rounding
+// (its layout must be D's shape and batch; beta 0: C is not read).
 template <typename TA, typename TB, typename TD, typename TBias>
 static void bf_lt_matmul(long m, long n, long k, bool ta, bool tb, const TA* A, long ar, long ac, long lda,
                          long ab, long sa, const TB* B, long br, long bc, long ldb, long bb, long sb, TD* D,
                          long dr, long dc, long ldd, long db, long sd, int ep, const TBias* bias, long nbias,
-                         long sbias) {
+                         long sbias, float beta = 0.0f, const TD* C = nullptr, long cr = 0, long cc = 0,
+                         long ldc = 0, long cb = 0, long sc = 0) {
   const bool bgrad = ep == 256 || ep == 512;
   if ((ta ? ac : ar) != m || (ta ? ar : ac) != k || (tb ? bc : br) != k || (tb ? br : bc) != n || dr != m ||
       dc != n || lda < ar || ldb < br || ldd < dr || ab != bb || ab != db || (ep != 1 && !bias) ||
+      (beta != 0.0f && (!C || cr != dr || cc != dc || ldc < cr || cb != db)) ||
       (ep == 4 && nbias != dr) || (ep == 256 && nbias != dr) || (ep == 512 && nbias != dc) ||
       (bgrad && db != 1) || (ep != 1 && ep != 4 && !bgrad)) {
     std::fprintf(stderr, "bf_lt_matmul: layouts do not fit m %ld n %ld k %ld (epilogue %d)\n", m, n, k, ep);
@@ -37,6 +41,7 @@ static void bf_lt_matmul(long m, long n, long k, bool ta, bool tb, const TA* A, 
       for (long i = 0; i < m; ++i) {
         float acc = 0.0f;
         for (long p = 0; p < k; ++p) acc += a_at(q, i, p) * b_at(q, p, j);
+        if (beta != 0.0f) acc += beta * bf_to_f32(C[q * sc + i + j * ldc]);
         if (ep == 4) acc += bf_to_f32(bias[q * sbias + i]);
         bf_from_f32(acc, &D[q * sd + i + j * ldd]);
       }
@@ -64,12 +69,22 @@ const LT_EPILOGUE = { bias: 4, bgrada: 256, bgradb: 512 } as const;
  * The C++ call for one group of a plan GEMM: `a`, `b`, `d` are the row-major operands' pointer
  * expressions; the library's A is our B and its B our A (LtCall's swap). `bias`: the bias vector's
  * pointer expression, for a call with an epilogue (BIAS reads it, BGRADA/BGRADB write it; its length is the
- * descriptors' own).
+ * descriptors' own). `c`: C's pointer expression, for a call with C (beta 1, C's layout the descriptors').
  */
-export function ltCallCpp(call: RowMajorGemm, a: string, b: string, d: string, bias?: string): string {
+export function ltCallCpp(
+  call: RowMajorGemm,
+  a: string,
+  b: string,
+  d: string,
+  bias?: string,
+  c?: string,
+): string {
   const lt = ltDescriptors(call);
   if ((lt.bias === undefined) !== (bias === undefined)) {
     throw new Error(`ltCallCpp: a bias pointer ${bias ? "without" : "is needed for"} a BIAS epilogue`);
+  }
+  if ((lt.c === undefined) !== (c === undefined)) {
+    throw new Error(`ltCallCpp: a C pointer ${c ? "without" : "is needed for"} a call with C`);
   }
   const layout = (l: LtLayout) => `${l.rows}, ${l.cols}, ${l.ld}, ${l.batch}, ${l.batch > 1 ? l.stride : 0}`;
   const ep = lt.bias
@@ -77,5 +92,5 @@ export function ltCallCpp(call: RowMajorGemm, a: string, b: string, d: string, b
     : "1, static_cast<const float*>(nullptr), 0, 0";
   return `bf_lt_matmul(${lt.m}, ${lt.n}, ${lt.k}, ${lt.transA}, ${lt.transB}, ${b}, ${layout(lt.a)}, ${a}, ${
     layout(lt.b)
-  }, ${d}, ${layout(lt.d)}, ${ep});`;
+  }, ${d}, ${layout(lt.d)}, ${ep}${lt.c ? `, ${lt.beta}.0f, ${c}, ${layout(lt.c)}` : ""});`;
 }

@@ -1,0 +1,42 @@
+/**
+ * Sums of GEMM products as cuBLASLt's C with beta 1, on plans for CUDA alone with library GEMMs (the only
+ * runtime that runs the calls; stages/state.ts cudaAlone), in two stages: before fusion the products of an
+ * add tree are summed first (compiler/gemm_sum_order.ts), after the other fusion stages each partial sum
+ * moves into the kernel of the GEMM that can add it as C (compiler/fusion/gemm_sums.ts). A stage file of its
+ * own rather than the library-calls stage: which kernel computes the add is a fusion decision (buffers,
+ * storage dtypes and the template fallback follow from it), which library-calls only reads back.
+ */
+import { sumsIntoGemms } from "../fusion/gemm_sums.ts";
+import { productsSummedFirst } from "../gemm_sum_order.ts";
+import type { PassContext, Stage } from "../pipeline.ts";
+import { cudaAlone, type KernelState, need } from "./state.ts";
+
+const applies = (s: KernelState) => cudaAlone(s.options) && s.options.libraryGemms !== false;
+const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => console.error(m) : undefined;
+
+export const gemmSumOrderStage: Stage<KernelState> = {
+  name: "gemm-sum-order",
+  about: "CUDA alone: in a sum with two or more GEMM products, the products are summed first",
+  run: (s, ctx) => {
+    if (!s.options.fuse || !applies(s)) return s;
+    const r = productsSummedFirst(s.graph);
+    if (r.trees === 0) return s;
+    logOf(ctx)?.(`gemm-sum-order: ${r.trees} sums with their GEMM products first`);
+    return { ...s, graph: r.graph };
+  },
+  skip: (s) => s,
+};
+
+const NAME = "fusion-gemm-sums";
+
+export const gemmSumsStage: Stage<KernelState> = {
+  name: NAME,
+  about: "CUDA alone: an add of a library GEMM's product and a stored tensor becomes the call's C (beta 1)",
+  run: (s, ctx) => {
+    if (!s.fusing || !applies(s)) return s;
+    const f = need(s.fusion, "the fusion", NAME);
+    const next = sumsIntoGemms(s.graph, f, () => ctx.fuel.take(), logOf(ctx));
+    return next === f ? s : { ...s, fusion: next };
+  },
+  skip: (s) => s,
+};
