@@ -4,8 +4,10 @@
  * as JSON beside the kernels. Shapes are static, so every size and launch shape is known here.
  *
  * Memory: each logical buffer lives in a `slot`; buffers whose lifetimes do not overlap share a slot
- * (the memory plan). Inputs, params and outputs have slots of their own, never shared, so feeding inputs
- * and reading outputs is always safe.
+ * (the memory plan). Inputs, params and outputs have slots of their own, never shared with a buffer of
+ * another lifetime, so feeding inputs and reading outputs is always safe. A slot may hold several of them
+ * at offsets: a flat vector assembled in place, pinned for the whole step, holds its pieces, and a gradient
+ * output that reshapes a piece is a view of it (compiler/stages/output_views.ts).
  */
 
 import { numel } from "../ir/dtype.ts";
