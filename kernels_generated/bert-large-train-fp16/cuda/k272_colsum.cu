@@ -29,15 +29,17 @@
 // launch: grid [1, 1, 1] of 256-thread blocks
 
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const int* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, const float* __restrict__ b3, const float* __restrict__ b4, float* __restrict__ b5, float* __restrict__ b6, float* __restrict__ b7) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    float acc1 = 0.0f;
-    float acc2 = 0.0f;
-    for (int j = 0; j < 160; j += 1) {
+  const int row = wg * 4 + lid % 4;
+  const int grp = lid / 4;
+  const bool valid = row < 1;
+  float acc0 = 0.0f;
+  float acc1 = 0.0f;
+  float acc2 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 160; j += 64) {
       const int v3 = b0[j];
       const bool v4 = v3 != -1;
       const float v5 = (v4 ? 1.0f : 0.0f);
@@ -56,13 +58,96 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const int* __restric
       const float v16 = v15 * v5;
       acc2 = acc2 + v16;
     }
-    const float red17 = acc0;
-    const float red18 = acc1;
-    const float red19 = acc2;
-    const float v20 = fmaxf(red17, 1.0f);
-    const float v21 = red19 / v20;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  __syncthreads();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  __syncthreads();
+  const float red17 = colred[lid % 4];
+  __syncthreads();
+  colred[lid] = acc1;
+  __syncthreads();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  __syncthreads();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  __syncthreads();
+  const float red18 = colred[lid % 4];
+  __syncthreads();
+  colred[lid] = acc2;
+  __syncthreads();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  __syncthreads();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  __syncthreads();
+  const float red19 = colred[lid % 4];
+  __syncthreads();
+  if (valid && grp == 0) {
     b5[row] = red18;
+    const float v20 = fmaxf(red17, 1.0f);
     b6[row] = v20;
+    const float v21 = red19 / v20;
     b7[row] = v21;
   }
 }

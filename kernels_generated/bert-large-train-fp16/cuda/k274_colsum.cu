@@ -21,14 +21,16 @@
 // launch: grid [1, 1, 1] of 256-thread blocks
 
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const int* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, float* __restrict__ b3, float* __restrict__ b4) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    float acc1 = 0.0f;
-    for (int j = 0; j < 8; j += 1) {
+  const int row = wg * 64 + lid % 64;
+  const int grp = lid / 64;
+  const bool valid = row < 1;
+  float acc0 = 0.0f;
+  float acc1 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 8; j += 4) {
       const int v2 = b0[j];
       const bool v3 = v2 != -1;
       const float v4 = (v3 ? 1.0f : 0.0f);
@@ -40,11 +42,35 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const int* __restric
       const float v9 = v8 * v4;
       acc1 = acc1 + v9;
     }
-    const float red10 = acc0;
-    const float red11 = acc1;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red10 = colred[lid % 64];
+  __syncthreads();
+  colred[lid] = acc1;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red11 = colred[lid % 64];
+  __syncthreads();
+  if (valid && grp == 0) {
     const float v12 = fmaxf(red10, 1.0f);
-    const float v13 = red11 / v12;
     b3[row] = v12;
+    const float v13 = red11 / v12;
     b4[row] = v13;
   }
 }

@@ -30,13 +30,15 @@
 // launch: grid [1, 1, 1] of 256-thread blocks
 
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, const int* __restrict__ b3, const float* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, const float* __restrict__ b7, float* __restrict__ b8, float* __restrict__ b9, const float* __restrict__ b10, float* __restrict__ b11) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int j = 0; j < 8; j += 1) {
+  const int row = wg * 64 + lid % 64;
+  const int grp = lid / 64;
+  const bool valid = row < 1;
+  float acc0 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 8; j += 4) {
       const float v1 = b0[j];
       const float v2 = logf(v1);
       const float v3 = b1[j];
@@ -49,18 +51,31 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
       const float v10 = v6 * v9;
       acc0 = acc0 + v10;
     }
-    const float red11 = acc0;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red11 = colred[lid % 64];
+  __syncthreads();
+  if (valid && grp == 0) {
     const float v12 = b4[row];
     const float v13 = b5[row];
     const float v14 = v12 / v13;
+    b6[row] = v14;
     const float v15 = b7[row];
     const float v16 = red11 / v15;
+    b8[row] = v16;
     const float v17 = v14 + v16;
+    b9[row] = v17;
     const float v18 = b10[1];
     const float v19 = v17 * v18;
-    b6[row] = v14;
-    b8[row] = v16;
-    b9[row] = v17;
     b11[row] = v19;
   }
 }

@@ -15,7 +15,6 @@
 //   %3361 where f32[160,30522] (models/bert.ts:156)
 //   %3362 add f32[160,30522] (models/bert.ts:156) -> written
 //   %3363 reduce_sum f32[1,30522] (models/bert.ts:139) -> written
-//   %3364 reshape f32[30522] (models/bert.ts:139) -> written
 //   binding 0 (read): input train.state f32[8]
 //   binding 1 (read): %3295 max f32[]
 //   binding 2 (read): input masked_lm_ids i32[8,20]
@@ -23,21 +22,22 @@
 //   binding 4 (read): %3267 add f32[160,30522] stored f16
 //   binding 5 (read): %3283 stop_gradient f32[160,1]
 //   binding 6 (write): %3363 reduce_sum f32[1,30522]
-//   binding 7 (write): %3364 reshape f32[30522]
-//   binding 8 (write): %3362 add f32[160,30522] stored f16
+//   binding 7 (write): %3362 add f32[160,30522] stored f16
 
-// launch: grid [120, 1, 1] of 256-thread blocks
+// launch: grid [954, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const int* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, float* __restrict__ b7, __half* __restrict__ b8) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const int* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, __half* __restrict__ b7) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 30522) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int j = 0; j < 160; j += 1) {
+  const int row = wg * 32 + lid % 32;
+  const int grp = lid / 32;
+  const bool valid = row < 30522;
+  float acc0 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 160; j += 8) {
       const float v1 = b0[1];
       const float v2 = b1[0];
       const float v3 = v1 / v2;
@@ -58,10 +58,28 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
       const float v18 = v14 + v17;
       acc0 = acc0 + v18;
     }
-    const float red19 = acc0;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  __syncthreads();
+  const float red19 = colred[lid % 32];
+  __syncthreads();
+  if (valid && grp == 0) {
     b6[row] = red19;
-    b7[row] = red19;
-    for (int j = 0; j < 160; j += 1) {
+  }
+  if (valid) {
+    for (int j = grp; j < 160; j += 8) {
       const float v20 = b0[1];
       const float v21 = b1[0];
       const float v22 = v20 / v21;
@@ -80,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
       const float v35 = -v26;
       const float v36 = (v34 ? v35 : 0.0f);
       const float v37 = v33 + v36;
-      b8[row + j * 30522] = __float2half_rn(v37);
+      b7[row + j * 30522] = __float2half_rn(v37);
     }
   }
 }

@@ -4,28 +4,56 @@
 // What the first of them fuses:
 //   reduce kernel over [160,1024] reducing axes [0]
 //   %3370 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
-//   %3371 reshape f32[1024] (models/bert.ts:100) -> written
 //   binding 0 (read): %3366 matmul f16[160,1024]
 //   binding 1 (write): %3370 reduce_sum f32[1,1024]
-//   binding 2 (write): %3371 reshape f32[1024]
 
-// launch: grid [4, 1, 1] of 256-thread blocks
+// launch: grid [256, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, float* __restrict__ b1, float* __restrict__ b2) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, float* __restrict__ b1) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1024) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int j = 0; j < 160; j += 1) {
+  const int row = wg * 4 + lid % 4;
+  const int grp = lid / 4;
+  const bool valid = row < 1024;
+  float acc0 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 160; j += 64) {
       const float v1 = __half2float(b0[j * 1024 + row]);
       acc0 = acc0 + v1;
     }
-    const float red2 = acc0;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  __syncthreads();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  __syncthreads();
+  const float red2 = colred[lid % 4];
+  __syncthreads();
+  if (valid && grp == 0) {
     b1[row] = red2;
-    b2[row] = red2;
   }
 }

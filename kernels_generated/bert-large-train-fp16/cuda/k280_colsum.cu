@@ -5,7 +5,6 @@
 //   reduce kernel over [160,1024] reducing axes [0]
 //   %3373 mul f32[160,1024] (models/bert.ts:100)
 //   %3374 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
-//   %3375 reshape f32[1024] (models/bert.ts:100) -> written
 //   %3390 mul f32[160,1] (models/bert.ts:100)
 //   %3391 broadcast f32[160,1024] (models/bert.ts:100)
 //   %3392 add f32[160,1024] (models/bert.ts:100)
@@ -20,7 +19,6 @@
 //   %3402 mul f32[160,1024] (models/bert.ts:140)
 //   %3403 add f32[160,1024] (models/bert.ts:140) -> written
 //   %3404 reduce_sum f32[1,1024] (models/bert.ts:140) -> written
-//   %3405 reshape f32[1024] (models/bert.ts:140) -> written
 //   binding 0 (read): %3366 matmul f16[160,1024]
 //   binding 1 (read): %3236 add f32[160,1024] stored f16
 //   binding 2 (read): %3247 mul f32[160,1]
@@ -28,12 +26,10 @@
 //   binding 4 (read): %3387 add f32[160,1024] stored f16
 //   binding 5 (read): %3389 reduce_sum f32[160,1]
 //   binding 6 (write): %3374 reduce_sum f32[1,1024]
-//   binding 7 (write): %3375 reshape f32[1024]
-//   binding 8 (write): %3404 reduce_sum f32[1,1024]
-//   binding 9 (write): %3405 reshape f32[1024]
-//   binding 10 (write): %3403 add f32[160,1024] stored f16
+//   binding 7 (write): %3404 reduce_sum f32[1,1024]
+//   binding 8 (write): %3403 add f32[160,1024] stored f16
 
-// launch: grid [4, 1, 1] of 256-thread blocks
+// launch: grid [256, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -66,15 +62,17 @@ static __device__ __forceinline__ float bf_erf(float x) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, float* __restrict__ b7, float* __restrict__ b8, float* __restrict__ b9, __half* __restrict__ b10) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, float* __restrict__ b7, __half* __restrict__ b8) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1024) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    float acc1 = 0.0f;
-    for (int j = 0; j < 160; j += 1) {
+  const int row = wg * 4 + lid % 4;
+  const int grp = lid / 4;
+  const bool valid = row < 1024;
+  float acc0 = 0.0f;
+  float acc1 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 160; j += 64) {
       const float v2 = __half2float(b0[j * 1024 + row]);
       const float v3 = __half2float(b1[j * 1024 + row]);
       const float v4 = v3 * 0.5f;
@@ -106,13 +104,69 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __rest
       const float v29 = v26 + v28;
       acc1 = acc1 + v29;
     }
-    const float red30 = acc0;
-    const float red31 = acc1;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  __syncthreads();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  __syncthreads();
+  const float red30 = colred[lid % 4];
+  __syncthreads();
+  colred[lid] = acc1;
+  __syncthreads();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  __syncthreads();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  __syncthreads();
+  const float red31 = colred[lid % 4];
+  __syncthreads();
+  if (valid && grp == 0) {
     b6[row] = red30;
-    b7[row] = red30;
-    b8[row] = red31;
-    b9[row] = red31;
-    for (int j = 0; j < 160; j += 1) {
+    b7[row] = red31;
+  }
+  if (valid) {
+    for (int j = grp; j < 160; j += 64) {
       const float v32 = __half2float(b4[row + j * 1024]);
       const float v33 = b5[j];
       const float v34 = v33 * 0.0009765625f;
@@ -132,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __rest
       const float v48 = v35 * v47;
       const float v49 = v48 * 0.5f;
       const float v50 = v45 + v49;
-      b10[row + j * 1024] = __float2half_rn(v50);
+      b8[row + j * 1024] = __float2half_rn(v50);
     }
   }
 }

@@ -15,28 +15,28 @@
 //   %3350 where f32[8,2] (models/bert.ts:157)
 //   %3351 add f32[8,2] (models/bert.ts:157) -> written
 //   %3413 reduce_sum f32[1,2] (models/bert.ts:144) -> written
-//   %3414 reshape f32[2] (models/bert.ts:144) -> written
 //   binding 0 (read): input train.state f32[8]
 //   binding 1 (read): %3327 max f32[]
 //   binding 2 (read): input next_sentence_labels i32[8]
 //   binding 3 (read): %3320 reduce_sum f32[8,1]
 //   binding 4 (read): %3319 exp f32[8,2] stored f16
 //   binding 5 (write): %3413 reduce_sum f32[1,2]
-//   binding 6 (write): %3414 reshape f32[2]
-//   binding 7 (write): %3351 add f32[8,2] stored f16
+//   binding 6 (write): %3351 add f32[8,2] stored f16
 
 // launch: grid [1, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const int* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, float* __restrict__ b5, float* __restrict__ b6, __half* __restrict__ b7) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const int* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, float* __restrict__ b5, __half* __restrict__ b6) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 2) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int j = 0; j < 8; j += 1) {
+  const int row = wg * 64 + lid % 64;
+  const int grp = lid / 64;
+  const bool valid = row < 2;
+  float acc0 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 8; j += 4) {
       const float v1 = b0[1];
       const float v2 = b1[0];
       const float v3 = v1 / v2;
@@ -54,10 +54,24 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
       const float v15 = v11 + v14;
       acc0 = acc0 + v15;
     }
-    const float red16 = acc0;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red16 = colred[lid % 64];
+  __syncthreads();
+  if (valid && grp == 0) {
     b5[row] = red16;
-    b6[row] = red16;
-    for (int j = 0; j < 8; j += 1) {
+  }
+  if (valid) {
+    for (int j = grp; j < 8; j += 4) {
       const float v17 = b0[1];
       const float v18 = b1[0];
       const float v19 = v17 / v18;
@@ -73,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
       const float v29 = -v23;
       const float v30 = (v28 ? v29 : 0.0f);
       const float v31 = v27 + v30;
-      b7[row + j * 2] = __float2half_rn(v31);
+      b6[row + j * 2] = __float2half_rn(v31);
     }
   }
 }

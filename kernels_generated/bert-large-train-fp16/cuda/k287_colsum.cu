@@ -8,25 +8,25 @@
 //   %3422 sub f32[8,1024] (models/bert.ts:129)
 //   %3423 mul f32[8,1024] (models/bert.ts:129) -> written
 //   %3424 reduce_sum f32[1,1024] (models/bert.ts:129) -> written
-//   %3425 reshape f32[1024] (models/bert.ts:129) -> written
 //   binding 0 (read): %3416 matmul f16[8,1024]
 //   binding 1 (read): %3214 tanh f32[8,1024] stored f16
 //   binding 2 (write): %3424 reduce_sum f32[1,1024]
-//   binding 3 (write): %3425 reshape f32[1024]
-//   binding 4 (write): %3423 mul f32[8,1024] stored f16
+//   binding 3 (write): %3423 mul f32[8,1024] stored f16
 
-// launch: grid [4, 1, 1] of 256-thread blocks
+// launch: grid [16, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, float* __restrict__ b2, float* __restrict__ b3, __half* __restrict__ b4) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, float* __restrict__ b2, __half* __restrict__ b3) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 1024) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int j = 0; j < 8; j += 1) {
+  const int row = wg * 64 + lid % 64;
+  const int grp = lid / 64;
+  const bool valid = row < 1024;
+  float acc0 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 8; j += 4) {
       const float v1 = __half2float(b0[j * 1024 + row]);
       const float v2 = __half2float(b1[j * 1024 + row]);
       const float v3 = v2 * v2;
@@ -34,16 +34,30 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __rest
       const float v5 = v1 * v4;
       acc0 = acc0 + v5;
     }
-    const float red6 = acc0;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red6 = colred[lid % 64];
+  __syncthreads();
+  if (valid && grp == 0) {
     b2[row] = red6;
-    b3[row] = red6;
-    for (int j = 0; j < 8; j += 1) {
+  }
+  if (valid) {
+    for (int j = grp; j < 8; j += 4) {
       const float v7 = __half2float(b0[row + j * 1024]);
       const float v8 = __half2float(b1[row + j * 1024]);
       const float v9 = v8 * v8;
       const float v10 = 1.0f - v9;
       const float v11 = v7 * v10;
-      b4[row + j * 1024] = __float2half_rn(v11);
+      b3[row + j * 1024] = __float2half_rn(v11);
     }
   }
 }

@@ -22,19 +22,21 @@
 //   binding 6 (write): %3442 reduce_sum f32[64,1,1024]
 //   binding 7 (write): %3433 add f32[8,128,1024] stored f16
 
-// launch: grid [256, 1, 1] of 256-thread blocks
+// launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const __half* __restrict__ b1, const __half* __restrict__ b2, const float* __restrict__ b3, const float* __restrict__ b4, float* __restrict__ b5, float* __restrict__ b6, __half* __restrict__ b7) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 65536) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    float acc1 = 0.0f;
-    for (int j = 0; j < 16; j += 1) {
+  const int row = wg * 64 + lid % 64;
+  const int grp = lid / 64;
+  const bool valid = row < 65536;
+  float acc0 = 0.0f;
+  float acc1 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 16; j += 4) {
       const float v2 = b0[row / 1024 * 16384 + j * 1024 + row % 1024];
       const float v3 = __half2float(b1[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 1024 + (row / 1024 * 16384 + j * 1024 + row % 1024) % 1024]);
       const float v4 = (((row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128 >= 0 && (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128 < 1) ? v3 : 0.0f);
@@ -50,11 +52,37 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
       const float v13 = v5 * v12;
       acc1 = acc1 + v13;
     }
-    const float red14 = acc0;
-    const float red15 = acc1;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red14 = colred[lid % 64];
+  __syncthreads();
+  colred[lid] = acc1;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red15 = colred[lid % 64];
+  __syncthreads();
+  if (valid && grp == 0) {
     b5[row] = red14;
     b6[row] = red15;
-    for (int j = 0; j < 16; j += 1) {
+  }
+  if (valid) {
+    for (int j = grp; j < 16; j += 4) {
       const float v16 = b0[row % 1024 + j * 1024 + row / 1024 * 16384];
       const float v17 = __half2float(b1[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 1024 + (row % 1024 + j * 1024 + row / 1024 * 16384) % 1024]);
       const float v18 = (((row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128 >= 0 && (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128 < 1) ? v17 : 0.0f);

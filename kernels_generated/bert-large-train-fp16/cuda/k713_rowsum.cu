@@ -3,17 +3,17 @@
 // Used by 1 kernel: k713_rowsum
 // What the first of them fuses:
 //   reduce kernel over [64,16,1024] reducing axes [1]
-//   %5399 where f32[8,128,1024] (models/bert.ts:224)
-//   %5400 mul f32[8,128,1024] (models/bert.ts:224) -> written
-//   %5402 reshape f32[64,16,1024] (models/bert.ts:245)
-//   %5403 reduce_sum f32[64,1,1024] (models/bert.ts:245) -> written
+//   %5504 where f32[8,128,1024] (models/bert.ts:224)
+//   %5505 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %5507 reshape f32[64,16,1024] (models/bert.ts:249)
+//   %5508 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %5393 add f32[8,128,1024] stored f16
-//   binding 2 (read): %5396 mul f32[8,128,1]
-//   binding 3 (write): %5403 reduce_sum f32[64,1,1024]
-//   binding 4 (write): %5400 mul f32[8,128,1024] stored f16
+//   binding 1 (read): %5498 add f32[8,128,1024] stored f16
+//   binding 2 (read): %5501 mul f32[8,128,1]
+//   binding 3 (write): %5508 reduce_sum f32[64,1,1024]
+//   binding 4 (write): %5505 mul f32[8,128,1024] stored f16
 
-// launch: grid [256, 1, 1] of 256-thread blocks
+// launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -52,16 +52,18 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 #endif
 
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, float* __restrict__ b3, __half* __restrict__ b4) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int gid = wg * 256 + lid;
-  if (gid < 65536) {
-    const int row = gid;
-    float acc0 = 0.0f;
-    for (int j = 0; j < 16; j += 1) {
+  const int row = wg * 64 + lid % 64;
+  const int grp = lid / 64;
+  const bool valid = row < 65536;
+  float acc0 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 16; j += 4) {
       const unsigned int v1 = b0[0];
       const unsigned int v2 = b0[1];
-      const float v3 = bf_philox(v1, v2, 38u, static_cast<unsigned int>(row / 1024 * 16384 + j * 1024 + row % 1024));
+      const float v3 = bf_philox(v1, v2, 36u, static_cast<unsigned int>(row / 1024 * 16384 + j * 1024 + row % 1024));
       const bool v4 = v3 >= 0.1f;
       const float v5 = __half2float(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
       const float v6 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
@@ -70,12 +72,27 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
       const float v9 = v8 * 1.1111112f;
       acc0 = acc0 + v9;
     }
-    const float red10 = acc0;
+  }
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red10 = colred[lid % 64];
+  __syncthreads();
+  if (valid && grp == 0) {
     b3[row] = red10;
-    for (int j = 0; j < 16; j += 1) {
+  }
+  if (valid) {
+    for (int j = grp; j < 16; j += 4) {
       const unsigned int v11 = b0[0];
       const unsigned int v12 = b0[1];
-      const float v13 = bf_philox(v11, v12, 38u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
+      const float v13 = bf_philox(v11, v12, 36u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
       const bool v14 = v13 >= 0.1f;
       const float v15 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
       const float v16 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];

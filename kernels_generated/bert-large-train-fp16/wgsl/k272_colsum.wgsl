@@ -37,17 +37,20 @@
 @group(0) @binding(6) var<storage, read_write> b6: array<f32>;
 @group(0) @binding(7) var<storage, read_write> b7: array<f32>;
 
+var<workgroup> colred: array<f32, 256>;
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    var acc1: f32 = 0.0;
-    var acc2: f32 = 0.0;
-    for (var j: i32 = 0; j < 160; j += 1) {
+  let row: i32 = wg * 4 + lid % 4;
+  let grp: i32 = lid / 4;
+  let valid: bool = row < 1;
+  var acc0: f32 = 0.0;
+  var acc1: f32 = 0.0;
+  var acc2: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 160; j += 64) {
       let v3: i32 = b0[j];
       let v4: bool = v3 != -1;
       let v5: f32 = select(0.0, 1.0, v4);
@@ -66,13 +69,96 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v16: f32 = v15 * v5;
       acc2 = acc2 + v16;
     }
-    let red17: f32 = acc0;
-    let red18: f32 = acc1;
-    let red19: f32 = acc2;
-    let v20: f32 = max(red17, 1.0);
-    let v21: f32 = red19 / v20;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  workgroupBarrier();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  workgroupBarrier();
+  let red17: f32 = colred[lid % 4];
+  workgroupBarrier();
+  colred[lid] = acc1;
+  workgroupBarrier();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  workgroupBarrier();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  workgroupBarrier();
+  let red18: f32 = colred[lid % 4];
+  workgroupBarrier();
+  colred[lid] = acc2;
+  workgroupBarrier();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  workgroupBarrier();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  workgroupBarrier();
+  let red19: f32 = colred[lid % 4];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     b5[row] = red18;
+    let v20: f32 = max(red17, 1.0);
     b6[row] = v20;
+    let v21: f32 = red19 / v20;
     b7[row] = v21;
   }
 }

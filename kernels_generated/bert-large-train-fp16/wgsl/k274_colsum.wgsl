@@ -26,16 +26,19 @@
 @group(0) @binding(3) var<storage, read_write> b3: array<f32>;
 @group(0) @binding(4) var<storage, read_write> b4: array<f32>;
 
+var<workgroup> colred: array<f32, 256>;
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    var acc1: f32 = 0.0;
-    for (var j: i32 = 0; j < 8; j += 1) {
+  let row: i32 = wg * 64 + lid % 64;
+  let grp: i32 = lid / 64;
+  let valid: bool = row < 1;
+  var acc0: f32 = 0.0;
+  var acc1: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 8; j += 4) {
       let v2: i32 = b0[j];
       let v3: bool = v2 != -1;
       let v4: f32 = select(0.0, 1.0, v3);
@@ -47,11 +50,35 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v9: f32 = v8 * v4;
       acc1 = acc1 + v9;
     }
-    let red10: f32 = acc0;
-    let red11: f32 = acc1;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red10: f32 = colred[lid % 64];
+  workgroupBarrier();
+  colred[lid] = acc1;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red11: f32 = colred[lid % 64];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     let v12: f32 = max(red10, 1.0);
-    let v13: f32 = red11 / v12;
     b3[row] = v12;
+    let v13: f32 = red11 / v12;
     b4[row] = v13;
   }
 }

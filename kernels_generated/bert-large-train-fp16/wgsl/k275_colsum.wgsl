@@ -42,15 +42,18 @@
 @group(0) @binding(10) var<storage, read> b10: array<f32>;
 @group(0) @binding(11) var<storage, read_write> b11: array<f32>;
 
+var<workgroup> colred: array<f32, 256>;
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 8; j += 1) {
+  let row: i32 = wg * 64 + lid % 64;
+  let grp: i32 = lid / 64;
+  let valid: bool = row < 1;
+  var acc0: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 8; j += 4) {
       let v1: f32 = b0[j];
       let v2: f32 = log(v1);
       let v3: f32 = b1[j];
@@ -63,18 +66,31 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v10: f32 = v6 * v9;
       acc0 = acc0 + v10;
     }
-    let red11: f32 = acc0;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red11: f32 = colred[lid % 64];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     let v12: f32 = b4[row];
     let v13: f32 = b5[row];
     let v14: f32 = v12 / v13;
+    b6[row] = v14;
     let v15: f32 = b7[row];
     let v16: f32 = red11 / v15;
+    b8[row] = v16;
     let v17: f32 = v14 + v16;
+    b9[row] = v17;
     let v18: f32 = b10[1];
     let v19: f32 = v17 * v18;
-    b6[row] = v14;
-    b8[row] = v16;
-    b9[row] = v17;
     b11[row] = v19;
   }
 }

@@ -15,7 +15,6 @@
 //   %3361 where f32[160,30522] (models/bert.ts:156)
 //   %3362 add f32[160,30522] (models/bert.ts:156) -> written
 //   %3363 reduce_sum f32[1,30522] (models/bert.ts:139) -> written
-//   %3364 reshape f32[30522] (models/bert.ts:139) -> written
 //   binding 0 (read): input train.state f32[8]
 //   binding 1 (read): %3295 max f32[]
 //   binding 2 (read): input masked_lm_ids i32[8,20]
@@ -23,10 +22,9 @@
 //   binding 4 (read): %3267 add f32[160,30522] stored f16
 //   binding 5 (read): %3283 stop_gradient f32[160,1]
 //   binding 6 (write): %3363 reduce_sum f32[1,30522]
-//   binding 7 (write): %3364 reshape f32[30522]
-//   binding 8 (write): %3362 add f32[160,30522] stored f16
+//   binding 7 (write): %3362 add f32[160,30522] stored f16
 
-// launch: 120 workgroups of 256 threads
+// launch: 954 workgroups of 256 threads
 
 enable f16;
 
@@ -37,18 +35,20 @@ enable f16;
 @group(0) @binding(4) var<storage, read> b4: array<f16>;
 @group(0) @binding(5) var<storage, read> b5: array<f32>;
 @group(0) @binding(6) var<storage, read_write> b6: array<f32>;
-@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
-@group(0) @binding(8) var<storage, read_write> b8: array<f16>;
+@group(0) @binding(7) var<storage, read_write> b7: array<f16>;
+
+var<workgroup> colred: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 30522) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 160; j += 1) {
+  let row: i32 = wg * 32 + lid % 32;
+  let grp: i32 = lid / 32;
+  let valid: bool = row < 30522;
+  var acc0: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 160; j += 8) {
       let v1: f32 = b0[1];
       let v2: f32 = b1[0];
       let v3: f32 = v1 / v2;
@@ -69,10 +69,28 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v18: f32 = v14 + v17;
       acc0 = acc0 + v18;
     }
-    let red19: f32 = acc0;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  workgroupBarrier();
+  let red19: f32 = colred[lid % 32];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     b6[row] = red19;
-    b7[row] = red19;
-    for (var j: i32 = 0; j < 160; j += 1) {
+  }
+  if (valid) {
+    for (var j: i32 = grp; j < 160; j += 8) {
       let v20: f32 = b0[1];
       let v21: f32 = b1[0];
       let v22: f32 = v20 / v21;
@@ -91,7 +109,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v35: f32 = -v26;
       let v36: f32 = select(0.0, v35, v34);
       let v37: f32 = v33 + v36;
-      b8[row + j * 30522] = f16(v37);
+      b7[row + j * 30522] = f16(v37);
     }
   }
 }

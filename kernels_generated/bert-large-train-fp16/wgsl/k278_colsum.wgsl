@@ -4,33 +4,61 @@
 // What the first of them fuses:
 //   reduce kernel over [160,1024] reducing axes [0]
 //   %3370 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
-//   %3371 reshape f32[1024] (models/bert.ts:100) -> written
 //   binding 0 (read): %3366 matmul f16[160,1024]
 //   binding 1 (write): %3370 reduce_sum f32[1,1024]
-//   binding 2 (write): %3371 reshape f32[1024]
 
-// launch: 4 workgroups of 256 threads
+// launch: 256 workgroups of 256 threads
 
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
 @group(0) @binding(1) var<storage, read_write> b1: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
+
+var<workgroup> colred: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1024) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 160; j += 1) {
+  let row: i32 = wg * 4 + lid % 4;
+  let grp: i32 = lid / 4;
+  let valid: bool = row < 1024;
+  var acc0: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 160; j += 64) {
       let v1: f32 = f32(b0[j * 1024 + row]);
       acc0 = acc0 + v1;
     }
-    let red2: f32 = acc0;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  workgroupBarrier();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  workgroupBarrier();
+  let red2: f32 = colred[lid % 4];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     b1[row] = red2;
-    b2[row] = red2;
   }
 }

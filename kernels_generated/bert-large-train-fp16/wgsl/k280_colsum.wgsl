@@ -5,7 +5,6 @@
 //   reduce kernel over [160,1024] reducing axes [0]
 //   %3373 mul f32[160,1024] (models/bert.ts:100)
 //   %3374 reduce_sum f32[1,1024] (models/bert.ts:100) -> written
-//   %3375 reshape f32[1024] (models/bert.ts:100) -> written
 //   %3390 mul f32[160,1] (models/bert.ts:100)
 //   %3391 broadcast f32[160,1024] (models/bert.ts:100)
 //   %3392 add f32[160,1024] (models/bert.ts:100)
@@ -20,7 +19,6 @@
 //   %3402 mul f32[160,1024] (models/bert.ts:140)
 //   %3403 add f32[160,1024] (models/bert.ts:140) -> written
 //   %3404 reduce_sum f32[1,1024] (models/bert.ts:140) -> written
-//   %3405 reshape f32[1024] (models/bert.ts:140) -> written
 //   binding 0 (read): %3366 matmul f16[160,1024]
 //   binding 1 (read): %3236 add f32[160,1024] stored f16
 //   binding 2 (read): %3247 mul f32[160,1]
@@ -28,12 +26,10 @@
 //   binding 4 (read): %3387 add f32[160,1024] stored f16
 //   binding 5 (read): %3389 reduce_sum f32[160,1]
 //   binding 6 (write): %3374 reduce_sum f32[1,1024]
-//   binding 7 (write): %3375 reshape f32[1024]
-//   binding 8 (write): %3404 reduce_sum f32[1,1024]
-//   binding 9 (write): %3405 reshape f32[1024]
-//   binding 10 (write): %3403 add f32[160,1024] stored f16
+//   binding 7 (write): %3404 reduce_sum f32[1,1024]
+//   binding 8 (write): %3403 add f32[160,1024] stored f16
 
-// launch: 4 workgroups of 256 threads
+// launch: 256 workgroups of 256 threads
 
 enable f16;
 
@@ -45,9 +41,9 @@ enable f16;
 @group(0) @binding(5) var<storage, read> b5: array<f32>;
 @group(0) @binding(6) var<storage, read_write> b6: array<f32>;
 @group(0) @binding(7) var<storage, read_write> b7: array<f32>;
-@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
-@group(0) @binding(9) var<storage, read_write> b9: array<f32>;
-@group(0) @binding(10) var<storage, read_write> b10: array<f16>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f16>;
+
+var<workgroup> colred: array<f32, 256>;
 
 // erf(x) to ~1e-7: |x| < 1 as x * P(2x² - 1); 1 <= |x| <= 4 as 1 - exp(-x²) * Q((1/x - 0.625) / 0.375);
 // beyond 4, ±1. Both branches are computed and one selected: no divergence.
@@ -79,12 +75,13 @@ fn bf_erf(x: f32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1024) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    var acc1: f32 = 0.0;
-    for (var j: i32 = 0; j < 160; j += 1) {
+  let row: i32 = wg * 4 + lid % 4;
+  let grp: i32 = lid / 4;
+  let valid: bool = row < 1024;
+  var acc0: f32 = 0.0;
+  var acc1: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 160; j += 64) {
       let v2: f32 = f32(b0[j * 1024 + row]);
       let v3: f32 = f32(b1[j * 1024 + row]);
       let v4: f32 = v3 * 0.5;
@@ -116,13 +113,69 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v29: f32 = v26 + v28;
       acc1 = acc1 + v29;
     }
-    let red30: f32 = acc0;
-    let red31: f32 = acc1;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  workgroupBarrier();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  workgroupBarrier();
+  let red30: f32 = colred[lid % 4];
+  workgroupBarrier();
+  colred[lid] = acc1;
+  workgroupBarrier();
+  if (grp < 32) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 16) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  if (grp < 8) {
+    colred[lid] = colred[lid] + colred[lid + 32];
+  }
+  workgroupBarrier();
+  if (grp < 4) {
+    colred[lid] = colred[lid] + colred[lid + 16];
+  }
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 8];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 4];
+  }
+  workgroupBarrier();
+  let red31: f32 = colred[lid % 4];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     b6[row] = red30;
-    b7[row] = red30;
-    b8[row] = red31;
-    b9[row] = red31;
-    for (var j: i32 = 0; j < 160; j += 1) {
+    b7[row] = red31;
+  }
+  if (valid) {
+    for (var j: i32 = grp; j < 160; j += 64) {
       let v32: f32 = f32(b4[row + j * 1024]);
       let v33: f32 = b5[j];
       let v34: f32 = v33 * 0.0009765625;
@@ -142,7 +195,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v48: f32 = v35 * v47;
       let v49: f32 = v48 * 0.5;
       let v50: f32 = v45 + v49;
-      b10[row + j * 1024] = f16(v50);
+      b8[row + j * 1024] = f16(v50);
     }
   }
 }

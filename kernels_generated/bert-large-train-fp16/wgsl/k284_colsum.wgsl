@@ -15,15 +15,13 @@
 //   %3350 where f32[8,2] (models/bert.ts:157)
 //   %3351 add f32[8,2] (models/bert.ts:157) -> written
 //   %3413 reduce_sum f32[1,2] (models/bert.ts:144) -> written
-//   %3414 reshape f32[2] (models/bert.ts:144) -> written
 //   binding 0 (read): input train.state f32[8]
 //   binding 1 (read): %3327 max f32[]
 //   binding 2 (read): input next_sentence_labels i32[8]
 //   binding 3 (read): %3320 reduce_sum f32[8,1]
 //   binding 4 (read): %3319 exp f32[8,2] stored f16
 //   binding 5 (write): %3413 reduce_sum f32[1,2]
-//   binding 6 (write): %3414 reshape f32[2]
-//   binding 7 (write): %3351 add f32[8,2] stored f16
+//   binding 6 (write): %3351 add f32[8,2] stored f16
 
 // launch: 1 workgroups of 256 threads
 
@@ -35,18 +33,20 @@ enable f16;
 @group(0) @binding(3) var<storage, read> b3: array<f32>;
 @group(0) @binding(4) var<storage, read> b4: array<f16>;
 @group(0) @binding(5) var<storage, read_write> b5: array<f32>;
-@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
-@group(0) @binding(7) var<storage, read_write> b7: array<f16>;
+@group(0) @binding(6) var<storage, read_write> b6: array<f16>;
+
+var<workgroup> colred: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 2) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 8; j += 1) {
+  let row: i32 = wg * 64 + lid % 64;
+  let grp: i32 = lid / 64;
+  let valid: bool = row < 2;
+  var acc0: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 8; j += 4) {
       let v1: f32 = b0[1];
       let v2: f32 = b1[0];
       let v3: f32 = v1 / v2;
@@ -64,10 +64,24 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v15: f32 = v11 + v14;
       acc0 = acc0 + v15;
     }
-    let red16: f32 = acc0;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red16: f32 = colred[lid % 64];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     b5[row] = red16;
-    b6[row] = red16;
-    for (var j: i32 = 0; j < 8; j += 1) {
+  }
+  if (valid) {
+    for (var j: i32 = grp; j < 8; j += 4) {
       let v17: f32 = b0[1];
       let v18: f32 = b1[0];
       let v19: f32 = v17 / v18;
@@ -83,7 +97,7 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v29: f32 = -v23;
       let v30: f32 = select(0.0, v29, v28);
       let v31: f32 = v27 + v30;
-      b7[row + j * 2] = f16(v31);
+      b6[row + j * 2] = f16(v31);
     }
   }
 }

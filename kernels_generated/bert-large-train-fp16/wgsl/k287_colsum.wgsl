@@ -8,32 +8,32 @@
 //   %3422 sub f32[8,1024] (models/bert.ts:129)
 //   %3423 mul f32[8,1024] (models/bert.ts:129) -> written
 //   %3424 reduce_sum f32[1,1024] (models/bert.ts:129) -> written
-//   %3425 reshape f32[1024] (models/bert.ts:129) -> written
 //   binding 0 (read): %3416 matmul f16[8,1024]
 //   binding 1 (read): %3214 tanh f32[8,1024] stored f16
 //   binding 2 (write): %3424 reduce_sum f32[1,1024]
-//   binding 3 (write): %3425 reshape f32[1024]
-//   binding 4 (write): %3423 mul f32[8,1024] stored f16
+//   binding 3 (write): %3423 mul f32[8,1024] stored f16
 
-// launch: 4 workgroups of 256 threads
+// launch: 16 workgroups of 256 threads
 
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f16>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f16>;
+@group(0) @binding(3) var<storage, read_write> b3: array<f16>;
+
+var<workgroup> colred: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 1024) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 8; j += 1) {
+  let row: i32 = wg * 64 + lid % 64;
+  let grp: i32 = lid / 64;
+  let valid: bool = row < 1024;
+  var acc0: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 8; j += 4) {
       let v1: f32 = f32(b0[j * 1024 + row]);
       let v2: f32 = f32(b1[j * 1024 + row]);
       let v3: f32 = v2 * v2;
@@ -41,16 +41,30 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v5: f32 = v1 * v4;
       acc0 = acc0 + v5;
     }
-    let red6: f32 = acc0;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red6: f32 = colred[lid % 64];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     b2[row] = red6;
-    b3[row] = red6;
-    for (var j: i32 = 0; j < 8; j += 1) {
+  }
+  if (valid) {
+    for (var j: i32 = grp; j < 8; j += 4) {
       let v7: f32 = f32(b0[row + j * 1024]);
       let v8: f32 = f32(b1[row + j * 1024]);
       let v9: f32 = v8 * v8;
       let v10: f32 = 1.0 - v9;
       let v11: f32 = v7 * v10;
-      b4[row + j * 1024] = f16(v11);
+      b3[row + j * 1024] = f16(v11);
     }
   }
 }

@@ -22,7 +22,7 @@
 //   binding 6 (write): %3442 reduce_sum f32[64,1,1024]
 //   binding 7 (write): %3433 add f32[8,128,1024] stored f16
 
-// launch: 256 workgroups of 256 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
@@ -35,16 +35,19 @@ enable f16;
 @group(0) @binding(6) var<storage, read_write> b6: array<f32>;
 @group(0) @binding(7) var<storage, read_write> b7: array<f16>;
 
+var<workgroup> colred: array<f32, 256>;
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 65536) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    var acc1: f32 = 0.0;
-    for (var j: i32 = 0; j < 16; j += 1) {
+  let row: i32 = wg * 64 + lid % 64;
+  let grp: i32 = lid / 64;
+  let valid: bool = row < 65536;
+  var acc0: f32 = 0.0;
+  var acc1: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 16; j += 4) {
       let v2: f32 = b0[row / 1024 * 16384 + j * 1024 + row % 1024];
       let v3: f32 = f32(b1[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 1024 + (row / 1024 * 16384 + j * 1024 + row % 1024) % 1024]);
       let v4: f32 = select(0.0, v3, (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128 >= 0 && (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128 < 1);
@@ -60,11 +63,37 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v13: f32 = v5 * v12;
       acc1 = acc1 + v13;
     }
-    let red14: f32 = acc0;
-    let red15: f32 = acc1;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red14: f32 = colred[lid % 64];
+  workgroupBarrier();
+  colred[lid] = acc1;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red15: f32 = colred[lid % 64];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     b5[row] = red14;
     b6[row] = red15;
-    for (var j: i32 = 0; j < 16; j += 1) {
+  }
+  if (valid) {
+    for (var j: i32 = grp; j < 16; j += 4) {
       let v16: f32 = b0[row % 1024 + j * 1024 + row / 1024 * 16384];
       let v17: f32 = f32(b1[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 1024 + (row % 1024 + j * 1024 + row / 1024 * 16384) % 1024]);
       let v18: f32 = select(0.0, v17, (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128 >= 0 && (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128 < 1);

@@ -3,17 +3,17 @@
 // Used by 1 kernel: k923_rowsum
 // What the first of them fuses:
 //   reduce kernel over [64,16,1024] reducing axes [1]
-//   %6354 where f32[8,128,1024] (models/bert.ts:224)
-//   %6355 mul f32[8,128,1024] (models/bert.ts:224) -> written
-//   %6357 reshape f32[64,16,1024] (models/bert.ts:249)
-//   %6358 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
+//   %6524 where f32[8,128,1024] (models/bert.ts:224)
+//   %6525 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6527 reshape f32[64,16,1024] (models/bert.ts:249)
+//   %6528 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %6348 add f32[8,128,1024] stored f16
-//   binding 2 (read): %6351 mul f32[8,128,1]
-//   binding 3 (write): %6358 reduce_sum f32[64,1,1024]
-//   binding 4 (write): %6355 mul f32[8,128,1024] stored f16
+//   binding 1 (read): %6518 add f32[8,128,1024] stored f16
+//   binding 2 (read): %6521 mul f32[8,128,1]
+//   binding 3 (write): %6528 reduce_sum f32[64,1,1024]
+//   binding 4 (write): %6525 mul f32[8,128,1024] stored f16
 
-// launch: 256 workgroups of 256 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
@@ -22,6 +22,8 @@ enable f16;
 @group(0) @binding(2) var<storage, read> b2: array<f32>;
 @group(0) @binding(3) var<storage, read_write> b3: array<f32>;
 @group(0) @binding(4) var<storage, read_write> b4: array<f16>;
+
+var<workgroup> colred: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -65,14 +67,15 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let gid = wg * 256 + lid;
-  if (gid < 65536) {
-    let row: i32 = gid;
-    var acc0: f32 = 0.0;
-    for (var j: i32 = 0; j < 16; j += 1) {
+  let row: i32 = wg * 64 + lid % 64;
+  let grp: i32 = lid / 64;
+  let valid: bool = row < 65536;
+  var acc0: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 16; j += 4) {
       let v1: u32 = b0[0];
       let v2: u32 = b0[1];
-      let v3: f32 = bf_philox(v1, v2, 21u, u32(row / 1024 * 16384 + j * 1024 + row % 1024));
+      let v3: f32 = bf_philox(v1, v2, 18u, u32(row / 1024 * 16384 + j * 1024 + row % 1024));
       let v4: bool = v3 >= 0.1;
       let v5: f32 = f32(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
       let v6: f32 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
@@ -81,12 +84,27 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
       let v9: f32 = v8 * 1.1111112;
       acc0 = acc0 + v9;
     }
-    let red10: f32 = acc0;
+  }
+  colred[lid] = acc0;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red10: f32 = colred[lid % 64];
+  workgroupBarrier();
+  if (valid && grp == 0) {
     b3[row] = red10;
-    for (var j: i32 = 0; j < 16; j += 1) {
+  }
+  if (valid) {
+    for (var j: i32 = grp; j < 16; j += 4) {
       let v11: u32 = b0[0];
       let v12: u32 = b0[1];
-      let v13: f32 = bf_philox(v11, v12, 21u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
+      let v13: f32 = bf_philox(v11, v12, 18u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
       let v14: bool = v13 >= 0.1;
       let v15: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
       let v16: f32 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
