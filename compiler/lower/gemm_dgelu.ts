@@ -78,19 +78,31 @@ export function dgeluCall(
     }
     if (dType !== "f32" && dType !== operands) return no(`D stored ${dType} from ${operands} operands`);
     if (call.n % 8 !== 0) return no(`n ${call.n} is no multiple of 8 (EPILOGUE_AUX_LD)`);
-    const dtype = dType as GemmDType;
-    return {
-      ok: true,
-      d: {
-        buffer: ctx.bufferOf(root),
-        offset: 0,
-        dtype,
-        ld: call.n,
-        trans: false,
-        batchStride: call.m * call.n,
-      },
-      aux: { buffer: ctx.bufferOf(pre), offset: 0, dtype, ld: call.n },
-    };
+    return { ok: true, ...outputAndAux(ctx, root, pre, call, dType as GemmDType) };
   }
   return no("the root is no tanh-form GELU gradient of a loaded value");
+}
+
+/**
+ * A GELU epilogue's D (`out`, row-major m×n, batched by m·n) and its aux (`pre`, the pre-activation, laid
+ * out as D: cuBLASLt's aux is in D's type with a leading dimension of its own, here n).
+ */
+export function outputAndAux(
+  ctx: ValueContext,
+  out: NodeId,
+  pre: NodeId,
+  call: { readonly m: number; readonly n: number },
+  dtype: GemmDType,
+): { readonly d: GemmOperand; readonly aux: GemmAux } {
+  return {
+    d: {
+      buffer: ctx.bufferOf(out),
+      offset: 0,
+      dtype,
+      ld: call.n,
+      trans: false,
+      batchStride: call.m * call.n,
+    },
+    aux: { buffer: ctx.bufferOf(pre), offset: 0, dtype, ld: call.n },
+  };
 }

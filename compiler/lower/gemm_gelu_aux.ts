@@ -23,6 +23,7 @@
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
+import { outputAndAux } from "./gemm_dgelu.ts";
 import { isTanhGelu } from "./gemm_gelu.ts";
 import {
   biasVectorOf,
@@ -80,17 +81,5 @@ export function geluAuxBiasCall(
   const dtype = dType as GemmDType;
   const bias = biasVectorOf(g, ctx, a.inputs[1 - side], mm.type.shape, dtype);
   if (!bias) return no(`the other addend is no bias vector cuBLASLt pairs with a ${dtype} D`);
-  return {
-    ok: true,
-    d: {
-      buffer: ctx.bufferOf(act),
-      offset: 0,
-      dtype,
-      ld: call.n,
-      trans: false,
-      batchStride: call.m * call.n,
-    },
-    aux: { buffer: ctx.bufferOf(pre), offset: 0, dtype, ld: call.n },
-    bias,
-  };
+  return { ok: true, ...outputAndAux(ctx, act, pre, call, dtype), bias };
 }
