@@ -29,7 +29,7 @@ import { randomFeeds } from "../cases/random_feeds.ts";
 import { layerGraph } from "../cases/layer_graph.ts";
 import { seededRandom } from "../cases/random.ts";
 import { FUSION_CASES, graphOf, type Tolerance } from "../cases/fusion_cases.ts";
-import { geluEpilogueChecks } from "./gpu_gelu_check.ts";
+import { geluEpilogueChecks, uploader } from "./gpu_gelu_check.ts";
 
 const HELP = `
 deno run -A bench/gpu_check.ts [--dtypes f32,f16,bf16] [--seed N] [--json FILE] [--no-cublaslt] [--only RE]
@@ -221,13 +221,7 @@ function cublasLtCheck(ctx: CudaContext, seed: number): void {
           }
           const ptrs: bigint[] = [];
           try {
-            const up = (b: PlanBuffer, v: ArrayLike<number>) => {
-              const bytes = encodeStored(b, v);
-              const p = driver.alloc(Math.max(bytes.byteLength, 256), label);
-              ptrs.push(p);
-              driver.copyHtoD(p, bytes, `${label} ${b.name}`);
-              return p;
-            };
+            const up = uploader(ctx, ptrs, label);
             const pa = up(A, a), pb = up(B, bv), pbias = up(bias, biasV);
             const pd = up(D, new Float64Array(m * n).fill(NaN));
             const gemm = lt.plan({ m, n, k, transA, transB, dtype, epilogue }, label);

@@ -57,6 +57,24 @@ function maxAbs(want: ArrayLike<number>, got: ArrayLike<number>): number {
   return e;
 }
 
+/**
+ * Copies `v`, stored as buffer `b` is, to a fresh device allocation of at least 256 bytes (cuBLASLt's
+ * alignment), whose pointer also goes into `ptrs` for the caller to free.
+ */
+export function uploader(
+  ctx: CudaContext,
+  ptrs: bigint[],
+  label: string,
+): (b: PlanBuffer, v: ArrayLike<number>) => bigint {
+  return (b, v) => {
+    const bytes = encodeStored(b, v);
+    const p = ctx.driver.alloc(Math.max(bytes.byteLength, 256), label);
+    ptrs.push(p);
+    ctx.driver.copyHtoD(p, bytes, `${label} ${b.name}`);
+    return p;
+  };
+}
+
 export function geluEpilogueChecks(ctx: CudaContext, lt: CublasLt, report: Report, seed: number): void {
   const { driver } = ctx;
   const stream = driver.createStream();
@@ -119,13 +137,7 @@ export function geluEpilogueChecks(ctx: CudaContext, lt: CublasLt, report: Repor
       const ptrs: bigint[] = [];
       let call: LtCall | undefined;
       try {
-        const up = (b: PlanBuffer, v: ArrayLike<number>) => {
-          const bytes = encodeStored(b, v);
-          const p = driver.alloc(Math.max(bytes.byteLength, 256), label);
-          ptrs.push(p);
-          driver.copyHtoD(p, bytes, `${label} ${b.name}`);
-          return p;
-        };
+        const up = uploader(ctx, ptrs, label);
         const px = up(X, x), pw = up(W, w), pb = up(B, bias), pd = up(D, new Float64Array(m * n).fill(NaN));
         const paux = up(D, kind === "dgelu" ? pre : new Float64Array(m * n).fill(NaN));
         try {
