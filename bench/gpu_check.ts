@@ -16,6 +16,7 @@
  */
 import { parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
 import { compileGraph } from "../compiler/compile.ts";
+import { PROFILES } from "../compiler/targets/profiles.ts";
 import { CUDA, emitCUDAShared } from "../engine/backends.ts";
 import { openRow } from "../engine/choose_backend.ts";
 import { type DType, type Graph, isFloat } from "../ir/mod.ts";
@@ -146,7 +147,13 @@ async function layerCheck(ctx: CudaContext, seed: number): Promise<void> {
     rng_key: (r) => r.u32(),
   });
   await checkGraph(ctx, "BERT layer fwd+bwd [f32]", g, feeds, TOL.f32, true);
-  const { plan } = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDAShared } });
+  // Lowered as CUDA.compile lowers (the cuda-sm90 profile), so replay checks the plan that runs, and its
+  // kernels are the ones bench/gpu_precompile.ts put in the cache.
+  const { plan } = compileGraph(g, {
+    fuse: true,
+    emitters: { cuda: emitCUDAShared },
+    profile: PROFILES["cuda-sm90"],
+  });
   const outs: Record<string, ArrayLike<number>>[] = [];
   for (const graphs of [true, false]) {
     const ex = await CudaExecutor.create(ctx, plan, { graphs });
