@@ -5,7 +5,7 @@
  * moments are meaningless under another layout).
  */
 import { type FlatName, flatNames, joinFlat, splitFlat } from "../compiler/optimizer/feeds.ts";
-import type { FlatLayout } from "../compiler/optimizer/layout.ts";
+import { type FlatLayout, flatLayout } from "../compiler/optimizer/layout.ts";
 import { OPT, STATE } from "../compiler/optimizer/update.ts";
 import type { StepExecutor } from "../runtime/backend.ts";
 import { CheckpointError, type LoadedCheckpoint, type OptimizerTensor } from "./checkpoint.ts";
@@ -36,10 +36,8 @@ export function checkLayout(dir: string, saved: unknown, layout: FlatLayout): Sa
   const got = saved as LayoutRecord | undefined;
   const sameTensors = got && Array.isArray(got.tensors) && got.tensors.length === want.tensors.length &&
     got.tensors.every((t, i) => t === want.tensors[i]);
-  const savedOffsets = sameTensors && Number.isInteger(got.chunk) && got.chunk > 0
-    ? offsetsFor(layout.segments.map((s) => s.size), got.chunk)
-    : undefined;
-  if (!savedOffsets || savedOffsets.total !== got!.total) {
+  const savedLayout = sameTensors ? layoutWithChunk(layout, got.chunk) : undefined;
+  if (!savedLayout || savedLayout.total !== got!.total) {
     throw new CheckpointError(
       `${dir}: its optimizer state is laid out for another model (${got?.tensors?.length ?? "?"} tensors, ` +
         `${
@@ -49,11 +47,11 @@ export function checkLayout(dir: string, saved: unknown, layout: FlatLayout): Sa
   }
   if (got!.chunk === want.chunk) return { total: want.total, inLayout: (flat) => flat };
   return {
-    total: savedOffsets.total,
+    total: savedLayout.total,
     inLayout: (flat) => {
       const out = new Float32Array(layout.total);
       layout.segments.forEach((s, i) => {
-        const from = savedOffsets.offsets[i];
+        const from = savedLayout.segments[i].offset;
         out.set(flat.subarray(from, from + s.size), s.offset);
       });
       return out;
@@ -67,15 +65,14 @@ export interface SavedLayout {
   readonly inLayout: (flat: Float32Array) => Float32Array;
 }
 
-/** Each tensor's offset when every tensor starts on a multiple of `chunk` (layout.ts), and the total. */
-function offsetsFor(sizes: readonly number[], chunk: number): { offsets: number[]; total: number } {
-  const offsets: number[] = [];
-  let at = 0;
-  for (const n of sizes) {
-    offsets.push(at);
-    at += Math.ceil(n / chunk) * chunk;
+/** The run's tensors laid out with a checkpoint's `chunk` (layout.ts's rule), or undefined if it is no chunk size. */
+function layoutWithChunk(layout: FlatLayout, chunk: unknown): FlatLayout | undefined {
+  if (typeof chunk !== "number") return undefined;
+  try {
+    return flatLayout(layout.segments, chunk);
+  } catch {
+    return undefined; // flatLayout refuses a chunk that is not a power of two of at least 64 elements
   }
-  return { offsets, total: at };
 }
 
 /** The parameters, one Float32Array each, cut out of the flat parameter vector. */

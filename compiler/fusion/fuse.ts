@@ -265,8 +265,6 @@ export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">):
     const candidates = [...readerKernels].filter((k) => !leftToLibrary.includes(k));
     const kid = candidates.length === 0
       ? -1
-      : candidates.length === 1
-      ? candidates[0]
       : candidates.reduce((a, b) => (kernels[a].roots[0] < kernels[b].roots[0] ? a : b));
     if (kid < 0 || leftToLibrary.some((k) => kernels[k].roots[0] < kernels[kid].roots[0])) {
       for (const k of leftToLibrary) {
