@@ -13,8 +13,11 @@ import { Graph, type NodeId } from "../ir/mod.ts";
 import { usersOf } from "./fusion/needs.ts";
 import { copyNode, copyOutputs } from "./graph_rebuild.ts";
 
-/** Reshapes and casts to f32 keep a product's elements and value on the way to the add. */
-export const keepsProduct = (g: Graph, id: NodeId) => {
+/**
+ * Reshapes and casts to f32 keep a tensor's elements, in order, and their values: a product on the way to
+ * its add here, the summed tensor of a column sum in fusion/library_sums.ts.
+ */
+export const keepsElements = (g: Graph, id: NodeId) => {
   const n = g.nodes[id];
   return n.op === "reshape" || (n.op === "cast" && n.attrs.to === "f32");
 };
@@ -33,7 +36,7 @@ export function productsSummedFirst(g: Graph): { graph: Graph; trees: number } {
   // The GEMM a leaf is (through views and widening casts, each read once), or undefined.
   const productOf = (leaf: NodeId): NodeId | undefined => {
     let at = leaf;
-    while (keepsProduct(g, at) && single(at)) at = g.nodes[at].inputs[0];
+    while (keepsElements(g, at) && single(at)) at = g.nodes[at].inputs[0];
     return g.nodes[at].op === "matmul" && single(at) ? at : undefined;
   };
   // An inner add of a tree: read once, by an add.

@@ -18,11 +18,11 @@
 import type { Graph, NodeId } from "../../ir/mod.ts";
 import { numel } from "../../ir/mod.ts";
 import { tanhGeluGradient, tanhGeluInput } from "../lower/gemm_gelu.ts";
+import { usersOf } from "./needs.ts";
 
 /** Pre-activations of tanh-form GELUs whose exact gradient the graph computes and a GEMM reads. */
 export function geluAuxRoots(g: Graph): Set<NodeId> {
-  const users: NodeId[][] = g.nodes.map(() => []);
-  for (const n of g.nodes) for (const i of new Set(n.inputs)) users[i].push(n.id);
+  const users = usersOf(g);
   // The gradient feeds dX = dP·W1 and dW1 (through reshapes and the cast to the GEMMs' type): only such
   // nodes are candidates.
   const readByGemm = (id: NodeId): boolean =>

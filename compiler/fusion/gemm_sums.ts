@@ -25,7 +25,7 @@
  * epilogue kernel, which is correct.
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
-import { keepsProduct as passesThrough } from "../gemm_sum_order.ts";
+import { keepsElements as passesThrough } from "../gemm_sum_order.ts";
 import { usersOf } from "./needs.ts";
 import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
 

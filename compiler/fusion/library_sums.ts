@@ -18,13 +18,8 @@
  * cannot write, a schedule it cannot keep), the sum runs as its own kernel and reads dY once more.
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import { keepsElements as passesThrough } from "../gemm_sum_order.ts";
 import type { FusedKernel } from "./types.ts";
-
-/** Reshapes and f32 casts keep a column sum's element order and values. */
-const passesThrough = (g: Graph, u: NodeId) => {
-  const n = g.nodes[u];
-  return n.op === "reshape" || (n.op === "cast" && n.attrs.to === "f32");
-};
 
 /** Whether a matmul reads `x` (through reshapes and casts) as the operand whose rows it sums over. */
 function contractsRowsOf(g: Graph, users: readonly NodeId[][], x: NodeId, cols: number): boolean {
