@@ -66,13 +66,8 @@ function gemmCallBytes(g: PlanGemm): { a: number; b: number; d: number } {
   const aux = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias"
     ? g.m * g.n * (e.aux.dtype === "f32" ? 4 : 2)
     : 0;
-  const bias = e?.kind === "dgelu"
-    ? aux
-    : e?.kind === "gelu_aux_bias"
-    ? aux + length * (e.bias.dtype === "f32" ? 4 : 2)
-    : e
-    ? length * (e.bias.dtype === "f32" ? 4 : 2)
-    : 0;
+  const vector = e && e.kind !== "dgelu" ? length * (e.bias.dtype === "f32" ? 4 : 2) : 0;
+  const bias = aux + vector;
   return {
     a: operandBytes(g.a, g.m, g.k, g.batch),
     b: operandBytes(g.b, g.k, g.n, g.batch),
