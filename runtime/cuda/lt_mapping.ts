@@ -149,8 +149,8 @@ export function ltDescriptors(
   const { m, n, k } = spec;
   const e = spec.epilogue;
   // The GELU input matrix of DGELU (read) or GELU_AUX_BIAS (written), and the vector of the others.
-  const dgelu = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias" ? e : undefined;
-  const vector = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias" ? undefined : e;
+  const gelu = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias" ? e : undefined;
+  const vector = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias" ? undefined : e; // tested again so the type narrows
   // Groups are separate calls with the same bias pointer: a vector stepped per entry cannot follow them.
   if ((spec.outer ?? 1) > 1 && (vector?.bias.batchStride ?? 0) !== 0) {
     throw new Error("a bias stepped per batch entry in a call in groups (plan GEMMs never have one)");
@@ -167,8 +167,8 @@ export function ltDescriptors(
   // elements of the output matrix"), EPILOGUE_AUX_LD "divisible by 8 and no less than the number of rows
   // in the output matrix" (cublasLt.h), the library D's n; plans give it one batch entry (gemm_dgelu.ts).
   if (
-    dgelu &&
-    (dgelu.aux.dtype !== spec.d.dtype || dgelu.aux.ld % 8 !== 0 || dgelu.aux.ld < n || spec.batch !== 1)
+    gelu &&
+    (gelu.aux.dtype !== spec.d.dtype || gelu.aux.ld % 8 !== 0 || gelu.aux.ld < n || spec.batch !== 1)
   ) {
     throw new Error("a DGELU aux not in D's type, with a leading dimension cuBLASLt refuses, or batched");
   }
@@ -207,6 +207,6 @@ export function ltDescriptors(
     ...(e?.kind === "gelu_aux_bias"
       ? { bias: { kind: "bias" as const, length: n, dtype: e.bias.dtype, batchStride: e.bias.batchStride } }
       : {}),
-    ...(dgelu ? { aux: { kind: dgelu.kind, dtype: dgelu.aux.dtype, ld: dgelu.aux.ld } } : {}),
+    ...(gelu ? { aux: { kind: gelu.kind, dtype: gelu.aux.dtype, ld: gelu.aux.ld } } : {}),
   };
 }
