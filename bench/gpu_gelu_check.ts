@@ -150,8 +150,16 @@ export function geluEpilogueChecks(ctx: CudaContext, lt: CublasLt, report: Repor
           }
           throw e;
         }
-        if (kind !== "bias") call.setAux(paux);
-        call.run(px, pw, pd, stream, label, kind === "dgelu" ? undefined : pb);
+        call.run(
+          px,
+          pw,
+          pd,
+          stream,
+          label,
+          kind === "dgelu" ? undefined : pb,
+          undefined,
+          kind === "bias" ? undefined : paux,
+        );
         driver.synchronize(stream);
         const read = (p: bigint) => {
           const bytes = new Uint8Array(m * n * (dtype === "f32" ? 4 : 2));

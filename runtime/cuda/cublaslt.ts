@@ -441,7 +441,6 @@ export class LtCall {
   private readonly biasSlot = new BigUint64Array(1);
   /** Likewise the GELU input matrix's (DGELU, GELU_AUX_BIAS). */
   private readonly auxSlot = new BigUint64Array(1);
-  private auxGiven = false;
 
   constructor(private readonly lt: CublasLt, readonly spec: LtCallSpec, readonly what: string) {
     const s = lt.symbols;
@@ -580,26 +579,10 @@ export class LtCall {
   }
 
   /**
-   * The GELU input matrix of a DGELU (read) or GELU_AUX_BIAS (written) call: a host-side descriptor value,
-   * as the bias pointer is, read when each following run() is enqueued (so a captured graph keeps it).
-   */
-  setAux(aux: DevicePtr, what = this.what): void {
-    this.auxGiven = true;
-    if (this.auxSlot[0] === aux) return;
-    this.auxSlot[0] = aux;
-    this.setDesc(
-      DESC_EPILOGUE_AUX_POINTER,
-      new Uint8Array(this.auxSlot.buffer),
-      "EPILOGUE_AUX_POINTER",
-      what,
-    );
-  }
-
-  /**
    * Enqueues D = op(A)·op(B) (+ C, + bias) on `stream` (capturable: the workspace is given, nothing is
    * allocated; the bias pointer is a host-side descriptor value, read when each call is enqueued). `c`:
-   * C's pointer, for a spec with C. A DGELU or GELU_AUX_BIAS call reads its GELU input matrix's pointer
-   * from the last `setAux`.
+   * C's pointer, for a spec with C. `aux`: the GELU input matrix a DGELU call reads or a GELU_AUX_BIAS
+   * call writes, a descriptor value as the bias pointer is.
    */
   run(
     a: DevicePtr,
@@ -609,6 +592,7 @@ export class LtCall {
     what = this.what,
     bias?: DevicePtr,
     c?: DevicePtr,
+    aux?: DevicePtr,
   ): void {
     const { lt, spec } = this;
     if ((c === undefined) !== (spec.c === undefined)) {
@@ -624,8 +608,17 @@ export class LtCall {
         this.setDesc(DESC_BIAS_POINTER, new Uint8Array(this.biasSlot.buffer), "BIAS_POINTER", what);
       }
     }
-    if ((kind === "dgelu" || kind === "gelu_aux_bias") && !this.auxGiven) {
-      throw new CudaError(`${what}: the ${kind} epilogue needs its GELU input matrix (setAux)`);
+    if (kind === "dgelu" || kind === "gelu_aux_bias") {
+      if (aux === undefined) throw new CudaError(`${what}: the ${kind} epilogue needs its GELU input matrix`);
+      if (this.auxSlot[0] !== aux) {
+        this.auxSlot[0] = aux;
+        this.setDesc(
+          DESC_EPILOGUE_AUX_POINTER,
+          new Uint8Array(this.auxSlot.buffer),
+          "EPILOGUE_AUX_POINTER",
+          what,
+        );
+      }
     }
     // A call in groups (plan/plan.ts PlanGemm.outer): one cublasLtMatmul per group, pointers stepped by
     // each operand's outerStride (elements, times its element size).

@@ -668,8 +668,7 @@ export class CudaExecutor {
     if (s.op === "launch") {
       driver.launch(s.fn, s.grid, s.threads, this.stream, s.args, `${s.kernel.name} (step ${s.index})`);
     } else if (s.op === "gemm") {
-      if (s.aux !== undefined) s.call.setAux(s.aux, `${s.kernel.name} (step ${s.index})`);
-      s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`, s.bias, s.c);
+      s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`, s.bias, s.c, s.aux);
       for (const c of s.copies ?? []) driver.copyDtoDAsync(c.dst, s.bias!, c.bytes, this.stream, c.what);
       const e = s.epilogue;
       if (e) {

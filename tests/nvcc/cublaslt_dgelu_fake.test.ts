@@ -65,8 +65,7 @@ for (const dtype of ["f32", "f16"] as const) {
         return p;
       });
       try {
-        call.setAux(ptrs[3]);
-        call.run(ptrs[0], ptrs[1], ptrs[2], stream, "fake dgelu");
+        call.run(ptrs[0], ptrs[1], ptrs[2], stream, "fake dgelu", undefined, undefined, ptrs[3]);
         driver.synchronize(stream);
         const raw = new Uint8Array(m * n * (dtype === "f32" ? 4 : 2));
         driver.copyDtoH(raw, ptrs[2], "fake dgelu");
@@ -141,8 +140,7 @@ Deno.test({
       return p;
     });
     try {
-      call.setAux(ptrs[4]);
-      call.run(ptrs[0], ptrs[1], ptrs[2], stream, "fake gelu_aux_bias", ptrs[3]);
+      call.run(ptrs[0], ptrs[1], ptrs[2], stream, "fake gelu_aux_bias", ptrs[3], undefined, ptrs[4]);
       driver.synchronize(stream);
       const [d, p] = [ptrs[2], ptrs[4]].map((q) => {
         const out = new Float32Array(m * n);
