@@ -15,7 +15,7 @@ import { copyNode, copyOutputs } from "./graph_rebuild.ts";
 
 /**
  * Reshapes and casts to f32 keep a tensor's elements, in order, and their values: a product on the way to
- * its add here, the summed tensor of a column sum in fusion/library_sums.ts.
+ * its add here, the summed tensor of a column sum in fusion/library_sums.ts, C in lower/gemm_library.ts.
  */
 export const keepsElements = (g: Graph, id: NodeId) => {
   const n = g.nodes[id];

@@ -40,6 +40,7 @@
  */
 import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
+import { keepsElements } from "../gemm_sum_order.ts";
 import { storedTypeOf, type ValueContext } from "./values.ts";
 
 export type GemmDType = "f32" | "f16" | "bf16";
@@ -393,8 +394,6 @@ function asMatrix(
   return `${what}: strides [${si}, ${sj}] of its matrix axes have no unit stride`;
 }
 
-const isWidening = (g: Graph, id: NodeId) => g.nodes[id].op === "cast" && g.nodes[id].attrs.to === "f32";
-
 /**
  * The root the call can write itself: the kernel's one root, reached from the matmul through reshapes,
  * permutes and casts that keep the value up to the final rounding to the root's stored dtype (to f32,
@@ -433,7 +432,7 @@ function directRoot(
     // it): its row-major elements are the root's, so C is laid out as D.
     let at = y;
     const computed = (id: NodeId) => k.members.has(id) || ctx.computedAnywhere(id);
-    while (computed(at) && (g.nodes[at].op === "reshape" || isWidening(g, at))) at = g.nodes[at].inputs[0];
+    while (computed(at) && keepsElements(g, at)) at = g.nodes[at].inputs[0];
     if (!computed(at) && !fromAnchor(y) && numel(g.nodes[at].type.shape) === numel(r.type.shape)) {
       c = at;
       cur = y === r.inputs[0] ? r.inputs[1] : r.inputs[0];
