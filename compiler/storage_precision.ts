@@ -22,7 +22,24 @@
  *   one flat f32 vector, assembled in place: the parts live inside the vector's buffer);
  * - values that reach a graph output through elementwise ops and views only (a weight gradient GEMM
  *   feeding the parameter update `w - lr·g`): the output could not be more precise than they are, and
- *   the step's outputs are f32 by contract.
+ *   the step's outputs are f32 by contract; except an update direction (below).
+ * The update direction rule: a value that reaches the outputs only as a factor of the step `s·d` of a
+ * descent `old − s·d` written back over `old` (`new:NAME`, `descentSteps`) is narrowed like an activation.
+ * This is LAMB's `u` (compiler/optimizer/update.ts; AdamW's too, which fusion keeps in one kernel),
+ * materialized between the pass that computes it with its per-row sums of squares and the pass that applies
+ * it once the per-tensor ||u|| is known: stored low, both passes move 2 bytes of it per parameter, not 4.
+ * Why that is safe:
+ * - rounding u changes the step, not the state, by one rounding relative to the step (2⁻¹¹ in f16, 2⁻⁸ in
+ *   bf16), far below the noise of the stochastic gradient it comes from; the weights, moments and norms
+ *   stay f32, and fusion takes ||u|| from the unrounded value in the kernel computing u (only the pass
+ *   applying u reads it rounded; roundTripGraph models whatever the kernels do);
+ * - u is Adam-normalized, |m̂/(√v̂ + ε)| ≤ about (1−β1)/√(1−β2) ≈ 3.2 for BERT's betas (Kingma & Ba,
+ *   section 2.1), plus wd·w: far inside f16's range (below its normal range, 6.1e-5, the error is at most
+ *   3e-8 absolute);
+ * - others store it so: apex's LAMB stage 1 (NVIDIA/apex csrc/multi_tensor_lamb_stage_1.cu) has the update
+ *   type `UPD_T` of its own, dispatched float or half from the update tensor it writes
+ *   (`update[i] = (UPD_T)r_p[ii]`), and NVIDIA's BERT pre-training can all-reduce the accumulated
+ *   gradients in FP16 (--allreduce_post_accumulation_fp16), so LAMB's input has been through f16 there.
  * Everything else of dtype f32 that a kernel materializes is an activation (forward values saved for the
  * backward pass, activation gradients) and is narrowed. Integer and bool buffers are unchanged, and so are
  * values the graph already types f16/bf16.
@@ -37,6 +54,7 @@ import type { FusionResult } from "./fusion/types.ts";
 import { usersOf } from "./fusion/needs.ts";
 import type { Precision } from "./passes/precision.ts";
 import { LOW_DTYPE } from "./passes/precision.ts";
+import { UPDATE_PREFIX } from "../plan/plan.ts";
 
 /** Views that keep a value's elements (no broadcast, concat or padding): a value read through them is itself. */
 export const VIEW_OPS: ReadonlySet<string> = new Set(["reshape", "permute", "slice"]);
@@ -104,9 +122,10 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
   const low = LOW_DTYPE[precision];
   const outputs = new Set(g.outputs.values());
   const users = usersOf(g);
+  const steps = descentSteps(g);
 
   // Whether a value reaches a concat through views, or a graph output through elementwise ops and views
-  // (one backward walk: users come after their operands).
+  // other than as an update direction (one backward walk: users come after their operands).
   const toConcat = new Uint8Array(g.nodes.length);
   const toOutput = new Uint8Array(g.nodes.length);
   for (let id = g.nodes.length - 1; id >= 0; id--) {
@@ -115,7 +134,7 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
       const op = g.nodes[u].op;
       if (op === "concat") toConcat[id] = 1;
       else if (isMovement(op) && toConcat[u]) toConcat[id] = 1;
-      if ((isElementwise(op) || isMovement(op)) && toOutput[u]) toOutput[id] = 1;
+      if ((isElementwise(op) || isMovement(op)) && toOutput[u] && steps.get(u) !== id) toOutput[id] = 1;
     }
   }
 
@@ -166,6 +185,34 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
     lowWeights,
     storedType: (id) => (narrowed.has(id) || lowWeights.has(id) ? low : g.nodes[id].type.dtype),
   };
+}
+
+/**
+ * The descent steps of the update direction rule (see the file comment): each `sub(old, s·d)` (a `mul`)
+ * that reaches the update output `new:NAME` of the value `old` that NAME names (an input, a parameter or
+ * an output) through elementwise ops and views, mapped to its step product `s·d`. (An accumulation
+ * `acc + g` is no descent step: its operand is the state's next value itself, not a scaled change of it.)
+ */
+export function descentSteps(g: Graph): Map<NodeId, NodeId> {
+  const steps = new Map<NodeId, NodeId>();
+  for (const [name, out] of g.outputs) {
+    if (!name.startsWith(UPDATE_PREFIX)) continue;
+    const target = name.slice(UPDATE_PREFIX.length);
+    const old = g.outputs.get(target) ?? g.sources("input").get(target)?.id ??
+      g.sources("param").get(target)?.id;
+    if (old === undefined) continue;
+    const seen = new Set<NodeId>();
+    const walk = [out];
+    for (let id = walk.pop(); id !== undefined; id = walk.pop()) {
+      const n = g.nodes[id];
+      if (seen.has(id) || !(isElementwise(n.op) || isMovement(n.op))) continue;
+      seen.add(id);
+      const [a, d] = n.inputs;
+      if (n.op === "sub" && a === old && g.nodes[d].op === "mul") steps.set(id, d);
+      else walk.push(...n.inputs);
+    }
+  }
+  return steps;
 }
 
 /**
