@@ -16,8 +16,15 @@
  * write and the second to read. BERT-large's 1,024 columns keep 256 parts; its FFN's 4,096 take 64
  * (the cost model at batch 64: 3 MiB less written by each of 24 FFN backward kernels, 41.957 -> 41.926 ms
  * a step); 128 parts for 1,024 columns (a first pass just short of filling) cost 0.017 ms more, 512 0.12.
+ *
+ * A column sum whose operand shares an elementwise producer with a row reduction of the same tensor
+ * (LayerNorm backward: dβ = Σ dY and dγ = Σ dY·x̂ over the tokens, beside the per-token sums of dY·γ and
+ * dY·γ·x̂) instead takes parts of `blockRowsOf(rows, rowLen)` rows, where that is at least 2: its first
+ * pass then joins the row kernel, a workgroup per part walking its rows (fusion/row_blocks.ts), and the
+ * parts are sized for that kernel to fill the device, not for a first pass of its own (BERT-large at
+ * batch 64: 1,024 parts of 8 rows, beyond `parts`).
  */
-import { Graph, type NodeId, numel } from "../ir/mod.ts";
+import { Graph, isElementwise, type NodeId, numel, sameShape } from "../ir/mod.ts";
 import { copyNode, copyOutputs } from "./graph_rebuild.ts";
 
 /** Reductions over fewer leading rows than this stay one pass (a short column is one thread's loop). */
@@ -41,9 +48,15 @@ export function partsFor(rows: number, parts: number, cols = 1, fill = Infinity)
  * `g` with each large column sum (or max) split into two reductions of at most `parts` parts, as few as
  * launch `fill` threads in the first (see partsFor); `g` itself when none is.
  */
-export function splitColumnSums(g: Graph, parts: number, fill = Infinity): { graph: Graph; split: number } {
+export function splitColumnSums(
+  g: Graph,
+  parts: number,
+  fill = Infinity,
+  blockRowsOf?: (rows: number, rowLen: number) => number,
+): { graph: Graph; split: number } {
   if (parts <= 1) return { graph: g, split: 0 };
   const plan = new Map<NodeId, { rows: number; p: number; lead: number }>();
+  const rowReduced = blockRowsOf ? rowReducedValues(g) : new Map<NodeId, number>();
   for (const n of g.nodes) {
     if (n.op !== "reduce_sum" && n.op !== "reduce_max") continue;
     const axes = n.attrs.axes as number[];
@@ -54,7 +67,9 @@ export function splitColumnSums(g: Graph, parts: number, fill = Infinity): { gra
     const rows = numel(shape.slice(0, lead));
     const cols = numel(shape.slice(lead));
     if (rows < MIN_ROWS || cols < 2) continue;
-    const p = partsFor(rows, parts, cols, fill);
+    const rowLen = sharedRowLen(g, n.inputs[0], rowReduced);
+    const block = rowLen && blockRowsOf ? blockRowsOf(rows, rowLen) : 1;
+    const p = block >= 2 && rows % block === 0 ? rows / block : partsFor(rows, parts, cols, fill);
     if (p > 1) plan.set(n.id, { rows, p, lead });
   }
   if (plan.size === 0) return { graph: g, split: 0 };
@@ -75,4 +90,50 @@ export function splitColumnSums(g: Graph, parts: number, fill = Infinity): { gra
   }
   copyOutputs(g, out, newId);
   return { graph: out, split: plan.size };
+}
+
+/** The nodes an elementwise chain of the same shape leads from to `x` (x included). */
+function elementwiseCone(g: Graph, x: NodeId): NodeId[] {
+  const shape = g.nodes[x].type.shape;
+  const out: NodeId[] = [];
+  const seen = new Set<NodeId>();
+  const stack = [x];
+  while (stack.length) {
+    const id = stack.pop()!;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    out.push(id);
+    const n = g.nodes[id];
+    if (!isElementwise(n.op)) continue;
+    for (const i of n.inputs) if (sameShape(g.nodes[i].type.shape, shape)) stack.push(i);
+  }
+  return out;
+}
+
+/**
+ * Every value in the elementwise cone of a reduction over trailing axes, with the reduced length: the
+ * values a row kernel reads at its elements.
+ */
+function rowReducedValues(g: Graph): Map<NodeId, number> {
+  const out = new Map<NodeId, number>();
+  for (const n of g.nodes) {
+    if (n.op !== "reduce_sum" && n.op !== "reduce_max") continue;
+    const axes = n.attrs.axes as number[];
+    const shape = g.nodes[n.inputs[0]].type.shape;
+    const first = shape.length - axes.length;
+    if (first === 0 || !axes.every((a, i) => a === first + i)) continue;
+    const rowLen = numel(shape.slice(first));
+    for (const x of elementwiseCone(g, n.inputs[0])) out.set(x, rowLen);
+  }
+  return out;
+}
+
+/** The row length of a row reduction whose operand shares an elementwise producer with `x`; 0 if none. */
+function sharedRowLen(g: Graph, x: NodeId, rowReduced: ReadonlyMap<NodeId, number>): number {
+  const shape = g.nodes[x].type.shape;
+  for (const y of elementwiseCone(g, x)) {
+    const rowLen = rowReduced.get(y);
+    if (rowLen !== undefined && sameShape(g.nodes[y].type.shape, shape)) return rowLen;
+  }
+  return 0;
 }

@@ -45,3 +45,21 @@ export function reductionStages(g: Graph, k: FusedKernel): NodeId[][] {
   for (const [id, s] of [...stage].sort((a, b) => a[0] - b[0])) (stages[s] ??= []).push(id);
   return stages.filter((s) => s !== undefined);
 }
+
+/**
+ * The per-part column sums a row-block kernel computes beside its row reductions (FusedKernel.rowBlock):
+ * members reducing a [parts, rowBlock, …] view over axis 1. Empty for other kernels.
+ */
+export function blockPartials(g: Graph, k: FusedKernel): NodeId[] {
+  if (!k.rowBlock) return [];
+  return [...k.members].filter((m) => isBlockPartial(g, m, k.rowBlock!)).sort((a, b) => a - b);
+}
+
+/** Is `id` a sum (or max) over axis 1 of a [parts, block, …] value: one part's column sums? */
+export function isBlockPartial(g: Graph, id: NodeId, block: number): boolean {
+  const n = g.nodes[id];
+  if (!isReduce(n.op)) return false;
+  const axes = n.attrs.axes as number[];
+  const shape = g.nodes[n.inputs[0]].type.shape;
+  return axes.length === 1 && axes[0] === 1 && shape.length >= 3 && shape[1] === block;
+}

@@ -33,7 +33,7 @@ function sameSpace(a: FusedKernel, b: FusedKernel): boolean {
 }
 
 /** The kernels being merged, what each reads and depends on, a merge, and the schedule afterwards. */
-function mergeState(g: Graph, r: FusionResult) {
+export function mergeState(g: Graph, r: FusionResult) {
   const kernels = r.kernels.map((k) => ({ ...k, members: new Set(k.members), roots: [...k.roots] }));
   const alive = kernels.map(() => true);
   const reads = kernels.map((k) => readsOf(g, r, k));

@@ -35,6 +35,12 @@ export interface FusedKernel {
   axes?: readonly number[];
   /** The matmul or scatter node a matmul/scatter kernel is built around (attention: the PV matmul). */
   anchor?: NodeId;
+  /**
+   * A row kernel (reduce over trailing axes) that walks this many consecutive rows per workgroup and also
+   * sums columns over them: members reducing a [rows / rowBlock, rowBlock, …] view over axis 1 are the
+   * per-part sums of a two-pass column sum (compiler/fusion/row_blocks.ts).
+   */
+  rowBlock?: number;
 }
 
 export interface FusionDecision {

@@ -7,7 +7,7 @@
 import { rootIndex } from "./root_index.ts";
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
-import { reductionStages } from "../fusion/kernel_facts.ts";
+import { blockPartials, reductionStages } from "../fusion/kernel_facts.ts";
 import {
   add,
   barrier,
@@ -71,6 +71,48 @@ export function columnGroups(profile: TargetProfile, outputs: number, rowLen: nu
     outputs * groups < profile.columnFillThreads
   ) groups *= 2;
   return groups;
+}
+
+/** Most rows a row-block kernel walks per workgroup (FusedKernel.rowBlock). */
+export const MAX_BLOCK_ROWS = 32;
+/** Most elements of a row one thread of a row-block kernel owns: its per-part sums live in registers. */
+const MAX_BLOCK_COLUMNS_PER_THREAD = 16;
+
+/**
+ * Threads per row of a reduction over trailing axes: a workgroup's (coalesced loads on a GPU), or 0 where
+ * the profile has one thread walk each row (short rows; lavapipe and the CPU for many rows).
+ */
+export function rowWorkgroup(profile: TargetProfile, rows: number, rowLen: number): number {
+  if (rowLen <= 32 || rows >= profile.perThreadMinRows) return 0;
+  return Math.min(profile.reduceWorkgroupMax, Math.max(32, nextPow2(rowLen)));
+}
+
+/**
+ * Can a row kernel over `rows` rows of `rowLen` walk several rows per workgroup and sum their columns
+ * (FusedKernel.rowBlock)? Where the profile gives each row a workgroup whose threads own the same
+ * columns of every row, few enough for registers.
+ */
+export function rowBlockable(profile: TargetProfile, rows: number, rowLen: number): boolean {
+  const wg = rowWorkgroup(profile, rows, rowLen);
+  return wg > 0 && rowLen % wg === 0 && rowLen / wg <= MAX_BLOCK_COLUMNS_PER_THREAD;
+}
+
+/**
+ * Rows per workgroup for a row kernel that also sums columns over its rows (fusion/row_blocks.ts): the
+ * most (a power of two, up to MAX_BLOCK_ROWS) whose workgroups still launch the profile's
+ * `columnFillThreads`; 1 where rows are not a workgroup's each or nothing says what fills the device.
+ * BERT-large at batch 64 on an H100: 8,192 rows of 1,024, 256 threads a row, 8 rows a workgroup
+ * (1,024 workgroups, 262,144 threads; 16 rows would launch 131,072, just short of the 135,168 that
+ * targets/h100.ts says keep its memory busy).
+ */
+export function blockRows(profile: TargetProfile, rows: number, rowLen: number): number {
+  if (!rowBlockable(profile, rows, rowLen) || !profile.columnFillThreads) return 1;
+  const wg = rowWorkgroup(profile, rows, rowLen);
+  let b = 1;
+  while (
+    b * 2 <= MAX_BLOCK_ROWS && rows % (b * 2) === 0 && (rows / (b * 2)) * wg >= profile.columnFillThreads
+  ) b *= 2;
+  return b;
 }
 
 export function lowerKernel(
@@ -163,21 +205,29 @@ function lowerReduce(
   // in workgroup memory, in a fixed order.
   const groups = trailing ? 1 : columnGroups(profile, rows, rowLen);
   const split = groups > 1;
-  const perThread = !split && (!trailing || rowLen <= 32 || rows >= profile.perThreadMinRows);
-  const wg = split || perThread
-    ? LOOP_WORKGROUP
-    : Math.min(profile.reduceWorkgroupMax, Math.max(32, nextPow2(rowLen)));
+  const perThread = !split && (!trailing || rowWorkgroup(profile, rows, rowLen) === 0);
+  const wg = split || perThread ? LOOP_WORKGROUP : rowWorkgroup(profile, rows, rowLen);
   // Outputs per workgroup when split; consecutive threads take consecutive columns (coalesced loads).
   const columns = LOOP_WORKGROUP / groups;
+  // A row-block kernel: each workgroup walks `block` rows in turn (the body below is the loop's body, row
+  // = wg·block + rr) and each thread adds its own columns of every row into per-part column sums, which
+  // are registers since a thread owns the same rowLen / wg columns in every row.
+  const block = k.rowBlock ?? 0;
+  if (block && (!trailing || perThread || rowLen % wg !== 0 || rows % block !== 0)) {
+    throw new LoweringError(`${name}: ${block} rows a workgroup need rows of a workgroup each`);
+  }
+  const partials = blockPartials(g, k);
 
   const vb = new ValueBuilder(ctx);
   const top = new Scope();
+  const rs = block ? new Scope(top) : top;
   if (split) {
     top.stmts.push(let_("row", add(mul(wgId, i32(columns)), mod(lid, i32(columns)))));
     top.stmts.push(let_("grp", div(lid, i32(columns))));
     top.stmts.push(let_("valid", lt(ref("row", "i32"), i32(rows))));
   } else {
-    top.stmts.push(let_("row", perThread ? gid : wgId));
+    const blockRow = add(mul(wgId, i32(block)), ref("rr", "i32"));
+    rs.stmts.push(let_("row", block ? blockRow : perThread ? gid : wgId));
   }
   const row = ref("row", "i32");
   const grp = ref("grp", "i32");
@@ -200,7 +250,7 @@ function lowerReduce(
   // share one Philox block, as the vectorized loop kernels do, instead of one block per element.
   const quads = perThread && trailing && rowLen % 4 === 0 && rowLen >= 8 && readsRandom(g, k, ctx);
   const rowLoop = (fill: (s: Scope, idx: Idx) => void): KStmt => {
-    const inner = new Scope(top);
+    const inner = new Scope(rs);
     if (quads) {
       const q4 = mul(ref("q", "i32"), i32(4));
       const base = add(mul(row, i32(rowLen)), q4);
@@ -235,15 +285,14 @@ function lowerReduce(
     top.stmts.push(let_(out, sload("colred", mod(lid, i32(columns)), "f32")), barrier);
   };
 
-  for (const stage of reductionStages(g, k)) {
+  const rowStages = reductionStages(g, k).map((st) => st.filter((r) => !partials.includes(r)));
+  for (const stage of rowStages.filter((st) => st.length > 0)) {
     const accs = stage.map((r) => {
-      const n = g.nodes[r];
       const acc = vb.fresh("acc");
-      const init = n.op === "reduce_sum" ? lit(0, "f32") : lit(-Infinity, "f32");
-      top.stmts.push(let_(acc, init, true));
+      rs.stmts.push(let_(acc, reduceInit(g, r), true));
       return acc;
     });
-    top.stmts.push(rowLoop((s, idx) => {
+    rs.stmts.push(rowLoop((s, idx) => {
       stage.forEach((r, i) => {
         const n = g.nodes[r];
         const v = cast(vb.valueAt(s, n.inputs[0], idx), "f32");
@@ -257,9 +306,9 @@ function lowerReduce(
       if (split) {
         combineGroups(n.op === "reduce_sum" ? "add" : "max", accs[i], out);
       } else if (perThread) {
-        top.stmts.push(let_(out, ref(accs[i], "f32")));
+        rs.stmts.push(let_(out, ref(accs[i], "f32")));
       } else {
-        top.stmts.push({
+        rs.stmts.push({
           k: "wg_reduce",
           op: n.op === "reduce_sum" ? "sum" : "max",
           t: "f32",
@@ -272,7 +321,7 @@ function lowerReduce(
   }
 
   const elemRoots = k.roots.filter((r) => numel(g.nodes[r].type.shape) === numel(space) && rowLen > 1);
-  const rowRoots = k.roots.filter((r) => !elemRoots.includes(r));
+  const rowRoots = k.roots.filter((r) => !elemRoots.includes(r) && !partials.includes(r));
   for (const r of rowRoots) {
     if (numel(g.nodes[r].type.shape) !== rows) {
       throw new LoweringError(`${name}: root %${r} is neither element- nor row-shaped`);
@@ -280,17 +329,19 @@ function lowerReduce(
   }
   // Row-level results: every thread computes them (uniformly), thread 0 stores; when split, the first
   // group of each valid column computes and stores them.
-  const rowStores = new Scope(top);
+  const rowStores = new Scope(rs);
   for (const r of rowRoots) {
-    const v = vb.valueAt(split ? rowStores : top, r, rowShapeIdx(g, r, rowIdx, space));
+    const v = vb.valueAt(split ? rowStores : rs, r, rowShapeIdx(g, r, rowIdx, space));
     rowStores.stmts.push(store(vb.bind(r, "write"), row, cast(v, vb.storedType(r))));
   }
   if (rowStores.stmts.length) {
     if (split) top.stmts.push(if_(bin("and", valid, bin("eq", grp, i32(0))), rowStores.stmts));
     else if (perThread) top.stmts.push(...rowStores.stmts);
-    else top.stmts.push(if_(bin("eq", lid, i32(0)), rowStores.stmts));
+    else rs.stmts.push(if_(bin("eq", lid, i32(0)), rowStores.stmts));
   }
-  if (elemRoots.length) {
+  if (block) {
+    blockColumns(g, { vb, top, rs, partials, elemRoots, block, wg, rowLen, row, elemIdx, space });
+  } else if (elemRoots.length) {
     top.stmts.push(rowLoop((s, idx) => {
       for (const r of elemRoots) {
         const lin = idx.lin ?? linearOver(idx, space);
@@ -304,11 +355,91 @@ function lowerReduce(
     bindings: vb.bindings,
     shared: split ? [{ name: "colred", t: "f32", size: LOOP_WORKGROUP }] : [],
     workgroupSize: wg,
-    workgroups: split ? Math.ceil(rows / columns) : perThread ? Math.max(1, Math.ceil(rows / wg)) : rows,
+    workgroups: split
+      ? Math.ceil(rows / columns)
+      : perThread
+      ? Math.max(1, Math.ceil(rows / wg))
+      : rows / Math.max(1, block),
     body: perThread ? [if_(lt(gid, i32(rows)), top.stmts)] : top.stmts,
     about: [...about, ...vb.describeBindings()],
     usesF16,
   };
+}
+
+/** A reduction's starting value: 0 for a sum, -inf for a max. */
+function reduceInit(g: Graph, r: NodeId): KExpr {
+  return g.nodes[r].op === "reduce_sum" ? lit(0, "f32") : lit(-Infinity, "f32");
+}
+
+/**
+ * The rest of a row-block kernel (FusedKernel.rowBlock): the element roots' loop of each row, unrolled
+ * over the rowLen / wg columns a thread owns so that each owns a register per part sum, adding the
+ * element into it; the loop over the block's rows around the per-row body; then the part sums stored, a
+ * row of them per workgroup. A barrier ends each row so that no thread starts the next row's workgroup
+ * reductions (shared slots) while another still reads this row's.
+ */
+function blockColumns(
+  g: Graph,
+  c: {
+    vb: ValueBuilder;
+    top: Scope;
+    rs: Scope;
+    partials: readonly NodeId[];
+    elemRoots: readonly NodeId[];
+    block: number;
+    wg: number;
+    rowLen: number;
+    row: KExpr;
+    elemIdx: (j: KExpr) => Idx;
+    space: readonly number[];
+  },
+) {
+  const { vb, top, rs, partials, block, wg, rowLen, row } = c;
+  const owned = rowLen / wg;
+  const accs = partials.map((p) =>
+    Array.from({ length: owned }, () => {
+      const acc = vb.fresh("col");
+      top.stmts.push(let_(acc, reduceInit(g, p), true));
+      return acc;
+    })
+  );
+  for (let t = 0; t < owned; t++) {
+    const s = new Scope(rs);
+    const j = vb.fresh("j");
+    s.stmts.push(let_(j, add(lid, i32(t * wg))));
+    const jr = ref(j, "i32");
+    const idx = c.elemIdx(jr);
+    for (const r of c.elemRoots) {
+      vb.storeAt(s, r, sameShapeAs(g, r, c.space) ? idx : idxAtLinear(g, r, idx.lin!));
+    }
+    partials.forEach((p, i) => {
+      const view = g.nodes[p].inputs[0];
+      // The part view of a value over the kernel's own space is read at the row's element index, so the
+      // value is the one the row's own work computed (the same memo entry), not a second computation.
+      const whole = g.nodes[view].op === "reshape" ? g.nodes[view].inputs[0] : undefined;
+      const rest = g.nodes[view].type.shape.slice(2);
+      const v = whole !== undefined && sameShapeAs(g, whole, c.space)
+        ? cast(vb.valueAt(s, whole, idx), "f32")
+        : cast(
+          vb.valueAt(s, view, {
+            dims: [wgId, ref("rr", "i32"), ...delinearize(jr, rest).dims],
+            lin: add(mul(row, i32(rowLen)), jr),
+          }),
+          "f32",
+        );
+      const op = g.nodes[p].op === "reduce_sum" ? "add" : "max";
+      s.stmts.push(set(accs[i][t], bin(op, ref(accs[i][t], "f32"), v)));
+    });
+    rs.stmts.push(...s.stmts);
+  }
+  top.stmts.push(for_("rr", i32(0), i32(block), i32(1), [...rs.stmts, barrier]));
+  partials.forEach((p, i) => {
+    const out = vb.bind(p, "write");
+    for (let t = 0; t < owned; t++) {
+      const at = add(mul(wgId, i32(rowLen)), add(lid, i32(t * wg)));
+      top.stmts.push(store(out, at, cast(ref(accs[i][t], "f32"), vb.storedType(p))));
+    }
+  });
 }
 
 function rowShapeIdx(g: Graph, r: NodeId, rowIdx: Idx, space: readonly number[]): Idx {

@@ -5,6 +5,7 @@
 import type { Stage } from "../pipeline.ts";
 import { splitColumnSums } from "../column_sums.ts";
 import { scattersAsColumnSums } from "../scatter_sums.ts";
+import { blockRows } from "../lower/lower_kernel.ts";
 import type { KernelState } from "./state.ts";
 
 export const columnSumsStage: Stage<KernelState> = {
@@ -19,6 +20,7 @@ export const columnSumsStage: Stage<KernelState> = {
       masked.graph,
       profile?.columnSumParts ?? 1,
       profile?.columnFillThreads || Infinity,
+      profile && ((rows, rowLen) => blockRows(profile, rows, rowLen)),
     );
     if (r.split === 0 && masked.rewritten === 0) return s;
     if (ctx.flags.level >= 3) {

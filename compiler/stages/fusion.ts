@@ -9,6 +9,7 @@ import { MAX_MERGED_BINDINGS, mergeConsumers } from "../fusion/consumers.ts";
 import { fuseProducers } from "../fusion/fuse.ts";
 import { geluAuxRoots } from "../fusion/gelu_aux.ts";
 import { layoutForGemms } from "../fusion/layout.ts";
+import { mergeRowBlocks } from "../fusion/row_blocks.ts";
 import { MAX_SIBLING_BINDINGS, mergeSameWriter, mergeSiblings } from "../fusion/siblings.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { PassContext, Stage } from "../pipeline.ts";
@@ -147,4 +148,23 @@ export const sameWriterStage = kernelFusion(
       mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
       s.options.maxBindingBytes,
     ),
+);
+
+// Last: a column sum's first pass joins the row kernel that reads what it computes (a LayerNorm backward
+// in one kernel), on profiles that give a row a workgroup (fusion/row_blocks.ts).
+export const rowBlockStage = kernelFusion(
+  "fusion-row-blocks",
+  "a column sum's first pass joins the row kernel reading its values: a workgroup walks a part's rows",
+  (s, f, ctx) => {
+    const profile = s.options.profile;
+    if (!profile) return f;
+    return mergeRowBlocks(
+      s.graph,
+      f,
+      profile,
+      takeFuel(ctx),
+      mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
+      s.options.maxBindingBytes,
+    );
+  },
 );

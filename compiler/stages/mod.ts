@@ -9,7 +9,14 @@ import { columnSumsStage } from "./column_sums.ts";
 import { emitStage } from "./emit.ts";
 import { flashAttentionStage } from "./flash_attention.ts";
 import { gemmSumOrderStage, gemmSumsStage } from "./gemm_sums.ts";
-import { attentionStage, consumerStage, fusionStage, sameWriterStage, siblingStage } from "./fusion.ts";
+import {
+  attentionStage,
+  consumerStage,
+  fusionStage,
+  rowBlockStage,
+  sameWriterStage,
+  siblingStage,
+} from "./fusion.ts";
 import { inPlaceUpdatesStage } from "./in_place_updates.ts";
 import { legalizeStage } from "./legalize.ts";
 import { libraryCallsStage } from "./library_calls.ts";
@@ -34,6 +41,7 @@ export const FUSION_STAGES: readonly Stage<KernelState>[] = [
   consumerStage,
   sameWriterStage,
   gemmSumsStage,
+  rowBlockStage,
 ];
 
 /** From the storage choice to the Plan: what follows fusion. */

@@ -11,13 +11,13 @@ import assert from "node:assert/strict";
 import { emitC } from "../../compiler/codegen/c.ts";
 import { partsFor } from "../../compiler/column_sums.ts";
 import { compileGraph } from "../../compiler/compile.ts";
-import { columnGroups, SPLIT_GROUPS } from "../../compiler/lower/lower_kernel.ts";
+import { blockRows, columnGroups, SPLIT_GROUPS } from "../../compiler/lower/lower_kernel.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { CpuExecutor } from "../../runtime/cpu/executor.ts";
 import { testCpu } from "../util/cpu_check.ts";
-import { columnSumCases } from "../util/column_sum_cases.ts";
+import { caseProfile, columnSumCases } from "../util/column_sum_cases.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
 const cpu = await testCpu();
@@ -46,6 +46,19 @@ Deno.test("column sums: parts stop where the first pass fills the device", () =>
   // Without a fill, the cap and the rows decide (16 rows a part at least).
   assert.equal(partsFor(8192, 256), 256);
   assert.equal(partsFor(1280, 256, 1024, fill), 64);
+});
+
+Deno.test("column sums: a row kernel walks as many rows a workgroup as still fill the device", () => {
+  // BERT-large's LayerNorm backward at batch 64: 8 rows (1,024 workgroups of 256 threads); 16 would
+  // launch 131,072 threads, short of the 135,168 that fill an H100 (targets/h100.ts).
+  assert.equal(blockRows(sm90, 8192, 1024), 8);
+  assert.equal(blockRows(PROFILES["webgpu-gpu"], 8192, 1024), 8);
+  // Batch 8: 1,024 rows; a workgroup each already launches too few threads to share.
+  assert.equal(blockRows(sm90, 1024, 1024), 1);
+  // A row that does not split evenly over its workgroup (96 of 128 threads), or a thread per row.
+  assert.equal(blockRows(sm90, 8192, 96), 1);
+  assert.equal(blockRows(PROFILES.lavapipe, 8192, 1024), 1);
+  assert.equal(blockRows(PROFILES.cpu, 8192, 1024), 1);
 });
 
 Deno.test("column sums: a LayerNorm backward's dγ and dβ second passes merge (fusion-same-writer)", () => {
@@ -78,7 +91,11 @@ for (const [i, c] of columnSumCases().entries()) {
     name: `column sums: ${c.name}, lowered for cuda-sm90, on the CPU backend`,
     ignore: !cpu.ctx,
     async fn() {
-      const compiled = compileGraph(c.graph, { fuse: true, emitters: { c: emitC }, profile: sm90 });
+      const compiled = compileGraph(c.graph, {
+        fuse: true,
+        emitters: { c: emitC },
+        profile: caseProfile(c, sm90),
+      });
       assert.equal(c.expect(compiled), undefined);
       const feeds = randomFeeds(c.graph, 900 + i);
       const ref = evaluate(c.graph, feeds, { precision: "f32" });

@@ -11,7 +11,7 @@ import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
-import { columnSumCases } from "../util/column_sum_cases.ts";
+import { caseProfile, columnSumCases } from "../util/column_sum_cases.ts";
 import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 import { dropFirstPart } from "../util/scatter_check.ts";
@@ -34,7 +34,7 @@ for (const [i, c] of columnSumCases().entries()) {
     name: `column sums: ${c.name}, cuda-sm90, on the CUDA shim${version ? "" : " (g++ not found)"}`,
     ignore: !version,
     async fn() {
-      const compiled = compileGraph(c.graph, { fuse: true, emitters, profile: sm90 });
+      const compiled = compileGraph(c.graph, { fuse: true, emitters, profile: caseProfile(c, sm90) });
       assert.equal(c.expect(compiled), undefined);
       const feeds = randomFeeds(c.graph, 1100 + i);
       assertMatchesReference(
@@ -67,6 +67,38 @@ Deno.test({
           plan: "a part dropped",
         }),
       /db/,
+    );
+  },
+});
+
+Deno.test({
+  name: `column sums: a row-block kernel that skips its last row fails the check${
+    version ? "" : " (g++ not found)"
+  }`,
+  ignore: !version,
+  async fn() {
+    const c = columnSumCases().find((x) => x.name.startsWith("residual LayerNorm"))!;
+    const { plan } = compileGraph(c.graph, { fuse: true, emitters, profile: caseProfile(c, sm90) });
+    const at = plan.kernels.findIndex((k) => /rr < 4;/.test(k.cuda!.code));
+    assert.ok(at >= 0, `no row-block kernel in ${plan.kernels.map((k) => k.name)}`);
+    const source = plan.kernels[at].cuda!;
+    const planted = {
+      ...plan,
+      kernels: plan.kernels.map((k, i) =>
+        i === at ? { ...k, cuda: { ...source, code: source.code.replace(/rr < 4;/, "rr < 3;") } } : k
+      ),
+    };
+    const feeds = randomFeeds(c.graph, 1250);
+    const ref = evaluate(c.graph, feeds, { precision: "f32" });
+    const out = await runPlan(planted, feeds);
+    assert.throws(
+      () =>
+        assertMatchesReference(ref, out, {
+          tol: F32_TOL,
+          device: "cuda-shim (planted)",
+          plan: "last row skipped",
+        }),
+      /grad\./,
     );
   },
 });

@@ -6,16 +6,28 @@
  * interpreter on fresh random inputs.
  */
 import { ModelBuilder } from "../../dsl/builder.ts";
-import { layerNorm } from "../../dsl/mod.ts";
+import { dropout, layerNorm } from "../../dsl/mod.ts";
+import { blockPartials } from "../../compiler/fusion/kernel_facts.ts";
 import { differentiate } from "../../compiler/passes/autodiff.ts";
 import type { Graph } from "../../ir/mod.ts";
 import type { Compiled } from "../../compiler/compile.ts";
+import type { TargetProfile } from "../../compiler/targets/profiles.ts";
 
 export interface ColumnSumCase {
   readonly name: string;
   readonly graph: Graph;
   /** What the case is there to exercise, checked on the plan before running it (a message when not). */
   readonly expect: (c: Compiled) => string | undefined;
+  /**
+   * The threads that fill the device, where the case sets it lower than the profile's (so that a graph
+   * small enough for the CUDA shim gets the layout a GPU gives a larger one).
+   */
+  readonly fillThreads?: number;
+}
+
+/** The profile a case compiles under: the runner's GPU profile with the case's fill, if it sets one. */
+export function caseProfile(c: ColumnSumCase, base: TargetProfile): TargetProfile {
+  return c.fillThreads ? { ...base, columnFillThreads: c.fillThreads } : base;
 }
 
 /** Reduce kernels whose loop over the reduced elements is shared by groups of threads (`grp`). */
@@ -30,6 +42,25 @@ function layerNormBackward(tokens: number, width: number): Graph {
   m.output("out", y);
   const probe = m.input("probe", "f32", [tokens, width]);
   m.output("loss", y.mul(probe).sum([0, 1], false));
+  return differentiate(m.graph, "loss");
+}
+
+/**
+ * BERT's residual LayerNorm, y = LN(dropout(a) + r), read twice by the loss so that dY sums two terms, and
+ * its backward: dγ and dβ's first pass joins the row kernel (fusion/row_blocks.ts). At 1,024 tokens of 512
+ * and 65,536 threads to fill the device: 4 rows a workgroup (256 workgroups of 256 threads), each thread
+ * owning 2 columns.
+ */
+function residualLayerNorm(tokens: number, width: number): Graph {
+  const m = new ModelBuilder(`residual LayerNorm backward over ${tokens}x${width}`);
+  const a = m.param("a", [tokens, width], "zeros", "f32");
+  const r = m.param("r", [tokens, width], "zeros", "f32");
+  const key = m.input("rng_key", "u32", [2]);
+  const g = m.param("g", [width], "ones", "f32");
+  const y = layerNorm(dropout(a, 0.1, key).add(r), g, m.param("b", [width], "zeros", "f32"), 1e-12);
+  const p1 = m.input("p1", "f32", [tokens, width]);
+  const p2 = m.input("p2", "f32", [tokens, width]);
+  m.output("loss", y.mul(p1).add(y.mul(y).mul(p2)).sum([0, 1], false));
   return differentiate(m.graph, "loss");
 }
 
@@ -63,6 +94,17 @@ export function columnSumCases(): ColumnSumCase[] {
         );
         const sums = second.map((k) => k.about.filter((a) => /^%\d+ reduce_sum/.test(a)).length);
         return sums.includes(2) ? undefined : `no second pass sums both dγ and dβ: ${sums}`;
+      },
+    },
+    {
+      name:
+        "residual LayerNorm backward over 1024x512: dγ, dβ's first pass in the row kernel, 4 rows a workgroup",
+      graph: residualLayerNorm(1024, 512),
+      fillThreads: 65536,
+      expect: (c) => {
+        const blocked = c.fusion.kernels.filter((k) => k.rowBlock === 4);
+        const sums = blocked.map((k) => blockPartials(c.graph, k).length);
+        return sums.includes(2) ? undefined : `no row kernel sums dγ and dβ's parts: ${sums}`;
       },
     },
     {

@@ -13,18 +13,18 @@ import type { Graph } from "../../ir/mod.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
-import { columnSumCases } from "../util/column_sum_cases.ts";
+import { caseProfile, columnSumCases } from "../util/column_sum_cases.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 import { dropFirstPart } from "../util/scatter_check.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 const gpu = await testGpu();
 
-const compile = (g: Graph) =>
+const compile = (g: Graph, profile = PROFILES["webgpu-gpu"]) =>
   compileGraph(g, {
     fuse: true,
     emitters: { wgsl: emitWGSL },
-    profile: PROFILES["webgpu-gpu"],
+    profile,
     maxBindings: gpu.ctx!.limits.maxStorageBuffersPerShaderStage,
   });
 
@@ -42,7 +42,7 @@ for (const [i, c] of columnSumCases().entries()) {
     name: `column sums: ${c.name}, webgpu-gpu, on WebGPU`,
     ignore: !gpu.ctx,
     async fn() {
-      const compiled = compile(c.graph);
+      const compiled = compile(c.graph, caseProfile(c, PROFILES["webgpu-gpu"]));
       assert.equal(c.expect(compiled), undefined);
       const feeds = randomFeeds(c.graph, 1300 + i);
       assertMatchesReference(
