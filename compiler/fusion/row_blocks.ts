@@ -90,7 +90,7 @@ export function mergeRowBlocks(
       if (!fitsRowKernel(k2, p, profile) || p.partials.some((x) => reads[j].has(x))) continue;
       if ([...preds(j)].some((q) => q !== i && dependsOn(q, i))) continue;
       const readElsewhere = (x: NodeId) =>
-        kernels.some((k, m) => m !== i && m !== j && alive[m] && reads[m].has(x)) ||
+        reads.some((rd, m) => m !== i && m !== j && alive[m] && rd.has(x)) ||
         r.inPlace.placed.has(x) || reachesOutput(x);
       const kept = k1.roots.filter((x) => p.partials.includes(x) || readElsewhere(x));
       const gone = k1.roots.filter((x) => !kept.includes(x));
