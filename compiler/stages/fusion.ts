@@ -8,6 +8,7 @@ import { fuseAttention } from "../fusion/attention.ts";
 import { MAX_MERGED_BINDINGS, mergeConsumers } from "../fusion/consumers.ts";
 import { fuseProducers } from "../fusion/fuse.ts";
 import { geluAuxRoots } from "../fusion/gelu_aux.ts";
+import { mergeSmallReductions } from "../fusion/horizontal.ts";
 import { layoutForGemms } from "../fusion/layout.ts";
 import { mergeRowBlocks } from "../fusion/row_blocks.ts";
 import { MAX_SIBLING_BINDINGS, mergeSameWriter, mergeSiblings } from "../fusion/siblings.ts";
@@ -167,4 +168,20 @@ export const rowBlockStage = kernelFusion(
       s.options.maxBindingBytes,
     );
   },
+);
+
+// After every other merge, so that only kernels nothing else took are joined side by side.
+export const smallReductionsStage = kernelFusion(
+  "fusion-small-reductions",
+  "small reductions over one space that share nothing merge into one kernel, saving launches",
+  (s, f, ctx) =>
+    mergeSmallReductions(
+      s.graph,
+      f,
+      s.options.profile?.smallReductionBytes ?? 0,
+      takeFuel(ctx),
+      mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
+      s.options.maxBindingBytes,
+      rawGemmOutputs(s),
+    ),
 );

@@ -16,6 +16,7 @@ import {
   rowBlockStage,
   sameWriterStage,
   siblingStage,
+  smallReductionsStage,
 } from "./fusion.ts";
 import { inPlaceUpdatesStage } from "./in_place_updates.ts";
 import { legalizeStage } from "./legalize.ts";
@@ -42,6 +43,7 @@ export const FUSION_STAGES: readonly Stage<KernelState>[] = [
   sameWriterStage,
   gemmSumsStage,
   rowBlockStage,
+  smallReductionsStage,
 ];
 
 /** From the storage choice to the Plan: what follows fusion. */

@@ -57,6 +57,12 @@ export interface TargetProfile {
    */
   readonly columnFillThreads: number;
   /**
+   * Reductions over one space and axes that each move at most this many bytes, neither waiting for the
+   * other, merge into one kernel (fusion/horizontal.ts): on a GPU a launch costs as much as megabytes of
+   * traffic. 0: none (lavapipe and the CPU, where a dispatch is cheap next to the serial work).
+   */
+  readonly smallReductionBytes: number;
+  /**
    * A column sum over many rows is split into up to this many parts first (compiler/column_sums.ts), as
    * few as give its first pass `columnFillThreads` threads where that is set.
    */
@@ -80,6 +86,7 @@ const SERIAL_ROWS = {
   columnSumParts: 1,
   columnSplitMinRows: 256,
   columnFillThreads: 0,
+  smallReductionBytes: 0,
 };
 // 128 owners × BERT-large's 1,024 columns = 131,072 threads: about what keeps an H100's memory busy.
 // Column sums in up to 256 parts: a bias gradient over 8,192 tokens is 256 × 1,024 first-pass threads of 32
@@ -100,6 +107,9 @@ const ROW_PER_WORKGROUP = {
   columnSplitMinRows: 4,
   // What keeps an H100's memory busy, as the cost model has it (targets/h100.ts saturatingThreads).
   columnFillThreads: H100_SXM.saturatingThreads,
+  // A launch (2 µs on an H100, targets/h100.ts) is the time of about 6 MB of its traffic; a LayerNorm
+  // backward's second pass reads 8 MiB of part sums (BERT-large, batch 64), so 16 MiB takes those.
+  smallReductionBytes: 16 << 20,
 };
 
 export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {

@@ -72,7 +72,8 @@ Deno.test("column sums: a LayerNorm backward's dγ and dβ second passes merge (
     });
   const merged = compile([]);
   assert.equal(c.expect(merged), undefined);
-  const apart = compile(["fusion-same-writer"]);
+  // Small reductions side by side would merge them too (fusion-small-reductions): both skipped.
+  const apart = compile(["fusion-same-writer", "fusion-small-reductions"]);
   assert.equal(apart.kernels.length, merged.kernels.length + 1);
   assert.match(c.expect(apart) ?? "", /no second pass sums both/);
   // On lavapipe (one pass), nothing for it to merge: the stage changes nothing.
@@ -84,6 +85,25 @@ Deno.test("column sums: a LayerNorm backward's dγ and dβ second passes merge (
       flags: { level: 0, skipPasses: new Set(skip) },
     }).kernels.length;
   assert.equal(serial([]), serial(["fusion-same-writer"]));
+});
+
+Deno.test("column sums: two LayerNorms' second passes merge side by side (fusion-small-reductions)", () => {
+  const c = columnSumCases().find((x) => x.name.startsWith("two LayerNorm"))!;
+  const compile = (skip: string[]) =>
+    compileGraph(c.graph, {
+      fuse: true,
+      emitters: { c: emitC },
+      profile: sm90,
+      flags: { level: 0, skipPasses: new Set(skip) },
+    });
+  const merged = compile([]);
+  assert.equal(c.expect(merged), undefined);
+  const apart = compile(["fusion-small-reductions"]);
+  assert.ok(apart.kernels.length > merged.kernels.length);
+  assert.match(c.expect(apart) ?? "", /no kernel sums both/);
+  // Profiles without a launch worth merging for (lavapipe, the CPU) keep them apart.
+  assert.equal(PROFILES.lavapipe.smallReductionBytes, 0);
+  assert.equal(PROFILES.cpu.smallReductionBytes, 0);
 });
 
 for (const [i, c] of columnSumCases().entries()) {

@@ -64,6 +64,21 @@ function residualLayerNorm(tokens: number, width: number): Graph {
   return differentiate(m.graph, "loss");
 }
 
+/** Two LayerNorms side by side and their backward: four column sums, two of each LayerNorm's parts. */
+function twoLayerNorms(tokens: number, width: number): Graph {
+  const m = new ModelBuilder(`two LayerNorm backwards over ${tokens}x${width}`);
+  let loss;
+  for (const name of ["first", "second"]) {
+    const x = m.param(`${name}.x`, [tokens, width], "zeros", "f32");
+    const g = m.param(`${name}.g`, [width], "ones", "f32");
+    const y = layerNorm(x, g, m.param(`${name}.b`, [width], "zeros", "f32"), 1e-5);
+    const term = y.mul(m.input(`${name}.probe`, "f32", [tokens, width])).sum([0, 1], false);
+    loss = loss ? loss.add(term) : term;
+  }
+  m.output("loss", loss!);
+  return differentiate(m.graph, "loss");
+}
+
 /** A column sum, a column maximum and a two-stage column statistic (mean, then centred variance). */
 function columnStatistics(rows: number, cols: number): Graph {
   const m = new ModelBuilder(`column statistics of ${rows}x${cols}`);
@@ -105,6 +120,15 @@ export function columnSumCases(): ColumnSumCase[] {
         const blocked = c.fusion.kernels.filter((k) => k.rowBlock === 4);
         const sums = blocked.map((k) => blockPartials(c.graph, k).length);
         return sums.includes(2) ? undefined : `no row kernel sums dγ and dβ's parts: ${sums}`;
+      },
+    },
+    {
+      name: "two LayerNorm backwards over 1024x32: their four second passes in one kernel",
+      graph: twoLayerNorms(1024, 32),
+      expect: (c) => {
+        const second = c.fusion.kernels.filter((k) => k.kind === "reduce" && k.axes?.join() === "0");
+        const sums = second.map((k) => k.roots.length);
+        return sums.includes(4) ? undefined : `no kernel sums both LayerNorms' parts: ${sums}`;
       },
     },
     {

@@ -1,0 +1,85 @@
+/**
+ * Horizontal fusion of small reductions: reduce kernels over one space and axes that each move little
+ * data and share nothing, neither waiting for the other, become one kernel of several outputs. Each was
+ * mostly its launch (BERT-large at batch 64 on an H100: a LayerNorm backward's second pass reads 8 MiB of
+ * part sums, 2.8 µs of traffic beside a 2 µs launch, and there are 49 of them), and a merged kernel does
+ * their work in one launch. XLA's horizontal loop fusion does the same for small independent kernels.
+ *
+ * Two merge only when neither depends on the other; the merged kernel runs where the later one's inputs
+ * are ready, so the earlier one's inputs stay allocated until then (the memory plan sees that: BERT-large's
+ * peak is unchanged, its second passes' reader being the optimizer at the end of the step). The merged
+ * kernel keeps every reduction's own loop and accumulator, so at most MAX_MERGED_SMALL kernels join one
+ * (registers).
+ *
+ * On plans whose GEMMs are library calls (`rawGemmOutputs`), a bias gradient's column sum is the dW call's
+ * BGRAD epilogue and its kernels run only as the fallback (fusion/library_sums.ts): they stay apart, so
+ * that merging them into a kernel that runs does not make them run too.
+ */
+import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import { storedBytes } from "../../plan/plan.ts";
+import { bindingCount } from "./binding_budget.ts";
+import { isLibraryColumnSum } from "./library_sums.ts";
+import { usersOf } from "./needs.ts";
+import { mergeState } from "./siblings.ts";
+import type { FusionResult } from "./types.ts";
+
+/** The most small reductions one merged kernel takes. */
+export const MAX_MERGED_SMALL = 8;
+
+/** Bytes a set of values occupies at their graph dtypes' widths (an upper bound on what is stored). */
+function bytesOf(g: Graph, values: Iterable<NodeId>): number {
+  let bytes = 0;
+  for (const x of values) bytes += numel(g.nodes[x].type.shape) * storedBytes(g.nodes[x].type.dtype);
+  return bytes;
+}
+
+export function mergeSmallReductions(
+  g: Graph,
+  r: FusionResult,
+  maxBytes: number,
+  takeFuel?: () => boolean,
+  maxBindings = Infinity,
+  maxBindingBytes?: number,
+  rawGemmOutputs = false,
+): FusionResult {
+  if (maxBytes <= 0) return r;
+  const { kernels, alive, reads, writerOf, dependsOn, merge, finish } = mergeState(g, r);
+  // The BGRAD fallbacks: first passes (or one-pass sums) of a GEMM operand, then what reads only them.
+  const fallback = new Set<number>();
+  if (rawGemmOutputs) {
+    const users = usersOf(g);
+    kernels.forEach((k, i) => {
+      if ([...reads[i]].some((x) => isLibraryColumnSum(g, users, x, k))) fallback.add(i);
+    });
+    kernels.forEach((_, i) => {
+      const from = [...reads[i]].map((x) => writerOf.get(x));
+      if (from.length > 0 && from.every((w) => w !== undefined && fallback.has(w))) fallback.add(i);
+    });
+  }
+  const groups = new Map<string, number[]>();
+  kernels.forEach((k, i) => {
+    if (k.kind !== "reduce" || k.rowBlock || fallback.has(i)) return;
+    if (bytesOf(g, [...reads[i], ...k.roots]) > maxBytes) return;
+    const key = `${k.space.join()}|${k.axes!.join()}`;
+    groups.set(key, [...(groups.get(key) ?? []), i]);
+  });
+  let merged = 0;
+  for (const members of groups.values()) {
+    for (let a = 0; a < members.length; a++) {
+      const i = members[a];
+      if (!alive[i]) continue;
+      let joined = 1;
+      for (let b = a + 1; b < members.length && joined < MAX_MERGED_SMALL; b++) {
+        const j = members[b];
+        if (!alive[j] || dependsOn(j, i) || dependsOn(i, j)) continue;
+        const values = new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]);
+        if (bindingCount(g, values, maxBindingBytes) > maxBindings) continue;
+        if (takeFuel && !takeFuel()) return merged === 0 ? r : finish();
+        merge(i, j);
+        joined++;
+        merged++;
+      }
+    }
+  }
+  return merged === 0 ? r : finish();
+}
