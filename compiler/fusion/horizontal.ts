@@ -13,15 +13,17 @@
  *
  * On plans whose GEMMs are library calls (`rawGemmOutputs`), a bias gradient's column sum is the dW call's
  * BGRAD epilogue and its kernels run only as the fallback (fusion/library_sums.ts): they stay apart, so
- * that merging them into a kernel that runs does not make them run too.
+ * that merging them into a kernel that runs does not make them run too. Which sums the calls take is
+ * settled later (stages/library_calls.ts), on the lowered GEMMs; here every sum that could be one stays
+ * apart: a kernel summing nothing but the leading rows of a tensor a matmul reads, and what reads only
+ * such kernels (their second passes).
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { storedBytes } from "../../plan/plan.ts";
 import { bindingCount } from "./binding_budget.ts";
-import { isLibraryColumnSum } from "./library_sums.ts";
 import { usersOf } from "./needs.ts";
 import { mergeState } from "./siblings.ts";
-import type { FusionResult } from "./types.ts";
+import type { FusedKernel, FusionResult } from "./types.ts";
 
 /** The most small reductions one merged kernel takes. */
 export const MAX_MERGED_SMALL = 8;
@@ -31,6 +33,34 @@ function bytesOf(g: Graph, values: Iterable<NodeId>): number {
   let bytes = 0;
   for (const x of values) bytes += numel(g.nodes[x].type.shape) * storedBytes(g.nodes[x].type.dtype);
   return bytes;
+}
+
+/** Ops that pass a tensor's elements on, as far as which matmul reads them goes. */
+const PASSES_ON = new Set(["reshape", "cast", "permute"]);
+
+/**
+ * Does kernel `k` compute nothing but a sum of a tensor over rows (through views), where a matmul reads
+ * that tensor (through views, either way): a bias gradient that a GEMM's BGRAD epilogue may compute?
+ */
+function mayBeBiasGradient(g: Graph, users: readonly NodeId[][], k: FusedKernel): boolean {
+  if (k.kind !== "reduce") return false;
+  const sums = [...k.members].filter((m) => g.nodes[m].op === "reduce_sum");
+  if (sums.length !== 1 || ![...k.members].every((m) => m === sums[0] || PASSES_ON.has(g.nodes[m].op))) {
+    return false;
+  }
+  const seen = new Set<NodeId>();
+  const stack = [g.nodes[sums[0]].inputs[0]];
+  while (stack.length) {
+    const id = stack.pop()!;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    for (const u of users[id]) {
+      if (g.nodes[u].op === "matmul") return true;
+      if (PASSES_ON.has(g.nodes[u].op)) stack.push(u);
+    }
+    if (PASSES_ON.has(g.nodes[id].op)) stack.push(g.nodes[id].inputs[0]);
+  }
+  return false;
 }
 
 export function mergeSmallReductions(
@@ -49,7 +79,7 @@ export function mergeSmallReductions(
   if (rawGemmOutputs) {
     const users = usersOf(g);
     kernels.forEach((k, i) => {
-      if ([...reads[i]].some((x) => isLibraryColumnSum(g, users, x, k))) fallback.add(i);
+      if (mayBeBiasGradient(g, users, k)) fallback.add(i);
     });
     kernels.forEach((_, i) => {
       const from = [...reads[i]].map((x) => writerOf.get(x));

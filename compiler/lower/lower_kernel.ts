@@ -92,7 +92,7 @@ export function rowWorkgroup(profile: TargetProfile, rows: number, rowLen: numbe
  * (FusedKernel.rowBlock)? Where the profile gives each row a workgroup whose threads own the same
  * columns of every row, few enough for registers.
  */
-export function rowBlockable(profile: TargetProfile, rows: number, rowLen: number): boolean {
+function rowBlockable(profile: TargetProfile, rows: number, rowLen: number): boolean {
   const wg = rowWorkgroup(profile, rows, rowLen);
   return wg > 0 && rowLen % wg === 0 && rowLen / wg <= MAX_BLOCK_COLUMNS_PER_THREAD;
 }
