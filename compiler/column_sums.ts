@@ -22,7 +22,7 @@
  * dY·γ·x̂) instead takes parts of `blockRowsOf(rows, rowLen)` rows, where that is at least 2: its first
  * pass then joins the row kernel, a workgroup per part walking its rows (fusion/row_blocks.ts), and the
  * parts are sized for that kernel to fill the device, not for a first pass of its own (BERT-large at
- * batch 64: 1,024 parts of 8 rows, beyond `parts`).
+ * batch 64: 512 parts of 16 rows, beyond `parts`).
  */
 import { Graph, isElementwise, type NodeId, numel, sameShape } from "../ir/mod.ts";
 import { copyNode, copyOutputs } from "./graph_rebuild.ts";

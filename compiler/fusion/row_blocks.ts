@@ -59,8 +59,9 @@ function fitsRowKernel(k: FusedKernel, p: FirstPass, profile: TargetProfile): bo
   if (first === 0 || !k.axes.every((a, i) => a === first + i)) return false;
   const rowLen = numel(k.space.slice(first));
   const rows = numel(k.space.slice(0, first));
-  // No more rows a workgroup than still fill the device: at BERT-large's batch 8 (1,024 rows) the first
-  // pass keeps parts of 16 rows, and 64 workgroups walking them would predict 1.1 ms a step slower.
+  // No more rows a workgroup than still fill the device (blockRows): a first pass whose parts were sized
+  // for itself (column_sums.ts partsFor, 16 rows or more) walked a part a workgroup would leave most of
+  // it idle (BERT-large at batch 8 with parts of 16 rows: predicted 1.1 ms a step slower than apart).
   return rowLen === p.rowLen && rows === p.rows && p.block <= blockRows(profile, rows, rowLen);
 }
 

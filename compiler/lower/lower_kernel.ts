@@ -99,19 +99,21 @@ function rowBlockable(profile: TargetProfile, rows: number, rowLen: number): boo
 
 /**
  * Rows per workgroup for a row kernel that also sums columns over its rows (fusion/row_blocks.ts): the
- * most (a power of two, up to MAX_BLOCK_ROWS) whose workgroups still launch the profile's
+ * most (a power of two, up to MAX_BLOCK_ROWS) whose workgroups launch at least 15/16 of the profile's
  * `columnFillThreads`; 1 where rows are not a workgroup's each or nothing says what fills the device.
- * BERT-large at batch 64 on an H100: 8,192 rows of 1,024, 256 threads a row, 8 rows a workgroup
- * (1,024 workgroups, 262,144 threads; 16 rows would launch 131,072, just short of the 135,168 that
- * targets/h100.ts says keep its memory busy).
+ * Why not all of it: the part sums cost 16 bytes per column per block of rows (two sums, written and
+ * read back), against the ~10 bytes per element a LayerNorm backward moves, so doubling the rows past
+ * the fill wins while the share of the device the cost model gives (targets/h100.ts saturatingThreads)
+ * stays above about 11/12. BERT-large at batch 64 on an H100: 8,192 rows of 1,024, 256 threads a row,
+ * 16 rows a workgroup (512 workgroups, 131,072 threads: 97% of the 135,168 that keep its memory busy;
+ * the cost model: 38.708 ms a step against 38.802 with 8 rows); 32 would launch half of it.
  */
 export function blockRows(profile: TargetProfile, rows: number, rowLen: number): number {
   if (!rowBlockable(profile, rows, rowLen) || !profile.columnFillThreads) return 1;
   const wg = rowWorkgroup(profile, rows, rowLen);
+  const fills = (b: number) => (rows / b) * wg * 16 >= profile.columnFillThreads * 15;
   let b = 1;
-  while (
-    b * 2 <= MAX_BLOCK_ROWS && rows % (b * 2) === 0 && (rows / (b * 2)) * wg >= profile.columnFillThreads
-  ) b *= 2;
+  while (b * 2 <= MAX_BLOCK_ROWS && rows % (b * 2) === 0 && fills(b * 2)) b *= 2;
   return b;
 }
 
