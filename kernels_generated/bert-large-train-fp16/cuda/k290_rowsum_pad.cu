@@ -2,92 +2,258 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k290_rowsum_pad
 // What the first of them fuses:
-//   reduce kernel over [64,16,1024] reducing axes [1]
+//   reduce kernel over [8,128,1024] reducing axes [2]
 //   %3412 reshape f32[8,128,1024] (models/bert.ts:155)
 //   %3428 cast f32[8,1024] (models/bert.ts:129)
 //   %3431 reshape f32[8,1,1024] (models/bert.ts:128)
 //   %3432 pad f32[8,128,1024] (models/bert.ts:128)
-//   %3433 add f32[8,128,1024] (models/bert.ts:128) -> written
-//   %3434 reshape f32[64,16,1024] (models/bert.ts:223)
-//   %3435 reduce_sum f32[64,1,1024] (models/bert.ts:223) -> written
+//   %3433 add f32[8,128,1024] (models/bert.ts:128)
+//   %3434 reshape f32[512,2,1024] (models/bert.ts:223)
+//   %3435 reduce_sum f32[512,1,1024] (models/bert.ts:223) -> written
+//   %3439 mul f32[8,128,1024] (models/bert.ts:223)
 //   %3440 mul f32[8,128,1024] (models/bert.ts:223)
-//   %3441 reshape f32[64,16,1024] (models/bert.ts:223)
-//   %3442 reduce_sum f32[64,1,1024] (models/bert.ts:223) -> written
+//   %3441 reshape f32[512,2,1024] (models/bert.ts:223)
+//   %3442 reduce_sum f32[512,1,1024] (models/bert.ts:223) -> written
+//   %3446 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3447 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3448 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3450 mul f32[8,128,1] (models/bert.ts:223)
+//   %3451 div f32[8,128,1] (models/bert.ts:223)
+//   %3452 mul f32[8,128,1] (models/bert.ts:223)
+//   %3453 mul f32[8,128,1] (models/bert.ts:223)
+//   %3454 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3455 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3456 add f32[8,128,1024] (models/bert.ts:223)
+//   %3457 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3458 neg f32[8,128,1024] (models/bert.ts:223)
+//   %3459 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3460 mul f32[8,128,1] (models/bert.ts:223) -> written
 //   binding 0 (read): %3411 scatter_add f32[1024,1024]
 //   binding 1 (read): %3427 matmul f16[8,1024]
-//   binding 2 (read): %3181 add f32[8,128,1024] stored f16
-//   binding 3 (read): %3183 mul f32[8,128,1]
-//   binding 4 (read): %3188 mul f32[8,128,1]
-//   binding 5 (write): %3435 reduce_sum f32[64,1,1024]
-//   binding 6 (write): %3442 reduce_sum f32[64,1,1024]
-//   binding 7 (write): %3433 add f32[8,128,1024] stored f16
+//   binding 2 (read): param bert.encoder.layer.23.output.LayerNorm.weight f32[1024]
+//   binding 3 (read): %3181 add f32[8,128,1024] stored f16
+//   binding 4 (read): %3183 mul f32[8,128,1]
+//   binding 5 (read): %3188 mul f32[8,128,1]
+//   binding 6 (write): %3460 mul f32[8,128,1]
+//   binding 7 (write): %3457 add f32[8,128,1024] stored f16
+//   binding 8 (write): %3435 reduce_sum f32[512,1,1024]
+//   binding 9 (write): %3442 reduce_sum f32[512,1,1024]
 
-// launch: grid [1024, 1, 1] of 256-thread blocks
+// launch: grid [512, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const __half* __restrict__ b1, const __half* __restrict__ b2, const float* __restrict__ b3, const float* __restrict__ b4, float* __restrict__ b5, float* __restrict__ b6, __half* __restrict__ b7) {
-  __shared__ float colred[256];
+#ifndef BF_WARP_SUM_F32_32_DEFINED
+#define BF_WARP_SUM_F32_32_DEFINED
+static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_BLOCK_SUM_F32_8_DEFINED
+#define BF_BLOCK_SUM_F32_8_DEFINED
+static __device__ __forceinline__ float bf_block_sum_f32_8(const float* slots) {
+  float a = slots[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) {
+    const float b = slots[i];
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, const float* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, __half* __restrict__ b7, float* __restrict__ b8, float* __restrict__ b9) {
+  __shared__ float red_f32_0[8];
+  __shared__ float red_f32_1[8];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int row = wg * 64 + lid % 64;
-  const int grp = lid / 64;
-  const bool valid = row < 65536;
-  float acc0 = 0.0f;
-  float acc1 = 0.0f;
-  if (valid) {
-    for (int j = grp; j < 16; j += 4) {
-      const float v2 = b0[row / 1024 * 16384 + j * 1024 + row % 1024];
-      const float v3 = __half2float(b1[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 1024 + (row / 1024 * 16384 + j * 1024 + row % 1024) % 1024]);
-      const float v4 = (((row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128 >= 0 && (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128 < 1) ? v3 : 0.0f);
-      const float v5 = v2 + v4;
-      acc0 = acc0 + v5;
-      const float v6 = __half2float(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      const float v7 = b3[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      const float v8 = v6 - v7;
-      const float v9 = b4[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      const float v10 = v9 + 1e-12f;
-      const float v11 = rsqrtf(v10);
-      const float v12 = v8 * v11;
-      const float v13 = v5 * v12;
-      acc1 = acc1 + v13;
+  float col36 = 0.0f;
+  float col37 = 0.0f;
+  float col38 = 0.0f;
+  float col39 = 0.0f;
+  float col40 = 0.0f;
+  float col41 = 0.0f;
+  float col42 = 0.0f;
+  float col43 = 0.0f;
+  for (int rr = 0; rr < 2; rr += 1) {
+    const int row = wg * 2 + rr;
+    float acc0 = 0.0f;
+    for (int j = lid; j < 1024; j += 256) {
+      const float v1 = b0[row * 1024 + j];
+      const float v2 = __half2float(b1[row / 128 * 1024 + j]);
+      const float v3 = ((row % 128 >= 0 && row % 128 < 1) ? v2 : 0.0f);
+      const float v4 = v1 + v3;
+      const float v5 = b2[j];
+      const float v6 = v4 * v5;
+      const float v7 = __half2float(b3[row * 1024 + j]);
+      const float v8 = b4[row / 128 * 128 + row % 128];
+      const float v9 = v7 - v8;
+      const float v10 = v6 * v9;
+      acc0 = acc0 + v10;
     }
-  }
-  colred[lid] = acc0;
-  __syncthreads();
-  if (grp < 2) {
-    colred[lid] = colred[lid] + colred[lid + 128];
-  }
-  __syncthreads();
-  if (grp < 1) {
-    colred[lid] = colred[lid] + colred[lid + 64];
-  }
-  __syncthreads();
-  const float red14 = colred[lid % 64];
-  __syncthreads();
-  colred[lid] = acc1;
-  __syncthreads();
-  if (grp < 2) {
-    colred[lid] = colred[lid] + colred[lid + 128];
-  }
-  __syncthreads();
-  if (grp < 1) {
-    colred[lid] = colred[lid] + colred[lid + 64];
-  }
-  __syncthreads();
-  const float red15 = colred[lid % 64];
-  __syncthreads();
-  if (valid && grp == 0) {
-    b5[row] = red14;
-    b6[row] = red15;
-  }
-  if (valid) {
-    for (int j = grp; j < 16; j += 4) {
-      const float v16 = b0[row % 1024 + j * 1024 + row / 1024 * 16384];
-      const float v17 = __half2float(b1[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 1024 + (row % 1024 + j * 1024 + row / 1024 * 16384) % 1024]);
-      const float v18 = (((row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128 >= 0 && (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128 < 1) ? v17 : 0.0f);
-      const float v19 = v16 + v18;
-      b7[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v19);
+    // wg_reduce (sum -> red11): butterfly within each warp, then the 8 warp results in order
+    const float bf_warp0 = bf_warp_sum_f32_32(acc0);
+    if ((lid & 31) == 0) {
+      red_f32_0[lid / 32] = bf_warp0;
     }
+    __syncthreads();
+    const float red11 = bf_block_sum_f32_8(red_f32_0);
+    __syncthreads();
+    float acc12 = 0.0f;
+    for (int j = lid; j < 1024; j += 256) {
+      const float v13 = b0[row * 1024 + j];
+      const float v14 = __half2float(b1[row / 128 * 1024 + j]);
+      const float v15 = ((row % 128 >= 0 && row % 128 < 1) ? v14 : 0.0f);
+      const float v16 = v13 + v15;
+      const float v17 = b2[j];
+      const float v18 = v16 * v17;
+      const float v19 = b5[row / 128 * 128 + row % 128];
+      const float v20 = v19 + 1e-12f;
+      const float v21 = rsqrtf(v20);
+      const float v22 = v18 * v21;
+      const float v23 = red11 * (-0.5f);
+      const float v24 = v21 / v20;
+      const float v25 = v23 * v24;
+      const float v26 = v25 * 0.0009765625f;
+      const float v27 = __half2float(b3[row * 1024 + j]);
+      const float v28 = b4[row / 128 * 128 + row % 128];
+      const float v29 = v27 - v28;
+      const float v30 = v26 * v29;
+      const float v31 = v22 + v30;
+      const float v32 = v31 + v30;
+      const float v33 = -v32;
+      acc12 = acc12 + v33;
+    }
+    // wg_reduce (sum -> red34): butterfly within each warp, then the 8 warp results in order
+    const float bf_warp1 = bf_warp_sum_f32_32(acc12);
+    if ((lid & 31) == 0) {
+      red_f32_1[lid / 32] = bf_warp1;
+    }
+    __syncthreads();
+    const float red34 = bf_block_sum_f32_8(red_f32_1);
+    __syncthreads();
+    const float v35 = red34 * 0.0009765625f;
+    if (lid == 0) {
+      b6[row] = v35;
+    }
+    const int j44 = lid;
+    const float v45 = b0[row * 1024 + j44];
+    const float v46 = __half2float(b1[row / 128 * 1024 + j44]);
+    const float v47 = ((row % 128 >= 0 && row % 128 < 1) ? v46 : 0.0f);
+    const float v48 = v45 + v47;
+    const float v49 = b2[j44];
+    const float v50 = v48 * v49;
+    const float v51 = b5[row / 128 * 128 + row % 128];
+    const float v52 = v51 + 1e-12f;
+    const float v53 = rsqrtf(v52);
+    const float v54 = v50 * v53;
+    const float v55 = red11 * (-0.5f);
+    const float v56 = v53 / v52;
+    const float v57 = v55 * v56;
+    const float v58 = v57 * 0.0009765625f;
+    const float v59 = __half2float(b3[row * 1024 + j44]);
+    const float v60 = b4[row / 128 * 128 + row % 128];
+    const float v61 = v59 - v60;
+    const float v62 = v58 * v61;
+    const float v63 = v54 + v62;
+    const float v64 = v63 + v62;
+    b7[row * 1024 + j44] = __float2half_rn(v64);
+    col36 = col36 + v48;
+    const float v65 = v61 * v53;
+    const float v66 = v48 * v65;
+    col40 = col40 + v66;
+    const int j67 = lid + 256;
+    const float v68 = b0[row * 1024 + j67];
+    const float v69 = __half2float(b1[row / 128 * 1024 + j67]);
+    const float v70 = ((row % 128 >= 0 && row % 128 < 1) ? v69 : 0.0f);
+    const float v71 = v68 + v70;
+    const float v72 = b2[j67];
+    const float v73 = v71 * v72;
+    const float v74 = b5[row / 128 * 128 + row % 128];
+    const float v75 = v74 + 1e-12f;
+    const float v76 = rsqrtf(v75);
+    const float v77 = v73 * v76;
+    const float v78 = red11 * (-0.5f);
+    const float v79 = v76 / v75;
+    const float v80 = v78 * v79;
+    const float v81 = v80 * 0.0009765625f;
+    const float v82 = __half2float(b3[row * 1024 + j67]);
+    const float v83 = b4[row / 128 * 128 + row % 128];
+    const float v84 = v82 - v83;
+    const float v85 = v81 * v84;
+    const float v86 = v77 + v85;
+    const float v87 = v86 + v85;
+    b7[row * 1024 + j67] = __float2half_rn(v87);
+    col37 = col37 + v71;
+    const float v88 = v84 * v76;
+    const float v89 = v71 * v88;
+    col41 = col41 + v89;
+    const int j90 = lid + 512;
+    const float v91 = b0[row * 1024 + j90];
+    const float v92 = __half2float(b1[row / 128 * 1024 + j90]);
+    const float v93 = ((row % 128 >= 0 && row % 128 < 1) ? v92 : 0.0f);
+    const float v94 = v91 + v93;
+    const float v95 = b2[j90];
+    const float v96 = v94 * v95;
+    const float v97 = b5[row / 128 * 128 + row % 128];
+    const float v98 = v97 + 1e-12f;
+    const float v99 = rsqrtf(v98);
+    const float v100 = v96 * v99;
+    const float v101 = red11 * (-0.5f);
+    const float v102 = v99 / v98;
+    const float v103 = v101 * v102;
+    const float v104 = v103 * 0.0009765625f;
+    const float v105 = __half2float(b3[row * 1024 + j90]);
+    const float v106 = b4[row / 128 * 128 + row % 128];
+    const float v107 = v105 - v106;
+    const float v108 = v104 * v107;
+    const float v109 = v100 + v108;
+    const float v110 = v109 + v108;
+    b7[row * 1024 + j90] = __float2half_rn(v110);
+    col38 = col38 + v94;
+    const float v111 = v107 * v99;
+    const float v112 = v94 * v111;
+    col42 = col42 + v112;
+    const int j113 = lid + 768;
+    const float v114 = b0[row * 1024 + j113];
+    const float v115 = __half2float(b1[row / 128 * 1024 + j113]);
+    const float v116 = ((row % 128 >= 0 && row % 128 < 1) ? v115 : 0.0f);
+    const float v117 = v114 + v116;
+    const float v118 = b2[j113];
+    const float v119 = v117 * v118;
+    const float v120 = b5[row / 128 * 128 + row % 128];
+    const float v121 = v120 + 1e-12f;
+    const float v122 = rsqrtf(v121);
+    const float v123 = v119 * v122;
+    const float v124 = red11 * (-0.5f);
+    const float v125 = v122 / v121;
+    const float v126 = v124 * v125;
+    const float v127 = v126 * 0.0009765625f;
+    const float v128 = __half2float(b3[row * 1024 + j113]);
+    const float v129 = b4[row / 128 * 128 + row % 128];
+    const float v130 = v128 - v129;
+    const float v131 = v127 * v130;
+    const float v132 = v123 + v131;
+    const float v133 = v132 + v131;
+    b7[row * 1024 + j113] = __float2half_rn(v133);
+    col39 = col39 + v117;
+    const float v134 = v130 * v122;
+    const float v135 = v117 * v134;
+    col43 = col43 + v135;
+    __syncthreads();
   }
+  b8[wg * 1024 + lid] = col36;
+  b8[wg * 1024 + (lid + 256)] = col37;
+  b8[wg * 1024 + (lid + 512)] = col38;
+  b8[wg * 1024 + (lid + 768)] = col39;
+  b9[wg * 1024 + lid] = col40;
+  b9[wg * 1024 + (lid + 256)] = col41;
+  b9[wg * 1024 + (lid + 512)] = col42;
+  b9[wg * 1024 + (lid + 768)] = col43;
 }

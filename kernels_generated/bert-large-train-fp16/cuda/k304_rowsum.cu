@@ -2,18 +2,27 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k304_rowsum
 // What the first of them fuses:
-//   reduce kernel over [64,16,1024] reducing axes [1]
-//   %3529 where f32[8,128,1024] (models/bert.ts:224)
-//   %3530 mul f32[8,128,1024] (models/bert.ts:224) -> written
-//   %3532 reshape f32[64,16,1024] (models/bert.ts:245)
-//   %3533 reduce_sum f32[64,1,1024] (models/bert.ts:245) -> written
+//   reduce kernel over [8,16,128,128] reducing axes [3]
+//   %3546 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %3549 where f32[8,16,128,128] (models/bert.ts:236)
+//   %3550 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3551 div f32[8,16,128,128] (models/bert.ts:236)
+//   %3552 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3553 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %3554 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %3555 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %3556 add f32[8,16,128,128] (models/bert.ts:236)
+//   %3557 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3558 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %3523 add f32[8,128,1024] stored f16
-//   binding 2 (read): %3526 mul f32[8,128,1]
-//   binding 3 (write): %3533 reduce_sum f32[64,1,1024]
-//   binding 4 (write): %3530 mul f32[8,128,1024] stored f16
+//   binding 1 (read): %3545 matmul f16[8,16,128,128]
+//   binding 2 (read): %3116 reduce_sum f32[8,16,128,1]
+//   binding 3 (read): %3109 mul f32[8,16,128,128] stored f16
+//   binding 4 (read): input attention_mask i32[8,128]
+//   binding 5 (read): %3112 stop_gradient f32[8,16,128,1]
+//   binding 6 (write): %3558 mul f32[8,16,128,128] stored f16
 
-// launch: grid [1024, 1, 1] of 256-thread blocks
+// launch: grid [16384, 1, 1] of 128-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -51,55 +60,90 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, float* __restrict__ b3, __half* __restrict__ b4) {
-  __shared__ float colred[256];
+#ifndef BF_WARP_SUM_F32_32_DEFINED
+#define BF_WARP_SUM_F32_32_DEFINED
+static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+#ifndef BF_BLOCK_SUM_F32_4_DEFINED
+#define BF_BLOCK_SUM_F32_4_DEFINED
+static __device__ __forceinline__ float bf_block_sum_f32_4(const float* slots) {
+  float a = slots[0];
+#pragma unroll
+  for (int i = 1; i < 4; ++i) {
+    const float b = slots[i];
+    a = a + b;
+  }
+  return a;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(128) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, const int* __restrict__ b4, const float* __restrict__ b5, __half* __restrict__ b6) {
+  __shared__ float red_f32_0[4];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int row = wg * 64 + lid % 64;
-  const int grp = lid / 64;
-  const bool valid = row < 65536;
+  const int row = wg;
   float acc0 = 0.0f;
-  if (valid) {
-    for (int j = grp; j < 16; j += 4) {
-      const unsigned int v1 = b0[0];
-      const unsigned int v2 = b0[1];
-      const float v3 = bf_philox(v1, v2, 71u, static_cast<unsigned int>(row / 1024 * 16384 + j * 1024 + row % 1024));
-      const bool v4 = v3 >= 0.1f;
-      const float v5 = __half2float(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      const float v6 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      const float v7 = v5 + v6;
-      const float v8 = (v4 ? v7 : 0.0f);
-      const float v9 = v8 * 1.1111112f;
-      acc0 = acc0 + v9;
-    }
+  for (int j = lid; j < 128; j += 128) {
+    const unsigned int v1 = b0[0];
+    const unsigned int v2 = b0[1];
+    const float v3 = bf_philox(v1, v2, 70u, static_cast<unsigned int>(row * 128 + j));
+    const bool v4 = v3 >= 0.1f;
+    const float v5 = __half2float(b1[row * 128 + j]);
+    const float v6 = (v4 ? v5 : 0.0f);
+    const float v7 = v6 * 1.1111112f;
+    const float v8 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v9 = v7 / v8;
+    const float v10 = __half2float(b3[row * 128 + j]);
+    const int v11 = b4[row / 2048 * 128 + j];
+    const float v12 = static_cast<float>(v11);
+    const float v13 = v12 - 1.0f;
+    const float v14 = v13 * 10000.0f;
+    const float v15 = v10 + v14;
+    const float v16 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v17 = v15 - v16;
+    const float v18 = expf(v17);
+    const float v19 = v18 / v8;
+    const float v20 = v9 * v19;
+    const float v21 = -v20;
+    acc0 = acc0 + v21;
   }
-  colred[lid] = acc0;
-  __syncthreads();
-  if (grp < 2) {
-    colred[lid] = colred[lid] + colred[lid + 128];
+  // wg_reduce (sum -> red22): butterfly within each warp, then the 4 warp results in order
+  const float bf_warp0 = bf_warp_sum_f32_32(acc0);
+  if ((lid & 31) == 0) {
+    red_f32_0[lid / 32] = bf_warp0;
   }
   __syncthreads();
-  if (grp < 1) {
-    colred[lid] = colred[lid] + colred[lid + 64];
-  }
-  __syncthreads();
-  const float red10 = colred[lid % 64];
-  __syncthreads();
-  if (valid && grp == 0) {
-    b3[row] = red10;
-  }
-  if (valid) {
-    for (int j = grp; j < 16; j += 4) {
-      const unsigned int v11 = b0[0];
-      const unsigned int v12 = b0[1];
-      const float v13 = bf_philox(v11, v12, 71u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
-      const bool v14 = v13 >= 0.1f;
-      const float v15 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      const float v16 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
-      const float v17 = v15 + v16;
-      const float v18 = (v14 ? v17 : 0.0f);
-      const float v19 = v18 * 1.1111112f;
-      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v19);
-    }
+  const float red22 = bf_block_sum_f32_4(red_f32_0);
+  for (int j = lid; j < 128; j += 128) {
+    const unsigned int v23 = b0[0];
+    const unsigned int v24 = b0[1];
+    const float v25 = bf_philox(v23, v24, 70u, static_cast<unsigned int>(row * 128 + j));
+    const bool v26 = v25 >= 0.1f;
+    const float v27 = __half2float(b1[row * 128 + j]);
+    const float v28 = (v26 ? v27 : 0.0f);
+    const float v29 = v28 * 1.1111112f;
+    const float v30 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v31 = v29 / v30;
+    const float v32 = v31 + red22;
+    const float v33 = __half2float(b3[row * 128 + j]);
+    const int v34 = b4[row / 2048 * 128 + j];
+    const float v35 = static_cast<float>(v34);
+    const float v36 = v35 - 1.0f;
+    const float v37 = v36 * 10000.0f;
+    const float v38 = v33 + v37;
+    const float v39 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    const float v40 = v38 - v39;
+    const float v41 = expf(v40);
+    const float v42 = v32 * v41;
+    const float v43 = v42 * 0.125f;
+    b6[row * 128 + j] = __float2half_rn(v43);
   }
 }

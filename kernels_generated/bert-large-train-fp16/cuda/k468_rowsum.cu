@@ -3,15 +3,27 @@
 // Used by 1 kernel: k468_rowsum
 // What the first of them fuses:
 //   reduce kernel over [64,16,1024] reducing axes [1]
-//   %4314 where f32[8,128,1024] (models/bert.ts:224)
-//   %4315 mul f32[8,128,1024] (models/bert.ts:224) -> written
-//   %4317 reshape f32[64,16,1024] (models/bert.ts:249)
-//   %4318 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
-//   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %4308 add f32[8,128,1024] stored f16
-//   binding 2 (read): %4311 mul f32[8,128,1]
-//   binding 3 (write): %4318 reduce_sum f32[64,1,1024]
-//   binding 4 (write): %4315 mul f32[8,128,1024] stored f16
+//   %4586 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %4587 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %4600 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %4601 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %4614 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %4615 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %4654 where f32[8,128,1024] (models/bert.ts:224)
+//   %4655 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %4657 reshape f32[64,16,1024] (models/bert.ts:249)
+//   %4658 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
+//   binding 0 (read): %4585 reshape f32[1024,1024] stored f16
+//   binding 1 (read): %4599 reshape f32[1024,1024] stored f16
+//   binding 2 (read): %4613 reshape f32[1024,1024] stored f16
+//   binding 3 (read): input rng_key u32[2]
+//   binding 4 (read): %4648 add f32[8,128,1024] stored f16
+//   binding 5 (read): %4651 mul f32[8,128,1]
+//   binding 6 (write): %4587 reduce_sum f32[64,1,1024]
+//   binding 7 (write): %4601 reduce_sum f32[64,1,1024]
+//   binding 8 (write): %4615 reduce_sum f32[64,1,1024]
+//   binding 9 (write): %4658 reduce_sum f32[64,1,1024]
+//   binding 10 (write): %4655 mul f32[8,128,1024] stored f16
 
 // launch: grid [1024, 1, 1] of 256-thread blocks
 
@@ -51,7 +63,7 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, float* __restrict__ b3, __half* __restrict__ b4) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, const __half* __restrict__ b2, const unsigned int* __restrict__ b3, const __half* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, float* __restrict__ b7, float* __restrict__ b8, float* __restrict__ b9, __half* __restrict__ b10) {
   __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
@@ -59,18 +71,27 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   const int grp = lid / 64;
   const bool valid = row < 65536;
   float acc0 = 0.0f;
+  float acc1 = 0.0f;
+  float acc2 = 0.0f;
+  float acc3 = 0.0f;
   if (valid) {
     for (int j = grp; j < 16; j += 4) {
-      const unsigned int v1 = b0[0];
-      const unsigned int v2 = b0[1];
-      const float v3 = bf_philox(v1, v2, 57u, static_cast<unsigned int>(row / 1024 * 16384 + j * 1024 + row % 1024));
-      const bool v4 = v3 >= 0.1f;
+      const float v4 = __half2float(b0[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc0 = acc0 + v4;
       const float v5 = __half2float(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      const float v6 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      const float v7 = v5 + v6;
-      const float v8 = (v4 ? v7 : 0.0f);
-      const float v9 = v8 * 1.1111112f;
-      acc0 = acc0 + v9;
+      acc1 = acc1 + v5;
+      const float v6 = __half2float(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc2 = acc2 + v6;
+      const unsigned int v7 = b3[0];
+      const unsigned int v8 = b3[1];
+      const float v9 = bf_philox(v7, v8, 51u, static_cast<unsigned int>(row / 1024 * 16384 + j * 1024 + row % 1024));
+      const bool v10 = v9 >= 0.1f;
+      const float v11 = __half2float(b4[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      const float v12 = b5[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
+      const float v13 = v11 + v12;
+      const float v14 = (v10 ? v13 : 0.0f);
+      const float v15 = v14 * 1.1111112f;
+      acc3 = acc3 + v15;
     }
   }
   colred[lid] = acc0;
@@ -83,23 +104,62 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
     colred[lid] = colred[lid] + colred[lid + 64];
   }
   __syncthreads();
-  const float red10 = colred[lid % 64];
+  const float red16 = colred[lid % 64];
+  __syncthreads();
+  colred[lid] = acc1;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red17 = colred[lid % 64];
+  __syncthreads();
+  colred[lid] = acc2;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red18 = colred[lid % 64];
+  __syncthreads();
+  colred[lid] = acc3;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red19 = colred[lid % 64];
   __syncthreads();
   if (valid && grp == 0) {
-    b3[row] = red10;
+    b6[row] = red16;
+    b7[row] = red17;
+    b8[row] = red18;
+    b9[row] = red19;
   }
   if (valid) {
     for (int j = grp; j < 16; j += 4) {
-      const unsigned int v11 = b0[0];
-      const unsigned int v12 = b0[1];
-      const float v13 = bf_philox(v11, v12, 57u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
-      const bool v14 = v13 >= 0.1f;
-      const float v15 = __half2float(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      const float v16 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
-      const float v17 = v15 + v16;
-      const float v18 = (v14 ? v17 : 0.0f);
-      const float v19 = v18 * 1.1111112f;
-      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v19);
+      const unsigned int v20 = b3[0];
+      const unsigned int v21 = b3[1];
+      const float v22 = bf_philox(v20, v21, 51u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
+      const bool v23 = v22 >= 0.1f;
+      const float v24 = __half2float(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v25 = b5[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      const float v26 = v24 + v25;
+      const float v27 = (v23 ? v26 : 0.0f);
+      const float v28 = v27 * 1.1111112f;
+      b10[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v28);
     }
   }
 }

@@ -2,27 +2,30 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k800_rowsum
 // What the first of them fuses:
-//   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5926 cast f32[8,16,128,128] (models/bert.ts:236)
-//   %5929 where f32[8,16,128,128] (models/bert.ts:236)
-//   %5930 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %5931 div f32[8,16,128,128] (models/bert.ts:236)
-//   %5932 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %5933 neg f32[8,16,128,128] (models/bert.ts:236)
-//   %5934 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
-//   %5935 broadcast f32[8,16,128,128] (models/bert.ts:236)
-//   %5936 add f32[8,16,128,128] (models/bert.ts:236)
-//   %5937 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %5938 mul f32[8,16,128,128] (models/bert.ts:236) -> written
-//   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %5925 matmul f16[8,16,128,128]
-//   binding 2 (read): %1282 reduce_sum f32[8,16,128,1]
-//   binding 3 (read): %1275 mul f32[8,16,128,128] stored f16
-//   binding 4 (read): input attention_mask i32[8,128]
-//   binding 5 (read): %1278 stop_gradient f32[8,16,128,1]
-//   binding 6 (write): %5938 mul f32[8,16,128,128] stored f16
+//   reduce kernel over [64,16,1024] reducing axes [1]
+//   %6796 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %6797 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %6810 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %6811 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %6824 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %6825 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %6864 where f32[8,128,1024] (models/bert.ts:224)
+//   %6865 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6867 reshape f32[64,16,1024] (models/bert.ts:249)
+//   %6868 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
+//   binding 0 (read): %6795 reshape f32[1024,1024] stored f16
+//   binding 1 (read): %6809 reshape f32[1024,1024] stored f16
+//   binding 2 (read): %6823 reshape f32[1024,1024] stored f16
+//   binding 3 (read): input rng_key u32[2]
+//   binding 4 (read): %6858 add f32[8,128,1024] stored f16
+//   binding 5 (read): %6861 mul f32[8,128,1]
+//   binding 6 (write): %6797 reduce_sum f32[64,1,1024]
+//   binding 7 (write): %6811 reduce_sum f32[64,1,1024]
+//   binding 8 (write): %6825 reduce_sum f32[64,1,1024]
+//   binding 9 (write): %6868 reduce_sum f32[64,1,1024]
+//   binding 10 (write): %6865 mul f32[8,128,1024] stored f16
 
-// launch: grid [16384, 1, 1] of 128-thread blocks
+// launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -60,90 +63,103 @@ static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned in
 }
 #endif
 
-#ifndef BF_WARP_SUM_F32_32_DEFINED
-#define BF_WARP_SUM_F32_32_DEFINED
-static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
-    a = a + b;
-  }
-  return a;
-}
-#endif
-
-#ifndef BF_BLOCK_SUM_F32_4_DEFINED
-#define BF_BLOCK_SUM_F32_4_DEFINED
-static __device__ __forceinline__ float bf_block_sum_f32_4(const float* slots) {
-  float a = slots[0];
-#pragma unroll
-  for (int i = 1; i < 4; ++i) {
-    const float b = slots[i];
-    a = a + b;
-  }
-  return a;
-}
-#endif
-
-extern "C" __global__ void __launch_bounds__(128) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, const int* __restrict__ b4, const float* __restrict__ b5, __half* __restrict__ b6) {
-  __shared__ float red_f32_0[4];
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, const __half* __restrict__ b2, const unsigned int* __restrict__ b3, const __half* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, float* __restrict__ b7, float* __restrict__ b8, float* __restrict__ b9, __half* __restrict__ b10) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int row = wg;
+  const int row = wg * 64 + lid % 64;
+  const int grp = lid / 64;
+  const bool valid = row < 65536;
   float acc0 = 0.0f;
-  for (int j = lid; j < 128; j += 128) {
-    const unsigned int v1 = b0[0];
-    const unsigned int v2 = b0[1];
-    const float v3 = bf_philox(v1, v2, 28u, static_cast<unsigned int>(row * 128 + j));
-    const bool v4 = v3 >= 0.1f;
-    const float v5 = __half2float(b1[row * 128 + j]);
-    const float v6 = (v4 ? v5 : 0.0f);
-    const float v7 = v6 * 1.1111112f;
-    const float v8 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    const float v9 = v7 / v8;
-    const float v10 = __half2float(b3[row * 128 + j]);
-    const int v11 = b4[row / 2048 * 128 + j];
-    const float v12 = static_cast<float>(v11);
-    const float v13 = v12 - 1.0f;
-    const float v14 = v13 * 10000.0f;
-    const float v15 = v10 + v14;
-    const float v16 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    const float v17 = v15 - v16;
-    const float v18 = expf(v17);
-    const float v19 = v18 / v8;
-    const float v20 = v9 * v19;
-    const float v21 = -v20;
-    acc0 = acc0 + v21;
+  float acc1 = 0.0f;
+  float acc2 = 0.0f;
+  float acc3 = 0.0f;
+  if (valid) {
+    for (int j = grp; j < 16; j += 4) {
+      const float v4 = __half2float(b0[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc0 = acc0 + v4;
+      const float v5 = __half2float(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc1 = acc1 + v5;
+      const float v6 = __half2float(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc2 = acc2 + v6;
+      const unsigned int v7 = b3[0];
+      const unsigned int v8 = b3[1];
+      const float v9 = bf_philox(v7, v8, 12u, static_cast<unsigned int>(row / 1024 * 16384 + j * 1024 + row % 1024));
+      const bool v10 = v9 >= 0.1f;
+      const float v11 = __half2float(b4[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      const float v12 = b5[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
+      const float v13 = v11 + v12;
+      const float v14 = (v10 ? v13 : 0.0f);
+      const float v15 = v14 * 1.1111112f;
+      acc3 = acc3 + v15;
+    }
   }
-  // wg_reduce (sum -> red22): butterfly within each warp, then the 4 warp results in order
-  const float bf_warp0 = bf_warp_sum_f32_32(acc0);
-  if ((lid & 31) == 0) {
-    red_f32_0[lid / 32] = bf_warp0;
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
   }
   __syncthreads();
-  const float red22 = bf_block_sum_f32_4(red_f32_0);
-  for (int j = lid; j < 128; j += 128) {
-    const unsigned int v23 = b0[0];
-    const unsigned int v24 = b0[1];
-    const float v25 = bf_philox(v23, v24, 28u, static_cast<unsigned int>(row * 128 + j));
-    const bool v26 = v25 >= 0.1f;
-    const float v27 = __half2float(b1[row * 128 + j]);
-    const float v28 = (v26 ? v27 : 0.0f);
-    const float v29 = v28 * 1.1111112f;
-    const float v30 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    const float v31 = v29 / v30;
-    const float v32 = v31 + red22;
-    const float v33 = __half2float(b3[row * 128 + j]);
-    const int v34 = b4[row / 2048 * 128 + j];
-    const float v35 = static_cast<float>(v34);
-    const float v36 = v35 - 1.0f;
-    const float v37 = v36 * 10000.0f;
-    const float v38 = v33 + v37;
-    const float v39 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    const float v40 = v38 - v39;
-    const float v41 = expf(v40);
-    const float v42 = v32 * v41;
-    const float v43 = v42 * 0.125f;
-    b6[row * 128 + j] = __float2half_rn(v43);
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red16 = colred[lid % 64];
+  __syncthreads();
+  colred[lid] = acc1;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red17 = colred[lid % 64];
+  __syncthreads();
+  colred[lid] = acc2;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red18 = colred[lid % 64];
+  __syncthreads();
+  colred[lid] = acc3;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
+  const float red19 = colred[lid % 64];
+  __syncthreads();
+  if (valid && grp == 0) {
+    b6[row] = red16;
+    b7[row] = red17;
+    b8[row] = red18;
+    b9[row] = red19;
+  }
+  if (valid) {
+    for (int j = grp; j < 16; j += 4) {
+      const unsigned int v20 = b3[0];
+      const unsigned int v21 = b3[1];
+      const float v22 = bf_philox(v20, v21, 12u, static_cast<unsigned int>(row % 1024 + j * 1024 + row / 1024 * 16384));
+      const bool v23 = v22 >= 0.1f;
+      const float v24 = __half2float(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      const float v25 = b5[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      const float v26 = v24 + v25;
+      const float v27 = (v23 ? v26 : 0.0f);
+      const float v28 = v27 * 1.1111112f;
+      b10[row % 1024 + j * 1024 + row / 1024 * 16384] = __float2half_rn(v28);
+    }
   }
 }

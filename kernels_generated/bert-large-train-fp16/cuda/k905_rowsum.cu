@@ -2,148 +2,47 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k905_rowsum
 // What the first of them fuses:
-//   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %6436 cast f32[8,16,128,128] (models/bert.ts:236)
-//   %6439 where f32[8,16,128,128] (models/bert.ts:236)
-//   %6440 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %6441 div f32[8,16,128,128] (models/bert.ts:236)
-//   %6442 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %6443 neg f32[8,16,128,128] (models/bert.ts:236)
-//   %6444 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
-//   %6445 broadcast f32[8,16,128,128] (models/bert.ts:236)
-//   %6446 add f32[8,16,128,128] (models/bert.ts:236)
-//   %6447 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %6448 mul f32[8,16,128,128] (models/bert.ts:236) -> written
-//   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %6435 matmul f16[8,16,128,128]
-//   binding 2 (read): %889 reduce_sum f32[8,16,128,1]
-//   binding 3 (read): %882 mul f32[8,16,128,128] stored f16
-//   binding 4 (read): input attention_mask i32[8,128]
-//   binding 5 (read): %885 stop_gradient f32[8,16,128,1]
-//   binding 6 (write): %6448 mul f32[8,16,128,128] stored f16
+//   reduce kernel over [64,16,2,1024] reducing axes [1]
+//   %7549 reshape f32[1024,1,1024] (models/bert.ts:115)
+//   %7550 broadcast f32[1024,2,1024] (models/bert.ts:115)
+//   %7553 where f32[1024,2,1024] (models/bert.ts:115)
+//   %7554 reshape f32[64,16,2,1024] (models/bert.ts:115)
+//   %7555 reduce_sum f32[64,1,2,1024] (models/bert.ts:115) -> written
+//   binding 0 (read): input token_type_ids i32[8,128]
+//   binding 1 (read): %7545 add f32[8,128,1024] stored f16
+//   binding 2 (write): %7555 reduce_sum f32[64,1,2,1024]
 
-// launch: grid [16384, 1, 1] of 128-thread blocks
+// launch: grid [1024, 1, 1] of 256-thread blocks
 
 #include <cuda_fp16.h>
 
-#ifndef BF_PHILOX_BLOCK_DEFINED
-#define BF_PHILOX_BLOCK_DEFINED
-// Philox4x32-10 of counter (index / 4, 0, step, 0) and key (seed, stream): the project's dropout
-// stream (runtime/numeric/philox.ts).
-static __device__ __forceinline__ uint4 bf_philox_block(unsigned int seed, unsigned int step,
-                                                        unsigned int stream, unsigned int index) {
-  unsigned int c0 = index >> 2, c1 = 0u, c2 = step, c3 = 0u, k0 = seed, k1 = stream;
-#pragma unroll
-  for (int i = 0; i < 10; ++i) {
-    const unsigned int hi0 = __umulhi(c0, 0xd2511f53u), lo0 = c0 * 0xd2511f53u;
-    const unsigned int hi1 = __umulhi(c2, 0xcd9e8d57u), lo1 = c2 * 0xcd9e8d57u;
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += 0x9e3779b9u;
-    k1 += 0xbb67ae85u;
-  }
-  return make_uint4(c0, c1, c2, c3);
-}
-#endif
-
-#ifndef BF_PHILOX_DEFINED
-#define BF_PHILOX_DEFINED
-// The uniform of element index: word index % 4 of its block, (bits >> 8) * 2^-24.
-static __device__ __forceinline__ float bf_philox(unsigned int seed, unsigned int step, unsigned int stream,
-                                                  unsigned int index) {
-  const uint4 w = bf_philox_block(seed, step, stream, index);
-  const unsigned int j = index & 3u;
-  const unsigned int bits = j == 0u ? w.x : j == 1u ? w.y : j == 2u ? w.z : w.w;
-  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
-}
-#endif
-
-#ifndef BF_WARP_SUM_F32_32_DEFINED
-#define BF_WARP_SUM_F32_32_DEFINED
-static __device__ __forceinline__ float bf_warp_sum_f32_32(float a) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float b = __shfl_xor_sync(0xffffffffu, a, o, 32);
-    a = a + b;
-  }
-  return a;
-}
-#endif
-
-#ifndef BF_BLOCK_SUM_F32_4_DEFINED
-#define BF_BLOCK_SUM_F32_4_DEFINED
-static __device__ __forceinline__ float bf_block_sum_f32_4(const float* slots) {
-  float a = slots[0];
-#pragma unroll
-  for (int i = 1; i < 4; ++i) {
-    const float b = slots[i];
-    a = a + b;
-  }
-  return a;
-}
-#endif
-
-extern "C" __global__ void __launch_bounds__(128) bf_kernel(const unsigned int* __restrict__ b0, const __half* __restrict__ b1, const float* __restrict__ b2, const __half* __restrict__ b3, const int* __restrict__ b4, const float* __restrict__ b5, __half* __restrict__ b6) {
-  __shared__ float red_f32_0[4];
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const int* __restrict__ b0, const __half* __restrict__ b1, float* __restrict__ b2) {
+  __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int row = wg;
+  const int row = wg * 128 + lid % 128;
+  const int grp = lid / 128;
+  const bool valid = row < 131072;
   float acc0 = 0.0f;
-  for (int j = lid; j < 128; j += 128) {
-    const unsigned int v1 = b0[0];
-    const unsigned int v2 = b0[1];
-    const float v3 = bf_philox(v1, v2, 19u, static_cast<unsigned int>(row * 128 + j));
-    const bool v4 = v3 >= 0.1f;
-    const float v5 = __half2float(b1[row * 128 + j]);
-    const float v6 = (v4 ? v5 : 0.0f);
-    const float v7 = v6 * 1.1111112f;
-    const float v8 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    const float v9 = v7 / v8;
-    const float v10 = __half2float(b3[row * 128 + j]);
-    const int v11 = b4[row / 2048 * 128 + j];
-    const float v12 = static_cast<float>(v11);
-    const float v13 = v12 - 1.0f;
-    const float v14 = v13 * 10000.0f;
-    const float v15 = v10 + v14;
-    const float v16 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    const float v17 = v15 - v16;
-    const float v18 = expf(v17);
-    const float v19 = v18 / v8;
-    const float v20 = v9 * v19;
-    const float v21 = -v20;
-    acc0 = acc0 + v21;
+  if (valid) {
+    for (int j = grp; j < 16; j += 2) {
+      const int v1 = b0[(row / 2048 * 32768 + j * 2048 + row / 1024 % 2 * 1024 + row % 1024) / 2048];
+      const int v2 = (row / 2048 * 32768 + j * 2048 + row / 1024 % 2 * 1024 + row % 1024) / 1024 % 2;
+      const bool v3 = v1 == v2;
+      const float v4 = __half2float(b1[(row / 2048 * 32768 + j * 2048 + row / 1024 % 2 * 1024 + row % 1024) / 2048 * 1024 + (row / 2048 * 32768 + j * 2048 + row / 1024 % 2 * 1024 + row % 1024) % 1024]);
+      const float v5 = (v3 ? v4 : 0.0f);
+      acc0 = acc0 + v5;
+    }
   }
-  // wg_reduce (sum -> red22): butterfly within each warp, then the 4 warp results in order
-  const float bf_warp0 = bf_warp_sum_f32_32(acc0);
-  if ((lid & 31) == 0) {
-    red_f32_0[lid / 32] = bf_warp0;
+  colred[lid] = acc0;
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 128];
   }
   __syncthreads();
-  const float red22 = bf_block_sum_f32_4(red_f32_0);
-  for (int j = lid; j < 128; j += 128) {
-    const unsigned int v23 = b0[0];
-    const unsigned int v24 = b0[1];
-    const float v25 = bf_philox(v23, v24, 19u, static_cast<unsigned int>(row * 128 + j));
-    const bool v26 = v25 >= 0.1f;
-    const float v27 = __half2float(b1[row * 128 + j]);
-    const float v28 = (v26 ? v27 : 0.0f);
-    const float v29 = v28 * 1.1111112f;
-    const float v30 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    const float v31 = v29 / v30;
-    const float v32 = v31 + red22;
-    const float v33 = __half2float(b3[row * 128 + j]);
-    const int v34 = b4[row / 2048 * 128 + j];
-    const float v35 = static_cast<float>(v34);
-    const float v36 = v35 - 1.0f;
-    const float v37 = v36 * 10000.0f;
-    const float v38 = v33 + v37;
-    const float v39 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    const float v40 = v38 - v39;
-    const float v41 = expf(v40);
-    const float v42 = v32 * v41;
-    const float v43 = v42 * 0.125f;
-    b6[row * 128 + j] = __float2half_rn(v43);
+  const float red6 = colred[lid % 128];
+  __syncthreads();
+  if (valid && grp == 0) {
+    b2[row] = red6;
   }
 }

@@ -2,103 +2,296 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k290_rowsum_pad
 // What the first of them fuses:
-//   reduce kernel over [64,16,1024] reducing axes [1]
+//   reduce kernel over [8,128,1024] reducing axes [2]
 //   %3412 reshape f32[8,128,1024] (models/bert.ts:155)
 //   %3428 cast f32[8,1024] (models/bert.ts:129)
 //   %3431 reshape f32[8,1,1024] (models/bert.ts:128)
 //   %3432 pad f32[8,128,1024] (models/bert.ts:128)
-//   %3433 add f32[8,128,1024] (models/bert.ts:128) -> written
-//   %3434 reshape f32[64,16,1024] (models/bert.ts:223)
-//   %3435 reduce_sum f32[64,1,1024] (models/bert.ts:223) -> written
+//   %3433 add f32[8,128,1024] (models/bert.ts:128)
+//   %3434 reshape f32[512,2,1024] (models/bert.ts:223)
+//   %3435 reduce_sum f32[512,1,1024] (models/bert.ts:223) -> written
+//   %3439 mul f32[8,128,1024] (models/bert.ts:223)
 //   %3440 mul f32[8,128,1024] (models/bert.ts:223)
-//   %3441 reshape f32[64,16,1024] (models/bert.ts:223)
-//   %3442 reduce_sum f32[64,1,1024] (models/bert.ts:223) -> written
+//   %3441 reshape f32[512,2,1024] (models/bert.ts:223)
+//   %3442 reduce_sum f32[512,1,1024] (models/bert.ts:223) -> written
+//   %3446 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3447 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3448 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3450 mul f32[8,128,1] (models/bert.ts:223)
+//   %3451 div f32[8,128,1] (models/bert.ts:223)
+//   %3452 mul f32[8,128,1] (models/bert.ts:223)
+//   %3453 mul f32[8,128,1] (models/bert.ts:223)
+//   %3454 broadcast f32[8,128,1024] (models/bert.ts:223)
+//   %3455 mul f32[8,128,1024] (models/bert.ts:223)
+//   %3456 add f32[8,128,1024] (models/bert.ts:223)
+//   %3457 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %3458 neg f32[8,128,1024] (models/bert.ts:223)
+//   %3459 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %3460 mul f32[8,128,1] (models/bert.ts:223) -> written
 //   binding 0 (read): %3411 scatter_add f32[1024,1024]
 //   binding 1 (read): %3427 matmul f16[8,1024]
-//   binding 2 (read): %3181 add f32[8,128,1024] stored f16
-//   binding 3 (read): %3183 mul f32[8,128,1]
-//   binding 4 (read): %3188 mul f32[8,128,1]
-//   binding 5 (write): %3435 reduce_sum f32[64,1,1024]
-//   binding 6 (write): %3442 reduce_sum f32[64,1,1024]
-//   binding 7 (write): %3433 add f32[8,128,1024] stored f16
+//   binding 2 (read): param bert.encoder.layer.23.output.LayerNorm.weight f32[1024]
+//   binding 3 (read): %3181 add f32[8,128,1024] stored f16
+//   binding 4 (read): %3183 mul f32[8,128,1]
+//   binding 5 (read): %3188 mul f32[8,128,1]
+//   binding 6 (write): %3460 mul f32[8,128,1]
+//   binding 7 (write): %3457 add f32[8,128,1024] stored f16
+//   binding 8 (write): %3435 reduce_sum f32[512,1,1024]
+//   binding 9 (write): %3442 reduce_sum f32[512,1,1024]
 
-// launch: 1024 workgroups of 256 threads
+// launch: 512 workgroups of 256 threads
 
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<f32>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
-@group(0) @binding(2) var<storage, read> b2: array<f16>;
-@group(0) @binding(3) var<storage, read> b3: array<f32>;
+@group(0) @binding(2) var<storage, read> b2: array<f32>;
+@group(0) @binding(3) var<storage, read> b3: array<f16>;
 @group(0) @binding(4) var<storage, read> b4: array<f32>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f32>;
+@group(0) @binding(5) var<storage, read> b5: array<f32>;
 @group(0) @binding(6) var<storage, read_write> b6: array<f32>;
 @group(0) @binding(7) var<storage, read_write> b7: array<f16>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
+@group(0) @binding(9) var<storage, read_write> b9: array<f32>;
 
-var<workgroup> colred: array<f32, 256>;
+var<workgroup> red_f32_0: array<f32, 256>;
+var<workgroup> red_f32_1: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg * 64 + lid % 64;
-  let grp: i32 = lid / 64;
-  let valid: bool = row < 65536;
-  var acc0: f32 = 0.0;
-  var acc1: f32 = 0.0;
-  if (valid) {
-    for (var j: i32 = grp; j < 16; j += 4) {
-      let v2: f32 = b0[row / 1024 * 16384 + j * 1024 + row % 1024];
-      let v3: f32 = f32(b1[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 1024 + (row / 1024 * 16384 + j * 1024 + row % 1024) % 1024]);
-      let v4: f32 = select(0.0, v3, (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128 >= 0 && (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128 < 1);
-      let v5: f32 = v2 + v4;
-      acc0 = acc0 + v5;
-      let v6: f32 = f32(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      let v7: f32 = b3[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      let v8: f32 = v6 - v7;
-      let v9: f32 = b4[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      let v10: f32 = v9 + 1e-12;
-      let v11: f32 = inverseSqrt(v10);
-      let v12: f32 = v8 * v11;
-      let v13: f32 = v5 * v12;
-      acc1 = acc1 + v13;
+  var col36: f32 = 0.0;
+  var col37: f32 = 0.0;
+  var col38: f32 = 0.0;
+  var col39: f32 = 0.0;
+  var col40: f32 = 0.0;
+  var col41: f32 = 0.0;
+  var col42: f32 = 0.0;
+  var col43: f32 = 0.0;
+  for (var rr: i32 = 0; rr < 2; rr += 1) {
+    let row: i32 = wg * 2 + rr;
+    var acc0: f32 = 0.0;
+    for (var j: i32 = lid; j < 1024; j += 256) {
+      let v1: f32 = b0[row * 1024 + j];
+      let v2: f32 = f32(b1[row / 128 * 1024 + j]);
+      let v3: f32 = select(0.0, v2, row % 128 >= 0 && row % 128 < 1);
+      let v4: f32 = v1 + v3;
+      let v5: f32 = b2[j];
+      let v6: f32 = v4 * v5;
+      let v7: f32 = f32(b3[row * 1024 + j]);
+      let v8: f32 = b4[row / 128 * 128 + row % 128];
+      let v9: f32 = v7 - v8;
+      let v10: f32 = v6 * v9;
+      acc0 = acc0 + v10;
     }
-  }
-  colred[lid] = acc0;
-  workgroupBarrier();
-  if (grp < 2) {
-    colred[lid] = colred[lid] + colred[lid + 128];
-  }
-  workgroupBarrier();
-  if (grp < 1) {
-    colred[lid] = colred[lid] + colred[lid + 64];
-  }
-  workgroupBarrier();
-  let red14: f32 = colred[lid % 64];
-  workgroupBarrier();
-  colred[lid] = acc1;
-  workgroupBarrier();
-  if (grp < 2) {
-    colred[lid] = colred[lid] + colred[lid + 128];
-  }
-  workgroupBarrier();
-  if (grp < 1) {
-    colred[lid] = colred[lid] + colred[lid + 64];
-  }
-  workgroupBarrier();
-  let red15: f32 = colred[lid % 64];
-  workgroupBarrier();
-  if (valid && grp == 0) {
-    b5[row] = red14;
-    b6[row] = red15;
-  }
-  if (valid) {
-    for (var j: i32 = grp; j < 16; j += 4) {
-      let v16: f32 = b0[row % 1024 + j * 1024 + row / 1024 * 16384];
-      let v17: f32 = f32(b1[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 1024 + (row % 1024 + j * 1024 + row / 1024 * 16384) % 1024]);
-      let v18: f32 = select(0.0, v17, (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128 >= 0 && (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128 < 1);
-      let v19: f32 = v16 + v18;
-      b7[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v19);
+    // wg_reduce (sum -> red11): tree over 256 threads in workgroup memory
+    red_f32_0[lid] = acc0;
+    workgroupBarrier();
+    if (lid < 128) {
+      red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 128];
     }
+    workgroupBarrier();
+    if (lid < 64) {
+      red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
+    }
+    workgroupBarrier();
+    if (lid < 32) {
+      red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
+    }
+    workgroupBarrier();
+    if (lid < 16) {
+      red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
+    }
+    workgroupBarrier();
+    if (lid < 8) {
+      red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
+    }
+    workgroupBarrier();
+    if (lid < 4) {
+      red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
+    }
+    workgroupBarrier();
+    if (lid < 2) {
+      red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
+    }
+    workgroupBarrier();
+    let red11: f32 = red_f32_0[0] + red_f32_0[1];
+    workgroupBarrier();
+    var acc12: f32 = 0.0;
+    for (var j: i32 = lid; j < 1024; j += 256) {
+      let v13: f32 = b0[row * 1024 + j];
+      let v14: f32 = f32(b1[row / 128 * 1024 + j]);
+      let v15: f32 = select(0.0, v14, row % 128 >= 0 && row % 128 < 1);
+      let v16: f32 = v13 + v15;
+      let v17: f32 = b2[j];
+      let v18: f32 = v16 * v17;
+      let v19: f32 = b5[row / 128 * 128 + row % 128];
+      let v20: f32 = v19 + 1e-12;
+      let v21: f32 = inverseSqrt(v20);
+      let v22: f32 = v18 * v21;
+      let v23: f32 = red11 * (-0.5);
+      let v24: f32 = v21 / v20;
+      let v25: f32 = v23 * v24;
+      let v26: f32 = v25 * 0.0009765625;
+      let v27: f32 = f32(b3[row * 1024 + j]);
+      let v28: f32 = b4[row / 128 * 128 + row % 128];
+      let v29: f32 = v27 - v28;
+      let v30: f32 = v26 * v29;
+      let v31: f32 = v22 + v30;
+      let v32: f32 = v31 + v30;
+      let v33: f32 = -v32;
+      acc12 = acc12 + v33;
+    }
+    // wg_reduce (sum -> red34): tree over 256 threads in workgroup memory
+    red_f32_1[lid] = acc12;
+    workgroupBarrier();
+    if (lid < 128) {
+      red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 128];
+    }
+    workgroupBarrier();
+    if (lid < 64) {
+      red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 64];
+    }
+    workgroupBarrier();
+    if (lid < 32) {
+      red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 32];
+    }
+    workgroupBarrier();
+    if (lid < 16) {
+      red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 16];
+    }
+    workgroupBarrier();
+    if (lid < 8) {
+      red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 8];
+    }
+    workgroupBarrier();
+    if (lid < 4) {
+      red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 4];
+    }
+    workgroupBarrier();
+    if (lid < 2) {
+      red_f32_1[lid] = red_f32_1[lid] + red_f32_1[lid + 2];
+    }
+    workgroupBarrier();
+    let red34: f32 = red_f32_1[0] + red_f32_1[1];
+    workgroupBarrier();
+    let v35: f32 = red34 * 0.0009765625;
+    if (lid == 0) {
+      b6[row] = v35;
+    }
+    let j44: i32 = lid;
+    let v45: f32 = b0[row * 1024 + j44];
+    let v46: f32 = f32(b1[row / 128 * 1024 + j44]);
+    let v47: f32 = select(0.0, v46, row % 128 >= 0 && row % 128 < 1);
+    let v48: f32 = v45 + v47;
+    let v49: f32 = b2[j44];
+    let v50: f32 = v48 * v49;
+    let v51: f32 = b5[row / 128 * 128 + row % 128];
+    let v52: f32 = v51 + 1e-12;
+    let v53: f32 = inverseSqrt(v52);
+    let v54: f32 = v50 * v53;
+    let v55: f32 = red11 * (-0.5);
+    let v56: f32 = v53 / v52;
+    let v57: f32 = v55 * v56;
+    let v58: f32 = v57 * 0.0009765625;
+    let v59: f32 = f32(b3[row * 1024 + j44]);
+    let v60: f32 = b4[row / 128 * 128 + row % 128];
+    let v61: f32 = v59 - v60;
+    let v62: f32 = v58 * v61;
+    let v63: f32 = v54 + v62;
+    let v64: f32 = v63 + v62;
+    b7[row * 1024 + j44] = f16(v64);
+    col36 = col36 + v48;
+    let v65: f32 = v61 * v53;
+    let v66: f32 = v48 * v65;
+    col40 = col40 + v66;
+    let j67: i32 = lid + 256;
+    let v68: f32 = b0[row * 1024 + j67];
+    let v69: f32 = f32(b1[row / 128 * 1024 + j67]);
+    let v70: f32 = select(0.0, v69, row % 128 >= 0 && row % 128 < 1);
+    let v71: f32 = v68 + v70;
+    let v72: f32 = b2[j67];
+    let v73: f32 = v71 * v72;
+    let v74: f32 = b5[row / 128 * 128 + row % 128];
+    let v75: f32 = v74 + 1e-12;
+    let v76: f32 = inverseSqrt(v75);
+    let v77: f32 = v73 * v76;
+    let v78: f32 = red11 * (-0.5);
+    let v79: f32 = v76 / v75;
+    let v80: f32 = v78 * v79;
+    let v81: f32 = v80 * 0.0009765625;
+    let v82: f32 = f32(b3[row * 1024 + j67]);
+    let v83: f32 = b4[row / 128 * 128 + row % 128];
+    let v84: f32 = v82 - v83;
+    let v85: f32 = v81 * v84;
+    let v86: f32 = v77 + v85;
+    let v87: f32 = v86 + v85;
+    b7[row * 1024 + j67] = f16(v87);
+    col37 = col37 + v71;
+    let v88: f32 = v84 * v76;
+    let v89: f32 = v71 * v88;
+    col41 = col41 + v89;
+    let j90: i32 = lid + 512;
+    let v91: f32 = b0[row * 1024 + j90];
+    let v92: f32 = f32(b1[row / 128 * 1024 + j90]);
+    let v93: f32 = select(0.0, v92, row % 128 >= 0 && row % 128 < 1);
+    let v94: f32 = v91 + v93;
+    let v95: f32 = b2[j90];
+    let v96: f32 = v94 * v95;
+    let v97: f32 = b5[row / 128 * 128 + row % 128];
+    let v98: f32 = v97 + 1e-12;
+    let v99: f32 = inverseSqrt(v98);
+    let v100: f32 = v96 * v99;
+    let v101: f32 = red11 * (-0.5);
+    let v102: f32 = v99 / v98;
+    let v103: f32 = v101 * v102;
+    let v104: f32 = v103 * 0.0009765625;
+    let v105: f32 = f32(b3[row * 1024 + j90]);
+    let v106: f32 = b4[row / 128 * 128 + row % 128];
+    let v107: f32 = v105 - v106;
+    let v108: f32 = v104 * v107;
+    let v109: f32 = v100 + v108;
+    let v110: f32 = v109 + v108;
+    b7[row * 1024 + j90] = f16(v110);
+    col38 = col38 + v94;
+    let v111: f32 = v107 * v99;
+    let v112: f32 = v94 * v111;
+    col42 = col42 + v112;
+    let j113: i32 = lid + 768;
+    let v114: f32 = b0[row * 1024 + j113];
+    let v115: f32 = f32(b1[row / 128 * 1024 + j113]);
+    let v116: f32 = select(0.0, v115, row % 128 >= 0 && row % 128 < 1);
+    let v117: f32 = v114 + v116;
+    let v118: f32 = b2[j113];
+    let v119: f32 = v117 * v118;
+    let v120: f32 = b5[row / 128 * 128 + row % 128];
+    let v121: f32 = v120 + 1e-12;
+    let v122: f32 = inverseSqrt(v121);
+    let v123: f32 = v119 * v122;
+    let v124: f32 = red11 * (-0.5);
+    let v125: f32 = v122 / v121;
+    let v126: f32 = v124 * v125;
+    let v127: f32 = v126 * 0.0009765625;
+    let v128: f32 = f32(b3[row * 1024 + j113]);
+    let v129: f32 = b4[row / 128 * 128 + row % 128];
+    let v130: f32 = v128 - v129;
+    let v131: f32 = v127 * v130;
+    let v132: f32 = v123 + v131;
+    let v133: f32 = v132 + v131;
+    b7[row * 1024 + j113] = f16(v133);
+    col39 = col39 + v117;
+    let v134: f32 = v130 * v122;
+    let v135: f32 = v117 * v134;
+    col43 = col43 + v135;
+    workgroupBarrier();
   }
+  b8[wg * 1024 + lid] = col36;
+  b8[wg * 1024 + (lid + 256)] = col37;
+  b8[wg * 1024 + (lid + 512)] = col38;
+  b8[wg * 1024 + (lid + 768)] = col39;
+  b9[wg * 1024 + lid] = col40;
+  b9[wg * 1024 + (lid + 256)] = col41;
+  b9[wg * 1024 + (lid + 512)] = col42;
+  b9[wg * 1024 + (lid + 768)] = col43;
 }

@@ -2,28 +2,39 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k304_rowsum
 // What the first of them fuses:
-//   reduce kernel over [64,16,1024] reducing axes [1]
-//   %3529 where f32[8,128,1024] (models/bert.ts:224)
-//   %3530 mul f32[8,128,1024] (models/bert.ts:224) -> written
-//   %3532 reshape f32[64,16,1024] (models/bert.ts:245)
-//   %3533 reduce_sum f32[64,1,1024] (models/bert.ts:245) -> written
+//   reduce kernel over [8,16,128,128] reducing axes [3]
+//   %3546 cast f32[8,16,128,128] (models/bert.ts:236)
+//   %3549 where f32[8,16,128,128] (models/bert.ts:236)
+//   %3550 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3551 div f32[8,16,128,128] (models/bert.ts:236)
+//   %3552 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3553 neg f32[8,16,128,128] (models/bert.ts:236)
+//   %3554 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
+//   %3555 broadcast f32[8,16,128,128] (models/bert.ts:236)
+//   %3556 add f32[8,16,128,128] (models/bert.ts:236)
+//   %3557 mul f32[8,16,128,128] (models/bert.ts:236)
+//   %3558 mul f32[8,16,128,128] (models/bert.ts:236) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %3523 add f32[8,128,1024] stored f16
-//   binding 2 (read): %3526 mul f32[8,128,1]
-//   binding 3 (write): %3533 reduce_sum f32[64,1,1024]
-//   binding 4 (write): %3530 mul f32[8,128,1024] stored f16
+//   binding 1 (read): %3545 matmul f16[8,16,128,128]
+//   binding 2 (read): %3116 reduce_sum f32[8,16,128,1]
+//   binding 3 (read): %3109 mul f32[8,16,128,128] stored f16
+//   binding 4 (read): input attention_mask i32[8,128]
+//   binding 5 (read): %3112 stop_gradient f32[8,16,128,1]
+//   binding 6 (write): %3558 mul f32[8,16,128,128] stored f16
 
-// launch: 1024 workgroups of 256 threads
+// launch: 16384 workgroups of 128 threads
 
 enable f16;
 
 @group(0) @binding(0) var<storage, read> b0: array<u32>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
 @group(0) @binding(2) var<storage, read> b2: array<f32>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f16>;
+@group(0) @binding(3) var<storage, read> b3: array<f16>;
+@group(0) @binding(4) var<storage, read> b4: array<i32>;
+@group(0) @binding(5) var<storage, read> b5: array<f32>;
+@group(0) @binding(6) var<storage, read_write> b6: array<f16>;
 
-var<workgroup> colred: array<f32, 256>;
+var<workgroup> red_f32_0: array<f32, 128>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -63,55 +74,86 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(128)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg * 64 + lid % 64;
-  let grp: i32 = lid / 64;
-  let valid: bool = row < 65536;
+  let row: i32 = wg;
   var acc0: f32 = 0.0;
-  if (valid) {
-    for (var j: i32 = grp; j < 16; j += 4) {
-      let v1: u32 = b0[0];
-      let v2: u32 = b0[1];
-      let v3: f32 = bf_philox(v1, v2, 71u, u32(row / 1024 * 16384 + j * 1024 + row % 1024));
-      let v4: bool = v3 >= 0.1;
-      let v5: f32 = f32(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      let v6: f32 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      let v7: f32 = v5 + v6;
-      let v8: f32 = select(0.0, v7, v4);
-      let v9: f32 = v8 * 1.1111112;
-      acc0 = acc0 + v9;
-    }
+  for (var j: i32 = lid; j < 128; j += 128) {
+    let v1: u32 = b0[0];
+    let v2: u32 = b0[1];
+    let v3: f32 = bf_philox(v1, v2, 70u, u32(row * 128 + j));
+    let v4: bool = v3 >= 0.1;
+    let v5: f32 = f32(b1[row * 128 + j]);
+    let v6: f32 = select(0.0, v5, v4);
+    let v7: f32 = v6 * 1.1111112;
+    let v8: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v9: f32 = v7 / v8;
+    let v10: f32 = f32(b3[row * 128 + j]);
+    let v11: i32 = b4[row / 2048 * 128 + j];
+    let v12: f32 = f32(v11);
+    let v13: f32 = v12 - 1.0;
+    let v14: f32 = v13 * 10000.0;
+    let v15: f32 = v10 + v14;
+    let v16: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v17: f32 = v15 - v16;
+    let v18: f32 = exp(v17);
+    let v19: f32 = v18 / v8;
+    let v20: f32 = v9 * v19;
+    let v21: f32 = -v20;
+    acc0 = acc0 + v21;
   }
-  colred[lid] = acc0;
+  // wg_reduce (sum -> red22): tree over 128 threads in workgroup memory
+  red_f32_0[lid] = acc0;
   workgroupBarrier();
-  if (grp < 2) {
-    colred[lid] = colred[lid] + colred[lid + 128];
+  if (lid < 64) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
   }
   workgroupBarrier();
-  if (grp < 1) {
-    colred[lid] = colred[lid] + colred[lid + 64];
+  if (lid < 32) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
   }
   workgroupBarrier();
-  let red10: f32 = colred[lid % 64];
-  workgroupBarrier();
-  if (valid && grp == 0) {
-    b3[row] = red10;
+  if (lid < 16) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
   }
-  if (valid) {
-    for (var j: i32 = grp; j < 16; j += 4) {
-      let v11: u32 = b0[0];
-      let v12: u32 = b0[1];
-      let v13: f32 = bf_philox(v11, v12, 71u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
-      let v14: bool = v13 >= 0.1;
-      let v15: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      let v16: f32 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
-      let v17: f32 = v15 + v16;
-      let v18: f32 = select(0.0, v17, v14);
-      let v19: f32 = v18 * 1.1111112;
-      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v19);
-    }
+  workgroupBarrier();
+  if (lid < 8) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
+  }
+  workgroupBarrier();
+  if (lid < 4) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
+  }
+  workgroupBarrier();
+  if (lid < 2) {
+    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
+  }
+  workgroupBarrier();
+  let red22: f32 = red_f32_0[0] + red_f32_0[1];
+  for (var j: i32 = lid; j < 128; j += 128) {
+    let v23: u32 = b0[0];
+    let v24: u32 = b0[1];
+    let v25: f32 = bf_philox(v23, v24, 70u, u32(row * 128 + j));
+    let v26: bool = v25 >= 0.1;
+    let v27: f32 = f32(b1[row * 128 + j]);
+    let v28: f32 = select(0.0, v27, v26);
+    let v29: f32 = v28 * 1.1111112;
+    let v30: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v31: f32 = v29 / v30;
+    let v32: f32 = v31 + red22;
+    let v33: f32 = f32(b3[row * 128 + j]);
+    let v34: i32 = b4[row / 2048 * 128 + j];
+    let v35: f32 = f32(v34);
+    let v36: f32 = v35 - 1.0;
+    let v37: f32 = v36 * 10000.0;
+    let v38: f32 = v33 + v37;
+    let v39: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
+    let v40: f32 = v38 - v39;
+    let v41: f32 = exp(v40);
+    let v42: f32 = v32 * v41;
+    let v43: f32 = v42 * 0.125;
+    b6[row * 128 + j] = f16(v43);
   }
 }

@@ -3,25 +3,43 @@
 // Used by 1 kernel: k748_rowsum
 // What the first of them fuses:
 //   reduce kernel over [64,16,1024] reducing axes [1]
-//   %5674 where f32[8,128,1024] (models/bert.ts:224)
-//   %5675 mul f32[8,128,1024] (models/bert.ts:224) -> written
-//   %5677 reshape f32[64,16,1024] (models/bert.ts:249)
-//   %5678 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
-//   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %5668 add f32[8,128,1024] stored f16
-//   binding 2 (read): %5671 mul f32[8,128,1]
-//   binding 3 (write): %5678 reduce_sum f32[64,1,1024]
-//   binding 4 (write): %5675 mul f32[8,128,1024] stored f16
+//   %6456 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %6457 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %6470 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %6471 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %6484 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %6485 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %6524 where f32[8,128,1024] (models/bert.ts:224)
+//   %6525 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6527 reshape f32[64,16,1024] (models/bert.ts:249)
+//   %6528 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
+//   binding 0 (read): %6455 reshape f32[1024,1024] stored f16
+//   binding 1 (read): %6469 reshape f32[1024,1024] stored f16
+//   binding 2 (read): %6483 reshape f32[1024,1024] stored f16
+//   binding 3 (read): input rng_key u32[2]
+//   binding 4 (read): %6518 add f32[8,128,1024] stored f16
+//   binding 5 (read): %6521 mul f32[8,128,1]
+//   binding 6 (write): %6457 reduce_sum f32[64,1,1024]
+//   binding 7 (write): %6471 reduce_sum f32[64,1,1024]
+//   binding 8 (write): %6485 reduce_sum f32[64,1,1024]
+//   binding 9 (write): %6528 reduce_sum f32[64,1,1024]
+//   binding 10 (write): %6525 mul f32[8,128,1024] stored f16
 
 // launch: 1024 workgroups of 256 threads
 
 enable f16;
 
-@group(0) @binding(0) var<storage, read> b0: array<u32>;
+@group(0) @binding(0) var<storage, read> b0: array<f16>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
-@group(0) @binding(2) var<storage, read> b2: array<f32>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f16>;
+@group(0) @binding(2) var<storage, read> b2: array<f16>;
+@group(0) @binding(3) var<storage, read> b3: array<u32>;
+@group(0) @binding(4) var<storage, read> b4: array<f16>;
+@group(0) @binding(5) var<storage, read> b5: array<f32>;
+@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
+@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
+@group(0) @binding(9) var<storage, read_write> b9: array<f32>;
+@group(0) @binding(10) var<storage, read_write> b10: array<f16>;
 
 var<workgroup> colred: array<f32, 256>;
 
@@ -71,18 +89,27 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
   let grp: i32 = lid / 64;
   let valid: bool = row < 65536;
   var acc0: f32 = 0.0;
+  var acc1: f32 = 0.0;
+  var acc2: f32 = 0.0;
+  var acc3: f32 = 0.0;
   if (valid) {
     for (var j: i32 = grp; j < 16; j += 4) {
-      let v1: u32 = b0[0];
-      let v2: u32 = b0[1];
-      let v3: f32 = bf_philox(v1, v2, 33u, u32(row / 1024 * 16384 + j * 1024 + row % 1024));
-      let v4: bool = v3 >= 0.1;
+      let v4: f32 = f32(b0[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc0 = acc0 + v4;
       let v5: f32 = f32(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
-      let v6: f32 = b2[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
-      let v7: f32 = v5 + v6;
-      let v8: f32 = select(0.0, v7, v4);
-      let v9: f32 = v8 * 1.1111112;
-      acc0 = acc0 + v9;
+      acc1 = acc1 + v5;
+      let v6: f32 = f32(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc2 = acc2 + v6;
+      let v7: u32 = b3[0];
+      let v8: u32 = b3[1];
+      let v9: f32 = bf_philox(v7, v8, 18u, u32(row / 1024 * 16384 + j * 1024 + row % 1024));
+      let v10: bool = v9 >= 0.1;
+      let v11: f32 = f32(b4[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      let v12: f32 = b5[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
+      let v13: f32 = v11 + v12;
+      let v14: f32 = select(0.0, v13, v10);
+      let v15: f32 = v14 * 1.1111112;
+      acc3 = acc3 + v15;
     }
   }
   colred[lid] = acc0;
@@ -95,23 +122,62 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     colred[lid] = colred[lid] + colred[lid + 64];
   }
   workgroupBarrier();
-  let red10: f32 = colred[lid % 64];
+  let red16: f32 = colred[lid % 64];
+  workgroupBarrier();
+  colred[lid] = acc1;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red17: f32 = colred[lid % 64];
+  workgroupBarrier();
+  colred[lid] = acc2;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red18: f32 = colred[lid % 64];
+  workgroupBarrier();
+  colred[lid] = acc3;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red19: f32 = colred[lid % 64];
   workgroupBarrier();
   if (valid && grp == 0) {
-    b3[row] = red10;
+    b6[row] = red16;
+    b7[row] = red17;
+    b8[row] = red18;
+    b9[row] = red19;
   }
   if (valid) {
     for (var j: i32 = grp; j < 16; j += 4) {
-      let v11: u32 = b0[0];
-      let v12: u32 = b0[1];
-      let v13: f32 = bf_philox(v11, v12, 33u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
-      let v14: bool = v13 >= 0.1;
-      let v15: f32 = f32(b1[row % 1024 + j * 1024 + row / 1024 * 16384]);
-      let v16: f32 = b2[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
-      let v17: f32 = v15 + v16;
-      let v18: f32 = select(0.0, v17, v14);
-      let v19: f32 = v18 * 1.1111112;
-      b4[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v19);
+      let v20: u32 = b3[0];
+      let v21: u32 = b3[1];
+      let v22: f32 = bf_philox(v20, v21, 18u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
+      let v23: bool = v22 >= 0.1;
+      let v24: f32 = f32(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v25: f32 = b5[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      let v26: f32 = v24 + v25;
+      let v27: f32 = select(0.0, v26, v23);
+      let v28: f32 = v27 * 1.1111112;
+      b10[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v28);
     }
   }
 }

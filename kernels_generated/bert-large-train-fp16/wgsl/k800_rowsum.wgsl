@@ -2,39 +2,46 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k800_rowsum
 // What the first of them fuses:
-//   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %5926 cast f32[8,16,128,128] (models/bert.ts:236)
-//   %5929 where f32[8,16,128,128] (models/bert.ts:236)
-//   %5930 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %5931 div f32[8,16,128,128] (models/bert.ts:236)
-//   %5932 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %5933 neg f32[8,16,128,128] (models/bert.ts:236)
-//   %5934 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
-//   %5935 broadcast f32[8,16,128,128] (models/bert.ts:236)
-//   %5936 add f32[8,16,128,128] (models/bert.ts:236)
-//   %5937 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %5938 mul f32[8,16,128,128] (models/bert.ts:236) -> written
-//   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %5925 matmul f16[8,16,128,128]
-//   binding 2 (read): %1282 reduce_sum f32[8,16,128,1]
-//   binding 3 (read): %1275 mul f32[8,16,128,128] stored f16
-//   binding 4 (read): input attention_mask i32[8,128]
-//   binding 5 (read): %1278 stop_gradient f32[8,16,128,1]
-//   binding 6 (write): %5938 mul f32[8,16,128,128] stored f16
+//   reduce kernel over [64,16,1024] reducing axes [1]
+//   %6796 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %6797 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %6810 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %6811 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %6824 reshape f32[64,16,1024] (models/bert.ts:236)
+//   %6825 reduce_sum f32[64,1,1024] (models/bert.ts:236) -> written
+//   %6864 where f32[8,128,1024] (models/bert.ts:224)
+//   %6865 mul f32[8,128,1024] (models/bert.ts:224) -> written
+//   %6867 reshape f32[64,16,1024] (models/bert.ts:249)
+//   %6868 reduce_sum f32[64,1,1024] (models/bert.ts:249) -> written
+//   binding 0 (read): %6795 reshape f32[1024,1024] stored f16
+//   binding 1 (read): %6809 reshape f32[1024,1024] stored f16
+//   binding 2 (read): %6823 reshape f32[1024,1024] stored f16
+//   binding 3 (read): input rng_key u32[2]
+//   binding 4 (read): %6858 add f32[8,128,1024] stored f16
+//   binding 5 (read): %6861 mul f32[8,128,1]
+//   binding 6 (write): %6797 reduce_sum f32[64,1,1024]
+//   binding 7 (write): %6811 reduce_sum f32[64,1,1024]
+//   binding 8 (write): %6825 reduce_sum f32[64,1,1024]
+//   binding 9 (write): %6868 reduce_sum f32[64,1,1024]
+//   binding 10 (write): %6865 mul f32[8,128,1024] stored f16
 
-// launch: 16384 workgroups of 128 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
-@group(0) @binding(0) var<storage, read> b0: array<u32>;
+@group(0) @binding(0) var<storage, read> b0: array<f16>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
-@group(0) @binding(2) var<storage, read> b2: array<f32>;
-@group(0) @binding(3) var<storage, read> b3: array<f16>;
-@group(0) @binding(4) var<storage, read> b4: array<i32>;
+@group(0) @binding(2) var<storage, read> b2: array<f16>;
+@group(0) @binding(3) var<storage, read> b3: array<u32>;
+@group(0) @binding(4) var<storage, read> b4: array<f16>;
 @group(0) @binding(5) var<storage, read> b5: array<f32>;
-@group(0) @binding(6) var<storage, read_write> b6: array<f16>;
+@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
+@group(0) @binding(7) var<storage, read_write> b7: array<f32>;
+@group(0) @binding(8) var<storage, read_write> b8: array<f32>;
+@group(0) @binding(9) var<storage, read_write> b9: array<f32>;
+@group(0) @binding(10) var<storage, read_write> b10: array<f16>;
 
-var<workgroup> red_f32_0: array<f32, 128>;
+var<workgroup> colred: array<f32, 256>;
 
 // Full 64-bit product of two u32 as (hi, lo).
 fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
@@ -74,86 +81,103 @@ fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
   return f32(bits >> 8u) * (1.0 / 16777216.0);
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
+  let row: i32 = wg * 64 + lid % 64;
+  let grp: i32 = lid / 64;
+  let valid: bool = row < 65536;
   var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v1: u32 = b0[0];
-    let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 28u, u32(row * 128 + j));
-    let v4: bool = v3 >= 0.1;
-    let v5: f32 = f32(b1[row * 128 + j]);
-    let v6: f32 = select(0.0, v5, v4);
-    let v7: f32 = v6 * 1.1111112;
-    let v8: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v9: f32 = v7 / v8;
-    let v10: f32 = f32(b3[row * 128 + j]);
-    let v11: i32 = b4[row / 2048 * 128 + j];
-    let v12: f32 = f32(v11);
-    let v13: f32 = v12 - 1.0;
-    let v14: f32 = v13 * 10000.0;
-    let v15: f32 = v10 + v14;
-    let v16: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v17: f32 = v15 - v16;
-    let v18: f32 = exp(v17);
-    let v19: f32 = v18 / v8;
-    let v20: f32 = v9 * v19;
-    let v21: f32 = -v20;
-    acc0 = acc0 + v21;
+  var acc1: f32 = 0.0;
+  var acc2: f32 = 0.0;
+  var acc3: f32 = 0.0;
+  if (valid) {
+    for (var j: i32 = grp; j < 16; j += 4) {
+      let v4: f32 = f32(b0[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc0 = acc0 + v4;
+      let v5: f32 = f32(b1[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc1 = acc1 + v5;
+      let v6: f32 = f32(b2[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      acc2 = acc2 + v6;
+      let v7: u32 = b3[0];
+      let v8: u32 = b3[1];
+      let v9: f32 = bf_philox(v7, v8, 12u, u32(row / 1024 * 16384 + j * 1024 + row % 1024));
+      let v10: bool = v9 >= 0.1;
+      let v11: f32 = f32(b4[row / 1024 * 16384 + j * 1024 + row % 1024]);
+      let v12: f32 = b5[(row / 1024 * 16384 + j * 1024 + row % 1024) / 131072 * 128 + (row / 1024 * 16384 + j * 1024 + row % 1024) / 1024 % 128];
+      let v13: f32 = v11 + v12;
+      let v14: f32 = select(0.0, v13, v10);
+      let v15: f32 = v14 * 1.1111112;
+      acc3 = acc3 + v15;
+    }
   }
-  // wg_reduce (sum -> red22): tree over 128 threads in workgroup memory
-  red_f32_0[lid] = acc0;
+  colred[lid] = acc0;
   workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
   }
   workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
   }
   workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
+  let red16: f32 = colred[lid % 64];
+  workgroupBarrier();
+  colred[lid] = acc1;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
   }
   workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
   }
   workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
+  let red17: f32 = colred[lid % 64];
+  workgroupBarrier();
+  colred[lid] = acc2;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
   }
   workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
   }
   workgroupBarrier();
-  let red22: f32 = red_f32_0[0] + red_f32_0[1];
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v23: u32 = b0[0];
-    let v24: u32 = b0[1];
-    let v25: f32 = bf_philox(v23, v24, 28u, u32(row * 128 + j));
-    let v26: bool = v25 >= 0.1;
-    let v27: f32 = f32(b1[row * 128 + j]);
-    let v28: f32 = select(0.0, v27, v26);
-    let v29: f32 = v28 * 1.1111112;
-    let v30: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v31: f32 = v29 / v30;
-    let v32: f32 = v31 + red22;
-    let v33: f32 = f32(b3[row * 128 + j]);
-    let v34: i32 = b4[row / 2048 * 128 + j];
-    let v35: f32 = f32(v34);
-    let v36: f32 = v35 - 1.0;
-    let v37: f32 = v36 * 10000.0;
-    let v38: f32 = v33 + v37;
-    let v39: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v40: f32 = v38 - v39;
-    let v41: f32 = exp(v40);
-    let v42: f32 = v32 * v41;
-    let v43: f32 = v42 * 0.125;
-    b6[row * 128 + j] = f16(v43);
+  let red18: f32 = colred[lid % 64];
+  workgroupBarrier();
+  colred[lid] = acc3;
+  workgroupBarrier();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  workgroupBarrier();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  workgroupBarrier();
+  let red19: f32 = colred[lid % 64];
+  workgroupBarrier();
+  if (valid && grp == 0) {
+    b6[row] = red16;
+    b7[row] = red17;
+    b8[row] = red18;
+    b9[row] = red19;
+  }
+  if (valid) {
+    for (var j: i32 = grp; j < 16; j += 4) {
+      let v20: u32 = b3[0];
+      let v21: u32 = b3[1];
+      let v22: f32 = bf_philox(v20, v21, 12u, u32(row % 1024 + j * 1024 + row / 1024 * 16384));
+      let v23: bool = v22 >= 0.1;
+      let v24: f32 = f32(b4[row % 1024 + j * 1024 + row / 1024 * 16384]);
+      let v25: f32 = b5[(row % 1024 + j * 1024 + row / 1024 * 16384) / 131072 * 128 + (row % 1024 + j * 1024 + row / 1024 * 16384) / 1024 % 128];
+      let v26: f32 = v24 + v25;
+      let v27: f32 = select(0.0, v26, v23);
+      let v28: f32 = v27 * 1.1111112;
+      b10[row % 1024 + j * 1024 + row / 1024 * 16384] = f16(v28);
+    }
   }
 }

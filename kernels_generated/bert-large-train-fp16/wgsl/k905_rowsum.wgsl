@@ -2,158 +2,53 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k905_rowsum
 // What the first of them fuses:
-//   reduce kernel over [8,16,128,128] reducing axes [3]
-//   %6436 cast f32[8,16,128,128] (models/bert.ts:236)
-//   %6439 where f32[8,16,128,128] (models/bert.ts:236)
-//   %6440 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %6441 div f32[8,16,128,128] (models/bert.ts:236)
-//   %6442 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %6443 neg f32[8,16,128,128] (models/bert.ts:236)
-//   %6444 reduce_sum f32[8,16,128,1] (models/bert.ts:236)
-//   %6445 broadcast f32[8,16,128,128] (models/bert.ts:236)
-//   %6446 add f32[8,16,128,128] (models/bert.ts:236)
-//   %6447 mul f32[8,16,128,128] (models/bert.ts:236)
-//   %6448 mul f32[8,16,128,128] (models/bert.ts:236) -> written
-//   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %6435 matmul f16[8,16,128,128]
-//   binding 2 (read): %889 reduce_sum f32[8,16,128,1]
-//   binding 3 (read): %882 mul f32[8,16,128,128] stored f16
-//   binding 4 (read): input attention_mask i32[8,128]
-//   binding 5 (read): %885 stop_gradient f32[8,16,128,1]
-//   binding 6 (write): %6448 mul f32[8,16,128,128] stored f16
+//   reduce kernel over [64,16,2,1024] reducing axes [1]
+//   %7549 reshape f32[1024,1,1024] (models/bert.ts:115)
+//   %7550 broadcast f32[1024,2,1024] (models/bert.ts:115)
+//   %7553 where f32[1024,2,1024] (models/bert.ts:115)
+//   %7554 reshape f32[64,16,2,1024] (models/bert.ts:115)
+//   %7555 reduce_sum f32[64,1,2,1024] (models/bert.ts:115) -> written
+//   binding 0 (read): input token_type_ids i32[8,128]
+//   binding 1 (read): %7545 add f32[8,128,1024] stored f16
+//   binding 2 (write): %7555 reduce_sum f32[64,1,2,1024]
 
-// launch: 16384 workgroups of 128 threads
+// launch: 1024 workgroups of 256 threads
 
 enable f16;
 
-@group(0) @binding(0) var<storage, read> b0: array<u32>;
+@group(0) @binding(0) var<storage, read> b0: array<i32>;
 @group(0) @binding(1) var<storage, read> b1: array<f16>;
-@group(0) @binding(2) var<storage, read> b2: array<f32>;
-@group(0) @binding(3) var<storage, read> b3: array<f16>;
-@group(0) @binding(4) var<storage, read> b4: array<i32>;
-@group(0) @binding(5) var<storage, read> b5: array<f32>;
-@group(0) @binding(6) var<storage, read_write> b6: array<f16>;
+@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
 
-var<workgroup> red_f32_0: array<f32, 128>;
+var<workgroup> colred: array<f32, 256>;
 
-// Full 64-bit product of two u32 as (hi, lo).
-fn bf_mul_wide(a: u32, b: u32) -> vec2<u32> {
-  let a_hi = a >> 16u;
-  let a_lo = a & 0xffffu;
-  let b_hi = b >> 16u;
-  let b_lo = b & 0xffffu;
-  let ll = a_lo * b_lo;
-  let lh = a_lo * b_hi;
-  let hl = a_hi * b_lo;
-  let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-  let hi = a_hi * b_hi + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-  return vec2<u32>(hi, a * b);
-}
-
-// The project's dropout uniform (runtime/numeric/philox.ts): Philox4x32-10 with counter
-// (index / 4, 0, step, 0) and key (seed, stream); word index % 4; (bits >> 8) * 2^-24.
-fn bf_philox(seed: u32, step: u32, stream: u32, index: u32) -> f32 {
-  var c0 = index >> 2u;
-  var c1 = 0u;
-  var c2 = step;
-  var c3 = 0u;
-  var k0 = seed;
-  var k1 = stream;
-  for (var i = 0; i < 10; i++) {
-    let p0 = bf_mul_wide(c0, 0xd2511f53u);
-    let p1 = bf_mul_wide(c2, 0xcd9e8d57u);
-    c0 = p1.x ^ c1 ^ k0;
-    c1 = p1.y;
-    c2 = p0.x ^ c3 ^ k1;
-    c3 = p0.y;
-    k0 = k0 + 0x9e3779b9u;
-    k1 = k1 + 0xbb67ae85u;
-  }
-  let w = index & 3u;
-  let bits = select(select(c3, c2, w == 2u), select(c1, c0, w == 0u), w < 2u);
-  return f32(bits >> 8u) * (1.0 / 16777216.0);
-}
-
-@compute @workgroup_size(128)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id) group_id: vec3<u32>) {
   let lid = i32(local_index);
   let wg = i32(group_id.x);
-  let row: i32 = wg;
+  let row: i32 = wg * 128 + lid % 128;
+  let grp: i32 = lid / 128;
+  let valid: bool = row < 131072;
   var acc0: f32 = 0.0;
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v1: u32 = b0[0];
-    let v2: u32 = b0[1];
-    let v3: f32 = bf_philox(v1, v2, 19u, u32(row * 128 + j));
-    let v4: bool = v3 >= 0.1;
-    let v5: f32 = f32(b1[row * 128 + j]);
-    let v6: f32 = select(0.0, v5, v4);
-    let v7: f32 = v6 * 1.1111112;
-    let v8: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v9: f32 = v7 / v8;
-    let v10: f32 = f32(b3[row * 128 + j]);
-    let v11: i32 = b4[row / 2048 * 128 + j];
-    let v12: f32 = f32(v11);
-    let v13: f32 = v12 - 1.0;
-    let v14: f32 = v13 * 10000.0;
-    let v15: f32 = v10 + v14;
-    let v16: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v17: f32 = v15 - v16;
-    let v18: f32 = exp(v17);
-    let v19: f32 = v18 / v8;
-    let v20: f32 = v9 * v19;
-    let v21: f32 = -v20;
-    acc0 = acc0 + v21;
+  if (valid) {
+    for (var j: i32 = grp; j < 16; j += 2) {
+      let v1: i32 = b0[(row / 2048 * 32768 + j * 2048 + row / 1024 % 2 * 1024 + row % 1024) / 2048];
+      let v2: i32 = (row / 2048 * 32768 + j * 2048 + row / 1024 % 2 * 1024 + row % 1024) / 1024 % 2;
+      let v3: bool = v1 == v2;
+      let v4: f32 = f32(b1[(row / 2048 * 32768 + j * 2048 + row / 1024 % 2 * 1024 + row % 1024) / 2048 * 1024 + (row / 2048 * 32768 + j * 2048 + row / 1024 % 2 * 1024 + row % 1024) % 1024]);
+      let v5: f32 = select(0.0, v4, v3);
+      acc0 = acc0 + v5;
+    }
   }
-  // wg_reduce (sum -> red22): tree over 128 threads in workgroup memory
-  red_f32_0[lid] = acc0;
+  colred[lid] = acc0;
   workgroupBarrier();
-  if (lid < 64) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 64];
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 128];
   }
   workgroupBarrier();
-  if (lid < 32) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 32];
-  }
+  let red6: f32 = colred[lid % 128];
   workgroupBarrier();
-  if (lid < 16) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 16];
-  }
-  workgroupBarrier();
-  if (lid < 8) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 8];
-  }
-  workgroupBarrier();
-  if (lid < 4) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 4];
-  }
-  workgroupBarrier();
-  if (lid < 2) {
-    red_f32_0[lid] = red_f32_0[lid] + red_f32_0[lid + 2];
-  }
-  workgroupBarrier();
-  let red22: f32 = red_f32_0[0] + red_f32_0[1];
-  for (var j: i32 = lid; j < 128; j += 128) {
-    let v23: u32 = b0[0];
-    let v24: u32 = b0[1];
-    let v25: f32 = bf_philox(v23, v24, 19u, u32(row * 128 + j));
-    let v26: bool = v25 >= 0.1;
-    let v27: f32 = f32(b1[row * 128 + j]);
-    let v28: f32 = select(0.0, v27, v26);
-    let v29: f32 = v28 * 1.1111112;
-    let v30: f32 = b2[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v31: f32 = v29 / v30;
-    let v32: f32 = v31 + red22;
-    let v33: f32 = f32(b3[row * 128 + j]);
-    let v34: i32 = b4[row / 2048 * 128 + j];
-    let v35: f32 = f32(v34);
-    let v36: f32 = v35 - 1.0;
-    let v37: f32 = v36 * 10000.0;
-    let v38: f32 = v33 + v37;
-    let v39: f32 = b5[row / 2048 * 2048 + row / 128 % 16 * 128 + row % 128];
-    let v40: f32 = v38 - v39;
-    let v41: f32 = exp(v40);
-    let v42: f32 = v32 * v41;
-    let v43: f32 = v42 * 0.125;
-    b6[row * 128 + j] = f16(v43);
+  if (valid && grp == 0) {
+    b2[row] = red6;
   }
 }
