@@ -377,8 +377,8 @@ function reduceInit(g: Graph, r: NodeId): KExpr {
  * The rest of a row-block kernel (FusedKernel.rowBlock): the element roots' loop of each row, unrolled
  * over the rowLen / wg columns a thread owns so that each owns a register per part sum, adding the
  * element into it; the loop over the block's rows around the per-row body; then the part sums stored, a
- * row of them per workgroup. A barrier ends each row so that no thread starts the next row's workgroup
- * reductions (shared slots) while another still reads this row's.
+ * row of them per workgroup. (A workgroup reduction inside a loop ends with a barrier of its target's
+ * legalize rule, so no thread starts the next row's reductions while another still reads this row's.)
  */
 function blockColumns(
   g: Graph,
@@ -434,7 +434,7 @@ function blockColumns(
     });
     rs.stmts.push(...s.stmts);
   }
-  top.stmts.push(for_("rr", i32(0), i32(block), i32(1), [...rs.stmts, barrier]));
+  top.stmts.push(for_("rr", i32(0), i32(block), i32(1), rs.stmts));
   partials.forEach((p, i) => {
     const out = vb.bind(p, "write");
     for (let t = 0; t < owned; t++) {
