@@ -246,7 +246,6 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
     const float v134 = v130 * v122;
     const float v135 = v117 * v134;
     col43 = col43 + v135;
-    __syncthreads();
   }
   b8[wg * 1024 + lid] = col36;
   b8[wg * 1024 + (lid + 256)] = col37;

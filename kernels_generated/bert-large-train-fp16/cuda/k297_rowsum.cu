@@ -251,7 +251,6 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const __half* __rest
     const float v140 = v136 * v128;
     const float v141 = v123 * v140;
     col45 = col45 + v141;
-    __syncthreads();
   }
   b9[wg * 1024 + lid] = col38;
   b9[wg * 1024 + (lid + 256)] = col39;

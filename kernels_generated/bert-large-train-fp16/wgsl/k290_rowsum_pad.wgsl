@@ -284,7 +284,6 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     let v134: f32 = v130 * v122;
     let v135: f32 = v117 * v134;
     col43 = col43 + v135;
-    workgroupBarrier();
   }
   b8[wg * 1024 + lid] = col36;
   b8[wg * 1024 + (lid + 256)] = col37;

@@ -290,7 +290,6 @@ fn main(@builtin(local_invocation_index) local_index: u32, @builtin(workgroup_id
     let v140: f32 = v136 * v128;
     let v141: f32 = v123 * v140;
     col45 = col45 + v141;
-    workgroupBarrier();
   }
   b9[wg * 1024 + lid] = col38;
   b9[wg * 1024 + (lid + 256)] = col39;
