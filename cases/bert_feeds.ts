@@ -5,7 +5,7 @@
  * zero in the padding between tensors). Shared by the step tests and bench/gpu_profile.ts.
  */
 import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
-import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
+import { type FlatLayout, flatLayoutOf } from "../compiler/optimizer/layout.ts";
 import { OPT } from "../compiler/optimizer/update.ts";
 import type { Graph } from "../ir/mod.ts";
 import { initParams } from "../model_io/init_params.ts";
@@ -38,9 +38,16 @@ export function batchFeeds(
   };
 }
 
-/** The optimizer's inputs mid-run: step 6 of a 20-step schedule, the given loss scale, moments set. */
-export function optimizerStepFeeds(g: Graph, r: Rng, lossScale: number): Record<string, ArrayLike<number>> {
-  const layout = flatLayoutOf(g);
+/**
+ * The optimizer's inputs mid-run: step 6 of a 20-step schedule, the given loss scale, moments set; in
+ * the layout the graph's optimizer was built with (its default, unless given).
+ */
+export function optimizerStepFeeds(
+  g: Graph,
+  r: Rng,
+  lossScale: number,
+  layout: FlatLayout = flatLayoutOf(g),
+): Record<string, ArrayLike<number>> {
   const feeds: Record<string, ArrayLike<number>> = optimizerFeeds(
     layout,
     { base: 0.01, warmupProportion: 0.2, totalSteps: 20, degree: 0.5 },

@@ -19,7 +19,8 @@
  * - the accumulator of a scatter-add (the embedding gradient): it is read, added to and written back;
  *   rounding at every addition would lose the small contributions ("gradient reductions in f32");
  * - concats and their operands, through views (the optimizer concatenates every parameter gradient into
- *   one flat f32 vector, assembled in place: the parts live inside the vector's buffer);
+ *   one flat f32 vector, assembled in place: the parts live inside the vector's buffer); except the flat
+ *   gradient on plans for CUDA alone (below);
  * - values that reach a graph output through elementwise ops and views only (a weight gradient GEMM
  *   feeding the parameter update `w - lr·g`): the output could not be more precise than they are, and
  *   the step's outputs are f32 by contract; except an update direction (below).
@@ -40,6 +41,25 @@
  *   type `UPD_T` of its own, dispatched float or half from the update tensor it writes
  *   (`update[i] = (UPD_T)r_p[ii]`), and NVIDIA's BERT pre-training can all-reduce the accumulated
  *   gradients in FP16 (--allreduce_post_accumulation_fp16), so LAMB's input has been through f16 there.
+ * The flat gradient rule (flat_gradients.ts; plans for CUDA alone with library GEMMs, stages/storage.ts):
+ * the flat gradient vector LAMB reads, assembled in place, is stored low with its pieces and the `grad.*`
+ * outputs, although they are concat operands and graph outputs. LAMB reads it twice (the global-norm pass
+ * and phase 1), and each kernel writing a piece writes half the bytes (bert-large b64 on an H100, cost
+ * model: 38.710 -> 38.344 ms; the tied decoder GEMM's f32 C then needs its epilogue kernel, +85 µs).
+ * Why that is safe:
+ * - the optimizer computes in f32 from the widened loads; rounding changes each gradient by one rounding
+ *   relative to it (2⁻¹¹ in f16), far below the noise of a stochastic gradient; the moments take the
+ *   rounded g, as they take f16 gradients in the two setups below; weights, moments and norms stay f32;
+ * - roundTripGraph models it as it is: the kernels writing the pieces round them, and the vector, which no
+ *   kernel assembles, is read from their buffers, rounded;
+ * - a gradient past the low type's range is inf as stored: the global norm is then not finite and dynamic
+ *   loss scaling skips the step and halves the scale (optimizer/update.ts);
+ * - others do: NVIDIA's BERT pre-training has --allreduce_post_accumulation_fp16 (all-reduce the
+ *   accumulated gradients in FP16, so LAMB's input has been through f16), and apex's FusedLAMB
+ *   (apex/optimizers/fused_lamb.py) takes the gradients of f16 parameters as f16 tensors (its g_all_16
+ *   list), of which multi_tensor_l2norm takes the global norm;
+ * - a scatter-add accumulator piece keeps the whole vector f32 (flat_gradients.ts lists what else does).
+ * Other targets keep it f32: their plans are unchanged, and the WebGPU and C runtimes read them as before.
  * Everything else of dtype f32 that a kernel materializes is an activation (forward values saved for the
  * backward pass, activation gradients) and is narrowed. Integer and bool buffers are unchanged, and so are
  * values the graph already types f16/bf16.
@@ -55,6 +75,7 @@ import { usersOf } from "./fusion/needs.ts";
 import type { Precision } from "./passes/precision.ts";
 import { LOW_DTYPE } from "./passes/precision.ts";
 import { UPDATE_PREFIX } from "../plan/plan.ts";
+import { flatGradientNodes } from "./flat_gradients.ts";
 
 /** Views that keep a value's elements (no broadcast, concat or padding): a value read through them is itself. */
 export const VIEW_OPS: ReadonlySet<string> = new Set(["reshape", "permute", "slice"]);
@@ -117,9 +138,15 @@ export function detectPrecision(g: Graph): Precision {
 }
 
 /** Chooses the stored dtype of every materialized value of a fused graph (see the file comment). */
-export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precision): StoragePlan {
+export function chooseStorage(
+  g: Graph,
+  fusion: FusionResult,
+  precision: Precision,
+  opts: { readonly flatGradients?: boolean } = {},
+): StoragePlan {
   if (precision === "fp32") return fullStorage(g);
   const low = LOW_DTYPE[precision];
+  const flat = opts.flatGradients ? flatGradientNodes(g, fusion, low) : new Set<NodeId>();
   const outputs = new Set(g.outputs.values());
   const users = usersOf(g);
   const steps = descentSteps(g);
@@ -148,19 +175,22 @@ export function chooseStorage(g: Graph, fusion: FusionResult, precision: Precisi
     }
   }
 
-  const narrowed = new Set<NodeId>();
+  const narrowed = new Set<NodeId>([...flat].filter((id) => fusion.kernelOf[id] < 0));
   const kept = new Map<NodeId, KeepReason>();
   // Materialized by no kernel: a flat vector assembled in place from its parts (fusion/in_place.ts).
   for (const id of fusion.materialized) {
     const n = g.nodes[id];
-    if (fusion.kernelOf[id] < 0 && n.op === "concat" && n.type.dtype === "f32") kept.set(id, "concat result");
+    if (fusion.kernelOf[id] < 0 && n.op === "concat" && n.type.dtype === "f32" && !flat.has(id)) {
+      kept.set(id, "concat result");
+    }
   }
   for (const k of fusion.kernels) {
     for (const r of k.roots) {
       const n = g.nodes[r];
       if (n.type.dtype !== "f32") continue;
       let why: KeepReason | undefined;
-      if (outputs.has(r)) why = "graph output";
+      if (flat.has(r)) why = undefined;
+      else if (outputs.has(r)) why = "graph output";
       else if (n.op === "reduce_sum" || n.op === "reduce_max") why = "reduction result";
       else if (n.op === "concat") why = "concat result";
       else if (k.kind === "scatter" && r === k.anchor) why = "scatter-add accumulator";

@@ -2,7 +2,7 @@
 import type { Precision } from "../passes/precision.ts";
 import type { Stage } from "../pipeline.ts";
 import { chooseStorage, detectPrecision, fullStorage } from "../storage_precision.ts";
-import { type KernelState, need } from "./state.ts";
+import { cudaAlone, type KernelState, need } from "./state.ts";
 
 /** The precision a compile works in: the one asked for, or ("auto") the one the graph was prepared for. */
 export function compilePrecision(s: KernelState): Precision {
@@ -15,7 +15,10 @@ export const storageStage: Stage<KernelState> = {
   about: "activations between kernels are stored in the low precision (f16/bf16); kernels compute in f32",
   run: (s) => ({
     ...s,
-    storage: chooseStorage(s.graph, need(s.fusion, "the fusion", "storage-precision"), compilePrecision(s)),
+    storage: chooseStorage(s.graph, need(s.fusion, "the fusion", "storage-precision"), compilePrecision(s), {
+      // The flat gradient rule: only where the CUDA runtime alone runs the plan with library GEMMs.
+      flatGradients: cudaAlone(s.options) && s.options.libraryGemms !== false,
+    }),
   }),
   // Every buffer in its graph dtype.
   skip: (s) => ({ ...s, storage: fullStorage(s.graph) }),
