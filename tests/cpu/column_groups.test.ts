@@ -12,7 +12,8 @@ import { emitC } from "../../compiler/codegen/c.ts";
 import { partsFor } from "../../compiler/column_sums.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { blockRows, columnGroups, SPLIT_GROUPS } from "../../compiler/lower/lower_kernel.ts";
-import { PROFILES } from "../../compiler/targets/profiles.ts";
+import { PROFILES, type TargetProfile } from "../../compiler/targets/profiles.ts";
+import type { Graph } from "../../ir/mod.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { CpuExecutor } from "../../runtime/cpu/executor.ts";
@@ -22,6 +23,15 @@ import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
 const cpu = await testCpu();
 const sm90 = PROFILES["cuda-sm90"];
+
+/** `g` compiled to C under `profile` with the named stages skipped. */
+const compileSkipping = (g: Graph, skip: string[], profile: TargetProfile = sm90) =>
+  compileGraph(g, {
+    fuse: true,
+    emitters: { c: emitC },
+    profile,
+    flags: { level: 0, skipPasses: new Set(skip) },
+  });
 
 Deno.test("column sums: threads per column fill a GPU, lavapipe keeps 16 and the CPU one", () => {
   // BERT-large's second pass, 1,024 columns × 256 parts: 128 threads a column, each adding two parts.
@@ -65,13 +75,7 @@ Deno.test("column sums: a row kernel walks as many rows a workgroup as still (ne
 
 Deno.test("column sums: a LayerNorm backward's dγ and dβ second passes merge (fusion-same-writer)", () => {
   const c = columnSumCases()[0];
-  const compile = (skip: string[]) =>
-    compileGraph(c.graph, {
-      fuse: true,
-      emitters: { c: emitC },
-      profile: sm90,
-      flags: { level: 0, skipPasses: new Set(skip) },
-    });
+  const compile = (skip: string[]) => compileSkipping(c.graph, skip);
   const merged = compile([]);
   assert.equal(c.expect(merged), undefined);
   // Small reductions side by side would merge them too (fusion-small-reductions): both skipped.
@@ -79,25 +83,13 @@ Deno.test("column sums: a LayerNorm backward's dγ and dβ second passes merge (
   assert.equal(apart.kernels.length, merged.kernels.length + 1);
   assert.match(c.expect(apart) ?? "", /no second pass sums both/);
   // On lavapipe (one pass), nothing for it to merge: the stage changes nothing.
-  const serial = (skip: string[]) =>
-    compileGraph(c.graph, {
-      fuse: true,
-      emitters: { c: emitC },
-      profile: PROFILES.lavapipe,
-      flags: { level: 0, skipPasses: new Set(skip) },
-    }).kernels.length;
+  const serial = (skip: string[]) => compileSkipping(c.graph, skip, PROFILES.lavapipe).kernels.length;
   assert.equal(serial([]), serial(["fusion-same-writer"]));
 });
 
 Deno.test("column sums: two LayerNorms' second passes merge side by side (fusion-small-reductions)", () => {
   const c = columnSumCases().find((x) => x.name.startsWith("two LayerNorm"))!;
-  const compile = (skip: string[]) =>
-    compileGraph(c.graph, {
-      fuse: true,
-      emitters: { c: emitC },
-      profile: sm90,
-      flags: { level: 0, skipPasses: new Set(skip) },
-    });
+  const compile = (skip: string[]) => compileSkipping(c.graph, skip);
   const merged = compile([]);
   assert.equal(c.expect(merged), undefined);
   const apart = compile(["fusion-small-reductions"]);
