@@ -7,9 +7,9 @@
  *
  * Two merge only when neither depends on the other; the merged kernel runs where the later one's inputs
  * are ready, so the earlier one's inputs stay allocated until then (the memory plan sees that: BERT-large's
- * peak is unchanged, its second passes' reader being the optimizer at the end of the step). The merged
- * kernel keeps every reduction's own loop and accumulator, so at most MAX_MERGED_SMALL kernels join one
- * (registers).
+ * peak is unchanged, its second passes' reader being the optimizer at the end of the step). Every
+ * reduction keeps an accumulator of its own in the merged kernel, so at most MAX_MERGED_SMALL kernels
+ * join one (registers).
  *
  * On plans whose GEMMs are library calls (`rawGemmOutputs`), a bias gradient's column sum is the dW call's
  * BGRAD epilogue and its kernels run only as the fallback (fusion/library_sums.ts): they stay apart, so
@@ -20,7 +20,6 @@
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { storedBytes } from "../../plan/plan.ts";
-import { bindingCount } from "./binding_budget.ts";
 import { usersOf } from "./needs.ts";
 import { mergeState } from "./siblings.ts";
 import type { FusedKernel, FusionResult } from "./types.ts";
@@ -73,7 +72,7 @@ export function mergeSmallReductions(
   rawGemmOutputs = false,
 ): FusionResult {
   if (maxBytes <= 0) return r;
-  const { kernels, alive, reads, writerOf, dependsOn, merge, finish } = mergeState(g, r);
+  const { kernels, alive, reads, writerOf, dependsOn, mergedBindings, merge, finish } = mergeState(g, r);
   // The BGRAD fallbacks: first passes (or one-pass sums) of a GEMM operand, then what reads only them.
   const fallback = new Set<number>();
   if (rawGemmOutputs) {
@@ -102,8 +101,7 @@ export function mergeSmallReductions(
       for (let b = a + 1; b < members.length && joined < MAX_MERGED_SMALL; b++) {
         const j = members[b];
         if (!alive[j] || dependsOn(j, i) || dependsOn(i, j)) continue;
-        const values = new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]);
-        if (bindingCount(g, values, maxBindingBytes) > maxBindings) continue;
+        if (mergedBindings(i, j, maxBindingBytes) > maxBindings) continue;
         if (takeFuel && !takeFuel()) return merged === 0 ? r : finish();
         merge(i, j);
         joined++;

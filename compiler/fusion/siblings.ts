@@ -75,6 +75,13 @@ export function mergeState(g: Graph, r: FusionResult) {
     return false;
   };
 
+  /** The buffers kernels i and j would bind merged: what either reads or writes, once each. */
+  const mergedBindings = (i: number, j: number, maxBindingBytes?: number) =>
+    bindingCount(
+      g,
+      new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]),
+      maxBindingBytes,
+    );
   /** Merges kernel j into kernel i. */
   const merge = (i: number, j: number) => {
     for (const m of kernels[j].members) kernels[i].members.add(m);
@@ -124,7 +131,19 @@ export function mergeState(g: Graph, r: FusionResult) {
       inPlace: r.inPlace,
     };
   };
-  return { kernels, alive, reads, writerOf, partsOf, decisions, preds, dependsOn, merge, finish };
+  return {
+    kernels,
+    alive,
+    reads,
+    writerOf,
+    partsOf,
+    decisions,
+    preds,
+    dependsOn,
+    mergedBindings,
+    merge,
+    finish,
+  };
 }
 
 export function mergeSiblings(
@@ -135,7 +154,7 @@ export function mergeSiblings(
   maxBindingBytes?: number,
 ): FusionResult {
   const limit = maxBindings;
-  const { kernels, alive, reads, decisions, dependsOn, merge, finish } = mergeState(g, r);
+  const { kernels, alive, reads, decisions, dependsOn, mergedBindings, merge, finish } = mergeState(g, r);
   // Group candidates by (space, axes) and try to merge each with the earlier ones sharing a read.
   const byReads = new Map<NodeId, number[]>();
   kernels.forEach((_, i) => reads[i].forEach((x) => byReads.set(x, [...(byReads.get(x) ?? []), i])));
@@ -156,13 +175,7 @@ export function mergeSiblings(
       if (!alive[i] || (kernels[i].kind !== "reduce" && kernels[i].kind !== "loop")) continue;
       for (const j of readers) {
         if (j <= i || !alive[j] || !alive[i] || !sameSpace(kernels[i], kernels[j])) continue;
-        const bindings = new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]);
-        for (const root of [...kernels[i].roots, ...kernels[j].roots]) bindings.delete(root);
-        const count = bindingCount(
-          g,
-          [...bindings, ...kernels[i].roots, ...kernels[j].roots],
-          maxBindingBytes,
-        );
+        const count = mergedBindings(i, j, maxBindingBytes);
         // A merge that shares only a small tensor saves a launch, not bytes: it keeps to the portable cap,
         // so it cannot take the loop kernels that consumer merging would fold into their producer instead
         // (LAMB's "keep or update" selects of m and v, which would then re-read the new moments).
@@ -200,7 +213,10 @@ export function mergeSameWriter(
   maxBindings = MAX_SIBLING_BINDINGS,
   maxBindingBytes?: number,
 ): FusionResult {
-  const { kernels, reads, writerOf, partsOf, preds, dependsOn, merge, finish } = mergeState(g, r);
+  const { kernels, reads, writerOf, partsOf, preds, dependsOn, mergedBindings, merge, finish } = mergeState(
+    g,
+    r,
+  );
   /** The one kernel that wrote everything kernel i reads (no graph input, no second kernel), if any. */
   const soleWriter = (i: number): number | undefined => {
     const written = [...reads[i]].every((x) => (partsOf.get(x) ?? [x]).every((y) => writerOf.has(y)));
@@ -218,10 +234,7 @@ export function mergeSameWriter(
   for (const [i, ...rest] of groups.values()) {
     for (const j of rest) {
       // They share nothing, so the merge saves a launch, not bytes: it keeps to the portable cap.
-      const bindings = new Set([...reads[i], ...reads[j], ...kernels[i].roots, ...kernels[j].roots]);
-      if (bindingCount(g, [...bindings], maxBindingBytes) > Math.min(maxBindings, MAX_SIBLING_BINDINGS)) {
-        continue;
-      }
+      if (mergedBindings(i, j, maxBindingBytes) > Math.min(maxBindings, MAX_SIBLING_BINDINGS)) continue;
       if (dependsOn(j, i) || dependsOn(i, j)) continue;
       if (takeFuel && !takeFuel()) continue;
       merge(i, j);
