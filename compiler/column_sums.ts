@@ -128,12 +128,14 @@ function rowReducedValues(g: Graph): Map<NodeId, number> {
   return out;
 }
 
-/** The row length of a row reduction whose operand shares an elementwise producer with `x`; 0 if none. */
+/**
+ * The row length of a row reduction whose operand shares an elementwise producer with `x` (a value of x's
+ * shape: the cone keeps to it), 0 if none.
+ */
 function sharedRowLen(g: Graph, x: NodeId, rowReduced: ReadonlyMap<NodeId, number>): number {
-  const shape = g.nodes[x].type.shape;
   for (const y of elementwiseCone(g, x)) {
     const rowLen = rowReduced.get(y);
-    if (rowLen !== undefined && sameShape(g.nodes[y].type.shape, shape)) return rowLen;
+    if (rowLen !== undefined) return rowLen;
   }
   return 0;
 }

@@ -298,7 +298,7 @@ function lowerReduce(
       stage.forEach((r, i) => {
         const n = g.nodes[r];
         const v = cast(vb.valueAt(s, n.inputs[0], idx), "f32");
-        s.stmts.push(set(accs[i], bin(n.op === "reduce_sum" ? "add" : "max", ref(accs[i], "f32"), v)));
+        s.stmts.push(set(accs[i], bin(reduceCombine(g, r), ref(accs[i], "f32"), v)));
       });
     }));
     stage.forEach((r, i) => {
@@ -306,7 +306,7 @@ function lowerReduce(
       if (!isFloatish(computeType(n.type.dtype))) throw new LoweringError(`${name}: integer reductions`);
       const out = vb.fresh("red");
       if (split) {
-        combineGroups(n.op === "reduce_sum" ? "add" : "max", accs[i], out);
+        combineGroups(reduceCombine(g, r), accs[i], out);
       } else if (perThread) {
         rs.stmts.push(let_(out, ref(accs[i], "f32")));
       } else {
@@ -373,6 +373,11 @@ function reduceInit(g: Graph, r: NodeId): KExpr {
   return g.nodes[r].op === "reduce_sum" ? lit(0, "f32") : lit(-Infinity, "f32");
 }
 
+/** How a reduction adds a term to its accumulator: add for a sum, max for a max. */
+function reduceCombine(g: Graph, r: NodeId): "add" | "max" {
+  return g.nodes[r].op === "reduce_sum" ? "add" : "max";
+}
+
 /**
  * The rest of a row-block kernel (FusedKernel.rowBlock): the element roots' loop of each row, unrolled
  * over the rowLen / wg columns a thread owns so that each owns a register per part sum, adding the
@@ -429,8 +434,7 @@ function blockColumns(
           }),
           "f32",
         );
-      const op = g.nodes[p].op === "reduce_sum" ? "add" : "max";
-      s.stmts.push(set(accs[i][t], bin(op, ref(accs[i][t], "f32"), v)));
+      s.stmts.push(set(accs[i][t], bin(reduceCombine(g, p), ref(accs[i][t], "f32"), v)));
     });
     rs.stmts.push(...s.stmts);
   }
