@@ -54,8 +54,7 @@
  *   kernel assembles, is read from their buffers, rounded;
  * - a gradient past the low type's range is inf as stored: the global norm is then not finite and dynamic
  *   loss scaling skips the step and halves the scale (optimizer/update.ts);
- * - others do: NVIDIA's BERT pre-training has --allreduce_post_accumulation_fp16 (all-reduce the
- *   accumulated gradients in FP16, so LAMB's input has been through f16), and apex's FusedLAMB
+ * - others do: NVIDIA's BERT pre-training's FP16 all-reduce (above), and apex's FusedLAMB
  *   (apex/optimizers/fused_lamb.py) takes the gradients of f16 parameters as f16 tensors (its g_all_16
  *   list), of which multi_tensor_l2norm takes the global norm;
  * - a scatter-add accumulator piece keeps the whole vector f32 (flat_gradients.ts lists what else does).
@@ -175,7 +174,8 @@ export function chooseStorage(
     }
   }
 
-  const narrowed = new Set<NodeId>([...flat].filter((id) => fusion.kernelOf[id] < 0));
+  // The flat gradient rule's values (all materialized, all f32) narrow whoever writes them.
+  const narrowed = new Set<NodeId>(flat);
   const kept = new Map<NodeId, KeepReason>();
   // Materialized by no kernel: a flat vector assembled in place from its parts (fusion/in_place.ts).
   for (const id of fusion.materialized) {
@@ -187,10 +187,9 @@ export function chooseStorage(
   for (const k of fusion.kernels) {
     for (const r of k.roots) {
       const n = g.nodes[r];
-      if (n.type.dtype !== "f32") continue;
+      if (n.type.dtype !== "f32" || flat.has(r)) continue;
       let why: KeepReason | undefined;
-      if (flat.has(r)) why = undefined;
-      else if (outputs.has(r)) why = "graph output";
+      if (outputs.has(r)) why = "graph output";
       else if (n.op === "reduce_sum" || n.op === "reduce_max") why = "reduction result";
       else if (n.op === "concat") why = "concat result";
       else if (k.kind === "scatter" && r === k.anchor) why = "scatter-add accumulator";
