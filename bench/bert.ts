@@ -25,7 +25,7 @@ import { BACKEND_NAMES, openBackend } from "../engine/choose_backend.ts";
 import type { Graph } from "../ir/mod.ts";
 import { defineBert } from "../models/bert.ts";
 import { loadModel } from "../models/load.ts";
-import { initParams } from "../model_io/init_params.ts";
+import { initParamsParallel } from "../model_io/init_params_parallel.ts";
 import type { Plan } from "../plan/plan.ts";
 import { flatFromParams } from "../training/run_state.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError, userMessage } from "../cli/common.ts";
@@ -223,7 +223,7 @@ await runMain(async () => {
           { base: 1e-4, warmupProportion: 0.1, totalSteps: 1000 },
           { step: 0, lossScale: precision === "fp16" ? 2 ** 16 : 1 },
         ),
-        [OPT.flatParams]: flatFromParams(initParams(g, 1), layout),
+        [OPT.flatParams]: flatFromParams(await initParamsParallel(g, 1), layout),
         ...tokens(batch),
         labels: Int32Array.from({ length: batch }, () => r.int(0, 2)),
         rng_key: [1, 0],
@@ -248,7 +248,7 @@ await runMain(async () => {
           { base: 6e-3, warmupProportion: 0.1, totalSteps: 1000 },
           { step: 0, lossScale: precision === "fp16" ? 2 ** 16 : 1 },
         ),
-        [OPT.flatParams]: flatFromParams(initParams(g, 1), layout),
+        [OPT.flatParams]: flatFromParams(await initParamsParallel(g, 1), layout),
         ...tokens(batch),
         masked_lm_positions: Int32Array.from({ length: batch * preds }, () => r.int(0, seq)),
         masked_lm_ids: Int32Array.from({ length: batch * preds }, () => r.int(0, V)),
@@ -263,7 +263,7 @@ await runMain(async () => {
       await part(`${tag}-infer-b${B}`, async () => {
         const g = buildModelGraph({ model, mode: "infer", precision, batchSize: B, seqLen: seq });
         await measure(`${tag}-infer-s${seq}-b${B}-${precision}`, g, {
-          ...Object.fromEntries(initParams(g, 1)),
+          ...Object.fromEntries(await initParamsParallel(g, 1)),
           ...tokens(B),
         }, B);
       });

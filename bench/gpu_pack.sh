@@ -9,7 +9,8 @@
 # is none but nvcc is installed, bench/nvrtc_nvcc_shim.c (NVRTC's interface over nvcc) is built and used for
 # the precompile only. The cache key holds the NVRTC version and a hash of the CUDA headers' contents, so the
 # entries hit on the GPU when its NVRTC has the same major.minor and its headers are the same files; the run
-# reports how many kernels it still had to compile. --small: gpu_run.sh --small's kernels (a rehearsal);
+# reports how many kernels it still had to compile; .offline/cuda-cache.json records the key's inputs, which
+# bench/gpu_probe.ts compares on the GPU (a miss there is compiled by 16 parallel shards). --small: gpu_run.sh --small's kernels (a rehearsal);
 # --cache-only: no Deno bundle. BERTFUSE_OFFLINE: the folder to pack into (default .offline).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,7 +45,8 @@ mkdir -p "$offline"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 precompile() {
-  deno run --node-modules-dir=manual -A bench/gpu_precompile.ts "${small[@]}" --cache "$work/cuda-cache"
+  deno run --node-modules-dir=manual -A bench/gpu_precompile.ts "${small[@]}" --cache "$work/cuda-cache" \
+    --manifest "$work/cuda-cache.json"
 }
 if ! precompile 2>"$work/err"; then
   cat "$work/err" >&2
@@ -60,5 +62,7 @@ if ! precompile 2>"$work/err"; then
   fi
 fi
 tar -C "$work" -cf - cuda-cache | xz -T0 -6 >"$offline/cuda-cache.tar.xz"
+# What the entries' keys depend on (NVRTC version, header identity): bench/gpu_probe.ts compares it there.
+cp "$work/cuda-cache.json" "$offline/cuda-cache.json"
 du -sh "$offline"/* | sed 's/^/  /'
 echo "gpu_pack: $offline ready; carry it with the repository and run bench/gpu_run.sh there"

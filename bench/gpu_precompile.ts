@@ -5,9 +5,13 @@
  * NVRTC this machine has, through the runtime's own Nvrtc, cache key and KernelCache, so an entry made here
  * is the one the run looks up (same source, architecture, NVRTC version, options and header contents).
  *
- *   deno run -A bench/gpu_precompile.ts [--small] [--arch sm_90] [--cache DIR]
+ *   deno run -A bench/gpu_precompile.ts [--small] [--arch sm_90] [--cache DIR] [--shard I/N] [--only RE]
+ *       [--skip RE]
+ *
+ * --shard I/N compiles only the kernels whose cache key falls to shard I of N, so N processes fill one cache
+ * in parallel (a GPU host's 16 cores; entries are written atomically); --only / --skip choose graphs by label.
  */
-import { parseFlags, runMain } from "../cli/common.ts";
+import { parseFlags, runMain, UsageError } from "../cli/common.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import { emitCUDAShared } from "../engine/backends.ts";
@@ -18,15 +22,32 @@ import { parseBertConfig } from "../models/bert_config.ts";
 import { loadModel } from "../models/load.ts";
 import { KernelCache, kernelCacheKey } from "../runtime/cuda/kernel_cache.ts";
 import { Nvrtc } from "../runtime/cuda/nvrtc.ts";
+import { headerIdentity } from "../runtime/cuda/nvrtc_files.ts";
 import { layerGraph } from "../cases/layer_graph.ts";
 import { FUSION_CASES, graphOf } from "../cases/fusion_cases.ts";
 
 await runMain(async () => {
-  const { values } = parseFlags(Deno.args, {
-    small: { type: "boolean" },
-    arch: { type: "string" },
-    cache: { type: "string" },
-  }, "deno run -A bench/gpu_precompile.ts [--small] [--arch sm_90] [--cache DIR]\n");
+  const { values } = parseFlags(
+    Deno.args,
+    {
+      small: { type: "boolean" },
+      arch: { type: "string" },
+      cache: { type: "string" },
+      shard: { type: "string" },
+      only: { type: "string" },
+      skip: { type: "string" },
+      manifest: { type: "string" },
+    },
+    "deno run -A bench/gpu_precompile.ts [--small] [--arch sm_90] [--cache DIR] [--shard I/N] [--only RE] [--skip RE]\n" +
+      "  [--manifest FILE]\n",
+  );
+  const shard = /^(\d+)\/(\d+)$/.exec(values.shard ?? "0/1");
+  if (!shard || +shard[1] >= +shard[2]) {
+    throw new UsageError(`--shard must be I/N with I < N, got ${values.shard}`);
+  }
+  const [shardIndex, shards] = [+shard[1], +shard[2]];
+  const only = new RegExp(values.only ?? ""), skip = values.skip ? new RegExp(values.skip) : undefined;
+  const wanted = (label: string) => only.test(label) && !skip?.test(label);
   const arch = values.arch ?? "sm_90";
   // NVRTC is found as the runtime finds it (LD_LIBRARY_PATH, toolkit, Python wheels); its absence is one line.
   const nvrtc = Nvrtc.open();
@@ -89,7 +110,7 @@ await runMain(async () => {
   const profile = PROFILES["cuda-sm90"];
   let compiled = 0, present = 0;
   const t0 = performance.now();
-  for (const [label, g, fuses] of graphs) {
+  for (const [label, g, fuses] of graphs.filter(([label]) => wanted(label))) {
     for (const fuse of fuses) {
       const { plan } = compileGraph(g, {
         fuse,
@@ -103,7 +124,7 @@ await runMain(async () => {
       let fresh = 0;
       for (const [name, source] of sources) {
         const key = kernelCacheKey({ source, arch, nvrtcVersion: nvrtc.versionString, options });
-        if (cache.get(key)) continue;
+        if (parseInt(key.slice(0, 8), 16) % shards !== shardIndex || cache.get(key)) continue;
         cache.put(key, nvrtc.compile(source, arch, name));
         fresh++;
       }
@@ -111,6 +132,18 @@ await runMain(async () => {
       present += sources.length - fresh;
       console.log(`${label} ${fuse ? "fused" : "unfused"}: ${sources.length} kernels, ${fresh} compiled`);
     }
+  }
+  if (values.manifest) {
+    // What the entries' keys depend on besides the sources: bench/gpu_probe.ts compares it on the GPU.
+    const manifest = {
+      arch,
+      nvrtc_version: nvrtc.versionString,
+      header_identity: headerIdentity(nvrtc.includeDirs),
+      nvrtc_path: nvrtc.path,
+      include: nvrtc.includeDirs,
+      entries: [...Deno.readDirSync(cache.dir)].filter((e) => e.name.endsWith(".cubin")).length,
+    };
+    await Deno.writeTextFile(values.manifest, JSON.stringify(manifest, null, 2) + "\n");
   }
   nvrtc.close();
   console.log(

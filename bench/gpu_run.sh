@@ -1,37 +1,41 @@
 #!/usr/bin/env bash
-# One command for a GPU run (issue 16 item 7): on a bare GPU machine with no network, from the repository root
-# with .offline/ packed beforehand by bench/gpu_pack.sh (Deno, node_modules, a CUDA kernel cache for sm_90):
+# One budgeted command for a GPU lease (issue 24): on a bare GPU machine with no network, from the repository
+# root, with .offline/ packed beforehand by bench/gpu_pack.sh (Deno, a CUDA kernel cache and its manifest):
 #
-#   bench/gpu_run.sh [--small] [--stages check,bert-base,bench,profile,peers] [--out FILE]
+#   bench/gpu_run.sh [--small] [--stages LIST] [--out FILE]
 #
-# Stages, each run to its end whatever the others did (a failure is recorded, never a reason to stop, so
-# no figure measured is thrown away):
-#   check      bench/gpu_check.ts: every fusion case on CUDA vs the reference, graphs, cuBLASLt
-#   bert-base  a random BERT-base (Hugging Face layout) through deno task infer --backend cuda, compared
-#              with transformers in float64 (bench/peers/bert_base_check.py)
-#   bench      deno task bench:bert --backend cuda, BERT-large fp16 train b64 s128 + inference, fused and unfused
-#   profile    per-kernel times of the BERT-large step (bench/gpu_profile.ts) set beside the cost model's
-#              prediction: deno task compile --measured, the report kept as bench/results/<date>-<device>-report.md
-#   peers      bench/peers/torch_bert.py: PyTorch eager and torch.compile, fp16 and bf16
-# Results: bench/results/<date>-<device>.json (device, date, command, each stage's status, time and log
-# tail, the checks, the BERT-base errors, every benchmark case, the predicted and measured step); also copied
-# to $OUT when that is set (the device tool's output folder). Running again the same day on the same device
-# with other --stages merges into the same file.
+# Stages, in order of value; each gets the lesser of its own cap and the time left before the deadline
+# (GPU_RUN_DEADLINE seconds after the start, default 540), is skipped when under 20 s are left, prints one
+# summary line when it ends, and a failure never stops the stages after it:
+#   probe        GPU, driver, NVRTC / cuBLASLt / NCCL paths and versions, packed kernel cache hit or miss
+#   precompile   the BERT training step's kernels compiled by NVRTC in 16 parallel shards (fast when the
+#                packed cache hits); the other graphs' kernels go on compiling in the background
+#   train        bench/gpu_train.ts: BERT-large fp16 b64 s128 fused: the loss at init, 20 steps on one batch,
+#                seq/s, per-kernel event times; then unfused from the same feeds: fused = unfused, and seq/s
+#   check        bench/gpu_check.ts: every fusion case on CUDA against the reference (f32, f16, bf16), one
+#                BERT layer with graphs on and off, cuBLASLt GEMMs and epilogues against the CPU
+#   peer         PyTorch eager fp16 on the same shapes (bench/peers/torch_bert.py)
+#   infer        bench/bert.ts --mode infer: BERT-large fp16 inference at batch 64 and 1, fused and unfused
+#   bert-base    a random BERT-base through deno task infer --backend cuda against transformers in float64
+#   compile      torch.compile fp16 (cold compiles: minutes), last, so it is the first thing cut
+# After every stage the merged results (bench/results/<date>-<device>.json, the table in ...-summary.txt, the
+# logs in gpu-run-logs.tgz) are copied to $OUT when that is set (the device tool's output folder), so a
+# command killed at any moment returns every stage that finished. The cost-model merge (deno task compile
+# --measured with the train stage's timings) runs afterwards on the CPU: docs/cuda.md says how.
 #
-# --small: BERT-tiny shapes everywhere, for a rehearsal (tests/nvcc/gpu_run_rehearsal.test.ts runs this
+# --small: BERT-tiny shapes everywhere, for the offline rehearsal (tests/nvcc/gpu_run_rehearsal.test.ts runs it
 # with the fake driver of tests/nvcc/cuda_runtime_fake.test.ts on LD_LIBRARY_PATH).
-# Environment: GPU_RUN_WORK (scratch folder, default /tmp/bertfuse-gpu-run), GPU_RUN_DEVICE (device name
-# when nvidia-smi is absent), GPU_RUN_TIMEOUT (seconds per stage, default 540), BERTFUSE_CACHE (the kernel
-# cache in use; default $GPU_RUN_WORK/cuda-cache), BERTFUSE_OFFLINE (where cuda-cache.tar.xz is; default
-# .offline), GPU_RUN_PEER_ARGS (arguments for torch_bert.py, e.g. "--precision fp16 --impl eager").
-# The device tool allows 10 minutes a call: run the stages in groups (--stages), and put the results file
-# each call brings back into bench/results/ before the next, which merges into it.
+# Environment: GPU_RUN_WORK (scratch folder, default /tmp/bertfuse-gpu-run), GPU_RUN_DEVICE (device name when
+# nvidia-smi is absent), GPU_RUN_DEADLINE (seconds, default 540), GPU_RUN_SHARDS (parallel NVRTC processes,
+# default the core count, at most 16), BERTFUSE_CACHE (the kernel cache; default $GPU_RUN_WORK/cuda-cache),
+# BERTFUSE_OFFLINE (where cuda-cache.tar.xz is; default .offline).
 set -u
+start=$(date +%s)
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 command_line="bench/gpu_run.sh $*"
 small=0
-stages="check,bert-base,bench,profile,peers"
+stages="probe,precompile,train,check,peer,infer,bert-base,compile"
 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,23 +46,20 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-
+deadline=$((start + ${GPU_RUN_DEADLINE:-540}))
 work=${GPU_RUN_WORK:-/tmp/bertfuse-gpu-run}
 mkdir -p "$work"
-rm -f "$work"/stages.jsonl
-limit=${GPU_RUN_TIMEOUT:-540}
+rm -f "$work"/stages.jsonl "$work"/*.log
 
-# Deno and node_modules from the bundle when this machine has none.
 if ! command -v deno >/dev/null 2>&1; then
   if [ -f .offline/activate.sh ]; then
     # shellcheck disable=SC1091
     . .offline/activate.sh
   else
-    echo "bench/gpu_run.sh: no deno on PATH and no .offline/activate.sh (run bench/gpu_pack.sh where there is a network)" >&2
+    echo "bench/gpu_run.sh: no deno on PATH and no .offline/activate.sh (run bench/gpu_pack.sh first)" >&2
     exit 1
   fi
 fi
-# The packed kernel cache, copied so a run never alters the bundle.
 export BERTFUSE_CACHE=${BERTFUSE_CACHE:-$work/cuda-cache}
 mkdir -p "$BERTFUSE_CACHE"
 offline=${BERTFUSE_OFFLINE:-.offline}
@@ -75,132 +76,103 @@ device=${device:-unknown-gpu}
 slug=$(echo "$device" | tr 'A-Z' 'a-z' | sed -e 's/[^a-z0-9]\+/-/g' -e 's/^-//' -e 's/-$//')
 date=$(date -u +%F)
 result=${out:-bench/results/$date-$slug.json}
-echo "gpu_run: $device, $date, stages $stages, results $result, kernel cache $BERTFUSE_CACHE ($cached_before CUBINs)"
+mkdir -p "$(dirname "$result")"
+echo "gpu_run: $device, $date, stages $stages, deadline ${GPU_RUN_DEADLINE:-540} s, kernel cache $cached_before CUBINs"
 
-# stage NAME CMD...: runs CMD under the time limit, its output in $work/NAME.log, one JSON line of status.
+# Merges every stage's files into $result and its -summary.txt, then copies both and the logs to $OUT.
+publish() {
+  python3 bench/gpu_run_merge.py "$work" "$result" "$device" "$date" "$command_line" "$cached_before" \
+    "$(find "$BERTFUSE_CACHE" -name '*.cubin' | wc -l)" >"$work/summary.txt" 2>>"$work/merge.err"
+  cp "$work/summary.txt" "${result%.json}-summary.txt" 2>/dev/null
+  if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
+    cp "$result" "${result%.json}-summary.txt" "$OUT"/ 2>/dev/null
+    (cd "$work" && tar -czf "$OUT/gpu-run-logs.tgz.tmp" ./*.log ./*.json ./*.err 2>/dev/null &&
+      mv "$OUT/gpu-run-logs.tgz.tmp" "$OUT/gpu-run-logs.tgz")
+  fi
+}
+
+# stage NAME CAP CMD...: runs CMD for at most CAP seconds (or what is left before the deadline), output in
+# $work/NAME.log, one JSON line of status, one summary line, then publish.
 stage() {
-  local name=$1
-  shift
-  local t0 t1 rc
-  echo "== $name: $*"
+  local name=$1 cap=$2
+  shift 2
+  local now left t0 t1 rc status
+  now=$(date +%s)
+  left=$((deadline - now - 10))
+  [ "$left" -lt "$cap" ] && cap=$left
+  if [ "$cap" -lt 20 ]; then
+    echo "== $name: SKIPPED (${left} s left before the deadline)"
+    python3 -c 'import json,sys; print(json.dumps({"stage": sys.argv[1], "exit_code": None, "skipped": True, "seconds": 0}))' \
+      "$name" >>"$work/stages.jsonl"
+    return 0
+  fi
+  echo "== $name (cap $cap s, at $((now - start)) s): $*"
   t0=$(date +%s.%N)
-  timeout --kill-after=10 "$limit" "$@" > >(tee "$work/$name.log") 2>&1
+  timeout --kill-after=5 "$cap" "$@" >"$work/$name.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   python3 -c 'import json,sys; print(json.dumps({"stage": sys.argv[1], "command": sys.argv[2], "exit_code": int(sys.argv[3]), "seconds": round(float(sys.argv[5]) - float(sys.argv[4]), 1)}))' \
     "$name" "$*" "$rc" "$t0" "$t1" >>"$work/stages.jsonl"
-  [ $rc = 0 ] && echo "== $name: ok" || echo "== $name: FAILED (exit $rc; timeout is 124)"
+  case $rc in 0) status=ok ;; 124 | 137) status="TIMED OUT after $cap s" ;; *) status="FAILED (exit $rc)" ;; esac
+  # The stage's last meaningful line is its summary (each script ends with one).
+  echo "== $name: $status in $(python3 -c "print(round($t1 - $t0, 1))") s; $(grep -v '^\s*$' "$work/$name.log" | tail -1 | cut -c1-300)"
+  publish
   return 0
 }
 want() { case ",$stages," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 if [ $small = 1 ]; then
-  large=models/bert-tiny.ts batch=2 seq=16 preds=4
-  check_args=(--dtypes f32 --only "^(LayerNorm|Softmax)") bench_args=(--rounds 1 --steps-per-round 1 --infer-batch-size 2)
-  base_args=(--small)
-  peer_args=(--device cpu --tiny --what train)
+  model=models/bert-tiny.ts batch=2 seq=16 preds=4 infer_batch=2
+  small_flag=(--small) check_args=(--dtypes f32 --only "^(LayerNorm|Softmax)") train_args=(--steps 3 --rounds 1 --steps-per-round 1 --iterations 1)
+  bench_args=(--rounds 1 --steps-per-round 1) peer_args=(--device cpu --tiny)
 else
-  large=models/bert-large.ts batch=64 seq=128 preds=20
-  check_args=() bench_args=()
-  base_args=()
-  # shellcheck disable=SC2206
-  peer_args=(${GPU_RUN_PEER_ARGS:-})
+  model=models/bert-large.ts batch=64 seq=128 preds=20 infer_batch=64
+  small_flag=() check_args=() train_args=() bench_args=() peer_args=()
 fi
 shape=(--batch-size "$batch" --seq-len "$seq" --max-predictions "$preds")
-# Deno scripts run with --node-modules-dir=manual: none of them imports an npm package, and so Deno neither
-# installs node_modules (no network) nor needs them carried (deno task would install every package first).
+cores=$(nproc 2>/dev/null || echo 4)
+shards=${GPU_RUN_SHARDS:-$((cores > 16 ? 16 : cores))}
+# Deno runs with --node-modules-dir=manual: none of these scripts imports an npm package, so Deno neither
+# installs node_modules (no network there) nor needs them carried.
 deno_run=(deno run --node-modules-dir=manual -A)
+precompile() { # precompile LABEL-FILTER...: every shard in parallel, waits for all
+  local pids=() i
+  for ((i = 0; i < shards; i++)); do
+    "${deno_run[@]}" bench/gpu_precompile.ts "${small_flag[@]}" --cache "$BERTFUSE_CACHE" --shard "$i/$shards" "$@" \
+      >"$work/precompile-$i.out" 2>&1 &
+    pids+=($!)
+  done
+  local bad=0
+  for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+  echo "precompile $*: $shards shards, $bad failed; $(find "$BERTFUSE_CACHE" -name '*.cubin' | wc -l) kernels in the cache"
+  [ $bad = 0 ]
+}
 
-want check && stage check "${deno_run[@]}" bench/gpu_check.ts --json "$work/check.json" "${check_args[@]}"
+want probe && stage probe 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1; nvcc --version 2>&1 | tail -1; "$@"' \
+  probe "${deno_run[@]}" bench/gpu_probe.ts --json "$work/probe.json" --manifest "$offline/cuda-cache.json"
+if want precompile; then
+  stage precompile 150 bash -c "$(declare -f precompile); $(declare -p deno_run small_flag shards work BERTFUSE_CACHE); precompile --only 'train'"
+  # The rest (the check battery's cases, inference, BERT-base) compiles while the GPU trains; niced so the
+  # train stage's own host work comes first.
+  (precompile --skip 'train' >"$work/precompile-rest.log" 2>&1 &)
+fi
+want train && stage train 240 "${deno_run[@]}" bench/gpu_train.ts --model "$model" --precision fp16 "${shape[@]}" \
+  "${train_args[@]}" --json "$work/train.json" --timings "$work/timings.json"
+want check && stage check 120 "${deno_run[@]}" bench/gpu_check.ts --json "$work/check.json" "${check_args[@]}"
+want peer && stage peer 90 bash -c 'python3 bench/peers/torch_bert.py "$@" >"'"$work"'/peer.jsonl"; r=$?; tail -3 "'"$work"'/peer.jsonl"; exit $r' \
+  peer "${peer_args[@]}" --precision fp16 --impl eager
+want infer && stage infer 120 "${deno_run[@]}" bench/bert.ts --backend cuda --model "$model" --precision fp16 --mode infer \
+  "${shape[@]}" --infer-batch-size "$infer_batch" "${bench_args[@]}" --json "$work/infer.json"
 if want bert-base; then
-  rm -rf "$work/bert-base" "$work/bert-base.json"
-  stage bert-base-make python3 bench/peers/bert_base_check.py make "$work/bert-base" "${base_args[@]}"
-  stage bert-base-infer "${deno_run[@]}" cli/infer.ts --backend cuda --checkpoint "$work/bert-base/checkpoint" \
-    --input "$work/bert-base/inputs.jsonl" --output "$work/bert-base/ours.safetensors"
-  stage bert-base-compare python3 bench/peers/bert_base_check.py compare "$work/bert-base"
+  rm -rf "$work/bert-base"
+  stage bert-base 90 bash -c 'set -e; python3 bench/peers/bert_base_check.py make "$1" "${@:2}"
+    deno run --node-modules-dir=manual -A cli/infer.ts --backend cuda --checkpoint "$1/checkpoint" --input "$1/inputs.jsonl" \
+      --output "$1/ours.safetensors" >/dev/null
+    python3 bench/peers/bert_base_check.py compare "$1"' bert-base "$work/bert-base" "${small_flag[@]}"
 fi
-want bench && stage bench "${deno_run[@]}" bench/bert.ts --backend cuda --model "$large" --precision fp16 "${shape[@]}" \
-  "${bench_args[@]}" --json "$work/bench.json"
-if want profile; then
-  rm -rf "$work/compiled"
-  stage profile "${deno_run[@]}" bench/gpu_profile.ts --model "$large" --precision fp16 "${shape[@]}" --json "$work/timings.json"
-  stage cost-model "${deno_run[@]}" cli/compile.ts "$large" --mode train --precision fp16 --target cuda "${shape[@]}" \
-    --out "$work/compiled" --summary "$work/compile-summary.json" --measured "$work/timings.json"
-fi
-want peers && stage peers bash -c 'python3 bench/peers/torch_bert.py "$@" > "'"$work"'/peers.jsonl"' peers "${peer_args[@]}"
-
-mkdir -p "$(dirname "$result")"
-cached_after=$(find "$BERTFUSE_CACHE" -name '*.cubin' | wc -l)
-python3 - "$work" "$result" "$device" "$date" "$command_line" "$cached_before" "$cached_after" <<'PY'
-import json, os, sys
-work, result, device, date, command, cached, cached_after = sys.argv[1:8]
-def load(name):
-    try:
-        with open(os.path.join(work, name)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-def tail(name, n=15):
-    try:
-        with open(os.path.join(work, name + ".log"), errors="replace") as f:
-            return f.read().splitlines()[-n:]
-    except OSError:
-        return []
-prior = {}
-if os.path.exists(result):
-    try:
-        prior = json.load(open(result))
-    except ValueError:
-        prior = {}
-stages = {s["stage"]: s for s in prior.get("stages", [])}
-for line in open(os.path.join(work, "stages.jsonl")):
-    s = json.loads(line)
-    s["ok"] = s["exit_code"] == 0
-    s["log_tail"] = tail(s["stage"])
-    stages[s["stage"]] = s
-out = dict(prior, device=device, date=date, command=command, stages=list(stages.values()),
-           kernel_cache_entries_at_start=int(cached), kernel_cache_entries_at_end=int(cached_after))
-ran = {s["stage"] for s in map(json.loads, open(os.path.join(work, "stages.jsonl")))}
-check = load("check.json")
-if "check" in ran and check:
-    out["check"] = {"device": check.get("device"), "passed": sum(c["ok"] for c in check["checks"]),
-                    "total": len(check["checks"]), "failed": [c for c in check["checks"] if not c["ok"]]}
-if "bert-base-compare" in ran:
-    lines = [l for l in tail("bert-base-compare", 50) if l.startswith("{")]
-    out["bert_base"] = json.loads(lines[-1]) if lines else None
-cases = [c for c in prior.get("cases", []) if not (("bench" in ran and c.get("impl", "").startswith("bertfuse"))
-                                               or ("peers" in ran and c.get("impl", "").startswith("torch")))]
-bench = load("bench.json")
-if "bench" in ran and bench:
-    cases += bench["cases"]
-    out["bench_device"] = bench.get("device")
-if "peers" in ran and os.path.exists(os.path.join(work, "peers.jsonl")):
-    cases += [json.loads(l) for l in open(os.path.join(work, "peers.jsonl")) if l.startswith("{")]
-out["cases"] = cases
-timings, summary = load("timings.json"), load("compile-summary.json")
-if "profile" in ran:
-    out["cost_model"] = {"predicted_step_ms": summary and summary.get("predicted_step_ms"),
-                         "predicted_seq_per_s": summary and summary.get("predicted_seq_per_s"),
-                         "gemm_flops": summary and summary.get("gemm_flops"),
-                         "gemm_flops_library": summary and summary.get("gemm_flops_library"),
-                         "measured_step_ms": timings and timings.get("step_ms"),
-                         "measured_kernel_ms": timings and round(sum(timings["kernels"].values()), 4),
-                         "report": result[:-len(".json")] + "-report.md" if summary else None}
-with open(result, "w") as f:
-    json.dump(out, f, indent=2)
-    f.write("\n")
-print(f"gpu_run: wrote {result}; {int(cached_after) - int(cached)} kernels compiled by NVRTC during the run "
-      f"({cached} were in the cache at the start)")
-for s in out["stages"]:
-    print(f"  {s['stage']:<18} {'ok' if s['ok'] else 'FAILED exit ' + str(s['exit_code']):<16} {s['seconds']:>7.1f} s")
-for c in cases:
-    print(f"  {c['name']:<36} {c['impl']:<18} {c['seq_per_s']:>10.1f} seq/s {c['ms']:>9.2f} ms")
-PY
-if [ -f "$work/compiled/report.md" ] && want profile; then cp "$work/compiled/report.md" "${result%.json}-report.md"; fi
-if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-  # The device tool brings back at most 8 files: the results, the report and one archive of the logs.
-  cp "$result" "$OUT"/
-  [ -f "${result%.json}-report.md" ] && cp "${result%.json}-report.md" "$OUT"/
-  (cd "$work" && tar -czf "$OUT/gpu-run-logs.tgz" ./*.log ./*.json 2>/dev/null)
-fi
+want compile && stage compile 240 bash -c 'python3 bench/peers/torch_bert.py "$@" >"'"$work"'/compile.jsonl"; r=$?; tail -3 "'"$work"'/compile.jsonl"; exit $r' \
+  compile "${peer_args[@]}" --precision fp16 --impl compile
+publish
+cat "$work/summary.txt"
+echo "gpu_run: done in $(($(date +%s) - start)) s; results in $result"
 exit 0
