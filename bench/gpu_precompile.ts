@@ -37,9 +37,11 @@ await runMain(async () => {
       only: { type: "string" },
       skip: { type: "string" },
       manifest: { type: "string" },
+      model: { type: "string" },
+      "train-shape": { type: "string" },
     },
     "deno run -A bench/gpu_precompile.ts [--small] [--arch sm_90] [--cache DIR] [--shard I/N] [--only RE] [--skip RE]\n" +
-      "  [--manifest FILE]\n",
+      "  [--manifest FILE] [--model M] [--train-shape B,S,P]\n",
   );
   const shard = /^(\d+)\/(\d+)$/.exec(values.shard ?? "0/1");
   if (!shard || +shard[1] >= +shard[2]) {
@@ -55,8 +57,15 @@ await runMain(async () => {
   // The shapes of bench/gpu_run.sh (its --small shapes with --small); tests/nvcc/gpu_run_rehearsal.test.ts
   // checks that a run after this compiles nothing new.
   const small = values.small === true;
-  const [B, S, P] = small ? [2, 16, 4] : [64, 128, 20];
-  const large = await loadModel(small ? "models/bert-tiny.ts" : "models/bert-large.ts");
+  // --model / --train-shape B,S,P: another model or shape for the training and inference graphs.
+  const shape = values["train-shape"]?.split(",").map(Number);
+  if (shape && (shape.length !== 3 || !shape.every((n) => Number.isInteger(n) && n > 0))) {
+    throw new UsageError(
+      `--train-shape must be B,S,P (three positive integers), got ${values["train-shape"]}`,
+    );
+  }
+  const [B, S, P] = shape ?? (small ? [2, 16, 4] : [64, 128, 20]);
+  const large = await loadModel(values.model ?? (small ? "models/bert-tiny.ts" : "models/bert-large.ts"));
   const graphs: [string, Graph, boolean[]][] = [];
   for (const c of FUSION_CASES.filter((c) => !small || /^LayerNorm/.test(c.name))) {
     const dts = c.dtypes.flatMap((d) => (d === "f16" ? ["f16", "bf16"] : [d])).filter((d) =>
