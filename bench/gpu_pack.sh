@@ -34,10 +34,10 @@ if [ $bundle_too = 1 ]; then
   bundle=${OFFLINE_BUNDLE:-$root/../shared/tools/offline-bundle.sh}
   [ -f "$bundle" ] || { echo "bench/gpu_pack.sh: $bundle not found (set OFFLINE_BUNDLE)" >&2; exit 1; }
   mkdir -p "$(git rev-parse --git-dir)/info" # the bundle adds /.offline/ to .git/info/exclude
-  bash "$bundle"
   # gpu_run.sh runs Deno with --node-modules-dir=manual and imports no npm package: node_modules need not
-  # travel (they are most of the bundle, over the device tool's 64 MiB with Deno and the repository).
-  [ $keep_modules = 1 ] || rm -f .offline/node_modules.tar.xz
+  # travel (they are most of the bundle, over the device tool's 64 MiB with Deno and the repository), so
+  # they are not even compressed (that took 20 minutes) unless asked for.
+  if [ $keep_modules = 1 ]; then bash "$bundle"; else bash "$bundle" --deno-only; fi
 fi
 [ $cache = 1 ] || exit 0
 mkdir -p "$offline"

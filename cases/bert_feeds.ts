@@ -2,7 +2,7 @@
  * Feeds for one BERT pre-training step on fresh random data: token ids, segments, a ragged attention
  * mask, masked positions and labels (every fourth ignored), NSP labels and a dropout key — and, for the
  * fused optimizer, its tables and state with moments as after a few steps (m of either sign, v positive,
- * zero in the padding between tensors). Shared by the step tests and bench/gpu_profile.ts.
+ * zero in the padding between tensors). Shared by the step tests.
  */
 import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
 import { type FlatLayout, flatLayoutOf } from "../compiler/optimizer/layout.ts";

@@ -44,7 +44,7 @@ one file per distinct kernel (wgsl/*.wgsl, cuda/*.cu), the plan (plan.json) and 
                      "bytes_per_step","peak_bytes","gemm_flops","gemm_flops_library",
                      "predicted_step_ms","predicted_seq_per_s","compile_ms"} as JSON (predictions: the
                      H100 cost model, CUDA targets only; null otherwise)
-  --measured FILE    per-kernel GPU times, {"kernels": {name: ms}} (bench/gpu_profile.ts writes it from a
+  --measured FILE    per-kernel GPU times, {"kernels": {name: ms}} (bench/gpu_train.ts --timings writes it from a
                      DEBUG=2 profile) or a flat {name: ms}: the report's H100 tables gain a measured column
 
 Environment: DEBUG, DUMP_DIR, SKIP_PASSES, FUSION_FUEL (see the README).

@@ -219,7 +219,7 @@ export interface Measured {
 }
 
 /**
- * Reads a timings file: `{"kernels": {name: ms}, "step_ms"?, "device"?}` (bench/gpu_profile.ts writes it
+ * Reads a timings file: `{"kernels": {name: ms}, "step_ms"?, "device"?}` (bench/gpu_train.ts --timings writes it
  * from a DEBUG=2 profile) or a flat `{name: ms}`. Throws a one-line Error on anything else.
  */
 export function parseTimings(text: string, what: string): Measured {
