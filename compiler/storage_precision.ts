@@ -151,16 +151,35 @@ export function chooseStorage(
   const steps = descentSteps(g);
 
   // Whether a value reaches a concat through views, or a graph output through elementwise ops and views
-  // other than as an update direction (one backward walk: users come after their operands).
+  // other than as an update direction itself (one backward walk: users come after their operands). Only
+  // the direction is exempt, not what it is computed from: an unfused plan materializes LAMB's m̂ and v̂,
+  // and v̂ = v/(1 − β2ᵗ) ≈ 1e-3·g² is far below f16's range (stored low, it was 0, and u = m̂/ε came out
+  // 77 times too large for BERT's bias gradients on the first step; seen on an H200, issue 24).
+  // The steps s·d and their factors, through products and views ((0.1·tᵀ)·2): what the update direction
+  // rule exempts.
+  const factors = new Set<NodeId>();
+  for (let walk = [...steps.values()], id = walk.pop(); id !== undefined; id = walk.pop()) {
+    if (factors.has(id)) continue;
+    factors.add(id);
+    const op = g.nodes[id].op;
+    if (op === "mul" || (isMovement(op) && op !== "concat")) walk.push(...g.nodes[id].inputs);
+  }
   const toConcat = new Uint8Array(g.nodes.length);
+  const reaches = new Uint8Array(g.nodes.length); // reaches an output, through a step or not
   const toOutput = new Uint8Array(g.nodes.length);
   for (let id = g.nodes.length - 1; id >= 0; id--) {
-    if (outputs.has(id)) toOutput[id] = 1;
+    if (outputs.has(id)) reaches[id] = toOutput[id] = 1;
     for (const u of users[id]) {
       const op = g.nodes[u].op;
       if (op === "concat") toConcat[id] = 1;
       else if (isMovement(op) && toConcat[u]) toConcat[id] = 1;
-      if ((isElementwise(op) || isMovement(op)) && toOutput[u] && steps.get(u) !== id) toOutput[id] = 1;
+      if ((isElementwise(op) || isMovement(op)) && reaches[u]) {
+        reaches[id] = 1;
+        // The step never counts through its descent, a factor only if the factor it scales reaches the
+        // output otherwise; what a factor is computed from (m̂ and √v̂ + ε of LAMB's quotient) counts.
+        if (steps.get(u) === id) continue;
+        if (factors.has(id) && factors.has(u) ? toOutput[u] : reaches[u]) toOutput[id] = 1;
+      }
     }
   }
 

@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { optimizerFeeds } from "../../compiler/optimizer/feeds.ts";
 import { flatLayoutOf } from "../../compiler/optimizer/layout.ts";
 import { appendOptimizer, OPT } from "../../compiler/optimizer/update.ts";
 import { applyPrecision, LOW_DTYPE } from "../../compiler/passes/precision.ts";
@@ -182,3 +183,46 @@ for (const [precision, seed] of [["fp16", 5], ["bf16", 6]] as const) {
     },
   });
 }
+
+Deno.test({
+  name: "update direction: an unfused fp16 LAMB step from fresh moments keeps m̂ and v̂ f32 (small gradients)",
+  ignore: !cpu.ctx,
+  fn: async () => {
+    // Unfused, every value of the optimizer is materialized. Only the step's factors may narrow: v̂ ≈ 1e-3·g²
+    // of a 1e-5 gradient is far below f16's range, and stored low it was 0, so u = m̂/ε came out about 77
+    // times too large (BERT's bias updates on the first step; seen on an H200, issue 24).
+    const g = lambGraph("fp16");
+    const r = seededRandom(8);
+    const scale = 1024;
+    const feeds: Record<string, ArrayLike<number>> = optimizerFeeds(
+      flatLayoutOf(g),
+      { base: 6e-3, warmupProportion: 0.1, totalSteps: 200 },
+      { step: 0, lossScale: scale },
+    );
+    for (const [name, shape] of Object.entries(SHAPES)) {
+      const n = shape.reduce((a, b) => a * b, 1);
+      feeds[name] = Float32Array.from({ length: n }, () => 0.02 * r.normal());
+      feeds[`g:${name}`] = Float32Array.from({ length: n }, () => scale * 1e-5 * r.normal());
+    }
+    feeds.x = Float32Array.from({ length: 8 * 48 }, () => r.normal());
+    const { executor } = await CPU.compile(cpu.ctx!, g, false);
+    try {
+      const out = await executor.run(feeds);
+      const ref = evaluate(g, feeds, { precision: "f32" });
+      const old = ref.get(OPT.flatParams)!, want = ref.get(`new:${OPT.flatParams}`)!;
+      const got = out[`new:${OPT.flatParams}`];
+      for (const s of flatLayoutOf(g).segments) {
+        let dd = 0, nn = 0;
+        for (let i = s.offset; i < s.offset + s.size; i++) {
+          dd += (got[i] - want[i]) ** 2;
+          nn += (want[i] - old[i]) ** 2;
+        }
+        assert.ok(nn > 0, `${s.name} moved`);
+        // u itself is stored f16 (one rounding, 2⁻¹¹ relative); before the fix biases were off by ~77×.
+        assert.ok(Math.sqrt(dd / nn) < 0.01, `${s.name}: update off by ${Math.sqrt(dd / nn)} relative`);
+      }
+    } finally {
+      executor.destroy();
+    }
+  },
+});
