@@ -22,6 +22,8 @@ export interface BertConfig {
   num_labels: number;
   /** Hugging Face's model class names, when the file gives them (e.g. ["BertForPreTraining"]). */
   architectures?: string[];
+  /** The classification head's label names by class index ("0", "1", ...), when the file gives them. */
+  id2label?: Record<string, string>;
 }
 
 export class ConfigError extends Error {
@@ -120,7 +122,13 @@ export function parseBertConfig(raw: unknown, source: string): BertConfig {
     "architectures" in cfg &&
     !(Array.isArray(cfg.architectures) && cfg.architectures.every((a) => typeof a === "string"))
   ) bad(`field 'architectures' must be a list of strings`);
+  if (
+    "id2label" in cfg &&
+    (typeof cfg.id2label !== "object" || cfg.id2label === null || Array.isArray(cfg.id2label) ||
+      !Object.values(cfg.id2label).every((l) => typeof l === "string"))
+  ) bad(`field 'id2label' must map class indices to label names (strings)`);
   const out: Record<string, unknown> = "architectures" in cfg ? { architectures: cfg.architectures } : {};
+  if ("id2label" in cfg) out.id2label = cfg.id2label;
   for (const k of [...POSITIVE_INTS, ...PROBABILITIES, "hidden_act", "initializer_range", "layer_norm_eps"]) {
     out[k] = cfg[k];
   }

@@ -467,8 +467,10 @@ def main():
     cls_cfg = dict(BASE_CONFIG)
     cls_cfg["architectures"] = ["BertForSequenceClassification"]
     cls_cfg["num_labels"] = NUM_LABELS
-    cls_cfg["id2label"] = {str(i): "LABEL_%d" % i for i in range(NUM_LABELS)}
-    cls_cfg["label2id"] = {"LABEL_%d" % i: i for i in range(NUM_LABELS)}
+    # Names of our own, not Hugging Face's LABEL_<i> defaults, so a reader that drops them shows.
+    names = ["negative", "neutral", "positive"][:NUM_LABELS]
+    cls_cfg["id2label"] = {str(i): n for i, n in enumerate(names)}
+    cls_cfg["label2id"] = {n: i for i, n in enumerate(names)}
     cls_w = {n: pre[n] for n in encoder_names + pooler_names}
     cls_w.update(cls_head)
     write_json(path("classification", "config.json"), cls_cfg)

@@ -113,7 +113,7 @@ Deno.test("--text/--text-pair: label and probabilities match the interpreter on 
     const flags = ["--checkpoint", `${FX}classification`, "--text", args[0]];
     if (args[1]) flags.push("--text-pair", args[1]);
     const [a] = await infer(flags);
-    const labels = ["LABEL_0", "LABEL_1", "LABEL_2"];
+    const labels = ["negative", "neutral", "positive"]; // the checkpoint's id2label
     const best = p.indexOf(Math.max(...p));
     assert.equal(a.label, labels[best], `seed ${SEED}`);
     labels.forEach((l, i) =>

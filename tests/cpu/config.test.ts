@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { ConfigError, parseBertConfig, readBertConfig } from "../../models/bert_config.ts";
+import { labelsOf } from "../../textinfer/answer.ts";
 
 /** The five fields without a Hugging Face default (sizes of a small model). */
 const REQUIRED = {
@@ -94,9 +95,14 @@ Deno.test("config: NVIDIA's bert_config.json (BERT-large, padded vocabulary) is 
   assert.equal(cfg.num_labels, 2);
 });
 
-Deno.test("config: num_labels comes from id2label, unless given", () => {
+Deno.test("config: num_labels comes from id2label, unless given; the label names are kept", () => {
   const id2label = { 0: "negative", 1: "neutral", 2: "positive" };
   assert.equal(parseBertConfig({ ...REQUIRED, id2label }, "c.json").num_labels, 3);
+  assert.deepEqual(labelsOf(parseBertConfig({ ...REQUIRED, id2label }, "c.json")), Object.values(id2label));
+  assert.throws(
+    () => parseBertConfig({ ...REQUIRED, id2label: { 0: 1 } }, "c.json"),
+    /c.json: field 'id2label'/,
+  );
   const five = Object.fromEntries([0, 1, 2, 3, 4].map((i) => [String(i), `LABEL_${i}`]));
   assert.equal(parseBertConfig({ ...REQUIRED, id2label: five, label2id: {} }, "c.json").num_labels, 5);
   assert.equal(parseBertConfig({ ...REQUIRED, num_labels: 7 }, "c.json").num_labels, 7);

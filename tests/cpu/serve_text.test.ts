@@ -41,7 +41,7 @@ Deno.test("POST /v1/classify equals deno task infer --text --text-pair", async (
       const r = await s.post("/v1/classify", body);
       assert.equal(r.status, 200, r.text);
       const a = r.body as { label: string; scores: Record<string, number> };
-      assert.deepEqual(Object.keys(a.scores), ["LABEL_0", "LABEL_1", "LABEL_2"]);
+      assert.deepEqual(Object.keys(a.scores), ["negative", "neutral", "positive"]);
       assert.ok(Math.abs(Object.values(a.scores).reduce((x, y) => x + y) - 1) < 1e-9);
       const args = ["--text", body.text, ...(body.text_pair ? ["--text-pair", body.text_pair] : [])];
       assert.deepEqual(r.body, await inferPrints("classification", ...args));
