@@ -24,6 +24,7 @@ import { ioCause, isIoError } from "../model_io/outputs.ts";
 import { ResourceError } from "../model_io/size_check.ts";
 import { UsageError } from "./usage_error.ts";
 import { intFlag, joinNegativeValues } from "./flags.ts";
+import { hfFlagHint } from "./flag_spelling.ts";
 
 export { UsageError };
 export { intFlag, numberFlag } from "./flags.ts";
@@ -71,7 +72,8 @@ export function parseFlags<T extends FlagSpec>(
       strict: true,
     });
   } catch (e) {
-    throw new UsageError(`${(e as Error).message.split("\n")[0]} (see --help)`);
+    const first = (e as Error).message.split("\n")[0];
+    throw new UsageError(`${first}${hfFlagHint(first)} (see --help)`);
   }
   if ((parsed.values as Record<string, unknown>).help) {
     console.log(help.trim());

@@ -1,21 +1,30 @@
 /** `deno task web [--port N]`: builds the browser bundle into out/web and serves it on 127.0.0.1. */
-import { parseArgs } from "node:util";
+import { parseFlags, runMain, UsageError } from "../cli/common.ts";
 import { buildWeb } from "./build.ts";
 import { serveStatic } from "./serve.ts";
 
-const { values } = parseArgs({ args: Deno.args, options: { port: { type: "string" } } });
-const port = values.port === undefined ? 8000 : Number(values.port);
-if (!Number.isInteger(port) || port < 0 || port > 65535) {
-  console.error(`--port must be an integer from 0 to 65535, got '${values.port}'`);
-  Deno.exit(1);
-}
-const b = await buildWeb();
-console.log(
-  `built ${b.outDir}/bertfuse.js: ${(b.bundleBytes / 1024).toFixed(1)} KiB, ${
-    (b.gzipBytes / 1024).toFixed(1)
-  } KiB gzipped`,
-);
-serveStatic(b.outDir, {
-  port,
-  onListen: (url) => console.log(`serving the page at ${url} (Ctrl-C stops; needs a browser with WebGPU)`),
+const HELP = `
+deno task web [--port N]
+
+Builds the browser page (bertfuse.js, WebGPU in the page: QA, classification, fill-mask) into out/web and
+serves it on http://127.0.0.1:N (default 8000; 0 picks a free port). Open it in a browser with WebGPU and
+pick a checkpoint folder. Ctrl-C stops the server.
+`;
+
+await runMain(async () => {
+  const { values } = parseFlags(Deno.args, { port: { type: "string" } }, HELP);
+  const port = values.port === undefined ? 8000 : Number(values.port);
+  if (!/^\d+$/.test(values.port ?? "0") || !Number.isInteger(port) || port > 65535) {
+    throw new UsageError(`--port must be an integer from 0 to 65535, got '${values.port}'`);
+  }
+  const b = await buildWeb();
+  console.log(
+    `built ${b.outDir}/bertfuse.js: ${(b.bundleBytes / 1024).toFixed(1)} KiB, ${
+      (b.gzipBytes / 1024).toFixed(1)
+    } KiB gzipped`,
+  );
+  serveStatic(b.outDir, {
+    port,
+    onListen: (url) => console.log(`serving the page at ${url} (Ctrl-C stops; needs a browser with WebGPU)`),
+  });
 });

@@ -32,3 +32,9 @@ Deno.test("infer: --no_fuse is --no-fuse (refused by name for the reference back
   assert.equal(r.code, 1, r.stderr);
   assert.match(r.stderr, /--no-fuse applies to --backend webgpu/);
 });
+
+Deno.test("infer: a Hugging Face flag name gets one line naming ours", async () => {
+  const r = await runCli("infer.ts", ["--model_name_or_path", CKPT, "--text", "a fine day"]);
+  assert.equal(r.code, 1);
+  assert.match(r.stderr, /^error: .*Hugging Face's name, here: .*--checkpoint DIR \(infer, serve\).*\n$/);
+});
