@@ -150,12 +150,21 @@ export async function listInputFiles(paths: string[]): Promise<string[]> {
 /** The text of all inputs; a file boundary also ends a document. */
 export async function readInputText(files: string[]): Promise<string> {
   const texts: string[] = [];
+  // Fatal decoding: a binary file (random bytes, a zip) must be refused, not become a shard of U+FFFD.
+  const utf8 = new TextDecoder("utf-8", { fatal: true });
   for (const f of files) {
+    let bytes: Uint8Array;
     try {
-      texts.push(await Deno.readTextFile(f));
+      bytes = await Deno.readFile(f);
     } catch (e) {
       throw new DataError(`input ${f}: ${(e as Error).message}`);
     }
+    try {
+      texts.push(utf8.decode(bytes));
+    } catch {
+      throw new DataError(`input ${f}: not UTF-8 text (a binary file?); prepare-data reads plain text`);
+    }
+    if (texts.at(-1)!.includes("\0")) throw new DataError(`input ${f}: holds NUL bytes; not a text file`);
   }
   return texts.join("\n\n");
 }

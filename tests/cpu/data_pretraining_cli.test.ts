@@ -110,6 +110,9 @@ Deno.test("prepare-data: bad flags and inputs are one-line errors with exit code
   const empty = join(dir, "empty.txt");
   await Deno.writeTextFile(empty, "\n\n   \n");
   assertUserError(await prepare("--input", empty, "--output", out), /has no sentences/);
+  const binary = join(dir, "random.bin"); // fresh random bytes are not UTF-8 (a 4 KiB run almost surely)
+  await Deno.writeFile(binary, crypto.getRandomValues(new Uint8Array(4096)));
+  assertUserError(await prepare("--input", binary, "--output", out), /random\.bin: not UTF-8 text/);
   assertUserError(
     await prepare("--input", input, "--output", out, "--vocab", join(dir, "nope.txt")),
     /nope\.txt/,
