@@ -49,14 +49,14 @@ export async function buildWeb(outDir = DEFAULT_OUT): Promise<WebBuild> {
     await esbuild.stop();
   }
   const bundle = result.outputFiles[0].contents;
-  await Deno.remove(outDir, { recursive: true }).catch(() => {});
+  // Our files are written over; anything else the user keeps in the folder stays (it used to be deleted).
   await Deno.mkdir(`${outDir}/tiny`, { recursive: true });
   await Deno.writeFile(`${outDir}/bertfuse.js`, bundle);
   await Deno.copyFile(`${ROOT}web/index.html`, `${outDir}/index.html`);
   const index: Record<string, string[]> = {};
   for (const kind of TINY_KINDS) {
     const from = `${ROOT}tests/fixtures/hf-tiny/${kind}`;
-    await Deno.mkdir(`${outDir}/tiny/${kind}`);
+    await Deno.mkdir(`${outDir}/tiny/${kind}`, { recursive: true });
     index[kind] = [];
     for (const file of CHECKPOINT_FILES) {
       if (!(await exists(`${from}/${file}`))) continue;
