@@ -36,7 +36,8 @@ their answers are those of deno task infer --question/--text with the same optio
   --head H              default: from the config's "architectures", else pretraining
   --host H              address to bind (default 127.0.0.1: this machine only)
   --port P              TCP port (default 8080; 0 picks a free one; the address is printed)
-  --backend B           as deno task infer (default auto: cuda, else webgpu, else reference)
+  --backend B           as deno task infer (default auto: cuda when the driver sees a GPU, else webgpu on
+                        a real GPU adapter, else cpu when there is a C compiler, else reference)
   --no-fuse             webgpu, cuda: one kernel per primitive op
   --precision P         reference backend arithmetic: f32 (default) or f64
   --max-batch-size N    sequences per batch (default 8; 1 turns dynamic batching off)
@@ -48,7 +49,9 @@ their answers are those of deno task infer --question/--text with the same optio
   --doc-stride N, --max-query-length N, --n-best-size N, --max-answer-length N, --top-k N
                         text endpoints: as deno task infer (--max-seq-length also sets the QA window)
 
-Every (batch size, bucket) plan is compiled and run once before the server reports ready. SIGTERM or
+Every (batch size, bucket) plan is compiled and run once before the server reports ready (the first
+before it listens, so a backend that cannot run fails at once). The cpu backend builds its kernels in
+$BERTFUSE_CACHE/cpu (default ~/.cache/bertfuse/cpu); the task may write ~/.cache/bertfuse only. SIGTERM or
 SIGINT stop taking connections, answer the requests in flight, and exit 0.
 `;
 
@@ -134,6 +137,7 @@ await runMain(async () => {
   });
   const log = (line: string) => console.error(line);
   let server;
+  const t0 = performance.now();
   try {
     server = await startServer(model, {
       hostname: values.host ?? "127.0.0.1",
@@ -153,7 +157,8 @@ await runMain(async () => {
     if (e instanceof Deno.errors.NotCapable || e instanceof Deno.errors.PermissionDenied) {
       throw new UsageError(
         `cannot listen on ${at}: deno task serve may bind 127.0.0.1 only; to serve other hosts run ` +
-          `deno run --allow-read --allow-env --allow-ffi --allow-net=${values.host}:${port} cli/serve.ts ...`,
+          `deno run --allow-read --allow-write=$HOME/.cache/bertfuse --allow-env --allow-ffi --allow-run ` +
+          `--allow-net=${values.host}:${port} cli/serve.ts ...`,
       );
     }
     throw e;
@@ -164,7 +169,6 @@ await runMain(async () => {
   console.log(
     `listening on http://${host}:${bound} (model '${model.name}', head ${model.head}, ${model.backend.name})`,
   );
-  const t0 = performance.now();
   await server.ready;
   console.log(
     `ready: ${model.batchSizes.length * model.buckets.length} plans (batch ${model.batchSizes.join(",")} × ` +

@@ -38,6 +38,7 @@ export class ServedModel {
   readonly batchSizes: readonly number[];
   readonly maxSeqLen: number;
   private graphs = new Map<string, Graph>();
+  private warmed = new Set<string>();
 
   private constructor(
     readonly name: string,
@@ -97,15 +98,16 @@ export class ServedModel {
     return g;
   }
 
-  /** Builds, compiles and runs every (batch size, bucket) once, so no request pays for a compile. */
-  async warm(onShape?: (batch: number, bucket: number, ms: number) => void): Promise<void> {
-    for (const s of this.buckets) {
-      for (const b of this.batchSizes) {
-        const t0 = performance.now();
-        const dummy = Array.from({ length: b }, () => paddingRow(s));
-        await this.runShape(dummy, b);
-        onShape?.(b, s, performance.now() - t0);
-      }
+  /**
+   * Builds, compiles and runs each (batch size, bucket) once, so no request pays for a compile: the first
+   * `limit` shapes not yet warmed. `onShape` hears of each: its shape and how many of all are warm.
+   */
+  async warm(onShape?: (batch: number, bucket: number, done: number, of: number) => void, limit = Infinity) {
+    const all = this.buckets.flatMap((s) => this.batchSizes.map((b) => [b, s]));
+    for (const [b, s] of all.filter(([b, s]) => !this.warmed.has(`${b}x${s}`)).slice(0, limit)) {
+      await this.runShape(Array.from({ length: b }, () => paddingRow(s)), b);
+      this.warmed.add(`${b}x${s}`);
+      onShape?.(b, s, this.warmed.size, all.length);
     }
   }
 

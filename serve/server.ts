@@ -1,9 +1,10 @@
 /**
  * The HTTP server: KServe v2 health, metadata and inference, the text endpoints when the checkpoint has
- * a tokenizer, and Prometheus metrics, on Deno.serve. It listens at once (so /v2/health/live answers while
- * plans compile), compiles and warms every batch shape, then reports ready; inference asked before that
- * gets 503. `drain()` stops taking connections, lets every request in flight finish (their sequences are
- * already queued, and the batcher keeps running), then resolves.
+ * a tokenizer, and Prometheus metrics, on Deno.serve. It compiles and runs the first batch shape (so a
+ * backend that cannot run fails before listening), listens (/v2/health/live answers while the other plans
+ * compile), warms every other shape, then reports ready; inference asked before that gets 503. `drain()`
+ * stops taking connections, lets every request in flight finish (their sequences are already queued, and
+ * the batcher keeps running), then resolves.
  */
 import { Batcher } from "./batcher.ts";
 import { readJsonBody } from "./body.ts";
@@ -155,6 +156,18 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
     ...(await opts.extraRoutes?.(ctx) ?? []),
   ];
   const handle = createRouter(routes, metrics, opts.log);
+  // A line when a plan finishes at least a second after the last line (long warm-ups show progress).
+  const t0 = performance.now();
+  let last = t0;
+  const progress = (b: number, s: number, done: number, of: number) => {
+    if (performance.now() - last < 1000) return;
+    last = performance.now();
+    opts.log(
+      `warming: ${done}/${of} plans (batch ${b} × length ${s}) in ${((last - t0) / 1000).toFixed(1)} s`,
+    );
+  };
+  // The first shape before listening: a backend that cannot compile or run fails before the address shows.
+  await model.warm(progress, 1);
 
   return new Promise((resolveStart, rejectStart) => {
     let httpServer: Deno.HttpServer<Deno.NetAddr>;
@@ -163,7 +176,7 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
         hostname: opts.hostname,
         port: opts.port,
         onListen: (addr) => {
-          const ready = model.warm().then(() => {
+          const ready = model.warm(progress).then(() => {
             state.ready = true;
           });
           // The caller awaits `ready`; this keeps an unawaited rejection from killing the process first.

@@ -74,6 +74,38 @@ export function cpuCacheDir(): string {
   return `${xdg ? xdg : home ? `${home}/.cache` : "/tmp"}/bertfuse/cpu`;
 }
 
+/** Whether this process has been granted writing `path` (asked without a prompt). */
+function mayWrite(path: string): boolean {
+  try {
+    return Deno.permissions.querySync({ name: "write", path }).state === "granted";
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Checks, when the backend opens, that kernels can be built: in the cache folder (created here), else in
+ * a temporary folder (compileLibrary's fallback). Otherwise CpuUnavailableError in one line naming the
+ * folder and the grant, so a command fails before it starts rather than at its first compile.
+ */
+export function checkBuildDir(): void {
+  const dir = cpuCacheDir();
+  let why = "no --allow-write for it";
+  if (mayWrite(dir)) {
+    try {
+      Deno.mkdirSync(dir, { recursive: true });
+      return;
+    } catch (e) {
+      why = (e as Error).message.split("\n")[0];
+    }
+  }
+  if (mayWrite(env("TMPDIR") || "/tmp")) return;
+  throw new CpuUnavailableError(
+    `cannot write the kernel cache ${dir} (${why}): grant --allow-write=${dir} ` +
+      `(deno task serve grants $HOME/.cache/bertfuse) or set BERTFUSE_CACHE to a folder it may write`,
+  );
+}
+
 function cacheKey(cc: CCompiler, source: string, link: readonly string[]): string {
   const h = createHash("sha256");
   for (const part of [KEY_VERSION, cc.version, ...CC_FLAGS, ...link, source]) {

@@ -5,7 +5,7 @@
  * executor).
  */
 import { openBlas } from "./blas.ts";
-import { env, findCompiler } from "./cc.ts";
+import { checkBuildDir, env, findCompiler } from "./cc.ts";
 import type { CpuContext } from "./executor.ts";
 
 let warned = false;
@@ -20,9 +20,13 @@ function cpuModel(): string {
   }
 }
 
-/** The CPU backend's context; throws CpuUnavailableError (one line) without a C compiler. */
+/**
+ * The CPU backend's context; throws CpuUnavailableError (one line) without a C compiler or a folder it
+ * may build kernels in.
+ */
 export function openCpu(): CpuContext {
   const cc = findCompiler();
+  checkBuildDir();
   const threads = Number(env("BERTFUSE_CPU_THREADS")) || navigator.hardwareConcurrency || 1;
   const blas = openBlas();
   const found = "lib" in blas ? blas : undefined;

@@ -1,18 +1,19 @@
 /**
  * `deno task serve` as a process: it prints its address, answers, and on SIGTERM answers what is in
- * flight and exits 0; bad flags and a taken port are one line and exit 1.
+ * flight and exits 0; bad flags, a taken port and a backend that cannot start are one line and exit 1.
  */
 import assert from "node:assert/strict";
 import { cliEnv, ROOT, runCli } from "../util/cli.ts";
+import { testCpu } from "../util/cpu_check.ts";
 
 const dec = new TextDecoder();
 
 /** Spawns `deno task serve ARGS`, waits for its "ready" line, and returns the base URL and the process. */
-async function spawnServe(args: string[]) {
+async function spawnServe(args: string[], env: Record<string, string> = {}) {
   const child = new Deno.Command(Deno.execPath(), {
     args: ["task", "--quiet", "serve", ...args],
     cwd: ROOT,
-    env: cliEnv(),
+    env: { ...cliEnv(), ...env },
     stdout: "piped",
     stderr: "piped",
   }).spawn();
@@ -37,16 +38,7 @@ async function spawnServe(args: string[]) {
 
 Deno.test("SIGTERM answers every request in flight, then exits 0", async () => {
   // A long batching delay keeps the requests queued when the signal arrives.
-  const s = await spawnServe([
-    "--backend",
-    "reference",
-    "--port",
-    "0",
-    "--max-batch-size",
-    "8",
-    "--max-delay-ms",
-    "1500",
-  ]);
+  const s = await spawnServe("--backend reference --port 0 --max-delay-ms 1500".split(" "));
   const ask = (n: number) =>
     fetch(`${s.url}/v2/models/qa/infer`, {
       method: "POST",
@@ -63,8 +55,7 @@ Deno.test("SIGTERM answers every request in flight, then exits 0", async () => {
     const body = await r.json();
     assert.deepEqual(body.outputs[0].shape, [1, 4]);
   }
-  const { code } = await s.child.status;
-  const stdout = await s.stdout, stderr = await s.stderr;
+  const [{ code }, stdout, stderr] = await Promise.all([s.child.status, s.stdout, s.stderr]);
   assert.equal(code, 0, stderr);
   assert.match(stderr, /draining: finishing requests in flight/);
   assert.match(stdout, /^stopped$/m);
@@ -83,6 +74,7 @@ Deno.test("a taken port, a bad flag and another host are one line and exit 1", a
         new RegExp(`^error: cannot listen on 127\\.0\\.0\\.1:${port}: `),
       ],
       [["--port", "70000"], /^error: --port must be at most 65535/],
+      [["--backend", "cpu", "--port", "0"], /^error: --backend cpu: /],
       [["--max-delay-ms", "soon"], /^error: --max-delay-ms must be a non-negative number, got 'soon'/],
       [["--buckets", "16,x"], /^error: --buckets must be comma-separated positive integers/],
       [["--checkpoint", "/nonexistent"], /^error: \/nonexistent\/config\.json: cannot read/],
@@ -101,15 +93,33 @@ Deno.test("a taken port, a bad flag and another host are one line and exit 1", a
     }
     const help = await runCli("serve.ts", ["--help"], perms);
     assert.equal(help.code, 0);
-    for (
-      const flag of ["--checkpoint", "--port", "--host", "--max-batch-size", "--max-delay-ms", "--max-queue"]
-    ) {
-      assert.ok(help.stdout.includes(flag), flag);
-    }
+    const flags = ["--checkpoint", "--port", "--host", "--max-batch-size", "--max-delay-ms", "--max-queue"];
+    for (const flag of flags) assert.ok(help.stdout.includes(flag), flag);
+    assert.match(help.stdout, /else webgpu on\s+a real GPU adapter, else cpu when there is a C compiler/);
   } finally {
     s.child.kill("SIGTERM");
     assert.equal((await s.child.status).code, 0);
     await s.stdout;
     await s.stderr;
   }
+});
+
+const cpu = await testCpu(), xdg = Deno.env.get("XDG_CACHE_HOME");
+if (cpu.ctx && xdg) console.log("serve task test ignored: XDG_CACHE_HOME moves the cache the task may write");
+Deno.test({
+  name: "deno task serve with no flags: auto's choice builds its kernels under the task's permissions",
+  ignore: !cpu.ctx || !!xdg,
+  fn: async () => {
+    // BERTFUSE_CACHE blank: the CPU kernels go to ~/.cache/bertfuse/cpu, which the task may write.
+    const s = await spawnServe("--port 0 --max-batch-size 2 --buckets 16".split(" "), { BERTFUSE_CACHE: "" });
+    assert.deepEqual(await (await fetch(`${s.url}/v2/health/ready`)).json(), { ready: true });
+    const qa = { question: "who jumped?", context: "The quick brown fox jumped over the lazy dog." };
+    const body = await (await fetch(`${s.url}/v1/qa`, { method: "POST", body: JSON.stringify(qa) })).json();
+    assert.equal(typeof body.answer, "string", JSON.stringify(body));
+    s.child.kill("SIGTERM");
+    const [{ code }, stderr] = await Promise.all([s.child.status, s.stderr, s.stdout]);
+    assert.equal(code, 0, stderr);
+    // The CPU backend runs here, so auto must not fall through to the reference interpreter.
+    assert.match(stderr, /^backend: (cpu|webgpu|cuda) \(auto: /m);
+  },
 });
