@@ -208,11 +208,14 @@ await runMain(async () => {
     evalLimit: int("eval-limit"),
   };
   // The output rule (model_io/outputs.ts): no folder of user files, one writer at a time.
-  const folder = await claimRunFolder(o.outputDir, "deno task finetune", [o.initCheckpoint]);
+  const folder = await claimRunFolder(o.outputDir, "deno task finetune", [o.initCheckpoint], console.error);
   const ui = new FinetuneUi(o.outputDir);
   try {
     if (o.initCheckpoint) await verifyIfTrainingCheckpoint(o.initCheckpoint);
-    await ui.finish(await runFinetune(o, ui.events()));
+    // run.json as the run starts writing: a folder it leaves, even killed, is ours to rerun or resume.
+    const ev = ui.events(), start = ev.start;
+    ev.start = async (s) => (await folder.mark("deno task finetune"), await start?.(s));
+    await ui.finish(await runFinetune(o, ev));
   } catch (e) {
     ui.close();
     if (e instanceof TrainOptionsError || e instanceof ScheduleError || e instanceof CheckpointError) {

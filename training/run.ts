@@ -29,6 +29,7 @@ import {
 } from "./checkpoint.ts";
 import { shardTokenizer } from "./checkpoint_tokenizer.ts";
 import { claimRunFolder } from "./run_folder.ts";
+import { breathe } from "./signals.ts";
 import { verifyIfTrainingCheckpoint } from "./checkpoint.ts";
 import { checkModelSize } from "../model_io/size_check.ts";
 import { checkTrainOptions, TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "./options.ts";
@@ -110,9 +111,6 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
     await folder.release();
   }
 }
-
-/** A yield to the event loop: a synchronous backend (the reference) otherwise starves signal handlers. */
-const breathe = () => new Promise<void>((r) => setTimeout(r, 0));
 
 async function runInFolder(
   o: TrainOptions,

@@ -2,8 +2,9 @@
  * A Web Worker that watches for stop signals while the main thread is busy. The reference backend runs a
  * whole training step synchronously, for seconds; signals that arrive meanwhile reach the main thread
  * only after the step, and two Ctrl-C within one step arrive as one. This worker's event loop is free:
- * it counts every signal, and on the second one says so and ends the process at once with the status a
- * shell expects (130 for SIGINT) through libc's `_exit`: Deno.exit in a worker ends only the worker.
+ * it sees every signal when it comes, and on a second one (a repeat of the first within `sameMs` is that
+ * one delivered twice: signals.ts) says so and ends the process at once with the status a shell expects
+ * (130 for SIGINT) through libc's `_exit`: Deno.exit in a worker ends only the worker.
  */
 /// <reference lib="deno.worker" />
 
@@ -26,13 +27,14 @@ function exitProcess(code: number): void {
     Deno.kill(Deno.pid, "SIGKILL");
   } catch { /* no --allow-run */ }
 }
-let count = 0;
-self.onmessage = (e: MessageEvent<{ signals: Deno.Signal[] }>) => {
+let first: { sig: Deno.Signal; at: number } | undefined;
+self.onmessage = (e: MessageEvent<{ signals: Deno.Signal[]; sameMs: number }>) => {
   for (const sig of e.data.signals) {
     try {
       Deno.addSignalListener(sig, () => {
-        count++;
-        if (count < 2) return;
+        const at = performance.now();
+        if (!first) return void (first = { sig, at });
+        if (sig === first.sig && at - first.at < e.data.sameMs) return;
         // Give a free main thread the chance to quit the ordinary way (its message, exit 128 + n).
         setTimeout(() => {
           Deno.stderr.writeSync(enc.encode(`\n${sig} again: quitting now without saving\n`));

@@ -5,7 +5,21 @@
  *
  *   using stop = new StopSignal().install();   // or stop.dispose() in a finally
  *   for (...) { step(); if (stop.requested) { save(); break; } }
+ *
+ * One Ctrl-C often arrives twice: the terminal sends SIGINT to the whole foreground process group, and
+ * `deno task` (in that group too) forwards what it gets to its child; a supervisor that signals the group
+ * does the same. Neither copy can be told from the other (Deno shows no sender), so the rule is by time:
+ * a repeat of the first signal within SAME_SIGNAL_MS of it is the same request. A person pressing again on
+ * purpose is slower than that; another signal (SIGTERM after SIGINT) always counts as a second one. The
+ * main thread sees signals only between steps, where two presses in one step look as one: the worker
+ * (signal_watch.ts) sees them as they come, by the same rule.
  */
+
+/** Repeats of the first stop signal within this many ms count as that one (see above). */
+export const SAME_SIGNAL_MS = 500;
+
+/** A yield to the event loop: a long synchronous step (reference, CPU backend) otherwise starves signals. */
+export const breathe = (): Promise<void> => new Promise<void>((r) => setTimeout(r, 0));
 
 export interface StopSignalOptions {
   /** Default SIGINT and SIGTERM (where the platform cannot listen for one, it is left out). */
@@ -30,6 +44,7 @@ const SIGNAL_NUMBERS: Partial<Record<Deno.Signal, number>> = {
 
 export class StopSignal {
   #requested: Deno.Signal | undefined;
+  #at = 0;
   #listeners: [Deno.Signal, () => void][] = [];
   #write: (text: string) => void;
   #exit: (code: number) => void;
@@ -74,7 +89,7 @@ export class StopSignal {
           w.onmessage = () => resolve();
           w.onerror = (e) => (e.preventDefault(), resolve());
         });
-        w.postMessage({ signals: this.signals });
+        w.postMessage({ signals: this.signals, sameMs: SAME_SIGNAL_MS });
         this.#watcher = w;
       } catch { /* no worker: signals are still handled between steps */ }
     }
@@ -88,8 +103,10 @@ export class StopSignal {
 
   /** What a delivered signal does (public so it can be tested without sending signals). */
   handle(sig: Deno.Signal): void {
+    const now = performance.now();
+    if (sig === this.#requested && now - this.#at < SAME_SIGNAL_MS) return; // one press, delivered twice
     if (this.#requested === undefined) {
-      this.#requested = sig;
+      [this.#requested, this.#at] = [sig, now];
       this.#write(
         `\n${sig}: stopping after this step and saving a checkpoint (send it again to quit at once without saving)\n`,
       );

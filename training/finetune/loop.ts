@@ -33,6 +33,7 @@ import {
 } from "../device_setup.ts";
 import { TrainOptionsError } from "../options.ts";
 import { paramsFromFlat, readFlat } from "../run_state.ts";
+import { breathe } from "../signals.ts";
 import { batchFeed, RowOrder } from "./batches.ts";
 import { evaluateSet, majorityBaseline, type SetResult } from "./evaluate.ts";
 import { loadStartWeights, readStartConfig, resolveStart } from "./init_weights.ts";
@@ -273,6 +274,7 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
       const t0 = performance.now();
       const outs = ["loss", ...(data.kind === "classification" ? ["accuracy"] : [])];
       while (step < stopAt) {
+        await breathe(); // a synchronous step (reference, CPU backend) never lets a signal in otherwise
         if (ev.stopRequested?.()) {
           stoppedBy = "signal";
           break;

@@ -20,7 +20,8 @@ export function describeResults(phase: string, rs: SetResult[]): string[] {
 }
 
 export class FinetuneUi {
-  private readonly stop = new StopSignal().install();
+  // The watcher lets a second Ctrl-C quit at once even inside a long synchronous step (CPU, reference).
+  private readonly stop = new StopSignal({ watchWhileBlocked: true }).install();
   private progress: Progress | undefined;
   private metrics: MetricsWriter | undefined;
 
@@ -36,6 +37,7 @@ export class FinetuneUi {
       info: (m) => this.say(m),
       evaluated: (phase, rs) => describeResults(`dev ${phase} fine-tuning`, rs).forEach((l) => this.say(l)),
       start: async ({ step, resumed, stopAt }) => {
+        await this.stop.ready();
         this.metrics = await MetricsWriter.open(
           join(this.outputDir, "metrics.jsonl"),
           resumed ? { resumeStep: step } : {},
