@@ -59,7 +59,7 @@ Training
   --warmup-proportion P          fraction of the steps warming up linearly, then linear decay (default ${D.warmupProportion})
   --precision P                  fp32, fp16 (mixed, dynamic loss scaling) or bf16 (CUDA); default: the backend's
   --seed N                       head initialisation, data order and dropout (default ${D.seed})
-  --backend B                    auto (default), cuda, webgpu, reference
+  --backend B                    auto (default), cuda, webgpu, cpu, reference
   --no-fuse                      one kernel per primitive op (the unfused baseline)
   --log-freq N                   steps between metrics.jsonl records (default ${D.logFreq})
   --num-steps-per-checkpoint N   steps between checkpoints (default ${D.numStepsPerCheckpoint}; one is always written at the end)
