@@ -92,8 +92,10 @@ for side in ("fused", "unfused"):
               f"grad norm {f['grad_norm']:.5g}" + (f", init loss {'ok' if t.get('init_loss_ok') else 'OFF'}"))
     if t.get("losses"):
         print(f"  train {side}: loss {t['losses'][0]:.3f} -> {t['losses'][-1]:.3f} over {len(t['losses']) - 1} steps")
-if train and "fused_vs_unfused" in train:
-    print(f"  fused vs unfused: {json.dumps(train['fused_vs_unfused'])}")
+for pair, d in ((train or {}).get("update_diffs") or {}).items():
+    worst = ", ".join(f"{t['tensor']} {t['rel']:.2e}" for t in d["worst_tensors"][:3])
+    print(f"  {pair.replace('_vs_', ' vs ')}: loss {d['loss_rel']:.2e}, grad norm {d['grad_norm_rel']:.2e}, "
+          f"update {d['update_rel']:.2e} (worst {worst}) {'ok' if d['ok'] else 'DIFFER'}")
 if "profile" in out:
     p = out["profile"]
     print(f"  profile: {p['kernels_timed']} kernels, {p['kernel_ms']:.2f} ms of kernels, step {p['step_ms']:.2f} ms")

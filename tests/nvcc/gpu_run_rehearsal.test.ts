@@ -86,7 +86,7 @@ Deno.test({
       // The train stage's figures, from one executor per side: garbage losses are flagged, never passed.
       assert.equal(r.train.fused.init_loss_ok, false);
       assert.ok(r.train.fused.seq_per_s > 0 && r.train.unfused.seq_per_s > 0, JSON.stringify(r.train));
-      assert.ok(typeof r.train.fused_vs_unfused.ok === "boolean");
+      assert.ok(typeof r.train.update_diffs.unfused_vs_fused.ok === "boolean");
       assert.ok(r.profile.kernels_timed > 0 && r.profile.kernel_ms > 0, JSON.stringify(r.profile));
       const impls = new Set(r.cases.map((c: { name: string; impl: string }) => `${c.name} ${c.impl}`));
       for (const c of ["train-s16-fp16", "infer-s16-b2-fp16", "infer-s16-b1-fp16"]) {
