@@ -8,6 +8,8 @@ import { drainOnSignals } from "../serve/signals.ts";
 import { textRoutes } from "../serve/text_routes.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 import { kebabFlags } from "./flag_spelling.ts";
+import { verifyIfTrainingCheckpoint } from "../training/checkpoint.ts";
+import { MAX_TOP_K } from "../textinfer/requests.ts";
 
 const DEFAULT_CHECKPOINT = fileURLToPath(new URL("../tests/fixtures/hf-tiny/qa", import.meta.url));
 
@@ -109,7 +111,10 @@ await runMain(async () => {
   const precision = oneOf("precision", values.precision, ["f32", "f64"], "f32");
   const port = nonNegative("port", values.port, 8080, true);
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got '${values.port}'`);
+  if ((textOptions.topK ?? 0) > MAX_TOP_K) throw new UsageError(`--top-k must be at most ${MAX_TOP_K}`);
   const maxBatch = positiveInt("max-batch-size", values["max-batch-size"], 8);
+  // Every batch size up to it gets compiled plans: a huge one only exhausts memory at start-up.
+  if (maxBatch > 256) throw new UsageError(`--max-batch-size must be at most 256, got ${maxBatch}`);
   const maxDelayMs = nonNegative("max-delay-ms", values["max-delay-ms"], 5, false);
   const maxQueue = positiveInt("max-queue", values["max-queue"], 256);
   const maxBodyBytes = positiveInt("max-body-bytes", values["max-body-bytes"], 1 << 20);
@@ -123,6 +128,8 @@ await runMain(async () => {
     ? undefined
     : oneOf<Head>("head", values.head, ["pretraining", "classification", "qa"], "pretraining");
 
+  // One of our training checkpoints is verified in full (manifest, sizes, hashes) as infer and train do.
+  await verifyIfTrainingCheckpoint(dir);
   const model = await ServedModel.load(dir, {
     name: values["model-name"] ?? dir.slice(dir.lastIndexOf("/") + 1),
     backend: async () => {

@@ -30,6 +30,8 @@ export interface Located<T = InferRequest> {
 }
 
 const FIELDS = ["id", "question", "context", "text", "text_pair", "top_k"];
+/** The most fill-mask guesses a request may ask for per mask. */
+export const MAX_TOP_K = 100;
 
 /** One request from a parsed JSON value; `at` names its place in messages. */
 export function parseRequest(v: unknown, at: string): InferRequest {
@@ -56,8 +58,10 @@ export function parseRequest(v: unknown, at: string): InferRequest {
   const question = str("question"), context = str("context"), text = str("text"), pair = str("text_pair");
   let topK: number | undefined;
   if (o.top_k !== undefined) {
-    if (typeof o.top_k !== "number" || !Number.isInteger(o.top_k) || o.top_k < 1) {
-      throw new InputError(`${at}: "top_k" must be a positive integer`);
+    // Capped: each guess is a line of the answer, so an unbounded top_k let a 1 KB request ask for hundreds
+    // of megabytes (every vocabulary entry at every mask).
+    if (typeof o.top_k !== "number" || !Number.isInteger(o.top_k) || o.top_k < 1 || o.top_k > MAX_TOP_K) {
+      throw new InputError(`${at}: "top_k" must be an integer from 1 to ${MAX_TOP_K}`);
     }
     topK = o.top_k;
   }

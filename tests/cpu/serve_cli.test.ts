@@ -7,6 +7,7 @@ import { cliEnv, ROOT, runCli } from "../util/cli.ts";
 import { testCpu } from "../util/cpu_check.ts";
 
 const dec = new TextDecoder();
+const FIXTURE_QA = `${ROOT}tests/fixtures/hf-tiny/qa`;
 
 /** Spawns `deno task serve ARGS`, waits for its "ready" line, and returns the base URL and the process. */
 async function spawnServe(args: string[], env: Record<string, string> = {}) {
@@ -78,6 +79,10 @@ Deno.test("a taken port, a bad flag and another host are one line and exit 1", a
       [["--max-delay-ms", "soon"], /^error: --max-delay-ms must be a non-negative number, got 'soon'/],
       [["--buckets", "16,x"], /^error: --buckets must be comma-separated positive integers/],
       [["--checkpoint", "/nonexistent"], /^error: \/nonexistent\/config\.json: cannot read/],
+      [["--max-batch-size", "100000"], /^error: --max-batch-size must be at most 256/],
+      [["--top-k", "5000"], /^error: --top-k must be at most 100/],
+      // A training checkpoint's manifest is verified, as infer and train do: here one that lists nothing.
+      [["--checkpoint", await manifested()], /^error: .*manifest\.json/],
       [
         ["--backend", "reference", "--host", "0.0.0.0", "--port", "0"],
         /^error: cannot listen on 0\.0\.0\.0:0: deno task serve may bind 127\.0\.0\.1 only/,
@@ -123,3 +128,16 @@ Deno.test({
     assert.match(stderr, /^backend: (cpu|webgpu|cuda) \(auto: /m);
   },
 });
+
+/** The tiny QA fixture with a manifest of our training checkpoints' format that does not describe it. */
+async function manifested(): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "bertfuse-serve-" });
+  for (const e of Deno.readDirSync(FIXTURE_QA)) {
+    await Deno.copyFile(`${FIXTURE_QA}/${e.name}`, `${dir}/${e.name}`);
+  }
+  await Deno.writeTextFile(
+    `${dir}/manifest.json`,
+    JSON.stringify({ format: "bertfuse-training-checkpoint" }),
+  );
+  return dir;
+}

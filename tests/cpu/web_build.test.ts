@@ -9,8 +9,6 @@ Deno.test("web build: rebuilding into a folder keeps a file of the user's, and w
     const first = await buildWeb(dir), again = await buildWeb(dir);
     assert.equal(await Deno.readTextFile(`${dir}/notes.txt`), "mine");
     assert.ok(first.bundleBytes > 0 && again.bundleBytes === first.bundleBytes);
-    assert.deepEqual(
-      Object.keys(JSON.parse(await Deno.readTextFile(`${dir}/tiny/index.json`))).length > 0,
-      true,
-    );
+    const index = JSON.parse(await Deno.readTextFile(`${dir}/tiny/index.json`));
+    assert.ok(Object.keys(index).length > 0);
   }));
