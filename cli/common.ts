@@ -25,12 +25,14 @@ import { ResourceError } from "../model_io/size_check.ts";
 import { UsageError } from "./usage_error.ts";
 import { intFlag, joinNegativeValues } from "./flags.ts";
 import { hfFlagHint } from "./flag_spelling.ts";
+import { CpuCacheError } from "../runtime/cpu/errors.ts";
 
 export { UsageError };
 export { intFlag, numberFlag } from "./flags.ts";
 
 const USER_ERRORS = [
   UsageError,
+  CpuCacheError,
   ConfigError,
   CheckpointError,
   SafetensorsError,

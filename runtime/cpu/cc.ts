@@ -7,7 +7,7 @@
  * cache is an optimization: failing to write it costs a compile, never a run.
  */
 import { createHash } from "node:crypto";
-import { CpuError, CpuUnavailableError } from "./errors.ts";
+import { CpuCacheError, CpuError, CpuUnavailableError } from "./errors.ts";
 
 // -fno-math-errno: libm calls that set no errno are pure, so loop-invariant ones (the optimizer's bias
 // corrections) leave their loops, sqrtf is one instruction, and loops calling expf/logf/tanhf vectorize
@@ -71,7 +71,8 @@ export function cpuCacheDir(): string {
   const explicit = env("BERTFUSE_CACHE");
   if (explicit) return `${explicit.replace(/\/+$/, "")}/cpu`;
   const xdg = env("XDG_CACHE_HOME"), home = env("HOME");
-  return `${xdg ? xdg : home ? `${home}/.cache` : "/tmp"}/bertfuse/cpu`;
+  // Without HOME, a folder of this user's own under /tmp, not one every user shares.
+  return `${xdg ? xdg : home ? `${home}/.cache` : `/tmp/bertfuse-${myIds()?.uid ?? "user"}`}/bertfuse/cpu`;
 }
 
 /** Whether this process has been granted writing `path` (asked without a prompt). */
@@ -93,7 +94,7 @@ export function checkBuildDir(): void {
   let why = "no --allow-write for it";
   if (mayWrite(dir)) {
     try {
-      Deno.mkdirSync(dir, { recursive: true });
+      Deno.mkdirSync(dir, { recursive: true, mode: 0o700 });
       return;
     } catch (e) {
       why = (e as Error).message.split("\n")[0];
@@ -132,20 +133,16 @@ export async function compileLibrary(
 ): Promise<string> {
   const dir = cpuCacheDir();
   const path = `${dir}/${cacheKey(cc, source, link)}.so`;
-  try {
-    if (Deno.statSync(path).size > 0) {
-      cacheStats.hits++;
-      return path;
-    }
-  } catch {
-    // a miss
+  if (cachedIntact(dir, path)) {
+    cacheStats.hits++;
+    return path;
   }
   cacheStats.misses++;
   const tag = `${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
   let out: Deno.CommandOutput;
   let src = "", tmp = "";
   try {
-    Deno.mkdirSync(dir, { recursive: true });
+    Deno.mkdirSync(dir, { recursive: true, mode: 0o700 });
     src = `${dir}/${tag}.c`;
     tmp = `${path}.tmp-${tag}`;
   } catch {
@@ -177,9 +174,57 @@ export async function compileLibrary(
   }
   if (!tmp.startsWith(dir)) return tmp;
   try {
+    // The hash first: a library in the cache without its hash beside it is never loaded.
+    Deno.writeTextFileSync(`${path}.sha256.tmp-${tag}`, sha256(Deno.readFileSync(tmp)));
+    Deno.renameSync(`${path}.sha256.tmp-${tag}`, `${path}.sha256`);
     Deno.renameSync(tmp, path);
     return path;
   } catch {
     return tmp;
+  }
+}
+
+const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
+
+/** This process's user and group, from /proc/self (Deno.uid() would need --allow-sys); undefined off Linux. */
+function myIds(): { uid: number | null; gid: number | null } | undefined {
+  try {
+    const info = Deno.statSync("/proc/self");
+    return { uid: info.uid, gid: info.gid };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Whether a cached library may be loaded: the folder and the file are ours and nobody else may write them
+ * (else CpuError: code another local user could plant is never run, e.g. in a shared /tmp fallback), and
+ * the file's SHA-256 is the one recorded when it was built (else it is rebuilt: a damaged or planted
+ * entry with no matching hash is a miss).
+ */
+function cachedIntact(dir: string, path: string): boolean {
+  let file: Deno.FileInfo;
+  try {
+    file = Deno.statSync(path);
+  } catch {
+    return false; // a miss
+  }
+  const me = myIds();
+  for (const [what, info] of [[dir, Deno.statSync(dir)], [path, file]] as const) {
+    const foreign = me !== undefined && info.uid !== me.uid;
+    // Group-writable is fine for the user's own group (umask 002 with a private group per user).
+    const writable = (info.mode ?? 0) & (me !== undefined && info.gid === me.gid ? 0o002 : 0o022);
+    if (foreign || writable !== 0) {
+      throw new CpuCacheError(
+        `kernel cache ${what} is ${foreign ? "owned by another user" : "writable by others"}: refusing to ` +
+          `load code from it (chmod go-w it, or set BERTFUSE_CACHE to a folder of your own)`,
+      );
+    }
+  }
+  try {
+    return file.size > 0 &&
+      Deno.readTextFileSync(`${path}.sha256`).trim() === sha256(Deno.readFileSync(path));
+  } catch {
+    return false;
   }
 }

@@ -27,6 +27,10 @@ export function testGpu(): Promise<TestGpu> {
   return opened;
 }
 
+/** Buffers of `n` elements each, from "name:dtype name:dtype ...". */
+export const vectors = (n: number, spec: string): TestBuffer[] =>
+  spec.split(" ").map((s) => ({ name: s.split(":")[0], dtype: s.split(":")[1] as PlanDType, shape: [n] }));
+
 export interface TestBuffer {
   readonly name: string;
   readonly dtype: PlanDType;

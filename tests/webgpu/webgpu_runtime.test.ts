@@ -39,7 +39,7 @@ import { WebGPUError } from "../../runtime/webgpu/errors.ts";
 import { formatProfile } from "../../runtime/webgpu/timing.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { planOf, type TestBuffer, testGpu } from "../util/webgpu.ts";
+import { planOf, type TestBuffer, testGpu, vectors } from "../util/webgpu.ts";
 
 const gpu = await testGpu();
 const ignore = !gpu.ctx;
@@ -126,11 +126,7 @@ Deno.test({
         ),
       ];
     });
-    const plan = planOf([k], [
-      { name: "x", dtype: "f32", shape: [n] },
-      { name: "y", dtype: "f32", shape: [n] },
-      { name: "out", dtype: "f32", shape: [n] },
-    ]);
+    const plan = planOf([k], vectors(n, "x:f32 y:f32 out:f32"));
     const { out } = await withExecutor(plan, (ex) => ex.run({ x, y }));
     const want = Array.from(
       x,
@@ -160,11 +156,7 @@ Deno.test({
         ];
       },
     );
-    const plan = planOf([k], [{ name: "x", dtype: "f16", shape: [n] }, {
-      name: "out",
-      dtype: "f16",
-      shape: [n],
-    }]);
+    const plan = planOf([k], vectors(n, "x:f16 out:f16"));
     assert.match(plan.kernels[0].wgsl!.code, /enable f16;/);
     const { out } = await withExecutor(plan, (ex) => ex.run({ x }));
     assert.ok(out instanceof Float32Array);
@@ -206,13 +198,7 @@ Deno.test({
         store("b_idx", i, add(mul(mod(div(i, i32(7)), i32(5)), i32(100)), mod(i, i32(7)))),
       ];
     });
-    const plan = planOf([k], [
-      { name: "a", dtype: "i32", shape: [n] },
-      { name: "b", dtype: "i32", shape: [n] },
-      { name: "q", dtype: "i32", shape: [n] },
-      { name: "r", dtype: "i32", shape: [n] },
-      { name: "idx", dtype: "i32", shape: [n] },
-    ]);
+    const plan = planOf([k], vectors(n, "a:i32 b:i32 q:i32 r:i32 idx:i32"));
     const out = await withExecutor(plan, (ex) => ex.run({ a, b }));
     assert.ok(out.q instanceof Int32Array);
     for (let i = 0; i < n; i++) {
@@ -254,16 +240,7 @@ Deno.test({
         store("b_half", i, cast(xv, "f16")),
       ];
     });
-    const plan = planOf([k], [
-      { name: "x", dtype: "f32", shape: [n] },
-      { name: "m", dtype: "bool", shape: [n] },
-      { name: "sel", dtype: "f32", shape: [n] },
-      { name: "int", dtype: "i32", shape: [n] },
-      { name: "nz", dtype: "bool", shape: [n] },
-      { name: "mix", dtype: "f32", shape: [n] },
-      { name: "uns", dtype: "u32", shape: [n] },
-      { name: "half", dtype: "f16", shape: [n] },
-    ]);
+    const plan = planOf([k], vectors(n, "x:f32 m:bool sel:f32 int:i32 nz:bool mix:f32 uns:u32 half:f16"));
     const code = plan.kernels[0].wgsl!.code;
     assert.match(code, /var<storage, read> b_m: array<u32>;/, "bool storage is legalized to u32");
     const out = await withExecutor(plan, (ex) => ex.run({ x, m }));
@@ -298,12 +275,7 @@ Deno.test({
       store("b_tanh", i, un("tanh", mul(ref("x", "f32"), f32(20)))),
       store("b_erf16", i, un("erf", cast(ref("x", "f32"), "f16"))),
     ]);
-    const plan = planOf([k], [
-      { name: "x", dtype: "f32", shape: [n] },
-      { name: "erf", dtype: "f32", shape: [n] },
-      { name: "tanh", dtype: "f32", shape: [n] },
-      { name: "erf16", dtype: "f16", shape: [n] },
-    ]);
+    const plan = planOf([k], vectors(n, "x:f32 erf:f32 tanh:f32 erf16:f16"));
     const out = await withExecutor(plan, (ex) => ex.run({ x }));
     const { diff, at } = maxAbsDiff(out.erf, Array.from(x, erf));
     assert.ok(diff <= 2e-7, `max |erf error| = ${diff} at x = ${x[at]}`);
@@ -471,11 +443,7 @@ Deno.test({
         store("b_out", i, ref("acc", "f32")),
       ],
     );
-    const plan = planOf([k], [{ name: "x", dtype: "f32", shape: [n] }, {
-      name: "out",
-      dtype: "f32",
-      shape: [n],
-    }]);
+    const plan = planOf([k], vectors(n, "x:f32 out:f32"));
     const { out } = await withExecutor(plan, (ex) => ex.run({ x }));
     for (let i = 0; i < n; i++) {
       let want = 0;
