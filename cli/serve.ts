@@ -17,7 +17,7 @@ const HELP = `
 deno task serve [--checkpoint DIR] [--model-name NAME] [--head pretraining|classification|qa]
                 [--host 127.0.0.1] [--port 8080] [--backend auto|reference|cpu|webgpu|cuda] [--no-fuse]
                 [--precision f32|f64] [--max-batch-size 8] [--max-delay-ms 5] [--max-queue 256]
-                [--max-body-bytes 1048576] [--max-seq-length N] [--buckets 16,32,64,...]
+                [--max-body-bytes 1048576] [--body-timeout-ms 10000] [--max-seq-length N] [--buckets 16,32,64,...]
                 [--doc-stride N] [--max-query-length N] [--n-best-size N] [--max-answer-length N] [--top-k N]
 
 Serves a Hugging Face BERT checkpoint over HTTP. Endpoints (docs/serving.md has examples):
@@ -46,6 +46,8 @@ their answers are those of deno task infer --question/--text with the same optio
   --max-delay-ms T      how long a sequence may wait for others to fill its batch (default 5)
   --max-queue N         sequences that may wait; past it requests get 503 (default 256)
   --max-body-bytes N    largest request body; past it 413 (default 1048576)
+  --body-timeout-ms N   a request body must arrive within N ms; past it 408 (default 10000). At most 1024
+                        requests are handled at once (503 past it), and text fields hold 100,000 characters
   --max-seq-length N    longest sequence accepted (default: max_position_embeddings)
   --buckets L           sequence-length buckets, comma-separated (default: 16, 32, 64, ... up to the max)
   --doc-stride N, --max-query-length N, --n-best-size N, --max-answer-length N, --top-k N
@@ -89,6 +91,7 @@ await runMain(async () => {
     "max-delay-ms": { type: "string" },
     "max-queue": { type: "string" },
     "max-body-bytes": { type: "string" },
+    "body-timeout-ms": { type: "string" },
     "max-seq-length": { type: "string" },
     buckets: { type: "string" },
     "doc-stride": { type: "string" },
@@ -118,6 +121,7 @@ await runMain(async () => {
   const maxDelayMs = nonNegative("max-delay-ms", values["max-delay-ms"], 5, false);
   const maxQueue = positiveInt("max-queue", values["max-queue"], 256);
   const maxBodyBytes = positiveInt("max-body-bytes", values["max-body-bytes"], 1 << 20);
+  const bodyTimeoutMs = positiveInt("body-timeout-ms", values["body-timeout-ms"], 10_000);
   const maxSeqLen = textOptions.maxSeqLength;
   const buckets = bucketList(values.buckets);
   const dir = (values.checkpoint ?? DEFAULT_CHECKPOINT).replace(/\/$/, "");
@@ -152,6 +156,7 @@ await runMain(async () => {
       maxDelayMs,
       maxQueue,
       maxBodyBytes,
+      bodyTimeoutMs,
       log,
       extraRoutes: (ctx) => textRoutes(ctx, textOptions, log),
     });

@@ -5,7 +5,7 @@
  */
 import { HttpError } from "./http_error.ts";
 
-export async function readJsonBody(req: Request, maxBytes: number): Promise<unknown> {
+export async function readJsonBody(req: Request, maxBytes: number, timeoutMs = 10_000): Promise<unknown> {
   const tooLarge = () => new HttpError(413, `request body exceeds the limit of ${maxBytes} bytes`);
   const declared = req.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) throw tooLarge();
@@ -13,15 +13,31 @@ export async function readJsonBody(req: Request, maxBytes: number): Promise<unkn
   const chunks: Uint8Array[] = [];
   let total = 0;
   const reader = req.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > maxBytes) {
-      await reader.cancel();
-      throw tooLarge();
+  // The whole body within timeoutMs: a client that sends it slowly (or never) must not hold a request,
+  // its buffers and, at shutdown, the drain, for ever.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new HttpError(408, `request body not received within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+  });
+  try {
+    for (;;) {
+      const { done, value } = await Promise.race([reader.read(), late]).catch(async (e) => {
+        await reader.cancel().catch(() => {});
+        throw e;
+      });
+      if (done) break;
+      total += value.byteLength;
+      if (total > maxBytes) {
+        await reader.cancel();
+        throw tooLarge();
+      }
+      chunks.push(value);
     }
-    chunks.push(value);
+  } finally {
+    clearTimeout(timer);
   }
   const bytes = new Uint8Array(total);
   let at = 0;

@@ -24,9 +24,21 @@ export interface Route {
   handler: Handler;
 }
 
-export function createRouter(routes: Route[], metrics: ServeMetrics, log: (line: string) => void) {
+export function createRouter(
+  routes: Route[],
+  metrics: ServeMetrics,
+  log: (line: string) => void,
+  maxInFlight = 1024,
+) {
   return async (req: Request): Promise<Response> => {
     const path = new URL(req.url).pathname;
+    // Requests with a body count against the cap; health checks and metrics still answer when it is full.
+    if (req.method !== "GET" && metrics.inFlight.value >= maxInFlight) {
+      metrics.requests.inc({ endpoint: "overloaded", code: "503" });
+      return errorResponse(
+        new HttpError(503, `${maxInFlight} requests in flight; retry`, { "retry-after": "1" }),
+      );
+    }
     const matching = routes.filter((r) => r.path.test(path));
     const route = matching.find((r) => r.method === req.method);
     const endpoint = route?.endpoint ?? "unknown";

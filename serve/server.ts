@@ -23,6 +23,10 @@ export interface ServeOptions {
   /** Sequences that may wait in the batching queue; one request may hold at most this many. */
   maxQueue: number;
   maxBodyBytes: number;
+  /** A request body must arrive within this (408 after). */
+  bodyTimeoutMs?: number;
+  /** Requests handled at once; past it 503 at once (slow clients cannot pile up without bound). */
+  maxInFlight?: number;
   log: (line: string) => void;
   /** Extra routes (the text endpoints), given the function that runs sequences through the batcher. */
   extraRoutes?: (ctx: RouteContext) => Promise<Route[]> | Route[];
@@ -90,7 +94,7 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
     });
     return Promise.all(batcher.submit(items));
   };
-  const readBody = (req: Request) => readJsonBody(req, opts.maxBodyBytes);
+  const readBody = (req: Request) => readJsonBody(req, opts.maxBodyBytes, opts.bodyTimeoutMs);
   const ctx: RouteContext = { model, runRows, readBody };
 
   const MODEL = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
@@ -155,7 +159,7 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
     },
     ...(await opts.extraRoutes?.(ctx) ?? []),
   ];
-  const handle = createRouter(routes, metrics, opts.log);
+  const handle = createRouter(routes, metrics, opts.log, opts.maxInFlight);
   // A line when a plan finishes at least a second after the last line (long warm-ups show progress).
   const t0 = performance.now();
   let last = t0;

@@ -74,6 +74,9 @@ export function stackRows(rows: RowOutputs[], perToken: Map<string, boolean>): M
   return out;
 }
 
+/** The longest text field a request may send (about 16,000 words; `deno task infer` takes any length). */
+export const MAX_TEXT_CHARS = 100_000;
+
 /** The text routes for a checkpoint folder; none when it has no tokenizer files (said in `log`). */
 export async function textRoutes(
   ctx: RouteContext,
@@ -114,6 +117,13 @@ export async function textRoutes(
       }
       const body = asObject(await ctx.readBody(req));
       onlyFields(body, ep.fields, ep.path);
+      // Tokenizing runs on the event loop: a 900 KB context blocked every client for 14.6 s.
+      for (const f of ["question", "context", "text", "text_pair"]) {
+        const v = body[f];
+        if (typeof v === "string" && v.length > MAX_TEXT_CHARS) {
+          throw new HttpError(413, `${ep.path}: "${f}" has ${v.length} characters, over ${MAX_TEXT_CHARS}`);
+        }
+      }
       try {
         const request: InferRequest = parseRequest(body, "request");
         if (ep.head === "pretraining" && !hasMask((request as { text: string }).text)) {

@@ -253,6 +253,32 @@ Deno.test("a full queue answers 503 at once, with Retry-After, and queued work s
   }
 });
 
+Deno.test("slow clients get 408 and a cap of their own; shutdown does not wait; long text is 413", async () => {
+  const s = await serveForTest("qa", referenceBackend(), { bodyTimeoutMs: 300, maxInFlight: 3 });
+  const half = async () => { // headers and part of a body, then nothing: a slow or malicious client
+    const c = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(s.url).port) });
+    const head =
+      "POST /v1/qa HTTP/1.1\r\nhost: a\r\ncontent-type: application/json\r\ncontent-length: 99\r\n\r\n";
+    await c.write(new TextEncoder().encode(`${head}{"quest`));
+    return c;
+  };
+  const slow = await Promise.all([half(), half(), half()]);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal((await s.post("/v1/qa", { question: "who", context: "john" })).status, 503);
+  assert.equal((await s.get("/v2/health/live")).status, 200, "health answers with the cap full");
+  for (const c of slow) {
+    const buf = new Uint8Array(256);
+    assert.match(new TextDecoder().decode(buf.subarray(0, (await c.read(buf)) ?? 0)), /^HTTP\/1\.1 408/);
+    c.close();
+  }
+  const long = await s.post("/v1/qa", { question: "who", context: "a ".repeat(60_000) });
+  assert.equal(long.status, 413, long.text);
+  const lingering = await half(), t0 = performance.now();
+  await s.close(); // with a slow client connected: its body times out, so the drain ends
+  assert.ok(performance.now() - t0 < 5000);
+  lingering.close();
+});
+
 Deno.test("GET /metrics is Prometheus text counting requests, errors, batches and latencies", async () => {
   const s = await serveForTest("qa", referenceBackend());
   try {

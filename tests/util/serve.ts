@@ -18,6 +18,8 @@ export interface TestServerOptions {
   maxQueue?: number;
   maxBodyBytes?: number;
   buckets?: number[];
+  bodyTimeoutMs?: number;
+  maxInFlight?: number;
 }
 
 export interface Reply {
@@ -65,6 +67,8 @@ export async function serveForTest(
     maxDelayMs: opts.maxDelayMs ?? 2,
     maxQueue: opts.maxQueue ?? 64,
     maxBodyBytes: opts.maxBodyBytes ?? 1 << 20,
+    bodyTimeoutMs: opts.bodyTimeoutMs,
+    maxInFlight: opts.maxInFlight,
     log,
     extraRoutes: (ctx) => textRoutes(ctx, {}, log),
   });
