@@ -84,6 +84,17 @@ export function parseFlags<T extends FlagSpec>(
   return parsed;
 }
 
+/** A checkpoint folder flag's value, refused in one line naming it when it is a file or missing. */
+export function checkpointFolder(flag: string, dir: string): void {
+  let folder = false;
+  try {
+    folder = Deno.statSync(dir).isDirectory;
+  } catch { /* missing or unreadable: said below */ }
+  if (!folder) {
+    throw new UsageError(`${flag} ${dir}: not a folder (give the checkpoint folder with config.json)`);
+  }
+}
+
 /** A positive integer flag (strict: digits only, see flags.ts). */
 export function positiveInt(flag: string, v: string | undefined, fallback: number): number {
   return intFlag(flag, v, fallback, { min: 1 });

@@ -11,7 +11,7 @@ import { writeSafetensorsFile } from "../model_io/safetensors.ts";
 import { runInference } from "../runtime/infer.ts";
 import { InputError, parseEncodedRows } from "../model_io/infer_input.ts";
 import { BACKEND_NAMES, describeChoice, openBackend } from "../engine/choose_backend.ts";
-import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { checkpointFolder, oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 import { checkFileOutput, io } from "../model_io/outputs.ts";
 import { checkConfigAgainstWeights, readSafetensorsHeader } from "../model_io/config_check.ts";
 import { checkModelSize } from "../model_io/size_check.ts";
@@ -113,6 +113,7 @@ await runMain(async () => {
   }
   // Integrity and sanity before anything is built: a training checkpoint's manifest, and a config that
   // agrees with the weights it comes with.
+  checkpointFolder("--checkpoint", dir);
   await verifyIfTrainingCheckpoint(dir);
   const config = readBertConfig(`${dir.replace(/\/$/, "")}/config.json`);
   await checkConfigAgainstWeights(dir, config);

@@ -6,7 +6,7 @@ import { ServedModel } from "../serve/served_model.ts";
 import { startServer } from "../serve/server.ts";
 import { drainOnSignals } from "../serve/signals.ts";
 import { textRoutes } from "../serve/text_routes.ts";
-import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { checkpointFolder, oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 import { kebabFlags } from "./flag_spelling.ts";
 import { verifyIfTrainingCheckpoint } from "../training/checkpoint.ts";
 import { MAX_TOP_K } from "../textinfer/requests.ts";
@@ -122,8 +122,10 @@ await runMain(async () => {
   const maxQueue = positiveInt("max-queue", values["max-queue"], 256);
   const maxBodyBytes = positiveInt("max-body-bytes", values["max-body-bytes"], 1 << 20);
   const bodyTimeoutMs = positiveInt("body-timeout-ms", values["body-timeout-ms"], 10_000);
-  const maxSeqLen = textOptions.maxSeqLength;
+  // Buckets given without --max-seq-length: the largest is the longest sequence served (it used to get the
+  // model's 512 appended silently).
   const buckets = bucketList(values.buckets);
+  const maxSeqLen = textOptions.maxSeqLength ?? (buckets ? Math.max(...buckets) : undefined);
   const dir = (values.checkpoint ?? DEFAULT_CHECKPOINT).replace(/\/$/, "");
   if (values.checkpoint === undefined) {
     console.error("no --checkpoint given: serving the built-in tiny QA checkpoint");
@@ -133,6 +135,7 @@ await runMain(async () => {
     : oneOf<Head>("head", values.head, ["pretraining", "classification", "qa"], "pretraining");
 
   // One of our training checkpoints is verified in full (manifest, sizes, hashes) as infer and train do.
+  checkpointFolder("--checkpoint", dir);
   await verifyIfTrainingCheckpoint(dir);
   const model = await ServedModel.load(dir, {
     name: values["model-name"] ?? dir.slice(dir.lastIndexOf("/") + 1),

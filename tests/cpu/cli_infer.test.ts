@@ -64,7 +64,8 @@ const BAD: [string, string[], RegExp, ((dir: string) => Promise<void>)?][] = [
   ["unknown flag", ["--bogus"], /Unknown option '--bogus'/],
   ["bad batch size", ["--batch-size", "0"], /--batch-size must be a positive integer/],
   ["unknown head", ["--head", "ner"], /--head must be one of pretraining, classification, qa/],
-  ["missing checkpoint", ["--checkpoint", "/nonexistent"], /\/nonexistent\/config\.json: cannot read/],
+  ["missing checkpoint", ["--checkpoint", "/nonexistent"], /--checkpoint \/nonexistent: not a folder/],
+  ["checkpoint is a file", ["--checkpoint", `${ROOT}README.md`], /README\.md: not a folder/],
   [
     "token id outside the vocabulary",
     ["--input", "IN"],
