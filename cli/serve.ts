@@ -49,7 +49,7 @@ their answers are those of deno task infer --question/--text with the same optio
   --body-timeout-ms N   a request body must arrive within N ms; past it 408 (default 10000). At most 1024
                         requests are handled at once (503 past it), and text fields hold 100,000 characters
   --max-seq-length N    longest sequence accepted (default: max_position_embeddings)
-  --buckets L           sequence-length buckets, comma-separated (default: 16, 32, 64, ... up to the max)
+  --buckets L           length buckets, comma-separated (default 16, 32, 64, ... to the max; else the largest)
   --doc-stride N, --max-query-length N, --n-best-size N, --max-answer-length N, --top-k N
                         text endpoints: as deno task infer (--max-seq-length also sets the QA window)
 
