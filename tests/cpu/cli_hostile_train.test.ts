@@ -104,6 +104,7 @@ Deno.test("fp16: steps skipped for overflow at a checkpoint step checkpoint and 
     const state = JSON.parse(await Deno.readTextFile(`${dir}/b/ckpt_1/trainer_state.json`));
     assert.equal(state.train_state.gradNorm, "NaN");
     assert.equal(state.train_state.skippedSteps, 1);
+    assert.ok(!JSON.stringify(state.args).includes(dir) && state.args.outputDir === ".", "no local paths");
     const b2 = await run("train.ts", [...flags, "--output-dir", `${dir}/b`, "--resume-from-checkpoint"]);
     assert.equal(b2.code, 0, b2.stderr);
     for (const f of ["model.safetensors", "optimizer.safetensors"]) {
