@@ -36,6 +36,7 @@ import {
   writeHfCheckpoint,
 } from "../model_io/hf_checkpoint.ts";
 import type { HfHeadParts } from "../model_io/hf_head_files.ts";
+import { ioCause, isIoError, OutputError } from "../model_io/outputs.ts";
 import { parseSafetensors, SafetensorsError, type TensorEntry, toFloat32 } from "../model_io/safetensors.ts";
 
 // One error class for every checkpoint problem, the one cli/common.ts already turns into a one-line error.
@@ -200,6 +201,10 @@ export async function writeCheckpoint(
     await Deno.remove(tmp, { recursive: true }).catch(() => {});
     // Failed between moving an existing same-step checkpoint aside and moving the new one in: put it back.
     if (old && !(await exists(finalDir))) await Deno.rename(old, finalDir).catch(() => {});
+    // A full or read-only disk: one line naming the checkpoint (Deno's message names no path).
+    if (isIoError(e) && !(e instanceof OutputError)) {
+      throw new OutputError(`${finalDir}: cannot write the checkpoint (${ioCause(e)})`);
+    }
     throw e;
   }
   const removed = await pruneCheckpoints(runDir, keep, finalDir);
