@@ -124,7 +124,9 @@ function outOfMemory(e: unknown): boolean {
 export function userMessage(e: unknown): string | undefined {
   if (USER_ERRORS.some((cls) => e instanceof cls)) return (e as Error).message.replaceAll("\n", " ");
   if (outOfMemory(e)) {
-    return `out of memory (${(e as Error).message.split("\n")[0]}); try a smaller --batch-size or model`;
+    return `out of memory (${
+      (e as Error).message.split("\n")[0]
+    }); try a smaller batch (--batch-size, --train-batch-size) or model`;
   }
   // A file-system failure that reached here unmapped: Deno's message names the path and the cause.
   if (isIoError(e)) {
