@@ -184,24 +184,22 @@ await runMain(async () => {
       for (const [other, w1] of updated) {
         const o = result[other] as { first_step: StepFigures };
         const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-30);
+        // One pass over the parameters: per tensor, and the whole update as the sum of its tensors.
+        let dd = 0, nb = 0;
         const per = layout.segments.map((seg) => {
-          let dd = 0, nb = 0, na = 0;
+          let sd = 0, sb = 0, sa = 0;
           for (let i = seg.offset; i < seg.offset + seg.size; i++) {
             const a = after[i] - flat[i], b = w1[i] - flat[i];
-            dd += (a - b) ** 2, nb += b * b, na += a * a;
+            sd += (a - b) ** 2, sb += b * b, sa += a * a;
           }
+          dd += sd, nb += sb;
           return {
             tensor: seg.name,
-            rel: Math.sqrt(dd / Math.max(nb, 1e-300)),
-            norm: Math.sqrt(na),
-            [`${other}_norm`]: Math.sqrt(nb),
+            rel: Math.sqrt(sd / Math.max(sb, 1e-300)),
+            norm: Math.sqrt(sa),
+            [`${other}_norm`]: Math.sqrt(sb),
           };
         });
-        let dd = 0, nb = 0;
-        for (let i = 0; i < flat.length; i++) {
-          const a = after[i] - flat[i], b = w1[i] - flat[i];
-          dd += (a - b) ** 2, nb += b * b;
-        }
         const cmp = {
           loss_rel: rel(first.loss, o.first_step.loss),
           grad_norm_rel: rel(first.grad_norm, o.first_step.grad_norm),

@@ -6,7 +6,7 @@ import { ServedModel } from "../serve/served_model.ts";
 import { startServer } from "../serve/server.ts";
 import { drainOnSignals } from "../serve/signals.ts";
 import { textRoutes } from "../serve/text_routes.ts";
-import { checkpointFolder, oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { checkpointFolder, intFlag, oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
 import { kebabFlags } from "./flag_spelling.ts";
 import { verifyIfTrainingCheckpoint } from "../training/checkpoint.ts";
 import { MAX_TOP_K } from "../textinfer/requests.ts";
@@ -108,16 +108,16 @@ await runMain(async () => {
     maxQueryLength: optional("max-query-length"),
     nBestSize: optional("n-best-size"),
     maxAnswerLength: optional("max-answer-length"),
-    topK: optional("top-k"),
+    topK: values["top-k"] === undefined
+      ? undefined
+      : intFlag("top-k", values["top-k"], 0, { min: 1, max: MAX_TOP_K }),
   };
   const backendName = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
   const precision = oneOf("precision", values.precision, ["f32", "f64"], "f32");
   const port = nonNegative("port", values.port, 8080, true);
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got '${values.port}'`);
-  if ((textOptions.topK ?? 0) > MAX_TOP_K) throw new UsageError(`--top-k must be at most ${MAX_TOP_K}`);
-  const maxBatch = positiveInt("max-batch-size", values["max-batch-size"], 8);
   // Every batch size up to it gets compiled plans: a huge one only exhausts memory at start-up.
-  if (maxBatch > 256) throw new UsageError(`--max-batch-size must be at most 256, got ${maxBatch}`);
+  const maxBatch = intFlag("max-batch-size", values["max-batch-size"], 8, { min: 1, max: 256 });
   const maxDelayMs = nonNegative("max-delay-ms", values["max-delay-ms"], 5, false);
   const maxQueue = positiveInt("max-queue", values["max-queue"], 256);
   const maxBodyBytes = positiveInt("max-body-bytes", values["max-body-bytes"], 1 << 20);

@@ -11,7 +11,7 @@ import { numel } from "../ir/mod.ts";
 import { fillPhiloxWords } from "../numeric/philox.ts";
 
 /** FNV-1a over the UTF-16 code units of a name: a stable u32 stream id. */
-export function streamOf(name: string): number {
+function streamOf(name: string): number {
   let h = 0x811c9dc5;
   for (let i = 0; i < name.length; i++) {
     h ^= name.charCodeAt(i);
@@ -29,13 +29,13 @@ const words = new Uint32Array(BLOCK_WORDS);
  * c gives words[4c..4c+3]; Box-Muller turns each pair (u1 in (0, 1], u2) into two normals, kept in order
  * when |z| <= 2. Allocation-free: BERT-large draws 336 M values.
  */
-export function fillTruncatedNormal(out: Float32Array, seed: number, stream: number, std: number): void {
+function fillTruncatedNormal(out: Float32Array, seed: number, stream: number, std: number): void {
   let counter = 0, i = 0;
   const n = out.length;
   while (i < n) {
-    // Each counter yields at most 4 values, so a block never needs more counters than values left.
-    const counters = Math.min(BLOCK_WORDS / 4, Math.ceil((n - i) / 4) + 1);
-    const block = counters === BLOCK_WORDS / 4 ? words : words.subarray(0, 4 * counters);
+    // Each counter yields at most 4 values: a small parameter draws no more counters than it can use.
+    const counters = Math.min(BLOCK_WORDS / 4, Math.ceil((n - i) / 4));
+    const block = words.subarray(0, 4 * counters);
     fillPhiloxWords(block, counter, seed >>> 0, stream);
     counter += counters;
     for (let k = 0; k < block.length && i < n; k += 2) {
@@ -50,17 +50,35 @@ export function fillTruncatedNormal(out: Float32Array, seed: number, stream: num
   }
 }
 
+/** A parameter's init rule, read once for initParams and its parallel form. */
+export interface ParamInit {
+  readonly name: string;
+  readonly size: number;
+  readonly ones: boolean;
+  /** The standard deviation of a truncated normal; undefined for zeros and ones. */
+  readonly std?: number;
+}
+
+export function paramInits(g: Graph): ParamInit[] {
+  return [...g.sources("param")].map(([name, node]) => {
+    const init = node.attrs.init as string;
+    const std = init.startsWith("trunc_normal(") ? Number(init.slice("trunc_normal(".length, -1)) : undefined;
+    return { name, size: numel(node.type.shape), ones: init === "ones", std };
+  });
+}
+
+/** Fills `out` by one parameter's rule (zeros need nothing: a new array is zero). */
+export function fillParam(out: Float32Array, p: ParamInit, seed: number): void {
+  if (p.ones) out.fill(1);
+  else if (p.std !== undefined) fillTruncatedNormal(out, seed, streamOf(p.name), p.std);
+}
+
 export function initParams(g: Graph, seed: number): Map<string, Float32Array> {
   const values = new Map<string, Float32Array>();
-  for (const [name, node] of g.sources("param")) {
-    const out = new Float32Array(numel(node.type.shape));
-    const init = node.attrs.init as string;
-    if (init === "ones") out.fill(1);
-    else if (init.startsWith("trunc_normal(")) {
-      const std = Number(init.slice("trunc_normal(".length, -1));
-      fillTruncatedNormal(out, seed, streamOf(name), std);
-    }
-    values.set(name, out);
+  for (const p of paramInits(g)) {
+    const out = new Float32Array(p.size);
+    fillParam(out, p, seed);
+    values.set(p.name, out);
   }
   return values;
 }

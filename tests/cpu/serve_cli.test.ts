@@ -79,8 +79,8 @@ Deno.test("a taken port, a bad flag and another host are one line and exit 1", a
       [["--max-delay-ms", "soon"], /^error: --max-delay-ms must be a non-negative number, got 'soon'/],
       [["--buckets", "16,x"], /^error: --buckets must be comma-separated positive integers/],
       [["--checkpoint", "/nonexistent"], /^error: --checkpoint \/nonexistent: not a folder/],
-      [["--max-batch-size", "100000"], /^error: --max-batch-size must be at most 256/],
-      [["--top-k", "5000"], /^error: --top-k must be at most 100/],
+      [["--max-batch-size", "999"], /^error: --max-batch-size must be an integer from 1 to 256, got '999'/],
+      [["--top-k", "5000"], /^error: --top-k must be an integer from 1 to 100, got '5000'/],
       // A training checkpoint's manifest is verified, as infer and train do: here one that lists nothing.
       [["--checkpoint", await manifested()], /^error: .*manifest\.json/],
       [
