@@ -7,19 +7,19 @@
  *   deno run -A bench/attention.ts [--iterations 5] [--shapes b,heads,s,dh;...] [--precision fp32|fp16]
  *                                  [--dropout P] [--json FILE]
  *
- * The "attention off" side runs the same fusion pipeline with `attention: false`, so the only difference
- * is the three kernels versus one; the fused side skips the shape rule (`attention: "always"`), so shapes
- * the rule refuses are measured too. Times are per step: the median of --iterations rounds of 4 steps,
+ * The "attention off" side runs the same compile with the target's `fuseAttention: false`, so the only
+ * difference is the three kernels versus one; the fused side skips the shape rule (`fuseAttention:
+ * "always"`), so shapes the rule refuses are measured too. Times are per step: the median of --iterations rounds of 4 steps,
  * the two sides' rounds interleaved; the ratio is the median of the per-round ratios.
  */
 import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
-import { buildPlan } from "../compiler/build_plan.ts";
-import { fuseGraph } from "../compiler/fusion/fuse.ts";
-import { SIMPLIFY_PASSES } from "../compiler/compile.ts";
+import { compileGraph, SIMPLIFY_PASSES } from "../compiler/compile.ts";
+import { QUIET } from "../compiler/debug.ts";
+import { TARGETS } from "../compiler/targets/target.ts";
 import { applyPrecision, type Precision } from "../compiler/passes/precision.ts";
 import { quietContext, runPipeline } from "../compiler/pipeline.ts";
 import { bytesMoved } from "../compiler/report.ts";
-import { emitWGSLShared, WEBGPU } from "../engine/backends.ts";
+import { WEBGPU } from "../engine/backends.ts";
 import { openRow } from "../engine/choose_backend.ts";
 import { ModelBuilder } from "../dsl/mod.ts";
 import type { Graph } from "../ir/mod.ts";
@@ -66,8 +66,8 @@ async function prepare(
   feeds: Record<string, ArrayLike<number>>,
   attention: boolean,
 ): Promise<{ executor: WebGPUExecutor; kernels: number; bytes: number }> {
-  const fusion = fuseGraph(g, { fuse: true, attention: attention ? "always" : false });
-  const { plan } = buildPlan(g, fusion, { wgsl: emitWGSLShared });
+  const target = { ...TARGETS.lavapipe, fuseAttention: attention ? "always" as const : false };
+  const { plan } = compileGraph(g, { fuse: true, target, flags: QUIET });
   const executor = await WebGPUExecutor.create(ctx, plan);
   for (const [name, data] of Object.entries(feeds)) executor.write(name, data);
   await executor.step(); // warm-up: lavapipe compiles shaders on first dispatch

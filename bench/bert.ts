@@ -99,7 +99,9 @@ await runMain(async () => {
     });
   }
   const choice = await openBackend(request);
-  if (!choice.row.emitter) throw new UsageError("bench:bert needs a compiling backend (cuda, webgpu or cpu)");
+  if (!choice.row.language) {
+    throw new UsageError("bench:bert needs a compiling backend (cuda, webgpu or cpu)");
+  }
   const device = choice.device;
   console.error(`backend ${choice.kind}: ${choice.why}`);
 

@@ -12,7 +12,8 @@ import { writeFileAtomic } from "../model_io/outputs.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import { bytesMoved } from "../compiler/report.ts";
-import { emitWGSLShared, WEBGPU } from "../engine/backends.ts";
+import { WEBGPU } from "../engine/backends.ts";
+import { TARGETS } from "../compiler/targets/target.ts";
 import { openRow } from "../engine/choose_backend.ts";
 import type { Graph } from "../ir/mod.ts";
 import large from "../models/bert-large.ts";
@@ -181,7 +182,7 @@ await runMain(async () => {
       seqLen: 128,
       maxPredictions: 20,
     });
-    const c = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSLShared } });
+    const c = compileGraph(g, { fuse: true, target: TARGETS.lavapipe });
     compileMs = performance.now() - t0;
     console.log(
       `compile bert-large train fp16 b8 s128 (graph, passes, fusion, lowering, WGSL): ${

@@ -16,8 +16,8 @@
  */
 import { parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
 import { compileGraph } from "../compiler/compile.ts";
-import { PROFILES } from "../compiler/targets/profiles.ts";
-import { CUDA, emitCUDAShared } from "../engine/backends.ts";
+import { TARGETS } from "../compiler/targets/target.ts";
+import { CUDA } from "../engine/backends.ts";
 import { openRow } from "../engine/choose_backend.ts";
 import { type DType, type Graph, isFloat } from "../ir/mod.ts";
 import type { CudaContext } from "../runtime/cuda/context.ts";
@@ -147,13 +147,9 @@ async function layerCheck(ctx: CudaContext, seed: number): Promise<void> {
     rng_key: (r) => r.u32(),
   });
   await checkGraph(ctx, "BERT layer fwd+bwd [f32]", g, feeds, TOL.f32, true);
-  // Lowered as CUDA.compile lowers (the cuda-sm90 profile), so replay checks the plan that runs, and its
+  // Compiled as CUDA.compile compiles (the cuda-sm90 target), so replay checks the plan that runs, and its
   // kernels are the ones bench/gpu_precompile.ts put in the cache.
-  const { plan } = compileGraph(g, {
-    fuse: true,
-    emitters: { cuda: emitCUDAShared },
-    profile: PROFILES["cuda-sm90"],
-  });
+  const { plan } = compileGraph(g, { fuse: true, target: TARGETS["cuda-sm90"] });
   const outs: Record<string, ArrayLike<number>>[] = [];
   for (const graphs of [true, false]) {
     const ex = await CudaExecutor.create(ctx, plan, { graphs });

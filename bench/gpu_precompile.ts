@@ -14,8 +14,7 @@
 import { parseFlags, runMain, UsageError } from "../cli/common.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
-import { emitCUDAShared } from "../engine/backends.ts";
-import { PROFILES } from "../compiler/targets/profiles.ts";
+import { TARGETS } from "../compiler/targets/target.ts";
 import type { Graph } from "../ir/mod.ts";
 import { defineBert } from "../models/bert.ts";
 import { parseBertConfig } from "../models/bert_config.ts";
@@ -114,21 +113,17 @@ await runMain(async () => {
     ]);
   }
   const options = nvrtc.keyOptions(arch);
-  // CUDA.compile (engine/backends.ts) lowers with the cuda-sm90 target profile; the same here, or the
-  // sources (their grids) differ and nothing hits.
-  const profile = PROFILES["cuda-sm90"];
+  // CUDA.compile (engine/backends.ts) compiles for the cuda-sm90 target; the same here, or the sources
+  // (their grids) differ and nothing hits.
+  const target = TARGETS["cuda-sm90"];
   let compiled = 0, present = 0;
   const t0 = performance.now();
   for (const [label, g, fuses] of graphs.filter(([label]) => wanted(label))) {
     for (const fuse of fuses) {
-      const { plan } = compileGraph(g, {
-        fuse,
-        emitters: { cuda: emitCUDAShared },
-        profile,
-      });
+      const { plan } = compileGraph(g, { fuse, target });
       const sources = plan.kernels.flatMap((k) => [
-        ...(k.cuda ? [[k.name, k.cuda.code]] : []),
-        ...(k.cudaGemm?.epilogue ? [[k.cudaGemm.epilogue.name, k.cudaGemm.epilogue.cuda.code]] : []),
+        [k.name, k.source.code],
+        ...(k.library?.epilogue ? [[k.library.epilogue.name, k.library.epilogue.source.code]] : []),
       ]);
       let fresh = 0;
       for (const [name, source] of sources) {

@@ -102,8 +102,10 @@ export function buildCase(c: MatmulCase): { kernel: Kernel; plan: Plan } {
   });
   const wgsl = emitWGSL(kernel);
   const plan: Plan = {
-    version: 1,
+    version: 2,
     graph: kernel.name,
+    target: "lavapipe",
+    language: "wgsl",
     buffers,
     slots: buffers.map((b) => ({ id: b.id, bytes: b.bytes })),
     inputs: Object.fromEntries(buffers.filter((b) => b.role === "input").map((b) => [b.name, b.id])),
@@ -118,7 +120,7 @@ export function buildCase(c: MatmulCase): { kernel: Kernel; plan: Plan } {
         buffer: b.buffer,
         access: b.access,
       })),
-      wgsl,
+      source: wgsl,
       about: kernel.about,
       bytesRead: buffers.filter((b) => b.role === "input").reduce((s, b) => s + b.bytes, 0),
       bytesWritten: buffers[2].bytes,

@@ -6,7 +6,6 @@
  * and the runtimes' callers go through here.
  */
 import type { Graph } from "../ir/mod.ts";
-import { type BuiltPlan, builtPlanOf } from "./build_plan.ts";
 import { type DebugFlags, readDebugFlags } from "./debug.ts";
 import type { FusionResult } from "./fusion/types.ts";
 import { cse } from "./passes/cse.ts";
@@ -21,8 +20,22 @@ import {
   stageInfo,
 } from "./pipeline.ts";
 import { KERNEL_LEVEL, KERNEL_STAGES } from "./stages/mod.ts";
-import type { KernelOptions, KernelState } from "./stages/state.ts";
+import type { GemmDecision, KernelOptions, KernelState } from "./stages/state.ts";
+import type { Kernel } from "./kernel_ir/ir.ts";
+import type { Plan } from "../plan/plan.ts";
 import type { StoragePlan } from "./storage_precision.ts";
+
+export interface BuiltPlan {
+  readonly plan: Plan;
+  readonly kernels: readonly Kernel[];
+  /** One entry per matmul kernel when compiled for CUDA (empty otherwise). */
+  readonly gemms: readonly GemmDecision[];
+  readonly memory: {
+    readonly bytesWithReuse: number;
+    readonly bytesWithoutReuse: number;
+    readonly peakLiveBytes: number;
+  };
+}
 
 export interface CompileOptions extends KernelOptions {
   readonly flags?: DebugFlags;
@@ -72,5 +85,20 @@ export function compileGraph(g: Graph, opts: CompileOptions): Compiled {
     fusion: state.fusion!,
     storage: state.storage!,
     passTimings,
+  };
+}
+
+/** What a finished run of the stages built. */
+export function builtPlanOf(s: KernelState): BuiltPlan {
+  const m = s.memory!;
+  return {
+    plan: s.plan!,
+    kernels: s.kernels!,
+    gemms: s.gemms ?? [],
+    memory: {
+      bytesWithReuse: m.bytesWithReuse,
+      bytesWithoutReuse: m.bytesWithoutReuse,
+      peakLiveBytes: m.peakLiveBytes,
+    },
   };
 }

@@ -2,7 +2,7 @@
  * The cost model of the fusion report: each kernel's predicted time on a device profile
  * (compiler/targets/), from the plan alone. A kernel costs its launch plus the larger of its arithmetic
  * time and its memory time (a roofline):
- * - a GEMM that runs as a cuBLASLt call (`cudaGemm`): 2·M·N·K·batch FLOPs at the tensor-core rate (FP32
+ * - a GEMM that runs as a cuBLASLt call (`library`): 2·M·N·K·batch FLOPs at the tensor-core rate (FP32
  *   operands: the CUDA-core rate, since compute type 32F excludes TF32), its operands' bytes (D in its own
  *   dtype, a BIAS epilogue's vector read, a bias-gradient epilogue's vector written); then, if it has one,
  *   the epilogue kernel: the scratch product (f32 or f16/bf16) read back plus the kernel's other traffic, a
@@ -89,7 +89,7 @@ function roofline(p: DeviceProfile, flops: number, rate: number, bytes: number, 
 
 /** One launch of a plan kernel on the profile's device. */
 export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPrediction, "name" | "launches"> {
-  const g = k.cudaGemm?.call;
+  const g = k.library?.call;
   if (g) {
     const flops = 2 * g.m * g.n * g.k * g.batch;
     const io = gemmCallBytes(g);
@@ -103,11 +103,11 @@ export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPredi
     const copies = e?.kind === "bgrad" ? e.copies.length : 0;
     const call = { ...roof, seconds: roof.seconds + copies * (p.launch + (2 * vector) / p.bandwidth) };
     const callBytes = io.a + io.b + io.d + 2 * vector * copies;
-    if (!k.cudaGemm!.epilogue) return { route: "cuBLASLt", flops, bytes: callBytes, ...call };
+    if (!k.library!.epilogue) return { route: "cuBLASLt", flops, bytes: callBytes, ...call };
     // The epilogue reads the scratch product (io.d, in its dtype) and whatever else the fused kernel
     // read besides A and B.
     const epBytes = io.d + k.bytesWritten + Math.max(0, k.bytesRead - io.a - io.b);
-    const ep = roofline(p, 0, 1, epBytes, occupancy(p, k.cudaGemm!.epilogue.cuda));
+    const ep = roofline(p, 0, 1, epBytes, occupancy(p, k.library!.epilogue.source));
     return {
       route: "cuBLASLt+epilogue",
       flops,
@@ -125,12 +125,12 @@ export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPredi
       route: "flash attention",
       flops: k.flops,
       bytes,
-      ...roofline(p, k.flops, rate, bytes, occupancy(p, k.cuda)),
+      ...roofline(p, k.flops, rate, bytes, occupancy(p, k.source)),
     };
   }
   const route = k.kind === "matmul" ? "template GEMM" : "kernel";
   const bytes = k.bytesRead + k.bytesWritten;
-  const share = occupancy(p, k.cuda);
+  const share = occupancy(p, k.source);
   return {
     route,
     flops: k.flops,
@@ -187,7 +187,7 @@ export function bgradCovered(plan: Plan): Set<string> {
   const out = new Set<string>();
   for (const s of plan.steps) {
     if (s.op !== "launch") continue;
-    const e = plan.kernels[s.kernel].cudaGemm?.call.epilogue;
+    const e = plan.kernels[s.kernel].library?.call.epilogue;
     if (e?.kind === "bgrad") { for (const n of e.fallback) out.add(n); }
   }
   return out;
@@ -195,7 +195,7 @@ export function bgradCovered(plan: Plan): Set<string> {
 
 /**
  * FLOPs per step of the plan's GEMM kernels (kind "matmul", each launch counted), and of those that run as
- * library calls on CUDA (a `cudaGemm`): a library GEMM counts its call's exact 2·M·N·K·batch; a template GEMM
+ * library calls on CUDA (a `library` call): a library GEMM counts its call's exact 2·M·N·K·batch; a template GEMM
  * the plan's count of its kernel (kernel_cost.ts), which includes the epilogue and the padding of partial
  * tiles, so the library share reported is, if anything, low.
  */
@@ -203,7 +203,7 @@ export function gemmFlops(plan: Plan): { gemm_flops: number; gemm_flops_library:
   let all = 0, lib = 0;
   for (const s of plan.steps) {
     if (s.op !== "launch" || plan.kernels[s.kernel].kind !== "matmul") continue;
-    const k = plan.kernels[s.kernel], g = k.cudaGemm?.call;
+    const k = plan.kernels[s.kernel], g = k.library?.call;
     const f = g ? 2 * g.m * g.n * g.k * g.batch : k.flops;
     all += f;
     if (g) lib += f;

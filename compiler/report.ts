@@ -116,7 +116,7 @@ export interface ReportOptions {
 
 /** The cost model's predictions for the fused plan, one per device profile whose target the plan has. */
 export function predictionsOf(c: Compiled): PlanPrediction[] {
-  const hasCuda = c.plan.kernels.some((k) => k.cuda || k.cudaGemm);
+  const hasCuda = c.plan.language === "cuda";
   return DEVICE_PROFILES.filter((p) => p.target === "cuda" && hasCuda).map((p) => predictPlan(c.plan, p));
 }
 
@@ -125,7 +125,7 @@ const pct = (a: number, b: number) => (b > 0 ? `${(100 * a / b).toFixed(1)}%` : 
 
 /** The report's row for library calls computing a bias gradient in their epilogue, if any. */
 function bgradRow(p: Plan, tail: string): string[] {
-  const n = p.kernels.filter((k) => k.cudaGemm?.call.epilogue?.kind === "bgrad").length;
+  const n = p.kernels.filter((k) => k.library?.call.epilogue?.kind === "bgrad").length;
   if (n === 0) return [];
   return [
     `| bias gradients in GEMM epilogues (BGRADA/BGRADB) | ${n}; their ${
@@ -187,7 +187,7 @@ function costSection(c: Compiled, pred: PlanPrediction, o: ReportOptions, measur
     );
   }
   lines.push(
-    `| GEMMs as library calls | ${gemms.filter((k) => k.cudaGemm).length} of ${gemms.length}, ${
+    `| GEMMs as library calls | ${gemms.filter((k) => k.library).length} of ${gemms.length}, ${
       pct(gemm_flops_library, gemm_flops)
     } of ${(gemm_flops / 1e9).toFixed(1)} GFLOP |${mcol("")}`,
     ...bgradRow(c.plan, mcol("")),

@@ -7,11 +7,10 @@
  */
 import { join } from "node:path";
 import { checkDirOutput, io, replaceDir } from "../model_io/outputs.ts";
-import type { Plan, TargetKernel } from "../plan/plan.ts";
-import type { Target } from "./build_plan.ts";
+import type { Plan, PlanKernel, PlanLanguage, TargetKernel } from "../plan/plan.ts";
 import { sourceGroups } from "./stages/share_sources.ts";
 
-const EXT: Record<Target, string> = { wgsl: "wgsl", cuda: "cu" };
+const EXT: Record<PlanLanguage, string> = { wgsl: "wgsl", cuda: "cu", c: "c" };
 
 /** The comment header of a kernel file (both targets write `//` comments). */
 export function headerFor(
@@ -37,60 +36,61 @@ export function renderOutputs(
   report: string,
 ): Map<string, string> {
   const files = new Map<string, string>();
-  const targets: Target[] = (["wgsl", "cuda"] as const).filter((t) => plan.kernels.some((k) => k[t]));
+  const dir = plan.language;
   const jsonKernels = plan.kernels.map((k) => ({ ...k } as Record<string, unknown>));
-  /** The file of each kernel (named after the first of its group), and the kernels using each file. */
-  const filesOf = (groups: number[], fileName: (first: number) => string) => {
+  const stored = (file: string, tk: TargetKernel) => ({
+    file,
+    grid: tk.grid,
+    workgroupSize: tk.workgroupSize,
+  });
+  /**
+   * Gives every kernel whose `sourceOf` is set the file of its group (named after the group's first
+   * kernel, with `nameOf`), writing each file once with a header naming every kernel that uses it.
+   */
+  const writeGroups = (
+    sourceOf: (k: PlanKernel) => TargetKernel | undefined,
+    nameOf: (k: PlanKernel) => string,
+    aboutOf: (k: PlanKernel) => readonly string[],
+    store: (i: number, file: string) => void,
+  ) => {
+    const groups = sourceGroups(plan.kernels, sourceOf);
+    const fileOf = groups.map((
+      first,
+    ) => (first < 0 ? "" : `${dir}/${nameOf(plan.kernels[first])}.${EXT[dir]}`));
     const users = new Map<string, string[]>();
-    const file = groups.map((first) => (first < 0 ? "" : fileName(first)));
-    return {
-      file,
-      addUser: (f: string, name: string) => users.set(f, [...(users.get(f) ?? []), name]),
-      users,
-    };
-  };
-  for (const t of targets) {
-    const { file, addUser, users } = filesOf(
-      sourceGroups(plan.kernels, (k) => k[t]),
-      (first) => `${t}/${plan.kernels[first].name}.${EXT[t]}`,
+    plan.kernels.forEach((k, i) =>
+      fileOf[i] && users.set(fileOf[i], [...(users.get(fileOf[i]) ?? []), nameOf(k)])
     );
-    plan.kernels.forEach((k, i) => addUser(file[i], k.name));
     plan.kernels.forEach((k, i) => {
-      const tk = k[t] as TargetKernel;
-      jsonKernels[i][t] = { file: file[i], grid: tk.grid, workgroupSize: tk.workgroupSize };
-      if (!files.has(file[i])) {
-        files.set(file[i], headerFor(command, users.get(file[i])!, k.about) + tk.code);
+      const file = fileOf[i];
+      if (!file) return;
+      store(i, file);
+      if (!files.has(file)) {
+        files.set(file, headerFor(command, users.get(file)!, aboutOf(k)) + sourceOf(k)!.code);
       }
     });
-  }
-  // CUDA library GEMMs: their epilogue kernels get files of their own (shared by identical code, too).
-  const epi = filesOf(
-    sourceGroups(plan.kernels, (k) => k.cudaGemm?.epilogue?.cuda),
-    (first) => `cuda/${plan.kernels[first].cudaGemm!.epilogue!.name}.cu`,
-  );
-  plan.kernels.forEach((k, i) => k.cudaGemm?.epilogue && epi.addUser(epi.file[i], k.cudaGemm.epilogue.name));
-  plan.kernels.forEach((k, i) => {
-    const g = k.cudaGemm;
-    const e = g?.epilogue;
-    if (!g || !e) return;
-    const file = epi.file[i];
-    jsonKernels[i].cudaGemm = {
-      ...g,
-      epilogue: { ...e, cuda: { file, grid: e.cuda.grid, workgroupSize: e.cuda.workgroupSize } },
-    };
-    const about = [
-      `epilogue of ${k.name}'s cuBLASLt GEMM (the product read from an f32 scratch)`,
-      ...k.about,
-    ];
-    if (!files.has(file)) files.set(file, headerFor(command, epi.users.get(file)!, about) + e.cuda.code);
+  };
+  writeGroups((k) => k.source, (k) => k.name, (k) => k.about, (i, file) => {
+    jsonKernels[i].source = stored(file, plan.kernels[i].source);
   });
+  // Library GEMMs: their epilogue kernels get files of their own (shared by identical code, too).
+  writeGroups(
+    (k) => k.library?.epilogue?.source,
+    (k) => k.library!.epilogue!.name,
+    (k) => [`epilogue of ${k.name}'s library GEMM (the product read from its scratch)`, ...k.about],
+    (i, file) => {
+      const lib = plan.kernels[i].library!;
+      const e = lib.epilogue!;
+      jsonKernels[i].library = { ...lib, epilogue: { ...e, source: stored(file, e.source) } };
+    },
+  );
   files.set("plan.json", JSON.stringify({ ...plan, kernels: jsonKernels }, null, 1) + "\n");
   files.set("report.md", report);
   return files;
 }
 
 /** The entries a compile output folder holds; anything else in a folder means it is not ours. */
-const OUR_ENTRIES = new Set(["plan.json", "report.md", "wgsl", "cuda"]);
+const OUR_ENTRIES = new Set(["plan.json", "report.md", "wgsl", "cuda", "c"]);
 
 /** Whether `dir` is a folder `deno task compile` wrote: a plan.json with kernels, and nothing foreign. */
 export async function isCompileOutput(dir: string): Promise<boolean> {
@@ -99,26 +99,13 @@ export async function isCompileOutput(dir: string): Promise<boolean> {
   return Array.isArray(plan?.kernels);
 }
 
-/** The targets a compile output folder holds kernels for (none if it is absent or not ours). */
-export async function targetsIn(dir: string): Promise<Target[]> {
-  try {
-    if (!(await isCompileOutput(dir))) return [];
-    const plan = JSON.parse(await Deno.readTextFile(join(dir, "plan.json")));
-    return (["wgsl", "cuda"] as const).filter((t) =>
-      (plan.kernels as Record<string, unknown>[]).some((k) => k[t] !== undefined)
-    );
-  } catch {
-    return [];
-  }
-}
-
 /** Refuses (OutputError) unless `dir` is absent, empty or an earlier compile output. */
 export async function checkCompileOutput(dir: string, label: string, inputs: string[]): Promise<void> {
   await checkDirOutput(dir, {
     label,
     inputs,
     isOurs: isCompileOutput,
-    oursLooksLike: "a folder written by deno task compile (plan.json, report.md, wgsl/, cuda/)",
+    oursLooksLike: "a folder written by deno task compile (plan.json, report.md, and wgsl/, cuda/ or c/)",
   });
 }
 

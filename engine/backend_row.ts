@@ -3,7 +3,7 @@
  * probe, what it can do, which emitter writes its kernels and how it runs a graph. Types, and the one
  * error a command gets when the backend it asked for is not there.
  */
-import type { EmitTarget, Emitter } from "../compiler/build_plan.ts";
+import type { Language } from "../compiler/targets/target.ts";
 import type { Compiled } from "../compiler/compile.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Backend, StepExecutor } from "../runtime/backend.ts";
@@ -57,8 +57,8 @@ export interface BackendRow<
   /** The float storage types its kernels (or interpreter) hold, and why the others are missing. */
   readonly dtypes: readonly FloatDType[];
   readonly lacks?: Partial<Record<FloatDType, string>>;
-  /** Which target's source the compiler emits for it; absent when it runs graphs directly. */
-  readonly emitter?: { readonly target: EmitTarget; readonly emit: Emitter };
+  /** The language the compiler writes its kernels in; absent when it runs graphs directly. */
+  readonly language?: Language;
   /** What `--precision auto` means here. */
   readonly autoPrecision: "fp32" | "fp16" | "bf16";
   /**

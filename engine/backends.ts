@@ -2,14 +2,10 @@
  * The backend table: one row per backend `--backend` can name, with its probe, capabilities, emitter and
  * executor (engine/backend_row.ts says what each field means). Every command chooses through
  * engine/choose_backend.ts, which walks this table; a new backend is a new row here. This is the one place
- * the compiler (emitters, compileGraph) and the runtimes (devices, executors) meet.
+ * the compiler (targets, compileGraph) and the runtimes (devices, executors) meet.
  */
-import type { EmitTarget, Emitter } from "../compiler/build_plan.ts";
-import { emitC } from "../compiler/codegen/c.ts";
-import { emitCUDA } from "../compiler/codegen/cuda.ts";
-import { emitWGSL } from "../compiler/codegen/wgsl.ts";
 import { compileGraph, type CompileOptions } from "../compiler/compile.ts";
-import { PROFILES, webgpuProfile } from "../compiler/targets/profiles.ts";
+import { TARGETS, webgpuTarget } from "../compiler/targets/target.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../plan/plan.ts";
 import { openCpu } from "../runtime/cpu/context.ts";
@@ -29,28 +25,20 @@ import { compiledBackend } from "./device_backend.ts";
 import { refreshingLowCopies } from "./low_copies.ts";
 
 /**
- * The compiled rows' emitters. Identical fusions (the same pattern in every encoder layer) get one source
- * from the compiler itself (compiler/stages/share_sources.ts): one shader or NVRTC compile, one cache
- * entry and one pipeline or module for all of them.
+ * A compiled row's `compile`: the graph through the compiler for the device's target (the share-sources
+ * stage gives identical fusions, the same pattern in every encoder layer, one source: one shader or NVRTC
+ * compile, one cache entry, one pipeline or module for all of them), then into its executor.
  */
-export const emitWGSLShared: Emitter = emitWGSL;
-export const emitCUDAShared: Emitter = emitCUDA;
-const WGSL = { target: "wgsl", emit: emitWGSLShared } as const;
-const CUDA_C = { target: "cuda", emit: emitCUDAShared } as const;
-const C = { target: "c", emit: emitC } as const;
-
-/** A compiled row's `compile`: the graph through the compiler with one emitter, then into its executor. */
 function compiling<Ctx, Ex extends CompiledStep["executor"]>(
-  emitter: { readonly target: EmitTarget; readonly emit: Emitter },
   load: (ctx: Ctx, plan: Plan) => Promise<Ex>,
   /**
-   * What lowering tunes for this device (compiler/targets/profiles.ts), the most buffers one kernel may
-   * bind on it (fusion stays within it; unlimited if absent) and the most bytes one binding may see.
+   * The device's target, the most buffers one kernel may bind on it (fusion stays within it; unlimited if
+   * absent) and the most bytes one binding may see.
    */
-  tuning: (ctx: Ctx) => Pick<CompileOptions, "profile" | "maxBindings" | "maxBindingBytes">,
+  tuning: (ctx: Ctx) => Pick<CompileOptions, "target" | "maxBindings" | "maxBindingBytes">,
 ): (ctx: Ctx, g: Graph, fuse: boolean) => Promise<Required<CompiledStep<Ex>>> {
   return async (ctx, g, fuse) => {
-    const compiled = compileGraph(g, { fuse, emitters: { [emitter.target]: emitter.emit }, ...tuning(ctx) });
+    const compiled = compileGraph(g, { fuse, ...tuning(ctx) });
     // A plan that keeps weight copies refreshes them on every weight write (engine/low_copies.ts).
     return { compiled, executor: refreshingLowCopies(await load(ctx, compiled.plan), compiled.plan) };
   };
@@ -82,7 +70,7 @@ export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor
   // f16 needs the adapter's shader-f16 feature; the executor refuses f16 kernels on a device without it.
   dtypes: ["f32", "f16"],
   lacks: { bf16: "WGSL has no bf16 type" },
-  emitter: WGSL,
+  language: "wgsl",
   autoPrecision: "fp32",
   autoRefusal: (ctx) => softwareAdapter(ctx),
   probe: () => openWebGPU(),
@@ -95,8 +83,8 @@ export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor
   }),
   // The adapter's own storage-buffer budget (requested explicitly in runtime/webgpu/device.ts), so no
   // fused kernel binds more than the device allows (Chrome's SwiftShader: 10; lavapipe: 32).
-  compile: compiling(WGSL, (ctx, plan) => WebGPUExecutor.create(ctx, plan), (ctx) => ({
-    profile: webgpuProfile(softwareAdapter(ctx) !== undefined),
+  compile: compiling((ctx, plan) => WebGPUExecutor.create(ctx, plan), (ctx) => ({
+    target: webgpuTarget(softwareAdapter(ctx) !== undefined),
     maxBindings: ctx.limits.maxStorageBuffersPerShaderStage,
     // A tensor over the binding limit is bound as several ranges of one buffer (plan/binding_ranges.ts).
     maxBindingBytes: ctx.limits.maxStorageBufferBindingSize,
@@ -110,7 +98,7 @@ export const CUDA: BackendRow<CudaContext, Required<CompiledStep<CudaExecutor>>,
   label: "CUDA",
   preference: 3,
   dtypes: ["f32", "f16", "bf16"],
-  emitter: CUDA_C,
+  language: "cuda",
   // Mixed precision with dynamic loss scaling: what tensor cores are for.
   autoPrecision: "fp16",
   probe() {
@@ -124,11 +112,7 @@ export const CUDA: BackendRow<CudaContext, Required<CompiledStep<CudaExecutor>>,
   says: (ctx) => ctx.description,
   device: (ctx) => ctx.description,
   limits: () => ({}),
-  compile: compiling(
-    CUDA_C,
-    (ctx, plan) => CudaExecutor.create(ctx, plan),
-    () => ({ profile: PROFILES["cuda-sm90"] }),
-  ),
+  compile: compiling((ctx, plan) => CudaExecutor.create(ctx, plan), () => ({ target: TARGETS["cuda-sm90"] })),
   graphBackend: (ctx, opts) =>
     compiledBackend((g, fuse) => CUDA.compile(ctx, g, fuse), { name: "cuda", paramsStay: true, ...opts }),
 };
@@ -139,7 +123,7 @@ export const CPU: BackendRow<CpuContext, Required<CompiledStep<CpuExecutor>>, "c
   // Above the reference interpreter; below WebGPU, which `auto` takes only on a real GPU (softwareAdapter).
   preference: 1,
   dtypes: ["f32", "f16", "bf16"],
-  emitter: C,
+  language: "c",
   // sgemm is f32, and a CPU computes f16 no faster than f32: full precision is the fast choice here.
   autoPrecision: "fp32",
   probe() {
@@ -153,7 +137,7 @@ export const CPU: BackendRow<CpuContext, Required<CompiledStep<CpuExecutor>>, "c
   says: (ctx, auto) => `${auto ? "CPU " : ""}${ctx.description}`,
   device: (ctx) => ctx.description,
   limits: () => ({}),
-  compile: compiling(C, (ctx, plan) => CpuExecutor.create(ctx, plan), () => ({ profile: PROFILES.cpu })),
+  compile: compiling((ctx, plan) => CpuExecutor.create(ctx, plan), () => ({ target: TARGETS.cpu })),
   graphBackend: (ctx, opts) =>
     compiledBackend((g, fuse) => CPU.compile(ctx, g, fuse), { name: "cpu", paramsStay: true, ...opts }),
 };

@@ -3,7 +3,7 @@
  * hold the precision asked for? The one wording of a refusal lives here, built from the rows' `dtypes`
  * and `lacks`, so "bf16 needs CUDA" is said the same way by every command.
  */
-import type { EmitTarget } from "../compiler/build_plan.ts";
+import type { Language } from "../compiler/targets/target.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
 import type { BackendRow, FloatDType } from "./backend_row.ts";
 import { BACKENDS } from "./backends.ts";
@@ -18,14 +18,14 @@ const PRECISION_DTYPE: Record<Precision, FloatDType> = { fp32: "f32", fp16: "f16
 export function precisionRefusal(row: BackendRow, p: Precision): string | undefined {
   const dtype = PRECISION_DTYPE[p];
   if (row.dtypes.includes(dtype)) return undefined;
-  const able = BACKENDS.filter((r) => r.emitter && r.dtypes.includes(dtype)).map((r) => r.label);
+  const able = BACKENDS.filter((r) => r.language && r.dtypes.includes(dtype)).map((r) => r.label);
   const why = row.lacks?.[dtype] ?? `the ${row.name} backend has no ${dtype}`;
   return `--precision ${p} needs ${able.join(" or ")}: ${why}`;
 }
 
-/** The row whose kernels the compiler emits for `target` (`deno task compile --target`). */
-export function rowForTarget(target: EmitTarget): BackendRow {
-  const row = BACKENDS.find((r) => r.emitter?.target === target);
-  if (!row) throw new Error(`no backend row emits ${target}`);
+/** The row whose kernels are written in `language` (`deno task compile --target`). */
+export function rowForLanguage(language: Language): BackendRow {
+  const row = BACKENDS.find((r) => r.language === language);
+  if (!row) throw new Error(`no backend row runs ${language}`);
   return row;
 }

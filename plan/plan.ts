@@ -169,29 +169,18 @@ export interface PlanGemm {
 }
 
 /**
- * The CUDA library variant of a matmul kernel: the GEMM call, then (unless the call writes the kernel's
- * only output itself) an elementwise epilogue kernel that reads the call's f32 product from D's buffer
- * (a scratch buffer of the plan) and computes and stores every output of the fused kernel.
+ * A matmul kernel as a library call (cuBLASLt on CUDA, a BLAS sgemm on the CPU): the GEMM call, then
+ * (unless the call writes the kernel's only output itself) an elementwise epilogue kernel that reads the
+ * call's f32 product from D's buffer (a scratch buffer of the plan) and computes and stores every output of
+ * the fused kernel. The kernel's own `source` is the call's fallback: the template GEMM computing the same,
+ * launched where the library cannot run the call.
  */
-export interface PlanCudaGemm {
+export interface PlanLibraryGemm {
   readonly call: PlanGemm;
   readonly epilogue?: {
     readonly name: string;
     readonly bindings: readonly PlanBinding[];
-    readonly cuda: TargetKernel;
-  };
-}
-
-/**
- * The CPU library variant of a matmul kernel: the same GEMM call (an f32 BLAS sgemm on the CPU), then the
- * epilogue kernel in C. Derived by the same compiler stage as the CUDA one, so a GEMM qualifies for both.
- */
-export interface PlanCGemm {
-  readonly call: PlanGemm;
-  readonly epilogue?: {
-    readonly name: string;
-    readonly bindings: readonly PlanBinding[];
-    readonly c: TargetKernel;
+    readonly source: TargetKernel;
   };
 }
 
@@ -199,14 +188,10 @@ export interface PlanKernel {
   readonly name: string;
   readonly kind: string;
   readonly bindings: readonly PlanBinding[];
-  readonly wgsl?: TargetKernel;
-  readonly cuda?: TargetKernel;
-  /** On CUDA, the GEMM as a cuBLASLt call (+ epilogue kernel) instead of the `cuda` template kernel. */
-  readonly cudaGemm?: PlanCudaGemm;
-  /** C for the CPU backend (compiled at run time, not written to kernels_generated/). */
-  readonly c?: TargetKernel;
-  /** On the CPU, the GEMM as a BLAS call (+ epilogue kernel) instead of the `c` template kernel. */
-  readonly cGemm?: PlanCGemm;
+  /** The kernel in the plan's language (Plan.language); a library kernel's fallback. */
+  readonly source: TargetKernel;
+  /** The GEMM as a library call (+ epilogue kernel), run instead of `source` where the library can. */
+  readonly library?: PlanLibraryGemm;
   /** What the kernel fuses, for reports and error messages. */
   readonly about: readonly string[];
   /** Estimated bytes read and written per launch (the fusion report's traffic model). */
@@ -220,9 +205,15 @@ export type PlanStep =
   | { readonly op: "launch"; readonly kernel: number }
   | { readonly op: "copy"; readonly src: number; readonly dst: number; readonly bytes: number };
 
+/** The languages a plan's kernels are written in (compiler/targets/target.ts). */
+export type PlanLanguage = "wgsl" | "cuda" | "c";
+
 export interface Plan {
-  readonly version: 1;
+  readonly version: 2;
   readonly graph: string;
+  /** The target it was compiled for (compiler/targets/target.ts TARGETS) and that target's language. */
+  readonly target: string;
+  readonly language: PlanLanguage;
   readonly buffers: readonly PlanBuffer[];
   readonly slots: readonly PlanSlot[];
   /** Graph input name -> buffer id. */
@@ -246,4 +237,14 @@ export function storedBytes(dtype: PlanDType): number {
 /** Bytes a buffer takes as the runtimes store it (before rounding up for alignment). */
 export function storedSize(b: { readonly shape: readonly number[]; readonly dtype: PlanDType }): number {
   return numel(b.shape) * storedBytes(b.dtype);
+}
+
+/**
+ * Why a runtime for `language` cannot run `plan` (one line), or undefined when it can: a plan is compiled
+ * for one target, and its kernels exist in that target's language only.
+ */
+export function languageRefusal(plan: Plan, language: PlanLanguage, runtime: string): string | undefined {
+  if (plan.language === language) return undefined;
+  return `the plan was compiled for ${plan.target} (${plan.language}); ${runtime} runs ${language} plans: ` +
+    `recompile it for this device`;
 }

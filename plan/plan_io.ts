@@ -17,16 +17,14 @@ export async function readPlanDir(dir: string): Promise<Plan> {
   } catch (e) {
     throw new PlanError(`${path}: cannot read the plan (${(e as Error).message.split("\n")[0]})`);
   }
-  const stored = raw as Omit<Plan, "kernels"> & {
-    kernels: (Omit<PlanKernel, "wgsl" | "cuda"> & Record<string, unknown>)[];
-  };
-  if (stored?.version !== 1 || !Array.isArray(stored.kernels) || !Array.isArray(stored.buffers)) {
-    throw new PlanError(`${path}: not a version-1 bertfuse plan`);
+  const stored = raw as Omit<Plan, "kernels"> & { kernels: Record<string, unknown>[] };
+  if (stored?.version !== 2 || !Array.isArray(stored.kernels) || !Array.isArray(stored.buffers)) {
+    throw new PlanError(`${path}: not a version-2 bertfuse plan (recompile it with deno task compile)`);
   }
   const files = new Map<string, string>();
   const load = async (t: StoredTarget, kernel: string): Promise<TargetKernel> => {
     if (typeof t?.file !== "string" || !Array.isArray(t.grid)) {
-      throw new PlanError(`${path}: kernel ${kernel} has a malformed target entry`);
+      throw new PlanError(`${path}: kernel ${kernel} has a malformed source entry`);
     }
     let code = files.get(t.file);
     if (code === undefined) {
@@ -41,26 +39,25 @@ export async function readPlanDir(dir: string): Promise<Plan> {
   };
   const kernels: PlanKernel[] = [];
   for (const k of stored.kernels) {
-    const { wgsl, cuda, cudaGemm, ...rest } = k as typeof k & {
-      wgsl?: StoredTarget;
-      cuda?: StoredTarget;
-      cudaGemm?: { epilogue?: { cuda: StoredTarget } };
+    const { source, library, ...rest } = k as typeof k & {
+      source: StoredTarget;
+      library?: { epilogue?: { source: StoredTarget } };
     };
+    const name = String(k.name);
     // A library GEMM's epilogue kernel is stored in a file of its own, like the kernels.
-    const epi = cudaGemm?.epilogue;
+    const epi = library?.epilogue;
     kernels.push({
       ...rest,
-      ...(wgsl ? { wgsl: await load(wgsl, k.name) } : {}),
-      ...(cuda ? { cuda: await load(cuda, k.name) } : {}),
-      ...(cudaGemm
+      source: await load(source, name),
+      ...(library
         ? {
-          cudaGemm: {
-            ...cudaGemm,
-            ...(epi ? { epilogue: { ...epi, cuda: await load(epi.cuda, k.name) } } : {}),
+          library: {
+            ...library,
+            ...(epi ? { epilogue: { ...epi, source: await load(epi.source, name) } } : {}),
           },
         }
         : {}),
-    } as PlanKernel);
+    } as unknown as PlanKernel);
   }
   return { ...stored, kernels };
 }

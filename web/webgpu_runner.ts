@@ -8,9 +8,9 @@
  * WGSL emitter and the WebGPU executor directly rather than engine/backends.ts, whose table also holds
  * the CUDA row (FFI) that has no place in a page.
  */
-import { webgpuProfile } from "../compiler/targets/profiles.ts";
+import { webgpuTarget } from "../compiler/targets/target.ts";
+import type { Kernel } from "../compiler/kernel_ir/ir.ts";
 import { softwareAdapter } from "../runtime/webgpu/software.ts";
-import type { Emitter } from "../compiler/build_plan.ts";
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { QUIET } from "../compiler/debug.ts";
@@ -22,7 +22,7 @@ import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
 import type { RowOutput } from "../textinfer/mod.ts";
 
 /** Kernels without name and description, so identical fusions share one source and one pipeline. */
-const emitShared: Emitter = (k) => emitWGSL({ ...k, name: k.kind, about: [] });
+const emitShared = (k: Kernel) => emitWGSL({ ...k, name: k.kind, about: [] });
 
 /** What the page shows about the work behind an answer. */
 export interface RunStats {
@@ -65,11 +65,10 @@ export class WebGPURunner {
         // Fused for this adapter: no kernel binds more storage buffers than it allows per stage.
         const { plan } = compileGraph(g, {
           fuse: true,
-          emitters: { wgsl: emitShared },
+          target: { ...webgpuTarget(softwareAdapter(this.gpu) !== undefined), emit: emitShared },
           flags: QUIET,
           maxBindings: this.gpu.limits.maxStorageBuffersPerShaderStage,
           maxBindingBytes: this.gpu.limits.maxStorageBufferBindingSize,
-          profile: webgpuProfile(softwareAdapter(this.gpu) !== undefined),
         });
         const e = await WebGPUExecutor.create(this.gpu, plan);
         for (const [name, data] of this.weights) {

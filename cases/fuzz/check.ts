@@ -7,7 +7,7 @@
  * the batch; an element is left unchecked only where its bound is infinite (a NaN the device might
  * legitimately produce), and those are counted.
  */
-import type { EmitTarget, Emitter } from "../../compiler/build_plan.ts";
+import type { Target } from "../../compiler/targets/target.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import type { Plan } from "../../plan/plan.ts";
@@ -19,7 +19,8 @@ import { fuzzGraph } from "./generate.ts";
 /** A device the fuzzer runs plans on: the target it needs and a way to run a plan once. */
 export interface FuzzDevice {
   readonly name: string;
-  readonly emitter: { readonly target: EmitTarget; readonly emit: Emitter };
+  /** What the fuzzer compiles for it (lavapipe's knobs in the device's language: serial rows). */
+  readonly target: Target;
   /** Flags `deno task fuzz` needs to pick this device's variant (e.g. --template-gemms). */
   readonly flags?: string;
   run(plan: Plan, feeds: Record<string, ArrayLike<number>>): Promise<ReadonlyMap<string, ArrayLike<number>>>;
@@ -88,8 +89,7 @@ export async function checkBatch(
     })),
     ms,
   });
-  const compile = (g: typeof batch.graph) =>
-    compileGraph(g, { fuse, emitters: { [dev.emitter.target]: dev.emitter.emit } });
+  const compile = (g: typeof batch.graph) => compileGraph(g, { fuse, target: dev.target });
   let compiled;
   try {
     compiled = compile(batch.graph);

@@ -14,13 +14,13 @@ export const columnSumsStage: Stage<KernelState> = {
     "GPU profiles: a scatter-add into few rows becomes a masked column sum; a column sum over many rows becomes per-part sums, then a sum of the parts",
   run: (s, ctx) => {
     if (!s.options.fuse) return s;
-    const masked = scattersAsColumnSums(s.graph, s.options.profile?.scatterMaskedMaxRows ?? 0);
-    const profile = s.options.profile;
+    const masked = scattersAsColumnSums(s.graph, s.options.target.scatterMaskedMaxRows);
+    const t = s.options.target;
     const r = splitColumnSums(
       masked.graph,
-      profile?.columnSumParts ?? 1,
-      profile?.columnFillThreads || Infinity,
-      profile && ((rows, rowLen) => blockRows(profile, rows, rowLen)),
+      t.columnSumParts,
+      t.columnFillThreads || Infinity,
+      (rows, rowLen) => blockRows(t, rows, rowLen),
     );
     if (r.split === 0 && masked.rewritten === 0) return s;
     if (ctx.flags.level >= 3) {

@@ -1,5 +1,5 @@
 /**
- * Emission: each kernel rendered for each target without its description (the plan keeps that in
+ * Emission: each kernel rendered in the target's language without its description (the plan keeps that in
  * PlanKernel.about, and kernels_generated/ writes it into the file header), so that identical kernels
  * render identically (share_sources.ts groups them next); the plan's kernels with their costs, bindings
  * and library GEMMs; the Plan itself.
@@ -8,7 +8,7 @@ import type { Plan, PlanKernel } from "../../plan/plan.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
 import { kernelCost } from "../kernel_cost.ts";
 import type { Stage } from "../pipeline.ts";
-import { type Emitter, type KernelState, need } from "./state.ts";
+import { type KernelState, need } from "./state.ts";
 
 const NAME = "emit";
 
@@ -23,15 +23,17 @@ const planBindings = (k: Kernel) =>
 
 export const emitStage: Stage<KernelState> = {
   name: NAME,
-  about: "each group of identical kernels rendered once per target (WGSL, CUDA C); the Plan assembled",
+  about: "each kernel rendered in the target's language (WGSL, CUDA C, C); the Plan assembled",
   run: (s, ctx) => {
     const kernels = need(s.kernels, "lowered kernels", NAME);
     const buffers = need(s.buffers, "buffers", NAME);
     const schedule = need(s.schedule, "the schedule", NAME);
     const memory = need(s.memory, "the memory plan", NAME);
     const gemmOf = s.gemmOf ?? new Map();
-    const { wgsl, cuda, c } = s.options.emitters;
-    const render = (emit: Emitter, k: Kernel) => emit({ ...k, about: [] });
+    const t = s.options.target;
+    const render = s.options.render === false
+      ? () => ({ code: "", grid: [0, 0, 0] as const, workgroupSize: 0 })
+      : (k: Kernel) => t.emit({ ...k, about: [] });
     const flash = s.flash ?? new Map();
     // Kernels flash attention replaced without taking their index are launched by no step: left out, and
     // the steps renumbered (only then; otherwise every kernel is emitted as before).
@@ -44,57 +46,33 @@ export const emitStage: Stage<KernelState> = {
     const planKernels: PlanKernel[] = emitted.map((i) => {
       const k = kernels[i];
       const fl = flash.get(i);
-      if (fl) {
-        // Written as CUDA C directly (compiler/lower/flash_attention.ts); the stage runs for CUDA alone.
-        const { cuda: code, ...cost } = fl;
-        return {
-          name: k.name,
-          kind: "flash-attention",
-          bindings: planBindings(k),
-          about: k.about,
-          ...cost,
-          cuda: code,
-        };
-      }
+      const base = { name: k.name, kind: k.kind, bindings: planBindings(k), about: k.about };
+      // Written in CUDA C directly (compiler/lower/flash_attention.ts).
+      if (fl) return { ...base, kind: "flash-attention", ...fl };
       const lib = gemmOf.get(i);
       const epi = lib?.epilogue;
       return {
-        name: k.name,
-        kind: k.kind,
-        bindings: planBindings(k),
-        about: k.about,
+        ...base,
         ...kernelCost(k),
-        ...(wgsl ? { wgsl: render(wgsl, k) } : {}),
-        ...(cuda ? { cuda: render(cuda, k) } : {}),
-        ...(lib && cuda
+        source: render(k),
+        ...(lib
           ? {
-            cudaGemm: {
+            library: {
               call: lib.call,
               ...(epi
-                ? { epilogue: { name: epi.name, bindings: planBindings(epi), cuda: render(cuda, epi) } }
-                : {}),
-            },
-          }
-          : {}),
-        ...(c ? { c: render(c, k) } : {}),
-        ...(lib && c
-          ? {
-            cGemm: {
-              call: lib.call,
-              ...(epi
-                ? { epilogue: { name: epi.name, bindings: planBindings(epi), c: render(c, epi) } }
+                ? { epilogue: { name: epi.name, bindings: planBindings(epi), source: render(epi) } }
                 : {}),
             },
           }
           : {}),
       };
     });
-    if (ctx.flags.level >= 4) {
-      for (const k of planKernels) if (k.wgsl) ctx.log(4, `// ${k.name}\n${k.wgsl.code}`);
-    }
+    if (ctx.flags.level >= 4) { for (const k of planKernels) ctx.log(4, `// ${k.name}\n${k.source.code}`); }
     const plan: Plan = {
-      version: 1,
+      version: 2,
       graph: s.graph.name,
+      target: t.name,
+      language: t.language,
       buffers: buffers.map((b) => {
         const offset = memory.offsetOf.get(b.id);
         return { ...b, slot: memory.slotOf.get(b.id)!, ...(offset ? { offset } : {}) };

@@ -38,14 +38,7 @@ import {
 import type { Stage } from "../pipeline.ts";
 import { rerootAtProduct, rerootedFusion, type RerootWork, rerootWork } from "./flash_operands.ts";
 import { launchAccess } from "./schedule.ts";
-import {
-  cudaAlone,
-  type FlashOverride,
-  type KernelState,
-  need,
-  type StateBuffer,
-  storedTypeOf,
-} from "./state.ts";
+import { type FlashOverride, type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
 
 const NAME = "flash-attention";
 
@@ -54,7 +47,8 @@ export const flashAttentionStage: Stage<KernelState> = {
   about:
     "cuda-sm90 training: each self-attention's 8 kernels become 2 or 3 flash-attention kernels (no probabilities stored)",
   run: (s, ctx) => {
-    if (s.options.profile?.name !== "cuda-sm90" || !cudaAlone(s.options) || !s.fusing) return s;
+    const t = s.options.target;
+    if (!t.flashAttention || t.language !== "cuda" || !s.fusing) return s;
     need(s.fusion, "the fusion", NAME);
     need(s.bufferOfNode, "buffers", NAME);
     need(s.buffers, "buffers", NAME);
@@ -144,7 +138,7 @@ export const flashAttentionStage: Stage<KernelState> = {
           usesF16: true,
         };
         flash.set(at, {
-          cuda: { code: fk.code, grid: fk.grid, workgroupSize: fk.workgroupSize },
+          source: { code: fk.code, grid: fk.grid, workgroupSize: fk.workgroupSize },
           flops: cost.flops,
           bytesRead: cost.bytesRead,
           bytesWritten: cost.bytesWritten,

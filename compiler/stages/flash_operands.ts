@@ -22,7 +22,6 @@ import { deriveGemm } from "../lower/gemm_library.ts";
 import type { ProductHeads } from "../lower/flash_match.ts";
 import { lowerKernel } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
-import { DEFAULT_PROFILE } from "../targets/profiles.ts";
 import { nodeBuffer } from "./buffers.ts";
 import { directGemm } from "./library_calls.ts";
 import { launchAccess } from "./schedule.ts";
@@ -115,7 +114,7 @@ export function rerootAtProduct(
   if (!v.ok || !v.direct || v.direct.root !== anchor) {
     return `${w.kernels[at].name}'s product would not be a direct library call`;
   }
-  const lowered = lowerKernel(s.graph, kernel, ctx, s.options.profile ?? DEFAULT_PROFILE);
+  const lowered = lowerKernel(s.graph, kernel, ctx, s.options.target);
   const k = s.vectorized ? vectorizeLoop(lowered) : lowered;
   const d = directGemm(v, v.direct, k.name);
   const i = w.gemms.findIndex((x) => x.kernel === w.kernels[at].name);

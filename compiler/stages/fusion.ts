@@ -14,7 +14,8 @@ import { mergeRowBlocks } from "../fusion/row_blocks.ts";
 import { MAX_SIBLING_BINDINGS, mergeSameWriter, mergeSiblings } from "../fusion/siblings.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { PassContext, Stage } from "../pipeline.ts";
-import { cudaAlone, type KernelState, need } from "./state.ts";
+import { rawGemmOutputs } from "../targets/target.ts";
+import { type KernelState, need } from "./state.ts";
 
 const takeFuel = (ctx: PassContext) => () => ctx.fuel.take();
 
@@ -26,18 +27,9 @@ const takeFuel = (ctx: PassContext) => () => ctx.fuel.take();
  * per step) instead of stopping at 12 buffers.
  */
 function mergeBindingLimit(s: KernelState, cap: number): number {
-  if (s.options.emitters.wgsl) return Math.min(s.options.maxBindings ?? cap, cap);
+  if (s.options.target.language === "wgsl") return Math.min(s.options.maxBindings ?? cap, cap);
   return s.options.maxBindings ?? Infinity;
 }
-/**
- * Whether every GEMM of the plan writes its raw product: a plan emitted as CUDA alone, with GEMMs on
- * cuBLASLt, where an epilogue costs a scratch product and a kernel reading it back (remat.ts
- * rawGemmOutputs). A plan shared with WGSL or C keeps the template's free epilogues.
- */
-function rawGemmOutputs(s: KernelState): boolean {
-  return cudaAlone(s.options) && s.options.libraryGemms !== false;
-}
-
 /** The forced roots and, for cuBLASLt's DGELU epilogue, tanh-GELU pre-activations (fusion/gelu_aux.ts). */
 function withGeluAux(s: KernelState): ReadonlySet<number> | undefined {
   const aux = geluAuxRoots(s.graph);
@@ -58,8 +50,8 @@ export const fusionStage: Stage<KernelState> = {
       log: logOf(ctx),
       maxBindings: s.options.maxBindings,
       maxBindingBytes: s.options.maxBindingBytes,
-      roots: rawGemmOutputs(s) ? withGeluAux(s) : s.forcedRoots,
-      rawGemmOutputs: rawGemmOutputs(s),
+      roots: rawGemmOutputs(s.options.target) ? withGeluAux(s) : s.forcedRoots,
+      rawGemmOutputs: rawGemmOutputs(s.options.target),
     }),
   }),
   // The unfused baseline: one kernel per op; the later fusion stages then do nothing either.
@@ -95,9 +87,11 @@ export const attentionStage = kernelFusion(
   // Not where the profile's GEMMs are a library's and our attention kernel is not (cuda-sm90: no tensor-core
   // attention kernel yet; cpu: BLAS), so QKᵀ and PV stay library calls (targets/profiles.ts).
   (s, f, ctx) =>
-    s.options.profile?.fuseAttention === false
-      ? f
-      : fuseAttention(s.graph, f, { takeFuel: takeFuel(ctx), log: logOf(ctx) }),
+    !s.options.target.fuseAttention ? f : fuseAttention(s.graph, f, {
+      takeFuel: takeFuel(ctx),
+      log: logOf(ctx),
+      always: s.options.target.fuseAttention === "always",
+    }),
 );
 
 export const siblingStage = kernelFusion(
@@ -157,12 +151,10 @@ export const rowBlockStage = kernelFusion(
   "fusion-row-blocks",
   "a column sum's first pass joins the row kernel reading its values: a workgroup walks a part's rows",
   (s, f, ctx) => {
-    const profile = s.options.profile;
-    if (!profile) return f;
     return mergeRowBlocks(
       s.graph,
       f,
-      profile,
+      s.options.target,
       takeFuel(ctx),
       mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
       s.options.maxBindingBytes,
@@ -178,10 +170,10 @@ export const smallReductionsStage = kernelFusion(
     mergeSmallReductions(
       s.graph,
       f,
-      s.options.profile?.smallReductionBytes ?? 0,
+      s.options.target.smallReductionBytes,
       takeFuel(ctx),
       mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
       s.options.maxBindingBytes,
-      rawGemmOutputs(s),
+      rawGemmOutputs(s.options.target),
     ),
 );

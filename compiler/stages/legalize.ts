@@ -13,7 +13,8 @@ import { rangeBytes } from "../../plan/binding_ranges.ts";
 import { storedBytes } from "../../plan/plan.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
 import type { Stage } from "../pipeline.ts";
-import { type EmitTarget, type KernelState, type LibraryGemm, need } from "./state.ts";
+import type { Language } from "../targets/target.ts";
+import { type KernelState, type LibraryGemm, need } from "./state.ts";
 
 interface RuleContext {
   readonly slotOf: (buffer: number) => number;
@@ -45,7 +46,7 @@ const rangesOverBindingLimit: Rule = (k, { maxBindingBytes }) => {
   };
 };
 
-export const LEGALIZE_RULES: Readonly<Record<EmitTarget, readonly Rule[]>> = {
+export const LEGALIZE_RULES: Readonly<Record<Language, readonly Rule[]>> = {
   wgsl: [readWriteSharedBuffers, rangesOverBindingLimit],
   cuda: [],
   c: [],
@@ -63,8 +64,7 @@ export const legalizeStage: Stage<KernelState> = {
       slotOf: (b: number) => memory.slotOf.get(b)!,
       maxBindingBytes: s.options.maxBindingBytes,
     };
-    const targets = (Object.keys(s.options.emitters) as EmitTarget[]).filter((t) => s.options.emitters[t]);
-    const rules = targets.flatMap((t) => LEGALIZE_RULES[t]);
+    const rules = LEGALIZE_RULES[s.options.target.language];
     const legal = (k: Kernel) => rules.reduce((x, rule) => rule(x, ctx), k);
     const kernels = need(s.kernels, "lowered kernels", NAME).map(legal);
     const gemmOf = s.gemmOf && new Map(

@@ -6,7 +6,7 @@
  * scratch is a plan buffer rather than an executor-managed workspace so that the memory plan gives it a
  * lifetime of one step and lets it share a slot with other dead activations (no per-GEMM or worst-case
  * allocation beside the arena), and every runtime (and the CPU test harness) sees the same addresses the
- * plan describes. On a plan for CUDA alone, a column sum over k of a call's operand becomes the call's
+ * plan describes. On CUDA, a column sum over k of a call's operand becomes the call's
  * bias-gradient epilogue (compiler/lower/gemm_bgrad.ts), its kernels kept as the fallback, and a root
  * that sums the product with a stored tensor reads that tensor as C with beta 1 (fusion/gemm_sums.ts).
  */
@@ -18,8 +18,8 @@ import { deriveGemm, type GemmVerdict, outputOperand } from "../lower/gemm_libra
 import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
 import type { Stage } from "../pipeline.ts";
+import { rawGemmOutputs } from "../targets/target.ts";
 import {
-  cudaAlone,
   type GemmDecision,
   type KernelState,
   type LibraryGemm,
@@ -34,8 +34,10 @@ export const libraryCallsStage: Stage<KernelState> = {
   name: NAME,
   about: "CUDA: GEMMs that qualify become cuBLASLt calls, with an epilogue kernel where one is left",
   run: (s) => {
-    const { cuda, c } = s.options.emitters;
-    if ((!cuda && !c) || s.options.libraryGemms === false) return { ...s, gemms: [] };
+    const t = s.options.target;
+    if (!t.libraryGemms) return { ...s, gemms: [] };
+    // cuBLASLt's calls take epilogues and a stored sum as C; the CPU's BLAS call takes neither.
+    const cuda = rawGemmOutputs(t);
     const g = s.graph;
     const fusion = need(s.fusion, "the fusion", NAME);
     const kernels = need(s.kernels, "lowered kernels", NAME);
@@ -46,9 +48,7 @@ export const libraryCallsStage: Stage<KernelState> = {
     fusion.kernels.forEach((k, i) => {
       if (k.kind !== "matmul") return;
       const kctx = { ...ctx, members: k.members };
-      // The bias epilogue only where no C plan shares the call (the CPU's BLAS call has none); a sum as
-      // C (beta 1) only on plans for CUDA alone, the only ones whose fusion puts one there (gemm_sums.ts).
-      const v = deriveGemm(g, k, kctx, { biasEpilogue: !!cuda && !c, sumC: cudaAlone(s.options) });
+      const v = deriveGemm(g, k, kctx, { biasEpilogue: cuda, sumC: cuda });
       if (!v.ok) {
         gemms.push({ kernel: kernels[i].name, library: false, reason: v.reason });
         return;
@@ -60,9 +60,9 @@ export const libraryCallsStage: Stage<KernelState> = {
         gemms.push(d.decision);
         return;
       }
-      // CUDA alone: a tanh GELU of the product plus a bias, written with that sum, is the call's GELU_AUX_BIAS
+      // CUDA: a tanh GELU of the product plus a bias, written with that sum, is the call's GELU_AUX_BIAS
       // epilogue (gemm_gelu_aux.ts); a heuristic miss runs the template GEMM, which computes the same.
-      const gab = cudaAlone(s.options) ? geluAuxBiasCall(g, k, kctx, v) : undefined;
+      const gab = cuda ? geluAuxBiasCall(g, k, kctx, v) : undefined;
       if (gab?.ok) {
         const epilogue = { kind: "gelu_aux_bias" as const, bias: gab.bias, aux: gab.aux };
         gemmOf.set(i, { call: { ...base, d: gab.d, epilogue } });
@@ -73,9 +73,9 @@ export const libraryCallsStage: Stage<KernelState> = {
         });
         return;
       }
-      // CUDA alone: a tanh-GELU gradient of a stored pre-activation is the call's DGELU epilogue
+      // CUDA: a tanh-GELU gradient of a stored pre-activation is the call's DGELU epilogue
       // (gemm_dgelu.ts); a heuristic miss runs the template GEMM, which computes the same.
-      const dgelu = cudaAlone(s.options) ? dgeluCall(g, k, kctx, v, v.a.dtype) : undefined;
+      const dgelu = cuda ? dgeluCall(g, k, kctx, v, v.a.dtype) : undefined;
       if (dgelu?.ok) {
         gemmOf.set(i, { call: { ...base, d: dgelu.d, epilogue: { kind: "dgelu", aux: dgelu.aux } } });
         gemms.push({
@@ -102,9 +102,9 @@ export const libraryCallsStage: Stage<KernelState> = {
       gemmOf.set(i, { call: { ...base, d }, epilogue, scratch });
       gemms.push({ kernel: kernels[i].name, library: true, reason: "cuBLASLt, then an epilogue kernel" });
     });
-    // CUDA alone (the fallback kernels exist only there): column sums of a call's operand over k become
+    // CUDA (the fallback kernels exist only there): column sums of a call's operand over k become
     // its bias-gradient epilogue (gemm_bgrad.ts).
-    if (cudaAlone(s.options)) {
+    if (cuda) {
       const bg = bgradEpilogues(
         {
           graph: g,

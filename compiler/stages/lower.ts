@@ -1,7 +1,6 @@
 /** Lowering: each fused kernel to the kernel IR (index math, loops, reductions, workgroup shape). */
 import { lowerKernel } from "../lower/lower_kernel.ts";
 import type { Stage } from "../pipeline.ts";
-import { DEFAULT_PROFILE } from "../targets/profiles.ts";
 import { type KernelState, need, valueContext } from "./state.ts";
 
 export const lowerStage: Stage<KernelState> = {
@@ -13,7 +12,7 @@ export const lowerStage: Stage<KernelState> = {
     return {
       ...s,
       kernels: fusion.kernels.map((k) =>
-        lowerKernel(s.graph, k, { ...ctx, members: k.members }, s.options.profile ?? DEFAULT_PROFILE)
+        lowerKernel(s.graph, k, { ...ctx, members: k.members }, s.options.target)
       ),
     };
   },

@@ -65,22 +65,15 @@ export function printState(s: KernelState): string {
       out.push(`  buffer ${b} -> slot ${slot}${off ? ` + ${off}` : ""}`);
     }
   }
-  if (s.legalized) out.push("", "legalized for: " + Object.keys(s.options.emitters).join(", "));
+  if (s.legalized) out.push("", "legalized for: " + s.options.target.language);
   if (s.plan) {
     out.push("", `plan: ${s.plan.kernels.length} kernels`);
     for (const k of s.plan.kernels) {
-      const sizes = (["wgsl", "cuda"] as const).filter((t) => k[t]).map((t) =>
-        `${t} ${k[t]!.code.length} chars`
-      );
-      out.push(`  ${k.name}: ${sizes.join(", ")}${k.cudaGemm ? ", cuBLASLt" : ""}`);
+      out.push(`  ${k.name}: ${k.source.code.length} chars${k.library ? ", library GEMM" : ""}`);
     }
   }
   if (s.shared) {
-    out.push("");
-    for (const t of ["wgsl", "cuda"] as const) {
-      const of = s.shared[t];
-      if (of) out.push(`shared ${t} sources: ${new Set(of).size} for ${of.length} kernels`);
-    }
+    out.push("", `shared sources: ${new Set(s.shared.kernels).size} for ${s.shared.kernels.length} kernels`);
   }
   return out.join("\n") + "\n";
 }

@@ -2,7 +2,7 @@
  * One source for identical kernels: the same fusion in every encoder layer lowers to kernels that differ
  * only in their names, descriptions and the buffers they are bound to, none of which is in the source
  * (the emit stage renders kernels without their description; the plan keeps it in PlanKernel.about, and
- * binds buffers by index). This stage groups the kernels of equal source per target and gives every
+ * binds buffers by index). This stage groups the kernels of equal source and gives every
  * kernel of a group the group's one TargetKernel. Every consumer goes by these groups: kernels_generated/
  * writes one file per group (write_kernels.ts), the WebGPU executor builds one pipeline and the CUDA
  * executor loads one module per distinct source.
@@ -12,7 +12,7 @@
  */
 import type { PlanKernel, TargetKernel } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline.ts";
-import { type EmitTarget, type KernelState, need } from "./state.ts";
+import { type KernelState, need } from "./state.ts";
 
 /** For each item, the index of the first one whose source (`sourceOf`) has the same code; -1 without one. */
 export function sourceGroups<T>(items: readonly T[], sourceOf: (x: T) => TargetKernel | undefined): number[] {
@@ -27,33 +27,27 @@ export function sourceGroups<T>(items: readonly T[], sourceOf: (x: T) => TargetK
   });
 }
 
-const TARGETS: readonly EmitTarget[] = ["wgsl", "cuda", "c"];
-const epilogueOf = (k: PlanKernel) => k.cudaGemm?.epilogue?.cuda;
+const epilogueOf = (k: PlanKernel) => k.library?.epilogue?.source;
 
 export const shareSourcesStage: Stage<KernelState> = {
   name: "share-sources",
   about: "kernels of equal source (the same fusion in every layer) are grouped and share one source object",
   run: (s) => {
     const plan = need(s.plan, "the plan", "share-sources");
-    const groups = Object.fromEntries(
-      TARGETS.filter((t) => s.options.emitters[t]).map((t) => [t, sourceGroups(plan.kernels, (k) => k[t])]),
-    ) as Partial<Record<EmitTarget, number[]>>;
+    const groups = sourceGroups(plan.kernels, (k) => k.source);
     const epilogues = sourceGroups(plan.kernels, epilogueOf);
-    const first = (t: EmitTarget, i: number) => plan.kernels[groups[t]![i]][t];
     const kernels = plan.kernels.map((k, i): PlanKernel => {
-      const e = k.cudaGemm?.epilogue;
+      const e = k.library?.epilogue;
       return {
         ...k,
-        ...(groups.wgsl ? { wgsl: first("wgsl", i) } : {}),
-        ...(groups.cuda ? { cuda: first("cuda", i) } : {}),
-        ...(groups.c ? { c: first("c", i) } : {}),
+        source: plan.kernels[groups[i]].source,
         ...(e
           ? {
-            cudaGemm: { ...k.cudaGemm!, epilogue: { ...e, cuda: epilogueOf(plan.kernels[epilogues[i]])! } },
+            library: { ...k.library!, epilogue: { ...e, source: epilogueOf(plan.kernels[epilogues[i]])! } },
           }
           : {}),
       };
     });
-    return { ...s, plan: { ...plan, kernels }, shared: { ...groups, epilogues } };
+    return { ...s, plan: { ...plan, kernels }, shared: { kernels: groups, epilogues } };
   },
 };

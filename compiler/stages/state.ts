@@ -4,7 +4,7 @@
  * error reports). A field is present once the stage that makes it has run.
  */
 import type { DType, Graph, NodeId } from "../../ir/mod.ts";
-import type { TargetProfile } from "../targets/profiles.ts";
+import type { Target } from "../targets/target.ts";
 import type { Plan, PlanBuffer, PlanStep, TargetKernel } from "../../plan/plan.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
@@ -12,14 +12,6 @@ import type { GemmCall } from "../lower/gemm_library.ts";
 import type { ValueContext } from "../lower/values.ts";
 import type { Precision } from "../passes/precision.ts";
 import type { StoragePlan } from "../storage_precision.ts";
-
-export type Target = "wgsl" | "cuda";
-/**
- * Every target the compiler can emit: the written ones (kernels_generated/, `deno task compile --target`)
- * and "c", the CPU backend's, which is compiled at run time only.
- */
-export type EmitTarget = Target | "c";
-export type Emitter = (k: Kernel) => TargetKernel;
 
 /** Whether a matmul kernel's GEMM became a library call on CUDA, and why (not). */
 export interface GemmDecision {
@@ -32,11 +24,15 @@ export interface GemmDecision {
 export interface KernelOptions {
   /** false: one kernel per op (the unfused baseline). */
   readonly fuse: boolean;
-  readonly emitters: Partial<Record<EmitTarget, Emitter>>;
+  /** What the plan is for: lowering's knobs, the language and its emitter, the library calls. */
+  readonly target: Target;
   /** The storage precision, or "auto": the precision the graph was prepared for. */
   readonly precision?: Precision | "auto";
-  /** CUDA: matmul kernels that qualify get a cuBLASLt variant; default true. */
-  readonly libraryGemms?: boolean;
+  /**
+   * false: a plan for its figures only (the report's unfused baseline), lowered but not rendered: every
+   * source is empty, and no runtime can run it. Default true.
+   */
+  readonly render?: boolean;
   /**
    * The most buffers one kernel may bind: the device's storage buffers per shader stage (a WebGPU
    * adapter's maxStorageBuffersPerShaderStage: WebGPU guarantees 8, Chrome's SwiftShader adapter offers
@@ -49,18 +45,6 @@ export interface KernelOptions {
    * Unlimited when undefined.
    */
   readonly maxBindingBytes?: number;
-  /** What lowering tunes per kind of device (compiler/targets/profiles.ts); default: DEFAULT_PROFILE. */
-  readonly profile?: TargetProfile;
-}
-
-/**
- * Whether the plan is emitted as CUDA alone: what only the CUDA runtime runs (flash-attention kernels,
- * bias-gradient epilogues with their fallback kernels, GEMMs that write their raw product) may then shape
- * the plan, which no other target has to execute.
- */
-export function cudaAlone(o: KernelOptions): boolean {
-  const e = o.emitters;
-  return !!e.cuda && !e.wgsl && !e.c;
 }
 
 /** A plan buffer before memory planning gives it a slot. */
@@ -95,13 +79,11 @@ export interface MemoryLayout {
 }
 
 /**
- * Kernels of equal source in groups, per target: `wgsl[i]` is the first kernel whose WGSL source kernel
- * i shares (share_sources.ts); `epilogues` likewise for the CUDA epilogues of library GEMMs (-1: none).
+ * Kernels of equal source in groups: `kernels[i]` is the first kernel whose source kernel i shares
+ * (share_sources.ts); `epilogues` likewise for the epilogues of library GEMMs (-1: none).
  */
 export interface SharedSources {
-  readonly wgsl?: readonly number[];
-  readonly cuda?: readonly number[];
-  readonly c?: readonly number[];
+  readonly kernels: readonly number[];
   readonly epilogues: readonly number[];
 }
 
@@ -110,7 +92,7 @@ export interface SharedSources {
  * with the traffic and work its IR cannot count: the flash-attention kernels (stages/flash_attention.ts).
  */
 export interface FlashOverride {
-  readonly cuda: TargetKernel;
+  readonly source: TargetKernel;
   readonly flops: number;
   readonly bytesRead: number;
   readonly bytesWritten: number;
@@ -143,7 +125,7 @@ export interface KernelState {
   /** Update buffers written over what they update (in-place-updates stage): value buffer -> its target. */
   readonly aliasOf?: ReadonlyMap<number, number>;
   readonly memory?: MemoryLayout;
-  /** Whether the kernels were legalized for the targets compiled (per-target rules, legalize.ts). */
+  /** Whether the kernels were legalized for the target (its rules, legalize.ts). */
   readonly legalized?: boolean;
   readonly shared?: SharedSources;
   readonly plan?: Plan;

@@ -2,7 +2,8 @@
 import type { Precision } from "../passes/precision.ts";
 import type { Stage } from "../pipeline.ts";
 import { chooseStorage, detectPrecision, fullStorage } from "../storage_precision.ts";
-import { cudaAlone, type KernelState, need } from "./state.ts";
+import { rawGemmOutputs } from "../targets/target.ts";
+import { type KernelState, need } from "./state.ts";
 
 /** The precision a compile works in: the one asked for, or ("auto") the one the graph was prepared for. */
 export function compilePrecision(s: KernelState): Precision {
@@ -17,7 +18,7 @@ export const storageStage: Stage<KernelState> = {
     ...s,
     storage: chooseStorage(s.graph, need(s.fusion, "the fusion", "storage-precision"), compilePrecision(s), {
       // The flat gradient rule: only where the CUDA runtime alone runs the plan with library GEMMs.
-      flatGradients: cudaAlone(s.options) && s.options.libraryGemms !== false,
+      flatGradients: rawGemmOutputs(s.options.target),
     }),
   }),
   // Every buffer in its graph dtype.

@@ -65,11 +65,9 @@ export function findProblem(s: KernelState): string | undefined {
       }
     }
   }
-  if (s.plan) {
-    const targets = (["wgsl", "cuda", "c"] as const).filter((t) => s.options.emitters[t]);
+  if (s.plan && s.options.render !== false) {
     for (const k of s.plan.kernels) {
-      const missing = targets.find((t) => !k[t]);
-      if (missing) return `kernel ${k.name} has no ${missing} source`;
+      if (!k.source?.code) return `kernel ${k.name} has no ${s.options.target.language} source`;
     }
   }
   return undefined;

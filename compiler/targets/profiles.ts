@@ -72,8 +72,14 @@ export interface TargetProfile {
    * reads the probabilities. Off where GEMMs run on a library and the attention kernel does not: on CUDA
    * (until a tensor-core attention kernel exists, issue 16) and on the CPU (BLAS), the two GEMMs as library
    * calls beat it (the cost model at bert-large inference, batch 1: 6.9 ms of 8.0 in the fused kernels).
+   * "always" also skips its shape rule (fusion/attention.ts attentionPays), for bench/attention.ts.
    */
-  readonly fuseAttention: boolean;
+  readonly fuseAttention: boolean | "always";
+  /**
+   * Training's self-attentions (head dim 64, sequence a multiple of 64) run as flash-attention kernels
+   * written in CUDA C for sm_90 (stages/flash_attention.ts); only a CUDA target may set it.
+   */
+  readonly flashAttention: boolean;
 }
 
 export type ProfileName = "lavapipe" | "cpu" | "webgpu-gpu" | "cuda-sm90";
@@ -118,6 +124,7 @@ export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
     about: "software Vulkan (CI): one thread per row",
     ...SERIAL_ROWS,
     fuseAttention: true,
+    flashAttention: false,
   },
   cpu: {
     name: "cpu",
@@ -125,12 +132,14 @@ export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
     ...SERIAL_ROWS,
     columnSplitMinRows: Infinity,
     fuseAttention: false,
+    flashAttention: false,
   },
   "webgpu-gpu": {
     name: "webgpu-gpu",
     about: "a GPU through WebGPU: a workgroup per row, coalesced loads",
     ...ROW_PER_WORKGROUP,
     fuseAttention: true,
+    flashAttention: false,
   },
   "cuda-sm90": {
     name: "cuda-sm90",
@@ -138,16 +147,9 @@ export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
       "attention's GEMMs on cuBLASLt",
     ...ROW_PER_WORKGROUP,
     fuseAttention: false,
+    flashAttention: true,
   },
 };
-
-/**
- * The profile for a WebGPU adapter: a software one (lavapipe, SwiftShader: runtime/webgpu/software.ts)
- * runs a workgroup as a loop on a CPU core, as lavapipe does; a GPU gets `webgpu-gpu`.
- */
-export function webgpuProfile(software: boolean): TargetProfile {
-  return PROFILES[software ? "lavapipe" : "webgpu-gpu"];
-}
 
 /** The profile a compile uses when none is named: today's behaviour, tuned for where tests run. */
 export const DEFAULT_PROFILE = PROFILES.lavapipe;

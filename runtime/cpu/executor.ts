@@ -9,6 +9,7 @@
  * each kernel runs its whole grid (on the thread pool) before returning, so a step is the calls in order.
  */
 import {
+  languageRefusal,
   type Plan,
   type PlanBinding,
   type PlanBuffer,
@@ -91,9 +92,8 @@ export class CpuExecutor {
     plan: Plan,
     opts: { readonly blas?: boolean } = {},
   ): Promise<CpuExecutor> {
-    for (const k of plan.kernels) {
-      if (!k.c) throw new CpuError(`kernel ${k.name} has no C source (compile with the c emitter)`);
-    }
+    const refusal = languageRefusal(plan, "c", "the CPU backend");
+    if (refusal) throw new CpuError(refusal);
     const useBlas = opts.blas !== false && ctx.blas !== undefined;
     const layout = arenaLayout(plan);
     const memory = new Uint8Array(layout.totalBytes + 64);
@@ -110,11 +110,11 @@ export class CpuExecutor {
     // A GEMM that qualifies (f32 operands) runs as sgemm and its epilogue kernel; the others as the template.
     const gemms = plan.kernels.map((
       k,
-    ) => (useBlas && k.cGemm && blasCan(k.cGemm.call) ? k.cGemm : undefined));
+    ) => (useBlas && k.library && blasCan(k.library.call) ? k.library : undefined));
     plan.kernels.forEach((k, i) => {
       const g = gemms[i];
-      if (!g) want(k.c!);
-      else if (g.epilogue) want(g.epilogue.c);
+      if (!g) want(k.source);
+      else if (g.epilogue) want(g.epilogue.source);
     });
     const units: number[][] = [];
     for (let i = 0; i < sources.length; i += SOURCES_PER_UNIT) {
@@ -147,7 +147,7 @@ export class CpuExecutor {
         return {
           op: "launch" as const,
           kernel,
-          fn: fnOf[sourceIndex.get(k.c!.code)!],
+          fn: fnOf[sourceIndex.get(k.source.code)!],
           args: argsOf(k.bindings),
         };
       }
@@ -162,7 +162,7 @@ export class CpuExecutor {
         op: "gemm" as const,
         kernel,
         call,
-        ...(e ? { epilogue: { fn: fnOf[sourceIndex.get(e.c.code)!], args: argsOf(e.bindings) } } : {}),
+        ...(e ? { epilogue: { fn: fnOf[sourceIndex.get(e.source.code)!], args: argsOf(e.bindings) } } : {}),
       };
     });
     const copy = (index: number, src: PlanBuffer, dst: PlanBuffer, what: string): Step => {

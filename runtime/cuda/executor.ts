@@ -9,7 +9,7 @@
  * device pointer per binding in binding-index order; grid = TargetKernel.grid blocks, block =
  * (workgroupSize, 1, 1); no dynamic shared memory.
  *
- * GEMMs: a matmul kernel with a library variant (PlanKernel.cudaGemm) runs as one cublasLtMatmul (its
+ * GEMMs: a matmul kernel with a library variant (PlanKernel.library) runs as one cublasLtMatmul (its
  * algorithm chosen once per distinct call by cuBLASLt's heuristic, with the cuBLASLt workspace) followed by
  * its epilogue kernel, when there is one; `BERTFUSE_CUDA_GEMM=template` runs the tiled template kernel
  * instead, so the two can be measured against each other. Both are captured into the CUDA graph alike.
@@ -22,6 +22,7 @@
  * and read() (legacy default stream) wait for steps already launched, and later steps wait for them.
  */
 import {
+  languageRefusal,
   type Plan,
   type PlanBinding,
   type PlanBuffer,
@@ -243,7 +244,7 @@ export class CudaExecutor {
       const useLibrary = gemmMode === "library";
       // Fallback kernels of bias-gradient epilogues that run (left out of the program).
       const covered = new Set<string>();
-      if (useLibrary && plan.kernels.some((k) => k.cudaGemm)) lt = CublasLt.open(driver, opts.cublasLt);
+      if (useLibrary && plan.kernels.some((k) => k.library)) lt = CublasLt.open(driver, opts.cublasLt);
       type Prepared =
         | Omit<Extract<CudaStep, { op: "launch" }>, "op" | "index">
         | Omit<
@@ -251,8 +252,8 @@ export class CudaExecutor {
           "index"
         >;
       const launches = plan.kernels.map((k, kernelIndex): Prepared => {
-        const template = () => ({ kernel: k, kernelIndex, ...launchOf(k.name, k.cuda!, k.bindings) });
-        const g = useLibrary ? k.cudaGemm : undefined;
+        const template = () => ({ kernel: k, kernelIndex, ...launchOf(k.name, k.source!, k.bindings) });
+        const g = useLibrary ? k.library : undefined;
         if (!g || !lt) return template();
         const { call } = g;
         const elementAt = (o: Pick<PlanGemmOperand, "buffer" | "offset" | "dtype">, what: string) => {
@@ -357,7 +358,7 @@ export class CudaExecutor {
         }
         if (!lc) return template();
         const withBias = spec.epilogue !== undefined;
-        const epilogue = g.epilogue && launchOf(g.epilogue.name, g.epilogue.cuda, g.epilogue.bindings);
+        const epilogue = g.epilogue && launchOf(g.epilogue.name, g.epilogue.source, g.epilogue.bindings);
         return {
           op: "gemm",
           kernel: k,
@@ -726,11 +727,13 @@ function copyStep(
   return { op: "copy", index, src: addressOf(src.id), dst: addressOf(dst.id), bytes, what };
 }
 
-/** Checks every kernel has CUDA code and a launch shape CUDA accepts, naming the kernel otherwise. */
+/** Checks the plan is CUDA and every kernel's launch shape is one CUDA accepts, naming the kernel otherwise. */
 function checkKernels(plan: Plan): void {
+  const refusal = languageRefusal(plan, "cuda", "the CUDA backend");
+  if (refusal) throw new CudaError(refusal);
   const names = new Set(plan.kernels.map((k) => k.name));
   for (const k of plan.kernels) {
-    const ep = k.cudaGemm?.call.epilogue;
+    const ep = k.library?.call.epilogue;
     if (ep?.kind === "bgrad") {
       const missing = ep.fallback.filter((n) => !names.has(n));
       if (missing.length || ep.fallback.includes(k.name)) {
@@ -741,11 +744,9 @@ function checkKernels(plan: Plan): void {
         );
       }
     }
-    const c = k.cuda;
-    if (!c) throw new CudaError(`kernel ${k.name} has no CUDA source (compile with the cuda emitter)`);
-    checkTarget(k.name, c, k.bindings);
-    const e = k.cudaGemm?.epilogue;
-    if (e) checkTarget(`${k.name} (GEMM epilogue ${e.name})`, e.cuda, e.bindings);
+    checkTarget(k.name, k.source, k.bindings);
+    const e = k.library?.epilogue;
+    if (e) checkTarget(`${k.name} (GEMM epilogue ${e.name})`, e.source, e.bindings);
   }
 }
 

@@ -3,7 +3,14 @@
  * per memory-plan slot, one pipeline per distinct kernel source, one bind group per kernel. A step then
  * only records dispatches and copies into one command encoder and submits it.
  */
-import { type Plan, type PlanBuffer, type PlanKernel, type PlanStep, storedSize } from "../../plan/plan.ts";
+import {
+  languageRefusal,
+  type Plan,
+  type PlanBuffer,
+  type PlanKernel,
+  type PlanStep,
+  storedSize,
+} from "../../plan/plan.ts";
 import { decodeHost, encodeHost, type HostArray, readRanges, round4 } from "./buffers.ts";
 import type { GpuContext } from "./device.ts";
 import { tidy, validated, WebGPUError } from "./errors.ts";
@@ -49,6 +56,8 @@ export class WebGPUExecutor {
   static async create(ctx: GpuContext, plan: Plan): Promise<WebGPUExecutor> {
     if (ctx.lost) throw new WebGPUError(`the WebGPU device was lost: ${ctx.lost}`);
     const { device } = ctx;
+    const refusal = languageRefusal(plan, "wgsl", "the WebGPU backend");
+    if (refusal) throw new WebGPUError(refusal);
     checkPlan(ctx, plan);
 
     const slotSize = plan.slots.map((s) => Math.max(4, round4(s.bytes)));
@@ -73,8 +82,7 @@ export class WebGPUExecutor {
       const layouts = new Map<string, GPUBindGroupLayout>();
       const launches: Launch[] = [];
       for (const k of plan.kernels) {
-        const wgsl = k.wgsl;
-        if (!wgsl) throw new WebGPUError(`kernel ${k.name} has no WGSL source (compile with --target wgsl)`);
+        const wgsl = k.source;
         // The compiler gives identical kernels one source (its share-sources stage): one pipeline each.
         const key = wgsl.code;
         const ranges = boundRanges(plan, k.bindings);
@@ -353,7 +361,7 @@ async function makePipeline(
   k: PlanKernel,
   bindings: GPUBindGroupLayout,
 ): Promise<GPUComputePipeline> {
-  const code = k.wgsl!.code;
+  const code = k.source!.code;
   if (/^\s*enable f16;/m.test(code) && !ctx.hasF16) {
     throw new WebGPUError(`kernel ${k.name} needs shader-f16, which adapter '${ctx.description}' lacks`);
   }

@@ -4,6 +4,7 @@
  * WGSL emitter as the runtime gets them (identical kernels share one source) for a binding budget, and
  * the kernels that bind a tensor as ranges under a small binding limit.
  */
+import { target } from "../util/target.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { QUIET } from "../../compiler/debug.ts";
@@ -16,13 +17,17 @@ const ROOT = new URL("../../", import.meta.url).pathname;
 
 export async function generatedKernels(): Promise<WgslKernel[]> {
   const out: WgslKernel[] = [];
+  // kernels_generated/<model>/<target>/: the WGSL targets' plans hold wgsl/.
   for await (const model of Deno.readDir(`${ROOT}kernels_generated`)) {
     if (!model.isDirectory) continue;
-    const dir = `kernels_generated/${model.name}/wgsl`;
-    const files = [];
-    for await (const f of Deno.readDir(`${ROOT}${dir}`)) if (f.name.endsWith(".wgsl")) files.push(f.name);
-    for (const f of files.sort()) {
-      out.push({ name: `${dir}/${f}`, code: await Deno.readTextFile(`${ROOT}${dir}/${f}`) });
+    for await (const t of Deno.readDir(`${ROOT}kernels_generated/${model.name}`)) {
+      const dir = `kernels_generated/${model.name}/${t.name}/wgsl`;
+      if (!t.isDirectory || !(await Deno.stat(`${ROOT}${dir}`).catch(() => undefined))) continue;
+      const files = [];
+      for await (const f of Deno.readDir(`${ROOT}${dir}`)) if (f.name.endsWith(".wgsl")) files.push(f.name);
+      for (const f of files.sort()) {
+        out.push({ name: `${dir}/${f}`, code: await Deno.readTextFile(`${ROOT}${dir}/${f}`) });
+      }
     }
   }
   return out;
@@ -48,14 +53,14 @@ function compiledKernels(
   const shared = (k: Parameters<typeof emitWGSL>[0]) => emitWGSL({ ...k, name: k.kind, about: [] });
   const { plan } = compileGraph(g, {
     fuse: true,
-    emitters: { wgsl: shared },
+    target: { ...target("wgsl"), emit: shared },
     flags: QUIET,
     maxBindings,
     ...(maxBindingBytes ? { maxBindingBytes } : {}),
   });
   const seen = new Map<string, string>();
   for (const k of plan.kernels) {
-    if (k.wgsl && !seen.has(k.wgsl.code)) seen.set(k.wgsl.code, `${label}/${k.name}`);
+    if (k.source && !seen.has(k.source.code)) seen.set(k.source.code, `${label}/${k.name}`);
   }
   return [...seen].map(([code, name]) => ({ name, code }));
 }

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { layerGraph } from "../../cases/layer_graph.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { BACKENDS } from "../../engine/backends.ts";
-import { rowForTarget } from "../../engine/capabilities.ts";
+import { rowForLanguage } from "../../engine/capabilities.ts";
 import { BACKEND_NAMES, describeChoice, openBackend, type Probes } from "../../engine/choose_backend.ts";
 import { precisionRefusal } from "../../engine/capabilities.ts";
 import { runCli } from "../util/cli.ts";
@@ -92,11 +92,11 @@ Deno.test("bf16 on WebGPU is refused in one wording, by a command's backend and 
   const webgpu = await openBackend("webgpu", fakes({ webgpu: true }).probes);
   assert.equal(webgpu.refusePrecision("bf16"), want);
   assert.equal(webgpu.refusePrecision("fp16"), undefined);
-  assert.equal(precisionRefusal(rowForTarget("wgsl"), "bf16"), want);
+  assert.equal(precisionRefusal(rowForLanguage("wgsl"), "bf16"), want);
   for (const row of BACKENDS.filter((r) => r.name !== "webgpu")) {
     assert.equal(precisionRefusal(row, "bf16"), undefined, row.name);
   }
-  const r = await runCli("compile.ts", ["--precision", "bf16", "--target", "wgsl"]);
+  const r = await runCli("compile.ts", ["--precision", "bf16", "--target", "webgpu-gpu"]);
   assert.equal(r.code, 1);
   assert.equal(r.stderr.trim(), `error: ${want}`);
 });

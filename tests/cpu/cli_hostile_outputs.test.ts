@@ -66,7 +66,7 @@ Deno.test("compile --out a folder of user files refuses and deletes nothing", ()
     assert.equal(await Deno.readTextFile(`${dir}/f`), "a file\n");
   }));
 
-Deno.test("compile with no --out keeps every target the existing folder holds; --out replaces its own output", () =>
+Deno.test("compile with no --out rewrites its target's folder alone and keeps the other targets' plans", () =>
   withTemp(async (dir) => {
     await Deno.writeTextFile(`${dir}/bert-micro.json`, JSON.stringify(MICRO));
     const compile = (...args: string[]) =>
@@ -76,17 +76,15 @@ Deno.test("compile with no --out keeps every target the existing folder holds; -
         env: { NO_COLOR: "1" },
       }).output();
     const out = `${dir}/kernels_generated/bert-micro-train-fp16`;
-    let r = await compile("--target", "all", "--out", "kernels_generated/bert-micro-train-fp16");
+    let r = await compile("--target", "cuda-sm90,webgpu-gpu");
     assert.equal(r.code, 0, new TextDecoder().decode(r.stderr));
-    const before = await snapshot(`${out}/cuda`);
-    r = await compile(); // the headline form: no --out, no --target
+    const cuda = await snapshot(`${out}/cuda-sm90`), wgsl = await snapshot(`${out}/webgpu-gpu`);
+    r = await compile(); // the headline form: no --out, no --target (cuda-sm90)
     assert.equal(r.code, 0, new TextDecoder().decode(r.stderr));
-    assert.deepEqual(await snapshot(`${out}/cuda`), before, "the CUDA kernels were rewritten or dropped");
-    const plan = JSON.parse(await Deno.readTextFile(`${out}/plan.json`));
-    assert.ok(
-      plan.kernels.some((k: Record<string, unknown>) => k.cuda) &&
-        plan.kernels.some((k: Record<string, unknown>) => k.wgsl),
-    );
+    assert.deepEqual(await snapshot(`${out}/cuda-sm90`), cuda, "the CUDA plan changed");
+    assert.deepEqual(await snapshot(`${out}/webgpu-gpu`), wgsl, "the WebGPU plan was rewritten or dropped");
+    const plan = JSON.parse(await Deno.readTextFile(`${out}/webgpu-gpu/plan.json`));
+    assert.deepEqual([plan.target, plan.language], ["webgpu-gpu", "wgsl"]);
   }));
 
 Deno.test("infer --output over the checkpoint's files or the input refuses; the files stay", () =>

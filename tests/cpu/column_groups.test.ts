@@ -7,8 +7,8 @@
  * workgroup as phases between barriers, codegen/c.ts), against the reference interpreter on fresh random
  * inputs.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitC } from "../../compiler/codegen/c.ts";
 import { partsFor } from "../../compiler/column_sums.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { blockRows, columnGroups, SPLIT_GROUPS } from "../../compiler/lower/lower_kernel.ts";
@@ -28,8 +28,7 @@ const sm90 = PROFILES["cuda-sm90"];
 const compileSkipping = (g: Graph, skip: string[], profile: TargetProfile = sm90) =>
   compileGraph(g, {
     fuse: true,
-    emitters: { c: emitC },
-    profile,
+    target: target("c", profile),
     flags: { level: 0, skipPasses: new Set(skip) },
   });
 
@@ -107,8 +106,7 @@ for (const [i, c] of columnSumCases().entries()) {
     async fn() {
       const compiled = compileGraph(c.graph, {
         fuse: true,
-        emitters: { c: emitC },
-        profile: caseProfile(c, sm90),
+        target: target("c", caseProfile(c, sm90)),
       });
       assert.equal(c.expect(compiled), undefined);
       const feeds = randomFeeds(c.graph, 900 + i);

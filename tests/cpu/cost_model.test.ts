@@ -36,6 +36,7 @@ const kernel = (
   name,
   kind,
   bindings: [],
+  source: { code: "", grid: [4096, 1, 1], workgroupSize: 256 },
   about: [],
   bytesRead,
   bytesWritten,
@@ -57,7 +58,7 @@ function libraryKernel(epilogue: boolean, bytesRead: number, bytesWritten: numbe
   const code = { code: "", grid: [4096, 1, 1] as const, workgroupSize: 256 };
   return {
     ...kernel(epilogue ? "lib_ep" : "lib", "matmul", bytesRead, bytesWritten, 1),
-    cudaGemm: {
+    library: {
       call: {
         m: 1024,
         n: 1024,
@@ -68,15 +69,17 @@ function libraryKernel(epilogue: boolean, bytesRead: number, bytesWritten: numbe
         d: operand(epilogue ? "f32" : "f16", 1024 * 1024),
         compute: "32F",
       },
-      ...(epilogue ? { epilogue: { name: "ep", bindings: [], cuda: code } } : {}),
+      ...(epilogue ? { epilogue: { name: "ep", bindings: [], source: code } } : {}),
     },
   };
 }
 
 function plan(kernels: PlanKernel[], steps: Plan["steps"], updates: Plan["updates"] = []): Plan {
   return {
-    version: 1,
+    version: 2,
     graph: "hand",
+    target: "cuda-sm90",
+    language: "cuda",
     buffers: [{ id: 0, name: "w", dtype: "f32", shape: [1000], bytes: 4000, role: "param", slot: 0 }],
     slots: [{ id: 0, bytes: 4000 }],
     inputs: {},
@@ -101,8 +104,8 @@ Deno.test("cost model: a kernel launching fewer threads than saturate the device
   const many = { code: "", grid: [100, 1, 1] as const, workgroupSize: 256 };
   const k = kernel("scatter", "scatter", 3e6, 1e6, 0);
   // 4 MB at 1 TB/s × 0.1024 = 39.0625 µs, + 1 µs; saturated: 4 µs + 1 µs.
-  close(predictKernel({ ...k, cuda: few }, P).seconds, 4e-6 / 0.1024 + 1e-6);
-  close(predictKernel({ ...k, cuda: many }, P).seconds, 5e-6);
+  close(predictKernel({ ...k, source: few }, P).seconds, 4e-6 / 0.1024 + 1e-6);
+  close(predictKernel({ ...k, source: many }, P).seconds, 5e-6);
 });
 
 Deno.test("cost model: a template GEMM runs at the CUDA-core rate (no tensor cores)", () => {
@@ -140,9 +143,9 @@ Deno.test("cost model: a BIAS epilogue reads its vector in the call; an f16 scra
   const plain = libraryKernel(false, 0, 0);
   const withBias: PlanKernel = {
     ...plain,
-    cudaGemm: {
+    library: {
       call: {
-        ...plain.cudaGemm!.call,
+        ...plain.library!.call,
         epilogue: { kind: "bias", bias: { buffer: 0, offset: 0, dtype: "f16", batchStride: 0 } },
       },
     },
@@ -155,7 +158,7 @@ Deno.test("cost model: a BIAS epilogue reads its vector in the call; an f16 scra
   const ep = libraryKernel(true, 7 * mib, 4 * mib);
   const f16: PlanKernel = {
     ...ep,
-    cudaGemm: { ...ep.cudaGemm!, call: { ...ep.cudaGemm!.call, d: operand("f16", 1024 * 1024) } },
+    library: { ...ep.library!, call: { ...ep.library!.call, d: operand("f16", 1024 * 1024) } },
   };
   const call = 4 * mib + 2 * mib + 4 * mib, epilogue = 4 * mib + 4 * mib + 1 * mib;
   assert.equal(predictKernel(f16, P).bytes, call + epilogue);
@@ -163,10 +166,10 @@ Deno.test("cost model: a BIAS epilogue reads its vector in the call; an f16 scra
 
 Deno.test("cost model: f32 operands on cuBLASLt run on CUDA cores (compute type 32F, no TF32)", () => {
   const k = libraryKernel(false, 0, 0);
-  const g = k.cudaGemm!.call;
+  const g = k.library!.call;
   const f32 = {
     ...k,
-    cudaGemm: { call: { ...g, a: { ...g.a, dtype: "f32" as const }, b: { ...g.b, dtype: "f32" as const } } },
+    library: { call: { ...g, a: { ...g.a, dtype: "f32" as const }, b: { ...g.b, dtype: "f32" as const } } },
   };
   close(predictKernel(f32, P).seconds, (2 * 1024 ** 3 * 2) / (10e12 * 0.5) + 1e-6);
 });
@@ -214,9 +217,9 @@ Deno.test("timings file: {kernels: {name: ms}} or a flat map; bad entries are on
   assert.throws(() => parseTimings('{"kernels": {"k1": -1}}', "t.json"), /kernel k1: expected a time in ms/);
 });
 
-Deno.test("deno task compile --target cuda --measured: the summary's GEMM FLOPs and prediction, a measured column", () =>
+Deno.test("deno task compile --target cuda-sm90 --measured: the summary's GEMM FLOPs and prediction, a measured column", () =>
   withTemp(async (dir) => {
-    const args = [`${ROOT}models/bert-tiny.ts`, "--target", "cuda", "--batch-size", "2", "--seq-len", "16"];
+    const args = [`${ROOT}models/bert-tiny.ts`, "--target", "cuda-sm90", "--batch-size", "2", "--seq-len", "16"];
     const first = await runCli("compile.ts", [...args, "--out", `${dir}/a`, "--summary", `${dir}/a.json`]);
     assert.equal(first.code, 0, first.stderr);
     const s = JSON.parse(await Deno.readTextFile(`${dir}/a.json`));
@@ -249,14 +252,14 @@ Deno.test("deno task compile --target cuda --measured: the summary's GEMM FLOPs 
     const wgsl = await runCli("compile.ts", [
       ...args.slice(0, 1),
       "--target",
-      "wgsl",
+      "webgpu-gpu",
       "--out",
       `${dir}/c`,
       "--measured",
       `${dir}/t.json`,
     ]);
     assert.equal(wgsl.code, 1);
-    assert.match(wgsl.stderr, /--measured needs --target cuda or all/);
+    assert.match(wgsl.stderr, /--measured needs --target cuda-sm90/);
     await Deno.writeTextFile(`${dir}/bad.json`, '{"k": "x"}');
     const bad = await runCli("compile.ts", [...args, "--out", `${dir}/d`, "--measured", `${dir}/bad.json`]);
     assert.equal(bad.code, 1);

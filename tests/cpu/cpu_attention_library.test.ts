@@ -6,9 +6,9 @@
  * groups where the strides need them (compiler/lower/gemm_library.ts). Needs a C compiler and OpenBLAS;
  * without them the tests are reported as ignored with the reason.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { emitC } from "../../compiler/codegen/c.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
@@ -33,7 +33,7 @@ for (
     ignore: !cpu.ctx || noBlas,
     fn: async () => {
       const g = attentionBlock(shape, "f32");
-      const compiled = compileGraph(g, { fuse: true, emitters: { c: emitC } });
+      const compiled = compileGraph(g, { fuse: true, target: target("c") });
       const refused = compiled.gemms.filter((d) => !d.library);
       assert.deepEqual(refused, [], "every GEMM is a library call");
       const feeds = randomFeeds(g, 7100 + b, attentionInts(shape.s));

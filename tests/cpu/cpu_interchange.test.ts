@@ -25,7 +25,7 @@ async function kernelSources(g: Graph): Promise<string[]> {
   executor.destroy();
   return compiled.plan.kernels.flatMap((
     k,
-  ) => [k.c!.code, ...(k.cGemm?.epilogue ? [k.cGemm.epilogue.c.code] : [])]);
+  ) => [k.source!.code, ...(k.library?.epilogue ? [k.library.epilogue.source.code] : [])]);
 }
 
 /** A bias gradient's shape: a sum over the two leading axes, fused with an elementwise output. */

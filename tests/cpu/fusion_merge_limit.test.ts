@@ -7,8 +7,7 @@
  * the kernel that computes the moments, and no kernel re-reads the new moments.
  */
 import assert from "node:assert/strict";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
+import { target } from "../util/target.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { readsOf } from "../../compiler/fusion/kernel_facts.ts";
 import { buildModelGraph } from "../../compiler/model_graph.ts";
@@ -29,8 +28,7 @@ const graph = () =>
 function readersOfFlatVectors(wgsl: boolean) {
   const c = compileGraph(graph(), {
     fuse: true,
-    emitters: wgsl ? { wgsl: emitWGSL, cuda: emitCUDA } : { cuda: emitCUDA },
-    profile: PROFILES["cuda-sm90"],
+    target: target(wgsl ? "wgsl" : "cuda", PROFILES["cuda-sm90"]),
     flags: { level: 0, skipPasses: new Set() },
   });
   const g = c.graph, f = c.fusion;

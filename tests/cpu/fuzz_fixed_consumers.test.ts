@@ -2,10 +2,10 @@
  * Regressions of compiler bugs the fuzzer found in consumer merging (compiler/fusion/consumers.ts), in
  * their smallest forms, fused on the CPU backend against the reference interpreter.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { compileGraph } from "../../compiler/compile.ts";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { differentiate } from "../../compiler/passes/autodiff.ts";
 import { ModelBuilder, type Tensor } from "../../dsl/mod.ts";
 import type { Graph, NodeId } from "../../ir/mod.ts";
@@ -39,7 +39,7 @@ Deno.test({
 });
 
 Deno.test("fusion-consumers: the permuted consumer is refused with a reason", () => {
-  const { fusion } = compileGraph(permutedConsumer(), { fuse: true, emitters: { wgsl: emitWGSL } });
+  const { fusion } = compileGraph(permutedConsumer(), { fuse: true, target: target("wgsl") });
   assert.ok(
     fusion.decisions.some((d) =>
       !d.ok &&
@@ -52,7 +52,7 @@ Deno.test("fusion-consumers: a hoisted root's inputs read through a view are cou
   // A small root moved into the kernel of one of its operands while another operand, a reshape of a later
   // kernel's root, was taken for an inline value: the stage's check found a read before the write.
   for (const seed of [115, 117, 449, 898, 981]) {
-    compileGraph(fuzzGraph(seed).graph, { fuse: true, emitters: { wgsl: emitWGSL } });
+    compileGraph(fuzzGraph(seed).graph, { fuse: true, target: target("wgsl") });
   }
 });
 
@@ -76,7 +76,7 @@ Deno.test("fusion-consumers: no small root hoisted into a GEMM that reads its re
   // epilogue, which computes it at the GEMM's own element: wrong values with template GEMMs.
   const { graph, fusion } = compileGraph(fuzzGraph(165904013).graph, {
     fuse: true,
-    emitters: { wgsl: emitWGSL },
+    target: target("wgsl"),
   });
   for (const k of fusion.kernels) {
     if (k.kind !== "matmul" || k.anchor === undefined) continue;

@@ -6,9 +6,9 @@
  * index". Its smallest form, the gradient of x·rsqrt(mean(x²) + 1), fused on the CPU backend against the
  * reference interpreter, over every axis and over proper subsets of them.
  */
+import { target } from "../util/target.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { compileGraph } from "../../compiler/compile.ts";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { differentiate } from "../../compiler/passes/autodiff.ts";
 import { fuzzGraph } from "../../cases/fuzz/generate.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
@@ -38,6 +38,6 @@ for (const axes of [[0, 1, 2], [2], [1, 2], [0, 2]]) {
 
 Deno.test("the fuzz seeds of the two-stage full reductions compile fused", () => {
   for (const seed of [28, 98, 102, 130, 139, 255, 264]) {
-    compileGraph(fuzzGraph(seed).graph, { fuse: true, emitters: { wgsl: emitWGSL } });
+    compileGraph(fuzzGraph(seed).graph, { fuse: true, target: target("wgsl") });
   }
 });

@@ -3,8 +3,8 @@
  * fails to compile fused with its bug's message, and compiles unfused. When a fix lands this test fails
  * for its seeds: remove the entry, and the seeds are checked like all others again.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { fuzzGraph } from "../../cases/fuzz/generate.ts";
 import { KNOWN_BUGS } from "../../cases/fuzz/known.ts";
@@ -15,11 +15,11 @@ for (const bug of KNOWN_BUGS.filter((b) => !b.onlyTheseSeeds)) {
     for (const seed of bug.seeds) {
       const g = fuzzGraph(seed).graph;
       assert.throws(
-        () => compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL } }),
+        () => compileGraph(g, { fuse: true, target: target("wgsl") }),
         (e: Error) => bug.pattern.test(e.message),
         `seed ${seed} compiles fused now: remove it (or its bug) from cases/fuzz/known.ts`,
       );
-      compileGraph(g, { fuse: false, emitters: { wgsl: emitWGSL } });
+      compileGraph(g, { fuse: false, target: target("wgsl") });
     }
   });
 }

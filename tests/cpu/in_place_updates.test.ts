@@ -4,8 +4,8 @@
  * kernel doing it binds the range once; a value read after its update keeps its copy. (The numbers are
  * checked end to end by the training-step tests on the CUDA shim, WebGPU and the CPU backend.)
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { QUIET } from "../../compiler/debug.ts";
 import { buildModelGraph } from "../../compiler/model_graph.ts";
@@ -28,10 +28,10 @@ Deno.test("in-place updates: parameters and moments of a LAMB step are updated w
   });
   const copies = compileGraph(g, {
     fuse: true,
-    emitters: { cuda: emitCUDA },
+    target: target("cuda"),
     flags: { ...QUIET, skipPasses: new Set(["in-place-updates"]) },
   }).plan;
-  const plan = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } }).plan;
+  const plan = compileGraph(g, { fuse: true, target: target("cuda") }).plan;
   const updated = (p: Plan) => p.updates.map((u) => p.buffers[u.param].name).sort();
   assert.deepEqual(updated(copies), ["flat.params", "low:flat.params", "opt.m", "opt.v", "train.state"]);
   // train.state is read through slices by the kernel that writes its new value: it keeps its copy.
@@ -70,6 +70,6 @@ Deno.test("in-place updates: a value read after its update keeps its copy", () =
   g.setOutput("new:w", next);
   // Reads the old w after the update: unfused, the product is a kernel of its own after the update.
   g.setOutput("late", g.add("reduce_sum", [g.add("mul", [w, next])], { axes: [0] }));
-  const plan = compileGraph(g, { fuse: false, emitters: { cuda: emitCUDA } }).plan;
+  const plan = compileGraph(g, { fuse: false, target: target("cuda") }).plan;
   assert.equal(plan.updates.length, 1, "the update must stay a copy");
 });

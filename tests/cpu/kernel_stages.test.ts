@@ -3,6 +3,7 @@
  * one that cannot be skipped), a DUMP_DIR file per stage numbered after the graph passes' dumps, an
  * invalid state blamed on the stage that left it, and DEBUG=1 timings; fusion decisions change nothing.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { layerGraph } from "../../cases/layer_graph.ts";
 import { emitCUDA } from "../../compiler/codegen/cuda.ts";
@@ -23,7 +24,7 @@ import { Graph } from "../../ir/mod.ts";
 const flags = (f: Partial<DebugFlags>): DebugFlags => ({ level: 0, skipPasses: new Set(), ...f });
 const layer = () => layerGraph({ batch: 2, seq: 8, dropout: true, backward: true });
 const compile = (f: Partial<DebugFlags>) =>
-  compileGraph(layer(), { fuse: true, emitters: { wgsl: emitWGSL }, flags: flags(f) });
+  compileGraph(layer(), { fuse: true, target: target("wgsl"), flags: flags(f) });
 
 Deno.test("kernel stages: SKIP_PASSES skips a kernel stage; a stage that cannot be skipped is a one-line error", () => {
   const full = compile({});
@@ -70,7 +71,7 @@ Deno.test("kernel stages: DUMP_DIR gets one file per stage, numbered after the g
     const lowered = Deno.readTextFileSync(`${dir}/${kernel.find((f) => f.endsWith("-lower.kernels"))}`);
     for (const k of c.kernels) assert.ok(lowered.includes(`kernel ${k.name} (${k.kind})`), k.name);
     const last = Deno.readTextFileSync(`${dir}/${kernel.at(-1)}`);
-    assert.match(last, new RegExp(`shared wgsl sources: \\d+ for ${c.plan.kernels.length} kernels`));
+    assert.match(last, new RegExp(`shared sources: \\d+ for ${c.plan.kernels.length} kernels`));
   } finally {
     Deno.removeSync(dir, { recursive: true });
   }
@@ -95,7 +96,7 @@ Deno.test("kernel stages: a stage that leaves an invalid state is blamed, and it
       () =>
         runKernelStages(
           layer(),
-          { fuse: true, emitters: {} },
+          { fuse: true, target: target("wgsl") },
           makePassContext(flags({ dumpDir: dir })),
           stages,
         ),
@@ -115,7 +116,8 @@ Deno.test("kernel stages: a stage that leaves an invalid state is blamed, and it
     run: (s) => ({ ...s, fusion: { ...s.fusion!, kernels: [...s.fusion!.kernels].reverse() } }),
   };
   assert.throws(
-    () => runKernelStages(layer(), { fuse: true, emitters: {} }, quietContext(), [fusionStage, mixUp]),
+    () =>
+      runKernelStages(layer(), { fuse: true, target: target("wgsl") }, quietContext(), [fusionStage, mixUp]),
     (e: Error) =>
       e instanceof PassError && e.pass === "mix-up" &&
       /after stage 'mix-up': fused kernel 0 has id/.test(e.message),
@@ -157,11 +159,11 @@ Deno.test("fusion decisions are questions: deciding changes neither the kernel n
 
 Deno.test("share-sources: the same fusion in every layer has one source, the one it would have alone", () => {
   const g = buildModelGraph({ model: tiny, mode: "train", precision: "fp16", batchSize: 2, seqLen: 16 });
-  const c = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL, cuda: emitCUDA }, flags: flags({}) });
   for (const t of ["wgsl", "cuda"] as const) {
+    const c = compileGraph(g, { fuse: true, target: target(t), flags: flags({}) });
     const byCode = new Map<string, object>();
     for (const [i, k] of c.plan.kernels.entries()) {
-      const tk = k[t]!;
+      const tk = k.source;
       // Shared by object, so every consumer sees one source per group.
       if (!byCode.has(tk.code)) byCode.set(tk.code, tk);
       assert.equal(byCode.get(tk.code), tk, `${t} ${k.name}`);

@@ -15,7 +15,7 @@ const COMMITTED: Record<string, string[]> = {
     "--precision",
     "fp16",
     "--target",
-    "all",
+    "cuda-sm90,webgpu-gpu",
   ],
   "bert-base-infer-fp16": [
     "models/bert-base.ts",
@@ -24,7 +24,7 @@ const COMMITTED: Record<string, string[]> = {
     "--precision",
     "fp16",
     "--target",
-    "all",
+    "cuda-sm90,webgpu-gpu",
   ],
 };
 

@@ -7,11 +7,10 @@
  * planted mistakes must fail it: a view moved onto another piece of the vector, and the piece overwritten
  * after its kernel by a late step.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { emitC } from "../../compiler/codegen/c.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { type Plan, type PlanBuffer, UPDATE_PREFIX } from "../../plan/plan.ts";
@@ -25,7 +24,7 @@ import { assertMatchesReference } from "../util/fused_check.ts";
 const cpu = await testCpu();
 const [B, S, P] = [2, 16, 3];
 const g = lambStep(oneLayerBert("output-views"), "fp32", [B, S, P], false);
-const cPlan = compileGraph(g, { fuse: true, emitters: { c: emitC } }).plan;
+const cPlan = compileGraph(g, { fuse: true, target: target("c") }).plan;
 
 /** Buffers some step writes: kernel bindings, copy steps, updates. */
 function writtenBuffers(plan: Plan): Set<number> {
@@ -66,8 +65,7 @@ Deno.test("output views: rank-1 gradients are views of their flat-vector pieces;
     assert.deepEqual([view.name, view.role, view.shape.length], [output, "output", 1]);
     assert.notEqual(piece.role, "output", `${output}: its piece is an activation, not another output`);
   }
-  const cuda =
-    compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA }, profile: PROFILES["cuda-sm90"] }).plan;
+  const cuda = compileGraph(g, { fuse: true, target: target("cuda", PROFILES["cuda-sm90"]) }).plan;
   assert.equal(views(cuda).length, found.length);
   const calls = bgradCalls(cuda);
   assert.ok(calls.length > 0, "the step has bias-gradient epilogues");

@@ -3,6 +3,7 @@
  * materialized values are narrowed to f16 and which stay f32 and why, on small graphs; how the plan and
  * the lowered kernels honour it; and the round-trip graph the reference interpreter runs.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { type Compiled, compileGraph } from "../../compiler/compile.ts";
 import type { Kernel, KExpr } from "../../compiler/kernel_ir/ir.ts";
@@ -16,7 +17,7 @@ import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 
 const compile = (g: Graph, precision: "fp32" | "fp16" | "auto" = "fp16"): Compiled =>
-  compileGraph(g, { fuse: true, emitters: {}, precision });
+  compileGraph(g, { fuse: true, target: target("wgsl"), precision });
 
 /** A graph of `body`'s outputs, with the GEMMs put on f16 operands. */
 function mixed(body: (m: ModelBuilder) => Record<string, Tensor>): Graph {
@@ -137,7 +138,7 @@ Deno.test("storage policy: backward pass — statistics, reduction results and p
   // reduction before a broadcast, [8, 1] here) is narrowed, however many kernels it passes through.
   const u = compileGraph(applyPrecision(differentiate(m.graph, "loss"), "fp16"), {
     fuse: false,
-    emitters: {},
+    target: target("wgsl"),
     precision: "fp16",
   });
   assert.ok(u.storage.narrowed.size > c.storage.narrowed.size);
@@ -262,7 +263,7 @@ Deno.test("plan and lowering honour the stored dtype: f16 buffers, half the byte
 
 Deno.test("vectorized loop kernels read and write narrowed buffers as vec4<f16>", () => {
   // Unfused, each elementwise op of the GELU is a loop kernel from one narrowed buffer to another.
-  const c = compileGraph(mlp(), { fuse: false, emitters: {}, precision: "fp16" });
+  const c = compileGraph(mlp(), { fuse: false, target: target("wgsl"), precision: "fp16" });
   const narrowed = new Set(
     c.plan.buffers.filter((b) => b.dtype === "f16" && b.role === "activation").map((b) => b.id),
   );

@@ -3,6 +3,7 @@
  * graph, run by the reference interpreter in f64, gives the scatter's table (ids out of range dropped), and
  * the rewrite applies where the profile asks for it: GPU profiles, tables up to `scatterMaskedMaxRows` rows.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
 import { scattersAsColumnSums } from "../../compiler/scatter_sums.ts";
@@ -45,7 +46,7 @@ Deno.test("scatter sums: GPU profiles rewrite tables up to scatterMaskedMaxRows 
   for (const name of PROFILE_NAMES) {
     const p = PROFILES[name];
     const kinds = (rows: number) =>
-      compileGraph(c.graph, { fuse: true, emitters: {}, profile: { ...p, scatterMaskedMaxRows: rows } })
+      compileGraph(c.graph, { fuse: true, target: target("wgsl", { ...p, scatterMaskedMaxRows: rows }) })
         .kernels.map((k) => k.kind);
     const gpu = name === "webgpu-gpu" || name === "cuda-sm90";
     assert.equal(p.scatterMaskedMaxRows >= c.rows, gpu, `${name}: ${p.scatterMaskedMaxRows}`);

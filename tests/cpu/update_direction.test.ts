@@ -6,6 +6,7 @@
  * the round-trip graph (which rounds u where the plan does) matches the step elementwise, while the graph
  * with u unrounded does not — so the check sees u's rounding, and the reference models it.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { buildModelGraph } from "../../compiler/model_graph.ts";
 import { optimizerFeeds } from "../../compiler/optimizer/feeds.ts";
@@ -42,7 +43,11 @@ Deno.test("update direction: only the scaled step of a descent written back over
     const p = m.param("p", [48, 64], "zeros");
     m.output(name, step(p, t.transpose()));
     m.output("s", t.mul(t).sum(0));
-    const c = compileGraph(applyPrecision(m.graph, "fp16"), { fuse: true, emitters: {}, precision: "fp16" });
+    const c = compileGraph(applyPrecision(m.graph, "fp16"), {
+      fuse: true,
+      target: target("c"),
+      precision: "fp16",
+    });
     const ts = [...c.fusion.materialized].filter((id) => c.graph.nodes[id].op === "tanh");
     assert.equal(ts.length, 1, "t is materialized");
     return c.storage.storedType(ts[0]);
@@ -67,7 +72,7 @@ for (const precision of ["fp16", "bf16"] as const) {
       seqLen: 8,
       maxPredictions: 3,
     });
-    const c = compileGraph(g, { fuse: true, emitters: {} });
+    const c = compileGraph(g, { fuse: true, target: target("c") });
     const low = LOW_DTYPE[precision];
     const u = directions(c.graph, c.fusion.materialized);
     assert.equal(u.length, 1, "one direction, between LAMB's two passes");
@@ -88,7 +93,10 @@ for (const precision of ["fp16", "bf16"] as const) {
       if (id !== u[0]) assert.notEqual(c.graph.nodes[id].type.shape.join(), String(P), `%${id} narrowed`);
     }
     // fp32 narrows nothing, u included.
-    assert.equal(compileGraph(g, { fuse: true, emitters: {}, precision: "fp32" }).storage.narrowed.size, 0);
+    assert.equal(
+      compileGraph(g, { fuse: true, target: target("c"), precision: "fp32" }).storage.narrowed.size,
+      0,
+    );
   });
 }
 

@@ -7,9 +7,8 @@
  * the same values; a WGSL-only compile is unchanged. (Numbers: tests/cpu/weight_copies_lifecycle.test.ts
  * and tests/nvcc/weight_copies_plan_cpu.test.ts.)
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { QUIET } from "../../compiler/debug.ts";
 import { buildModelGraph } from "../../compiler/model_graph.ts";
@@ -51,11 +50,11 @@ for (const [precision, chunk] of [["fp16", 64], ["bf16", 64], ["fp16", 128]] as 
   Deno.test(`weight copies (${precision} training, chunk ${chunk}): every weight GEMM reads a low copy, kept by the optimizer where it can`, async () => {
     const { g } = chunk === 64 ? await trainGraph(precision) : await copyTrainGraph(precision, chunk);
     const withoutCopies = { ...QUIET, skipPasses: new Set(["weight-copies"]) };
-    const before = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA }, flags: withoutCopies });
+    const before = compileGraph(g, { fuse: true, target: target("cuda"), flags: withoutCopies });
     const baseline = before.gemms.filter((d) => !d.library && F32_WEIGHT.test(d.reason));
     assert.ok(baseline.length > 0, "the baseline had no f32 weight GEMM: the test checks nothing");
 
-    const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+    const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
     const refused = compiled.gemms.filter((d) => !d.library && F32_WEIGHT.test(d.reason));
     assert.equal(refused.length, 0, `still rounded on load: ${refused.map((d) => d.kernel).join(", ")}`);
 
@@ -115,7 +114,7 @@ for (const [precision, chunk] of [["fp16", 64], ["bf16", 64], ["fp16", 128]] as 
 Deno.test("weight copies (fp16 inference): GEMM weights are stored f16, the gathered embedding stays f32", async () => {
   const model = await loadModel("models/bert-tiny.ts");
   const g = buildModelGraph({ model, mode: "infer", precision: "fp16", batchSize: 1, seqLen: 8 });
-  const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+  const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
   const params = Object.entries(compiled.plan.params).map(([name, id]) =>
     [name, compiled.plan.buffers[id]] as const
   );
@@ -151,18 +150,18 @@ Deno.test("weight copies (fp16 inference): GEMM weights are stored f16, the gath
 
 Deno.test("weight copies: a WGSL-only compile keeps its weights rounded on load (no copy)", async () => {
   const { g } = await trainGraph("fp16");
-  const wgsl = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL } });
+  const wgsl = compileGraph(g, { fuse: true, target: target("wgsl") });
   assert.deepEqual(copiedParams(Object.keys(wgsl.plan.inputs)), []);
   assert.ok(lowWeightCopies(wgsl.graph, "f16").size > 0, "the WGSL graph lost its weight casts");
   const unstaged = compileGraph(g, {
     fuse: true,
-    emitters: { wgsl: emitWGSL },
+    target: target("wgsl"),
     flags: { ...QUIET, skipPasses: new Set(["weight-copies"]) },
   });
   assert.equal(wgsl.plan.kernels.length, unstaged.plan.kernels.length, "the stage changed a WGSL-only plan");
-  // A plan shared with CUDA keeps the copies (its WGSL kernels read them too).
-  const both = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL, cuda: emitCUDA } });
-  assert.ok(copiedParams(Object.keys(both.plan.inputs)).length > 0);
+  // The CUDA plan of the same graph keeps the copies (cuBLASLt reads them).
+  const cuda = compileGraph(g, { fuse: true, target: target("cuda") });
+  assert.ok(copiedParams(Object.keys(cuda.plan.inputs)).length > 0);
 });
 
 Deno.test("weight copies: with the flat vectors cut into groups, each group's copies are updated in place", async () => {
@@ -171,7 +170,7 @@ Deno.test("weight copies: with the flat vectors cut into groups, each group's co
     maxGroupBytes: Math.ceil(one.layout.total * 4 / 3),
   });
   assert.ok(layout.groups.length > 1);
-  const plan = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } }).plan;
+  const plan = compileGraph(g, { fuse: true, target: target("cuda") }).plan;
   for (const name of flatNames(layout, "flat.params")) {
     const copies = plan.outputs[LOW_COPY_PREFIX + name];
     assert.ok(copies !== undefined, `no copies vector for ${name}`);
@@ -180,7 +179,7 @@ Deno.test("weight copies: with the flat vectors cut into groups, each group's co
   assert.deepEqual(plan.updates.map((u) => plan.buffers[u.param].name), ["train.state"]);
   assert.equal(
     copiedParams(Object.keys(plan.inputs)).length,
-    copiedParams(Object.keys(compileGraph(one.g, { fuse: true, emitters: { cuda: emitCUDA } }).plan.inputs))
+    copiedParams(Object.keys(compileGraph(one.g, { fuse: true, target: target("cuda") }).plan.inputs))
       .length,
   );
 });

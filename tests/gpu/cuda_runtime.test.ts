@@ -3,6 +3,7 @@
  * layout of a real compiled plan, host encoding, `--backend cuda` failing cleanly and `auto` falling back.
  * What needs a GPU (the executor actually running kernels) is bench/gpu_check.ts.
  */
+import { target } from "../util/target.ts";
 import { QUIET } from "../../compiler/debug.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
@@ -197,7 +198,7 @@ function checkLayout(plan: Pick<Plan, "graph" | "buffers" | "slots">): void {
 
 Deno.test("arena layout of a real compiled plan (one BERT layer, forward and backward)", () => {
   const g = layerGraph({ batch: 2, seq: 8, dropout: true, backward: true });
-  const { plan } = compileGraph(g, { fuse: true, emitters: {} });
+  const { plan } = compileGraph(g, { fuse: true, target: target("wgsl") });
   assert.ok(plan.buffers.length > 10);
   assert.ok(plan.slots.length < plan.buffers.length, "the memory plan shares slots");
   checkLayout(plan);
@@ -215,12 +216,12 @@ Deno.test("zero regions of a BERT-tiny training plan: none updated in place; wit
   });
   // Updated in place (compiler/stages/in_place_updates.ts), the vector's padding is computed by the update
   // itself (zero weights, gradients and moments give a zero update): nothing to re-zero.
-  const inPlace = compileGraph(g, { fuse: true, emitters: {} }).plan;
+  const inPlace = compileGraph(g, { fuse: true, target: target("wgsl") }).plan;
   assert.equal(inPlace.updates.filter((u) => inPlace.buffers[u.param].name === "flat.params").length, 0);
   assert.deepEqual(zeroRegions(inPlace, arenaLayout(inPlace)), []);
   // Updated by a copy after the step, the copy overwrites the padding too.
   const flags = { ...QUIET, skipPasses: new Set(["in-place-updates"]) };
-  const { plan } = compileGraph(g, { fuse: true, emitters: {}, flags });
+  const { plan } = compileGraph(g, { fuse: true, target: target("wgsl"), flags });
   const layout = arenaLayout(plan);
   const regions = zeroRegions(plan, layout);
   assert.ok(regions.length > 0);
@@ -310,7 +311,7 @@ Deno.test("host encoding round-trips every dtype in its stored form", () => {
 Deno.test("the executor checks the plan's CUDA kernels before touching the device", async () => {
   const { plan } = compileGraph(layerGraph({ batch: 1, seq: 4, dropout: false, backward: false }), {
     fuse: true,
-    emitters: {},
+    target: target("wgsl"),
   });
   const noDevice = {} as CudaContext; // any device use would throw a TypeError instead
   await assert.rejects(

@@ -11,12 +11,12 @@
  * the shim refuses a vector length that does not match the library D's side (as cuBLASLt's layouts do). And a BERT training
  * step (hf-tiny, fp32, LAMB) planned for cuda-sm90 with its library calls, on both paths.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { lambStep, oneLayerBert } from "../util/bert_steps.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
@@ -34,7 +34,6 @@ import { LT_CPU, ltCallCpp } from "../util/lt_cpu.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
-const emitters = { cuda: emitCUDA };
 const sm90 = PROFILES["cuda-sm90"];
 
 async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
@@ -102,7 +101,7 @@ for (const [i, c] of cases.entries()) {
     ignore: !version,
     async fn() {
       const g = linearBackward(c.tokens, c.inF, c.outF, c.wIn, c.drop);
-      const { plan } = compileGraph(g, { fuse: true, emitters, profile: sm90 });
+      const { plan } = compileGraph(g, { fuse: true, target: target("cuda", sm90) });
       const calls = bgradCalls(plan);
       assert.equal(calls.length, 1, "one call computes the bias gradient");
       const { kernel, epilogue } = calls[0];
@@ -110,7 +109,7 @@ for (const [i, c] of cases.entries()) {
       assert.equal(epilogue.bias.buffer, plan.outputs["grad.bias"]);
       assert.equal(epilogue.fallback.length, c.kernels, `covered: ${epilogue.fallback}`);
       // The mapping by construction: our A is the library's B, our B its A.
-      assert.equal(ltDescriptors(kernel.cudaGemm!.call).bias?.kind, c.lib);
+      assert.equal(ltDescriptors(kernel.library!.call).bias?.kind, c.lib);
       // The covered kernels write the vector, and nothing after the GEMM needs them.
       const names = plan.kernels.map((k) => k.name);
       for (const f of epilogue.fallback) assert.ok(names.indexOf(f) < names.indexOf(kernel.name), f);
@@ -138,7 +137,7 @@ Deno.test({
     // Square: BGRADA and BGRADB both have the length; the sum is over X instead of dY.
     const square = cases[0];
     const g = linearBackward(square.tokens, square.inF, square.outF, square.wIn);
-    const { plan } = compileGraph(g, { fuse: true, emitters, profile: sm90 });
+    const { plan } = compileGraph(g, { fuse: true, target: target("cuda", sm90) });
     const feeds = randomFeeds(g, 7200);
     const ref = evaluate(g, feeds, { precision: "f32" });
     const out = await runPlan(otherOperand(plan), feeds);
@@ -154,7 +153,7 @@ Deno.test({
     // Not square: the other operand's sums, as many as the other side has.
     const wide = cases[2];
     const g2 = linearBackward(wide.tokens, wide.inF, wide.outF, wide.wIn);
-    const p2 = compileGraph(g2, { fuse: true, emitters, profile: sm90 }).plan;
+    const p2 = compileGraph(g2, { fuse: true, target: target("cuda", sm90) }).plan;
     const feeds2 = randomFeeds(g2, 7201);
     const out2 = await runPlan(otherOperand(p2), feeds2);
     assert.throws(
@@ -177,8 +176,8 @@ Deno.test({
   async fn() {
     const c = cases[2];
     const g = linearBackward(c.tokens, c.inF, c.outF, c.wIn);
-    const { plan } = compileGraph(g, { fuse: true, emitters, profile: sm90 });
-    const call = bgradCalls(plan)[0].kernel.cudaGemm!.call;
+    const { plan } = compileGraph(g, { fuse: true, target: target("cuda", sm90) });
+    const call = bgradCalls(plan)[0].kernel.library!.call;
     const length = ltDescriptors(call).bias!.length;
     assert.equal(length, c.outF, "BGRADB: as many as the library D's columns (our m)");
     const { m, n, k } = call;
@@ -213,7 +212,7 @@ Deno.test({
     const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
     const [B, S, P] = [4, 64, 3];
     const g = lambStep(model, "fp32", [B, S, P], false);
-    const { plan } = compileGraph(g, { fuse: true, emitters, profile: sm90 });
+    const { plan } = compileGraph(g, { fuse: true, target: target("cuda", sm90) });
     const calls = bgradCalls(plan);
     // Q, K and V of every layer read their stored dY; the other linear layers' column sums are fused
     // with the kernel producing dY (dropout or GELU backward) and stay kernels.
@@ -252,7 +251,7 @@ Deno.test({
     const model = oneLayerBert("bert-bgrad-test");
     const [B, S, P] = [16, 64, 4];
     const g = lambStep(model, "fp16", [B, S, P], true);
-    const compiled = compileGraph(g, { fuse: true, emitters, profile: sm90 });
+    const compiled = compileGraph(g, { fuse: true, target: target("cuda", sm90) });
     const { plan } = compiled;
     const calls = bgradCalls(plan);
     // Q, K, V, the attention output, FFN up and down: one bias gradient each, written into the flat

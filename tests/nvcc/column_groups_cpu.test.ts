@@ -4,8 +4,8 @@
  * on the CPU through g++ and the CUDA shim against the reference interpreter on fresh random inputs. A
  * copy of a plan whose second pass skips the first part must fail the same check.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
@@ -17,7 +17,6 @@ import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 import { dropFirstPart } from "../util/scatter_check.ts";
 
 const version = await cxxVersion();
-const emitters = { cuda: emitCUDA };
 const sm90 = PROFILES["cuda-sm90"];
 
 async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
@@ -34,7 +33,7 @@ for (const [i, c] of columnSumCases().entries()) {
     name: `column sums: ${c.name}, cuda-sm90, on the CUDA shim${version ? "" : " (g++ not found)"}`,
     ignore: !version,
     async fn() {
-      const compiled = compileGraph(c.graph, { fuse: true, emitters, profile: caseProfile(c, sm90) });
+      const compiled = compileGraph(c.graph, { fuse: true, target: target("cuda", caseProfile(c, sm90)) });
       assert.equal(c.expect(compiled), undefined);
       const feeds = randomFeeds(c.graph, 1100 + i);
       assertMatchesReference(
@@ -55,7 +54,7 @@ Deno.test({
   ignore: !version,
   async fn() {
     const c = columnSumCases().find((x) => x.name.startsWith("bias gradient"))!;
-    const { plan } = compileGraph(c.graph, { fuse: true, emitters, profile: sm90 });
+    const { plan } = compileGraph(c.graph, { fuse: true, target: target("cuda", sm90) });
     const feeds = randomFeeds(c.graph, 1200);
     const ref = evaluate(c.graph, feeds, { precision: "f32" });
     const out = await runPlan(dropFirstPart(plan, "cuda"), feeds);
@@ -78,10 +77,10 @@ Deno.test({
   ignore: !version,
   async fn() {
     const c = columnSumCases().find((x) => x.name.startsWith("residual LayerNorm"))!;
-    const { plan } = compileGraph(c.graph, { fuse: true, emitters, profile: caseProfile(c, sm90) });
-    const at = plan.kernels.findIndex((k) => /rr < 4;/.test(k.cuda!.code));
+    const { plan } = compileGraph(c.graph, { fuse: true, target: target("cuda", caseProfile(c, sm90)) });
+    const at = plan.kernels.findIndex((k) => /rr < 4;/.test(k.source!.code));
     assert.ok(at >= 0, `no row-block kernel in ${plan.kernels.map((k) => k.name)}`);
-    const source = plan.kernels[at].cuda!;
+    const source = plan.kernels[at].source!;
     const planted = {
       ...plan,
       kernels: plan.kernels.map((k, i) =>

@@ -9,10 +9,10 @@
  *
  * Needs gcc and cuda.h; ignored without them.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { linear } from "../../dsl/mod.ts";
@@ -101,8 +101,7 @@ function linearPlan() {
   );
   const { plan } = compileGraph(g, {
     fuse: true,
-    emitters: { cuda: emitCUDA },
-    profile: PROFILES["cuda-sm90"],
+    target: target("cuda", PROFILES["cuda-sm90"]),
   });
   return { g, plan };
 }
@@ -124,11 +123,11 @@ function withCopy(plan: Plan): Plan {
     slots: [...plan.slots, { id: plan.slots.length, bytes: src.bytes }],
     outputs: { ...plan.outputs, "grad.bias (copy)": id },
     kernels: plan.kernels.map((k) => {
-      const e = k.cudaGemm?.call.epilogue;
-      if (!k.cudaGemm || e?.kind !== "bgrad") return k;
+      const e = k.library?.call.epilogue;
+      if (!k.library || e?.kind !== "bgrad") return k;
       return {
         ...k,
-        cudaGemm: { ...k.cudaGemm, call: { ...k.cudaGemm.call, epilogue: { ...e, copies: [id] } } },
+        cudaGemm: { ...k.library, call: { ...k.library.call, epilogue: { ...e, copies: [id] } } },
       };
     }),
   };

@@ -9,10 +9,10 @@
  *
  * Needs gcc and cuda.h; ignored without them.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { geluTanh, linear } from "../../dsl/mod.ts";
@@ -181,10 +181,9 @@ Deno.test({
     );
     const { plan } = compileGraph(g, {
       fuse: true,
-      emitters: { cuda: emitCUDA },
-      profile: PROFILES["cuda-sm90"],
+      target: target("cuda", PROFILES["cuda-sm90"]),
     });
-    const kinds = plan.kernels.map((k) => k.cudaGemm?.call.epilogue?.kind);
+    const kinds = plan.kernels.map((k) => k.library?.call.epilogue?.kind);
     assert.ok(kinds.includes("gelu_aux_bias") && kinds.includes("dgelu"), kinds.join(", "));
     const { driver } = fake.open();
     const nvrtc = Nvrtc.open(fake.discoverOpts);

@@ -8,10 +8,10 @@
  *
  * Needs gcc and cuda.h; ignored without them.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { LtCall, type LtCallSpec } from "../../runtime/cuda/cublaslt.ts";
 import { CudaDriver } from "../../runtime/cuda/driver.ts";
@@ -158,8 +158,8 @@ Deno.test({
       "f32",
       false,
     );
-    const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
-    assert.ok(compiled.plan.kernels.every((k) => k.cudaGemm?.call.epilogue && !k.cudaGemm.epilogue));
+    const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
+    assert.ok(compiled.plan.kernels.every((k) => k.library?.call.epilogue && !k.library.epilogue));
     const nvrtc = Nvrtc.open(discoverOpts);
     const ctx = { driver, nvrtc, cache: new KernelCache(`${dir}/cache`), description: "fake" };
     // No graph: the fake's cublasLtMatmul runs when called, so a captured one would not replay.

@@ -7,9 +7,9 @@
  * results written token-major directly (batch 1), in groups (batch 2) or through the epilogue (batch 3)
  * (compiler/lower/gemm_library.ts directGroupsPay). Without g++ the tests are reported as ignored.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import type { DType } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
@@ -43,9 +43,9 @@ for (const dt of ["f32", "f16"] as DType[]) {
       ignore: !version,
       async fn() {
         const g = attentionBlock(shape, dt);
-        const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+        const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
         assert.deepEqual(compiled.gemms.filter((d) => !d.library), [], "every GEMM is a library call");
-        const calls = compiled.plan.kernels.flatMap((k) => (k.cudaGemm ? [k.cudaGemm.call] : []));
+        const calls = compiled.plan.kernels.flatMap((k) => (k.library ? [k.library.call] : []));
         // Batch 2's token-major results are written in two groups; batch 1 needs none, batch 3's go
         // through the epilogue (three groups do not pay), and the heads, stored heads-major, never do.
         const grouped = calls.filter((c) => (c.outer ?? 1) > 1).length;

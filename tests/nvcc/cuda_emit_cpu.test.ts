@@ -12,8 +12,8 @@
  * Host libm stands in for CUDA's expf/tanhf (both within a few ulp), so tolerances are the WebGPU tests'.
  * Without g++ the test is reported as ignored. The harness (shim, program, runner) is tests/util/cuda_cpu.ts.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { FUSION_CASES, graphOf, type Tolerance } from "../../cases/fusion_cases.ts";
 import { type DType, type Graph, isFloat, numel } from "../../ir/mod.ts";
@@ -96,7 +96,7 @@ for (const c of FUSION_CASES) {
         const g = graphOf(c.name, c.body, dtype, c.backward);
         const feeds = randomFeeds(g, 1000 + FUSION_CASES.indexOf(c), c.ints);
         const tol = c.tol?.[dtype] ?? (dtype === "f16" ? F16_TOL : F32_TOL);
-        const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+        const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
         const ref = evaluate(g, feeds, { precision: "f32" });
         const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
         try {
@@ -109,7 +109,7 @@ for (const c of FUSION_CASES) {
   }
 }
 
-// The library path (PlanKernel.cudaGemm: bf_gemm per the descriptor, then the epilogue kernel) on the
+// The library path (PlanKernel.library: bf_gemm per the descriptor, then the epilogue kernel) on the
 // fusion cases with a GEMM that qualifies, and on small graphs that exercise every descriptor field:
 // transposed operands, leading dimensions wider than the matrix (a slice of rows), element offsets,
 // batch strides (a 3-D batched product, attention heads through a permute at batch 1), epilogues.
@@ -157,7 +157,7 @@ for (const c of LIBRARY_CASES) {
         const g = graphOf(c.name, c.body, dtype, c.backward);
         const feeds = randomFeeds(g, 2000 + LIBRARY_CASES.indexOf(c));
         const tol = dtype === "f16" ? F16_TOL : F32_TOL;
-        const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+        const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
         const lib = compiled.gemms.filter((d) => d.library).length;
         // Mixed plans (a GEMM whose operand is computed on load stays a template kernel) are fine.
         assert.ok(lib > 0, `some GEMM should go to the library: ${JSON.stringify(compiled.gemms)}`);
@@ -206,7 +206,7 @@ for (
         token_type_ids: (r) => r.int(0, 2),
         attention_mask: (_, i) => (i < 6 ? 1 : 0),
       });
-      const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+      const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
       const ref = evaluate(g, feeds, { precision: "f32" });
       const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
       try {
@@ -248,7 +248,7 @@ for (
         ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: model.config.vocab_size }, r, 3),
         ...optimizerStepFeeds(g, r, precision === "fp16" ? 1024 : 1),
       };
-      const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+      const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
       // With low-precision storage the interpreter gets the plan's own roundings.
       const refGraph = precision === "fp32"
         ? g

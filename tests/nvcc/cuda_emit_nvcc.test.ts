@@ -6,8 +6,8 @@
  * processes run at once. A `#line` directive before each kernel makes nvcc's messages name the kernel.
  * Without nvcc the test is reported as ignored, with the reason.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { buildModelGraph } from "../../compiler/model_graph.ts";
 import type { Precision } from "../../compiler/passes/precision.ts";
@@ -34,14 +34,14 @@ function collectKernels(): Map<string, string> {
     for (const dt of c.dtypes) {
       const compiled = compileGraph(graphOf(c.name, c.body, dt, c.backward), {
         fuse: true,
-        emitters: { cuda: emitCUDA },
+        target: target("cuda"),
       });
       for (const k of compiled.plan.kernels) {
-        const code = k.cuda!.code;
+        const code = k.source!.code;
         if (!sources.has(code)) sources.set(code, `${c.name} (${dt}): ${k.name}`);
         // The epilogue kernel of a cuBLASLt GEMM.
-        const e = k.cudaGemm?.epilogue;
-        if (e && !sources.has(e.cuda.code)) sources.set(e.cuda.code, `${c.name} (${dt}): ${e.name}`);
+        const e = k.library?.epilogue;
+        if (e && !sources.has(e.source.code)) sources.set(e.source.code, `${c.name} (${dt}): ${e.name}`);
       }
     }
   }
@@ -59,13 +59,13 @@ async function collectBert(sources: Map<string, string>): Promise<void> {
     for (const mode of ["train", "infer"] as const) {
       for (const size of sizes) {
         const g = buildModelGraph({ model, mode, precision, ...size });
-        const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+        const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
         for (const k of compiled.plan.kernels) {
-          const code = k.cuda!.code;
+          const code = k.source!.code;
           const label = `bert-tiny ${mode} ${precision} b${size.batchSize} s${size.seqLen}: ${k.name}`;
           if (!sources.has(code)) sources.set(code, label);
-          const e = k.cudaGemm?.epilogue;
-          if (e && !sources.has(e.cuda.code)) sources.set(e.cuda.code, `${label} (GEMM epilogue)`);
+          const e = k.library?.epilogue;
+          if (e && !sources.has(e.source.code)) sources.set(e.source.code, `${label} (GEMM epilogue)`);
         }
       }
     }

@@ -8,9 +8,9 @@
  *
  * Needs gcc and cuda.h ($CUDA_HOME/include or /usr/local/cuda*); ignored without them.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
-import { emitCUDAShared } from "../../engine/backends.ts";
 import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
 import type { CudaContext } from "../../runtime/cuda/context.ts";
 import { CudaDriver } from "../../runtime/cuda/driver.ts";
@@ -122,7 +122,7 @@ Deno.test({
 function realPlan(): { plan: Plan; feeds: Record<string, Float64Array> } {
   const c = FUSION_CASES.find((c) => c.name.startsWith("LayerNorm backward"))!;
   const g = graphOf(c.name, c.body, "f32", c.backward);
-  const { plan } = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDAShared } });
+  const { plan } = compileGraph(g, { fuse: true, target: target("cuda") });
   return { plan, feeds: randomFeeds(g, 7) };
 }
 
@@ -150,8 +150,8 @@ for (const graphs of [true, false]) {
         assert.equal(got.length, launchSteps.length);
         launchSteps.forEach((s, i) => {
           const k = plan.kernels[(s as { kernel: number }).kernel];
-          assert.deepEqual(got[i].grid, [...k.cuda!.grid], k.name);
-          assert.deepEqual(got[i].block, [k.cuda!.workgroupSize, 1, 1], k.name);
+          assert.deepEqual(got[i].grid, [...k.source!.grid], k.name);
+          assert.deepEqual(got[i].block, [k.source!.workgroupSize, 1, 1], k.name);
           assert.equal(got[i].shared, 0);
           const want = [...k.bindings].sort((a, b) => a.index - b.index).map((b) => ex.address(b.buffer));
           assert.deepEqual(got[i].params, want, k.name);
@@ -195,15 +195,17 @@ function handPlan(code: (i: number) => string): Plan {
       buffer,
       access: index === 0 ? "write" as const : "read" as const,
     })),
-    cuda: { code: code(i), grid: [2, 1, 1] as const, workgroupSize: 128 },
+    source: { code: code(i), grid: [2, 1, 1] as const, workgroupSize: 128 },
     about: [],
     bytesRead: 0,
     bytesWritten: 0,
     flops: 0,
   });
   return {
-    version: 1,
+    version: 2,
     graph: "hand",
+    target: "cuda-sm90",
+    language: "cuda",
     buffers: [
       buf(0, "w", "f32", "param"),
       buf(1, "x", "f16", "input"),
@@ -304,7 +306,7 @@ Deno.test({
     const failing = {
       ...plan,
       kernels: plan.kernels.map((k, i) =>
-        i === 1 ? { ...k, cuda: { ...k.cuda!, grid: [7777, 1, 1] as const } } : k
+        i === 1 ? { ...k, source: { ...k.source, grid: [7777, 1, 1] as const } } : k
       ),
     };
     await assert.rejects(
@@ -364,8 +366,10 @@ function flatPlan(): Plan {
     ...(offset ? { offset } : {}),
   });
   return {
-    version: 1,
+    version: 2,
     graph: "flat",
+    target: "cuda-sm90",
+    language: "cuda",
     buffers: [
       f32(0, "flat", 192, "param", 0),
       f32(1, "p0", 5, "param", 0),

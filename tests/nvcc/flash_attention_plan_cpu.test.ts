@@ -15,9 +15,12 @@
  */
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
+import { TARGETS } from "../../compiler/targets/target.ts";
+import { target } from "../util/target.ts";
+
+const sm90 = TARGETS["cuda-sm90"];
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { seededRandom } from "../../cases/random.ts";
@@ -37,7 +40,6 @@ if (!version) console.log(`flash attention plan tests ignored: ${CXX} not found`
 // The model tests' fp16 bound (cuda_emit_cpu.test.ts F16_TOL).
 const TOL = { rtol: 4e-3, atol: 1e-3 };
 const flags = (skip: string[]) => ({ level: 0 as const, skipPasses: new Set(skip) });
-const cuda = { cuda: emitCUDA };
 const isFlash = (k: { kind: string }) => k.kind === "flash-attention";
 /** The flash kernels of a plan by what they compute, in plan order ("forward", "backward", ...). */
 const flashKinds = (plan: { kernels: readonly { kind: string; name: string }[] }) =>
@@ -57,7 +59,7 @@ function operandSources(plan: CompiledPlan): { name: string; product: boolean; b
       const w = writer(b.buffer);
       return {
         name: `${k.name}.${b.name}`,
-        product: / matmul$/.test(plan.buffers[b.buffer].name) && !!w.cudaGemm && !w.cudaGemm.epilogue,
+        product: / matmul$/.test(plan.buffers[b.buffer].name) && !!w.library && !w.library.epilogue,
         bias: k.bindings.some((x) => x.name === `${b.name}_bias`),
       };
     })
@@ -70,12 +72,10 @@ for (const shape of [{ b: 2, s: 64, heads: 2, dh: 64 }, { b: 1, s: 128, heads: 2
     ignore: !version,
     async fn() {
       const g = attentionBlock(shape, "f16");
-      const profile = PROFILES["cuda-sm90"];
-      const flash = compileGraph(g, { fuse: true, emitters: cuda, profile, flags: flags([]) });
+      const flash = compileGraph(g, { fuse: true, target: sm90, flags: flags([]) });
       const plain = compileGraph(g, {
         fuse: true,
-        emitters: cuda,
-        profile,
+        target: sm90,
         flags: flags(["flash-attention"]),
       });
       assert.deepEqual(flashKinds(flash.plan), ["forward", "backward"]);
@@ -135,16 +135,16 @@ for (const shape of [{ b: 2, s: 64, heads: 2, dh: 64 }, { b: 1, s: 128, heads: 2
 
 Deno.test("flash attention plan: only cuda-sm90, and only where the kernels accept the shape", () => {
   const g = attentionBlock({ b: 2, s: 64, heads: 2, dh: 64 }, "f16");
+  // A CUDA plan under another profile's knobs (no flashAttention) keeps attention's kernels.
   for (const profile of [PROFILES["webgpu-gpu"], PROFILES.lavapipe]) {
-    const c = compileGraph(g, { fuse: true, emitters: cuda, profile, flags: flags([]) });
+    const c = compileGraph(g, { fuse: true, target: target("cuda", profile), flags: flags([]) });
     assert.equal(c.plan.kernels.filter(isFlash).length, 0, profile.name);
   }
   // Sequence 40 is not a multiple of 64; head dim 32 is not 64.
   for (const shape of [{ b: 2, s: 40, heads: 2, dh: 64 }, { b: 2, s: 64, heads: 4, dh: 32 }]) {
     const c = compileGraph(attentionBlock(shape, "f16"), {
       fuse: true,
-      emitters: cuda,
-      profile: PROFILES["cuda-sm90"],
+      target: sm90,
       flags: flags([]),
     });
     assert.equal(c.plan.kernels.filter(isFlash).length, 0, JSON.stringify(shape));
@@ -152,8 +152,7 @@ Deno.test("flash attention plan: only cuda-sm90, and only where the kernels acce
   // Past sequence 128 a head no longer fits one block: the two-kernel backward.
   const long = compileGraph(attentionBlock({ b: 1, s: 256, heads: 2, dh: 64 }, "f16"), {
     fuse: true,
-    emitters: cuda,
-    profile: PROFILES["cuda-sm90"],
+    target: sm90,
     flags: flags([]),
   });
   assert.deepEqual(flashKinds(long.plan), ["forward", "backward_dk_dv", "backward_dq"]);
@@ -196,8 +195,7 @@ Deno.test({
     );
     const c = compileGraph(g, {
       fuse: true,
-      emitters: cuda,
-      profile: PROFILES["cuda-sm90"],
+      target: sm90,
       flags: flags([]),
     });
     assert.deepEqual(flashKinds(c.plan), ["forward", "backward"]);
@@ -239,8 +237,7 @@ Deno.test({
     };
     const compiled = compileGraph(g, {
       fuse: true,
-      emitters: cuda,
-      profile: PROFILES["cuda-sm90"],
+      target: sm90,
       flags: flags([]),
     });
     assert.deepEqual(flashKinds(compiled.plan), ["forward", "backward"]);

@@ -8,12 +8,10 @@
  * step over kernel-computed gradients, where the round-trip reference matches elementwise and the one
  * without the gradient's rounding does not; a gradient past f16's 65504 is inf as stored and skips the step.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { emitC } from "../../compiler/codegen/c.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph, type CompileOptions } from "../../compiler/compile.ts";
 import { flatLayoutOf } from "../../compiler/optimizer/layout.ts";
 import { appendOptimizer, appendScaledLoss, OPT, STATE } from "../../compiler/optimizer/update.ts";
@@ -32,7 +30,7 @@ import { assertMatchesReference, F16_TOL } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
 const sm90 = PROFILES["cuda-sm90"];
-const cudaAlone: CompileOptions = { fuse: true, emitters: { cuda: emitCUDA }, profile: sm90 };
+const cudaAlone: CompileOptions = { fuse: true, target: target("cuda", sm90) };
 const [B, S, P] = [4, 64, 4];
 
 /** A one-layer BERT LAMB step (fp16, dynamic loss scaling) in a layout of `chunk`-element chunks. */
@@ -66,12 +64,11 @@ Deno.test("flat gradient: f16 on plans for CUDA alone with library GEMMs only", 
   assert.deepEqual(gradientTypes(g, cudaAlone), new Set(["f16"]));
   for (
     const [what, options] of [
-      ["WebGPU", { fuse: true, emitters: { wgsl: emitWGSL }, profile: PROFILES["webgpu-gpu"] }],
-      ["C", { fuse: true, emitters: { c: emitC }, profile: PROFILES.cpu }],
-      ["CUDA and WebGPU", { ...cudaAlone, emitters: { cuda: emitCUDA, wgsl: emitWGSL } }],
-      ["CUDA, template GEMMs", { ...cudaAlone, libraryGemms: false }],
+      ["WebGPU", { fuse: true, target: target("wgsl", PROFILES["webgpu-gpu"]) }],
+      ["C", { fuse: true, target: target("c", PROFILES.cpu) }],
+      ["CUDA, template GEMMs", { ...cudaAlone, target: target("cuda", sm90, false) }],
       // The token-type table stays a scatter: its accumulator is a piece of the flat vector.
-      ["CUDA, a profile keeping scatters", { ...cudaAlone, profile: PROFILES.cpu }],
+      ["CUDA, a profile keeping scatters", { ...cudaAlone, target: target("cuda", PROFILES.cpu) }],
     ] as const
   ) assert.deepEqual(gradientTypes(g, options), new Set(["f32"]), what);
   // 64-element chunks: pieces 128 bytes apart in f16, off the 256-byte binding alignment.

@@ -10,12 +10,12 @@
  * library path and as template kernels; the erf GELU takes no DGELU; a one-layer BERT LAMB fp16 step
  * with hidden_act gelu_new on both paths.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { roundTripGraph } from "../../compiler/storage_precision.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
@@ -31,7 +31,6 @@ import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F16_TOL, F32_TOL } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
-const emitters = { cuda: emitCUDA };
 const sm90 = PROFILES["cuda-sm90"];
 
 async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>, library: boolean) {
@@ -44,7 +43,7 @@ async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>, lib
 }
 
 const callsWith = (plan: Plan, kind: string) =>
-  plan.kernels.filter((k) => k.cudaGemm?.call.epilogue?.kind === kind);
+  plan.kernels.filter((k) => k.library?.call.epilogue?.kind === kind);
 const dgeluCalls = (plan: Plan) => callsWith(plan, "dgelu");
 
 /**
@@ -77,12 +76,12 @@ for (const dt of ["f32"] as DType[]) {
     ignore: !version,
     async fn() {
       const g = twoLinears(geluTanh, dt);
-      const { plan } = compileGraph(g, { fuse: true, emitters, profile: sm90 });
+      const { plan } = compileGraph(g, { fuse: true, target: target("cuda", sm90) });
       const calls = dgeluCalls(plan);
       assert.equal(calls.length, 1, "the dY·W2 call takes DGELU");
       const [k] = calls;
-      assert.equal(k.cudaGemm!.epilogue, undefined, "no epilogue kernel");
-      const call = k.cudaGemm!.call;
+      assert.equal(k.library!.epilogue, undefined, "no epilogue kernel");
+      const call = k.library!.call;
       const ep = call.epilogue as Extract<typeof call.epilogue, { kind: "dgelu" }>;
       // The aux is the pre-activation the forward stored, in D's type, [1024, 64]: ld 64, the library D's rows.
       assert.equal(ep.aux.dtype, call.d.dtype);
@@ -90,10 +89,10 @@ for (const dt of ["f32"] as DType[]) {
       // The forward call writes it: GELU_AUX_BIAS (the f32 bias fits an f32 D), no epilogue kernel either.
       const [fwd] = callsWith(plan, "gelu_aux_bias");
       assert.ok(fwd, "the x·W1ᵀ call takes GELU_AUX_BIAS");
-      assert.equal(fwd.cudaGemm!.epilogue, undefined);
-      const fe = fwd.cudaGemm!.call.epilogue as Extract<typeof call.epilogue, { kind: "gelu_aux_bias" }>;
+      assert.equal(fwd.library!.epilogue, undefined);
+      const fe = fwd.library!.call.epilogue as Extract<typeof call.epilogue, { kind: "gelu_aux_bias" }>;
       assert.deepEqual([fe.aux.buffer, fe.aux.ld, fe.bias.dtype], [ep.aux.buffer, 64, "f32"]);
-      assert.equal(ltDescriptors(fwd.cudaGemm!.call).bias?.length, 64, "the bias over the library D's rows");
+      assert.equal(ltDescriptors(fwd.library!.call).bias?.length, 64, "the bias over the library D's rows");
       const feeds = randomFeeds(g, 5100 + (dt === "f16" ? 1 : 0));
       const ref = evaluate(g, feeds, { precision: "f32" });
       for (const library of [true, false]) {
@@ -109,10 +108,10 @@ for (const dt of ["f32"] as DType[]) {
 
 Deno.test("GELU epilogues: the erf GELU stores no pre-activation for them and takes neither", () => {
   for (const dt of ["f32"] as DType[]) {
-    const { plan } = compileGraph(twoLinears(gelu, dt), { fuse: true, emitters, profile: sm90 });
+    const { plan } = compileGraph(twoLinears(gelu, dt), { fuse: true, target: target("cuda", sm90) });
     assert.deepEqual(dgeluCalls(plan), [], dt);
     assert.deepEqual(callsWith(plan, "gelu_aux_bias"), [], dt);
-    const tanh = compileGraph(twoLinears(geluTanh, dt), { fuse: true, emitters, profile: sm90 }).plan;
+    const tanh = compileGraph(twoLinears(geluTanh, dt), { fuse: true, target: target("cuda", sm90) }).plan;
     assert.equal(dgeluCalls(tanh).length, 1, dt);
   }
 });
@@ -140,7 +139,7 @@ Deno.test({
     });
     const [B, S, P] = [16, 64, 4];
     const g = lambStep(model, "fp16", [B, S, P], true);
-    const compiled = compileGraph(g, { fuse: true, emitters, profile: sm90 });
+    const compiled = compileGraph(g, { fuse: true, target: target("cuda", sm90) });
     const { plan } = compiled;
     assert.equal(dgeluCalls(plan).length, 1, "the FFN's dY·W2 call");
     // The forward keeps its epilogue kernel: BERT's biases are f32 on f16 products, which cublasLt.h does

@@ -13,11 +13,10 @@
  * interpreter on fresh random inputs; m ≠ n everywhere, so a bias taken over the wrong axis aborts the
  * shim's layout check or misses the reference.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { emitC } from "../../compiler/codegen/c.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { gelu, type ModelBuilder, type Tensor } from "../../dsl/mod.ts";
 import type { DType } from "../../ir/mod.ts";
@@ -40,7 +39,7 @@ const bufferNamed = (plan: Plan, name: string) => plan.buffers.find((b) => b.nam
 /** Compiles for CUDA, then runs the plan's library path on the CPU shim against the reference. */
 async function checkOnShim(name: string, body: Body, dt: DType, backward: boolean, seed: number) {
   const g = graphOf(name, body, dt, backward);
-  const compiled = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+  const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
   if (!version) return compiled;
   const feeds = randomFeeds(g, seed);
   const ref = evaluate(g, feeds, { precision: "f32" });
@@ -68,7 +67,7 @@ for (const dt of ["f32", "f16"] as DType[]) {
   Deno.test(`BIAS epilogue: a linear layer's bias is added by the call, no epilogue kernel (${dt})`, async () => {
     const c = await checkOnShim("linear + bias", linearBias, dt, false, 9100);
     const [k] = gemmKernels(c.plan);
-    const g = k.cudaGemm!;
+    const g = k.library!;
     assert.equal(g.epilogue, undefined, "no epilogue kernel");
     assert.deepEqual(g.call.epilogue, {
       kind: "bias",
@@ -90,7 +89,7 @@ Deno.test("BIAS epilogue: transposed weight, batched product and a bias reshaped
       .add(m.param("bias", [1, 6], "zeros", dt).broadcastTo([3, 4, 6]));
   for (const dt of ["f32", "f16"] as DType[]) {
     const c = await checkOnShim("batched + bias", body, dt, false, 9110);
-    const call = gemmKernels(c.plan)[0].cudaGemm!.call;
+    const call = gemmKernels(c.plan)[0].library!.call;
     assert.equal(call.epilogue?.kind, "bias", dt);
     assert.deepEqual([call.batch, call.b.trans], [3, true]);
   }
@@ -98,7 +97,7 @@ Deno.test("BIAS epilogue: transposed weight, batched product and a bias reshaped
 
 Deno.test("BIAS epilogue: forward and backward of linear + bias, f16 (the gradients' GEMMs stay plain)", async () => {
   const c = await checkOnShim("linear + bias, backward", linearBias, "f16", true, 9120);
-  const withBias = gemmKernels(c.plan).filter((k) => k.cudaGemm?.call.epilogue);
+  const withBias = gemmKernels(c.plan).filter((k) => k.library?.call.epilogue);
   assert.equal(withBias.length, 1, "only the forward product has a bias");
 });
 
@@ -134,7 +133,7 @@ Deno.test("BIAS epilogue: refused for a bias over the rows, a bias of another dt
   ];
   for (const [name, body, dt] of cases) {
     const c = await checkOnShim(name, body, dt, false, 9130);
-    const g = gemmKernels(c.plan)[0].cudaGemm!;
+    const g = gemmKernels(c.plan)[0].library!;
     assert.equal(g.call.epilogue, undefined, name);
     // The bias is added by a kernel: the GEMM's epilogue kernel or one after it.
     const bias = bufferNamed(c.plan, "bias");
@@ -143,12 +142,12 @@ Deno.test("BIAS epilogue: refused for a bias over the rows, a bias of another dt
   }
 });
 
-Deno.test("BIAS epilogue: off when the compile also emits C (the BLAS call has no epilogue)", () => {
+Deno.test("BIAS epilogue: off on the C target (the BLAS call has no epilogue)", () => {
   const g = graphOf("linear + bias", linearBias, "f32", false);
-  const c = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA, c: emitC } });
+  const c = compileGraph(g, { fuse: true, target: target("c") });
   const [k] = gemmKernels(c.plan);
-  assert.equal(k.cudaGemm!.call.epilogue, undefined);
-  assert.ok(k.cudaGemm!.epilogue && k.cGemm!.epilogue, "both keep the epilogue kernel");
+  assert.equal(k.library!.call.epilogue, undefined);
+  assert.ok(k.library!.epilogue && k.library!.epilogue, "both keep the epilogue kernel");
 });
 
 Deno.test("f16 scratch: an epilogue kernel reads the f16 product the graph defines (GELU after the bias)", async () => {
@@ -160,7 +159,7 @@ Deno.test("f16 scratch: an epilogue kernel reads the f16 product the graph defin
     );
   for (const backward of [false, true]) {
     const c = await checkOnShim("linear + bias + GELU", body, "f16", backward, 9140);
-    const scratch = gemmKernels(c.plan).flatMap((k) => (k.cudaGemm?.epilogue ? [k.cudaGemm.call.d] : []));
+    const scratch = gemmKernels(c.plan).flatMap((k) => (k.library?.epilogue ? [k.library.call.d] : []));
     // Forward, GELU is the matmul kernel's epilogue. With the backward pass the pre-activation is saved,
     // so the forward call writes it with its bias (BIAS epilogue) and the GELU goes elsewhere.
     if (!backward) assert.equal(scratch.length, 1);
@@ -172,15 +171,15 @@ Deno.test("heads-major projections at batch 1: one call, a batch entry per head,
   const shape = { b: 1, s: 5, heads: 2, dh: 4 };
   for (const dt of ["f32", "f16"] as DType[]) {
     const g = attentionBlock(shape, dt);
-    const c = compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+    const c = compileGraph(g, { fuse: true, target: target("cuda") });
     const heads = gemmKernels(c.plan).filter((k) =>
-      k.cudaGemm && !k.cudaGemm.epilogue && k.cudaGemm.call.batch === 2 &&
-      k.cudaGemm.call.n === shape.dh && k.cudaGemm.call.a.batchStride === 0
+      k.library && !k.library.epilogue && k.library.call.batch === 2 &&
+      k.library.call.n === shape.dh && k.library.call.a.batchStride === 0
     );
     // Q, K and V with their biases, and one gradient stored heads-major without one.
-    assert.equal(heads.filter((k) => k.cudaGemm!.call.epilogue).length, 3, dt);
+    assert.equal(heads.filter((k) => k.library!.call.epilogue).length, 3, dt);
     for (const k of heads) {
-      const call = k.cudaGemm!.call;
+      const call = k.library!.call;
       // Head h: the weight's rows h·dh.. (stored [out, in], read transposed), D's head stride s·dh.
       assert.deepEqual([call.m, call.k, call.b.batchStride, call.d.batchStride, call.d.ld], [
         shape.s,
@@ -228,13 +227,13 @@ Deno.test({
     };
     const c = compileGraph(graphOf("f16 scratch, f32 out", body, "f16", false), {
       fuse: true,
-      emitters: { cuda: emitCUDA },
+      target: target("cuda"),
     });
-    const e = gemmKernels(c.plan)[0].cudaGemm!.epilogue!;
-    assert.match(e.cuda.code, /bf_half4/, "vector loads of the f16 scratch");
+    const e = gemmKernels(c.plan)[0].library!.epilogue!;
+    assert.match(e.source.code, /bf_half4/, "vector loads of the f16 scratch");
     const dir = await Deno.makeTempDir({ prefix: "bertfuse-lt-nvcc-" });
     try {
-      await Deno.writeTextFile(`${dir}/k.cu`, e.cuda.code);
+      await Deno.writeTextFile(`${dir}/k.cu`, e.source.code);
       const out = await new Deno.Command(NVCC, {
         args: [
           ...NVCC_STRICT,
@@ -271,18 +270,15 @@ Deno.test("raw products: CUDA alone, Linear + f32 bias + GELU + Linear stores th
   // The first kernel of the step computes x·wᵀ (16×80 from k = 24).
   const forward = (p: Plan) => p.kernels[0];
   const fwd = forward(c.plan);
-  assert.deepEqual([fwd.cudaGemm?.call.m, fwd.cudaGemm?.call.n, fwd.cudaGemm?.call.k], [16, 80, 24]);
-  assert.equal(fwd.cudaGemm!.epilogue, undefined, `${fwd.name} has an epilogue kernel`);
-  assert.equal(fwd.cudaGemm!.call.epilogue, undefined);
+  assert.deepEqual([fwd.library?.call.m, fwd.library?.call.n, fwd.library?.call.k], [16, 80, 24]);
+  assert.equal(fwd.library!.epilogue, undefined, `${fwd.name} has an epilogue kernel`);
+  assert.equal(fwd.library!.call.epilogue, undefined);
   assert.ok(c.plan.kernels.some((k) => k.kind === "loop"), "a loop kernel writes the activation");
-  // A plan also emitted as C keeps the template's free epilogue: the GEMM kernel adds the bias, applies
-  // GELU and writes both.
+  // A C plan keeps the template's free epilogue: the GEMM kernel adds the bias, applies GELU and writes
+  // both, and its BLAS call an epilogue kernel.
   const shared = compileGraph(graphOf("FFN, f32 bias", body, "f16", true), {
     fuse: true,
-    emitters: { cuda: emitCUDA, c: emitC },
+    target: target("c"),
   });
-  assert.ok(
-    forward(shared.plan).cudaGemm!.epilogue,
-    "the shared plan's forward GEMM has its epilogue kernel",
-  );
+  assert.ok(forward(shared.plan).library!.epilogue, "the C plan's forward GEMM has its epilogue kernel");
 });

@@ -3,9 +3,9 @@
  * for plain, transposed, batched, sliced and cast operands, the epilogue split, and the refusals with
  * their reasons. The numbers these calls produce are checked by tests/nvcc/cuda_emit_cpu.test.ts.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { reshapeView } from "../../compiler/lower/gemm_library.ts";
 import type { ModelBuilder, Tensor } from "../../dsl/mod.ts";
@@ -14,7 +14,7 @@ import type { Plan, PlanKernel } from "../../plan/plan.ts";
 
 function compile(body: (m: ModelBuilder, dt: DType) => Tensor, dt: DType = "f32") {
   const g = graphOf("gemm", body, dt, false);
-  return compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA } });
+  return compileGraph(g, { fuse: true, target: target("cuda") });
 }
 
 function onlyGemm(plan: Plan): PlanKernel {
@@ -28,7 +28,7 @@ const bufferNamed = (plan: Plan, name: string) => plan.buffers.find((b) => b.nam
 Deno.test("library GEMM: plain [5,7]·[7,6] writes the output directly", () => {
   const c = compile((m) => m.param("x", [5, 7], "zeros", "f32").matmul(m.param("w", [7, 6], "zeros", "f32")));
   const k = onlyGemm(c.plan);
-  assert.deepEqual(k.cudaGemm, {
+  assert.deepEqual(k.library, {
     call: {
       m: 5,
       n: 6,
@@ -48,7 +48,7 @@ Deno.test("library GEMM: transposed operands read with their stored leading dime
     compile((m) =>
       m.param("x", [5, 7], "zeros", "f32").matmul(m.param("w", [6, 7], "zeros", "f32"), { transposeB: true })
     ).plan,
-  ).cudaGemm!.call;
+  ).library!.call;
   assert.deepEqual([tb.m, tb.n, tb.k, tb.b.trans, tb.b.ld, tb.a.trans, tb.a.ld], [
     5,
     6,
@@ -62,7 +62,7 @@ Deno.test("library GEMM: transposed operands read with their stored leading dime
     compile((m) =>
       m.param("x", [7, 5], "zeros", "f32").matmul(m.param("w", [7, 6], "zeros", "f32"), { transposeA: true })
     ).plan,
-  ).cudaGemm!.call;
+  ).library!.call;
   assert.deepEqual([ta.m, ta.n, ta.k, ta.a.trans, ta.a.ld, ta.b.trans, ta.b.ld], [
     5,
     6,
@@ -78,7 +78,7 @@ Deno.test("library GEMM: a batched product has one batch stride per operand", ()
   const call = onlyGemm(
     compile((m) => m.param("a", [3, 4, 5], "zeros", "f32").matmul(m.param("b", [3, 5, 2], "zeros", "f32")))
       .plan,
-  ).cudaGemm!.call;
+  ).library!.call;
   assert.deepEqual(
     [call.batch, call.a.batchStride, call.b.batchStride, call.d.batchStride, call.d.ld],
     [3, 20, 10, 8, 2],
@@ -92,7 +92,7 @@ Deno.test("library GEMM: a slice of rows is an element offset and a wider leadin
         m.param("w", [8, 3], "zeros", "f32"),
       )
     ).plan,
-  ).cudaGemm!.call;
+  ).library!.call;
   assert.deepEqual([call.a.offset, call.a.ld, call.a.trans, call.m, call.k], [16, 32, false, 2, 8]);
 });
 
@@ -101,7 +101,7 @@ Deno.test("library GEMM: f16 operands (no rounding on load); an epilogue reads t
     m.param("x", [5, 7], "zeros", "f16").matmul(m.param("w", [7, 6], "zeros", "f16")).cast("f32")
       .add(m.param("bias", [6], "zeros", "f32")).tanh()
   );
-  const g = onlyGemm(c.plan).cudaGemm!;
+  const g = onlyGemm(c.plan).library!;
   assert.equal(g.call.a.dtype, "f16");
   assert.equal(g.call.b.dtype, "f16");
   // The graph's product is f16 (the reference rounds it so): cuBLASLt writes it in f16, once rounded.
@@ -117,8 +117,8 @@ Deno.test("library GEMM: f16 operands (no rounding on load); an epilogue reads t
     bound.sort(),
     [[g.call.d.buffer, "read"], [bufferNamed(c.plan, "bias"), "read"], [c.plan.outputs.out, "write"]].sort(),
   );
-  assert.match(g.epilogue.cuda.code, /bf_kernel/);
-  assert.match(g.epilogue.cuda.code, /const __half\* __restrict__ b\d/, "the scratch is read as __half");
+  assert.match(g.epilogue.source.code, /bf_kernel/);
+  assert.match(g.epilogue.source.code, /const __half\* __restrict__ b\d/, "the scratch is read as __half");
 });
 
 Deno.test("library GEMM: an f32 product of f16 operands keeps an f32 scratch", () => {
@@ -126,7 +126,7 @@ Deno.test("library GEMM: an f32 product of f16 operands keeps an f32 scratch", (
     m.param("x", [5, 7], "zeros", "f16").cast("f32").matmul(m.param("w", [7, 6], "zeros", "f16").cast("f32"))
       .add(m.param("bias", [6], "zeros", "f32")).tanh()
   );
-  const g = onlyGemm(c.plan).cudaGemm!;
+  const g = onlyGemm(c.plan).library!;
   assert.deepEqual([g.call.a.dtype, g.call.b.dtype, g.call.d.dtype], ["f16", "f16", "f32"]);
   assert.equal(c.plan.buffers[g.call.d.buffer].dtype, "f32");
 });
@@ -136,7 +136,7 @@ Deno.test("library GEMM: refusals name the reason", () => {
     const c = compile(body);
     assert.equal(c.gemms.length, 1);
     assert.equal(c.gemms[0].library, false);
-    assert.equal(onlyGemm(c.plan).cudaGemm, undefined);
+    assert.equal(onlyGemm(c.plan).library, undefined);
     return c.gemms[0].reason;
   };
   // f32 buffers rounded to f16 on load: cuBLASLt's FAST_16F rounding is undocumented. (An input: a weight
@@ -167,7 +167,7 @@ Deno.test("library GEMM: attention heads at batch 2 run in two groups of one str
     })
   );
   assert.equal(c.gemms[0].library, true);
-  const call = onlyGemm(c.plan).cudaGemm!.call;
+  const call = onlyGemm(c.plan).library!.call;
   assert.deepEqual(
     [call.batch, call.outer, call.a.batchStride, call.a.outerStride, call.a.ld, call.b.trans],
     [4, 2, 3, 24, 6, true],
@@ -184,7 +184,7 @@ Deno.test("library GEMM: attention heads at batch 1 collapse to one batch stride
         transposeB: true,
       })
     ).plan,
-  ).cudaGemm!.call;
+  ).library!.call;
   // Head h of row s is at s·6 + h·3: batch stride 3, leading dimension 6.
   assert.deepEqual(
     [call.batch, call.m, call.n, call.k, call.a.batchStride, call.a.ld, call.b.trans, call.b.ld],

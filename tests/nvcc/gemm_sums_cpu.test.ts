@@ -9,12 +9,12 @@
  * reference interpreter on fresh random inputs. Planted: beta 0 (no C) and C from the wrong buffer fail.
  * And a BERT LAMB fp16 step (one layer) on the shim, whose attention backward's dX sum is two calls with C.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { roundTripGraph } from "../../compiler/storage_precision.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
@@ -33,7 +33,6 @@ import { assertMatchesReference, F16_TOL, F32_TOL } from "../util/fused_check.ts
 
 const version = await cxxVersion();
 const fake = await fakeLtSession("bertfuse-gemm-sums-");
-const emitters = { cuda: emitCUDA };
 const [M, N, K] = [6, 5, 7];
 
 /** Σ of four products over [..batch, M, N], one per (transpose A, transpose B). */
@@ -58,7 +57,7 @@ function sumOfProducts(batch: readonly number[], dt: DType): Graph {
   );
 }
 
-const calls = (plan: Plan): PlanGemm[] => plan.kernels.flatMap((k) => (k.cudaGemm ? [k.cudaGemm.call] : []));
+const calls = (plan: Plan): PlanGemm[] => plan.kernels.flatMap((k) => (k.library ? [k.library.call] : []));
 
 /** The plan with each call's C edited (undefined: none, beta 0). */
 const withC = (plan: Plan, edit: (c: PlanGemm["c"], i: number) => PlanGemm["c"]): Plan => {
@@ -66,10 +65,10 @@ const withC = (plan: Plan, edit: (c: PlanGemm["c"], i: number) => PlanGemm["c"])
   return {
     ...plan,
     kernels: plan.kernels.map((k) => {
-      if (!k.cudaGemm) return k;
-      const { c, ...call } = k.cudaGemm.call;
+      if (!k.library) return k;
+      const { c, ...call } = k.library.call;
       const next = edit(c, i++);
-      return { ...k, cudaGemm: { ...k.cudaGemm, call: next ? { ...call, c: next } : call } };
+      return { ...k, cudaGemm: { ...k.library, call: next ? { ...call, c: next } : call } };
     }),
   };
 };
@@ -99,7 +98,7 @@ for (const [i, c] of cases.entries()) {
     ignore: !version,
     async fn() {
       const g = sumOfProducts(c.batch, c.dt);
-      const { plan, gemms } = compileGraph(g, { fuse: true, emitters });
+      const { plan, gemms } = compileGraph(g, { fuse: true, target: target("cuda") });
       // Four calls, no kernel beside them; each later one adds the sum the one before wrote.
       assert.equal(plan.kernels.length, 4, plan.kernels.map((k) => k.name).join(", "));
       const cs = calls(plan);
@@ -110,7 +109,7 @@ for (const [i, c] of cases.entries()) {
         assert.deepEqual({ ...cs[j].c, buffer: 0 }, { ...cs[j].d, buffer: 0 }, "C laid out as D");
       }
       assert.equal(cs[3].d.buffer, plan.outputs.out);
-      assert.ok(plan.kernels.every((k) => !k.cudaGemm!.epilogue), "no epilogue kernel");
+      assert.ok(plan.kernels.every((k) => !k.library!.epilogue), "no epilogue kernel");
       assert.equal(gemms.filter((d) => /stored sum as C/.test(d.reason)).length, 3);
       const feeds = randomFeeds(g, 7400 + i);
       const ref = evaluate(g, feeds, { precision: "f32" });
@@ -146,7 +145,7 @@ Deno.test({
   async fn() {
     const { driver } = fake.open();
     const g = sumOfProducts([2], "f32");
-    const { plan } = compileGraph(g, { fuse: true, emitters });
+    const { plan } = compileGraph(g, { fuse: true, target: target("cuda") });
     const nvrtc = Nvrtc.open(fake.discoverOpts);
     const ctx = { driver, nvrtc, cache: new KernelCache(`${fake.dir}/cache`), description: "fake" };
     const run = async (seed: number) => {
@@ -201,11 +200,11 @@ Deno.test({
     const model = oneLayerBert("bert-gemm-sums-test");
     const [B, S, P] = [4, 64, 4];
     const g = lambStep(model, "fp16", [B, S, P], true);
-    const compiled = compileGraph(g, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
+    const compiled = compileGraph(g, { fuse: true, target: target("cuda", PROFILES["cuda-sm90"]) });
     const { plan } = compiled;
     // The attention backward's dX: dV·Wv + dK·Wk summed into the dQ·Wq call, as two calls with C; and the
     // tied word embedding's gradient, the decoder's dW plus the embedding scatter-add.
-    const withCalls = plan.kernels.filter((k) => k.cudaGemm?.call.c);
+    const withCalls = plan.kernels.filter((k) => k.library?.call.c);
     assert.equal(withCalls.length, 3, withCalls.map((k) => k.name).join(", "));
     const r = seededRandom(95);
     const feeds = {

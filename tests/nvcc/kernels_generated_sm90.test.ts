@@ -31,7 +31,10 @@ function kernelFiles(): KernelFile[] {
   const out: KernelFile[] = [];
   let plans: string[] = [];
   try {
-    plans = [...Deno.readDirSync(ROOT)].filter((e) => e.isDirectory).map((e) => e.name).sort();
+    // kernels_generated/<model>/<target>/: the CUDA targets' plans hold cuda/.
+    plans = [...Deno.readDirSync(ROOT)].filter((e) => e.isDirectory).flatMap((m) =>
+      [...Deno.readDirSync(`${ROOT}${m.name}`)].filter((t) => t.isDirectory).map((t) => `${m.name}/${t.name}`)
+    ).sort();
   } catch {
     return out;
   }

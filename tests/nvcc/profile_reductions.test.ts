@@ -5,7 +5,7 @@
  * reference interpreter on fresh random inputs.
  */
 import assert from "node:assert/strict";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
+import { target } from "../util/target.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { profileCases } from "../../cases/profile_cases.ts";
@@ -21,9 +21,8 @@ for (const [i, { case: c, graph: g }] of profileCases().entries()) {
     name: `profiles: ${c.name}, lowered for cuda-sm90, on the CUDA shim${version ? "" : " (g++ not found)"}`,
     ignore: !version,
     async fn() {
-      const emitters = { cuda: emitCUDA };
-      const serial = compileGraph(g, { fuse: true, emitters, profile: PROFILES.lavapipe });
-      const gpu = compileGraph(g, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
+      const serial = compileGraph(g, { fuse: true, target: target("cuda", PROFILES.lavapipe) });
+      const gpu = compileGraph(g, { fuse: true, target: target("cuda", PROFILES["cuda-sm90"]) });
       // Where the profiles differ: some reduce kernel gets more workgroups (a block per row).
       const blocks = (x: typeof gpu) => x.kernels.filter((k) => k.kind === "reduce").map((k) => k.workgroups);
       assert.ok(
@@ -54,13 +53,11 @@ Deno.test({
   ignore: !version,
   async fn() {
     const { case: c, graph: g } = profileCases().find((x) => x.case.name.startsWith("embedding"))!;
-    const emitters = { cuda: emitCUDA };
-    const serial = compileGraph(g, { fuse: true, emitters, profile: PROFILES.lavapipe });
+    const serial = compileGraph(g, { fuse: true, target: target("cuda", PROFILES.lavapipe) });
     // Only the scatter differs (the LayerNorm's reductions keep their layout, so the updates are the same).
     const owners = compileGraph(g, {
       fuse: true,
-      emitters,
-      profile: { ...PROFILES.lavapipe, scatterOwners: 128 },
+      target: target("cuda", { ...PROFILES.lavapipe, scatterOwners: 128 }),
     });
     const scatter = (x: typeof owners) => x.kernels.find((k) => k.kind === "scatter")!;
     assert.ok(

@@ -6,8 +6,8 @@
  * second pass skips the first part must fail the same check. And a BERT training step planned for
  * `cuda-sm90`, whose token-type embedding gradient (2 rows) is such a sum, against the reference.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { scatterCases } from "../util/scatter_cases.ts";
@@ -23,7 +23,6 @@ import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 import { dropFirstPart, scatterExpected, scatterFeeds } from "../util/scatter_check.ts";
 
 const version = await cxxVersion();
-const emitters = { cuda: emitCUDA };
 
 async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
   const dir = await Deno.makeTempDir({ prefix: "bertfuse-scatter-" });
@@ -41,12 +40,12 @@ for (const [i, c] of scatterCases().entries()) {
     }`,
     ignore: !version,
     async fn() {
-      const gpu = compileGraph(c.graph, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
+      const gpu = compileGraph(c.graph, { fuse: true, target: target("cuda", PROFILES["cuda-sm90"]) });
       const kinds = gpu.plan.kernels.map((k) => k.kind);
       assert.ok(!kinds.includes("scatter"), `still a scatter kernel: ${kinds}`);
       // In parts: a first pass per part, then a sum of the parts; else one pass.
       assert.equal(kinds.filter((k) => k === "reduce").length, c.parts ? 2 : 1, `${kinds}`);
-      const serial = compileGraph(c.graph, { fuse: true, emitters, profile: PROFILES.lavapipe });
+      const serial = compileGraph(c.graph, { fuse: true, target: target("cuda", PROFILES.lavapipe) });
       assert.ok(serial.plan.kernels.some((k) => k.kind === "scatter"), "lavapipe lost its scatter kernel");
       const seed = 500 + i;
       const feeds = scatterFeeds(c, seed);
@@ -69,7 +68,7 @@ Deno.test({
   ignore: !version,
   async fn() {
     const c = scatterCases().find((x) => x.parts && x.rows > 2)!;
-    const { plan } = compileGraph(c.graph, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
+    const { plan } = compileGraph(c.graph, { fuse: true, target: target("cuda", PROFILES["cuda-sm90"]) });
     const planted = dropFirstPart(plan, "cuda");
     const feeds = scatterFeeds(c, 600);
     const ref = scatterExpected(c, feeds);
@@ -93,8 +92,10 @@ Deno.test({
     const [B, S, P] = [4, 64, 3];
     const g = lambStep(model, "fp32", [B, S, P], false);
     const scatters = (profile: typeof PROFILES.lavapipe) =>
-      compileGraph(g, { fuse: true, emitters, profile }).plan.kernels.filter((k) => k.kind === "scatter");
-    const gpu = compileGraph(g, { fuse: true, emitters, profile: PROFILES["cuda-sm90"] });
+      compileGraph(g, { fuse: true, target: target("cuda", profile) }).plan.kernels.filter((k) =>
+        k.kind === "scatter"
+      );
+    const gpu = compileGraph(g, { fuse: true, target: target("cuda", PROFILES["cuda-sm90"]) });
     const left = gpu.plan.kernels.filter((k) => k.kind === "scatter").length;
     assert.equal(left, scatters(PROFILES.lavapipe).length - 1, "the token-type scatter is still a scatter");
     const r = seededRandom(92);

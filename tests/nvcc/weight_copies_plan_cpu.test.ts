@@ -8,8 +8,8 @@
  * the plan wrote is exactly its new master weights rounded. A plan whose optimizer writes a stale copy
  * (the weights before the update) must fail both checks.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { optimizerFeeds } from "../../compiler/optimizer/feeds.ts";
 import { OPT, STATE } from "../../compiler/optimizer/update.ts";
@@ -37,7 +37,7 @@ const FLAT = OPT.flatParams, LOW_FLAT = LOW_COPY_PREFIX + OPT.flatParams;
 type Feeds = Record<string, ArrayLike<number>>;
 
 function compile(g: Graph) {
-  return compileGraph(g, { fuse: true, emitters: { cuda: emitCUDA }, profile: PROFILES["cuda-sm90"] });
+  return compileGraph(g, { fuse: true, target: target("cuda", PROFILES["cuda-sm90"]) });
 }
 
 /** What a step carries to the next, read from the plan's outputs (updates done in place or not). */

@@ -12,7 +12,7 @@ type Bgrad = Extract<NonNullable<PlanGemm["epilogue"]>, { kind: "bgrad" }>;
 /** The bias-gradient epilogues of a plan's library calls, with their kernels. */
 export function bgradCalls(plan: Plan): { kernel: PlanKernel; epilogue: Bgrad }[] {
   return plan.kernels.flatMap((kernel) => {
-    const e = kernel.cudaGemm?.call.epilogue;
+    const e = kernel.library?.call.epilogue;
     return e?.kind === "bgrad" ? [{ kernel, epilogue: e }] : [];
   });
 }
@@ -29,7 +29,7 @@ export function epiloguePath(plan: Plan): Plan {
       if (s.op !== "launch") return [s];
       const k = plan.kernels[s.kernel];
       if (covered.has(k.name)) return [];
-      const e = k.cudaGemm?.call.epilogue;
+      const e = k.library?.call.epilogue;
       if (e?.kind !== "bgrad") return [s];
       const bytes = plan.buffers[e.bias.buffer].bytes;
       return [s, ...e.copies.map((dst): PlanStep => ({ op: "copy", src: e.bias.buffer, dst, bytes }))];
@@ -42,7 +42,7 @@ function editCalls(plan: Plan, edit: (e: Bgrad) => Bgrad | undefined): Plan {
   return {
     ...plan,
     kernels: plan.kernels.map((k) => {
-      const g = k.cudaGemm, e = g?.call.epilogue;
+      const g = k.library, e = g?.call.epilogue;
       if (!g || e?.kind !== "bgrad") return k;
       const { epilogue: _, ...call } = g.call;
       const next = edit(e);

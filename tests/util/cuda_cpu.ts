@@ -233,8 +233,8 @@ export function program(plan: Plan, library = false): string {
     parts.push(`#define bf_kernel bf_kernel_${sources.size - 1}\n${code}#undef bf_kernel\n`);
   };
   for (const k of plan.kernels) {
-    addSource(k.cuda!.code);
-    if (library && k.cudaGemm?.epilogue) addSource(k.cudaGemm.epilogue.cuda.code);
+    addSource(k.source!.code);
+    if (library && k.library?.epilogue) addSource(k.library.epilogue.source.code);
   }
   // Memory as the CUDA runtime lays it out: one zeroed block per memory-plan slot, each buffer at its
   // offset inside its slot (the parts of an in-place flat vector share the vector's slot). Only inputs and
@@ -269,9 +269,9 @@ export function program(plan: Plan, library = false): string {
       launchers.push(`static void ${fn}() { bf_kernel_${sources.get(t.code)}(${args.join(", ")}); }`);
       main.push(`  bf_launch(${t.grid[0]}u, ${t.workgroupSize}u, ${barriers}, ${fn});`);
     };
-    const lib = library ? k.cudaGemm : undefined;
+    const lib = library ? k.library : undefined;
     if (!lib) {
-      launch(k.cuda!, k.bindings);
+      launch(k.source!, k.bindings);
       continue;
     }
     const { call } = lib;
@@ -303,7 +303,7 @@ export function program(plan: Plan, library = false): string {
       // C (beta 1): stepped per group like D (plan/plan.ts PlanGemm.c).
       main.push(`  ${ltCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d), bias, call.c && ptr(call.c))}`);
     }
-    if (lib.epilogue) launch(lib.epilogue.cuda, lib.epilogue.bindings);
+    if (lib.epilogue) launch(lib.epilogue.source, lib.epilogue.bindings);
   }
   // After the step, as the runtimes do: each update copied over what it updates (an update written in
   // place, compiler/stages/in_place_updates.ts, has none), so an output that is also updated reads as the

@@ -4,9 +4,8 @@
  * CPU backend (emitted C through cc, GEMMs on OpenBLAS) through its own executor. Shared by the fuzz tests
  * and `deno task fuzz` (tools/fuzz.ts).
  */
-import { emitC } from "../../compiler/codegen/c.ts";
-import { emitCUDA } from "../../compiler/codegen/cuda.ts";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
+import { PROFILES } from "../../compiler/targets/profiles.ts";
+import { makeTarget } from "../../compiler/targets/target.ts";
 import type { FuzzDevice } from "../../cases/fuzz/check.ts";
 import { type CpuContext, CpuExecutor } from "../../runtime/cpu/executor.ts";
 import type { GpuContext } from "../../runtime/webgpu/device.ts";
@@ -16,7 +15,7 @@ import { runOnCpu } from "./cuda_cpu.ts";
 export function webgpuDevice(ctx: GpuContext): FuzzDevice {
   return {
     name: "webgpu",
-    emitter: { target: "wgsl", emit: emitWGSL },
+    target: makeTarget(PROFILES.lavapipe, "wgsl"),
     async run(plan, feeds) {
       const executor = await WebGPUExecutor.create(ctx, plan);
       try {
@@ -32,7 +31,7 @@ export function webgpuDevice(ctx: GpuContext): FuzzDevice {
 export function cudaShimDevice(library: boolean): FuzzDevice {
   return {
     name: "cuda-shim",
-    emitter: { target: "cuda", emit: emitCUDA },
+    target: makeTarget(PROFILES.lavapipe, "cuda"),
     flags: library ? undefined : "--template-gemms",
     async run(plan, feeds) {
       const dir = await Deno.makeTempDir({ prefix: "bertfuse-fuzz-" });
@@ -54,7 +53,7 @@ export function cudaShimDevice(library: boolean): FuzzDevice {
 export function cpuDevice(ctx: CpuContext, blas: boolean): FuzzDevice {
   return {
     name: "cpu",
-    emitter: { target: "c", emit: emitC },
+    target: makeTarget(PROFILES.lavapipe, "c"),
     flags: blas ? undefined : "--template-gemms",
     async run(plan, feeds) {
       const executor = await CpuExecutor.create(ctx, plan, { blas });

@@ -44,7 +44,7 @@ export function dropFirstPart(plan: Plan, target: "cuda" | "wgsl"): Plan {
   );
   assert.ok(second >= 0, `no second pass among ${plan.kernels.map((k) => k.name)}`);
   const k = plan.kernels[second];
-  const source = k[target]!;
+  const source = k.source;
   const code = source.code.replace(/for \((int j|var j: i32) = 0;/, "for ($1 = 1;").replace(
     /for \((int j|var j: i32) = grp; (j < \d+); j \+= (\d+)\)/,
     (_, decl, test, stride) =>

@@ -69,8 +69,10 @@ export function planOf(
   const byRole = (role: BufferRole) =>
     Object.fromEntries(planBuffers.filter((b) => b.role === role).map((b) => [b.name, b.id]));
   return {
-    version: 1,
+    version: 2,
     graph: opts.graph ?? "test",
+    target: "lavapipe",
+    language: "wgsl",
     buffers: planBuffers,
     slots: planBuffers.map((b) => ({
       id: b.id,
@@ -86,7 +88,7 @@ export function planOf(
         name: k.name,
         kind: k.kind,
         bindings: k.bindings.map((b, index) => ({ index, name: b.name, buffer: b.buffer, access: b.access })),
-        wgsl: code === undefined ? emitted : { ...emitted, code },
+        source: code === undefined ? emitted : { ...emitted, code },
         about: k.about,
         bytesRead: 0,
         bytesWritten: 0,

@@ -5,6 +5,7 @@
  * reference interpreter on WebGPU (lavapipe in CI) in f32 and f16, with padded keys, with dropout, and
  * with shapes that exercise partial row tiles and column blocks.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { attentionForward } from "../../cases/fusion_cases.ts";
 import { compileGraph } from "../../compiler/compile.ts";
@@ -88,7 +89,7 @@ Deno.test("attention fusion: fires for an encoder layer's forward pass (one kern
 Deno.test("attention fusion: fires in every layer of a BERT-tiny inference graph, never in training", () => {
   const infer = compileGraph(
     buildModelGraph({ model: tiny, mode: "infer", precision: "fp16", batchSize: 2, seqLen: 16 }),
-    { fuse: true, emitters: {} },
+    { fuse: true, target: target("wgsl") },
   );
   const layers = tiny.config.num_hidden_layers;
   assert.equal(attentionKernels(infer.fusion).length, layers);
@@ -189,7 +190,7 @@ for (const [name, build, tol, pad] of NUMERIC) {
     ignore: !gpu.ctx,
     fn: async () => {
       const g = build();
-      const fusion = fuseGraph(compileGraph(g, { fuse: true, emitters: {} }).graph, { fuse: true });
+      const fusion = fuseGraph(compileGraph(g, { fuse: true, target: target("wgsl") }).graph, { fuse: true });
       assert.ok(attentionKernels(fusion).length > 0, "the attention fusion did not fire");
       const s = g.nodes.find((n) =>
         n.op === "input" && (n.attrs.name === "mask" || n.attrs.name === "attention_mask")

@@ -4,8 +4,8 @@
  * on the test adapter against the reference interpreter on fresh random inputs. A copy of a plan whose
  * second pass skips the first part must fail the same check.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
@@ -23,8 +23,7 @@ const gpu = await testGpu();
 const compile = (g: Graph, profile = PROFILES["webgpu-gpu"]) =>
   compileGraph(g, {
     fuse: true,
-    emitters: { wgsl: emitWGSL },
-    profile,
+    target: target("wgsl", profile),
     maxBindings: gpu.ctx!.limits.maxStorageBuffersPerShaderStage,
   });
 

@@ -1,8 +1,8 @@
 /** A plan written to disk by the compile command's writer reads back and runs like the in-memory plan. */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
 import { renderOutputs, writeOutputDir } from "../../compiler/write_kernels.ts";
-import { emitWGSLShared } from "../../engine/backends.ts";
 import { gelu, layerNorm, ModelBuilder } from "../../dsl/mod.ts";
 import { PlanError, readPlanDir } from "../../plan/plan_io.ts";
 import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
@@ -25,7 +25,7 @@ function smallGraph() {
 }
 
 Deno.test("plan io: written plan reads back with the same kernels, buffers and steps", async () => {
-  const c = compileGraph(smallGraph(), { fuse: true, emitters: { wgsl: emitWGSLShared } });
+  const c = compileGraph(smallGraph(), { fuse: true, target: target("wgsl") });
   const dir = await Deno.makeTempDir();
   try {
     await writeOutputDir(`${dir}/p`, renderOutputs(c.plan, "test", "report\n"));
@@ -34,8 +34,8 @@ Deno.test("plan io: written plan reads back with the same kernels, buffers and s
     assert.deepEqual(back.steps, c.plan.steps);
     assert.equal(back.kernels.length, c.plan.kernels.length);
     back.kernels.forEach((k, i) => {
-      assert.ok(k.wgsl!.code.endsWith(c.plan.kernels[i].wgsl!.code), k.name);
-      assert.deepEqual(k.wgsl!.grid, c.plan.kernels[i].wgsl!.grid);
+      assert.ok(k.source!.code.endsWith(c.plan.kernels[i].source!.code), k.name);
+      assert.deepEqual(k.source!.grid, c.plan.kernels[i].source!.grid);
     });
     await Deno.remove(`${dir}/p/wgsl`, { recursive: true });
     await assert.rejects(
@@ -53,7 +53,7 @@ Deno.test({
   ignore: !gpu.ctx,
   fn: async () => {
     const g = smallGraph();
-    const c = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSLShared } });
+    const c = compileGraph(g, { fuse: true, target: target("wgsl") });
     const dir = await Deno.makeTempDir();
     try {
       await writeOutputDir(`${dir}/p`, renderOutputs(c.plan, "test", "report\n"));

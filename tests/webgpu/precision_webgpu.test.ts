@@ -6,9 +6,9 @@
  *   accumulators unrounded inside their kernel): the fused numerics, see FLIP_TOL;
  * - on the graph as compiled (storage not modelled), within the f16 tolerance.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { FUSION_CASES, type FusionCase, graphOf } from "../../cases/fusion_cases.ts";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { type Compiled, compileGraph } from "../../compiler/compile.ts";
 import { buildModelGraph } from "../../compiler/model_graph.ts";
 import { OPT } from "../../compiler/optimizer/update.ts";
@@ -45,7 +45,7 @@ async function runFused(
   feeds: Record<string, ArrayLike<number>>,
   precision: Precision,
 ): Promise<{ compiled: Compiled; out: Record<string, ArrayLike<number>> }> {
-  const compiled = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSL }, precision });
+  const compiled = compileGraph(g, { fuse: true, target: target("wgsl"), precision });
   const executor = await WebGPUExecutor.create(ctx, compiled.plan);
   try {
     return { compiled, out: await executor.run(feeds) };

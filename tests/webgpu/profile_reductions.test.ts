@@ -4,7 +4,7 @@
  * adapter against the reference interpreter on fresh random inputs: the layout a real GPU gets is checked
  * where CI runs, only slower.
  */
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
+import { target } from "../util/target.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { profileCases } from "../../cases/profile_cases.ts";
@@ -23,8 +23,7 @@ for (const [i, { case: c, graph: g }] of profileCases().entries()) {
     async fn() {
       const compiled = compileGraph(g, {
         fuse: true,
-        emitters: { wgsl: emitWGSL },
-        profile: PROFILES["webgpu-gpu"],
+        target: target("wgsl", PROFILES["webgpu-gpu"]),
         maxBindings: gpu.ctx!.limits.maxStorageBuffersPerShaderStage,
       });
       const feeds = randomFeeds(g, 400 + i, c.ints);

@@ -5,8 +5,8 @@
  * elementwise updates still stored. A copy of the plan whose second pass skips the first part must fail
  * the same check.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../../compiler/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { type ScatterCase, scatterCases } from "../util/scatter_cases.ts";
@@ -21,8 +21,7 @@ const gpu = await testGpu();
 function compiled(c: ScatterCase): Plan {
   return compileGraph(c.graph, {
     fuse: true,
-    emitters: { wgsl: emitWGSL },
-    profile: PROFILES["webgpu-gpu"],
+    target: target("wgsl", PROFILES["webgpu-gpu"]),
     maxBindings: gpu.ctx!.limits.maxStorageBuffersPerShaderStage,
   }).plan;
 }

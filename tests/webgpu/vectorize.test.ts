@@ -5,6 +5,7 @@
  * permutes, reshapes, slices, pads, gathers); numerics of vectorized kernels on WebGPU (lavapipe in CI)
  * against the reference interpreter in f32 and f16; determinism.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../../compiler/compile.ts";
@@ -487,7 +488,7 @@ function graph(name: string, dt: DType, body: (m: ModelBuilder, dt: DType) => Te
 }
 
 const loopKernels = (g: Graph) =>
-  compileGraph(g, { fuse: true, emitters: {} }).kernels.filter((k) => k.kind === "loop");
+  compileGraph(g, { fuse: true, target: target("wgsl") }).kernels.filter((k) => k.kind === "loop");
 
 const [B, S, H] = [2, 6, 32];
 
@@ -637,7 +638,7 @@ Deno.test({
       const { executor, compiled } = await WEBGPU.compile(gpu.ctx!, g, true);
       try {
         assert.ok(compiled.kernels.some(isVectorized));
-        sources.push(compiled.plan.kernels.map((k) => k.wgsl!.code).join("\n"));
+        sources.push(compiled.plan.kernels.map((k) => k.source!.code).join("\n"));
         const out = await executor.run(feeds);
         outs.push(Float32Array.from(out.out));
         outs.push(Float32Array.from((await executor.run(feeds)).out));

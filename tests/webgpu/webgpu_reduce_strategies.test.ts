@@ -4,10 +4,10 @@
  * interpreter on WebGPU, with two reduction stages (a mean, then a variance of centred values) and
  * element-level and row-level outputs, the shape of LayerNorm and of a bias gradient.
  */
+import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
-import { emitWGSLShared } from "../../engine/backends.ts";
 import { checkAgainstReference, F32_TOL } from "../util/fused_check.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { testGpu } from "../util/webgpu.ts";
@@ -37,11 +37,11 @@ for (const c of CASES) {
     ignore: !gpu.ctx,
     fn: async () => {
       const g = normalizeGraph(c.shape, c.axis);
-      const compiled = compileGraph(g, { fuse: true, emitters: { wgsl: emitWGSLShared } });
+      const compiled = compileGraph(g, { fuse: true, target: target("wgsl") });
       const reduce = compiled.plan.kernels.filter((k) => k.kind === "reduce");
       assert.equal(reduce.length, 1, "one reduce kernel writes both outputs");
-      assert.equal(reduce[0].wgsl!.workgroupSize, c.threads);
-      assert.equal(reduce[0].wgsl!.grid[0], c.groups, `${reduce[0].name} grid`);
+      assert.equal(reduce[0].source!.workgroupSize, c.threads);
+      assert.equal(reduce[0].source!.grid[0], c.groups, `${reduce[0].name} grid`);
       await checkAgainstReference(gpu.ctx!, g, randomFeeds(g, 5), { fuse: true, tol: F32_TOL });
     },
   });

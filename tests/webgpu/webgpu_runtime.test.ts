@@ -157,7 +157,7 @@ Deno.test({
       },
     );
     const plan = planOf([k], vectors(n, "x:f16 out:f16"));
-    assert.match(plan.kernels[0].wgsl!.code, /enable f16;/);
+    assert.match(plan.kernels[0].source!.code, /enable f16;/);
     const { out } = await withExecutor(plan, (ex) => ex.run({ x }));
     assert.ok(out instanceof Float32Array);
     for (let i = 0; i < n; i++) {
@@ -241,7 +241,7 @@ Deno.test({
       ];
     });
     const plan = planOf([k], vectors(n, "x:f32 m:bool sel:f32 int:i32 nz:bool mix:f32 uns:u32 half:f16"));
-    const code = plan.kernels[0].wgsl!.code;
+    const code = plan.kernels[0].source!.code;
     assert.match(code, /var<storage, read> b_m: array<u32>;/, "bool storage is legalized to u32");
     const out = await withExecutor(plan, (ex) => ex.run({ x, m }));
     assert.ok(out.nz instanceof Uint32Array && out.uns instanceof Uint32Array);
@@ -462,7 +462,7 @@ Deno.test({
       store("b_out", i, add(load("b_out", i, "i32"), add(i, i32(1)))),
     ], 1);
     const plan = planOf([k], [{ name: "out", dtype: "i32", shape: [n], role: "output" }]);
-    const { grid } = plan.kernels[0].wgsl!;
+    const { grid } = plan.kernels[0].source!;
     assert.ok(grid[1] > 1 && grid[0] <= 65535 && grid[0] * grid[1] >= n, `grid ${grid}`);
     const r = seededRandom(18);
     const init = Int32Array.from({ length: n }, () => r.int(-1000, 1000));
@@ -501,7 +501,7 @@ Deno.test({
       dtype: "f32",
       shape: [rows],
     }]);
-    assert.match(plan.kernels[0].wgsl!.code, /return;/);
+    assert.match(plan.kernels[0].source!.code, /return;/);
     const { sum } = await withExecutor(plan, (ex) => ex.run({ x }));
     for (let row = 0; row < rows; row++) {
       assert.equal(sum[row], x[row * w] + x[row * w + 1] + x[row * w + 2] + x[row * w + 3], `row ${row}`);
