@@ -1,29 +1,41 @@
 /**
- * A bounded load test of `deno task serve` on loopback. For each backend and batching setting it starts
- * the server as its own process (port 0, so nothing else is disturbed), asks every distinct request once
- * on its own (the single-request answers), then for each concurrency sends a fixed number of requests
- * from that many workers, stopping early at the time limit, and checks every answer against the
- * single-request one. It prints requests/s, p50/p99 latency (client side: send to last body byte),
- * errors (non-200) and mismatches (a 200 whose answer differs), and ends the server with SIGTERM.
+ * A bounded load test of `deno task serve` on loopback. For each backend, batching setting and head it
+ * starts the server as its own process (HTTP and gRPC on port 0, so nothing else is disturbed), asks every
+ * distinct request once on its own over KServe v2 JSON (the single-request answers), then for each
+ * protocol, batch and concurrency sends a fixed number of requests from that many workers, stopping early
+ * at the time limit, and checks every answer against the single-request one. It prints requests/s,
+ * p50/p99 latency (client side: send to the decoded answer), errors and mismatches (an answer that
+ * differs), and ends the server with SIGTERM.
  *
- * Requests are BERT QA from text (/v1/qa) by default, or KServe v2 token-id inference (--endpoint kserve).
+ * Protocols: text (POST /v1/qa from text, QA head only), json (KServe v2 JSON), binary (Triton's binary
+ * tensors both ways) and grpc (ModelInfer with raw contents). A KServe answer is reduced to its outputs'
+ * float32 bytes, so binary and gRPC answers are checked against the JSON ones bit for bit. Heads: qa (the
+ * checkpoint, default the tiny QA fixture) and mlm (a random BERT-Tiny pre-training checkpoint written to a
+ * temporary folder: MLM logits 30,522 wide, where encoding the answer dominates).
  */
 import { parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
+import bertTiny from "../models/bert-tiny.ts";
+import { defineBert } from "../models/bert.ts";
+import { writeHfCheckpoint } from "../model_io/hf_checkpoint.ts";
+import { initParams } from "../model_io/init_params.ts";
+import { kserveClient } from "../serve/grpc.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
 const HELP = `
-deno task bench:serve [--checkpoint DIR] [--backends reference,webgpu] [--concurrency 1,8,32]
-                      [--batching on,off] [--requests 200] [--duration-s 20] [--endpoint qa|kserve]
+deno task bench:serve [--checkpoint DIR] [--backends reference,webgpu] [--heads qa] [--concurrency 1,8,32]
+                      [--batching on,off] [--protocols text] [--batch 1] [--requests 200] [--duration-s 20]
                       [--max-batch-size 8] [--max-delay-ms 5] [--json FILE]
 
-  --checkpoint DIR     default: the tiny random QA checkpoint (tests/fixtures/hf-tiny/qa)
+  --checkpoint DIR     the qa head's checkpoint (default: the tiny random QA one, tests/fixtures/hf-tiny/qa)
   --backends L         backends to serve on, one server each (default reference,webgpu)
+  --heads L            qa and/or mlm (a random BERT-Tiny pre-training checkpoint, 30,522-wide logits)
   --concurrency L      simultaneous requests (default 1,8,32)
   --batching L         on: --max-batch-size N; off: --max-batch-size 1 (default on,off)
-  --requests N         requests per (backend, batching, concurrency) cell (default 200)
+  --protocols L        text (/v1/qa, qa head only), json, binary (Triton's binary tensors), grpc
+  --batch L            sequences per KServe request (default 1); text requests are one question each
+  --requests N         requests per cell (default 200)
   --duration-s T       a cell stops sending after T seconds even if requests remain (default 20)
-  --endpoint E         qa: POST /v1/qa with text; kserve: POST /v2/models/NAME/infer with token ids
   --json FILE          also write the rows as JSON
 `;
 
@@ -35,46 +47,28 @@ const QUESTIONS = [
   "what is near the river?",
   "when did it run?",
 ];
+/** Tokens per KServe sequence: one bucket, so every batch size has its compiled plan. */
+const SEQ = 16;
 
-/** Distinct requests of varied length (some contexts need several doc-stride windows), deterministic. */
-function payloads(endpoint: string, model: string, n = 16): { path: string; body: string }[] {
+/** Deterministic requests: n questions over contexts of 8 to 67 words, or n batches of token ids. */
+function payloads(protocol: string, batch: number, vocab: number, n = 16) {
   let seed = 12345;
   const rand = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
   return Array.from({ length: n }, (_, i) => {
-    const len = 8 + Math.floor(rand() * 60);
-    const words = Array.from({ length: len }, () => WORDS[Math.floor(rand() * WORDS.length)]);
-    if (endpoint === "qa") {
-      return {
-        path: "/v1/qa",
-        body: JSON.stringify({ question: QUESTIONS[i % QUESTIONS.length], context: words.join(" ") + "." }),
-      };
+    if (protocol === "text") {
+      const words = Array.from({ length: 8 + Math.floor(rand() * 60) }, () => WORDS[Math.floor(rand() * 23)]);
+      return { question: QUESTIONS[i % QUESTIONS.length], context: words.join(" ") + "." };
     }
-    const s = Math.min(len, 60);
-    const ids = Array.from({ length: s }, (_, k) => (k === 0 ? 2 : 1 + Math.floor(rand() * 98)));
-    return {
-      path: `/v2/models/${model}/infer`,
-      body: JSON.stringify({ inputs: [{ name: "input_ids", shape: [1, s], datatype: "INT64", data: ids }] }),
-    };
+    return Array.from(
+      { length: batch * SEQ },
+      (_, k) => k % SEQ === 0 ? 2 : 1 + Math.floor(rand() * (vocab - 1)),
+    );
   });
 }
 
-interface Server {
-  url: string;
-  child: Deno.ChildProcess;
-  stop(): Promise<number>;
-}
-
-async function startServe(args: string[]): Promise<Server> {
+async function startServe(args: string[]) {
   const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-read",
-      "--allow-env",
-      "--allow-ffi",
-      "--allow-net=127.0.0.1",
-      `${ROOT}cli/serve.ts`,
-      ...args,
-    ],
+    args: ["run", "-A", `${ROOT}cli/serve.ts`, "--port", "0", "--grpc-port", "0", ...args],
     cwd: ROOT,
     // The environment is inherited: DENO_WEBGPU_BACKEND and XDG_RUNTIME_DIR reach the server.
     stdout: "piped",
@@ -82,67 +76,86 @@ async function startServe(args: string[]): Promise<Server> {
   }).spawn();
   const stderr = new Response(child.stderr).text();
   const reader = child.stdout.getReader();
-  const dec = new TextDecoder();
   let out = "";
   while (!/^ready: /m.test(out)) {
     const { done, value } = await reader.read();
     if (done) throw new UsageError(`serve ${args.join(" ")} exited before ready: ${(await stderr).trim()}`);
-    out += dec.decode(value);
+    out += new TextDecoder().decode(value);
   }
   const drainStdout = (async () => {
     while (!(await reader.read()).done) { /* keep the pipe flowing */ }
   })();
+  const [, url, grpcAddr] = out.match(/listening on (http:\/\/[^ ]+) and grpc ([^ ]+)/)!;
+  // Logits of a batch of 8 are ~16 MB: past grpc-js's default 4 MB for what a client receives.
+  const grpc = kserveClient(grpcAddr, { "grpc.max_receive_message_length": -1 });
   return {
-    url: out.match(/listening on (http:\/\/[^ ]+)/)![1],
-    child,
+    url,
+    grpc,
     async stop() {
+      grpc.close();
       child.kill("SIGTERM");
       const { code } = await child.status;
-      await drainStdout;
-      await stderr;
+      await Promise.all([drainStdout, stderr]);
       return code;
     },
   };
 }
 
-async function ask(
-  url: string,
-  p: { path: string; body: string },
-): Promise<{ status: number; text: string; ms: number }> {
-  const t0 = performance.now();
-  try {
-    const r = await fetch(url + p.path, {
-      method: "POST",
-      body: p.body,
-      headers: { "content-type": "application/json" },
+type Served = Awaited<ReturnType<typeof startServe>>;
+const f32 = (data: number[]) => new Uint8Array(Float32Array.from(data).buffer);
+const concat = async (parts: BlobPart[]) => new Uint8Array(await new Blob(parts).arrayBuffer());
+
+/** One request by `protocol`; the answer as bytes (KServe: the outputs' float32 bytes, in order). */
+async function send(s: Served, protocol: string, model: string, p: unknown): Promise<Uint8Array> {
+  const shape = [Array.isArray(p) ? p.length / SEQ : 1, SEQ];
+  const post = (path: string, body: BodyInit, headers: Record<string, string> = {}) =>
+    fetch(s.url + path, { method: "POST", body, headers }).then(async (r) => {
+      if (r.status !== 200) throw new Error(`${r.status}: ${await r.text()}`);
+      return r;
     });
-    const text = await r.text();
-    return { status: r.status, text, ms: performance.now() - t0 };
-  } catch (e) {
-    return { status: 0, text: String(e), ms: performance.now() - t0 };
+  if (protocol === "text") {
+    return new TextEncoder().encode(await (await post("/v1/qa", JSON.stringify(p))).text());
   }
+  if (protocol === "json") {
+    const r = await post(
+      `/v2/models/${model}/infer`,
+      JSON.stringify({ inputs: [{ name: "input_ids", shape, datatype: "INT64", data: p }] }),
+    );
+    return concat((await r.json()).outputs.map((o: { data: number[] }) => f32(o.data)));
+  }
+  const raw = new Uint8Array(BigInt64Array.from((p as number[]).map(BigInt)).buffer);
+  if (protocol === "grpc") {
+    const r = await s.grpc.call("ModelInfer", {
+      model_name: model,
+      inputs: [{ name: "input_ids", datatype: "INT64", shape }],
+      raw_input_contents: [raw],
+    });
+    return concat(r.raw_output_contents as BlobPart[]);
+  }
+  const header = JSON.stringify({
+    inputs: [{
+      name: "input_ids",
+      shape,
+      datatype: "INT64",
+      parameters: { binary_data_size: raw.byteLength },
+    }],
+    parameters: { binary_data_output: true },
+  });
+  const r = await post(`/v2/models/${model}/infer`, new Blob([header, raw]), {
+    "inference-header-content-length": String(header.length),
+  });
+  return new Uint8Array(await r.arrayBuffer()).subarray(
+    Number(r.headers.get("inference-header-content-length")),
+  );
 }
 
+const same = (a: Uint8Array, b: Uint8Array) => a.length === b.length && a.every((x, i) => x === b[i]);
 const percentile = (sorted: number[], q: number) =>
   sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] : NaN;
 
-interface Row {
-  backend: string;
-  batching: string;
-  concurrency: number;
-  requests: number;
-  seconds: number;
-  rps: number;
-  p50_ms: number;
-  p99_ms: number;
-  errors: number;
-  mismatches: number;
-}
-
 async function cell(
-  url: string,
-  ps: { path: string; body: string }[],
-  expected: string[],
+  ask: (i: number) => Promise<Uint8Array>,
+  expected: Uint8Array[],
   concurrency: number,
   total: number,
   limitMs: number,
@@ -152,138 +165,145 @@ async function cell(
   const t0 = performance.now();
   const worker = async () => {
     while (next < total && performance.now() - t0 < limitMs) {
-      const i = next++;
-      const r = await ask(url, ps[i % ps.length]);
-      lat.push(r.ms);
-      if (r.status !== 200) errors++;
-      else if (r.text !== expected[i % ps.length]) mismatches++;
+      const i = next++, t = performance.now();
+      const got = await ask(i % expected.length).catch(() => undefined);
+      lat.push(performance.now() - t);
+      if (!got) errors++;
+      else if (!same(got, expected[i % expected.length])) mismatches++;
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
   const seconds = (performance.now() - t0) / 1000;
   lat.sort((a, b) => a - b);
+  const r = (x: number) => Math.round(x * 10) / 10;
   return {
     requests: lat.length,
-    seconds,
-    p50: percentile(lat, 0.5),
-    p99: percentile(lat, 0.99),
+    seconds: r(seconds),
+    rps: r(lat.length / seconds),
+    p50_ms: r(percentile(lat, 0.5)),
+    p99_ms: r(percentile(lat, 0.99)),
     errors,
     mismatches,
   };
 }
 
-function list(flag: string, v: string | undefined, fallback: string): string[] {
+/** A random BERT-Tiny pre-training checkpoint (64 positions) in a temporary folder. */
+async function mlmCheckpoint(): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "bertfuse-bench-mlm-" });
+  const config = { ...bertTiny.config, max_position_embeddings: 64, architectures: ["BertForPreTraining"] };
+  const g = defineBert("mlm", config).build({ head: "pretraining", mode: "infer", batchSize: 1, seqLen: 1 });
+  await writeHfCheckpoint(dir, g, config, initParams(g, 1));
+  return dir;
+}
+
+function list(flag: string, v: string | undefined, fallback: string, allowed?: string[]): string[] {
   const xs = (v ?? fallback).split(",").map((x) => x.trim()).filter(Boolean);
   if (!xs.length) throw new UsageError(`--${flag} needs at least one value`);
+  const bad = xs.find((x) => allowed && !allowed.includes(x));
+  if (bad) throw new UsageError(`--${flag} takes ${allowed!.join(", ")}, got '${bad}'`);
   return xs;
 }
 
 await runMain(async () => {
-  const { values } = parseFlags(Deno.args, {
-    checkpoint: { type: "string" },
-    backends: { type: "string" },
-    concurrency: { type: "string" },
-    batching: { type: "string" },
-    requests: { type: "string" },
-    "duration-s": { type: "string" },
-    endpoint: { type: "string" },
-    "max-batch-size": { type: "string" },
-    "max-delay-ms": { type: "string" },
-    json: { type: "string" },
-  }, HELP);
-  const checkpoint = values.checkpoint ?? `${ROOT}tests/fixtures/hf-tiny/qa`;
-  const backends = list("backends", values.backends, "reference,webgpu");
-  const concurrency = list("concurrency", values.concurrency, "1,8,32").map((c) =>
-    positiveInt("concurrency", c, 1)
+  const flags = [
+    "checkpoint",
+    "backends",
+    "heads",
+    "concurrency",
+    "batching",
+    "protocols",
+    "batch",
+    "requests",
+  ];
+  const { values: v } = parseFlags(
+    Deno.args,
+    Object.fromEntries(
+      [...flags, "duration-s", "max-batch-size", "max-delay-ms", "json"].map((
+        f,
+      ) => [f, { type: "string" as const }]),
+    ),
+    HELP,
   );
-  const batching = list("batching", values.batching, "on,off");
-  if (batching.some((b) => b !== "on" && b !== "off")) throw new UsageError("--batching takes on and/or off");
-  const total = positiveInt("requests", values.requests, 200);
-  const limitMs = positiveInt("duration-s", values["duration-s"], 20) * 1000;
-  const endpoint = values.endpoint ?? "qa";
-  if (endpoint !== "qa" && endpoint !== "kserve") throw new UsageError("--endpoint must be qa or kserve");
-  const maxBatch = positiveInt("max-batch-size", values["max-batch-size"], 8);
-  const delay = values["max-delay-ms"] ?? "5";
+  const ints = (flag: string, fallback: string) =>
+    list(flag, v[flag], fallback).map((c) => positiveInt(flag, c, 1));
+  const backends = list("backends", v.backends, "reference,webgpu");
+  const heads = list("heads", v.heads, "qa", ["qa", "mlm"]);
+  const protocols = list("protocols", v.protocols, "text", ["text", "json", "binary", "grpc"]);
+  const [concurrency, batches] = [ints("concurrency", "1,8,32"), ints("batch", "1")];
+  const batching = list("batching", v.batching, "on,off", ["on", "off"]);
+  const total = positiveInt("requests", v.requests, 200);
+  const limitMs = positiveInt("duration-s", v["duration-s"], 20) * 1000;
+  const maxBatch = positiveInt("max-batch-size", v["max-batch-size"], 8);
+  const delay = v["max-delay-ms"] ?? "5";
   const model = "served";
-  const ps = payloads(endpoint, model);
-
-  const rows: Row[] = [];
   console.log(
-    `${endpoint === "qa" ? "POST /v1/qa" : "KServe v2 infer"} on ${checkpoint}; ${total} requests per cell ` +
-      `(at most ${
-        limitMs / 1000
-      } s), ${ps.length} distinct requests; batching on = --max-batch-size ${maxBatch} ` +
-      `--max-delay-ms ${delay}`,
+    `${total} requests per cell (at most ${
+      limitMs / 1000
+    } s); batching on = --max-batch-size ${maxBatch} --max-delay-ms ${delay}`,
   );
-  console.log("backend     batching  conc  requests   req/s   p50 ms   p99 ms  errors  mismatches");
-  for (const backend of backends) {
-    for (const b of batching) {
-      const server = await startServe([
-        "--checkpoint",
-        checkpoint,
-        "--model-name",
-        model,
-        "--backend",
-        backend,
-        "--port",
-        "0",
-        "--max-batch-size",
-        b === "on" ? String(maxBatch) : "1",
-        "--max-delay-ms",
-        b === "on" ? delay : "0",
-        "--max-queue",
-        "1024",
-      ]);
-      try {
-        // The single-request answers every concurrent answer must equal.
-        const expected: string[] = [];
-        for (const p of ps) {
-          const r = await ask(server.url, p);
-          if (r.status !== 200) {
-            throw new UsageError(`${backend}: a single request failed (${r.status}): ${r.text}`);
+  console.log(
+    "backend     batching head protocol batch  conc  requests   req/s   p50 ms   p99 ms  errors  mismatches",
+  );
+  const rows: Record<string, unknown>[] = [];
+  for (const head of heads) {
+    const checkpoint = head === "mlm"
+      ? await mlmCheckpoint()
+      : v.checkpoint ?? `${ROOT}tests/fixtures/hf-tiny/qa`;
+    const vocab = JSON.parse(await Deno.readTextFile(`${checkpoint}/config.json`)).vocab_size;
+    for (const backend of backends) {
+      for (const b of batching) {
+        const on = b === "on";
+        const s = await startServe([
+          ...["--checkpoint", checkpoint, "--model-name", model, "--backend", backend, "--max-queue", "1024"],
+          ...["--max-batch-size", on ? String(maxBatch) : "1", "--max-delay-ms", on ? delay : "0"],
+          ...(protocols.includes("text") ? [] : ["--buckets", String(SEQ)]),
+        ]);
+        try {
+          for (const batch of batches) {
+            const answers = new Map<string, { ps: unknown[]; expected: Uint8Array[] }>();
+            for (const protocol of protocols) {
+              if (protocol === "text" && (head !== "qa" || batch !== 1)) continue;
+              // The single-request answers every concurrent answer must equal (KServe: the JSON ones).
+              const kind = protocol === "text" ? "text" : "json";
+              if (!answers.has(kind)) {
+                const ps = payloads(kind, batch, vocab), expected: Uint8Array[] = [];
+                for (const p of ps) expected.push(await send(s, kind, model, p));
+                answers.set(kind, { ps, expected });
+              }
+              const { ps, expected } = answers.get(kind)!;
+              for (const c of concurrency) {
+                const r = await cell((i) => send(s, protocol, model, ps[i]), expected, c, total, limitMs);
+                rows.push({ backend, batching: b, head, protocol, batch, concurrency: c, ...r });
+                const cols = [
+                  r.requests,
+                  r.rps.toFixed(1),
+                  r.p50_ms.toFixed(1),
+                  r.p99_ms.toFixed(1),
+                  r.errors,
+                ];
+                console.log(
+                  `${backend.padEnd(11)} ${b.padEnd(8)} ${head.padEnd(4)} ${protocol.padEnd(8)} ${
+                    String(batch).padStart(5)
+                  } ` +
+                    `${String(c).padStart(5)} ${
+                      cols.map((x, k) => String(x).padStart([9, 7, 8, 8, 7][k])).join(" ")
+                    } ` +
+                    `${String(r.mismatches).padStart(11)}`,
+                );
+              }
+            }
           }
-          expected.push(r.text);
+        } finally {
+          const code = await s.stop();
+          if (code !== 0) console.error(`warning: the ${backend} server exited with ${code} on SIGTERM`);
         }
-        for (const c of concurrency) {
-          const r = await cell(server.url, ps, expected, c, total, limitMs);
-          const row: Row = {
-            backend,
-            batching: b,
-            concurrency: c,
-            requests: r.requests,
-            seconds: r.seconds,
-            rps: r.requests / r.seconds,
-            p50_ms: r.p50,
-            p99_ms: r.p99,
-            errors: r.errors,
-            mismatches: r.mismatches,
-          };
-          rows.push(row);
-          console.log(
-            `${backend.padEnd(11)} ${b.padEnd(8)} ${String(c).padStart(5)} ${
-              String(r.requests).padStart(9)
-            } ` +
-              `${row.rps.toFixed(1).padStart(7)} ${r.p50.toFixed(1).padStart(8)} ${
-                r.p99.toFixed(1).padStart(8)
-              } ` +
-              `${String(r.errors).padStart(7)} ${String(r.mismatches).padStart(11)}`,
-          );
-        }
-      } finally {
-        const code = await server.stop();
-        if (code !== 0) console.error(`warning: the ${backend} server exited with ${code} on SIGTERM`);
       }
     }
+    if (head === "mlm") await Deno.remove(checkpoint, { recursive: true });
   }
-  if (values.json) {
-    await Deno.writeTextFile(
-      values.json,
-      JSON.stringify(
-        { bench: "serve", endpoint, checkpoint, date: new Date().toISOString(), rows },
-        null,
-        2,
-      ) + "\n",
-    );
+  if (v.json) {
+    const out = { bench: "serve", args: Deno.args, date: new Date().toISOString(), rows };
+    await Deno.writeTextFile(v.json, JSON.stringify(out, null, 2) + "\n");
   }
   if (rows.some((r) => r.errors || r.mismatches)) {
     console.error("error: some answers failed or differed from the single-request run");

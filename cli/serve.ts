@@ -1,4 +1,4 @@
-/** `deno task serve`: serve a checkpoint over HTTP (KServe v2, text endpoints, metrics). Wiring only. */
+/** `deno task serve`: serve a checkpoint over HTTP (KServe v2, text endpoints, metrics) and gRPC. Wiring only. */
 import { fileURLToPath } from "node:url";
 import { type Head } from "../models/bert.ts";
 import { BACKEND_NAMES, describeChoice, openBackend } from "../engine/choose_backend.ts";
@@ -6,7 +6,16 @@ import { ServedModel } from "../serve/served_model.ts";
 import { startServer } from "../serve/server.ts";
 import { drainOnSignals } from "../serve/signals.ts";
 import { textRoutes } from "../serve/text_routes.ts";
-import { checkpointFolder, intFlag, oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import {
+  checkpointFolder,
+  intFlag,
+  numberFlag,
+  oneOf,
+  parseFlags,
+  positiveInt,
+  runMain,
+  UsageError,
+} from "./common.ts";
 import { kebabFlags } from "./flag_spelling.ts";
 import { verifyIfTrainingCheckpoint } from "../training/checkpoint.ts";
 import { MAX_TOP_K } from "../textinfer/requests.ts";
@@ -15,15 +24,17 @@ const DEFAULT_CHECKPOINT = fileURLToPath(new URL("../tests/fixtures/hf-tiny/qa",
 
 const HELP = `
 deno task serve [--checkpoint DIR] [--model-name NAME] [--head pretraining|classification|qa]
-                [--host 127.0.0.1] [--port 8080] [--backend auto|reference|cpu|webgpu|cuda] [--no-fuse]
-                [--precision f32|f64] [--max-batch-size 8] [--max-delay-ms 5] [--max-queue 256]
+                [--host 127.0.0.1] [--port 8080] [--grpc-port P] [--backend auto|reference|cpu|webgpu|cuda]
+                [--no-fuse] [--precision f32|f64] [--max-batch-size 8] [--max-delay-ms 5] [--max-queue 256]
                 [--max-body-bytes 1048576] [--body-timeout-ms 10000] [--max-seq-length N] [--buckets 16,32,64,...]
                 [--doc-stride N] [--max-query-length N] [--n-best-size N] [--max-answer-length N] [--top-k N]
 
-Serves a Hugging Face BERT checkpoint over HTTP. Endpoints (docs/serving.md has examples):
+Serves a Hugging Face BERT checkpoint over HTTP, and gRPC with --grpc-port. Endpoints (docs/serving.md):
 
   GET  /v2/health/live, /v2/health/ready, /v2, /v2/models/NAME[/ready]    KServe v2 health and metadata
-  POST /v2/models/NAME/infer     KServe v2 inference: input_ids, attention_mask, token_type_ids [N,S]
+  POST /v2/models/NAME/infer     KServe v2 inference: input_ids, attention_mask, token_type_ids [N,S];
+                                 JSON or Triton's binary tensors; GET /v2/models/NAME/config: Triton's config
+  gRPC inference.GRPCInferenceService: ServerLive/Ready, ModelReady, Server/ModelMetadata, ModelInfer
   POST /v1/qa                    {"question","context"} -> {"answer","start","end","score",...}
   POST /v1/classify              {"text","text_pair"?} -> {"label","score","scores"}
   POST /v1/fill-mask             {"text","top_k"?} -> {"filled","masks"}
@@ -38,6 +49,7 @@ their answers are those of deno task infer --question/--text with the same optio
   --head H              default: from the config's "architectures", else pretraining
   --host H              address to bind (default 127.0.0.1: this machine only)
   --port P              TCP port (default 8080; 0 picks a free one; the address is printed)
+  --grpc-port P         also serve KServe v2 gRPC on this port (0: a free one; printed beside the HTTP one)
   --backend B           as deno task infer (default auto: cuda when the driver sees a GPU, else webgpu on
                         a real GPU adapter, else cpu when there is a C compiler, else reference)
   --no-fuse             webgpu, cuda: one kernel per primitive op
@@ -59,15 +71,6 @@ $BERTFUSE_CACHE/cpu (default ~/.cache/bertfuse/cpu); the task may write ~/.cache
 SIGINT stop taking connections, answer the requests in flight, and exit 0.
 `;
 
-function nonNegative(flag: string, v: string | undefined, fallback: number, integer: boolean): number {
-  if (v === undefined) return fallback;
-  const n = Number(v);
-  if (v.trim() === "" || !Number.isFinite(n) || n < 0 || (integer && !Number.isInteger(n))) {
-    throw new UsageError(`--${flag} must be a non-negative ${integer ? "integer" : "number"}, got '${v}'`);
-  }
-  return n;
-}
-
 function bucketList(v: string | undefined): number[] | undefined {
   if (v === undefined) return undefined;
   const xs = v.split(",").map((x) => Number(x.trim()));
@@ -84,6 +87,7 @@ await runMain(async () => {
     head: { type: "string" },
     host: { type: "string" },
     port: { type: "string" },
+    "grpc-port": { type: "string" },
     backend: { type: "string" },
     "no-fuse": { type: "boolean" },
     precision: { type: "string" },
@@ -114,11 +118,13 @@ await runMain(async () => {
   };
   const backendName = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
   const precision = oneOf("precision", values.precision, ["f32", "f64"], "f32");
-  const port = nonNegative("port", values.port, 8080, true);
-  if (port > 65535) throw new UsageError(`--port must be at most 65535, got '${values.port}'`);
+  const port = intFlag("port", values.port, 8080, { min: 0, max: 65535 });
+  const grpcPort = values["grpc-port"] === undefined
+    ? undefined
+    : intFlag("grpc-port", values["grpc-port"], 0, { min: 0, max: 65535 });
   // Every batch size up to it gets compiled plans: a huge one only exhausts memory at start-up.
   const maxBatch = intFlag("max-batch-size", values["max-batch-size"], 8, { min: 1, max: 256 });
-  const maxDelayMs = nonNegative("max-delay-ms", values["max-delay-ms"], 5, false);
+  const maxDelayMs = numberFlag("max-delay-ms", values["max-delay-ms"], 5, { min: 0 });
   const maxQueue = positiveInt("max-queue", values["max-queue"], 256);
   const maxBodyBytes = positiveInt("max-body-bytes", values["max-body-bytes"], 1 << 20);
   const bodyTimeoutMs = positiveInt("body-timeout-ms", values["body-timeout-ms"], 10_000);
@@ -156,6 +162,7 @@ await runMain(async () => {
     server = await startServer(model, {
       hostname: values.host ?? "127.0.0.1",
       port,
+      grpcPort,
       maxDelayMs,
       maxQueue,
       maxBodyBytes,
@@ -181,8 +188,9 @@ await runMain(async () => {
   const stopped = drainOnSignals(server, log);
   const { hostname, port: bound } = server.addr;
   const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+  const grpc = server.grpcPort === undefined ? "" : ` and grpc ${host}:${server.grpcPort}`;
   console.log(
-    `listening on http://${host}:${bound} (model '${model.name}', head ${model.head}, ${model.backend.name})`,
+    `listening on http://${host}:${bound}${grpc} (model '${model.name}', head ${model.head}, ${model.backend.name})`,
   );
   await server.ready;
   console.log(

@@ -53,6 +53,7 @@ export class Batcher {
         503,
         `server busy: ${this.waiting} sequences queued, ${items.length} more would pass the limit of ${this.opts.maxQueue}`,
         { "retry-after": "1" },
+        true,
       );
       return items.map(() => Promise.reject(e));
     }

@@ -1,11 +1,11 @@
 /**
- * Reading a request body as JSON within a byte limit. The limit is checked on the declared
- * Content-Length first and again while streaming, so a client that lies about (or omits) the length
- * still cannot make the server hold more than the limit in memory.
+ * Reading a request body within a byte limit. The limit is checked on the declared Content-Length first
+ * and again while streaming, so a client that lies about (or omits) the length still cannot make the
+ * server hold more than the limit in memory.
  */
 import { HttpError } from "./http_error.ts";
 
-export async function readJsonBody(req: Request, maxBytes: number, timeoutMs = 10_000): Promise<unknown> {
+export async function readBytes(req: Request, maxBytes: number, timeoutMs = 10_000): Promise<Uint8Array> {
   const tooLarge = () => new HttpError(413, `request body exceeds the limit of ${maxBytes} bytes`);
   const declared = req.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) throw tooLarge();
@@ -39,23 +39,22 @@ export async function readJsonBody(req: Request, maxBytes: number, timeoutMs = 1
   } finally {
     clearTimeout(timer);
   }
-  const bytes = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    bytes.set(c, at);
-    at += c.byteLength;
-  }
+  return new Uint8Array(await new Blob(chunks as BlobPart[]).arrayBuffer());
+}
+
+/** `bytes` as JSON (UTF-8), or a 400 saying what is wrong with `what` (the body, or a binary request's header). */
+export function parseJson(bytes: Uint8Array, what = "request body"): unknown {
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
   } catch {
-    throw new HttpError(400, "request body is not valid UTF-8");
+    throw new HttpError(400, `${what} is not valid UTF-8`);
   }
-  if (text.trim() === "") throw new HttpError(400, "request body is empty (expected a JSON object)");
+  if (text.trim() === "") throw new HttpError(400, `${what} is empty (expected a JSON object)`);
   try {
     return JSON.parse(text);
   } catch (e) {
-    throw new HttpError(400, `request body is not valid JSON (${(e as Error).message})`);
+    throw new HttpError(400, `${what} is not valid JSON (${(e as Error).message})`);
   }
 }
 

@@ -5,7 +5,8 @@
  *
  * Tensors are [N, S] integers (INT32 or INT64), `data` flat in row-major order or nested; only
  * `input_ids` is required (token types default to 0 and the mask to 1, as in Hugging Face). Every
- * sequence keeps its S positions: per-token outputs come back [N, S, ...].
+ * sequence keeps its S positions: per-token outputs come back [N, S, ...]. Binary REST bodies
+ * (binary.ts) and gRPC requests (grpc.ts) are turned into this JSON shape, so every check is made once.
  */
 import type { EncodedRow } from "../model_io/infer_input.ts";
 import { asObject, onlyFields } from "./body.ts";
@@ -34,11 +35,23 @@ export function modelMetadata(m: ServedModel) {
   };
 }
 
+/** Triton's minimal model configuration (GET /v2/models/NAME/config): dims leave out the batch axis. */
+export function modelConfig(m: ServedModel) {
+  const dims = (shape: number[]) => ({ dims: shape.slice(1) });
+  return {
+    name: m.name,
+    platform: "bertfuse",
+    max_batch_size: m.maxBatch,
+    input: INPUTS.map((name) => ({ name, data_type: "TYPE_INT32", ...dims([-1, -1]) })),
+    output: m.outputs.map((o) => ({ name: o.name, data_type: "TYPE_FP32", ...dims(m.outputShape(o.name)) })),
+  };
+}
+
 export interface ParsedInfer {
   id?: string;
   rows: EncodedRow[];
   /** Requested outputs, in the order asked (all of the head's when the request names none). */
-  outputs: string[];
+  outputs: { name: string; binary: boolean }[];
 }
 
 /** Every element of `data` (flat or nested), or a 400 naming the tensor. */
@@ -91,8 +104,21 @@ function intValues(data: unknown[], name: string, lo: number, hi: number, what: 
 
 export function parseInferRequest(body: unknown, m: ServedModel, maxRows: number): ParsedInfer {
   const o = asObject(body);
-  onlyFields(o, ["id", "parameters", "inputs", "outputs"], "inference request");
+  onlyFields(
+    o,
+    ["id", "model_name", "model_version", "parameters", "inputs", "outputs"],
+    "inference request",
+  );
   if (o.id !== undefined && typeof o.id !== "string") throw badRequest("'id' must be a string");
+  // The kserve SDK and tritonclient name the model in the body too; only another model is an error.
+  if (o.model_name !== undefined && o.model_name !== m.name) {
+    throw badRequest(`'model_name' ${JSON.stringify(o.model_name)} is not this URL's model '${m.name}'`);
+  }
+  if (![undefined, "", MODEL_VERSION].includes(o.model_version as string)) {
+    throw badRequest(
+      `'model_version' ${JSON.stringify(o.model_version)} is not this model's '${MODEL_VERSION}'`,
+    );
+  }
   if (!Array.isArray(o.inputs) || o.inputs.length === 0) {
     throw badRequest("'inputs' must be a non-empty array of tensors");
   }
@@ -116,29 +142,25 @@ export function parseInferRequest(body: unknown, m: ServedModel, maxRows: number
   if (n > maxRows) throw new HttpError(413, `${n} sequences in one request exceed the limit of ${maxRows}`);
   const cfg = m.config;
   const idv = intValues(ids.data, "input_ids", 0, cfg.vocab_size, "the vocabulary");
-  const typ = tensors.has("token_type_ids")
-    ? intValues(
-      tensors.get("token_type_ids")!.data,
-      "token_type_ids",
-      0,
-      cfg.type_vocab_size,
-      "the token types",
-    )
-    : new Array(n * s).fill(0);
-  const mask = tensors.has("attention_mask")
-    ? intValues(tensors.get("attention_mask")!.data, "attention_mask", 0, 2, "the mask values")
-    : new Array(n * s).fill(1);
+  const optional = (name: InputName, hi: number, what: string, fill: number) => {
+    const t = tensors.get(name);
+    return t ? intValues(t.data, name, 0, hi, what) : new Array(n * s).fill(fill);
+  };
+  const typ = optional("token_type_ids", cfg.type_vocab_size, "the token types", 0);
+  const mask = optional("attention_mask", 2, "the mask values", 1);
   const rows: EncodedRow[] = [];
   for (let r = 0; r < n; r++) {
     const at = (a: number[]) => a.slice(r * s, (r + 1) * s);
     rows.push({ input_ids: at(idv), token_type_ids: at(typ), attention_mask: at(mask) });
   }
-  return { id: o.id as string | undefined, rows, outputs: requestedOutputs(o.outputs, m) };
+  // Triton's binary extension: all outputs in binary when the request asks, else those that ask.
+  const binary = (asObject(o.parameters ?? {}, "'parameters'")).binary_data_output === true;
+  return { id: o.id as string | undefined, rows, outputs: requestedOutputs(o.outputs, m, binary) };
 }
 
-function requestedOutputs(v: unknown, m: ServedModel): string[] {
+function requestedOutputs(v: unknown, m: ServedModel, binary: boolean): ParsedInfer["outputs"] {
   const known = m.outputs.map((o) => o.name);
-  if (v === undefined) return known;
+  if (v === undefined) return known.map((name) => ({ name, binary }));
   if (!Array.isArray(v)) throw badRequest("'outputs' must be an array of {\"name\": ...}");
   return v.map((x, i) => {
     const o = asObject(x, `outputs[${i}]`);
@@ -148,17 +170,21 @@ function requestedOutputs(v: unknown, m: ServedModel): string[] {
         `outputs[${i}]: unknown output ${JSON.stringify(o.name)} (this model has ${known.join(", ")})`,
       );
     }
-    return o.name;
+    const asked = (o.parameters as { binary_data?: unknown } | undefined)?.binary_data;
+    return { name: o.name, binary: typeof asked === "boolean" ? asked : binary };
   });
 }
 
-/** The response: each requested output as one FP32 tensor over all sequences of the request. */
+/**
+ * The response: each requested output as one FP32 tensor over all sequences of the request, its data
+ * still a Float32Array, which each protocol writes its own way (JSON numbers, or raw bytes).
+ */
 export function inferResponse(m: ServedModel, req: ParsedInfer, rows: RowOutputs[]) {
-  const outputs = req.outputs.map((name) => {
+  const outputs = req.outputs.map(({ name, binary }) => {
     const per = rows.map((r) => r.get(name)!);
-    const data: number[] = [];
-    for (const p of per) for (const x of p.data) data.push(x);
-    return { name, datatype: "FP32", shape: [rows.length, ...per[0].shape], data };
+    const data = new Float32Array(per.reduce((a, p) => a + p.data.length, 0));
+    per.reduce((at, p) => (data.set(p.data, at), at + p.data.length), 0);
+    return { name, datatype: "FP32", shape: [rows.length, ...per[0].shape], data, binary };
   });
   return {
     model_name: m.name,

@@ -109,6 +109,13 @@ export class ServeMetrics {
   readonly queueDepth = new Gauge("bertfuse_queue_depth", "Sequences waiting in the batching queue now");
   readonly inFlight = new Gauge("bertfuse_requests_in_flight", "HTTP requests being handled now");
 
+  /** One answer: counted under its endpoint and code, as an error when `failed`, timed from `t0` when `timed`. */
+  answered(endpoint: string, code: string, failed: boolean, t0: number, timed = false): void {
+    this.requests.inc({ endpoint, code });
+    if (failed) this.errors.inc({ endpoint, code });
+    if (timed) this.requestSeconds.observe((performance.now() - t0) / 1000);
+  }
+
   private families(): Family[] {
     return [
       this.requests,

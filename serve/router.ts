@@ -4,7 +4,7 @@
  * the stack on the server's stderr), so no request can crash the server. Each answer is counted in the
  * metrics under its endpoint and status.
  */
-import { errorResponse, HttpError, json } from "./http_error.ts";
+import { errorResponse, HttpError, inFlightError, json } from "./http_error.ts";
 import type { ServeMetrics } from "./metrics.ts";
 
 /** `params` are the route's capture groups, undefined where an optional group did not match. */
@@ -35,9 +35,7 @@ export function createRouter(
     // Requests with a body count against the cap; health checks and metrics still answer when it is full.
     if (req.method !== "GET" && metrics.inFlight.value >= maxInFlight) {
       metrics.requests.inc({ endpoint: "overloaded", code: "503" });
-      return errorResponse(
-        new HttpError(503, `${maxInFlight} requests in flight; retry`, { "retry-after": "1" }),
-      );
+      return errorResponse(inFlightError(maxInFlight));
     }
     const matching = routes.filter((r) => r.path.test(path));
     const route = matching.find((r) => r.method === req.method);
@@ -68,9 +66,7 @@ export function createRouter(
     } finally {
       metrics.inFlight.value--;
     }
-    metrics.requests.inc({ endpoint, code: String(res.status) });
-    if (res.status >= 400) metrics.errors.inc({ endpoint, code: String(res.status) });
-    if (route?.timed) metrics.requestSeconds.observe((performance.now() - t0) / 1000);
+    metrics.answered(endpoint, String(res.status), res.status >= 400, t0, route?.timed);
     return res;
   };
 }

@@ -1,15 +1,18 @@
 /**
  * The HTTP server: KServe v2 health, metadata and inference, the text endpoints when the checkpoint has
- * a tokenizer, and Prometheus metrics, on Deno.serve. It compiles and runs the first batch shape (so a
- * backend that cannot run fails before listening), listens (/v2/health/live answers while the other plans
- * compile), warms every other shape, then reports ready; inference asked before that gets 503. `drain()`
- * stops taking connections, lets every request in flight finish (their sequences are already queued, and
- * the batcher keeps running), then resolves.
+ * a tokenizer, and Prometheus metrics, on Deno.serve; with `grpcPort`, the KServe v2 gRPC service too
+ * (grpc.ts), on the same batcher, limits, metrics and drain. It compiles and runs the first batch shape
+ * (so a backend that cannot run fails before listening), listens (/v2/health/live answers while the other
+ * plans compile), warms every other shape, then reports ready; inference asked before that gets 503.
+ * `drain()` stops taking connections, lets every request in flight finish (their sequences are already
+ * queued, and the batcher keeps running), then resolves.
  */
 import { Batcher } from "./batcher.ts";
-import { readJsonBody } from "./body.ts";
+import { restAnswer, splitBinaryRequest } from "./binary.ts";
+import { parseJson, readBytes } from "./body.ts";
+import type { GrpcServer } from "./grpc.ts";
 import { HttpError } from "./http_error.ts";
-import { inferResponse, MODEL_VERSION, modelMetadata, parseInferRequest } from "./kserve.ts";
+import { inferResponse, MODEL_VERSION, modelConfig, modelMetadata, parseInferRequest } from "./kserve.ts";
 import { ServeMetrics } from "./metrics.ts";
 import { createRouter, type Route } from "./router.ts";
 import type { RowOutputs, ServedModel } from "./served_model.ts";
@@ -19,6 +22,8 @@ export interface ServeOptions {
   hostname: string;
   /** 0 picks a free port; the chosen one is in `Server.addr`. */
   port: number;
+  /** The gRPC service's port (0: a free one, in `Server.grpcPort`); none when undefined. */
+  grpcPort?: number;
   maxDelayMs: number;
   /** Sequences that may wait in the batching queue; one request may hold at most this many. */
   maxQueue: number;
@@ -32,15 +37,27 @@ export interface ServeOptions {
   extraRoutes?: (ctx: RouteContext) => Promise<Route[]> | Route[];
 }
 
+/** What the routes of every protocol share: the model, its checks and the way into the batcher. */
 export interface RouteContext {
   model: ServedModel;
+  metrics: ServeMetrics;
+  opts: ServeOptions;
   /** Runs sequences through the batcher; each resolves to its own outputs. 503 when not ready. */
   runRows: (rows: EncodedRow[]) => Promise<RowOutputs[]>;
   readBody: (req: Request) => Promise<unknown>;
+  /** 404 unless `name` (and `version`, when given) is this server's model. */
+  requireModel: (name: string | undefined, version?: string) => void;
+  /** Ready and not draining. */
+  serving: () => boolean;
+  serverMetadata: () => { name: string; version: string; extensions: string[] };
+  metadata: () => ReturnType<typeof modelMetadata>;
+  /** A KServe v2 request in its JSON shape, checked, run and answered. */
+  infer: (body: unknown) => Promise<ReturnType<typeof inferResponse>>;
 }
 
 export interface Server {
   readonly addr: Deno.NetAddr;
+  readonly grpcPort?: number;
   readonly metrics: ServeMetrics;
   /** Resolves when every shape is compiled and warmed; rejects if warming fails. */
   readonly ready: Promise<void>;
@@ -94,8 +111,23 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
     });
     return Promise.all(batcher.submit(items));
   };
-  const readBody = (req: Request) => readJsonBody(req, opts.maxBodyBytes, opts.bodyTimeoutMs);
-  const ctx: RouteContext = { model, runRows, readBody };
+  const readBody = (req: Request) => readBytes(req, opts.maxBodyBytes, opts.bodyTimeoutMs);
+  const ctx: RouteContext = {
+    model,
+    metrics,
+    opts,
+    runRows,
+    readBody: async (req) => parseJson(await readBody(req)),
+    requireModel,
+    serving: () => state.ready && !state.draining,
+    serverMetadata: () => ({ name: "bertfuse", version: "1", extensions: ["binary_tensor_data"] }),
+    metadata: () => modelMetadata(model),
+    infer: async (body) => {
+      requireServing();
+      const parsed = parseInferRequest(body, model, opts.maxQueue);
+      return inferResponse(model, parsed, await runRows(parsed.rows));
+    },
+  };
 
   const MODEL = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
   const routes: Route[] = [
@@ -105,18 +137,13 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
       path: /^\/v2\/health\/ready$/,
       endpoint: "ready",
       handler: () => {
-        if (!state.ready || state.draining) {
+        if (!ctx.serving()) {
           throw new HttpError(503, state.draining ? "server is shutting down" : "model is still compiling");
         }
         return { ready: true };
       },
     },
-    {
-      method: "GET",
-      path: /^\/v2\/?$/,
-      endpoint: "server_metadata",
-      handler: () => ({ name: "bertfuse", version: "1", extensions: [] }),
-    },
+    { method: "GET", path: /^\/v2\/?$/, endpoint: "server_metadata", handler: ctx.serverMetadata },
     {
       method: "GET",
       path: new RegExp(`^${MODEL}/ready$`),
@@ -129,11 +156,11 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
     },
     {
       method: "GET",
-      path: new RegExp(`^${MODEL}/?$`),
+      path: new RegExp(`^${MODEL}(?:/(config))?/?$`),
       endpoint: "model_metadata",
-      handler: (_req, [name, version]) => {
+      handler: (_req, [name, version, config]) => {
         requireModel(name, version);
-        return modelMetadata(model);
+        return config ? modelConfig(model) : modelMetadata(model);
       },
     },
     {
@@ -144,8 +171,11 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
       handler: async (req, [name, version]) => {
         requireModel(name, version);
         requireServing();
-        const parsed = parseInferRequest(await readBody(req), model, opts.maxQueue);
-        return inferResponse(model, parsed, await runRows(parsed.rows));
+        const bytes = await readBody(req);
+        const headerLength = req.headers.get("inference-header-content-length");
+        return restAnswer(
+          await ctx.infer(headerLength === null ? parseJson(bytes) : splitBinaryRequest(bytes, headerLength)),
+        );
       },
     },
     {
@@ -172,6 +202,11 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
   };
   // The first shape before listening: a backend that cannot compile or run fails before the address shows.
   await model.warm(progress, 1);
+  // gRPC loads only when asked for (grpc-js is a large module); a taken port fails before any listens.
+  let grpcServer: GrpcServer | undefined;
+  if (opts.grpcPort !== undefined) {
+    grpcServer = await (await import("./grpc.ts")).startGrpc(ctx, opts.hostname, opts.grpcPort);
+  }
 
   return new Promise((resolveStart, rejectStart) => {
     let httpServer: Deno.HttpServer<Deno.NetAddr>;
@@ -187,12 +222,15 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
           ready.catch(() => {});
           resolveStart({
             addr,
+            grpcPort: grpcServer?.port,
             metrics,
             ready,
             drain: async () => {
               state.draining = true;
               await httpServer.shutdown();
               await batcher.drained();
+              // gRPC calls that arrived meanwhile were answered UNAVAILABLE; a stalled one is cut.
+              await grpcServer?.close(opts.bodyTimeoutMs ?? 10_000);
             },
           });
         },
@@ -202,6 +240,7 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
         },
       }, handle);
     } catch (e) {
+      grpcServer?.close(0);
       rejectStart(e);
     }
   });

@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { cliEnv, ROOT, runCli } from "../util/cli.ts";
 import { testCpu } from "../util/cpu_check.ts";
+import { kserveClient } from "../../serve/grpc.ts";
 
 const dec = new TextDecoder();
 const FIXTURE_QA = `${ROOT}tests/fixtures/hf-tiny/qa`;
@@ -34,12 +35,17 @@ async function spawnServe(args: string[], env: Record<string, string> = {}) {
     }
   })();
   const stderr = new Response(child.stderr).text();
-  return { child, url, stdout: rest, stderr };
+  return { child, url, grpc: out.match(/ and grpc ([\d.:]+) /)?.[1], stdout: rest, stderr };
 }
 
-Deno.test("SIGTERM answers every request in flight, then exits 0", async () => {
+Deno.test("SIGTERM answers every request in flight, REST and gRPC, then exits 0", async () => {
   // A long batching delay keeps the requests queued when the signal arrives.
-  const s = await spawnServe("--backend reference --port 0 --max-delay-ms 1500".split(" "));
+  const s = await spawnServe("--backend reference --port 0 --grpc-port 0 --max-delay-ms 1500".split(" "));
+  const client = kserveClient(s.grpc!);
+  const grpcInFlight = client.call("ModelInfer", {
+    model_name: "qa",
+    inputs: [{ name: "input_ids", datatype: "INT32", shape: [1, 3], contents: { int_contents: [2, 5, 9] } }],
+  });
   const ask = (n: number) =>
     fetch(`${s.url}/v2/models/qa/infer`, {
       method: "POST",
@@ -51,6 +57,8 @@ Deno.test("SIGTERM answers every request in flight, then exits 0", async () => {
   await new Promise((r) => setTimeout(r, 400));
   s.child.kill("SIGTERM");
   const answers = await Promise.all(inFlight);
+  assert.equal(((await grpcInFlight).raw_output_contents as Uint8Array[])[0].byteLength, 12);
+  client.close();
   for (const r of answers) {
     assert.equal(r.status, 200);
     const body = await r.json();
@@ -74,9 +82,9 @@ Deno.test("a taken port, a bad flag and another host are one line and exit 1", a
         ["--backend", "reference", "--port", port],
         new RegExp(`^error: cannot listen on 127\\.0\\.0\\.1:${port}: `),
       ],
-      [["--port", "70000"], /^error: --port must be at most 65535/],
+      [["--port", "70000"], /^error: --port must be an integer from 0 to 65535/],
       [["--backend", "cpu", "--port", "0"], /^error: --backend cpu: /],
-      [["--max-delay-ms", "soon"], /^error: --max-delay-ms must be a non-negative number, got 'soon'/],
+      [["--max-delay-ms", "soon"], /^error: --max-delay-ms must be a number >= 0, got 'soon'/],
       [["--buckets", "16,x"], /^error: --buckets must be comma-separated positive integers/],
       [["--checkpoint", "/nonexistent"], /^error: --checkpoint \/nonexistent: not a folder/],
       [["--max-batch-size", "999"], /^error: --max-batch-size must be an integer from 1 to 256, got '999'/],

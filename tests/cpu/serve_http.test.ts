@@ -13,7 +13,11 @@ Deno.test("health, server and model metadata", async () => {
     assert.equal((await s.get("/v2/health/live")).status, 200);
     assert.equal((await s.get("/v2/health/ready")).status, 200);
     assert.equal((await s.get("/v2/models/qa/ready")).status, 200);
-    assert.deepEqual((await s.get("/v2")).body, { name: "bertfuse", version: "1", extensions: [] });
+    assert.deepEqual((await s.get("/v2")).body, {
+      name: "bertfuse",
+      version: "1",
+      extensions: ["binary_tensor_data"],
+    });
     const meta = (await s.get("/v2/models/qa")).body as Obj;
     assert.equal(meta.name, "qa");
     assert.deepEqual(meta.versions, ["1"]);

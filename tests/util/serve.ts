@@ -20,6 +20,7 @@ export interface TestServerOptions {
   buckets?: number[];
   bodyTimeoutMs?: number;
   maxInFlight?: number;
+  grpcPort?: number;
 }
 
 export interface Reply {
@@ -69,6 +70,7 @@ export async function serveForTest(
     maxBodyBytes: opts.maxBodyBytes ?? 1 << 20,
     bodyTimeoutMs: opts.bodyTimeoutMs,
     maxInFlight: opts.maxInFlight,
+    grpcPort: opts.grpcPort,
     log,
     extraRoutes: (ctx) => textRoutes(ctx, {}, log),
   });
