@@ -61,13 +61,7 @@ const operandBytes = (o: PlanGemmOperand, rows: number, cols: number, batch: num
 function gemmCallBytes(g: PlanGemm): { a: number; b: number; d: number } {
   const e = g.epilogue;
   const length = e?.kind === "bgrad" && e.operand === "a" ? g.m : g.n;
-  // DGELU reads its GELU input matrix (m×n, in D's type) where a BIAS epilogue reads a vector;
-  // GELU_AUX_BIAS reads the vector and writes that matrix.
-  const aux = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias"
-    ? g.m * g.n * (e.aux.dtype === "f32" ? 4 : 2)
-    : 0;
-  const vector = e && e.kind !== "dgelu" ? length * (e.bias.dtype === "f32" ? 4 : 2) : 0;
-  const bias = aux + vector;
+  const bias = e ? length * (e.bias.dtype === "f32" ? 4 : 2) : 0;
   return {
     a: operandBytes(g.a, g.m, g.k, g.batch),
     b: operandBytes(g.b, g.k, g.n, g.batch),

@@ -121,27 +121,7 @@ export type PlanGemmEpilogue =
     readonly bias: PlanGemmVector;
     readonly fallback: readonly string[];
     readonly copies: readonly number[];
-  }
-  | { readonly kind: "dgelu"; readonly aux: PlanGemmAux }
-  | { readonly kind: "gelu_aux_bias"; readonly bias: PlanGemmVector; readonly aux: PlanGemmAux };
-
-/**
- * The GELU input matrix of a "dgelu" epilogue (cuBLASLt's CUBLASLT_EPILOGUE_DGELU; one batch entry): the
- * call writes D[i][j] = (Σ_p op(A)[i][p]·op(B)[p][j])·GELU'(P[i][j]), P[i][j] = buffer[offset + i·ld + j],
- * GELU the tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), in f32, then D's one rounding. P is
- * stored in D's dtype (compiler/lower/gemm_dgelu.ts). Where the call cannot take it, the kernel's
- * template GEMM computes the same.
- *
- * "gelu_aux_bias" (cuBLASLt's CUBLASLT_EPILOGUE_GELU_AUX_BIAS; one batch entry): with x = Σ_p
- * op(A)[i][p]·op(B)[p][j] + bias[j] in f32, the call writes P[i][j] = x and D[i][j] = GELU(x) (the tanh
- * form), each rounded once to D's dtype, P laid out as for "dgelu" (compiler/lower/gemm_gelu_aux.ts).
- */
-export interface PlanGemmAux {
-  readonly buffer: number;
-  readonly offset: number;
-  readonly dtype: "f32" | "f16" | "bf16";
-  readonly ld: number;
-}
+  };
 
 /**
  * A GEMM as one library call (cuBLASLt on CUDA): D[β] (m×n) = op(A[β]) (m×k) · op(B[β]) (k×n) for

@@ -70,17 +70,6 @@ export interface GemmBias {
 }
 
 /**
- * The GELU input matrix of a DGELU epilogue (gemm_dgelu.ts): element (i, j) of the m×n product's
- * pre-activation at buffer[offset + i·ld + j], stored in D's dtype.
- */
-export interface GemmAux {
-  readonly buffer: number;
-  readonly offset: number;
-  readonly dtype: GemmDType;
-  readonly ld: number;
-}
-
-/**
  * One cublasLtMatmul: D = op(A)·op(B) (+ C), alpha 1, beta 0 (beta 1 with `c`), f32 accumulation
  * (CUBLAS_COMPUTE_32F).
  */
@@ -104,9 +93,7 @@ export interface GemmCall {
   readonly compute: "32F";
   /**
    * cuBLASLt's BIAS epilogue, or a bias gradient (BGRADA / BGRADB, gemm_bgrad.ts) written to `bias` with
-   * the kernels computing it otherwise named in `fallback` (plan/plan.ts PlanGemmEpilogue), or the tanh-GELU
-   * gradient of the pre-activation in `aux` (DGELU, gemm_dgelu.ts), or the tanh-GELU of the product plus `bias`
-   * with that sum written to `aux` (GELU_AUX_BIAS, gemm_gelu_aux.ts).
+   * the kernels computing it otherwise named in `fallback` (plan/plan.ts PlanGemmEpilogue).
    */
   readonly epilogue?:
     | { readonly kind: "bias"; readonly bias: GemmBias }
@@ -116,9 +103,7 @@ export interface GemmCall {
       readonly bias: GemmBias;
       readonly fallback: readonly string[];
       readonly copies: readonly number[];
-    }
-    | { readonly kind: "dgelu"; readonly aux: GemmAux }
-    | { readonly kind: "gelu_aux_bias"; readonly bias: GemmBias; readonly aux: GemmAux };
+    };
 }
 
 export type GemmVerdict =

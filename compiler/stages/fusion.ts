@@ -7,7 +7,6 @@
 import { fuseAttention } from "../fusion/attention.ts";
 import { MAX_MERGED_BINDINGS, mergeConsumers } from "../fusion/consumers.ts";
 import { fuseProducers } from "../fusion/fuse.ts";
-import { geluAuxRoots } from "../fusion/gelu_aux.ts";
 import { mergeSmallReductions } from "../fusion/horizontal.ts";
 import { layoutForGemms } from "../fusion/layout.ts";
 import { mergeRowBlocks } from "../fusion/row_blocks.ts";
@@ -30,12 +29,6 @@ function mergeBindingLimit(s: KernelState, cap: number): number {
   if (s.options.target.language === "wgsl") return Math.min(s.options.maxBindings ?? cap, cap);
   return s.options.maxBindings ?? Infinity;
 }
-/** The forced roots and, for cuBLASLt's DGELU epilogue, tanh-GELU pre-activations (fusion/gelu_aux.ts). */
-function withGeluAux(s: KernelState): ReadonlySet<number> | undefined {
-  const aux = geluAuxRoots(s.graph);
-  return aux.size === 0 ? s.forcedRoots : new Set([...(s.forcedRoots ?? []), ...aux]);
-}
-
 const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => console.error(m) : undefined;
 
 export const fusionStage: Stage<KernelState> = {
@@ -50,7 +43,7 @@ export const fusionStage: Stage<KernelState> = {
       log: logOf(ctx),
       maxBindings: s.options.maxBindings,
       maxBindingBytes: s.options.maxBindingBytes,
-      roots: rawGemmOutputs(s.options.target) ? withGeluAux(s) : s.forcedRoots,
+      roots: s.forcedRoots,
       rawGemmOutputs: rawGemmOutputs(s.options.target),
     }),
   }),

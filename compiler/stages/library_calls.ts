@@ -12,8 +12,6 @@
  */
 import { numel } from "../../ir/mod.ts";
 import { bgradEpilogues } from "../lower/gemm_bgrad.ts";
-import { dgeluCall } from "../lower/gemm_dgelu.ts";
-import { geluAuxBiasCall } from "../lower/gemm_gelu_aux.ts";
 import { deriveGemm, type GemmVerdict, outputOperand } from "../lower/gemm_library.ts";
 import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
@@ -58,31 +56,6 @@ export const libraryCallsStage: Stage<KernelState> = {
         const d = directGemm(v, v.direct, kernels[i].name);
         gemmOf.set(i, d.gemm);
         gemms.push(d.decision);
-        return;
-      }
-      // CUDA: a tanh GELU of the product plus a bias, written with that sum, is the call's GELU_AUX_BIAS
-      // epilogue (gemm_gelu_aux.ts); a heuristic miss runs the template GEMM, which computes the same.
-      const gab = cuda ? geluAuxBiasCall(g, k, kctx, v) : undefined;
-      if (gab?.ok) {
-        const epilogue = { kind: "gelu_aux_bias" as const, bias: gab.bias, aux: gab.aux };
-        gemmOf.set(i, { call: { ...base, d: gab.d, epilogue } });
-        gemms.push({
-          kernel: kernels[i].name,
-          library: true,
-          reason: "cuBLASLt writes the output, the tanh GELU of product + bias and that sum (GELU_AUX_BIAS)",
-        });
-        return;
-      }
-      // CUDA: a tanh-GELU gradient of a stored pre-activation is the call's DGELU epilogue
-      // (gemm_dgelu.ts); a heuristic miss runs the template GEMM, which computes the same.
-      const dgelu = cuda ? dgeluCall(g, k, kctx, v, v.a.dtype) : undefined;
-      if (dgelu?.ok) {
-        gemmOf.set(i, { call: { ...base, d: dgelu.d, epilogue: { kind: "dgelu", aux: dgelu.aux } } });
-        gemms.push({
-          kernel: kernels[i].name,
-          library: true,
-          reason: "cuBLASLt writes the output, the GELU gradient of the stored pre-activation (DGELU)",
-        });
         return;
       }
       const mm = g.nodes[k.anchor!];

@@ -1,6 +1,7 @@
 /**
  * cuBLASLt (libcublasLt.so) through Deno FFI, for GEMMs on CUDA (DESIGN principle 5), with its bias and
- * GELU epilogues. The executor runs plans' library GEMMs (PlanKernel.cudaGemm) through `LtCall`;
+ * bias-gradient epilogues (and GELU for LtGemm). The executor runs plans' library GEMMs (PlanKernel.library)
+ * through `LtCall`;
  * bench/gpu_check.ts checks `LtGemm` against the CPU.
  *
  * C signatures from cuBLASLt's documented API (cublasLt.h is not installed on the development machine):
@@ -81,10 +82,6 @@ const DESC_TRANSA = 3, DESC_TRANSB = 4, DESC_EPILOGUE = 7, DESC_BIAS_POINTER = 8
 // cublasLtMatmulDescAttributes_t: BIAS_BATCH_STRIDE (int64_t elements, default 0: one vector for every
 // batch entry), BIAS_DATA_TYPE (int32_t cudaDataType, default -1: D's type).
 const DESC_BIAS_BATCH_STRIDE = 10, DESC_BIAS_DATA_TYPE = 26;
-// EPILOGUE_AUX_POINTER (the GELU input matrix DGELU reads), EPILOGUE_AUX_LD (int64_t elements; "divisible by
-// 8 and no less than the number of rows in the output matrix", cublasLt.h); its type is D's (AUX_DATA_TYPE
-// left unset: "GELU input matrix elements type is the same as the type of elements of the output matrix").
-const DESC_EPILOGUE_AUX_POINTER = 11, DESC_EPILOGUE_AUX_LD = 12;
 const LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6;
 const PREF_MAX_WORKSPACE_BYTES = 1;
 // cublasLtMatmulPreferenceAttributes_t: MIN_ALIGNMENT_{A,B,C,D}_BYTES (uint32_t, default 256). The
@@ -92,15 +89,11 @@ const PREF_MAX_WORKSPACE_BYTES = 1;
 // alignment the pointers really have (cuBLASLt docs, "cublasLtMatmulPreferenceAttributes_t").
 const PREF_MIN_ALIGNMENT = { a: 5, b: 6, c: 7, d: 8 } as const;
 // cublasLtEpilogue_t: DEFAULT 1, BIAS 4, GELU 32, GELU_BIAS 36, BGRADA 256, BGRADB 512 (cublasLt.h).
-// DGELU = 64 | 128: "apply GELU gradient to matmul output", reading the GELU input matrix (aux).
-// GELU_AUX_BIAS = GELU | 128 | BIAS: "apply Bias and then GELU transform", writing the GELU input (aux).
 const EPILOGUE = {
   none: 1,
   bias: 4,
   gelu: 32,
   gelu_bias: 36,
-  gelu_aux_bias: 164,
-  dgelu: 192,
   bgrada: 256,
   bgradb: 512,
 } as const;
@@ -108,7 +101,7 @@ const HEURISTIC_RESULT_BYTES = 96;
 const HEURISTIC_STATE_OFFSET = 72;
 
 export type GemmDType = "f32" | "f16" | "bf16";
-export type Epilogue = Exclude<keyof typeof EPILOGUE, "bgrada" | "bgradb" | "dgelu" | "gelu_aux_bias">;
+export type Epilogue = Exclude<keyof typeof EPILOGUE, "bgrada" | "bgradb">;
 
 const DATA_TYPE: Record<GemmDType, number> = { f32: CUDA_R_32F, f16: CUDA_R_16F, bf16: CUDA_R_16BF };
 
@@ -365,15 +358,6 @@ export type LtEpilogue = {
   readonly kind: "bias" | "bgrad";
   readonly operand?: "a" | "b";
   readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
-} | {
-  /** DGELU: D = product ⊙ GELU'(aux), the GELU input matrix in D's type (lt_mapping.ts RowMajorDgelu). */
-  readonly kind: "dgelu";
-  readonly aux: { readonly dtype: GemmDType; readonly ld: number };
-} | {
-  /** GELU_AUX_BIAS: aux = product + bias, D = GELU(aux) (lt_mapping.ts RowMajorGeluAuxBias). */
-  readonly kind: "gelu_aux_bias";
-  readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
-  readonly aux: { readonly dtype: GemmDType; readonly ld: number };
 };
 
 /** A plan's GEMM (plan/plan.ts PlanGemm) without its buffers, plus the pointers' alignments in bytes. */
@@ -397,8 +381,6 @@ export interface LtCallSpec {
     readonly d: number;
     readonly c?: number;
     readonly bias?: number;
-    /** The GELU input matrix's (DGELU, GELU_AUX_BIAS). */
-    readonly aux?: number;
   };
 }
 
@@ -439,8 +421,6 @@ export class LtCall {
   private readonly c: Pointer;
   /** The bias pointer the descriptor holds now (calls sharing this LtCall have their own biases). */
   private readonly biasSlot = new BigUint64Array(1);
-  /** Likewise the GELU input matrix's (DGELU, GELU_AUX_BIAS). */
-  private readonly auxSlot = new BigUint64Array(1);
 
   constructor(private readonly lt: CublasLt, readonly spec: LtCallSpec, readonly what: string) {
     const s = lt.symbols;
@@ -465,13 +445,7 @@ export class LtCall {
       setDesc(DESC_TRANSA, i32(lib.transA ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
       setDesc(DESC_TRANSB, i32(lib.transB ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
       // BIAS, or a bias gradient as BGRADA / BGRADB (LtCall passes our B as the library's A).
-      setDesc(DESC_EPILOGUE, i32(EPILOGUE[lib.aux?.kind ?? lib.bias?.kind ?? "none"]), "EPILOGUE");
-      if (lib.aux) {
-        // As the bias pointer below: a stand-in with the real one's alignment until run() sets it.
-        setDesc(DESC_EPILOGUE_AUX_LD, i64(lib.aux.ld), "EPILOGUE_AUX_LD");
-        this.auxSlot[0] = BigInt(spec.align.aux ?? 256);
-        setDesc(DESC_EPILOGUE_AUX_POINTER, new Uint8Array(this.auxSlot.buffer), "EPILOGUE_AUX_POINTER");
-      }
+      setDesc(DESC_EPILOGUE, i32(EPILOGUE[lib.bias?.kind ?? "none"]), "EPILOGUE");
       if (lib.bias) {
         setDesc(DESC_BIAS_DATA_TYPE, i32(DATA_TYPE[lib.bias!.dtype]), "BIAS_DATA_TYPE");
         if (lib.bias!.batchStride !== 0) {
@@ -557,7 +531,7 @@ export class LtCall {
           throw new CudaError(
             `cuBLASLt has no algorithm for ${what} (m ${m}, n ${n}, k ${k}, batch ${batch}, ` +
               `${spec.a.dtype} -> ${spec.d.dtype}${
-                spec.epilogue ? `, ${(lib.aux ?? lib.bias)!.kind.toUpperCase()} epilogue` : ""
+                spec.epilogue ? `, ${lib.bias!.kind.toUpperCase()} epilogue` : ""
               }${spec.c ? ", C with beta 1" : ""})`,
           );
         }
@@ -581,8 +555,7 @@ export class LtCall {
   /**
    * Enqueues D = op(A)·op(B) (+ C, + bias) on `stream` (capturable: the workspace is given, nothing is
    * allocated; the bias pointer is a host-side descriptor value, read when each call is enqueued). `c`:
-   * C's pointer, for a spec with C. `aux`: the GELU input matrix a DGELU call reads or a GELU_AUX_BIAS
-   * call writes, a descriptor value as the bias pointer is.
+   * C's pointer, for a spec with C.
    */
   run(
     a: DevicePtr,
@@ -592,7 +565,6 @@ export class LtCall {
     what = this.what,
     bias?: DevicePtr,
     c?: DevicePtr,
-    aux?: DevicePtr,
   ): void {
     const { lt, spec } = this;
     if ((c === undefined) !== (spec.c === undefined)) {
@@ -601,23 +573,11 @@ export class LtCall {
       );
     }
     const kind = spec.epilogue?.kind;
-    if (kind !== undefined && kind !== "dgelu") {
+    if (kind !== undefined) {
       if (bias === undefined) throw new CudaError(`${what}: the ${kind} epilogue needs its vector`);
       if (this.biasSlot[0] !== bias) {
         this.biasSlot[0] = bias;
         this.setDesc(DESC_BIAS_POINTER, new Uint8Array(this.biasSlot.buffer), "BIAS_POINTER", what);
-      }
-    }
-    if (kind === "dgelu" || kind === "gelu_aux_bias") {
-      if (aux === undefined) throw new CudaError(`${what}: the ${kind} epilogue needs its GELU input matrix`);
-      if (this.auxSlot[0] !== aux) {
-        this.auxSlot[0] = aux;
-        this.setDesc(
-          DESC_EPILOGUE_AUX_POINTER,
-          new Uint8Array(this.auxSlot.buffer),
-          "EPILOGUE_AUX_POINTER",
-          what,
-        );
       }
     }
     // A call in groups (plan/plan.ts PlanGemm.outer): one cublasLtMatmul per group, pointers stepped by

@@ -137,8 +137,6 @@ export type CudaStep =
     readonly c?: DevicePtr;
     /** The vector of the call's BIAS or bias-gradient epilogue (PlanGemm.epilogue). */
     readonly bias?: DevicePtr;
-    /** The GELU input matrix of a DGELU or GELU_AUX_BIAS epilogue. */
-    readonly aux?: DevicePtr;
     readonly epilogue?: Launch;
     /** After the call: the bias gradient copied into the other buffers holding it (its `copies`). */
     readonly copies?: readonly { readonly dst: DevicePtr; readonly bytes: number; readonly what: string }[];
@@ -263,11 +261,7 @@ export class CudaExecutor {
         const a = elementAt(call.a, "A"), b = elementAt(call.b, "B"), d = elementAt(call.d, "D");
         const c = call.c && elementAt(call.c, "C");
         const ep = call.epilogue;
-        // The epilogue's vector, and the GELU input matrix DGELU reads and GELU_AUX_BIAS writes.
-        const bias = ep && ep.kind !== "dgelu" ? elementAt(ep.bias, "bias") : undefined;
-        const aux = ep?.kind === "dgelu" || ep?.kind === "gelu_aux_bias"
-          ? elementAt(ep.aux, "GELU input")
-          : undefined;
+        const bias = ep ? elementAt(ep.bias, "bias") : undefined;
         const full: LtCallSpec = {
           m: call.m,
           n: call.n,
@@ -278,17 +272,7 @@ export class CudaExecutor {
           b: call.b,
           d: call.d,
           ...(call.c ? { c: call.c } : {}),
-          ...(ep?.kind === "dgelu"
-            ? { epilogue: { kind: "dgelu", aux: { dtype: ep.aux.dtype, ld: ep.aux.ld } } }
-            : ep?.kind === "gelu_aux_bias"
-            ? {
-              epilogue: {
-                kind: "gelu_aux_bias",
-                bias: { dtype: ep.bias.dtype, batchStride: ep.bias.batchStride },
-                aux: { dtype: ep.aux.dtype, ld: ep.aux.ld },
-              },
-            }
-            : ep
+          ...(ep
             ? {
               epilogue: {
                 kind: ep.kind,
@@ -304,7 +288,6 @@ export class CudaExecutor {
             ...(c !== undefined ? { c: groupAlignmentOf(c, call.c!, call.outer) } : {}),
             // Every group adds the same vector (plan/plan.ts PlanGemmEpilogue).
             ...(bias !== undefined ? { bias: alignmentOf(bias) } : {}),
-            ...(aux !== undefined ? { aux: alignmentOf(aux) } : {}),
           },
         };
         const keyOf = (spec: LtCallSpec) =>
@@ -369,7 +352,6 @@ export class CudaExecutor {
           d,
           ...(c !== undefined ? { c } : {}),
           ...(bias !== undefined && withBias ? { bias } : {}),
-          ...(aux !== undefined && withBias ? { aux } : {}),
           ...(epilogue ? { epilogue } : {}),
           ...(copies.length ? { copies } : {}),
         };
@@ -669,7 +651,7 @@ export class CudaExecutor {
     if (s.op === "launch") {
       driver.launch(s.fn, s.grid, s.threads, this.stream, s.args, `${s.kernel.name} (step ${s.index})`);
     } else if (s.op === "gemm") {
-      s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`, s.bias, s.c, s.aux);
+      s.call.run(s.a, s.b, s.d, this.stream, `${s.kernel.name} (step ${s.index})`, s.bias, s.c);
       for (const c of s.copies ?? []) driver.copyDtoDAsync(c.dst, s.bias!, c.bytes, this.stream, c.what);
       const e = s.epilogue;
       if (e) {

@@ -30,35 +30,11 @@ export interface RowMajorGemm {
    * "bias": a vector over D's columns, added before D's rounding; "bgrad": the sums over k of op(A)'s rows
    * (operand "a") or of op(B)'s columns (operand "b") written to the vector (plan/plan.ts PlanGemmEpilogue).
    */
-  readonly epilogue?:
-    | {
-      readonly kind: "bias" | "bgrad";
-      readonly operand?: "a" | "b";
-      readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
-    }
-    | RowMajorDgelu
-    | RowMajorGeluAuxBias;
-}
-
-/**
- * "dgelu" (plan/plan.ts PlanGemmAux): D = product ⊙ GELU'(P), P the m×n pre-activation stored row-major
- * with leading dimension `ld` in D's type; the library's CUBLASLT_EPILOGUE_DGELU with P as its GELU input
- * matrix (EPILOGUE_AUX_POINTER), which in the library's column-major terms is P's transpose as D's is.
- */
-export interface RowMajorDgelu {
-  readonly kind: "dgelu";
-  readonly aux: { readonly dtype: GemmDType; readonly ld: number };
-}
-
-/**
- * "gelu_aux_bias" (plan/plan.ts): P = product + bias (a vector over D's columns, as "bias"), D = GELU(P),
- * P written with leading dimension `ld` in D's type: the library's CUBLASLT_EPILOGUE_GELU_AUX_BIAS, whose
- * bias is over its D's rows (our columns, as for BIAS) and whose GELU input matrix is P's transpose.
- */
-export interface RowMajorGeluAuxBias {
-  readonly kind: "gelu_aux_bias";
-  readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
-  readonly aux: { readonly dtype: GemmDType; readonly ld: number };
+  readonly epilogue?: {
+    readonly kind: "bias" | "bgrad";
+    readonly operand?: "a" | "b";
+    readonly bias: { readonly dtype: GemmDType; readonly batchStride: number };
+  };
 }
 
 /**
@@ -101,11 +77,6 @@ export interface LtDescriptors {
   readonly c?: LtLayout;
   readonly beta: 0 | 1;
   /**
-   * DGELU (RowMajorDgelu) or GELU_AUX_BIAS: the GELU input matrix, n×m column-major as D with leading
-   * dimension `ld` (EPILOGUE_AUX_LD), in D's type; DGELU has no vector, GELU_AUX_BIAS BIAS's.
-   */
-  readonly aux?: { readonly kind: "dgelu" | "gelu_aux_bias"; readonly dtype: GemmDType; readonly ld: number };
-  /**
    * The epilogue's vector: `length` elements, batch entries `batchStride` elements apart
    * (BIAS_BATCH_STRIDE). BIAS: added to every column of the library's D, one per row. Our bias runs over
    * D's columns (n), which are the rows of the library's n×m Dᵀ, so it is that vector as it is, length n.
@@ -127,7 +98,7 @@ export interface LtDescriptors {
  * B's: BGRADB, over the library D's m columns.
  */
 export function ltEpilogue(
-  e: Exclude<NonNullable<RowMajorGemm["epilogue"]>, RowMajorDgelu | RowMajorGeluAuxBias>,
+  e: NonNullable<RowMajorGemm["epilogue"]>,
   m: number,
   n: number,
 ) {
@@ -147,10 +118,7 @@ export function ltDescriptors(
   spec: RowMajorGemm,
 ): LtDescriptors {
   const { m, n, k } = spec;
-  const e = spec.epilogue;
-  // The GELU input matrix of DGELU (read) or GELU_AUX_BIAS (written), and the vector of the others.
-  const gelu = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias" ? e : undefined;
-  const vector = e?.kind === "dgelu" || e?.kind === "gelu_aux_bias" ? undefined : e; // tested again so the type narrows
+  const vector = spec.epilogue;
   // Groups are separate calls with the same bias pointer: a vector stepped per entry cannot follow them.
   if ((spec.outer ?? 1) > 1 && (vector?.bias.batchStride ?? 0) !== 0) {
     throw new Error("a bias stepped per batch entry in a call in groups (plan GEMMs never have one)");
@@ -162,15 +130,6 @@ export function ltDescriptors(
   // A bias gradient sums one call's operand: plans give it one batch entry (gemm_bgrad.ts).
   if (spec.epilogue?.kind === "bgrad" && spec.batch !== 1) {
     throw new Error("a bias-gradient epilogue on a batched call (plan GEMMs never have one)");
-  }
-  // DGELU's GELU input matrix: in D's type ("GELU input matrix elements type is the same as the type of
-  // elements of the output matrix"), EPILOGUE_AUX_LD "divisible by 8 and no less than the number of rows
-  // in the output matrix" (cublasLt.h), the library D's n; plans give it one batch entry (gemm_dgelu.ts).
-  if (
-    gelu &&
-    (gelu.aux.dtype !== spec.d.dtype || gelu.aux.ld % 8 !== 0 || gelu.aux.ld < n || spec.batch !== 1)
-  ) {
-    throw new Error("a DGELU aux not in D's type, with a leading dimension cuBLASLt refuses, or batched");
   }
   // A call in `outer` groups is one cublasLtMatmul per group over batch/outer strided entries.
   const batch = spec.batch / (spec.outer ?? 1);
@@ -203,10 +162,5 @@ export function ltDescriptors(
         },
       }
       : {}),
-    // GELU_AUX_BIAS's bias is BIAS's: over the library D's rows, our n columns.
-    ...(e?.kind === "gelu_aux_bias"
-      ? { bias: { kind: "bias" as const, length: n, dtype: e.bias.dtype, batchStride: e.bias.batchStride } }
-      : {}),
-    ...(gelu ? { aux: { kind: gelu.kind, dtype: gelu.aux.dtype, ld: gelu.aux.ld } } : {}),
   };
 }

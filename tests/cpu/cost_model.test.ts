@@ -219,7 +219,15 @@ Deno.test("timings file: {kernels: {name: ms}} or a flat map; bad entries are on
 
 Deno.test("deno task compile --target cuda-sm90 --measured: the summary's GEMM FLOPs and prediction, a measured column", () =>
   withTemp(async (dir) => {
-    const args = [`${ROOT}models/bert-tiny.ts`, "--target", "cuda-sm90", "--batch-size", "2", "--seq-len", "16"];
+    const args = [
+      `${ROOT}models/bert-tiny.ts`,
+      "--target",
+      "cuda-sm90",
+      "--batch-size",
+      "2",
+      "--seq-len",
+      "16",
+    ];
     const first = await runCli("compile.ts", [...args, "--out", `${dir}/a`, "--summary", `${dir}/a.json`]);
     assert.equal(first.code, 0, first.stderr);
     const s = JSON.parse(await Deno.readTextFile(`${dir}/a.json`));

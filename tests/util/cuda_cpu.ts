@@ -16,7 +16,6 @@ import { storedBytes } from "../../plan/plan.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../../numeric/half.ts";
 import { LT_CPU, ltCallCpp } from "./lt_cpu.ts";
-import { LT_GELU_CPU, ltDgeluCallCpp, ltGeluAuxBiasCallCpp } from "./lt_gelu_cpu.ts";
 
 export const CXX = Deno.env.get("CXX") ?? "g++";
 
@@ -226,7 +225,7 @@ const C_TYPE: Record<string, string> = {
  */
 export function program(plan: Plan, library = false): string {
   const sources = new Map<string, number>();
-  const parts = [SHIM, LT_CPU, LT_GELU_CPU];
+  const parts = [SHIM, LT_CPU];
   const addSource = (code: string) => {
     if (sources.has(code)) return;
     sources.set(code, sources.size);
@@ -283,21 +282,6 @@ export function program(plan: Plan, library = false): string {
       // Through cuBLASLt's column-major definition with LtCall's descriptors (tests/util/lt_cpu.ts).
       // A BIAS epilogue's vector: the same for every group (plan/plan.ts PlanGemmEpilogue).
       const ep = call.epilogue;
-      // DGELU: the GELU input matrix read in D's type (tests/util/lt_gelu_cpu.ts); one group.
-      if (ep?.kind === "gelu_aux_bias") {
-        const vec = `(reinterpret_cast<const ${C_TYPE[ep.bias.dtype]}*>${
-          at(ep.bias.buffer)
-        } + ${ep.bias.offset})`;
-        const aux = `(reinterpret_cast<${C_TYPE[ep.aux.dtype]}*>${at(ep.aux.buffer)} + ${ep.aux.offset})`;
-        main.push(`  ${ltGeluAuxBiasCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d), vec, aux)}`);
-        continue;
-      }
-      if (ep?.kind === "dgelu") {
-        const t = C_TYPE[ep.aux.dtype];
-        const aux = `(reinterpret_cast<const ${t}*>${at(ep.aux.buffer)} + ${ep.aux.offset})`;
-        main.push(`  ${ltDgeluCallCpp(call, ptr(call.a), ptr(call.b), ptr(call.d), aux)}`);
-        continue;
-      }
       const bias = ep &&
         `(reinterpret_cast<const ${C_TYPE[ep.bias.dtype]}*>${at(ep.bias.buffer)} + ${ep.bias.offset})`;
       // C (beta 1): stepped per group like D (plan/plan.ts PlanGemm.c).

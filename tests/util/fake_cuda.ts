@@ -156,9 +156,7 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
  * op(B)'s columns (D's columns) to the bias pointer, in BIAS_DATA_TYPE; beta times C (with C's own layout,
  * which must have D's shape, batch and type) added before D's rounding. With FAKE_LT_NO_BGRAD set, the
  * heuristic finds no algorithm for a bias-gradient epilogue (a heuristic miss); with FAKE_LT_NO_C, none for
- * a C layout other than D's (a call with C: a heuristic miss). DGELU (192) multiplies D by the tanh-form
- * GELU's derivative at the GELU input matrix (EPILOGUE_AUX_POINTER 11, AUX_LD 12), in D's type; GELU_AUX_BIAS
- * (164) writes product + bias there and D = its tanh-form GELU.
+ * a C layout other than D's (a call with C: a heuristic miss).
  */
 export const FAKE_LT = String.raw`
 #include <math.h>
@@ -167,8 +165,7 @@ export const FAKE_LT = String.raw`
 #include <string.h>
 
 typedef struct {
-  int transa, transb; unsigned epilogue; uint64_t bias; int64_t bias_stride; int bias_type; uint64_t aux;
-  int64_t aux_ld;
+  int transa, transb; unsigned epilogue; uint64_t bias; int64_t bias_stride; int bias_type;
 } Desc;
 typedef struct { int type; uint64_t rows, cols; int64_t ld; int batch; int64_t stride; } Layout;
 static int matmuls;
@@ -190,8 +187,6 @@ int cublasLtMatmulDescSetAttribute(Desc *d, int attr, const void *buf, size_t n)
     case 8: if (n != 8) return 7; memcpy(&d->bias, buf, 8); return 0;
     case 10: if (n != 8) return 7; memcpy(&d->bias_stride, buf, 8); return 0;
     case 26: if (n != 4) return 7; memcpy(&d->bias_type, buf, 4); return 0;
-    case 11: if (n != 8) return 7; memcpy(&d->aux, buf, 8); return 0;
-    case 12: if (n != 8) return 7; memcpy(&d->aux_ld, buf, 8); return 0;
     default: return 7;
   }
 }
@@ -248,11 +243,8 @@ int cublasLtMatmul(void *h, Desc *d, const void *alpha, const void *A, Layout *a
   if (be != 0.0f && (!C || c->rows != dl->rows || c->cols != dl->cols || c->batch != dl->batch ||
                      c->type != dl->type)) return 7;
   const unsigned ep = d->epilogue;
-  if (ep != 1 && ep != 4 && ep != 164 && ep != 192 && ep != 256 && ep != 512) return 15; /* NOT_SUPPORTED */
-  if (ep != 1 && ep != 192 && !d->bias) return 7;
-  /* DGELU: the GELU input matrix in D's type, AUX_LD divisible by 8 and no less than D's rows (cublasLt.h). */
-  if ((ep == 164 || ep == 192) && (!d->aux || d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)dl->rows || dl->batch != 1))
-    return 7;
+  if (ep != 1 && ep != 4 && ep != 256 && ep != 512) return 15; /* NOT_SUPPORTED */
+  if (ep != 1 && !d->bias) return 7;
   if ((ep == 256 || ep == 512) && dl->batch != 1) return 15;
   const int bias_type = d->bias_type == -1 ? dl->type : d->bias_type;
   const int64_t m = dl->rows, n = dl->cols, k = d->transa ? a->rows : a->cols;
@@ -268,18 +260,7 @@ int cublasLtMatmul(void *h, Desc *d, const void *alpha, const void *A, Layout *a
         }
         float v = al * acc;
         if (be != 0.0f) v += be * load(c->type, C, q * c->stride + i + j * c->ld);
-        if (d->epilogue == 4 || ep == 164) v += load(bias_type, (const void *)(uintptr_t)d->bias, q * d->bias_stride + i);
-        if (ep == 164) {
-          /* GELU_AUX_BIAS: the sum stored as the GELU input matrix, D its tanh-form GELU. */
-          store(dl->type, (void *)(uintptr_t)d->aux, i + j * d->aux_ld, v);
-          v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-        }
-        if (ep == 192) {
-          /* cuBLASLt's GELU is the tanh form: v times its derivative at the stored pre-activation x. */
-          const float x = load(dl->type, (const void *)(uintptr_t)d->aux, i + j * d->aux_ld);
-          const float c = 0.7978845608028654f, a3 = 0.044715f, t = tanhf(c * (x + a3 * x * x * x));
-          v *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a3 * x * x);
-        }
+        if (ep == 4) v += load(bias_type, (const void *)(uintptr_t)d->bias, q * d->bias_stride + i);
         store(dl->type, D, q * dl->stride + i + j * dl->ld, v);
       }
   /* The bias gradient, from the operands as the call reads them: over k of op(A) (BGRADA, one per row of
