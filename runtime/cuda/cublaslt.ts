@@ -1,8 +1,7 @@
 /**
  * cuBLASLt (libcublasLt.so) through Deno FFI, for GEMMs on CUDA (DESIGN principle 5), with its bias and
- * bias-gradient epilogues (and GELU for LtGemm). The executor runs plans' library GEMMs (PlanKernel.library)
- * through `LtCall`;
- * bench/gpu_check.ts checks `LtGemm` against the CPU.
+ * bias-gradient epilogues. The executor runs plans' library GEMMs (PlanKernel.library) through `LtCall`;
+ * bench/gpu_check.ts checks it against the CPU.
  *
  * C signatures from cuBLASLt's documented API (cublasLt.h is not installed on the development machine):
  * cublasStatus_t is a C enum (i32); handles and descriptors are pointers; cublasComputeType_t,
@@ -88,12 +87,10 @@ const PREF_MAX_WORKSPACE_BYTES = 1;
 // heuristic only returns algorithms that work with pointers aligned this much, so they are set to the
 // alignment the pointers really have (cuBLASLt docs, "cublasLtMatmulPreferenceAttributes_t").
 const PREF_MIN_ALIGNMENT = { a: 5, b: 6, c: 7, d: 8 } as const;
-// cublasLtEpilogue_t: DEFAULT 1, BIAS 4, GELU 32, GELU_BIAS 36, BGRADA 256, BGRADB 512 (cublasLt.h).
+// cublasLtEpilogue_t: DEFAULT 1, BIAS 4, BGRADA 256, BGRADB 512 (cublasLt.h).
 const EPILOGUE = {
   none: 1,
   bias: 4,
-  gelu: 32,
-  gelu_bias: 36,
   bgrada: 256,
   bgradb: 512,
 } as const;
@@ -101,24 +98,8 @@ const HEURISTIC_RESULT_BYTES = 96;
 const HEURISTIC_STATE_OFFSET = 72;
 
 export type GemmDType = "f32" | "f16" | "bf16";
-export type Epilogue = Exclude<keyof typeof EPILOGUE, "bgrada" | "bgradb">;
 
 const DATA_TYPE: Record<GemmDType, number> = { f32: CUDA_R_32F, f16: CUDA_R_16F, bf16: CUDA_R_16BF };
-
-/** D[m, n] = op(A)·op(B) (+ bias[n], GELU), row-major, `batch` matrices at element strides, f32 accumulate. */
-export interface GemmSpec {
-  readonly m: number;
-  readonly n: number;
-  readonly k: number;
-  /** A is stored [k, m] (and used transposed) instead of [m, k]. */
-  readonly transA?: boolean;
-  /** B is stored [n, k] (and used transposed) instead of [k, n]. */
-  readonly transB?: boolean;
-  /** Element type of A, B and D (and the bias); accumulation and alpha/beta are f32. */
-  readonly dtype: GemmDType;
-  readonly epilogue?: Epilogue;
-  readonly batch?: number;
-}
 
 const i32 = (v: number) => new Uint8Array(new Int32Array([v]).buffer);
 const i64 = (v: number) => new Uint8Array(new BigInt64Array([BigInt(v)]).buffer);
@@ -157,11 +138,6 @@ export class CublasLt {
     return Number(this.lib.symbols.cublasLtGetVersion());
   }
 
-  /** A ready GEMM: descriptors made and an algorithm chosen by cuBLASLt's heuristic. */
-  plan(spec: GemmSpec, what: string): LtGemm {
-    return new LtGemm(this, this.lib.symbols, spec, what);
-  }
-
   check(call: string, status: number, what: string): void {
     if (status === 0) return;
     const f = this.lib.symbols.cublasLtGetStatusName;
@@ -177,164 +153,6 @@ export class CublasLt {
     } finally {
       this.lib.close();
     }
-  }
-}
-
-export class LtGemm {
-  private readonly desc: Pointer;
-  private readonly layouts: Pointer[] = [];
-  private readonly algo = new Uint8Array(HEURISTIC_RESULT_BYTES);
-  private readonly alpha = new Uint8Array(new Float32Array([1]).buffer);
-  private readonly beta = new Uint8Array(new Float32Array([0]).buffer);
-  private readonly a: Pointer;
-  private readonly b: Pointer;
-  private readonly d: Pointer;
-  private readonly biasSlot = new BigUint64Array(1);
-
-  constructor(
-    private readonly lt: CublasLt,
-    private readonly s: Deno.DynamicLibrary<typeof CUBLASLT_SYMBOLS>["symbols"],
-    readonly spec: GemmSpec,
-    readonly what: string,
-  ) {
-    const { m, n, k, dtype } = spec;
-    const batch = spec.batch ?? 1;
-    const out = new BigUint64Array(1);
-    const ptr = () => Deno.UnsafePointer.create(out[0]);
-    lt.check(
-      "cublasLtMatmulDescCreate",
-      s.cublasLtMatmulDescCreate(out, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-      what,
-    );
-    this.desc = ptr();
-    // Library "A" is our B, library "B" is our A (see the header).
-    const setDesc = (attr: number, buf: Uint8Array<ArrayBuffer>, name: string) =>
-      lt.check(
-        `cublasLtMatmulDescSetAttribute(${name})`,
-        s.cublasLtMatmulDescSetAttribute(this.desc, attr, buf, BigInt(buf.byteLength)),
-        what,
-      );
-    setDesc(DESC_TRANSA, i32(spec.transB ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSA");
-    setDesc(DESC_TRANSB, i32(spec.transA ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
-    const epilogue = spec.epilogue ?? "none";
-    setDesc(DESC_EPILOGUE, i32(EPILOGUE[epilogue]), "EPILOGUE");
-
-    const layout = (rows: number, cols: number, ld: number, stride: number, name: string) => {
-      lt.check(
-        `cublasLtMatrixLayoutCreate(${name})`,
-        s.cublasLtMatrixLayoutCreate(out, DATA_TYPE[dtype], BigInt(rows), BigInt(cols), BigInt(ld)),
-        what,
-      );
-      const l = ptr();
-      this.layouts.push(l);
-      if (batch > 1) {
-        lt.check(
-          "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)",
-          s.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_BATCH_COUNT, i32(batch), 4n),
-          what,
-        );
-        lt.check(
-          "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)",
-          s.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_STRIDED_BATCH_OFFSET, i64(stride), 8n),
-          what,
-        );
-      }
-      return l;
-    };
-    // Column-major views of the row-major operands: B [k, n] is Bᵀ [n, k] with ld n; stored [n, k] it is
-    // [k, n] with ld k and transposed. Likewise A.
-    this.b = spec.transB ? layout(k, n, k, n * k, "B") : layout(n, k, n, n * k, "B");
-    this.a = spec.transA ? layout(m, k, m, m * k, "A") : layout(k, m, k, m * k, "A");
-    this.d = layout(n, m, n, m * n, "D");
-
-    lt.check("cublasLtMatmulPreferenceCreate", s.cublasLtMatmulPreferenceCreate(out), what);
-    const pref = ptr();
-    try {
-      lt.check(
-        "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)",
-        s.cublasLtMatmulPreferenceSetAttribute(
-          pref,
-          PREF_MAX_WORKSPACE_BYTES,
-          u64(BigInt(lt.workspaceBytes)),
-          8n,
-        ),
-        what,
-      );
-      const count = new Int32Array(1);
-      lt.check(
-        "cublasLtMatmulAlgoGetHeuristic",
-        s.cublasLtMatmulAlgoGetHeuristic(
-          lt.handle,
-          this.desc,
-          this.b,
-          this.a,
-          this.d,
-          this.d,
-          pref,
-          1,
-          this.algo,
-          count,
-        ),
-        what,
-      );
-      const state = new DataView(this.algo.buffer).getInt32(HEURISTIC_STATE_OFFSET, true);
-      if (count[0] < 1 || state !== 0) {
-        throw new CudaError(
-          `cuBLASLt has no algorithm for ${what} (m ${m}, n ${n}, k ${k}, ${dtype}, epilogue ${epilogue}, batch ${batch})`,
-        );
-      }
-    } finally {
-      s.cublasLtMatmulPreferenceDestroy(pref);
-    }
-  }
-
-  /** Enqueues D = op(A)·op(B) (+ bias) on `stream`. */
-  run(a: DevicePtr, b: DevicePtr, d: DevicePtr, stream: Pointer, bias?: DevicePtr): void {
-    const { lt, s } = this;
-    const epilogue = this.spec.epilogue ?? "none";
-    if (epilogue === "bias" || epilogue === "gelu_bias") {
-      if (bias === undefined) throw new CudaError(`${this.what}: epilogue ${epilogue} needs a bias`);
-      if (this.biasSlot[0] !== bias) {
-        this.biasSlot[0] = bias;
-        lt.check(
-          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)",
-          s.cublasLtMatmulDescSetAttribute(
-            this.desc,
-            DESC_BIAS_POINTER,
-            new Uint8Array(this.biasSlot.buffer),
-            8n,
-          ),
-          this.what,
-        );
-      }
-    }
-    lt.check(
-      "cublasLtMatmul",
-      s.cublasLtMatmul(
-        lt.handle,
-        this.desc,
-        this.alpha,
-        b,
-        this.b,
-        a,
-        this.a,
-        this.beta,
-        d,
-        this.d,
-        d,
-        this.d,
-        this.algo,
-        lt.workspace,
-        BigInt(lt.workspaceBytes),
-        stream,
-      ),
-      this.what,
-    );
-  }
-
-  destroy(): void {
-    for (const l of this.layouts) this.s.cublasLtMatrixLayoutDestroy(l);
-    this.s.cublasLtMatmulDescDestroy(this.desc);
   }
 }
 
