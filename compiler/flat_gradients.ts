@@ -1,6 +1,6 @@
 /**
  * The flat gradient rule of the storage policy (storage_precision.ts): which in-place flat gradient
- * vectors, and which of their pieces, are stored in the low precision on plans for CUDA alone with library
+ * vectors, and which of their pieces, are stored in the low precision on CUDA plans with library
  * GEMMs. The optimizer reads the flat gradient twice (the global-norm pass and LAMB's phase 1): stored
  * f16/bf16, both move 2 bytes of it per parameter, and every kernel that writes a piece writes 2.
  *

@@ -20,7 +20,7 @@
  *   rounding at every addition would lose the small contributions ("gradient reductions in f32");
  * - concats and their operands, through views (the optimizer concatenates every parameter gradient into
  *   one flat f32 vector, assembled in place: the parts live inside the vector's buffer); except the flat
- *   gradient on plans for CUDA alone (below);
+ *   gradient on CUDA plans (below);
  * - values that reach a graph output through elementwise ops and views only (a weight gradient GEMM
  *   feeding the parameter update `w - lr·g`): the output could not be more precise than they are, and
  *   the step's outputs are f32 by contract; except an update direction (below).
@@ -41,7 +41,7 @@
  *   type `UPD_T` of its own, dispatched float or half from the update tensor it writes
  *   (`update[i] = (UPD_T)r_p[ii]`), and NVIDIA's BERT pre-training can all-reduce the accumulated
  *   gradients in FP16 (--allreduce_post_accumulation_fp16), so LAMB's input has been through f16 there.
- * The flat gradient rule (flat_gradients.ts; plans for CUDA alone with library GEMMs, stages/storage.ts):
+ * The flat gradient rule (flat_gradients.ts; CUDA plans with library GEMMs, stages/storage.ts):
  * the flat gradient vector LAMB reads, assembled in place, is stored low with its pieces and the `grad.*`
  * outputs, although they are concat operands and graph outputs. LAMB reads it twice (the global-norm pass
  * and phase 1), and each kernel writing a piece writes half the bytes (bert-large b64 on an H100, cost

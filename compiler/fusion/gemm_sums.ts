@@ -1,6 +1,6 @@
 /**
  * Sums into library GEMMs (cuBLASLt's C with β = 1): on a plan whose GEMMs write their raw products (a plan
- * for CUDA alone, stages/fusion.ts rawGemmOutputs), an add of a product p and a tensor y already stored
+ * CUDA plans, stages/fusion.ts rawGemmOutputs), an add of a product p and a tensor y already stored
  * (another product's running sum, or any buffer of the add's shape written earlier) moves from the kernel
  * reading p into p's own matmul kernel, whose one root becomes the add: cuBLASLt then computes
  * D = op(A)·op(B) + 1·C with C = y's buffer (lower/gemm_library.ts derives the call), and the template

@@ -33,7 +33,7 @@
  * their rounding to storage. The difference is that rounding, which every other reader of dY (the dW and
  * dX GEMMs among them) sees too.
  *
- * Only where the plan is emitted for CUDA alone (the kernels stay in the plan, named in the epilogue as its
+ * Only where the plan is for a CUDA target (the kernels stay in the plan, named in the epilogue as its
  * fallback: the runtime launches them only where the call must run without the epilogue), and where the
  * step order lets either path write the vector: the column-sum kernels run before the GEMM, and everything
  * else reading the vector after it, so the memory plan's lifetimes hold for both.

@@ -624,7 +624,7 @@ function headsCall(
  * `opts.biasEpilogue`: a root that is the product plus a bias vector may be written directly with
  * cuBLASLt's BIAS epilogue (CUDA only: the CPU's BLAS call has no epilogue, so a compile for the C
  * backend leaves it off). `opts.sumC`: a root that is the product plus a stored tensor of D's layout and
- * dtype may be written directly with that tensor as C, beta 1 (plans for CUDA alone,
+ * dtype may be written directly with that tensor as C, beta 1 (CUDA plans,
  * compiler/fusion/gemm_sums.ts).
  */
 export function deriveGemm(

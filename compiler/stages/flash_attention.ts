@@ -1,6 +1,6 @@
 /**
- * Flash attention on CUDA for training (issue 16 item 3), for the cuda-sm90 profile only and only where a
- * plan is compiled for CUDA alone (the kernels exist only as CUDA C): each self-attention the matcher finds
+ * Flash attention on CUDA for training (issue 16 item 3), for targets with the flashAttention knob
+ * (cuda-sm90) whose language is CUDA (the kernels exist only as CUDA C): each self-attention the matcher finds
  * (compiler/lower/flash_match.ts) that flashIneligible allows has its forward kernels (Q·Kᵀ, softmax with
  * dropout, P·V) replaced by one flash forward writing O and the f32 row logsumexp (a new buffer), and its
  * backward kernels (dP, dV, softmax backward, dQ, dK) by one kernel per (batch, head) where the sequence

@@ -1,5 +1,5 @@
 /**
- * Sums of GEMM products as cuBLASLt's C with beta 1, on plans for CUDA alone with library GEMMs (the only
+ * Sums of GEMM products as cuBLASLt's C with beta 1, on CUDA plans with library GEMMs (the only
  * runtime that runs the calls; targets/target.ts rawGemmOutputs), in two stages: before fusion the products of an
  * add tree are summed first (compiler/gemm_sum_order.ts), after the other fusion stages each partial sum
  * moves into the kernel of the GEMM that can add it as C (compiler/fusion/gemm_sums.ts). A stage file of its
@@ -17,7 +17,7 @@ const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => consol
 
 export const gemmSumOrderStage: Stage<KernelState> = {
   name: "gemm-sum-order",
-  about: "CUDA alone: in a sum with two or more GEMM products, the products are summed first",
+  about: "CUDA: in a sum with two or more GEMM products, the products are summed first",
   run: (s, ctx) => {
     if (!s.options.fuse || !applies(s)) return s;
     const r = productsSummedFirst(s.graph);
@@ -32,7 +32,7 @@ const NAME = "fusion-gemm-sums";
 
 export const gemmSumsStage: Stage<KernelState> = {
   name: NAME,
-  about: "CUDA alone: an add of a library GEMM's product and a stored tensor becomes the call's C (beta 1)",
+  about: "CUDA: an add of a library GEMM's product and a stored tensor becomes the call's C (beta 1)",
   run: (s, ctx) => {
     if (!s.fusing || !applies(s)) return s;
     const f = need(s.fusion, "the fusion", NAME);

@@ -121,6 +121,8 @@ export class CpuExecutor {
       units.push(sources.slice(i, i + SOURCES_PER_UNIT).map((_, j) => i + j));
     }
     const pool = await openPool(ctx.cc, ctx.threads, ctx.blas?.path);
+    // Every page mapped now, by the pool's threads, rather than by the first step one fault at a time.
+    pool.lib.symbols.bf_touch(memory, BigInt(memory.byteLength));
     const paths = await Promise.all(
       units.map((u, n) =>
         compileLibrary(ctx.cc, unitSource(u, sources), `${plan.graph} (part ${n + 1} of ${units.length})`, [
@@ -213,14 +215,17 @@ export class CpuExecutor {
   write(target: string | number, data: ArrayLike<number>): void {
     this.alive();
     const b = this.buffer(target);
-    this.memory.set(encodeStored(b, data), this.offset(b));
+    // Encoded straight into the arena: no temporary (BERT-base's 440 MB of weights were copied twice).
+    const at = this.offset(b);
+    encodeStored(b, data, this.memory.subarray(at, at + storedSize(b)));
   }
 
   read(target: string | number): Promise<HostArray> {
     this.alive();
     const b = this.buffer(target);
     const at = this.offset(b);
-    return Promise.resolve(decodeStored(b, this.memory.slice(at, at + storedSize(b))));
+    // decodeStored copies the bytes once; the view saves a second copy.
+    return Promise.resolve(decodeStored(b, this.memory.subarray(at, at + storedSize(b))));
   }
 
   step(): Promise<void> {

@@ -10,33 +10,41 @@ import { CudaError } from "./errors.ts";
 
 export type HostArray = Float32Array | Int32Array | Uint32Array;
 
-/** `data` in the stored form of `b` (exactly storedSize(b) bytes). */
-export function encodeStored(b: PlanBuffer, data: ArrayLike<number>): Uint8Array<ArrayBuffer> {
+/**
+ * `data` in the stored form of `b` (exactly storedSize(b) bytes), written into `out` when it is given (a
+ * buffer's own bytes, 4-byte aligned: the CPU executor's arena), else into fresh bytes.
+ */
+export function encodeStored(
+  b: PlanBuffer,
+  data: ArrayLike<number>,
+  out: Uint8Array<ArrayBuffer> = new Uint8Array(storedSize(b)),
+): Uint8Array<ArrayBuffer> {
   const n = numel(b.shape);
   if (data.length !== n) {
     throw new CudaError(
       `buffer '${b.name}' has ${n} elements (shape [${b.shape.join(", ")}]), got ${data.length} values`,
     );
   }
-  const out = new Uint8Array(storedSize(b));
+  const view = <T>(C: new (buf: ArrayBuffer, at: number, n: number) => T) =>
+    new C(out.buffer, out.byteOffset, n);
   switch (b.dtype) {
     case "f32":
-      new Float32Array(out.buffer).set(data);
+      view(Float32Array).set(data);
       break;
     case "f16":
-      new Float16Array(out.buffer).set(data);
+      view(Float16Array).set(data);
       break;
     case "bf16":
-      new Uint16Array(out.buffer).set(encodeBF16(data));
+      view(Uint16Array).set(encodeBF16(data));
       break;
     case "i32":
-      new Int32Array(out.buffer).set(data);
+      view(Int32Array).set(data);
       break;
     case "u32":
-      new Uint32Array(out.buffer).set(data);
+      view(Uint32Array).set(data);
       break;
     case "bool": {
-      const u = new Uint32Array(out.buffer);
+      const u = view(Uint32Array);
       for (let i = 0; i < n; i++) u[i] = data[i] ? 1 : 0;
       break;
     }

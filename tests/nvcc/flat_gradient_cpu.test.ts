@@ -1,7 +1,7 @@
 /**
  * The flat gradient rule of the storage policy (compiler/flat_gradients.ts): an fp16 training step planned
- * for CUDA alone with library GEMMs stores LAMB's flat gradient, its pieces and the `grad.*` outputs f16;
- * plans for WebGPU, the CPU, mixed targets or template GEMMs keep them f32, and so does a layout whose
+ * for CUDA with library GEMMs stores LAMB's flat gradient, its pieces and the `grad.*` outputs f16;
+ * plans for WebGPU, the CPU or template GEMMs keep them f32, and so does a layout whose
  * pieces would start off the 256-byte alignment or a profile that keeps a piece a scatter accumulator.
  * Then on the CPU through g++ and the CUDA shim with the library path (tests/util/cuda_cpu.ts), on fresh
  * random inputs against the reference interpreter's round-trip graph: a one-layer BERT step, and a LAMB
@@ -59,7 +59,7 @@ function gradientTypes(g: Graph, options: CompileOptions): Set<string> {
   return new Set([...flat, ...grads].map((id) => c.storage.storedType(id)));
 }
 
-Deno.test("flat gradient: f16 on plans for CUDA alone with library GEMMs only", () => {
+Deno.test("flat gradient: f16 on CUDA plans with library GEMMs only", () => {
   const g = bertStep(128);
   assert.deepEqual(gradientTypes(g, cudaAlone), new Set(["f16"]));
   for (

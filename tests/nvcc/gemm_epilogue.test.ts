@@ -253,7 +253,7 @@ Deno.test({
   },
 });
 
-Deno.test("raw products: CUDA alone, Linear + f32 bias + GELU + Linear stores the f16 product; GELU and its backward read it", async () => {
+Deno.test("raw products: CUDA, Linear + f32 bias + GELU + Linear stores the f16 product; GELU and its backward read it", async () => {
   // Mixed precision's FFN: an f16 product, an f32 bias (cuBLASLt takes none on an f16 D). As the GEMM's
   // epilogue, bias and GELU would cost a scratch product written and read back, and the pre-activation
   // written beside the activation; instead the call writes the product alone, a loop kernel the

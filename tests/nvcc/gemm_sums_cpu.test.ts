@@ -1,6 +1,6 @@
 /**
  * Sums of GEMM products as cuBLASLt's C with beta 1 (compiler/gemm_sum_order.ts, compiler/fusion/gemm_sums.ts,
- * plans for CUDA alone): y = a1·b1 + a2ᵀ·b2 + a3·b3ᵀ + a4ᵀ·b4ᵀ (every transpose combination; m ≠ n ≠ k, so a
+ * CUDA plans): y = a1·b1 + a2ᵀ·b2 + a3·b3ᵀ + a4ᵀ·b4ᵀ (every transpose combination; m ≠ n ≠ k, so a
  * C laid out the wrong way aborts the shim's layout check), plain and batched, f32 and f16, is four calls,
  * each later one reading the running sum the one before wrote, and no other kernel. Run on the CPU shim
  * (the calls through cuBLASLt's column-major definition with LtCall's descriptors, tests/util/lt_cpu.ts)
