@@ -23,7 +23,7 @@ import { type DType, type Graph, isFloat } from "../ir/mod.ts";
 import type { CudaContext } from "../runtime/cuda/context.ts";
 import { CublasLt, type GemmDType, LtCall } from "../runtime/cuda/cublaslt.ts";
 import { CudaExecutor } from "../runtime/cuda/executor.ts";
-import { decodeStored, encodeStored } from "../runtime/cuda/host.ts";
+import { decodeStored, encodeStored } from "../runtime/host.ts";
 import type { PlanBuffer } from "../plan/plan.ts";
 import { evaluate } from "../runtime/reference/interpreter.ts";
 import { randomFeeds } from "../cases/random_feeds.ts";

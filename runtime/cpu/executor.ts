@@ -16,8 +16,8 @@ import {
   storedSize,
   type TargetKernel,
 } from "../../plan/plan.ts";
-import { type ArenaLayout, arenaLayout } from "../cuda/layout.ts";
-import { decodeStored, encodeStored, type HostArray } from "../cuda/host.ts";
+import { type ArenaLayout, arenaLayout } from "../arena.ts";
+import { decodeStored, encodeStored, type HostArray } from "../host.ts";
 import type { LaunchTime, Profile } from "../webgpu/timing.ts";
 import { type Blas, type BlasCall, blasCallOf, blasCan } from "./blas.ts";
 import { type CCompiler, compileLibrary } from "./cc.ts";

@@ -36,10 +36,10 @@ import type { LaunchTime, Profile } from "../webgpu/timing.ts";
 import type { CudaContext } from "./context.ts";
 import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";
 import { CudaError } from "./errors.ts";
-import { decodeStored, encodeStored, type HostArray } from "./host.ts";
+import { decodeStored, encodeStored, type HostArray } from "../host.ts";
 import { kernelCacheKey } from "./kernel_cache.ts";
 import { alignmentOf, CublasLt, groupAlignmentOf, LtCall, type LtCallSpec } from "./cublaslt.ts";
-import { type ArenaLayout, arenaLayout, zeroRegions } from "./layout.ts";
+import { type ArenaLayout, arenaLayout, zeroRegions } from "../arena.ts";
 import type { DiscoverOptions } from "./libs.ts";
 
 /** The kernel entry point every CUDA kernel of a plan defines. */

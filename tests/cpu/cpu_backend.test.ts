@@ -10,6 +10,9 @@ import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { F16_TOL, F32_TOL } from "../util/fused_check.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
+import { compileGraph } from "../../compiler/compile.ts";
+import { TARGETS } from "../../compiler/targets/target.ts";
+import { CpuExecutor } from "../../runtime/cpu/executor.ts";
 
 const cpu = await testCpu();
 
@@ -48,4 +51,20 @@ Deno.test("--backend cpu without a C compiler is a one-line error naming the com
     "CpuBackendError: --backend cpu: no C compiler: '/nonexistent/cc' not found (install gcc, e.g. " +
     "apt-get install gcc, or set CC)",
   ]);
+});
+
+Deno.test({
+  name: "a plan compiled for another target is refused in one line before any work",
+  ignore: !cpu.ctx,
+  fn: async () => {
+    const c = FUSION_CASES[0];
+    const { plan } = compileGraph(graphOf(c.name, c.body, "f32", false), {
+      fuse: true,
+      target: TARGETS["cuda-sm90"],
+    });
+    await assert.rejects(
+      () => CpuExecutor.create(cpu.ctx!, plan),
+      /^CpuError: the plan was compiled for cuda-sm90 \(cuda\); the CPU backend runs c plans: recompile it/,
+    );
+  },
 });

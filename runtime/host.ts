@@ -3,10 +3,10 @@
  * bit patterns (rounded to nearest even), bool as a 4-byte u32 0/1 (the kernel ABI's bool). The same
  * conventions as the WebGPU runtime's, plus bf16, which WGSL lacks.
  */
-import { numel } from "../../ir/dtype.ts";
-import { decodeBF16, encodeBF16 } from "../../numeric/half.ts";
-import { type PlanBuffer, storedSize } from "../../plan/plan.ts";
-import { CudaError } from "./errors.ts";
+import { numel } from "../ir/dtype.ts";
+import { decodeBF16, encodeBF16 } from "../numeric/half.ts";
+import { type PlanBuffer, storedSize } from "../plan/plan.ts";
+import { PlanBufferError } from "./errors.ts";
 
 export type HostArray = Float32Array | Int32Array | Uint32Array;
 
@@ -21,7 +21,7 @@ export function encodeStored(
 ): Uint8Array<ArrayBuffer> {
   const n = numel(b.shape);
   if (data.length !== n) {
-    throw new CudaError(
+    throw new PlanBufferError(
       `buffer '${b.name}' has ${n} elements (shape [${b.shape.join(", ")}]), got ${data.length} values`,
     );
   }
