@@ -7,7 +7,7 @@ import { readDebugFlags } from "../compiler/debug.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../plan/plan.ts";
 import type { Backend, StepExecutor } from "../runtime/backend.ts";
-import { formatProfile, type Profile } from "../runtime/webgpu/timing.ts";
+import { formatProfile, type Profile } from "../runtime/profile.ts";
 import type { CompiledStep } from "./backend_row.ts";
 
 /** A compiled backend's executor: a step executor that also runs on feeds and times its launches. */

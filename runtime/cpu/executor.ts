@@ -18,7 +18,7 @@ import {
 } from "../../plan/plan.ts";
 import { type ArenaLayout, arenaLayout } from "../arena.ts";
 import { decodeStored, encodeStored, type HostArray } from "../host.ts";
-import type { LaunchTime, Profile } from "../webgpu/timing.ts";
+import { type LaunchTime, median, type Profile } from "../profile.ts";
 import { type Blas, type BlasCall, blasCallOf, blasCan } from "./blas.ts";
 import { type CCompiler, compileLibrary } from "./cc.ts";
 import { CpuError } from "./errors.ts";
@@ -347,10 +347,4 @@ function unitSource(indices: readonly number[], sources: readonly string[]): str
       sources[i]
     }#undef ${ENTRY}\n#undef ${BODY}\n`
   ).join("\n");
-}
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  if (s.length === 0) return 0;
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }

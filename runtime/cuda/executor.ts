@@ -32,7 +32,7 @@ import {
   storedSize,
   type TargetKernel,
 } from "../../plan/plan.ts";
-import type { LaunchTime, Profile } from "../webgpu/timing.ts";
+import { type LaunchTime, median, type Profile } from "../profile.ts";
 import type { CudaContext } from "./context.ts";
 import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";
 import { CudaError } from "./errors.ts";
@@ -782,12 +782,6 @@ function loadKernel(ctx: CudaContext, source: string, name: string): Pointer {
   const module = driver.loadModule(cubin, name);
   cache.put(key, cubin);
   return module;
-}
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  if (s.length === 0) return 0;
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
 
 /** Runs `f` now; its result or its exception as a promise (the executor's calls are synchronous FFI). */

@@ -15,7 +15,8 @@ import { decodeHost, encodeHost, type HostArray, readRanges, round4 } from "./bu
 import type { GpuContext } from "./device.ts";
 import { tidy, validated, WebGPUError } from "./errors.ts";
 import { ResourceError } from "../../model_io/size_check.ts";
-import { type Profile, profileSteps } from "./timing.ts";
+import type { Profile } from "../profile.ts";
+import { profileSteps } from "./timing.ts";
 import { type BoundRange, boundRanges } from "./binding_ranges.ts";
 
 /** One kernel ready to dispatch. */

@@ -9,43 +9,10 @@ import type { GpuContext } from "./device.ts";
 import type { Encoded } from "./executor.ts";
 import { encodeProgram } from "./executor.ts";
 import { WebGPUError } from "./errors.ts";
-
-export interface LaunchTime {
-  /** Index of the step in plan.steps. */
-  readonly step: number;
-  readonly kernel: number;
-  readonly name: string;
-  /** Median over the iterations, in nanoseconds. */
-  readonly ns: number;
-  /** Plan estimates: bytesRead + bytesWritten, and flops. */
-  readonly bytes: number;
-  readonly flops: number;
-  readonly gbPerS: number;
-  readonly gflopPerS: number;
-}
-
-export interface Profile {
-  readonly method: "timestamp" | "wallclock";
-  readonly device: string;
-  readonly iterations: number;
-  readonly launches: readonly LaunchTime[];
-  /** Sum of the launch medians, in nanoseconds. */
-  readonly kernelNs: number;
-  /** Median wall-clock time of a whole step (submitted normally, awaited to completion), in ms. */
-  readonly stepMs: number;
-}
+import { type LaunchTime, median, type Profile } from "../profile.ts";
 
 /** WebGPU caps a query set at 4096 queries: two per launch. */
 const LAUNCHES_PER_QUERY_SET = 2048;
-
-const median = (xs: readonly number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0
-    ? 0
-    : s.length % 2
-    ? s[(s.length - 1) / 2]
-    : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 
 export async function profileSteps(
   ctx: GpuContext,
@@ -182,21 +149,4 @@ async function wallclockRun(
     if (s.op === "launch") out.push((performance.now() - t0) * 1e6);
   }
   return out;
-}
-
-/** DEBUG=2 lines: one per launch (time, GB/s, GFLOP/s), then the totals. */
-export function formatProfile(p: Profile): string[] {
-  const width = Math.max(6, ...p.launches.map((l) => l.name.length));
-  const us = (ns: number) => (ns / 1000).toFixed(1).padStart(10);
-  const lines = p.launches.map((l) =>
-    `${l.name.padEnd(width)} ${us(l.ns)} us ${l.gbPerS.toFixed(2).padStart(9)} GB/s ${
-      l.gflopPerS.toFixed(2).padStart(9)
-    } GFLOP/s`
-  );
-  lines.push(
-    `${"total".padEnd(width)} ${us(p.kernelNs)} us in ${p.launches.length} launches; step ${
-      p.stepMs.toFixed(3)
-    } ms wall (${p.method}, median of ${p.iterations}, ${p.device})`,
-  );
-  return lines;
 }

@@ -36,7 +36,7 @@ import { erf } from "../../numeric/erf.ts";
 import { fillUniform, uniformAt } from "../../numeric/philox.ts";
 import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
 import { WebGPUError } from "../../runtime/webgpu/errors.ts";
-import { formatProfile } from "../../runtime/webgpu/timing.ts";
+import { formatProfile } from "../../runtime/profile.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { planOf, type TestBuffer, testGpu, vectors } from "../util/webgpu.ts";
