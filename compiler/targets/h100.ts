@@ -7,7 +7,7 @@
 export interface DeviceProfile {
   /** Shown in the report. */
   readonly name: string;
-  /** Which plan rendering it predicts: a kernel's `cuda` code, a GEMM's `cudaGemm` call. */
+  /** Which plans it predicts: a CUDA plan's kernel sources and library calls. */
   readonly target: "cuda";
   /** Dense FP16/BF16 tensor-core peak with FP32 accumulation, FLOP/s (library GEMMs run there). */
   readonly tensorPeak: number;

@@ -84,7 +84,7 @@ Deno.test({
     const planted = {
       ...plan,
       kernels: plan.kernels.map((k, i) =>
-        i === at ? { ...k, cuda: { ...source, code: source.code.replace(/rr < 4;/, "rr < 3;") } } : k
+        i === at ? { ...k, source: { ...source, code: source.code.replace(/rr < 4;/, "rr < 3;") } } : k
       ),
     };
     const feeds = randomFeeds(c.graph, 1250);

@@ -127,7 +127,7 @@ function withCopy(plan: Plan): Plan {
       if (!k.library || e?.kind !== "bgrad") return k;
       return {
         ...k,
-        cudaGemm: { ...k.library, call: { ...k.library.call, epilogue: { ...e, copies: [id] } } },
+        library: { ...k.library, call: { ...k.library.call, epilogue: { ...e, copies: [id] } } },
       };
     }),
   };

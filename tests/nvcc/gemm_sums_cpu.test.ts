@@ -68,7 +68,7 @@ const withC = (plan: Plan, edit: (c: PlanGemm["c"], i: number) => PlanGemm["c"])
       if (!k.library) return k;
       const { c, ...call } = k.library.call;
       const next = edit(c, i++);
-      return { ...k, cudaGemm: { ...k.library, call: next ? { ...call, c: next } : call } };
+      return { ...k, library: { ...k.library, call: next ? { ...call, c: next } : call } };
     }),
   };
 };

@@ -46,7 +46,7 @@ function editCalls(plan: Plan, edit: (e: Bgrad) => Bgrad | undefined): Plan {
       if (!g || e?.kind !== "bgrad") return k;
       const { epilogue: _, ...call } = g.call;
       const next = edit(e);
-      return { ...k, cudaGemm: { ...g, call: next ? { ...call, epilogue: next } : call } };
+      return { ...k, library: { ...g, call: next ? { ...call, epilogue: next } : call } };
     }),
   };
 }

@@ -55,6 +55,6 @@ export function dropFirstPart(plan: Plan, target: "cuda" | "wgsl"): Plan {
   assert.notEqual(code, source.code, `no loop over the parts in ${k.name}:\n${source.code}`);
   return {
     ...plan,
-    kernels: plan.kernels.map((x, j) => (j === second ? { ...x, [target]: { ...source, code } } : x)),
+    kernels: plan.kernels.map((x, j) => (j === second ? { ...x, source: { ...source, code } } : x)),
   };
 }
