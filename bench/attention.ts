@@ -18,7 +18,7 @@ import { QUIET } from "../compiler/debug.ts";
 import { TARGETS } from "../compiler/targets/target.ts";
 import { applyPrecision, type Precision } from "../compiler/passes/precision.ts";
 import { quietContext, runPipeline } from "../compiler/pipeline.ts";
-import { bytesMoved } from "../compiler/report.ts";
+import { bytesMoved } from "../report/fusion_report.ts";
 import { WEBGPU } from "../engine/backends.ts";
 import { openRow } from "../engine/choose_backend.ts";
 import { ModelBuilder } from "../dsl/mod.ts";

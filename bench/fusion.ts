@@ -11,7 +11,7 @@ import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
 import { writeFileAtomic } from "../model_io/outputs.ts";
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
-import { bytesMoved } from "../compiler/report.ts";
+import { bytesMoved } from "../report/fusion_report.ts";
 import { WEBGPU } from "../engine/backends.ts";
 import { TARGETS } from "../compiler/targets/target.ts";
 import { openRow } from "../engine/choose_backend.ts";

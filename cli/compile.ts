@@ -4,9 +4,9 @@ import { isTargetName, TARGET_NAMES, type TargetName, TARGETS } from "../compile
 import { compileGraph } from "../compiler/compile.ts";
 import { buildModelGraph } from "../compiler/model_graph.ts";
 import type { Precision } from "../compiler/passes/precision.ts";
-import { figuresOf, fusionReport, predictionsOf } from "../compiler/report.ts";
-import { gemmFlops, type Measured, parseTimings } from "../compiler/cost_model.ts";
-import { checkCompileOutput, renderOutputs, writeOutputDir } from "../compiler/write_kernels.ts";
+import { figuresOf, fusionReport, predictionsOf } from "../report/fusion_report.ts";
+import { gemmFlops, type Measured, parseTimings } from "../report/cost_model.ts";
+import { checkCompileOutput, renderOutputs, writeOutputDir } from "../report/kernel_files.ts";
 import { checkFileOutput, writeFileAtomic } from "../model_io/outputs.ts";
 import { checkModelSize } from "../model_io/size_check.ts";
 import { loadModel } from "../models/load.ts";

@@ -34,6 +34,7 @@ export const FOLDER_ORDER = [
   "compiler",
   "runtime",
   "engine",
+  "report",
   "training",
   "data",
   "cli",

@@ -4,7 +4,7 @@
  * (the emit stage renders kernels without their description; the plan keeps it in PlanKernel.about, and
  * binds buffers by index). This stage groups the kernels of equal source and gives every
  * kernel of a group the group's one TargetKernel. Every consumer goes by these groups: kernels_generated/
- * writes one file per group (write_kernels.ts), the WebGPU executor builds one pipeline and the CUDA
+ * writes one file per group (report/kernel_files.ts), the WebGPU executor builds one pipeline and the CUDA
  * executor loads one module per distinct source.
  *
  * Grouping compares sources rather than kernel IR: the IR of two layers' kernels differs in binding

@@ -1,5 +1,5 @@
 /**
- * Device profiles of the cost model (compiler/cost_model.ts): the few rates a kernel's predicted time is
+ * Device profiles of the cost model (report/cost_model.ts): the few rates a kernel's predicted time is
  * made of, in one named table per device so that a prediction can be read, cited and recalibrated without
  * hunting for constants. A datasheet peak is kept beside the fraction of it taken as achievable; the
  * fractions are the model's assumptions, to be replaced by what a GPU run measures (`--measured`).

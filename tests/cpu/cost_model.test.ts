@@ -1,10 +1,10 @@
 /**
- * The cost model (compiler/cost_model.ts) on hand-made plans whose predicted times are worked out by hand
+ * The cost model (report/cost_model.ts) on hand-made plans whose predicted times are worked out by hand
  * on a round-numbered device profile, the GEMM FLOP counts of `--summary`, the timings-file parser, and
  * `deno task compile --measured` with a synthetic timings file.
  */
 import assert from "node:assert/strict";
-import { gemmFlops, parseTimings, predictKernel, predictPlan } from "../../compiler/cost_model.ts";
+import { gemmFlops, parseTimings, predictKernel, predictPlan } from "../../report/cost_model.ts";
 import type { DeviceProfile } from "../../compiler/targets/h100.ts";
 import type { Plan, PlanGemmOperand, PlanKernel } from "../../plan/plan.ts";
 import { ROOT, runCli, withTemp } from "../util/cli.ts";

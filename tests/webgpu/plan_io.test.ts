@@ -2,7 +2,7 @@
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/compile.ts";
-import { renderOutputs, writeOutputDir } from "../../compiler/write_kernels.ts";
+import { renderOutputs, writeOutputDir } from "../../report/kernel_files.ts";
 import { gelu, layerNorm, ModelBuilder } from "../../dsl/mod.ts";
 import { PlanError, readPlanDir } from "../../plan/plan_io.ts";
 import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";

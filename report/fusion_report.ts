@@ -4,10 +4,10 @@
  * buffer reuse, and why fusions were refused. Contains no timings, so it is byte-identical run to run.
  */
 import type { Plan } from "../plan/plan.ts";
-import type { Compiled } from "./compile.ts";
-import { narrowingSummary } from "./storage_precision.ts";
+import type { Compiled } from "../compiler/compile.ts";
+import { narrowingSummary } from "../compiler/storage_precision.ts";
 import { bgradCovered, gemmFlops, type Measured, type PlanPrediction, predictPlan } from "./cost_model.ts";
-import { DEVICE_PROFILES } from "./targets/h100.ts";
+import { DEVICE_PROFILES } from "../compiler/targets/h100.ts";
 
 export interface CompileFigures {
   readonly kernels: number;
@@ -153,7 +153,7 @@ function costSection(c: Compiled, pred: PlanPrediction, o: ReportOptions, measur
   const lines = [
     `## Predicted time on ${p.name} (cost model${measured ? " and measured" : ""})`,
     "",
-    "A prediction, not a measurement (compiler/cost_model.ts, rates in compiler/targets/h100.ts): library GEMMs",
+    "A prediction, not a measurement (report/cost_model.ts, rates in compiler/targets/h100.ts): library GEMMs",
     `at ${(p.tensorPeak * p.tensorFraction / 1e12).toFixed(0)} TFLOP/s (${p.tensorFraction} of the ${
       (p.tensorPeak / 1e12).toFixed(1)
     } TFLOP/s dense FP16/BF16 tensor-core peak), the template GEMM and other arithmetic at ${

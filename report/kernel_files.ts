@@ -8,7 +8,7 @@
 import { join } from "node:path";
 import { checkDirOutput, io, replaceDir } from "../model_io/outputs.ts";
 import type { Plan, PlanKernel, PlanLanguage, TargetKernel } from "../plan/plan.ts";
-import { sourceGroups } from "./stages/share_sources.ts";
+import { sourceGroups } from "../compiler/stages/share_sources.ts";
 
 const EXT: Record<PlanLanguage, string> = { wgsl: "wgsl", cuda: "cu", c: "c" };
 

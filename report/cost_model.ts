@@ -20,7 +20,7 @@
  * Measured per-kernel times (a `DEBUG=2` profile's JSON) can be set beside the prediction.
  */
 import type { Plan, PlanGemm, PlanGemmOperand, PlanKernel, TargetKernel } from "../plan/plan.ts";
-import type { DeviceProfile } from "./targets/h100.ts";
+import type { DeviceProfile } from "../compiler/targets/h100.ts";
 
 export type Route =
   | "cuBLASLt"
