@@ -121,8 +121,6 @@ export class CpuExecutor {
       units.push(sources.slice(i, i + SOURCES_PER_UNIT).map((_, j) => i + j));
     }
     const pool = await openPool(ctx.cc, ctx.threads, ctx.blas?.path);
-    // Every page mapped now, by the pool's threads, rather than by the first step one fault at a time.
-    pool.lib.symbols.bf_touch(memory, BigInt(memory.byteLength));
     const paths = await Promise.all(
       units.map((u, n) =>
         compileLibrary(ctx.cc, unitSource(u, sources), `${plan.graph} (part ${n + 1} of ${units.length})`, [

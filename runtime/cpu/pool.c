@@ -173,21 +173,6 @@ void bf_parallel(bf_body_fn fn, void* const* args, int n) {
   atomic_store_explicit(&bf_busy, 0, memory_order_release);
 }
 
-static void bf_touch_body(void* const* args, int lo, int hi) {
-  volatile char* p = (volatile char*)args[0];
-  for (int64_t i = lo; i < hi; i++) p[i * 4096] = 0;
-}
-
-/**
- * Writes one byte of every 4 KiB page of [p, p + bytes) (zero, as a fresh arena already reads), in
- * parallel: the kernel maps a fresh allocation's pages on first touch, which made a training step's first
- * run 2-3x its steady time when the step itself took the faults one thread at a time.
- */
-void bf_touch(void* p, int64_t bytes) {
-  void* args[1] = {p};
-  bf_parallel(bf_touch_body, args, (int)((bytes + 4095) / 4096));
-}
-
 /*
  * A library GEMM: d = [ta, tb, m, n, k, lda, ldb, ldd, batch, then A, B, D addresses per batch entry],
  * row-major D = op(A) op(B), alpha 1, beta 0. Each entry is cut into blocks of D's rows (or columns,

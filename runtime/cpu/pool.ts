@@ -11,7 +11,6 @@ const SYMBOLS = {
   bf_pool_init: { parameters: ["i32", "buffer"], result: "i32" },
   bf_pool_threads: { parameters: [], result: "i32" },
   bf_gemm: { parameters: ["pointer"], result: "i32" },
-  bf_touch: { parameters: ["buffer", "i64"], result: "void" },
 } as const;
 
 export interface Pool {
