@@ -18,6 +18,9 @@ export class HttpError extends Error {
 
 export const badRequest = (message: string) => new HttpError(400, message);
 
+/** The default cap on requests handled at once (REST with a body, and gRPC inference). */
+export const MAX_IN_FLIGHT = 1024;
+
 /** The cap on requests handled at once (REST with a body, and gRPC inference) is full. */
 export const inFlightError = (max: number) =>
   new HttpError(503, `${max} requests in flight; retry`, { "retry-after": "1" }, true);

@@ -4,7 +4,7 @@
  * the stack on the server's stderr), so no request can crash the server. Each answer is counted in the
  * metrics under its endpoint and status.
  */
-import { errorResponse, HttpError, inFlightError, json } from "./http_error.ts";
+import { errorResponse, HttpError, inFlightError, json, MAX_IN_FLIGHT } from "./http_error.ts";
 import type { ServeMetrics } from "./metrics.ts";
 
 /** `params` are the route's capture groups, undefined where an optional group did not match. */
@@ -28,7 +28,7 @@ export function createRouter(
   routes: Route[],
   metrics: ServeMetrics,
   log: (line: string) => void,
-  maxInFlight = 1024,
+  maxInFlight = MAX_IN_FLIGHT,
 ) {
   return async (req: Request): Promise<Response> => {
     const path = new URL(req.url).pathname;
