@@ -13,18 +13,18 @@
  * the two sides' rounds interleaved; the ratio is the median of the per-round ratios.
  */
 import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
-import { compileGraph, SIMPLIFY_PASSES } from "../compiler/compile.ts";
-import { QUIET } from "../compiler/debug.ts";
+import { compileGraph, SIMPLIFY_PASSES } from "../compiler/driver/compile.ts";
+import { QUIET } from "../compiler/pipeline/debug.ts";
 import { TARGETS } from "../compiler/targets/target.ts";
-import { applyPrecision, type Precision } from "../compiler/passes/precision.ts";
-import { quietContext, runPipeline } from "../compiler/pipeline.ts";
+import { applyPrecision, type Precision } from "../compiler/training_graph/mixed_precision.ts";
+import { quietContext, runPipeline } from "../compiler/pipeline/stage_runner.ts";
 import { bytesMoved } from "../report/fusion_report.ts";
 import { WEBGPU } from "../engine/backends.ts";
 import { openRow } from "../engine/choose_backend.ts";
 import { ModelBuilder } from "../dsl/mod.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { GpuContext } from "../runtime/webgpu/device.ts";
-import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../runtime/webgpu/webgpu_executor.ts";
 import { randomFeeds } from "../cases/random_feeds.ts";
 import { attentionForward } from "../cases/fusion_cases.ts";
 

@@ -16,11 +16,11 @@
  * parts still run, and the exit code is 1 at the end. BERTFUSE_BENCH_FAULT=TEXT makes every part whose
  * name contains TEXT fail as if it had (for tests/cpu/bench_bert_partial.test.ts; e.g. "infer-b1").
  */
-import { buildModelGraph } from "../compiler/model_graph.ts";
-import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
-import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
-import { OPT } from "../compiler/optimizer/update.ts";
-import type { Precision } from "../compiler/passes/precision.ts";
+import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
+import { optimizerFeeds } from "../compiler/training_graph/feeds.ts";
+import { flatLayoutOf } from "../compiler/training_graph/flat_layout.ts";
+import { OPT } from "../compiler/training_graph/update.ts";
+import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { BACKEND_NAMES, openBackend } from "../engine/choose_backend.ts";
 import type { Graph } from "../ir/mod.ts";
 import { defineBert } from "../models/bert.ts";

@@ -9,8 +9,8 @@
  */
 import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
 import { writeFileAtomic } from "../model_io/outputs.ts";
-import { compileGraph } from "../compiler/compile.ts";
-import { buildModelGraph } from "../compiler/model_graph.ts";
+import { compileGraph } from "../compiler/driver/compile.ts";
+import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
 import { bytesMoved } from "../report/fusion_report.ts";
 import { WEBGPU } from "../engine/backends.ts";
 import { TARGETS } from "../compiler/targets/target.ts";

@@ -15,14 +15,14 @@
  * |cuda - ref| <= atol + rtol * max|ref|.
  */
 import { parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
-import { compileGraph } from "../compiler/compile.ts";
+import { compileGraph } from "../compiler/driver/compile.ts";
 import { TARGETS } from "../compiler/targets/target.ts";
 import { CUDA } from "../engine/backends.ts";
 import { openRow } from "../engine/choose_backend.ts";
 import { type DType, type Graph, isFloat } from "../ir/mod.ts";
-import type { CudaContext } from "../runtime/cuda/context.ts";
+import type { CudaContext } from "../runtime/cuda/cuda_context.ts";
 import { CublasLt, type GemmDType, LtCall } from "../runtime/cuda/cublaslt.ts";
-import { CudaExecutor } from "../runtime/cuda/executor.ts";
+import { CudaExecutor } from "../runtime/cuda/cuda_executor.ts";
 import { decodeStored, encodeStored } from "../runtime/host.ts";
 import type { PlanBuffer } from "../plan/plan.ts";
 import { evaluate } from "../runtime/reference/interpreter.ts";

@@ -12,8 +12,8 @@
  * in parallel (a GPU host's 16 cores; entries are written atomically); --only / --skip choose graphs by label.
  */
 import { parseFlags, runMain, UsageError } from "../cli/common.ts";
-import { compileGraph } from "../compiler/compile.ts";
-import { buildModelGraph } from "../compiler/model_graph.ts";
+import { compileGraph } from "../compiler/driver/compile.ts";
+import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
 import { TARGETS } from "../compiler/targets/target.ts";
 import type { Graph } from "../ir/mod.ts";
 import { defineBert } from "../models/bert.ts";

@@ -8,7 +8,7 @@
  *   deno run -A bench/gpu_probe.ts --json FILE [--manifest .offline/cuda-cache.json]
  */
 import { parseFlags, runMain, UsageError } from "../cli/common.ts";
-import { openCuda } from "../runtime/cuda/context.ts";
+import { openCuda } from "../runtime/cuda/cuda_context.ts";
 import { CublasLt } from "../runtime/cuda/cublaslt.ts";
 import { knownSitePackages } from "../runtime/cuda/libs.ts";
 import { headerIdentity } from "../runtime/cuda/nvrtc_files.ts";

@@ -17,14 +17,14 @@
  *       [--sides fused,unfused] --json FILE [--timings FILE]
  */
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
-import { buildModelGraph } from "../compiler/model_graph.ts";
-import { optimizerFeeds } from "../compiler/optimizer/feeds.ts";
-import { flatLayoutOf } from "../compiler/optimizer/layout.ts";
-import { OPT, STATE } from "../compiler/optimizer/update.ts";
-import type { Precision } from "../compiler/passes/precision.ts";
+import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
+import { optimizerFeeds } from "../compiler/training_graph/feeds.ts";
+import { flatLayoutOf } from "../compiler/training_graph/flat_layout.ts";
+import { OPT, STATE } from "../compiler/training_graph/update.ts";
+import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { CUDA } from "../engine/backends.ts";
-import { ReferenceExecutor } from "../runtime/reference/executor.ts";
-import { CudaExecutor } from "../runtime/cuda/executor.ts";
+import { ReferenceExecutor } from "../runtime/reference/reference_executor.ts";
+import { CudaExecutor } from "../runtime/cuda/cuda_executor.ts";
 import { openRow } from "../engine/choose_backend.ts";
 import { loadModel } from "../models/load.ts";
 import { writeFileAtomic } from "../model_io/outputs.ts";

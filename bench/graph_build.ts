@@ -6,7 +6,7 @@
  *                         [--max-predictions 20] [--repeat 5] [--json FILE]
  */
 import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
-import { differentiate } from "../compiler/passes/autodiff.ts";
+import { differentiate } from "../compiler/training_graph/autodiff.ts";
 import { type Graph, isElementwise, isLibrary, isMovement, isReduce, numel, type OpName } from "../ir/mod.ts";
 import { loadModel } from "../models/load.ts";
 

@@ -18,7 +18,7 @@ import { chooseTiles } from "../compiler/lower/matmul_tiles.ts";
 import type { PlanBuffer } from "../plan/plan.ts";
 import { buildCase, type MatmulCase, repeated } from "../cases/matmul_cases.ts";
 import { closeWebGPU, type GpuContext, openWebGPU } from "../runtime/webgpu/device.ts";
-import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../runtime/webgpu/webgpu_executor.ts";
 
 interface Row {
   shape: string;

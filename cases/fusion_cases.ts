@@ -2,7 +2,7 @@
  * The fusion kinds, one small graph each: shared by the numeric tests (tests/webgpu/webgpu_fused.test.ts) and
  * the fused-vs-unfused benchmark (bench/fusion.ts), so both exercise the same kernels.
  */
-import { differentiate } from "../compiler/passes/autodiff.ts";
+import { differentiate } from "../compiler/training_graph/autodiff.ts";
 import {
   crossEntropy,
   dropout,

@@ -2,7 +2,7 @@
  * One BERT encoder layer as a graph of its own (forward, or forward plus backward of a probe loss), for
  * kernel-count tests and fused-vs-reference numerics on a realistic fusion mix.
  */
-import { differentiate } from "../compiler/passes/autodiff.ts";
+import { differentiate } from "../compiler/training_graph/autodiff.ts";
 import { ModelBuilder } from "../dsl/mod.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { BertConfig } from "../models/bert_config.ts";

@@ -22,7 +22,7 @@ export interface ProfileCase {
 
 /**
  * A bias gradient over 2,048 tokens: a column sum long enough that GPU profiles take it in two passes
- * (compiler/column_sums.ts), with an elementwise producer fused into the first.
+ * (compiler/passes/split_column_sums.ts), with an elementwise producer fused into the first.
  */
 const BIAS_GRADIENT: FusionCase = {
   name: "bias gradient over 2048 tokens (column sum, two passes on a GPU)",

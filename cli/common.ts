@@ -13,7 +13,7 @@ import { InputError } from "../model_io/infer_input.ts";
 import { TokenizerError } from "../data/tokenizer/mod.ts";
 import { DatasetError } from "../data/finetune/mod.ts";
 import { DataError } from "../data/shards/errors.ts";
-import { DebugFlagError } from "../compiler/debug.ts";
+import { DebugFlagError } from "../compiler/pipeline/debug.ts";
 import { PlanError } from "../plan/plan_io.ts";
 import { BackendUnavailableError } from "../engine/choose_backend.ts";
 import { TrainOptionsError } from "../training/options.ts";
@@ -25,7 +25,7 @@ import { ResourceError } from "../model_io/size_check.ts";
 import { UsageError } from "./usage_error.ts";
 import { intFlag, joinNegativeValues } from "./flags.ts";
 import { hfFlagHint } from "./flag_spelling.ts";
-import { CpuCacheError } from "../runtime/cpu/errors.ts";
+import { CpuCacheError } from "../runtime/cpu/cpu_errors.ts";
 
 export { UsageError };
 export { intFlag, numberFlag } from "./flags.ts";

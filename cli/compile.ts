@@ -1,9 +1,9 @@
 /** `deno task compile`: compile a model to fused kernels, a plan and a fusion report. */
 import { basename } from "node:path";
 import { isTargetName, TARGET_NAMES, type TargetName, TARGETS } from "../compiler/targets/target.ts";
-import { compileGraph } from "../compiler/compile.ts";
-import { buildModelGraph } from "../compiler/model_graph.ts";
-import type { Precision } from "../compiler/passes/precision.ts";
+import { compileGraph } from "../compiler/driver/compile.ts";
+import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
+import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { figuresOf, fusionReport, predictionsOf } from "../report/fusion_report.ts";
 import { gemmFlops, type Measured, parseTimings } from "../report/cost_model.ts";
 import { checkCompileOutput, renderOutputs, writeOutputDir } from "../report/kernel_files.ts";

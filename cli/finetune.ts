@@ -1,5 +1,5 @@
 /** `deno task finetune`: fine-tune BERT on SQuAD, GLUE, spam, your own data or the built-in sentiment set. */
-import type { Precision } from "../compiler/passes/precision.ts";
+import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { BACKEND_NAMES } from "../engine/choose_backend.ts";
 import { CheckpointError, verifyIfTrainingCheckpoint } from "../training/checkpoint.ts";
 import { claimRunFolder } from "../training/run_folder.ts";

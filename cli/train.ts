@@ -1,7 +1,7 @@
 /** `deno task train`: BERT pre-training (MLM + NSP) with the fused step, LAMB/AdamW and checkpoints. */
 import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES } from "../engine/choose_backend.ts";
-import type { Precision } from "../compiler/passes/precision.ts";
+import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "../training/options.ts";
 import { REFERENCE_MAX_STEPS, runTraining } from "../training/run.ts";
 import { CheckpointError } from "../training/checkpoint.ts";

@@ -4,7 +4,7 @@
  * error a command gets when the backend it asked for is not there.
  */
 import type { Language } from "../compiler/targets/target.ts";
-import type { Compiled } from "../compiler/compile.ts";
+import type { Compiled } from "../compiler/driver/compile.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Backend, StepExecutor } from "../runtime/backend.ts";
 

@@ -4,25 +4,25 @@
  * engine/choose_backend.ts, which walks this table; a new backend is a new row here. This is the one place
  * the compiler (targets, compileGraph) and the runtimes (devices, executors) meet.
  */
-import { compileGraph, type CompileOptions } from "../compiler/compile.ts";
+import { compileGraph, type CompileOptions } from "../compiler/driver/compile.ts";
 import { TARGETS, webgpuTarget } from "../compiler/targets/target.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../plan/plan.ts";
-import { openCpu } from "../runtime/cpu/context.ts";
-import { CpuUnavailableError } from "../runtime/cpu/errors.ts";
-import { type CpuContext, CpuExecutor } from "../runtime/cpu/executor.ts";
-import { type CudaContext, openCuda } from "../runtime/cuda/context.ts";
-import { CudaUnavailableError } from "../runtime/cuda/errors.ts";
-import { CudaExecutor } from "../runtime/cuda/executor.ts";
-import { referenceBackend } from "../runtime/reference/backend.ts";
-import { ReferenceExecutor } from "../runtime/reference/executor.ts";
+import { openCpu } from "../runtime/cpu/cpu_context.ts";
+import { CpuUnavailableError } from "../runtime/cpu/cpu_errors.ts";
+import { type CpuContext, CpuExecutor } from "../runtime/cpu/cpu_executor.ts";
+import { type CudaContext, openCuda } from "../runtime/cuda/cuda_context.ts";
+import { CudaUnavailableError } from "../runtime/cuda/cuda_errors.ts";
+import { CudaExecutor } from "../runtime/cuda/cuda_executor.ts";
+import { referenceBackend } from "../runtime/reference/reference_backend.ts";
+import { ReferenceExecutor } from "../runtime/reference/reference_executor.ts";
 import { type GpuContext, openWebGPU } from "../runtime/webgpu/device.ts";
 import { softwareAdapter } from "../runtime/webgpu/software.ts";
 export { softwareAdapter };
-import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../runtime/webgpu/webgpu_executor.ts";
 import type { BackendRow, CompiledStep } from "./backend_row.ts";
 import { compiledBackend } from "./device_backend.ts";
-import { refreshingLowCopies } from "./low_copies.ts";
+import { refreshingLowCopies } from "./low_copy_refresh.ts";
 
 /**
  * A compiled row's `compile`: the graph through the compiler for the device's target (the share-sources
@@ -39,7 +39,7 @@ function compiling<Ctx, Ex extends CompiledStep["executor"]>(
 ): (ctx: Ctx, g: Graph, fuse: boolean) => Promise<Required<CompiledStep<Ex>>> {
   return async (ctx, g, fuse) => {
     const compiled = compileGraph(g, { fuse, ...tuning(ctx) });
-    // A plan that keeps weight copies refreshes them on every weight write (engine/low_copies.ts).
+    // A plan that keeps weight copies refreshes them on every weight write (engine/low_copy_refresh.ts).
     return { compiled, executor: refreshingLowCopies(await load(ctx, compiled.plan), compiled.plan) };
   };
 }

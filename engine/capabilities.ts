@@ -4,7 +4,7 @@
  * and `lacks`, so "bf16 needs CUDA" is said the same way by every command.
  */
 import type { Language } from "../compiler/targets/target.ts";
-import type { Precision } from "../compiler/passes/precision.ts";
+import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import type { BackendRow, FloatDType } from "./backend_row.ts";
 import { BACKENDS } from "./backends.ts";
 

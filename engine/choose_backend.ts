@@ -7,7 +7,7 @@
  * command opens its backend here (`openBackend`), so they choose alike; the choice and the reasons the
  * faster backends were passed over come back as one line for stderr.
  */
-import type { Precision } from "../compiler/passes/precision.ts";
+import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Backend } from "../runtime/backend.ts";
 import {

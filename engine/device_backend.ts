@@ -3,7 +3,7 @@
  * compiled once (by object identity) with the row's `compile`, then run on the feeds. What differs between
  * backends is in their rows of engine/backends.ts.
  */
-import { readDebugFlags } from "../compiler/debug.ts";
+import { readDebugFlags } from "../compiler/pipeline/debug.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../plan/plan.ts";
 import type { Backend, StepExecutor } from "../runtime/backend.ts";

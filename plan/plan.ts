@@ -141,7 +141,7 @@ export interface PlanGemm {
   readonly d: PlanGemmOperand;
   /**
    * Beta 1: D = op(A)·op(B) + C, C laid out as D (same offset rule, ld and strides) and stored in D's dtype,
-   * added to the f32 accumulator before D's one rounding (compiler/fusion/gemm_sums.ts). Absent: beta 0.
+   * added to the f32 accumulator before D's one rounding (compiler/fusion/sums_into_gemms.ts). Absent: beta 0.
    */
   readonly c?: PlanGemmOperand;
   readonly compute: "32F";

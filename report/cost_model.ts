@@ -11,7 +11,7 @@
  *   vector read and written each; none in a training step, whose gradient outputs are views of the flat
  *   gradient vector: compiler/stages/output_views.ts);
  * - a flash-attention kernel (kind "flash-attention"): its tensor-core FLOPs at the tensor-core rate, its
- *   operands' bytes (compiler/lower/flash_attention.ts flashCosts);
+ *   operands' bytes (compiler/codegen/cuda_flash.ts flashCosts);
  * - every other kernel (the template GEMM included: it has no mma instruction): the plan's FLOP count at the
  *   CUDA-core rate times the template fraction, and its bytes read and written (kernel_cost.ts);
  * - a kernel (or epilogue) launching fewer threads than the profile's `saturatingThreads` gets the rates
@@ -54,7 +54,7 @@ const operandBytes = (o: PlanGemmOperand, rows: number, cols: number, batch: num
 
 /**
  * Bytes the library call itself moves: op(A), op(B) (a broadcast operand once), D and C if it reads one
- * (laid out and typed as D, compiler/fusion/gemm_sums.ts), plus a BIAS
+ * (laid out and typed as D, compiler/fusion/sums_into_gemms.ts), plus a BIAS
  * epilogue's vector (read once per call; cuBLASLt adds it in the call's own epilogue, no extra pass), or a
  * bias gradient's (written once: the sums are taken from the operand tiles the GEMM loads anyway).
  */

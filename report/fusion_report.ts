@@ -4,8 +4,8 @@
  * buffer reuse, and why fusions were refused. Contains no timings, so it is byte-identical run to run.
  */
 import type { Plan } from "../plan/plan.ts";
-import type { Compiled } from "../compiler/compile.ts";
-import { narrowingSummary } from "../compiler/storage_precision.ts";
+import type { Compiled } from "../compiler/driver/compile.ts";
+import { narrowingSummary } from "../compiler/storage/storage_precision.ts";
 import { bgradCovered, gemmFlops, type Measured, type PlanPrediction, predictPlan } from "./cost_model.ts";
 import { DEVICE_PROFILES } from "../compiler/targets/h100.ts";
 
@@ -46,7 +46,7 @@ export function bytesMoved(p: Plan): number {
   return total;
 }
 
-/** What the storage policy (compiler/storage_precision.ts) narrowed, and why other f32 results stay f32. */
+/** What the storage policy (compiler/storage/storage_precision.ts) narrowed, and why other f32 results stay f32. */
 function storageSection(fused: Compiled, unfused: Compiled): string[] {
   const s = fused.storage;
   const lines = ["## Activation storage", ""];
@@ -142,7 +142,7 @@ function costSection(c: Compiled, pred: PlanPrediction, o: ReportOptions, measur
   const gemms = c.plan.kernels.filter((k) => k.kind === "matmul");
   const ms = pred.seconds * 1e3;
   // What ran, measured: the predicted rows, and column sums a bias-gradient epilogue was predicted to
-  // cover where they ran anyway (the call fell back without its epilogue, runtime/cuda/executor.ts).
+  // cover where they ran anyway (the call fell back without its epilogue, runtime/cuda/cuda_executor.ts).
   const measuredSum = measured
     ? [...pred.rows.map((r) => r.name), ...bgradCovered(c.plan)].reduce(
       (a, name) => a + (measured.kernels.get(name) ?? 0),

@@ -7,7 +7,7 @@
  * PLAN_OFFSET_ALIGN, also 256). A pure function of the plan, so it is tested without a GPU.
  */
 import { type Plan, PLAN_OFFSET_ALIGN, storedSize } from "../plan/plan.ts";
-import { PlanBufferError } from "./errors.ts";
+import { PlanBufferError } from "./plan_buffer_error.ts";
 
 export const ARENA_ALIGN = 256;
 

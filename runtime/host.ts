@@ -6,7 +6,7 @@
 import { numel } from "../ir/dtype.ts";
 import { decodeBF16, encodeBF16 } from "../numeric/half.ts";
 import { type PlanBuffer, storedSize } from "../plan/plan.ts";
-import { PlanBufferError } from "./errors.ts";
+import { PlanBufferError } from "./plan_buffer_error.ts";
 
 export type HostArray = Float32Array | Int32Array | Uint32Array;
 

@@ -14,7 +14,7 @@ import { commitSeed } from "../cases/fuzz/seeds.ts";
 import { cxxVersion } from "../tests/util/cuda_cpu.ts";
 import { cpuDevice, cudaShimDevice, webgpuDevice } from "../tests/util/fuzz_devices.ts";
 import { openWebGPU } from "../runtime/webgpu/device.ts";
-import { openCpu } from "../runtime/cpu/context.ts";
+import { openCpu } from "../runtime/cpu/cpu_context.ts";
 
 const USAGE = "usage: deno task fuzz [--seed N] [--count N] [--backend webgpu|cuda-shim|cpu|all] " +
   "[--fused|--unfused] [--batch N] [--template-gemms]";

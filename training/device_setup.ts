@@ -5,9 +5,14 @@
  * read the device back into a checkpoint.
  */
 import type { Graph } from "../ir/mod.ts";
-import { hparamsVector, type ScheduleOptions, stateVector, tableFeeds } from "../compiler/optimizer/feeds.ts";
-import type { FlatLayout } from "../compiler/optimizer/layout.ts";
-import { OPT, STATE } from "../compiler/optimizer/update.ts";
+import {
+  hparamsVector,
+  type ScheduleOptions,
+  stateVector,
+  tableFeeds,
+} from "../compiler/training_graph/feeds.ts";
+import type { FlatLayout } from "../compiler/training_graph/flat_layout.ts";
+import { OPT, STATE } from "../compiler/training_graph/update.ts";
 import type { HfHeadParts } from "../model_io/hf_head_files.ts";
 import type { BackendLimits } from "../engine/backend_row.ts";
 import type { StepExecutor } from "../runtime/backend.ts";

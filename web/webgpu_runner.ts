@@ -12,13 +12,13 @@ import { webgpuTarget } from "../compiler/targets/target.ts";
 import type { Kernel } from "../compiler/kernel_ir/ir.ts";
 import { softwareAdapter } from "../runtime/webgpu/software.ts";
 import { emitWGSL } from "../compiler/codegen/wgsl.ts";
-import { compileGraph } from "../compiler/compile.ts";
-import { QUIET } from "../compiler/debug.ts";
+import { compileGraph } from "../compiler/driver/compile.ts";
+import { QUIET } from "../compiler/pipeline/debug.ts";
 import type { Graph } from "../ir/mod.ts";
 import { type BertModel, type Head, INFER_OUTPUTS } from "../models/bert.ts";
 import type { EncodedRow } from "../model_io/infer_input.ts";
 import type { GpuContext } from "../runtime/webgpu/device.ts";
-import { WebGPUExecutor } from "../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../runtime/webgpu/webgpu_executor.ts";
 import type { RowOutput } from "../textinfer/mod.ts";
 
 /** Kernels without name and description, so identical fusions share one source and one pipeline. */

@@ -8,7 +8,7 @@
  * legitimately produce), and those are counted.
  */
 import type { Target } from "../../compiler/targets/target.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { evaluate, evaluateNodes } from "../../runtime/reference/interpreter.ts";

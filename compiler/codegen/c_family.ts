@@ -17,7 +17,7 @@ import {
   laneType,
   vectorOf,
 } from "../kernel_ir/ir.ts";
-import { accepts } from "../kernel_ir/ops.ts";
+import { accepts } from "../kernel_ir/kernel_ops.ts";
 import { visitExprs } from "../kernel_ir/walk.ts";
 
 // Precedence levels of spelled expressions; parentheses are added where the grammar needs them or where

@@ -125,7 +125,7 @@ static __device__ __forceinline__ __attribute__((unused)) bf_half4 bf_make_half4
 }`;
 
 // Warp-level tensor-core helpers (sm_80 and later; the flash-attention kernels of
-// compiler/lower/flash_attention.ts). Fragment layouts are the PTX ISA's: for mma.m16n8k16 with f16
+// compiler/codegen/cuda_flash.ts). Fragment layouts are the PTX ISA's: for mma.m16n8k16 with f16
 // operands and lane = 4·groupID + threadID_in_group, A's registers hold (row, col) = (g, 2t..2t+1),
 // (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B's (k, n) = (2t..2t+1, g), (2t+8..2t+9, g); C's (g, 2t),
 // (g, 2t+1), (g+8, 2t), (g+8, 2t+1). The CPU shim (tests/util/cuda_cpu.ts) defines these guards first and

@@ -21,9 +21,9 @@
  */
 import { type Graph, type NodeId, sameShape } from "../../ir/mod.ts";
 import { isElementwise } from "../../ir/ops.ts";
-import { usersOf } from "./needs.ts";
 import { readsOf, reductionStages } from "./kernel_facts.ts";
 import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
+import { usersOf } from "../graph/users.ts";
 
 /** Threads per workgroup of the attention kernel (see attention_template.ts for why so few). */
 export const ATTENTION_WORKGROUP = 16;

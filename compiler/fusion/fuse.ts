@@ -27,8 +27,9 @@ import { mergeSameWriter, mergeSiblings } from "./siblings.ts";
 import { applyJoin, decideJoin } from "./join.ts";
 import { isLibraryColumnSum } from "./library_sums.ts";
 import { rematVerdict } from "./remat.ts";
-import { ELEM, operandNeed, ROW, usersOf } from "./needs.ts";
+import { ELEM, operandNeed, ROW } from "./needs.ts";
 import { type FusedKernel, type FusionDecision, type FusionResult, type Need, no } from "./types.ts";
+import { usersOf } from "../graph/users.ts";
 
 export interface FusionOptions {
   /** false: one kernel per op (constants inline; reshape/broadcast stay views) — the unfused baseline. */
@@ -48,7 +49,7 @@ export interface FusionOptions {
   readonly maxBindings?: number;
   /** The most bytes one binding may see: a larger value counts one binding per range (binding_budget.ts). */
   readonly maxBindingBytes?: number;
-  /** Nodes written to a buffer even where a reader could compute them (compiler/weight_copies.ts). */
+  /** Nodes written to a buffer even where a reader could compute them (compiler/passes/low_weight_copies.ts). */
   readonly roots?: ReadonlySet<NodeId>;
   /** GEMMs write their raw product: library calls without a fused epilogue (remat.ts RematGraph). */
   readonly rawGemmOutputs?: boolean;

@@ -20,9 +20,9 @@
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { storedBytes } from "../../plan/plan.ts";
-import { usersOf } from "./needs.ts";
 import { mergeState } from "./siblings.ts";
 import type { FusedKernel, FusionResult } from "./types.ts";
+import { usersOf } from "../graph/users.ts";
 
 /** The most small reductions one merged kernel takes. */
 export const MAX_MERGED_SMALL = 8;

@@ -18,7 +18,7 @@
  * cannot write, a schedule it cannot keep), the sum runs as its own kernel and reads dY once more.
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
-import { keepsElements as passesThrough } from "../gemm_sum_order.ts";
+import { keepsElements as passesThrough } from "../passes/gemm_sum_order.ts";
 import type { FusedKernel } from "./types.ts";
 
 /** Whether a matmul reads `x` (through reshapes and casts) as the operand whose rows it sums over. */

@@ -2,7 +2,7 @@
  * Index "needs": how a kernel member's users read it (see `Need` in types.ts). Fusion uses them to
  * refuse fusions that would recompute a reduction or a matmul per element.
  */
-import type { Graph, Node, NodeId } from "../../ir/mod.ts";
+import type { Graph, Node } from "../../ir/mod.ts";
 import { isElementwise } from "../../ir/ops.ts";
 import type { Need } from "./types.ts";
 
@@ -73,12 +73,4 @@ export function operandNeed(g: Graph, user: Node, pos: number, userNeeds: Readon
 
 export function describeNeeds(needs: ReadonlySet<Need>): string {
   return [...needs].sort().join(" and ");
-}
-
-export function usersOf(g: Graph): NodeId[][] {
-  const users: NodeId[][] = g.nodes.map(() => []);
-  for (const n of g.nodes) {
-    for (const i of new Set(n.inputs)) users[i].push(n.id);
-  }
-  return users;
 }

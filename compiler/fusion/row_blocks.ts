@@ -1,7 +1,7 @@
 /**
  * Row blocks: a LayerNorm backward as one kernel on a GPU. After the other kernel-level fusions a
  * LayerNorm backward is two kernels over the tokens: a column sum's first pass (per-part sums of dY and
- * dY·x̂ over each part's rows, compiler/column_sums.ts; it also computes dY, adding up the gradients that
+ * dY·x̂ over each part's rows, compiler/passes/split_column_sums.ts; it also computes dY, adding up the gradients that
  * reach the LayerNorm's output, and stores it) and a row kernel that reads dY and x back (per-token sums of
  * dY·γ and dY·γ·x̂, then dX). Merged, a workgroup walks one part's rows doing the row kernel's work for
  * each, and each thread adds its own columns of every row into the part sums (lower_kernel.ts
@@ -12,7 +12,7 @@
  * - K1 reduces a [parts, block, …] view over axis 1, every reduction in it is such a part sum that nothing
  *   in K1 reads, and its other roots are elementwise (the view's element count);
  * - K2 reduces the same elements over trailing axes in rows of the same length, parts·block rows, and the
- *   profile can give it `block` rows a workgroup with the device still full (lower_kernel.ts blockRows);
+ *   profile can give it `block` rows a workgroup with the device still full (targets/shapes.ts blockRows);
  *   it reads a root of K1 and no part sum;
  * - no third kernel both reads what K1 writes and writes what K2 reads (the merged kernel would have to
  *   run before and after it);
@@ -20,13 +20,13 @@
  * K1's roots that only K2 read are no longer stored.
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
-import { blockRows } from "../lower/lower_kernel.ts";
+import { blockRows } from "../targets/shapes.ts";
 import type { TargetProfile } from "../targets/profiles.ts";
 import { bindingCount } from "./binding_budget.ts";
 import { isBlockPartial } from "./kernel_facts.ts";
-import { usersOf } from "./needs.ts";
 import { mergeState } from "./siblings.ts";
 import type { FusedKernel, FusionResult } from "./types.ts";
+import { usersOf } from "../graph/users.ts";
 
 interface FirstPass {
   readonly block: number;

@@ -201,7 +201,7 @@ export function mergeSiblings(
 /**
  * Reductions of one space over the same axes whose inputs were all written by one kernel merge, though
  * they share no tensor: a LayerNorm backward's dγ and dβ second passes, each summing its own per-part sums
- * of the kernel that computes dY (compiler/column_sums.ts), which mergeSiblings leaves apart. Merged, they
+ * of the kernel that computes dY (compiler/passes/split_column_sums.ts), which mergeSiblings leaves apart. Merged, they
  * read no more bytes and save a launch; and since each waits for nothing but that one kernel, so does the
  * merged kernel (no order the rest of the schedule relies on changes). Run after consumer merging, which is
  * what puts the dγ first pass into the kernel computing dY and its dβ first pass.

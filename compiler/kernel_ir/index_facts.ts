@@ -6,7 +6,7 @@
  * The passes supply the environment: what a local or a thread id is known to be under their own scoping
  * rules (branch facts there, lane classes here).
  */
-import type { KBinOp } from "./ops.ts";
+import type { KBinOp } from "./kernel_ops.ts";
 
 // ---- intervals ------------------------------------------------------------------------------------
 

@@ -15,8 +15,8 @@
  * vectors (`KVector`); a binding marked `vector: 4` is read and written a vector at a time.
  */
 
-import { K_BINARY, type KBinOp, type KUnOp } from "./ops.ts";
-export { K_BINARY, K_UNARY, type KBinOp, type KUnOp } from "./ops.ts";
+import { K_BINARY, type KBinOp, type KUnOp } from "./kernel_ops.ts";
+export { K_BINARY, K_UNARY, type KBinOp, type KUnOp } from "./kernel_ops.ts";
 
 /** Element types as stored in buffers. `bool` is legalized to u32 storage by targets without byte types. */
 export type KStorage = "f32" | "f16" | "bf16" | "i32" | "u32" | "bool";

@@ -13,7 +13,7 @@
  */
 import type { Graph, Node, NodeId } from "../../ir/mod.ts";
 import type { DType } from "../../ir/mod.ts";
-import { FLASH_HEAD_DIM, type FlashAttentionSpec, type FlashOperand } from "./flash_attention.ts";
+import { FLASH_HEAD_DIM, type FlashAttentionSpec, type FlashOperand } from "../codegen/cuda_flash.ts";
 import { reshapeView } from "./gemm_library.ts";
 
 export interface FlashSite {

@@ -1,7 +1,7 @@
 /**
  * Bias gradients as cuBLASLt epilogues (issue 16 item 1). A linear layer's backward computes
  * dW = Xᵀ·dY (or dYᵀ·X), a GEMM whose reduction dimension k is the tokens, and its bias gradient
- * db = Σ_tokens dY, a column sum of the same stored dY: the column-sums stage (compiler/column_sums.ts)
+ * db = Σ_tokens dY, a column sum of the same stored dY: the column-sums stage (compiler/passes/split_column_sums.ts)
  * makes it two kernels, per-part sums and a sum of the parts. cuBLASLt's BGRADA / BGRADB epilogues compute
  * exactly that sum over k of one operand while doing the GEMM, so the call takes the column sum over and its
  * kernels leave the step.

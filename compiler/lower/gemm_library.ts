@@ -33,14 +33,14 @@
  * attention layouts are chosen so that only a few GEMMs need groups, and what they cost at batch 64).
  *
  * The output: the call writes the kernel's one root directly when that root is the product up to
- * reshapes, permutes and the final rounding (fusion/layout.ts stores attention's results token-major
+ * reshapes, permutes and the final rounding (fusion/permuted_storage.ts stores attention's results token-major
  * that way), through the same strided-view machinery as the operands; otherwise a scratch buffer (in
  * the product's own f16/bf16 where the graph rounds it so, else f32; `scratchType`) and an epilogue
  * kernel.
  */
 import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
-import { keepsElements } from "../gemm_sum_order.ts";
+import { keepsElements } from "../passes/gemm_sum_order.ts";
 import { storedTypeOf, type ValueContext } from "./values.ts";
 
 export type GemmDType = "f32" | "f16" | "bf16";
@@ -85,7 +85,7 @@ export interface GemmCall {
   readonly b: GemmOperand;
   readonly d: GemmOperand;
   /**
-   * C with beta 1 (compiler/fusion/gemm_sums.ts): D = op(A)·op(B) + C, C laid out as D and stored in D's
+   * C with beta 1 (compiler/fusion/sums_into_gemms.ts): D = op(A)·op(B) + C, C laid out as D and stored in D's
    * dtype (cuBLASLt takes C of D's type), added to the f32 accumulator before D's one rounding.
    */
   readonly c?: GemmOperand;
@@ -387,7 +387,7 @@ function asMatrix(
  * coordinates (only value-keeping casts between it and the matmul): its other operand is the candidate
  * bias (`bias`), which cuBLASLt's BIAS epilogue adds to the f32 accumulator before the one rounding, as
  * the template kernel does. With `sumC`, the root itself may be an add of the chain and a buffer of the
- * root's shape (compiler/fusion/gemm_sums.ts), read at the root's own elements: cuBLASLt's C, laid out as
+ * root's shape (compiler/fusion/sums_into_gemms.ts), read at the root's own elements: cuBLASLt's C, laid out as
  * D (then no bias).
  */
 function directRoot(
@@ -625,7 +625,7 @@ function headsCall(
  * cuBLASLt's BIAS epilogue (CUDA only: the CPU's BLAS call has no epilogue, so a compile for the C
  * backend leaves it off). `opts.sumC`: a root that is the product plus a stored tensor of D's layout and
  * dtype may be written directly with that tensor as C, beta 1 (CUDA plans,
- * compiler/fusion/gemm_sums.ts).
+ * compiler/fusion/sums_into_gemms.ts).
  */
 export function deriveGemm(
   g: Graph,

@@ -1,7 +1,7 @@
 /**
  * Where a kernel stores a root, given the position of the element it computes. A matmul or attention
  * kernel computes its product element by element and stores each root at the same element: a root that is
- * the product reshaped is at the same linear index, and one laid out for its readers (fusion/layout.ts:
+ * the product reshaped is at the same linear index, and one laid out for its readers (fusion/permuted_storage.ts:
  * attention's heads stored heads-major, its results token-major) is a reshape and permute of such a root,
  * so its index follows from the product's through those views. Storing there keeps the value the
  * value builder computes (it walks the same views back to the product at the position being computed).

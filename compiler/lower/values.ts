@@ -101,7 +101,7 @@ export interface ValueContext {
   /** Plan buffer id of a materialized node. */
   readonly bufferOf: (id: NodeId) => number;
   /**
-   * The dtype a materialized node's buffer holds (compiler/storage_precision.ts), when it differs from
+   * The dtype a materialized node's buffer holds (compiler/storage/storage_precision.ts), when it differs from
    * the node's graph dtype (an f32 activation stored f16); default: the graph dtype.
    */
   readonly storedType?: (id: NodeId) => DType;

@@ -8,8 +8,8 @@
  */
 import { Graph, type Node, type NodeId, type OpName, typeToString } from "../../ir/mod.ts";
 import { formatNumber } from "../../ir/print.ts";
-import { copyNode, copyOutputs } from "../graph_rebuild.ts";
-import type { Pass, PassContext } from "../pipeline.ts";
+import { copyNode, copyOutputs } from "../graph/rebuild.ts";
+import type { Pass, PassContext } from "../pipeline/stage_runner.ts";
 
 // Operand order does not matter for these in the reference semantics (IEEE + and * commute). Not max and
 // min: the reference's max(+0, -0) is +0 but max(-0, +0) is -0.

@@ -4,8 +4,8 @@
  * look them up by name), and dropping one would change what a caller must supply.
  */
 import { Graph } from "../../ir/mod.ts";
-import { copyNode, copyOutputs } from "../graph_rebuild.ts";
-import type { Pass, PassContext } from "../pipeline.ts";
+import { copyNode, copyOutputs } from "../graph/rebuild.ts";
+import type { Pass, PassContext } from "../pipeline/stage_runner.ts";
 
 export interface DceResult {
   readonly graph: Graph;

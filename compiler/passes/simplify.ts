@@ -22,7 +22,7 @@ import {
 } from "../../ir/mod.ts";
 import type { Attrs } from "../../ir/ops.ts";
 import { formatNumber } from "../../ir/print.ts";
-import type { Pass, PassContext } from "../pipeline.ts";
+import type { Pass, PassContext } from "../pipeline/stage_runner.ts";
 import { type Rewriter, type Rule, RULES, type Site } from "./simplify_rules.ts";
 
 export interface SimplifyResult {

@@ -6,7 +6,7 @@
  */
 import { byteSize, type NodeId, numel } from "../../ir/mod.ts";
 import type { BufferRole } from "../../plan/plan.ts";
-import type { Stage } from "../pipeline.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import { outputViews } from "./output_views.ts";
 import { type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
 

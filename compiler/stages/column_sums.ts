@@ -1,11 +1,11 @@
 /**
  * The column-sums stage: on a GPU profile, scatter-adds into small tables as masked column sums
- * (compiler/scatter_sums.ts), then large column sums in two passes (compiler/column_sums.ts).
+ * (compiler/passes/scatter_column_sums.ts), then large column sums in two passes (compiler/passes/split_column_sums.ts).
  */
-import type { Stage } from "../pipeline.ts";
-import { splitColumnSums } from "../column_sums.ts";
-import { scattersAsColumnSums } from "../scatter_sums.ts";
-import { blockRows } from "../lower/lower_kernel.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
+import { splitColumnSums } from "../passes/split_column_sums.ts";
+import { scattersAsColumnSums } from "../passes/scatter_column_sums.ts";
+import { blockRows } from "../targets/shapes.ts";
 import type { KernelState } from "./state.ts";
 
 export const columnSumsStage: Stage<KernelState> = {

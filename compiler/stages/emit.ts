@@ -6,8 +6,8 @@
  */
 import type { Plan, PlanKernel } from "../../plan/plan.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
-import { kernelCost } from "../kernel_cost.ts";
-import type { Stage } from "../pipeline.ts";
+import { kernelCost } from "../kernel_ir/cost.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import { type KernelState, need } from "./state.ts";
 
 const NAME = "emit";
@@ -47,7 +47,7 @@ export const emitStage: Stage<KernelState> = {
       const k = kernels[i];
       const fl = flash.get(i);
       const base = { name: k.name, kind: k.kind, bindings: planBindings(k), about: k.about };
-      // Written in CUDA C directly (compiler/lower/flash_attention.ts).
+      // Written in CUDA C directly (compiler/codegen/cuda_flash.ts).
       if (fl) return { ...base, kind: "flash-attention", ...fl };
       const lib = gemmOf.get(i);
       const epi = lib?.epilogue;

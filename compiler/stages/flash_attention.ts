@@ -4,7 +4,7 @@
  * (compiler/lower/flash_match.ts) that flashIneligible allows has its forward kernels (Q·Kᵀ, softmax with
  * dropout, P·V) replaced by one flash forward writing O and the f32 row logsumexp (a new buffer), and its
  * backward kernels (dP, dV, softmax backward, dQ, dK) by one kernel per (batch, head) where the sequence
- * fits a block (lower/flash_backward_fused.ts), else by the dK/dV and dQ kernels. The forward takes the
+ * fits a block (codegen/cuda_flash_backward.ts), else by the dK/dV and dQ kernels. The forward takes the
  * P·V kernel's index, the backward ones the dV and dQ GEMMs' (the kernel list stays aligned with fusion's;
  * the other replaced kernels are no longer launched and emit leaves them out). The step program is
  * rewritten so the memory plan that follows keeps Q, K, V, O, the mask and the logsumexp alive into the
@@ -26,8 +26,8 @@ import {
   flashForward,
   flashIneligible,
   type FlashKernel,
-} from "../lower/flash_attention.ts";
-import { flashBackwardFused, fusedBackwardIneligible } from "../lower/flash_backward_fused.ts";
+} from "../codegen/cuda_flash.ts";
+import { flashBackwardFused, fusedBackwardIneligible } from "../codegen/cuda_flash_backward.ts";
 import {
   findFlashSites,
   type FlashSite,
@@ -35,7 +35,7 @@ import {
   type MatchContext,
   usersOf,
 } from "../lower/flash_match.ts";
-import type { Stage } from "../pipeline.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import { rerootAtProduct, rerootedFusion, type RerootWork, rerootWork } from "./flash_operands.ts";
 import { launchAccess } from "./schedule.ts";
 import { type FlashOverride, type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
@@ -129,7 +129,7 @@ export const flashAttentionStage: Stage<KernelState> = {
           workgroups: fk.grid[0],
           body: [],
           about: [
-            `flash attention ${what} (compiler/lower/flash_attention.ts), head dim 64, ${site.spec.batch}×${site.spec.heads} heads, sequence ${site.spec.seqQ}${
+            `flash attention ${what} (compiler/codegen/cuda_flash.ts), head dim 64, ${site.spec.batch}×${site.spec.heads} heads, sequence ${site.spec.seqQ}${
               site.spec.dropout ? `, dropout ${site.spec.dropout.p}` : ""
             }`,
             `replaces ${[...plan.forward, ...plan.backward].map((k) => s.kernels![k].name).join(", ")}`,

@@ -1,6 +1,6 @@
 /**
  * Q, K, V and dO read token-major by the flash-attention kernels (the flash stage, flash_attention.ts):
- * fusion stores them heads-major [B, H, S, 64] (fusion/layout.ts), for the attention GEMMs, which at
+ * fusion stores them heads-major [B, H, S, 64] (fusion/permuted_storage.ts), for the attention GEMMs, which at
  * batch > 1 no single cuBLASLt call can write, so each of their projections is a cuBLASLt product into a
  * scratch buffer and an epilogue kernel that adds the bias and stores the heads (96 such kernels per
  * BERT-large step). Once flash kernels replace those GEMMs, nothing else reads the heads, and the flash

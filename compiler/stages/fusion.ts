@@ -8,11 +8,11 @@ import { fuseAttention } from "../fusion/attention.ts";
 import { MAX_MERGED_BINDINGS, mergeConsumers } from "../fusion/consumers.ts";
 import { fuseProducers } from "../fusion/fuse.ts";
 import { mergeSmallReductions } from "../fusion/horizontal.ts";
-import { layoutForGemms } from "../fusion/layout.ts";
+import { layoutForGemms } from "../fusion/permuted_storage.ts";
 import { mergeRowBlocks } from "../fusion/row_blocks.ts";
 import { MAX_SIBLING_BINDINGS, mergeSameWriter, mergeSiblings } from "../fusion/siblings.ts";
 import type { FusionResult } from "../fusion/types.ts";
-import type { PassContext, Stage } from "../pipeline.ts";
+import type { PassContext, Stage } from "../pipeline/stage_runner.ts";
 import { rawGemmOutputs } from "../targets/target.ts";
 import { type KernelState, need } from "./state.ts";
 
@@ -101,7 +101,7 @@ export const siblingStage = kernelFusion(
 );
 
 // Then values that GEMMs read only through a permuting view (attention's heads and results) are stored
-// in that view's layout, so that library GEMMs can read and write them (fusion/layout.ts).
+// in that view's layout, so that library GEMMs can read and write them (fusion/permuted_storage.ts).
 export const consumerStage = kernelFusion(
   "fusion-consumers",
   "an elementwise kernel reading a producer's output at the same elements folds into that producer; " +

@@ -11,7 +11,7 @@
  * - inside K, P is read only by elementwise ops over the kernel's whole space, so each thread reads the
  *   elements it later writes and no other (K reads old values before it stores new ones, element by
  *   element), and V's binding has P's element type and vector width; or K does not read P at all (a
- *   weight copy recomputed from the new weights, compiler/weight_copies.ts) and V has P's type.
+ *   weight copy recomputed from the new weights, compiler/passes/low_weight_copies.ts) and V has P's type.
  * K then binds the range once, read_write (two bindings of one range would alias: WebGPU refuses a
  * writable binding aliasing another, and CUDA's `__restrict__` pointers promise they do not), or write
  * only where it never read P, and the memory plan places V where P is (memory.ts `aliasOf`). Everything
@@ -19,7 +19,7 @@
  */
 import { isElementwise, type NodeId, numel } from "../../ir/mod.ts";
 import type { KBinding, Kernel, KStmt } from "../kernel_ir/ir.ts";
-import type { Stage } from "../pipeline.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import { type KernelState, need } from "./state.ts";
 
 const NAME = "in-place-updates";

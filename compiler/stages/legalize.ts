@@ -12,7 +12,7 @@
 import { rangeBytes } from "../../plan/binding_ranges.ts";
 import { storedBytes } from "../../plan/plan.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
-import type { Stage } from "../pipeline.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import type { Language } from "../targets/target.ts";
 import { type KernelState, type LibraryGemm, need } from "./state.ts";
 

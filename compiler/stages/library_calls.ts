@@ -8,14 +8,14 @@
  * allocation beside the arena), and every runtime (and the CPU test harness) sees the same addresses the
  * plan describes. On CUDA, a column sum over k of a call's operand becomes the call's
  * bias-gradient epilogue (compiler/lower/gemm_bgrad.ts), its kernels kept as the fallback, and a root
- * that sums the product with a stored tensor reads that tensor as C with beta 1 (fusion/gemm_sums.ts).
+ * that sums the product with a stored tensor reads that tensor as C with beta 1 (fusion/sums_into_gemms.ts).
  */
 import { numel } from "../../ir/mod.ts";
 import { bgradEpilogues } from "../lower/gemm_bgrad.ts";
 import { deriveGemm, type GemmVerdict, outputOperand } from "../lower/gemm_library.ts";
 import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
-import type { Stage } from "../pipeline.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import { rawGemmOutputs } from "../targets/target.ts";
 import {
   type GemmDecision,

@@ -1,6 +1,10 @@
-/** Lowering: each fused kernel to the kernel IR (index math, loops, reductions, workgroup shape). */
+/**
+ * Lowering: each fused kernel to the kernel IR (index math, loops, reductions, workgroup shape); then
+ * loop kernels whose bindings allow it process four consecutive elements per thread.
+ */
 import { lowerKernel } from "../lower/lower_kernel.ts";
-import type { Stage } from "../pipeline.ts";
+import { vectorizeLoop } from "../lower/vectorize.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import { type KernelState, need, valueContext } from "./state.ts";
 
 export const lowerStage: Stage<KernelState> = {
@@ -16,4 +20,15 @@ export const lowerStage: Stage<KernelState> = {
       ),
     };
   },
+};
+
+export const vectorizeStage: Stage<KernelState> = {
+  name: "vectorize",
+  about: "loop kernels that qualify take four consecutive elements per thread (vec4 loads and stores)",
+  run: (s) => ({
+    ...s,
+    kernels: need(s.kernels, "lowered kernels", "vectorize").map(vectorizeLoop),
+    vectorized: true,
+  }),
+  skip: (s) => ({ ...s, vectorized: false }),
 };

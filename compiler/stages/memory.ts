@@ -5,8 +5,8 @@
  * (output_views.ts). An update written in place lives where the buffer it updates does.
  */
 import { storedBytes, storedSize } from "../../plan/plan.ts";
-import { planMemory } from "../memory_plan.ts";
-import type { Stage } from "../pipeline.ts";
+import { planMemory } from "../storage/memory_plan.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import { type KernelState, need } from "./state.ts";
 
 const NAME = "memory-plan";

@@ -23,8 +23,8 @@
  * Every target runs the same plan, so the CPU and WebGPU backends read the same view.
  */
 import type { DType, Graph, NodeId } from "../../ir/mod.ts";
-import { usersOf } from "../fusion/needs.ts";
 import type { FusedKernel, FusionResult } from "../fusion/types.ts";
+import { usersOf } from "../graph/users.ts";
 
 export interface OutputViews {
   /** The fusion with the views taken out of the kernels that wrote them. */

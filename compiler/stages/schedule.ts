@@ -5,7 +5,7 @@
  */
 import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import type { PlanStep } from "../../plan/plan.ts";
-import type { Stage } from "../pipeline.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
 import { nodeBuffer } from "./buffers.ts";
 import { type KernelState, need, type StateBuffer } from "./state.ts";

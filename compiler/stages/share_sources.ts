@@ -11,7 +11,7 @@
  * buffer ids, and keying a 100 MB-as-JSON kernel list costs more than emitting it.
  */
 import type { PlanKernel, TargetKernel } from "../../plan/plan.ts";
-import type { Stage } from "../pipeline.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
 import { type KernelState, need } from "./state.ts";
 
 /** For each item, the index of the first one whose source (`sourceOf`) has the same code; -1 without one. */

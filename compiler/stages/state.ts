@@ -10,8 +10,8 @@ import type { FusionResult } from "../fusion/types.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
 import type { GemmCall } from "../lower/gemm_library.ts";
 import type { ValueContext } from "../lower/values.ts";
-import type { Precision } from "../passes/precision.ts";
-import type { StoragePlan } from "../storage_precision.ts";
+import type { Precision } from "../training_graph/mixed_precision.ts";
+import type { StoragePlan } from "../storage/storage_precision.ts";
 
 /** Whether a matmul kernel's GEMM became a library call on CUDA, and why (not). */
 export interface GemmDecision {

@@ -1,7 +1,7 @@
 /** The storage precision stage: the dtype each materialized value is stored in (storage_precision.ts). */
-import type { Precision } from "../passes/precision.ts";
-import type { Stage } from "../pipeline.ts";
-import { chooseStorage, detectPrecision, fullStorage } from "../storage_precision.ts";
+import type { Precision } from "../training_graph/mixed_precision.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
+import { chooseStorage, detectPrecision, fullStorage } from "../storage/storage_precision.ts";
 import { rawGemmOutputs } from "../targets/target.ts";
 import { type KernelState, need } from "./state.ts";
 

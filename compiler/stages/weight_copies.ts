@@ -3,9 +3,9 @@
  * steps and rewritten by the optimizer where the step updates a flat parameter vector, else rounded once
  * per step by a kernel of their own (weight_copies.ts).
  */
-import type { Stage } from "../pipeline.ts";
-import { LOW_DTYPE } from "../passes/precision.ts";
-import { keptCopies } from "../weight_copies.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
+import { LOW_DTYPE } from "../training_graph/mixed_precision.ts";
+import { keptCopies } from "../passes/low_weight_copies.ts";
 import type { KernelState } from "./state.ts";
 import { compilePrecision } from "./storage.ts";
 import { rawGemmOutputs } from "../targets/target.ts";

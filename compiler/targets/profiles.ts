@@ -31,7 +31,7 @@ export interface TargetProfile {
   /** The largest workgroup a workgroup-per-row reduction uses (a power of two). */
   readonly reduceWorkgroupMax: number;
   /**
-   * Threads per column of a scatter-add, each owning every owners-th row of the table (lower_kernel.ts
+   * Threads per column of a scatter-add, each owning every owners-th row of the table (shapes.ts
    * lowerScatter): 1 is a serial loop per column; a GPU needs enough to fill it.
    */
   readonly scatterOwners: number;
@@ -45,13 +45,13 @@ export interface TargetProfile {
   readonly scatterMaskedMaxRows: number;
   /**
    * A column sum over at least this many rows shares each column among several threads of a workgroup
-   * (lower_kernel.ts columnGroups, lowerReduce). Infinity on the CPU: a workgroup is a loop there, and the
+   * (shapes.ts columnGroups, lowerReduce). Infinity on the CPU: a workgroup is a loop there, and the
    * shared-memory combine with its barriers cost more than it spread (BERT-tiny's training step: 22.4 ->
    * 16.2 ms of column sums without it, 2-core machine).
    */
   readonly columnSplitMinRows: number;
   /**
-   * How many threads a split column sum should launch (lower_kernel.ts columnGroups takes the fewest
+   * How many threads a split column sum should launch (shapes.ts columnGroups takes the fewest
    * threads per column, a power of two up to a workgroup, that reach it); 0: SPLIT_GROUPS per column,
    * where a workgroup is a loop on one core (lavapipe) and more threads only add combine steps.
    */
@@ -63,7 +63,7 @@ export interface TargetProfile {
    */
   readonly smallReductionBytes: number;
   /**
-   * A column sum over many rows is split into up to this many parts first (compiler/column_sums.ts), as
+   * A column sum over many rows is split into up to this many parts first (compiler/passes/split_column_sums.ts), as
    * few as give its first pass `columnFillThreads` threads where that is set.
    */
   readonly columnSumParts: number;

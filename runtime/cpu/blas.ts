@@ -13,7 +13,7 @@
  */
 import type { PlanGemm } from "../../plan/plan.ts";
 import { env } from "./cc.ts";
-import { CpuError } from "./errors.ts";
+import { CpuError } from "./cpu_errors.ts";
 import type { Pool } from "./pool.ts";
 
 const SYMBOLS = {

@@ -7,7 +7,7 @@
  * cache is an optimization: failing to write it costs a compile, never a run.
  */
 import { createHash } from "node:crypto";
-import { CpuCacheError, CpuError, CpuUnavailableError } from "./errors.ts";
+import { CpuCacheError, CpuError, CpuUnavailableError } from "./cpu_errors.ts";
 
 // -fno-math-errno: libm calls that set no errno are pure, so loop-invariant ones (the optimizer's bias
 // corrections) leave their loops, sqrtf is one instruction, and loops calling expf/logf/tanhf vectorize

@@ -5,7 +5,7 @@
  * shares its threads; GEMMs run through its `bf_gemm`, which calls OpenBLAS single-threaded per block.
  */
 import { type CCompiler, compileLibrary } from "./cc.ts";
-import { CpuError } from "./errors.ts";
+import { CpuError } from "./cpu_errors.ts";
 
 const SYMBOLS = {
   bf_pool_init: { parameters: ["i32", "buffer"], result: "i32" },

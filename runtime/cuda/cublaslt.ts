@@ -17,7 +17,7 @@
  * linear layer's bias.
  */
 import type { CudaDriver, DevicePtr, Pointer } from "./driver.ts";
-import { CudaError } from "./errors.ts";
+import { CudaError } from "./cuda_errors.ts";
 import { discover, type DiscoverOptions, openDiscovered } from "./libs.ts";
 import { ltDescriptors, type LtLayout } from "./lt_mapping.ts";
 

@@ -10,7 +10,7 @@
  * Every call goes through `check`: a non-zero status throws a CudaError naming the call, the status
  * (cuGetErrorName) and the kernel, when the caller says which.
  */
-import { CudaError, CudaUnavailableError } from "./errors.ts";
+import { CudaError, CudaUnavailableError } from "./cuda_errors.ts";
 import { discover, type DiscoverOptions, openDiscovered } from "./libs.ts";
 
 export const DRIVER_SYMBOLS = {

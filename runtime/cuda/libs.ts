@@ -7,7 +7,7 @@
  * testable on a machine without a GPU; the folders searched are kept for the error message.
  */
 
-import { CudaUnavailableError } from "./errors.ts";
+import { CudaUnavailableError } from "./cuda_errors.ts";
 
 export type CudaLibraryName = "cuda" | "nvrtc" | "cublasLt";
 

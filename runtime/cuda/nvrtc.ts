@@ -8,7 +8,7 @@
  * a size_t; `nvrtcGetErrorString(nvrtcResult)` returns a const char*.
  */
 import { cString, cStringArray } from "./driver.ts";
-import { CudaError } from "./errors.ts";
+import { CudaError } from "./cuda_errors.ts";
 import { discover, type DiscoverOptions, openDiscovered } from "./libs.ts";
 import { includeDirsFor, keyOptions, preloadBuiltins } from "./nvrtc_files.ts";
 

@@ -6,9 +6,9 @@
  */
 import type { Plan } from "../../plan/plan.ts";
 import type { GpuContext } from "./device.ts";
-import type { Encoded } from "./executor.ts";
-import { encodeProgram } from "./executor.ts";
-import { WebGPUError } from "./errors.ts";
+import type { Encoded } from "./webgpu_executor.ts";
+import { encodeProgram } from "./webgpu_executor.ts";
+import { WebGPUError } from "./webgpu_errors.ts";
 import { type LaunchTime, median, type Profile } from "../profile.ts";
 
 /** WebGPU caps a query set at 4096 queries: two per launch. */

@@ -9,7 +9,7 @@ import { defineBert, type Head, INFER_OUTPUTS } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";
 import { loadHfWeights } from "../../model_io/hf_checkpoint.ts";
 import { type EncodedRow, parseEncodedRows } from "../../model_io/infer_input.ts";
-import { referenceBackend } from "../../runtime/reference/backend.ts";
+import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
 import { runInference } from "../../runtime/infer.ts";
 import { answerRequests, type InferRequest } from "../../textinfer/mod.ts";
 import { openTextModel } from "../../textinfer/checkpoint.ts";

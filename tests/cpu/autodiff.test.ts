@@ -5,8 +5,8 @@
  * finite differences run by the reference interpreter in f64.
  */
 import assert from "node:assert/strict";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
-import { GraphEditor } from "../../compiler/graph_edit.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
+import { GraphEditor } from "../../compiler/graph/edit.ts";
 import {
   assertValidGraph,
   type DType,

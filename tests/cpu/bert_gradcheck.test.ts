@@ -4,7 +4,7 @@
  * of the weights and finite differences apply).
  */
 import assert from "node:assert/strict";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { defineBert } from "../../models/bert.ts";
 import { numel } from "../../ir/mod.ts";
 import { initParams } from "../../model_io/init_params.ts";

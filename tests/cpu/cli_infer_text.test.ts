@@ -10,7 +10,7 @@ import { defineBert, type Head, INFER_OUTPUTS } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";
 import { loadHfWeights } from "../../model_io/hf_checkpoint.ts";
 import { runInference } from "../../runtime/infer.ts";
-import { referenceBackend } from "../../runtime/reference/backend.ts";
+import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
 import { readVocabFile } from "../../data/tokenizer/mod.ts";
 import { hfTokenizer } from "../../data/tokenizer/hf.ts";
 import { seededRandom } from "../../cases/random.ts";

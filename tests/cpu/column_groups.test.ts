@@ -9,14 +9,14 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { partsFor } from "../../compiler/column_sums.ts";
-import { compileGraph } from "../../compiler/compile.ts";
-import { blockRows, columnGroups, SPLIT_GROUPS } from "../../compiler/lower/lower_kernel.ts";
+import { partsFor } from "../../compiler/passes/split_column_sums.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { blockRows, columnGroups, SPLIT_GROUPS } from "../../compiler/targets/shapes.ts";
 import { PROFILES, type TargetProfile } from "../../compiler/targets/profiles.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
-import { CpuExecutor } from "../../runtime/cpu/executor.ts";
+import { CpuExecutor } from "../../runtime/cpu/cpu_executor.ts";
 import { testCpu } from "../util/cpu_check.ts";
 import { caseProfile, columnSumCases } from "../util/column_sum_cases.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";

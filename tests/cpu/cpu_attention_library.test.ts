@@ -2,14 +2,14 @@
  * Attention's GEMMs as BLAS calls on the CPU backend: BERT's self-attention block (tests/util/
  * attention_block.ts), forward and backward, at batch 1, 2 and 3, on fresh random inputs against the
  * reference interpreter. Every GEMM of the plan must run through sgemm: the heads stored heads-major by
- * the projections (compiler/fusion/layout.ts) and the attention results written token-major, in batch
+ * the projections (compiler/fusion/permuted_storage.ts) and the attention results written token-major, in batch
  * groups where the strides need them (compiler/lower/gemm_library.ts). Needs a C compiler and OpenBLAS;
  * without them the tests are reported as ignored with the reason.
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
 import { F32_TOL } from "../util/fused_check.ts";

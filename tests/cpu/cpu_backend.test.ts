@@ -10,9 +10,9 @@ import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { F16_TOL, F32_TOL } from "../util/fused_check.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { TARGETS } from "../../compiler/targets/target.ts";
-import { CpuExecutor } from "../../runtime/cpu/executor.ts";
+import { CpuExecutor } from "../../runtime/cpu/cpu_executor.ts";
 
 const cpu = await testCpu();
 

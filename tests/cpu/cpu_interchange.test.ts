@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
 import { dropout, layerNorm, softmax } from "../../dsl/nn.ts";
 import { CPU } from "../../engine/backends.ts";

@@ -8,9 +8,9 @@
  */
 import assert from "node:assert/strict";
 import { target } from "../util/target.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { readsOf } from "../../compiler/fusion/kernel_facts.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import tiny from "../../models/bert-tiny.ts";
 

@@ -9,15 +9,15 @@ import assert from "node:assert/strict";
 import { fuseGraph } from "../../compiler/fusion/fuse.ts";
 import { readsOf } from "../../compiler/fusion/kernel_facts.ts";
 import { REMAT_MAX_OPS, rematVerdict } from "../../compiler/fusion/remat.ts";
-import { usersOf } from "../../compiler/fusion/needs.ts";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
-import { applyPrecision } from "../../compiler/passes/precision.ts";
-import { appendSgdUpdate } from "../../compiler/passes/sgd_update.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
+import { applyPrecision } from "../../compiler/training_graph/mixed_precision.ts";
+import { appendSgdUpdate } from "../../compiler/training_graph/sgd_update.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { gelu, layerNorm, linear, ModelBuilder } from "../../dsl/mod.ts";
 import type { Graph, NodeId } from "../../ir/mod.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
 import { F16_TOL, F32_TOL } from "../util/fused_check.ts";
+import { usersOf } from "../../compiler/graph/users.ts";
 
 const cpu = await testCpu();
 

@@ -5,8 +5,8 @@
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { compileGraph } from "../../compiler/compile.ts";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { ModelBuilder, type Tensor } from "../../dsl/mod.ts";
 import type { Graph, NodeId } from "../../ir/mod.ts";
 import { fuzzGraph } from "../../cases/fuzz/generate.ts";

@@ -8,8 +8,8 @@
  */
 import { target } from "../util/target.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { compileGraph } from "../../compiler/compile.ts";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { fuzzGraph } from "../../cases/fuzz/generate.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
 import { F32_TOL } from "../util/fused_check.ts";

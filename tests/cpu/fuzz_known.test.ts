@@ -5,7 +5,7 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { fuzzGraph } from "../../cases/fuzz/generate.ts";
 import { KNOWN_BUGS } from "../../cases/fuzz/known.ts";
 

@@ -5,14 +5,14 @@
  * max|ours - expected| / max|expected|.
  */
 import assert from "node:assert/strict";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { defineBert, type Head, INFER_OUTPUTS } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";
 import { loadHfWeights } from "../../model_io/hf_checkpoint.ts";
 import { readSafetensorsFile, toFloat64 } from "../../model_io/safetensors.ts";
 import { runInference } from "../../runtime/infer.ts";
 import { parseEncodedRows } from "../../model_io/infer_input.ts";
-import { referenceBackend } from "../../runtime/reference/backend.ts";
+import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 
 const FX = new URL("../fixtures/hf-tiny/", import.meta.url).pathname;

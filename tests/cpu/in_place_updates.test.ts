@@ -6,9 +6,9 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
-import { QUIET } from "../../compiler/debug.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { QUIET } from "../../compiler/pipeline/debug.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
 import { Graph } from "../../ir/mod.ts";
 import { loadModel } from "../../models/load.ts";
 import type { Plan } from "../../plan/plan.ts";
@@ -49,7 +49,7 @@ Deno.test("in-place updates: parameters and moments of a LAMB step are updated w
     assert.equal(ranges.length, 1, `${last.name} binds ${name}'s range ${ranges.length} times`);
     assert.equal(ranges[0].access, "read_write");
   }
-  // The weight copies (compiler/weight_copies.ts), rounded from the new weights and never read by the
+  // The weight copies (compiler/passes/low_weight_copies.ts), rounded from the new weights and never read by the
   // kernel writing them: written in place, write-only, by the kernel writing the new weights.
   const lowFlat = plan.outputs["low:flat.params"];
   assert.equal(where(plan, plan.outputs["new:low:flat.params"]), where(plan, lowFlat));

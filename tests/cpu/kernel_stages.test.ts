@@ -8,15 +8,20 @@ import assert from "node:assert/strict";
 import { layerGraph } from "../../cases/layer_graph.ts";
 import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
 import tiny from "../../models/bert-tiny.ts";
-import { COMPILE_STAGES, compileGraph, runKernelStages } from "../../compiler/compile.ts";
-import { DebugFlagError, type DebugFlags } from "../../compiler/debug.ts";
+import { COMPILE_STAGES, compileGraph, runKernelStages } from "../../compiler/driver/compile.ts";
+import { DebugFlagError, type DebugFlags } from "../../compiler/pipeline/debug.ts";
 import { decideJoin } from "../../compiler/fusion/join.ts";
 import { ELEM } from "../../compiler/fusion/needs.ts";
 import { isVectorized } from "../../compiler/lower/vectorize.ts";
-import { makePassContext, PassError, quietContext, type Stage } from "../../compiler/pipeline.ts";
-import { KERNEL_STAGES } from "../../compiler/stages/mod.ts";
+import {
+  makePassContext,
+  PassError,
+  quietContext,
+  type Stage,
+} from "../../compiler/pipeline/stage_runner.ts";
+import { KERNEL_STAGES } from "../../compiler/stages/stage_list.ts";
 import { fusionStage } from "../../compiler/stages/fusion.ts";
 import type { KernelState } from "../../compiler/stages/state.ts";
 import { Graph } from "../../ir/mod.ts";

@@ -12,7 +12,7 @@ import {
   MemoryPlanError,
   planMemory,
   type Step,
-} from "../../compiler/memory_plan.ts";
+} from "../../compiler/storage/memory_plan.ts";
 import { type Rng, seededRandom } from "../../cases/random.ts";
 
 const buf = (id: number, bytes: number, pinned = false): BufferSpec => ({ id, bytes, pinned });

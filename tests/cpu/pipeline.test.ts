@@ -11,10 +11,16 @@ import {
   debugLog,
   Fuel,
   readDebugFlags,
-} from "../../compiler/debug.ts";
+} from "../../compiler/pipeline/debug.ts";
 import { dce } from "../../compiler/passes/dce.ts";
 import { simplify } from "../../compiler/passes/simplify.ts";
-import { makePassContext, type Pass, PassError, quietContext, runPipeline } from "../../compiler/pipeline.ts";
+import {
+  makePassContext,
+  type Pass,
+  PassError,
+  quietContext,
+  runPipeline,
+} from "../../compiler/pipeline/stage_runner.ts";
 import { Graph, parseGraph, printGraph } from "../../ir/mod.ts";
 
 const env = (vars: Record<string, string>) => new Map(Object.entries(vars));

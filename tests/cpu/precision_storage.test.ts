@@ -1,16 +1,20 @@
 /**
- * The storage half of the mixed-precision policy (compiler/storage_precision.ts) without a device: which
+ * The storage half of the mixed-precision policy (compiler/storage/storage_precision.ts) without a device: which
  * materialized values are narrowed to f16 and which stay f32 and why, on small graphs; how the plan and
  * the lowered kernels honour it; and the round-trip graph the reference interpreter runs.
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { type Compiled, compileGraph } from "../../compiler/compile.ts";
+import { type Compiled, compileGraph } from "../../compiler/driver/compile.ts";
 import type { Kernel, KExpr } from "../../compiler/kernel_ir/ir.ts";
 import { visitExprs } from "../../compiler/kernel_ir/walk.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
-import { applyPrecision } from "../../compiler/passes/precision.ts";
-import { detectPrecision, type KeepReason, roundTripGraph } from "../../compiler/storage_precision.ts";
+import { applyPrecision } from "../../compiler/training_graph/mixed_precision.ts";
+import {
+  detectPrecision,
+  type KeepReason,
+  roundTripGraph,
+} from "../../compiler/storage/storage_precision.ts";
 import { gelu, layerNorm, ModelBuilder, type Tensor } from "../../dsl/mod.ts";
 import type { Graph, NodeId } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
@@ -106,7 +110,7 @@ Deno.test("storage policy: reduction results stay f32, the normalized activation
 });
 
 Deno.test("storage policy: backward pass — statistics, reduction results and parameter gradients stay f32", async () => {
-  const { differentiate } = await import("../../compiler/passes/autodiff.ts");
+  const { differentiate } = await import("../../compiler/training_graph/autodiff.ts");
   const m = new ModelBuilder("ln-bwd");
   // x comes from a GEMM, so LayerNorm's input gradient is an activation gradient (read by the GEMMs of
   // dW0), not an output: the normalization's values are narrowed, its statistics kept.

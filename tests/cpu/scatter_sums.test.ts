@@ -1,12 +1,12 @@
 /**
- * compiler/scatter_sums.ts: a scatter-add into a table of few rows as a masked column sum. The rewritten
+ * compiler/passes/scatter_column_sums.ts: a scatter-add into a table of few rows as a masked column sum. The rewritten
  * graph, run by the reference interpreter in f64, gives the scatter's table (ids out of range dropped), and
  * the rewrite applies where the profile asks for it: GPU profiles, tables up to `scatterMaskedMaxRows` rows.
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
-import { scattersAsColumnSums } from "../../compiler/scatter_sums.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { scattersAsColumnSums } from "../../compiler/passes/scatter_column_sums.ts";
 import { PROFILE_NAMES, PROFILES } from "../../compiler/targets/profiles.ts";
 import { scatterCases } from "../util/scatter_cases.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";

@@ -9,7 +9,7 @@
  * in input order, the header's length in `Inference-Header-Content-Length`.
  */
 import assert from "node:assert/strict";
-import { referenceBackend } from "../../runtime/reference/backend.ts";
+import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
 import { serveForTest } from "../util/serve.ts";
 
 type Obj = Record<string, unknown>;

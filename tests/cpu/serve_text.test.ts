@@ -3,7 +3,7 @@
  * textinfer/), on the tiny checkpoints of each head.
  */
 import assert from "node:assert/strict";
-import { referenceBackend } from "../../runtime/reference/backend.ts";
+import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
 import { runCli } from "../util/cli.ts";
 import { serveForTest, TINY } from "../util/serve.ts";
 

@@ -6,12 +6,12 @@
  * tiny BERT training graph computes the same loss and gradients after simplify + cse + dce.
  */
 import assert from "node:assert/strict";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { cse, cseGraph } from "../../compiler/passes/cse.ts";
 import { dce, dceGraph } from "../../compiler/passes/dce.ts";
 import { simplify, simplifyGraph } from "../../compiler/passes/simplify.ts";
 import { RULES } from "../../compiler/passes/simplify_rules.ts";
-import { quietContext, runPipeline } from "../../compiler/pipeline.ts";
+import { quietContext, runPipeline } from "../../compiler/pipeline/stage_runner.ts";
 import {
   type Attrs,
   type DType,

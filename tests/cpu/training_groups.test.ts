@@ -1,19 +1,19 @@
 /**
- * Parameter groups (compiler/optimizer/layout.ts): the optimizer's flat vectors cut into groups within a
+ * Parameter groups (compiler/training_graph/flat_layout.ts): the optimizer's flat vectors cut into groups within a
  * device's binding limit. The cut keeps global offsets (checkpoints unchanged), a one-group graph is the
  * graph it always was, a tensor no group can hold is one line naming it, and training with several
  * groups on the reference interpreter matches one group (LAMB and AdamW, with accumulation), with
  * checkpoint save and resume exact through the groups.
  */
 import assert from "node:assert/strict";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
-import { flatLayout, flatLayoutOf, LayoutError } from "../../compiler/optimizer/layout.ts";
-import { OPT, type OptimizerKind } from "../../compiler/optimizer/update.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { flatLayout, flatLayoutOf, LayoutError } from "../../compiler/training_graph/flat_layout.ts";
+import { OPT, type OptimizerKind } from "../../compiler/training_graph/update.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { printGraph } from "../../ir/print.ts";
 import { defineBert } from "../../models/bert.ts";
 import { loadModel } from "../../models/load.ts";
-import { ReferenceExecutor } from "../../runtime/reference/executor.ts";
+import { ReferenceExecutor } from "../../runtime/reference/reference_executor.ts";
 import { flatGroupBudget } from "../../training/device_setup.ts";
 import { seededRandom } from "../../cases/random.ts";
 import {

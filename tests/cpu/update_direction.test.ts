@@ -1,5 +1,5 @@
 /**
- * The update direction rule of the storage policy (compiler/storage_precision.ts): in fp16 and bf16
+ * The update direction rule of the storage policy (compiler/storage/storage_precision.ts): in fp16 and bf16
  * training, LAMB's direction `u`, materialized between the pass that computes it (with ||u||) and the pass
  * that applies it, is stored in the low precision; the weights, moments and norms stay f32. Then a LAMB step
  * on the CPU backend on fresh random weights, moments and gradients against the reference interpreter:
@@ -8,13 +8,13 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
-import { optimizerFeeds } from "../../compiler/optimizer/feeds.ts";
-import { flatLayoutOf } from "../../compiler/optimizer/layout.ts";
-import { appendOptimizer, OPT } from "../../compiler/optimizer/update.ts";
-import { applyPrecision, LOW_DTYPE } from "../../compiler/passes/precision.ts";
-import { compileGraph } from "../../compiler/compile.ts";
-import { descentSteps, roundTripGraph, type StoragePlan } from "../../compiler/storage_precision.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { optimizerFeeds } from "../../compiler/training_graph/feeds.ts";
+import { flatLayoutOf } from "../../compiler/training_graph/flat_layout.ts";
+import { appendOptimizer, OPT } from "../../compiler/training_graph/update.ts";
+import { applyPrecision, LOW_DTYPE } from "../../compiler/training_graph/mixed_precision.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { descentSteps, roundTripGraph, type StoragePlan } from "../../compiler/storage/storage_precision.ts";
 import { CPU } from "../../engine/backends.ts";
 import { Graph, type NodeId } from "../../ir/mod.ts";
 import { ModelBuilder, type Tensor } from "../../dsl/mod.ts";

@@ -7,9 +7,9 @@
  * listed as non-differentiable with a reason, so a new op without a test fails the suite.
  */
 import assert from "node:assert/strict";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
-import { VJP } from "../../compiler/passes/vjp.ts";
-import { GraphEditor } from "../../compiler/graph_edit.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
+import { VJP } from "../../compiler/training_graph/vjp.ts";
+import { GraphEditor } from "../../compiler/graph/edit.ts";
 import {
   assertValidGraph,
   type DType,

@@ -1,5 +1,5 @@
 /**
- * Low-precision weight copies for library GEMMs (compiler/weight_copies.ts, storage_precision.ts
+ * Low-precision weight copies for library GEMMs (compiler/passes/low_weight_copies.ts, storage_precision.ts
  * `weightsReadOnlyLow`): with CUDA among the targets, no GEMM is refused the library for reading an f32
  * weight rounded on load; in training each weight's copy is optimizer state (an input the GEMMs read,
  * rewritten in place by the optimizer's last pass), or, where it cannot start on the binding alignment, a
@@ -9,19 +9,19 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
-import { QUIET } from "../../compiler/debug.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
-import type { Precision } from "../../compiler/passes/precision.ts";
-import { lowWeightCopies } from "../../compiler/weight_copies.ts";
-import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { QUIET } from "../../compiler/pipeline/debug.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
+import { lowWeightCopies } from "../../compiler/passes/low_weight_copies.ts";
+import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { loadModel } from "../../models/load.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { LOW_COPY_PREFIX } from "../../plan/low_copies.ts";
-import { flatNames } from "../../compiler/optimizer/feeds.ts";
+import { flatNames } from "../../compiler/training_graph/feeds.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { copiedParams, copyTrainGraph } from "../util/weight_copies_check.ts";
 

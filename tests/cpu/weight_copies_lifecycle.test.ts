@@ -1,5 +1,5 @@
 /**
- * The life of weight copies kept by the optimizer (compiler/weight_copies.ts, engine/low_copies.ts),
+ * The life of weight copies kept by the optimizer (compiler/passes/low_weight_copies.ts, engine/low_copy_refresh.ts),
  * through the trainer's own device code (training/device_setup.ts): the graph with its copies as state,
  * in the reference interpreter behind the engine's refreshing executor, against the graph that rounds its
  * weights on load, step for step and bit for bit: a fresh start, steps on fresh random batches, a step
@@ -8,17 +8,17 @@
  * refresh the copies when weights are set (a planted stale copy) must diverge.
  */
 import assert from "node:assert/strict";
-import { flatNames } from "../../compiler/optimizer/feeds.ts";
-import { OPT, STATE } from "../../compiler/optimizer/update.ts";
-import { keptCopies } from "../../compiler/weight_copies.ts";
+import { flatNames } from "../../compiler/training_graph/feeds.ts";
+import { OPT, STATE } from "../../compiler/training_graph/update.ts";
+import { keptCopies } from "../../compiler/passes/low_weight_copies.ts";
 import { batchFeeds } from "../../cases/bert_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { refreshingLowCopies } from "../../engine/low_copies.ts";
+import { refreshingLowCopies } from "../../engine/low_copy_refresh.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { initParams } from "../../model_io/init_params.ts";
 import { LOW_COPY_PREFIX } from "../../plan/low_copies.ts";
 import type { StepExecutor } from "../../runtime/backend.ts";
-import { ReferenceExecutor } from "../../runtime/reference/executor.ts";
+import { ReferenceExecutor } from "../../runtime/reference/reference_executor.ts";
 import { readCheckpoint } from "../../training/checkpoint.ts";
 import {
   launchUpdate,

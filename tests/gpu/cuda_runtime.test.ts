@@ -4,18 +4,18 @@
  * What needs a GPU (the executor actually running kernels) is bench/gpu_check.ts.
  */
 import { target } from "../util/target.ts";
-import { QUIET } from "../../compiler/debug.ts";
+import { QUIET } from "../../compiler/pipeline/debug.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { describeChoice, openBackend, type Probes } from "../../engine/choose_backend.ts";
-import type { CudaContext } from "../../runtime/cuda/context.ts";
+import type { CudaContext } from "../../runtime/cuda/cuda_context.ts";
 import { CudaDriver } from "../../runtime/cuda/driver.ts";
-import { CudaError, CudaUnavailableError } from "../../runtime/cuda/errors.ts";
-import { CudaExecutor } from "../../runtime/cuda/executor.ts";
+import { CudaError, CudaUnavailableError } from "../../runtime/cuda/cuda_errors.ts";
+import { CudaExecutor } from "../../runtime/cuda/cuda_executor.ts";
 import { decodeStored, encodeStored } from "../../runtime/host.ts";
 import { KernelCache, kernelCacheKey } from "../../runtime/cuda/kernel_cache.ts";
 import { ARENA_ALIGN, arenaLayout, zeroRegions } from "../../runtime/arena.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
 import { loadModel } from "../../models/load.ts";
 import { discover, searchDirs } from "../../runtime/cuda/libs.ts";
 import { type Plan, type PlanBuffer, storedSize } from "../../plan/plan.ts";

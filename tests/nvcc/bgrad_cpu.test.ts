@@ -17,13 +17,13 @@ import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { lambStep, oneLayerBert } from "../util/bert_steps.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { dropout, linear } from "../../dsl/mod.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { loadModel } from "../../models/load.ts";
-import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { type Plan, UPDATE_PREFIX } from "../../plan/plan.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
@@ -82,7 +82,7 @@ function linearBackward(
 const cases = [
   { tokens: [64], inF: 24, outF: 24, wIn: false, drop: false, operand: "a", lib: "bgradb", kernels: 1 },
   { tokens: [64], inF: 24, outF: 24, wIn: true, drop: false, operand: "b", lib: "bgrada", kernels: 1 },
-  // 2048 tokens: the column sum in two passes (compiler/column_sums.ts), two kernels covered.
+  // 2048 tokens: the column sum in two passes (compiler/passes/split_column_sums.ts), two kernels covered.
   { tokens: [4, 512], inF: 24, outF: 40, wIn: false, drop: false, operand: "a", lib: "bgradb", kernels: 2 },
   { tokens: [4, 512], inF: 40, outF: 24, wIn: true, drop: false, operand: "b", lib: "bgrada", kernels: 2 },
   // dY is the dropout's backward: producer fusion leaves its column sum to the epilogue

@@ -6,7 +6,7 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import type { Plan } from "../../plan/plan.ts";

@@ -3,14 +3,14 @@
  * built as host C++, each library call run through cuBLASLt's column-major definition with LtCall's
  * descriptors, one call per batch group): BERT's self-attention block (tests/util/attention_block.ts),
  * forward and backward, at batch 1, 2 and 3, f32 and f16, on fresh random inputs against the reference
- * interpreter. Every GEMM must be a library call: heads stored heads-major (compiler/fusion/layout.ts),
+ * interpreter. Every GEMM must be a library call: heads stored heads-major (compiler/fusion/permuted_storage.ts),
  * results written token-major directly (batch 1), in groups (batch 2) or through the epilogue (batch 3)
  * (compiler/lower/gemm_library.ts directGroupsPay). Without g++ the tests are reported as ignored.
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import type { DType } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { attentionBlock, attentionInts } from "../util/attention_block.ts";

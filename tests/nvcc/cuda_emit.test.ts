@@ -40,8 +40,8 @@ import {
   vec,
   wgId,
 } from "../../compiler/kernel_ir/ir.ts";
-import { compileGraph } from "../../compiler/compile.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
 import { loadModel } from "../../models/load.ts";
 
 function kernel(

@@ -14,7 +14,7 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { FUSION_CASES, graphOf, type Tolerance } from "../../cases/fusion_cases.ts";
 import { type DType, type Graph, isFloat, numel } from "../../ir/mod.ts";
 import type { ModelBuilder, Tensor } from "../../dsl/mod.ts";
@@ -26,10 +26,10 @@ import { erf } from "../../numeric/erf.ts";
 import { cudaPrelude } from "../../compiler/codegen/cuda_prelude.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
-import type { Precision } from "../../compiler/passes/precision.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import { loadModel } from "../../models/load.ts";
-import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 
 const version = await cxxVersion();
@@ -253,7 +253,7 @@ for (
       const refGraph = precision === "fp32"
         ? g
         : roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
-      // The compiled graph reads weight copies the runtime derives from the weights (engine/low_copies.ts).
+      // The compiled graph reads weight copies the runtime derives from the weights (engine/low_copy_refresh.ts).
       const ref = afterTheStep(
         evaluate(refGraph, withLowCopyFeeds(compiled.plan, feeds), { precision: "f32" }),
       );

@@ -10,12 +10,12 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
-import type { CudaContext } from "../../runtime/cuda/context.ts";
+import type { CudaContext } from "../../runtime/cuda/cuda_context.ts";
 import { CudaDriver } from "../../runtime/cuda/driver.ts";
-import { CudaError, CudaUnavailableError } from "../../runtime/cuda/errors.ts";
-import { CudaExecutor } from "../../runtime/cuda/executor.ts";
+import { CudaError, CudaUnavailableError } from "../../runtime/cuda/cuda_errors.ts";
+import { CudaExecutor } from "../../runtime/cuda/cuda_executor.ts";
 import { KernelCache } from "../../runtime/cuda/kernel_cache.ts";
 import { Nvrtc } from "../../runtime/cuda/nvrtc.ts";
 import type { Plan, PlanBuffer } from "../../plan/plan.ts";

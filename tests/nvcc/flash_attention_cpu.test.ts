@@ -1,10 +1,10 @@
 /**
- * The flash-attention kernels (compiler/lower/flash_attention.ts) on the CPU shim (tests/util/cuda_cpu.ts,
+ * The flash-attention kernels (compiler/codegen/cuda_flash.ts) on the CPU shim (tests/util/cuda_cpu.ts,
  * which emulates mma.sync and ldmatrix with the PTX ISA's fragment layouts) against the reference
  * interpreter on fresh random inputs: BERT's attention (Q, K, V read as heads of [B, S, H, 64] rows, an
  * additive key mask, softmax, dropout from the graph's own random_uniform, P·V), forward (O and the row
  * logsumexp) and backward (dQ, dK, dV, whose reference is the graph's autodiff; both the two-kernel path and
- * the one kernel per (batch, head) of lower/flash_backward_fused.ts, whose planted errors must fail), at
+ * the one kernel per (batch, head) of codegen/cuda_flash_backward.ts, whose planted errors must fail), at
  * sequence lengths 64 and 128. The dropout mask is checked exactly on its own (uniform probabilities and V an indicator, so each
  * output element is 0 or 1/(S·(1-p)) by the mask alone), and a few gradient elements against central
  * finite differences of the f64 reference loss. Q, K, V and dO are also read token-major from GEMM products
@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { ModelBuilder, type Tensor } from "../../dsl/mod.ts";
 import { dropout, logSumExp, softmax } from "../../dsl/nn.ts";
-import { differentiate, GRAD_PREFIX } from "../../compiler/passes/autodiff.ts";
+import { differentiate, GRAD_PREFIX } from "../../compiler/training_graph/autodiff.ts";
 import { uniformAt } from "../../numeric/philox.ts";
 import { MASK_VALUE } from "../../models/bert.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
@@ -28,8 +28,8 @@ import {
   flashForward,
   type FlashKernel,
   type FlashOperand,
-} from "../../compiler/lower/flash_attention.ts";
-import { flashBackwardFused } from "../../compiler/lower/flash_backward_fused.ts";
+} from "../../compiler/codegen/cuda_flash.ts";
+import { flashBackwardFused } from "../../compiler/codegen/cuda_flash_backward.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { CXX, cxxVersion, runSourceOnCpu } from "../util/cuda_cpu.ts";
 import { NVCC, NVCC_STRICT, nvccVersion } from "../util/nvcc.ts";

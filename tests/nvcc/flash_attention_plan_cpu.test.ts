@@ -2,7 +2,7 @@
  * Flash attention wired into a training plan (compiler/stages/flash_attention.ts): BERT's self-attention
  * block (tests/util/attention_block.ts) at sequence 64 and 128, head dim 64, fp16, compiled for CUDA with
  * the cuda-sm90 profile, where each attention's eight kernels become two flash kernels (the forward and
- * the one-kernel backward, lower/flash_backward_fused.ts; three, with the two-kernel backward, past
+ * the one-kernel backward, codegen/cuda_flash_backward.ts; three, with the two-kernel backward, past
  * sequence 128); the WHOLE
  * training step (projections as cuBLASLt calls, flash forward and backward, the rest) runs on the CPU shim
  * (tests/util/cuda_cpu.ts) on fresh random inputs against the reference interpreter. The same graph
@@ -15,7 +15,7 @@
  */
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { TARGETS } from "../../compiler/targets/target.ts";
 import { target } from "../util/target.ts";
@@ -26,7 +26,7 @@ import { attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { lambStep, oneLayerBert } from "../util/bert_steps.ts";
-import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
@@ -247,7 +247,7 @@ Deno.test({
       assert.equal(o.bias, !o.name.endsWith(".dO"), `${o.name}: bias`);
     }
     const refGraph = roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
-    // It reads weight copies the runtime derives from the weights (engine/low_copies.ts).
+    // It reads weight copies the runtime derives from the weights (engine/low_copy_refresh.ts).
     const raw = evaluate(refGraph, withLowCopyFeeds(compiled.plan, feeds), { precision: "f32" });
     // After the step: an output the step also updates holds its new value (cuda_emit_cpu.test.ts).
     const ref = new Map([...raw].map(([name, v]) => [name, raw.get(UPDATE_PREFIX + name) ?? v]));

@@ -1,5 +1,5 @@
 /**
- * The flat gradient rule of the storage policy (compiler/flat_gradients.ts): an fp16 training step planned
+ * The flat gradient rule of the storage policy (compiler/storage/flat_gradients.ts): an fp16 training step planned
  * for CUDA with library GEMMs stores LAMB's flat gradient, its pieces and the `grad.*` outputs f16;
  * plans for WebGPU, the CPU or template GEMMs keep them f32, and so does a layout whose
  * pieces would start off the 256-byte alignment or a profile that keeps a piece a scatter accumulator.
@@ -12,12 +12,12 @@ import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
-import { compileGraph, type CompileOptions } from "../../compiler/compile.ts";
-import { flatLayoutOf } from "../../compiler/optimizer/layout.ts";
-import { appendOptimizer, appendScaledLoss, OPT, STATE } from "../../compiler/optimizer/update.ts";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
-import { applyPrecision } from "../../compiler/passes/precision.ts";
-import { roundTripGraph, type StoragePlan } from "../../compiler/storage_precision.ts";
+import { compileGraph, type CompileOptions } from "../../compiler/driver/compile.ts";
+import { flatLayoutOf } from "../../compiler/training_graph/flat_layout.ts";
+import { appendOptimizer, appendScaledLoss, OPT, STATE } from "../../compiler/training_graph/update.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
+import { applyPrecision } from "../../compiler/training_graph/mixed_precision.ts";
+import { roundTripGraph, type StoragePlan } from "../../compiler/storage/storage_precision.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { Graph } from "../../ir/mod.ts";
 import { roundF16 } from "../../numeric/half.ts";

@@ -17,7 +17,7 @@ import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { gelu, type ModelBuilder, type Tensor } from "../../dsl/mod.ts";
 import type { DType } from "../../ir/mod.ts";
 import type { Plan, PlanKernel } from "../../plan/plan.ts";
@@ -218,7 +218,7 @@ Deno.test({
   ignore: !haveNvcc,
   async fn() {
     // f16 product, f32 residual, f32 output, scaled by the residual (a plain sum is the call's C with
-    // beta 1, fusion/gemm_sums.ts): the kernel reads the scratch as four-half vectors and never builds one
+    // beta 1, fusion/sums_into_gemms.ts): the kernel reads the scratch as four-half vectors and never builds one
     // (bf_make_half4 unused, cuda_prelude.ts).
     const body: Body = (m) => {
       const r = m.param("r", [64, 64], "zeros", "f32");

@@ -1,11 +1,11 @@
 /**
  * A GEMM cuBLASLt has no algorithm for (a heuristic miss, an unsupported shape) runs as the plan's
- * template kernel with one warning line, not an abort (runtime/cuda/executor.ts libraryCall); equal calls
+ * template kernel with one warning line, not an abort (runtime/cuda/cuda_executor.ts libraryCall); equal calls
  * are prepared once, misses included; any other library error still fails.
  */
 import assert from "node:assert/strict";
-import { CudaError } from "../../runtime/cuda/errors.ts";
-import { libraryCall } from "../../runtime/cuda/executor.ts";
+import { CudaError } from "../../runtime/cuda/cuda_errors.ts";
+import { libraryCall } from "../../runtime/cuda/cuda_executor.ts";
 
 Deno.test("cuBLASLt fallback: a heuristic miss gives the template kernel and one warning line", () => {
   const calls = new Map<string, string | null>();

@@ -6,7 +6,7 @@
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { reshapeView } from "../../compiler/lower/gemm_library.ts";
 import type { ModelBuilder, Tensor } from "../../dsl/mod.ts";
 import type { DType } from "../../ir/mod.ts";

@@ -1,5 +1,5 @@
 /**
- * Sums of GEMM products as cuBLASLt's C with beta 1 (compiler/gemm_sum_order.ts, compiler/fusion/gemm_sums.ts,
+ * Sums of GEMM products as cuBLASLt's C with beta 1 (compiler/passes/gemm_sum_order.ts, compiler/fusion/sums_into_gemms.ts,
  * CUDA plans): y = a1·b1 + a2ᵀ·b2 + a3·b3ᵀ + a4ᵀ·b4ᵀ (every transpose combination; m ≠ n ≠ k, so a
  * C laid out the wrong way aborts the shim's layout check), plain and batched, f32 and f16, is four calls,
  * each later one reading the running sum the one before wrote, and no other kernel. Run on the CPU shim
@@ -15,14 +15,14 @@ import { graphOf } from "../../cases/fusion_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
-import { compileGraph } from "../../compiler/compile.ts";
-import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import type { Tensor } from "../../dsl/mod.ts";
 import type { DType, Graph } from "../../ir/mod.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { type Plan, type PlanGemm, UPDATE_PREFIX } from "../../plan/plan.ts";
-import { CudaExecutor } from "../../runtime/cuda/executor.ts";
+import { CudaExecutor } from "../../runtime/cuda/cuda_executor.ts";
 import { KernelCache } from "../../runtime/cuda/kernel_cache.ts";
 import { Nvrtc } from "../../runtime/cuda/nvrtc.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";

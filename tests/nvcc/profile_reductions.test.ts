@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { target } from "../util/target.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { profileCases } from "../../cases/profile_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";

@@ -1,6 +1,6 @@
 /**
  * Scatter-adds into tables of few rows lowered for `cuda-sm90`, where they become masked column sums in
- * parts (compiler/scatter_sums.ts), run on the CPU through g++ and the CUDA shim against the reference
+ * parts (compiler/passes/scatter_column_sums.ts), run on the CPU through g++ and the CUDA shim against the reference
  * interpreter on fresh random inputs: tables of one, two and five rows, a share of the ids out of range
  * (dropped), and the elementwise updates, an output of their own, still stored. A copy of the plan whose
  * second pass skips the first part must fail the same check. And a BERT training step planned for
@@ -8,7 +8,7 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { scatterCases } from "../util/scatter_cases.ts";
 import { seededRandom } from "../../cases/random.ts";

@@ -1,5 +1,5 @@
 /**
- * Weight copies kept by the optimizer (compiler/weight_copies.ts), end to end on the CUDA shim: a
+ * Weight copies kept by the optimizer (compiler/passes/low_weight_copies.ts), end to end on the CUDA shim: a
  * cuda-sm90 BERT training plan (fp16, LAMB, dynamic loss scaling, GEMMs on the fake cuBLASLt) run for
  * several steps on fresh random batches, each against the reference interpreter fed copies derived from
  * the master weights. The steps: a fresh start (copies derived from the weights, as the runtime's writes
@@ -10,12 +10,12 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
-import { optimizerFeeds } from "../../compiler/optimizer/feeds.ts";
-import { OPT, STATE } from "../../compiler/optimizer/update.ts";
-import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
+import { optimizerFeeds } from "../../compiler/training_graph/feeds.ts";
+import { OPT, STATE } from "../../compiler/training_graph/update.ts";
+import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
-import { keptCopies, lowWeightCopies } from "../../compiler/weight_copies.ts";
+import { keptCopies, lowWeightCopies } from "../../compiler/passes/low_weight_copies.ts";
 import { batchFeeds } from "../../cases/bert_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
 import type { Graph } from "../../ir/mod.ts";

@@ -19,7 +19,7 @@ export function bgradCalls(plan: Plan): { kernel: PlanKernel; epilogue: Bgrad }[
 
 /**
  * The steps as the CUDA runtime runs them when every call takes its epilogue: no fallback launches, and
- * the vector copied into its other buffers right after the call (runtime/cuda/executor.ts).
+ * the vector copied into its other buffers right after the call (runtime/cuda/cuda_executor.ts).
  */
 export function epiloguePath(plan: Plan): Plan {
   const covered = new Set(bgradCalls(plan).flatMap((c) => c.epilogue.fallback));

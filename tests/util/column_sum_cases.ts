@@ -8,9 +8,9 @@
 import { ModelBuilder } from "../../dsl/builder.ts";
 import { dropout, layerNorm } from "../../dsl/mod.ts";
 import { blockPartials } from "../../compiler/fusion/kernel_facts.ts";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import type { Graph } from "../../ir/mod.ts";
-import type { Compiled } from "../../compiler/compile.ts";
+import type { Compiled } from "../../compiler/driver/compile.ts";
 import type { TargetProfile } from "../../compiler/targets/profiles.ts";
 
 export interface ColumnSumCase {

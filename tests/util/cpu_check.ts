@@ -6,7 +6,7 @@
 import { CPU } from "../../engine/backends.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
-import type { CpuContext } from "../../runtime/cpu/executor.ts";
+import type { CpuContext } from "../../runtime/cpu/cpu_executor.ts";
 import { isUnavailable } from "../../engine/backend_row.ts";
 import { assertMatchesReference, type Tolerance } from "./fused_check.ts";
 

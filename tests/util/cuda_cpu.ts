@@ -398,7 +398,7 @@ export async function buildPlanOnCpu(dir: string, plan: Plan, library = false, o
 /** Runs the program buildPlanOnCpu built in `dir` on `feeds` (one step) and returns its outputs by name. */
 export async function runBuiltPlan(dir: string, plan: Plan, feeds: Record<string, ArrayLike<number>>) {
   // A weight copy the feeds do not give takes its weight's values, as the runtime's writes do
-  // (engine/low_copies.ts).
+  // (engine/low_copy_refresh.ts).
   const byName = new Map<string, ArrayLike<number>>(Object.entries(withLowCopyFeeds(plan, feeds)));
   const input: Uint8Array[] = plan.buffers.filter((b) => b.role === "input" || b.role === "param")
     .map((b) => encode(b, byName.get(b.name)));

@@ -7,9 +7,9 @@
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { makeTarget } from "../../compiler/targets/target.ts";
 import type { FuzzDevice } from "../../cases/fuzz/check.ts";
-import { type CpuContext, CpuExecutor } from "../../runtime/cpu/executor.ts";
+import { type CpuContext, CpuExecutor } from "../../runtime/cpu/cpu_executor.ts";
 import type { GpuContext } from "../../runtime/webgpu/device.ts";
-import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
 import { runOnCpu } from "./cuda_cpu.ts";
 
 export function webgpuDevice(ctx: GpuContext): FuzzDevice {

@@ -1,6 +1,6 @@
 /**
  * Scatter-adds into tables of few rows, the shape of BERT's token-type embedding gradient, which GPU
- * profiles rewrite as masked column sums (compiler/scatter_sums.ts). Each case adds updates that are
+ * profiles rewrite as masked column sums (compiler/passes/scatter_column_sums.ts). Each case adds updates that are
  * themselves an output (an elementwise producer the scatter kernel used to fuse and store) into a table of
  * `rows` rows; some ids fall outside [0, rows) and must be dropped. Shared by the CUDA-shim and WebGPU
  * tests.
@@ -14,7 +14,7 @@ export interface ScatterCase {
   readonly rows: number;
   /** The ids' shape [batch, seq]. */
   readonly tokens: readonly [number, number];
-  /** Whether GPU profiles sum the tokens in parts, then the parts (compiler/column_sums.ts). */
+  /** Whether GPU profiles sum the tokens in parts, then the parts (compiler/passes/split_column_sums.ts). */
   readonly parts: boolean;
   readonly graph: Graph;
   /** Fills the ids, a share of them out of range. */

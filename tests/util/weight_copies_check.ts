@@ -1,14 +1,14 @@
 /**
- * Shared by the weight-copy tests (compiler/weight_copies.ts): a BERT training graph on the small HF
+ * Shared by the weight-copy tests (compiler/passes/low_weight_copies.ts): a BERT training graph on the small HF
  * fixture with a chosen flat-layout chunk, a schedule whose steps move the weights visibly, and the check
  * that a copy is its master weights rounded, element for element.
  */
 import assert from "node:assert/strict";
-import type { ScheduleOptions } from "../../compiler/optimizer/feeds.ts";
-import { type FlatLayout, flatLayoutOf } from "../../compiler/optimizer/layout.ts";
-import { appendOptimizer, appendScaledLoss } from "../../compiler/optimizer/update.ts";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
-import { applyPrecision, type Precision } from "../../compiler/passes/precision.ts";
+import type { ScheduleOptions } from "../../compiler/training_graph/feeds.ts";
+import { type FlatLayout, flatLayoutOf } from "../../compiler/training_graph/flat_layout.ts";
+import { appendOptimizer, appendScaledLoss } from "../../compiler/training_graph/update.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
+import { applyPrecision, type Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import type { StepShape } from "../../cases/bert_feeds.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { loadModel } from "../../models/load.ts";

@@ -8,11 +8,11 @@
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { attentionForward } from "../../cases/fusion_cases.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { ATTENTION_MIN_ROWS } from "../../compiler/fusion/attention.ts";
 import { fuseGraph } from "../../compiler/fusion/fuse.ts";
 import type { FusionResult } from "../../compiler/fusion/types.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
 import { type DType, type Graph } from "../../ir/mod.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
 import tiny from "../../models/bert-tiny.ts";

@@ -14,12 +14,12 @@ import type { Graph } from "../../ir/mod.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { firstBindingNumbers, rangeBytes, rangeCount } from "../../plan/binding_ranges.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
-import { boundRanges } from "../../runtime/webgpu/binding_ranges.ts";
+import { boundRanges } from "../../runtime/webgpu/range_bindings.ts";
 import type { GpuContext } from "../../runtime/webgpu/device.ts";
 import { assertMatchesReference, F16_TOL, F32_TOL, type Tolerance } from "../util/fused_check.ts";
 import { testGpu } from "../util/webgpu.ts";
 import { deviceState, relativeGap, start, STATE, steps } from "../util/group_training.ts";
-import { ReferenceExecutor } from "../../runtime/reference/executor.ts";
+import { ReferenceExecutor } from "../../runtime/reference/reference_executor.ts";
 
 const gpu = await testGpu();
 

@@ -6,13 +6,13 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import type { Graph } from "../../ir/mod.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
-import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
 import { caseProfile, columnSumCases } from "../util/column_sum_cases.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 import { dropFirstPart } from "../util/scatter_check.ts";

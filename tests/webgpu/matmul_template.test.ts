@@ -46,7 +46,7 @@ import {
   TILE_CANDIDATES,
   usefulFraction,
 } from "../../compiler/lower/matmul_tiles.ts";
-import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
 import { buildCase, geluTanh, type MatmulCase } from "../../cases/matmul_cases.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { testGpu } from "../util/webgpu.ts";

@@ -1,11 +1,11 @@
 /** A plan written to disk by the compile command's writer reads back and runs like the in-memory plan. */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { renderOutputs, writeOutputDir } from "../../report/kernel_files.ts";
 import { gelu, layerNorm, ModelBuilder } from "../../dsl/mod.ts";
 import { PlanError, readPlanDir } from "../../plan/plan_io.ts";
-import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { testGpu } from "../util/webgpu.ts";
 

@@ -1,5 +1,5 @@
 /**
- * Mixed precision with narrowed activation storage (compiler/storage_precision.ts) on WebGPU (lavapipe in
+ * Mixed precision with narrowed activation storage (compiler/storage/storage_precision.ts) on WebGPU (lavapipe in
  * CI): every fused-kernel kind of cases/fusion_cases.ts in f32 put through `applyPrecision("fp16")`, and a
  * BERT training step in fp16 (LAMB, dynamic loss scaling), each compared with the reference interpreter:
  * - on the round-trip graph (each narrowed value rounded f32→f16→f32 where another kernel reads it, GEMM
@@ -9,17 +9,17 @@
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { FUSION_CASES, type FusionCase, graphOf } from "../../cases/fusion_cases.ts";
-import { type Compiled, compileGraph } from "../../compiler/compile.ts";
-import { buildModelGraph } from "../../compiler/model_graph.ts";
-import { OPT } from "../../compiler/optimizer/update.ts";
-import { applyPrecision, type Precision } from "../../compiler/passes/precision.ts";
-import { roundTripGraph } from "../../compiler/storage_precision.ts";
+import { type Compiled, compileGraph } from "../../compiler/driver/compile.ts";
+import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { OPT } from "../../compiler/training_graph/update.ts";
+import { applyPrecision, type Precision } from "../../compiler/training_graph/mixed_precision.ts";
+import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { defineBert } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import type { GpuContext } from "../../runtime/webgpu/device.ts";
-import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
 import { F16_TOL, type Tolerance } from "../util/fused_check.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";

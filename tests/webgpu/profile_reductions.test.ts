@@ -5,12 +5,12 @@
  * where CI runs, only slower.
  */
 import { target } from "../util/target.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { profileCases } from "../../cases/profile_cases.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
-import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 import { testGpu } from "../util/webgpu.ts";
 

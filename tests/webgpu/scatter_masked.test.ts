@@ -1,17 +1,17 @@
 /**
  * Scatter-adds into tables of few rows lowered for `webgpu-gpu`, where they become masked column sums in
- * parts (compiler/scatter_sums.ts), run on the test adapter against the reference interpreter on fresh
+ * parts (compiler/passes/scatter_column_sums.ts), run on the test adapter against the reference interpreter on fresh
  * random inputs: tables of one, two and five rows, a share of the ids out of range (dropped), and the
  * elementwise updates still stored. A copy of the plan whose second pass skips the first part must fail
  * the same check.
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { type ScatterCase, scatterCases } from "../util/scatter_cases.ts";
 import type { Plan } from "../../plan/plan.ts";
-import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 import { dropFirstPart, scatterExpected, scatterFeeds } from "../util/scatter_check.ts";
 import { testGpu } from "../util/webgpu.ts";

@@ -9,9 +9,9 @@ import { f32, gid, i32, if_, type Kernel, lt, store } from "../../compiler/kerne
 import { WEBGPU } from "../../engine/backends.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { ResourceError } from "../../model_io/size_check.ts";
-import { ReferenceExecutor } from "../../runtime/reference/executor.ts";
-import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
-import type { OptimizerKind } from "../../compiler/optimizer/update.ts";
+import { ReferenceExecutor } from "../../runtime/reference/reference_executor.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
+import type { OptimizerKind } from "../../compiler/training_graph/update.ts";
 import {
   budgetFor,
   deviceState,

@@ -8,7 +8,7 @@
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import {
   add,
   bin,
@@ -50,7 +50,7 @@ import { randomFeeds } from "../../cases/random_feeds.ts";
 import { type Rng, seededRandom } from "../../cases/random.ts";
 import { testGpu } from "../util/webgpu.ts";
 import { WEBGPU } from "../../engine/backends.ts";
-import { differentiate } from "../../compiler/passes/autodiff.ts";
+import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 
 // ---- hand-built kernels ------------------------------------------------------------------------------
 

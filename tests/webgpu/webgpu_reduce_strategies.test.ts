@@ -6,7 +6,7 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { compileGraph } from "../../compiler/compile.ts";
+import { compileGraph } from "../../compiler/driver/compile.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
 import { checkAgainstReference, F32_TOL } from "../util/fused_check.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";

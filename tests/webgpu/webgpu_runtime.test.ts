@@ -34,8 +34,8 @@ import {
 } from "../../compiler/kernel_ir/ir.ts";
 import { erf } from "../../numeric/erf.ts";
 import { fillUniform, uniformAt } from "../../numeric/philox.ts";
-import { WebGPUExecutor } from "../../runtime/webgpu/executor.ts";
-import { WebGPUError } from "../../runtime/webgpu/errors.ts";
+import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
+import { WebGPUError } from "../../runtime/webgpu/webgpu_errors.ts";
 import { formatProfile } from "../../runtime/profile.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { seededRandom } from "../../cases/random.ts";

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { fitErf } from "../../tools/fit_erf.ts";
-import { printKernel } from "../../compiler/kernel_ir/print.ts";
+import { printKernel } from "../../compiler/kernel_ir/kernel_print.ts";
 import { legalizeWGSL, MAX_WORKGROUP_STORAGE } from "../../compiler/codegen/legalize_wgsl.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { ERF_LARGE, ERF_SMALL } from "../../compiler/codegen/wgsl_prelude.ts";

@@ -3,7 +3,7 @@
  * spells them in kebab case, snake case accepted), their defaults, and the checks that turn a bad
  * combination into one clear error.
  */
-import type { Precision } from "../../compiler/passes/precision.ts";
+import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import type { BackendRequest } from "../../engine/choose_backend.ts";
 import { TrainOptionsError } from "../options.ts";
 

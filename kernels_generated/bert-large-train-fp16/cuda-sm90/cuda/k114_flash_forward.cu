@@ -2,7 +2,7 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k114_flash_forward
 // What the first of them fuses:
-//   flash attention forward (compiler/lower/flash_attention.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
+//   flash attention forward (compiler/codegen/cuda_flash.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
 //   replaces k112_matmul, k113_max_rowsum, k114_matmul_permute, k764_matmul, k765_matmul_permute, k766_rowsum, k767_matmul_permute, k768_matmul_permute
 //   binding 0 (read): %1251 matmul
 //   binding 1 (read): %1258 matmul
@@ -82,7 +82,7 @@ static __device__ __forceinline__ void bf_ldmatrix_x4_trans(unsigned int* r, con
 }
 #endif
 
-// Flash attention forward: 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 28) (compiler/lower/flash_attention.ts).
+// Flash attention forward: 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 28) (compiler/codegen/cuda_flash.ts).
 extern "C" __global__ void __launch_bounds__(128) bf_kernel(
     const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
     const int* __restrict__ mask,

@@ -2,7 +2,7 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k210_flash_forward
 // What the first of them fuses:
-//   flash attention forward (compiler/lower/flash_attention.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
+//   flash attention forward (compiler/codegen/cuda_flash.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
 //   replaces k208_matmul, k209_max_rowsum, k210_matmul_permute, k514_matmul, k515_matmul_permute, k516_rowsum, k517_matmul_permute, k518_matmul_permute
 //   binding 0 (read): %2299 matmul
 //   binding 1 (read): %2306 matmul
@@ -82,7 +82,7 @@ static __device__ __forceinline__ void bf_ldmatrix_x4_trans(unsigned int* r, con
 }
 #endif
 
-// Flash attention forward: 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 52) (compiler/lower/flash_attention.ts).
+// Flash attention forward: 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 52) (compiler/codegen/cuda_flash.ts).
 extern "C" __global__ void __launch_bounds__(128) bf_kernel(
     const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
     const int* __restrict__ mask,

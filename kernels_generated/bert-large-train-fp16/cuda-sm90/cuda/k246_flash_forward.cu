@@ -2,7 +2,7 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k246_flash_forward
 // What the first of them fuses:
-//   flash attention forward (compiler/lower/flash_attention.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
+//   flash attention forward (compiler/codegen/cuda_flash.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
 //   replaces k244_matmul, k245_max_rowsum, k246_matmul_permute, k421_matmul, k422_matmul_permute, k423_rowsum, k424_matmul_permute, k425_matmul_permute
 //   binding 0 (read): %2692 matmul
 //   binding 1 (read): %2699 matmul
@@ -82,7 +82,7 @@ static __device__ __forceinline__ void bf_ldmatrix_x4_trans(unsigned int* r, con
 }
 #endif
 
-// Flash attention forward: 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 61) (compiler/lower/flash_attention.ts).
+// Flash attention forward: 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 61) (compiler/codegen/cuda_flash.ts).
 extern "C" __global__ void __launch_bounds__(128) bf_kernel(
     const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
     const int* __restrict__ mask,

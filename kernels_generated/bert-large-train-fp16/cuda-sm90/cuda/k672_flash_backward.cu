@@ -2,7 +2,7 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k672_flash_backward
 // What the first of them fuses:
-//   flash attention backward (compiler/lower/flash_attention.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
+//   flash attention backward (compiler/codegen/cuda_flash.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
 //   replaces k148_matmul, k149_max_rowsum, k150_matmul_permute, k671_matmul, k672_matmul_permute, k673_rowsum, k674_matmul_permute, k675_matmul_permute
 //   binding 0 (read): %1644 matmul
 //   binding 1 (read): %1651 matmul
@@ -86,7 +86,7 @@ static __device__ __forceinline__ void bf_ldmatrix_x4_trans(unsigned int* r, con
 }
 #endif
 
-// Flash attention backward in one kernel (dQ, dK, dV): 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 37) (compiler/lower/flash_backward_fused.ts).
+// Flash attention backward in one kernel (dQ, dK, dV): 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 37) (compiler/codegen/cuda_flash_backward.ts).
 extern "C" __global__ void __launch_bounds__(256) bf_kernel(
     const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
     const int* __restrict__ mask,
