@@ -13,7 +13,8 @@ import { compileGraph } from "../compiler/driver/compile.ts";
 import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
 import { bytesMoved } from "../report/fusion_report.ts";
 import { WEBGPU } from "../engine/backends.ts";
-import { TARGETS } from "../compiler/targets/target.ts";
+import { webgpuTarget } from "../compiler/targets/target.ts";
+import { softwareAdapter } from "../runtime/webgpu/software.ts";
 import { openRow } from "../engine/choose_backend.ts";
 import type { Graph } from "../ir/mod.ts";
 import large from "../models/bert-large.ts";
@@ -30,7 +31,8 @@ deno task bench [--batch-size N] [--seq-len S] [--iterations K] [--json FILE] [-
 
 Fused vs unfused on WebGPU in one run: BERT-tiny forward and training step (batch N, sequence S),
 then each fusion kind alone; kernels launched, bytes moved and median step time, with ratios.
-Finally the wall time of compiling BERT-large for a training step (fp16, batch 8, sequence 128).
+Finally the wall time of compiling BERT-large for a training step (fp16, batch 8, sequence 128) for the
+adapter's target (lavapipe or webgpu-gpu), and its kernel count, which deno task compile --target gives too.
 
   --batch-size N   BERT-tiny batch (default 4)
   --seq-len S      BERT-tiny sequence length (default 64)
@@ -171,7 +173,7 @@ await runMain(async () => {
     cases.push(await compare(ctx, c.name.slice(0, 44), g, randomFeeds(g, 3, c.ints), iterations));
   }
 
-  let compileMs: number | undefined;
+  let compileMs: number | undefined, compileTarget: string | undefined, compileKernels: number | undefined;
   if (!values["skip-compile"]) {
     const t0 = performance.now();
     const g = buildModelGraph({
@@ -182,12 +184,16 @@ await runMain(async () => {
       seqLen: 128,
       maxPredictions: 20,
     });
-    const c = compileGraph(g, { fuse: true, target: TARGETS.lavapipe });
+    // The target the timed cases ran on (the adapter's, as the WebGPU backend picks it). Kernel counts differ
+    // between targets (each profile fuses differently), so the line names the compile command that agrees.
+    const target = webgpuTarget(softwareAdapter(ctx) !== undefined);
+    const c = compileGraph(g, { fuse: true, target });
     compileMs = performance.now() - t0;
+    [compileTarget, compileKernels] = [target.name, c.plan.kernels.length];
     console.log(
-      `compile bert-large train fp16 b8 s128 (graph, passes, fusion, lowering, WGSL): ${
+      `compile bert-large train fp16 b8 s128 --target ${target.name} (graph, passes, fusion, lowering, WGSL): ${
         compileMs.toFixed(0)
-      } ms, ${c.plan.kernels.length} kernels`,
+      } ms, ${compileKernels} kernels in the plan (as deno task compile models/bert-large.ts --target ${target.name})`,
     );
   }
   if (values.json) {
@@ -198,6 +204,8 @@ await runMain(async () => {
       iterations,
       cases,
       compile_bert_large_train_ms: compileMs,
+      compile_target: compileTarget,
+      compile_kernels: compileKernels,
     };
     await writeFileAtomic(values.json, JSON.stringify(result, null, 2) + "\n");
     console.log(`wrote ${values.json}`);

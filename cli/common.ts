@@ -15,7 +15,7 @@ import { DatasetError } from "../data/finetune/mod.ts";
 import { DataError } from "../data/shards/errors.ts";
 import { DebugFlagError } from "../compiler/pipeline/debug.ts";
 import { PlanError } from "../plan/plan_io.ts";
-import { BackendUnavailableError } from "../engine/choose_backend.ts";
+import { BACKEND_NAMES, BackendUnavailableError } from "../engine/choose_backend.ts";
 import { TrainOptionsError } from "../training/options.ts";
 import { ScheduleError } from "../training/schedule.ts";
 import { MetricsError } from "../training/metrics.ts";
@@ -74,7 +74,8 @@ export function parseFlags<T extends FlagSpec>(
       strict: true,
     });
   } catch (e) {
-    const first = (e as Error).message.split("\n")[0];
+    // node's advice on positionals (compile takes one) would split the line before the hint.
+    const first = (e as Error).message.split("\n")[0].replace(/\. To specify a positional .*/, "");
     throw new UsageError(`${first}${hfFlagHint(first)} (see --help)`);
   }
   if ((parsed.values as Record<string, unknown>).help) {
@@ -82,6 +83,30 @@ export function parseFlags<T extends FlagSpec>(
     Deno.exit(0);
   }
   return parsed;
+}
+
+/** The names of a space-separated list as a type: "a b" is "a" | "b". */
+type Words<S extends string> = S extends `${infer A} ${infer B}` ? A | Words<B> : S;
+
+/** `{ name: { type: "string" } }` for each name of "a b c" (one space apart): most flags take a value. */
+export function stringFlags<S extends string>(names: S): Record<Words<S>, { type: "string" }> {
+  return Object.fromEntries(names.split(" ").map((n) => [n, { type: "string" }])) as never;
+}
+
+/**
+ * --backend (default auto, as in every command), --no-fuse and --precision, as infer and serve read them.
+ * A flag the backend asked for would ignore is refused by name rather than dropped: --no-fuse on the
+ * reference interpreter (it fuses nothing), --precision elsewhere (only the interpreter computes in f64).
+ */
+export function backendFlags(v: { backend?: string; "no-fuse"?: boolean; precision?: string }) {
+  const name = oneOf("backend", v.backend, BACKEND_NAMES, "auto");
+  if (v["no-fuse"] && name === "reference") {
+    throw new UsageError("--no-fuse applies to --backend webgpu, cuda, cpu or auto");
+  }
+  if (v.precision !== undefined && name !== "reference") {
+    throw new UsageError("--precision applies to --backend reference (the others compute in f32)");
+  }
+  return { name, fuse: !v["no-fuse"], precision: oneOf("precision", v.precision, ["f32", "f64"], "f32") };
 }
 
 /** A checkpoint folder flag's value, refused in one line naming it when it is a file or missing. */

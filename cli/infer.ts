@@ -10,8 +10,9 @@ import { loadHfWeights } from "../model_io/hf_checkpoint.ts";
 import { writeSafetensorsFile } from "../model_io/safetensors.ts";
 import { runInference } from "../runtime/infer.ts";
 import { InputError, parseEncodedRows } from "../model_io/infer_input.ts";
-import { BACKEND_NAMES, describeChoice, openBackend } from "../engine/choose_backend.ts";
-import { checkpointFolder, oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { describeChoice, openBackend } from "../engine/choose_backend.ts";
+import { backendFlags, checkpointFolder, oneOf, parseFlags, positiveInt, runMain } from "./common.ts";
+import { stringFlags, UsageError } from "./common.ts";
 import { checkFileOutput, io } from "../model_io/outputs.ts";
 import { checkConfigAgainstWeights, readSafetensorsHeader } from "../model_io/config_check.ts";
 import { checkModelSize } from "../model_io/size_check.ts";
@@ -31,7 +32,7 @@ const HELP = `
 deno task infer [--checkpoint DIR] [--input FILE.jsonl] [--output FILE.safetensors]
                 [--question Q --context C | --text T [--text-pair U]]
                 [--head pretraining|classification|qa] [--batch-size N]
-                [--backend reference|cpu|webgpu|cuda|auto] [--no-fuse] [--precision f32|f64]
+                [--backend auto|reference|cpu|webgpu|cuda] [--no-fuse] [--precision f32|f64]
 
 Runs BERT inference on token ids and writes the outputs as float32 safetensors under Hugging Face's
 output names.
@@ -48,35 +49,25 @@ output names.
                      qa: start_logits [N,S], end_logits [N,S]
                      default: from the config's "architectures", else pretraining
   --batch-size N     rows per batch; each batch is padded to its longest row (default 8)
-  --backend B        reference (default; the CPU interpreter), webgpu (fused kernels on navigator.gpu;
-                     without a GPU set DENO_WEBGPU_BACKEND=vulkan to use Mesa's lavapipe), cuda (fused
-                     kernels on an NVIDIA GPU through the driver; needs --allow-ffi, which the task has), or
-                     auto (cuda if a driver and GPU are there, else webgpu on a real GPU, else cpu, else
-                     reference; the choice and why go to stderr); cpu: fused C kernels built with cc on
-                     our thread pool, GEMMs through OpenBLAS (needs --allow-run for the compiler)
-  --no-fuse          webgpu, cuda: one kernel per primitive op (the unfused baseline)
-  --precision P      reference backend arithmetic: f32 (default, rounds every f32 result) or f64
+  --backend B        auto (default: cuda when the driver sees a GPU, else webgpu on a real GPU adapter,
+                     else cpu when there is a C compiler, else reference; the choice and why go to
+                     stderr), cuda (fused kernels through the driver), webgpu (fused kernels on
+                     navigator.gpu; without a GPU set DENO_WEBGPU_BACKEND=vulkan to use Mesa's lavapipe),
+                     cpu (fused C kernels built with cc, GEMMs through OpenBLAS) or reference (the CPU
+                     interpreter: slow, the outputs the others are checked against)
+  --no-fuse          cpu, webgpu, cuda: one kernel per primitive op (the unfused baseline)
+  --precision P      --backend reference's arithmetic: f32 (default, rounds every f32 result) or f64
 
 S is the longest row; positions past a row's own length are padding and are written as 0.
 ${TEXT_HELP}`;
 
 await runMain(async () => {
   const { values } = parseFlags(kebabFlags(Deno.args), {
-    checkpoint: { type: "string" },
-    input: { type: "string" },
-    output: { type: "string" },
-    head: { type: "string" },
-    "batch-size": { type: "string" },
-    backend: { type: "string" },
+    ...stringFlags("checkpoint input output head batch-size backend precision"),
     "no-fuse": { type: "boolean" },
-    precision: { type: "string" },
     ...TEXT_FLAGS,
   }, HELP);
-  const backendName = oneOf("backend", values.backend, BACKEND_NAMES, "reference");
-  if (values["no-fuse"] && backendName === "reference") {
-    throw new UsageError("--no-fuse applies to --backend webgpu, cuda or auto");
-  }
-  const precision = oneOf("precision", values.precision, ["f32", "f64"], "f32");
+  const backendFlag = backendFlags(values);
   const batchSize = positiveInt("batch-size", values["batch-size"], 8);
   const inputPath = values.input ?? DEFAULT_INPUT;
   let inputText: string | undefined;
@@ -152,9 +143,9 @@ await runMain(async () => {
       (rs) => runInference(rs, { batchSize, outputs, graphFor, backend, weights }),
     );
   const prepared = textModel && prepareRequests(textModel, requests!, textOptions(values));
-  const choice = await openBackend(backendName);
-  if (backendName === "auto") console.error(describeChoice(choice));
-  const backend = choice.graphBackend({ fuse: !values["no-fuse"], precision });
+  const choice = await openBackend(backendFlag.name);
+  if (backendFlag.name === "auto") console.error(describeChoice(choice));
+  const backend = choice.graphBackend(backendFlag);
   if (textModel && prepared) {
     await runPrepared(textModel, prepared, (a) => console.log(JSON.stringify(a)));
     return;

@@ -1,20 +1,11 @@
 /** `deno task infer`'s text flags: their spec, their help, and the requests and options they make. */
 import type { Located, TextInferOptions } from "../textinfer/mod.ts";
 import { hasMask } from "../textinfer/mod.ts";
-import { positiveInt, UsageError } from "./common.ts";
+import { positiveInt, stringFlags, UsageError } from "./common.ts";
 
-export const TEXT_FLAGS = {
-  question: { type: "string" },
-  context: { type: "string" },
-  text: { type: "string" },
-  "text-pair": { type: "string" },
-  "top-k": { type: "string" },
-  "n-best-size": { type: "string" },
-  "max-answer-length": { type: "string" },
-  "max-seq-length": { type: "string" },
-  "doc-stride": { type: "string" },
-  "max-query-length": { type: "string" },
-} as const;
+export const TEXT_FLAGS = stringFlags(
+  "question context text text-pair top-k n-best-size max-answer-length max-seq-length doc-stride max-query-length",
+);
 
 export const TEXT_HELP = `
 Text input (the tokenizer is read from the checkpoint folder: vocab.txt and tokenizer_config.json, or

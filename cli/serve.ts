@@ -1,21 +1,13 @@
 /** `deno task serve`: serve a checkpoint over HTTP (KServe v2, text endpoints, metrics) and gRPC. Wiring only. */
 import { fileURLToPath } from "node:url";
 import { type Head } from "../models/bert.ts";
-import { BACKEND_NAMES, describeChoice, openBackend } from "../engine/choose_backend.ts";
+import { describeChoice, openBackend } from "../engine/choose_backend.ts";
 import { ServedModel } from "../serve/served_model.ts";
 import { startServer } from "../serve/server.ts";
 import { drainOnSignals } from "../serve/signals.ts";
 import { textRoutes } from "../serve/text_routes.ts";
-import {
-  checkpointFolder,
-  intFlag,
-  numberFlag,
-  oneOf,
-  parseFlags,
-  positiveInt,
-  runMain,
-  UsageError,
-} from "./common.ts";
+import { backendFlags, checkpointFolder, intFlag, numberFlag, oneOf, parseFlags } from "./common.ts";
+import { positiveInt, runMain, stringFlags, UsageError } from "./common.ts";
 import { kebabFlags } from "./flag_spelling.ts";
 import { verifyIfTrainingCheckpoint } from "../training/checkpoint.ts";
 import { MAX_TOP_K } from "../textinfer/requests.ts";
@@ -52,8 +44,8 @@ their answers are those of deno task infer --question/--text with the same optio
   --grpc-port P         also serve KServe v2 gRPC on this port (0: a free one; printed beside the HTTP one)
   --backend B           as deno task infer (default auto: cuda when the driver sees a GPU, else webgpu on
                         a real GPU adapter, else cpu when there is a C compiler, else reference)
-  --no-fuse             webgpu, cuda: one kernel per primitive op
-  --precision P         reference backend arithmetic: f32 (default) or f64
+  --no-fuse             cpu, webgpu, cuda: one kernel per primitive op
+  --precision P         --backend reference's arithmetic: f32 (default) or f64
   --max-batch-size N    sequences per batch (default 8; 1 turns dynamic batching off)
   --max-delay-ms T      how long a sequence may wait for others to fill its batch (default 5)
   --max-queue N         sequences that may wait; past it requests get 503 (default 256)
@@ -82,27 +74,10 @@ function bucketList(v: string | undefined): number[] | undefined {
 
 await runMain(async () => {
   const { values } = parseFlags(kebabFlags(Deno.args), {
-    checkpoint: { type: "string" },
-    "model-name": { type: "string" },
-    head: { type: "string" },
-    host: { type: "string" },
-    port: { type: "string" },
-    "grpc-port": { type: "string" },
-    backend: { type: "string" },
+    ...stringFlags("checkpoint model-name head host port grpc-port backend precision max-batch-size"),
+    ...stringFlags("max-delay-ms max-queue max-body-bytes body-timeout-ms max-seq-length buckets doc-stride"),
+    ...stringFlags("max-query-length n-best-size max-answer-length top-k"),
     "no-fuse": { type: "boolean" },
-    precision: { type: "string" },
-    "max-batch-size": { type: "string" },
-    "max-delay-ms": { type: "string" },
-    "max-queue": { type: "string" },
-    "max-body-bytes": { type: "string" },
-    "body-timeout-ms": { type: "string" },
-    "max-seq-length": { type: "string" },
-    buckets: { type: "string" },
-    "doc-stride": { type: "string" },
-    "max-query-length": { type: "string" },
-    "n-best-size": { type: "string" },
-    "max-answer-length": { type: "string" },
-    "top-k": { type: "string" },
   }, HELP);
   const optional = (flag: keyof typeof values) =>
     values[flag] === undefined ? undefined : positiveInt(flag, values[flag] as string, 0);
@@ -116,8 +91,7 @@ await runMain(async () => {
       ? undefined
       : intFlag("top-k", values["top-k"], 0, { min: 1, max: MAX_TOP_K }),
   };
-  const backendName = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
-  const precision = oneOf("precision", values.precision, ["f32", "f64"], "f32");
+  const backendFlag = backendFlags(values);
   const port = intFlag("port", values.port, 8080, { min: 0, max: 65535 });
   const grpcPort = values["grpc-port"] === undefined
     ? undefined
@@ -146,9 +120,9 @@ await runMain(async () => {
   const model = await ServedModel.load(dir, {
     name: values["model-name"] ?? dir.slice(dir.lastIndexOf("/") + 1),
     backend: async () => {
-      const choice = await openBackend(backendName);
+      const choice = await openBackend(backendFlag.name);
       console.error(describeChoice(choice));
-      return choice.graphBackend({ fuse: !values["no-fuse"], precision });
+      return choice.graphBackend(backendFlag);
     },
     head,
     maxBatch,

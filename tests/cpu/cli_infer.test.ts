@@ -1,6 +1,6 @@
 /** `deno task infer` as a user runs it: a subprocess, its output file, its exit code and its messages. */
 import assert from "node:assert/strict";
-import { ROOT, runCli, withTemp } from "../util/cli.ts";
+import { cliEnv, ROOT, runCli, withTemp } from "../util/cli.ts";
 
 import { readSafetensorsFile, toFloat64 } from "../../model_io/safetensors.ts";
 
@@ -19,6 +19,8 @@ Deno.test("infer writes Hugging Face outputs that match the fixture (qa head, ba
       `${dir}/o.safetensors`,
       "--batch-size",
       "3",
+      "--backend",
+      "reference",
     );
     assert.equal(r.code, 0, r.stderr);
     const got = (await readSafetensorsFile(`${dir}/o.safetensors`)).tensors;
@@ -33,10 +35,17 @@ Deno.test("infer writes Hugging Face outputs that match the fixture (qa head, ba
     assert.match(r.stdout, /4 rows, head qa/);
   }));
 
-Deno.test("infer with no arguments runs the built-in default", () =>
+Deno.test("deno task infer with no arguments runs the built-in default on auto's backend", () =>
   withTemp(async (dir) => {
-    const r = await infer("--output", `${dir}/d.safetensors`);
-    assert.equal(r.code, 0, r.stderr);
+    // Through the task, so auto sees what a user's run sees (the CPU backend needs its --allow-run).
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["task", "-q", "infer", "--output", `${dir}/d.safetensors`],
+      cwd: ROOT,
+      env: cliEnv(),
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 0, stderr);
+    assert.match(stderr, /^backend: \w+ \(auto: /m);
     const t = (await readSafetensorsFile(`${dir}/d.safetensors`)).tensors;
     assert.deepEqual(t.get("prediction_logits")!.shape, [4, 12, 99]);
     assert.deepEqual(t.get("seq_relationship_logits")!.shape, [4, 2]);
@@ -64,6 +73,7 @@ const BAD: [string, string[], RegExp, ((dir: string) => Promise<void>)?][] = [
   ["unknown flag", ["--bogus"], /Unknown option '--bogus'/],
   ["bad batch size", ["--batch-size", "0"], /--batch-size must be a positive integer/],
   ["unknown head", ["--head", "ner"], /--head must be one of pretraining, classification, qa/],
+  ["f64 off the interpreter", ["--precision", "f64"], /--precision applies to --backend reference/],
   ["missing checkpoint", ["--checkpoint", "/nonexistent"], /--checkpoint \/nonexistent: not a folder/],
   ["checkpoint is a file", ["--checkpoint", `${ROOT}README.md`], /README\.md: not a folder/],
   [

@@ -60,7 +60,7 @@ async function oracle(dir: string, head: Head, row: ReturnType<typeof hfRow>) {
 }
 
 async function infer(args: string[]) {
-  const r = await runCli("infer.ts", args, PERMS);
+  const r = await runCli("infer.ts", [...args, "--backend", "reference"], PERMS);
   assert.equal(r.code, 0, r.stderr);
   return r.stdout.trim().split("\n").map((l) => JSON.parse(l));
 }

@@ -50,7 +50,7 @@ Deno.test({
     assert.ok(out.success, new TextDecoder().decode(out.stderr));
     const theirs = new TextDecoder().decode(out.stdout).trim().split("\n").map((l) => JSON.parse(l));
     const ours = async (args: string[]) => {
-      const r = await runCli("infer.ts", args, [
+      const r = await runCli("infer.ts", [...args, "--backend", "reference"], [
         "--allow-read",
         "--allow-write",
         "--allow-env",

@@ -8,7 +8,7 @@ import { runCli } from "../util/cli.ts";
 import { serveForTest, TINY } from "../util/serve.ts";
 
 async function inferPrints(head: string, ...args: string[]): Promise<unknown> {
-  const r = await runCli("infer.ts", ["--checkpoint", `${TINY}/${head}`, ...args]);
+  const r = await runCli("infer.ts", ["--checkpoint", `${TINY}/${head}`, "--backend", "reference", ...args]);
   assert.equal(r.code, 0, r.stderr);
   return JSON.parse(r.stdout.trim());
 }

@@ -47,8 +47,8 @@ for (const fuse of [true, false]) {
   });
 }
 
-Deno.test("infer --no-fuse without --backend webgpu is a usage error", async () => {
-  const r = await infer("--no-fuse");
+Deno.test("infer --no-fuse with --backend reference is a usage error", async () => {
+  const r = await infer("--backend", "reference", "--no-fuse");
   assert.equal(r.code, 1);
   assert.match(r.stderr, /^error: --no-fuse applies to --backend webgpu/);
 });
