@@ -9,6 +9,13 @@ import { type Attrs, checkAttrs, isOpName, type OpDef, type OpName, OPS } from "
 
 export type NodeId = number;
 
+/**
+ * The mixed-precision mode a graph was prepared for (compiler/training_graph/mixed_precision.ts): "fp32",
+ * or GEMMs on f16/bf16 operands. Carried by the graph so that the compiler's storage policy is told, not
+ * left to guess it from the casts; every pass that rebuilds a graph copies it (the stage runner checks).
+ */
+export type MixedPrecision = "fp32" | "fp16" | "bf16";
+
 export interface Node {
   readonly id: NodeId;
   readonly op: OpName;
@@ -24,7 +31,7 @@ export class Graph {
   /** Named results, in insertion order. */
   readonly outputs = new Map<string, NodeId>();
 
-  constructor(public name: string) {}
+  constructor(public name: string, readonly precision: MixedPrecision = "fp32") {}
 
   node(id: NodeId): Node {
     const n = this.nodes[id];

@@ -27,7 +27,10 @@ export function renamed(seed: number, name: string): string {
 }
 
 export function batchOf(parts: readonly FuzzGraph[]): Batch {
-  const g = new Graph(`fuzz-${parts[0]?.seed}-x${parts.length}`);
+  // Mixed-precision parts are all fp16: the union is, so the storage policy narrows their values as
+  // it would each alone (fp32 parts have no casts for it to act on).
+  const precision = parts.some((p) => p.graph.precision !== "fp32") ? "fp16" : "fp32";
+  const g = new Graph(`fuzz-${parts[0]?.seed}-x${parts.length}`, precision);
   const feeds: Record<string, Float64Array> = {};
   const owner = new Map<string, { seed: number; name: string }>();
   const skip = new Set<string>();

@@ -41,7 +41,8 @@
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
-import { biasTypeFits, type GemmCall, type GemmDType } from "./gemm_library.ts";
+import { biasTypeFits, type GemmDType } from "./gemm_library.ts";
+import type { PlanGemm } from "../../plan/plan.ts";
 
 /** What bgradEpilogues needs of the kernel state. */
 export interface BgradContext {
@@ -56,7 +57,7 @@ export interface BgradContext {
 
 /** A GEMM call given a bias-gradient epilogue, and the column-sum kernels it covers. */
 export interface BgradChoice {
-  readonly call: GemmCall;
+  readonly call: PlanGemm;
   readonly covers: readonly number[];
 }
 
@@ -66,7 +67,7 @@ export interface BgradChoice {
  */
 export function bgradEpilogues(
   c: BgradContext,
-  calls: ReadonlyMap<number, GemmCall>,
+  calls: ReadonlyMap<number, PlanGemm>,
 ): Map<number, BgradChoice> {
   const g = c.graph;
   const consumers: NodeId[][] = g.nodes.map(() => []);

@@ -42,69 +42,9 @@ import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
 import { keepsElements } from "../passes/gemm_sum_order.ts";
 import { storedTypeOf, type ValueContext } from "./values.ts";
+import type { PlanGemm, PlanGemmOperand, PlanGemmVector } from "../../plan/plan.ts";
 
 export type GemmDType = "f32" | "f16" | "bf16";
-
-/** One matrix of the call (see the file comment for the indexing). Offsets and strides count elements. */
-export interface GemmOperand {
-  readonly buffer: number;
-  readonly offset: number;
-  readonly dtype: GemmDType;
-  readonly ld: number;
-  readonly trans: boolean;
-  readonly batchStride: number;
-  /** Elements between batch groups (present when the call's `outer` is). */
-  readonly outerStride?: number;
-}
-
-/**
- * A BIAS epilogue's vector (CUBLASLT_EPILOGUE_BIAS): D[β][i][j] = Σ_p op(A)[i][p]·op(B)[p][j] + bias[j],
- * bias[j] = buffer[offset + β·batchStride + j] for every row i, added in f32 before D's rounding.
- */
-export interface GemmBias {
-  readonly buffer: number;
-  readonly offset: number;
-  readonly dtype: GemmDType;
-  /** Elements between the vectors of consecutive batch entries (0: one vector for all; a call in groups has 0). */
-  readonly batchStride: number;
-}
-
-/**
- * One cublasLtMatmul: D = op(A)·op(B) (+ C), alpha 1, beta 0 (beta 1 with `c`), f32 accumulation
- * (CUBLAS_COMPUTE_32F).
- */
-export interface GemmCall {
-  readonly m: number;
-  readonly n: number;
-  readonly k: number;
-  /** Every batch entry, across all groups. */
-  readonly batch: number;
-  /** Batch groups (absent: 1): `batch / outer` strided batches each, groups `outerStride` apart. */
-  readonly outer?: number;
-  readonly a: GemmOperand;
-  readonly b: GemmOperand;
-  readonly d: GemmOperand;
-  /**
-   * C with beta 1 (compiler/fusion/sums_into_gemms.ts): D = op(A)·op(B) + C, C laid out as D and stored in D's
-   * dtype (cuBLASLt takes C of D's type), added to the f32 accumulator before D's one rounding.
-   */
-  readonly c?: GemmOperand;
-  /** Always "32F": f32 accumulation of the stored operand values, as the template does. */
-  readonly compute: "32F";
-  /**
-   * cuBLASLt's BIAS epilogue, or a bias gradient (BGRADA / BGRADB, gemm_bgrad.ts) written to `bias` with
-   * the kernels computing it otherwise named in `fallback` (plan/plan.ts PlanGemmEpilogue).
-   */
-  readonly epilogue?:
-    | { readonly kind: "bias"; readonly bias: GemmBias }
-    | {
-      readonly kind: "bgrad";
-      readonly operand: "a" | "b";
-      readonly bias: GemmBias;
-      readonly fallback: readonly string[];
-      readonly copies: readonly number[];
-    };
-}
 
 export type GemmVerdict =
   | {
@@ -114,8 +54,8 @@ export type GemmVerdict =
     readonly k: number;
     readonly batch: number;
     readonly outer?: number;
-    readonly a: GemmOperand;
-    readonly b: GemmOperand;
+    readonly a: PlanGemmOperand;
+    readonly b: PlanGemmOperand;
     /**
      * The root cuBLASLt writes directly (the epilogue is only "store the product, cast to its stored
      * dtype", through reshapes and permutes) and D's operand for it; absent: the product goes to an f32
@@ -124,13 +64,13 @@ export type GemmVerdict =
     readonly direct?: {
       readonly root: NodeId;
       readonly dtype: GemmDType;
-      readonly d: GemmOperand;
+      readonly d: PlanGemmOperand;
       /** The root is the product plus this bias (cuBLASLt's BIAS epilogue). */
-      readonly bias?: GemmBias;
+      readonly bias?: PlanGemmVector;
       /** The product's columns are this many heads, one batch entry each (`headsCall`). */
       readonly heads?: number;
       /** The root is the product plus this stored tensor, read as C with beta 1 (laid out as D). */
-      readonly c?: GemmOperand;
+      readonly c?: PlanGemmOperand;
     };
     /** Without `direct`: the scratch product's batch strides (inner, between groups) under the plan. */
     readonly scratchBatch?: { readonly inner: number; readonly outer: number };
@@ -356,7 +296,7 @@ function asMatrix(
   batch: { readonly inner: number; readonly outer: number },
   grouped: boolean,
   what: string,
-): GemmOperand | string {
+): PlanGemmOperand | string {
   const { strides, offset } = view;
   const r = strides.length;
   const si = swap ? strides[r - 1] : strides[r - 2];
@@ -513,7 +453,7 @@ export function biasVectorOf(
   id: NodeId,
   productShape: readonly number[],
   dDtype: GemmDType,
-): GemmBias | undefined {
+): PlanGemmVector | undefined {
   const f = operandView(g, ctx, id, "bias", true);
   if (!f.ok || !LT_BIAS_TYPES[dDtype].includes(f.dtype)) return undefined;
   const { shape, strides, offset } = f.view;
@@ -582,7 +522,7 @@ function headsCall(
   bufferOf: (id: NodeId) => number,
   rootBuffer: number,
   rootType: GemmDType,
-): { call: Omit<GemmCall, "d" | "compute">; d: GemmOperand } | undefined {
+): { call: Omit<PlanGemm, "d" | "compute">; d: PlanGemmOperand } | undefined {
   const { m, k, ta, tb, batchShape, heads: [h, dh] } = shape;
   const r = batchShape.length + 2;
   const insert = (xs: readonly number[], at: number, x: number) => [...xs.slice(0, at), x, ...xs.slice(at)];
@@ -794,7 +734,7 @@ export function outputOperand(
   m: number,
   n: number,
   grouped?: { readonly inner: number; readonly outer: number },
-): GemmOperand {
+): PlanGemmOperand {
   const base = { buffer, offset: 0, dtype, ld: n, trans: false };
   if (!grouped) return { ...base, batchStride: m * n };
   return { ...base, batchStride: grouped.inner, outerStride: grouped.outer };

@@ -41,7 +41,7 @@ export interface CseResult {
 }
 
 export function cseGraph(g: Graph): CseResult {
-  const out = new Graph(g.name);
+  const out = new Graph(g.name, g.precision);
   const seen = new Map<string, NodeId>();
   const map = new Int32Array(g.nodes.length);
   let merged = 0;

@@ -22,7 +22,7 @@ export function dceGraph(g: Graph): DceResult {
   }
   const removed = g.nodes.length - live.reduce((a, b) => a + b, 0);
   if (removed === 0) return { graph: g, removed };
-  const out = new Graph(g.name);
+  const out = new Graph(g.name, g.precision);
   const map = new Int32Array(g.nodes.length).fill(-1);
   for (const n of g.nodes) {
     if (live[n.id]) map[n.id] = copyNode(out, n, n.inputs.map((i) => map[i]));

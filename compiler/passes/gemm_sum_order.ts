@@ -60,7 +60,7 @@ export function productsSummedFirst(g: Graph): { graph: Graph; trees: number } {
     for (const x of ins) skip.add(x);
   }
   if (trees.size === 0) return { graph: g, trees: 0 };
-  const out = new Graph(g.name);
+  const out = new Graph(g.name, g.precision);
   const newId: NodeId[] = [];
   for (const n of g.nodes) {
     if (skip.has(n.id)) continue;

@@ -119,7 +119,7 @@ export function keptCopies(g: Graph, low: DType): WeightCopies {
   });
   if (keep.length === 0) return { graph: g, kept: 0, castRoots: casts };
 
-  const out = new Graph(g.name);
+  const out = new Graph(g.name, g.precision);
   const b = new GraphEditor(out);
   b.loc = "compiler/passes/low_weight_copies.ts";
   const kept = new Set(keep);

@@ -28,7 +28,7 @@ export function scattersAsColumnSums(g: Graph, maxRows: number): { graph: Graph;
   });
   if (chosen.length === 0) return { graph: g, rewritten: 0 };
   const pick = new Set(chosen.map((n) => n.id));
-  const out = new Graph(g.name);
+  const out = new Graph(g.name, g.precision);
   const newId: NodeId[] = [];
   for (const n of g.nodes) {
     const ins = n.inputs.map((i) => newId[i]);

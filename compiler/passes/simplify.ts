@@ -44,7 +44,7 @@ export function simplifyGraph(g: Graph, rules: readonly Rule[] = RULES): Simplif
     }
   }
   const counts = new Map<string, number>();
-  const out = new Graph(g.name);
+  const out = new Graph(g.name, g.precision);
   const consts = new Map<string, NodeId>();
   let loc: string | undefined;
   let depth = 0;

@@ -73,7 +73,7 @@ export function splitColumnSums(
     if (p > 1) plan.set(n.id, { rows, p, lead });
   }
   if (plan.size === 0) return { graph: g, split: 0 };
-  const out = new Graph(g.name);
+  const out = new Graph(g.name, g.precision);
   const newId: NodeId[] = [];
   for (const n of g.nodes) {
     const ins = n.inputs.map((i) => newId[i]);

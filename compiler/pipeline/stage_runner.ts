@@ -237,6 +237,11 @@ export const GRAPH_LEVEL: StageLevel<Graph> = {
   print: printGraph,
   fingerprint: (g) => g.nodes.length,
   check(before, after, pass, nodesBefore) {
+    if (after.precision !== before.precision) {
+      throw new Error(
+        `pass '${pass}' changed the graph's precision from ${before.precision} to ${after.precision}`,
+      );
+    }
     if (after !== before) return assertValidGraph(after, `after pass '${pass}'`);
     if (after.nodes.length !== nodesBefore) {
       throw new Error(`pass '${pass}' modified its input graph in place`);

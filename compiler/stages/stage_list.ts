@@ -78,6 +78,11 @@ export const KERNEL_LEVEL: StageLevel<KernelState> = {
   label: "kernel stages",
   dumpBefore: false,
   print: printState,
-  check: (_before, after, stage) => verifyState(after, stage),
+  check: (before, after, stage) => {
+    if (after.graph.precision !== before.graph.precision) {
+      throw new Error(`stage '${stage}' changed the graph's precision to ${after.graph.precision}`);
+    }
+    verifyState(after, stage);
+  },
   summary: (before, after) => (after === before ? `unchanged (${count(after)})` : count(after)),
 };

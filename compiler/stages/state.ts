@@ -8,7 +8,7 @@ import type { Target } from "../targets/target.ts";
 import type { Plan, PlanBuffer, PlanStep, TargetKernel } from "../../plan/plan.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { Kernel } from "../kernel_ir/ir.ts";
-import type { GemmCall } from "../lower/gemm_library.ts";
+import type { PlanGemm } from "../../plan/plan.ts";
 import type { ValueContext } from "../lower/values.ts";
 import type { Precision } from "../training_graph/mixed_precision.ts";
 import type { StoragePlan } from "../storage/storage_precision.ts";
@@ -26,8 +26,8 @@ export interface KernelOptions {
   readonly fuse: boolean;
   /** What the plan is for: lowering's knobs, the language and its emitter, the library calls. */
   readonly target: Target;
-  /** The storage precision, or "auto": the precision the graph was prepared for. */
-  readonly precision?: Precision | "auto";
+  /** The storage precision; absent: the precision the graph was prepared for (Graph.precision). */
+  readonly precision?: Precision;
   /**
    * false: a plan for its figures only (the report's unfused baseline), lowered but not rendered: every
    * source is empty, and no runtime can run it. Default true.
@@ -52,7 +52,7 @@ export type StateBuffer = Omit<PlanBuffer, "slot">;
 
 /** A GEMM that runs as a library call, with the epilogue kernel that reads its f32 scratch product. */
 export interface LibraryGemm {
-  readonly call: GemmCall;
+  readonly call: PlanGemm;
   readonly epilogue?: Kernel;
   readonly scratch?: number;
 }

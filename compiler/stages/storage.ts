@@ -1,15 +1,12 @@
 /** The storage precision stage: the dtype each materialized value is stored in (storage_precision.ts). */
 import type { Precision } from "../training_graph/mixed_precision.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
-import { chooseStorage, detectPrecision, fullStorage } from "../storage/storage_precision.ts";
+import { chooseStorage, fullStorage } from "../storage/storage_precision.ts";
 import { rawGemmOutputs } from "../targets/target.ts";
 import { type KernelState, need } from "./state.ts";
 
-/** The precision a compile works in: the one asked for, or ("auto") the one the graph was prepared for. */
-export function compilePrecision(s: KernelState): Precision {
-  const p = s.options.precision;
-  return !p || p === "auto" ? detectPrecision(s.graph) : p;
-}
+/** The precision a compile works in: the one asked for, else the one the graph was prepared for. */
+export const compilePrecision = (s: KernelState): Precision => s.options.precision ?? s.graph.precision;
 
 export const storageStage: Stage<KernelState> = {
   name: "storage-precision",

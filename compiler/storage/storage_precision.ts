@@ -112,27 +112,6 @@ export function fullStorage(g: Graph): StoragePlan {
   };
 }
 
-/**
- * The precision a graph was prepared for: the low dtype of GEMMs whose operands are both casts from f32
- * (through views), which is what `applyPrecision` writes. A graph typed f16 throughout by its author, or
- * an f32 one, is not mixed precision: "fp32" (nothing narrows).
- */
-export function detectPrecision(g: Graph): Precision {
-  const castFromF32 = (id: NodeId): DType | undefined => {
-    let n = g.nodes[id];
-    while (isMovement(n.op) && n.op !== "concat" && n.inputs.length === 1) n = g.nodes[n.inputs[0]];
-    if (n.op !== "cast" || g.nodes[n.inputs[0]].type.dtype !== "f32") return undefined;
-    return n.type.dtype;
-  };
-  for (const n of g.nodes) {
-    if (n.op !== "matmul") continue;
-    const a = castFromF32(n.inputs[0]), b = castFromF32(n.inputs[1]);
-    if (a === b && a === "f16") return "fp16";
-    if (a === b && a === "bf16") return "bf16";
-  }
-  return "fp32";
-}
-
 /** Chooses the stored dtype of every materialized value of a fused graph (see the file comment). */
 export function chooseStorage(
   g: Graph,
@@ -287,7 +266,7 @@ export function narrowingSummary(
  * compiled ones (after simplification).
  */
 export function roundTripGraph(g: Graph, fusion: FusionResult, s: StoragePlan): Graph {
-  const out = new Graph(`${g.name}-as-stored`);
+  const out = new Graph(`${g.name}-as-stored`, g.precision);
   const N = g.nodes.length;
   const kernelOf = fusion.kernelOf;
   // A value read from a buffer: an input, a parameter, another kernel's root, or a node materialized by

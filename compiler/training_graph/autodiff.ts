@@ -45,7 +45,7 @@ export function differentiate(g: Graph, loss: string, wrt?: readonly string[]): 
 
   const onPath = pathToLoss(g, roots, lossId);
 
-  const out = new Graph(g.name);
+  const out = new Graph(g.name, g.precision);
   for (const n of g.nodes) out.nodes.push(n); // nodes are immutable, so sharing them is a copy
   for (const [name, id] of g.outputs) out.outputs.set(name, id);
   const b = new GraphEditor(out);

@@ -13,16 +13,16 @@
  * 5.9–6.2e-4 rounded (3.9–4.9e-4 either way with f32 storage), the loss's 1e-7–5e-6 either way: a
  * difference well under what the storage narrowing itself costs, not worth a conversion per element.
  */
-import { type DType, Graph, type NodeId } from "../../ir/mod.ts";
+import { type DType, Graph, type MixedPrecision, type NodeId } from "../../ir/mod.ts";
 
-export type Precision = "fp32" | "fp16" | "bf16";
+export type Precision = MixedPrecision;
 
 export const LOW_DTYPE: Record<Precision, DType> = { fp32: "f32", fp16: "f16", bf16: "bf16" };
 
 export function applyPrecision(g: Graph, precision: Precision): Graph {
   if (precision === "fp32") return g;
   const low = LOW_DTYPE[precision];
-  const out = new Graph(g.name);
+  const out = new Graph(g.name, precision);
   const map: NodeId[] = [];
   for (const n of g.nodes) {
     const ins = n.inputs.map((i) => map[i]);

@@ -10,18 +10,17 @@ import type { Kernel, KExpr } from "../../compiler/kernel_ir/ir.ts";
 import { visitExprs } from "../../compiler/kernel_ir/walk.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { applyPrecision } from "../../compiler/training_graph/mixed_precision.ts";
-import {
-  detectPrecision,
-  type KeepReason,
-  roundTripGraph,
-} from "../../compiler/storage/storage_precision.ts";
+import { type KeepReason, roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { gelu, layerNorm, ModelBuilder, type Tensor } from "../../dsl/mod.ts";
 import type { Graph, NodeId } from "../../ir/mod.ts";
+import { runPipeline } from "../../compiler/pipeline/stage_runner.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 
-const compile = (g: Graph, precision: "fp32" | "fp16" | "auto" = "fp16"): Compiled =>
+const compile = (g: Graph, precision: "fp32" | "fp16" = "fp16"): Compiled =>
   compileGraph(g, { fuse: true, target: target("wgsl"), precision });
+/** Compiled in the precision the graph carries (none passed). */
+const compileAsPrepared = (g: Graph): Compiled => compileGraph(g, { fuse: true, target: target("wgsl") });
 
 /** A graph of `body`'s outputs, with the GEMMs put on f16 operands. */
 function mixed(body: (m: ModelBuilder) => Record<string, Tensor>): Graph {
@@ -66,22 +65,41 @@ Deno.test("storage policy: an activation between kernels is narrowed, graph outp
   }
 });
 
-Deno.test("storage policy: fp32 narrows nothing; auto finds the precision applyPrecision chose", () => {
+Deno.test("storage policy: fp32 narrows nothing; the graph carries the precision applyPrecision chose", () => {
   const g = mlp();
   assert.equal(compile(g, "fp32").storage.narrowed.size, 0);
-  assert.equal(compile(g, "auto").storage.precision, "fp16");
-  assert.equal(detectPrecision(g), "fp16");
+  assert.equal(g.precision, "fp16");
+  assert.equal(compileAsPrepared(g).storage.precision, "fp16");
   const m = new ModelBuilder("f32");
   const x = m.input("x", "f32", [4, 8]);
   m.output("y", gelu(x.matmul(m.param("w", [8, 8], "zeros"))).matmul(m.param("w2", [8, 8], "zeros")));
-  assert.equal(detectPrecision(m.graph), "fp32");
-  assert.equal(compile(m.graph, "auto").storage.narrowed.size, 0);
-  assert.equal(detectPrecision(applyPrecision(m.graph, "bf16")), "bf16");
+  assert.equal(m.graph.precision, "fp32");
+  assert.equal(compileAsPrepared(m.graph).storage.narrowed.size, 0);
+  assert.equal(applyPrecision(m.graph, "bf16").precision, "bf16");
   // A graph its author typed f16 throughout is not mixed precision: its f32 results are deliberate.
   const h = new ModelBuilder("f16");
   const a = h.input("a", "f16", [4, 8]);
   h.output("y", a.matmul(h.param("w", [8, 8], "zeros", "f16")).cast("f32").sum(-1));
-  assert.equal(detectPrecision(h.graph), "fp32");
+  assert.equal(h.graph.precision, "fp32");
+});
+
+Deno.test("every graph pass and stage keeps the precision; one that drops it is blamed by name", () => {
+  // The BERT-tiny training graph in fp16 through the whole pipeline: the plan's storage says fp16.
+  const g = mixed((m) => ({ y: gelu(m.input("x", "f32", [4, 8]).matmul(m.param("w", [8, 8], "zeros"))) }));
+  const c = compileAsPrepared(g);
+  assert.equal(c.graph.precision, "fp16");
+  assert.equal(c.storage.precision, "fp16");
+  // A pass that rebuilds the graph without copying the precision (new Graph(name)) fails the run.
+  const dropping = {
+    name: "drops-precision",
+    run: (x: Graph) => {
+      const out = new (x.constructor as typeof Graph)(x.name);
+      for (const n of x.nodes) out.add(n.op, n.inputs, n.attrs, n.type, n.loc);
+      for (const [k, id] of x.outputs) out.setOutput(k, id);
+      return out;
+    },
+  };
+  assert.throws(() => runPipeline(g, [dropping]), /drops-precision.*precision from fp16 to fp32/);
 });
 
 Deno.test("storage policy: reduction results stay f32, the normalized activation narrows", () => {

@@ -161,7 +161,7 @@ Deno.test({
   ignore: !version,
   async fn() {
     const g = lambGraph();
-    // fp16 named: its one GEMM reads a weight copy, so the graph does not show it (detectPrecision).
+    // fp16 named: the graph was built without applyPrecision (its one GEMM reads a weight copy).
     const c = compileGraph(g, { ...cudaAlone, precision: "fp16" });
     const seed = Date.now() % 100_000;
     const r = seededRandom(seed);
