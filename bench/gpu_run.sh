@@ -27,7 +27,7 @@
 # with the fake driver of tests/nvcc/cuda_runtime_fake.test.ts on LD_LIBRARY_PATH).
 # Environment: GPU_RUN_WORK (scratch folder, default /tmp/bertfuse-gpu-run), GPU_RUN_DEVICE (device name when
 # nvidia-smi is absent), GPU_RUN_DEADLINE (seconds, default 540), GPU_RUN_SHARDS (parallel NVRTC processes,
-# default the core count, at most 16), BERTFUSE_CACHE (the kernel cache; default $GPU_RUN_WORK/cuda-cache),
+# default the core count, at most 16), BERTFUSE_CACHE (the kernel cache, CUBINs in its cuda/; default $GPU_RUN_WORK/cache),
 # BERTFUSE_OFFLINE (where cuda-cache.tar.xz is; default .offline).
 set -u
 start=$(date +%s)
@@ -60,13 +60,14 @@ if ! command -v deno >/dev/null 2>&1; then
     exit 1
   fi
 fi
-export BERTFUSE_CACHE=${BERTFUSE_CACHE:-$work/cuda-cache}
-mkdir -p "$BERTFUSE_CACHE"
+export BERTFUSE_CACHE=${BERTFUSE_CACHE:-$work/cache}
+cubins=$BERTFUSE_CACHE/cuda
+mkdir -p "$cubins"
 offline=${BERTFUSE_OFFLINE:-.offline}
 if [ -f "$offline/cuda-cache.tar.xz" ]; then
-  xz -dc "$offline/cuda-cache.tar.xz" | tar -xf - -C "$BERTFUSE_CACHE" --strip-components=1 --skip-old-files
+  xz -dc "$offline/cuda-cache.tar.xz" | tar -xf - -C "$cubins" --strip-components=1 --skip-old-files --no-same-owner
 fi
-cached_before=$(find "$BERTFUSE_CACHE" -name '*.cubin' | wc -l)
+cached_before=$(find "$cubins" -name '*.cubin' | wc -l)
 
 device=${GPU_RUN_DEVICE:-}
 if [ -z "$device" ] && command -v nvidia-smi >/dev/null 2>&1; then
@@ -82,7 +83,7 @@ echo "gpu_run: $device, $date, stages $stages, deadline ${GPU_RUN_DEADLINE:-540}
 # Merges every stage's files into $result and its -summary.txt, then copies both and the logs to $OUT.
 publish() {
   python3 bench/gpu_run_merge.py "$work" "$result" "$device" "$date" "$command_line" "$cached_before" \
-    "$(find "$BERTFUSE_CACHE" -name '*.cubin' | wc -l)" >"$work/summary.txt" 2>>"$work/merge.err"
+    "$(find "$cubins" -name '*.cubin' | wc -l)" >"$work/summary.txt" 2>>"$work/merge.err"
   cp "$work/summary.txt" "${result%.json}-summary.txt" 2>/dev/null
   if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
     cp "$result" "${result%.json}-summary.txt" "$OUT"/ 2>/dev/null
@@ -138,20 +139,20 @@ deno_run=(deno run --node-modules-dir=manual -A)
 precompile() { # precompile LABEL-FILTER...: every shard in parallel, waits for all
   local pids=() i
   for ((i = 0; i < shards; i++)); do
-    "${deno_run[@]}" bench/gpu_precompile.ts "${small_flag[@]}" --cache "$BERTFUSE_CACHE" --shard "$i/$shards" "$@" \
+    "${deno_run[@]}" bench/gpu_precompile.ts "${small_flag[@]}" --cache "$cubins" --shard "$i/$shards" "$@" \
       >"$work/precompile-$i.out" 2>&1 &
     pids+=($!)
   done
   local bad=0
   for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
-  echo "precompile $*: $shards shards, $bad failed; $(find "$BERTFUSE_CACHE" -name '*.cubin' | wc -l) kernels in the cache"
+  echo "precompile $*: $shards shards, $bad failed; $(find "$cubins" -name '*.cubin' | wc -l) kernels in the cache"
   [ $bad = 0 ]
 }
 
 want probe && stage probe 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1; nvcc --version 2>&1 | tail -1; "$@"' \
   probe "${deno_run[@]}" bench/gpu_probe.ts --json "$work/probe.json" --manifest "$offline/cuda-cache.json"
 if want precompile; then
-  stage precompile 150 bash -c "$(declare -f precompile); $(declare -p deno_run small_flag shards work BERTFUSE_CACHE); precompile --only 'train'"
+  stage precompile 150 bash -c "$(declare -f precompile); $(declare -p deno_run small_flag shards work cubins); precompile --only 'train'"
   # The rest (the check battery's cases, inference, BERT-base) compiles while the GPU trains; niced so the
   # train stage's own host work comes first.
   (precompile --skip 'train' >"$work/precompile-rest.log" 2>&1 &)

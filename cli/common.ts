@@ -25,14 +25,14 @@ import { ResourceError } from "../model_io/size_check.ts";
 import { UsageError } from "./usage_error.ts";
 import { intFlag, joinNegativeValues } from "./flags.ts";
 import { hfFlagHint } from "./flag_spelling.ts";
-import { CpuCacheError } from "../runtime/cpu/cpu_errors.ts";
+import { CodeCacheError } from "../runtime/code_cache.ts";
 
 export { UsageError };
 export { intFlag, numberFlag } from "./flags.ts";
 
 const USER_ERRORS = [
   UsageError,
-  CpuCacheError,
+  CodeCacheError,
   ConfigError,
   CheckpointError,
   SafetensorsError,

@@ -7,8 +7,3 @@ export class CpuError extends Error {
 export class CpuUnavailableError extends CpuError {
   override name = "CpuUnavailableError";
 }
-
-/** The kernel cache may not be used (a folder or file another user may write): the user's to fix. */
-export class CpuCacheError extends CpuError {
-  override name = "CpuCacheError";
-}
