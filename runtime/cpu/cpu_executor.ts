@@ -18,6 +18,7 @@ import {
 } from "../../plan/plan.ts";
 import { type ArenaLayout, arenaLayout } from "../arena.ts";
 import { decodeStored, encodeStored, type HostArray } from "../host.ts";
+import { PlanExecutor } from "../plan_executor.ts";
 import { type LaunchTime, median, type Profile } from "../profile.ts";
 import { type Blas, type BlasCall, blasCallOf, blasCan } from "./blas.ts";
 import { type CCompiler, compileLibrary } from "./cc.ts";
@@ -67,11 +68,10 @@ type Step =
     readonly bytes: number;
   };
 
-export class CpuExecutor {
-  private destroyed = false;
+export class CpuExecutor extends PlanExecutor {
   private constructor(
     readonly ctx: CpuContext,
-    readonly plan: Plan,
+    plan: Plan,
     readonly layout: ArenaLayout,
     /** The arena, its first byte at `base` bytes into `memory` (aligned for 64-byte vector accesses). */
     private readonly memory: Uint8Array<ArrayBuffer>,
@@ -80,7 +80,9 @@ export class CpuExecutor {
     readonly program: readonly Step[],
     /** Kept alive: the argument arrays the prepared calls point to. */
     private readonly keep: readonly unknown[],
-  ) {}
+  ) {
+    super(plan, CpuError);
+  }
 
   /** Library GEMMs per step (0 when every GEMM runs as the template kernel). */
   get libraryGemms(): number {
@@ -194,17 +196,6 @@ export class CpuExecutor {
     return new CpuExecutor(ctx, plan, layout, memory, base, libraries, program, keep);
   }
 
-  buffer(target: string | number): PlanBuffer {
-    const p = this.plan;
-    const id = typeof target === "number"
-      ? target
-      : p.inputs[target] ?? p.params[target] ?? p.outputs[target] ??
-        p.buffers.find((b) => b.name === target)?.id;
-    const b = id === undefined ? undefined : p.buffers[id];
-    if (!b) throw new CpuError(`plan ${p.graph} has no input, parameter or buffer '${target}'`);
-    return b;
-  }
-
   private offset(b: PlanBuffer): number {
     return this.base + this.layout.bufferOffsets[b.id];
   }
@@ -218,12 +209,14 @@ export class CpuExecutor {
     encodeStored(b, data, this.memory.subarray(at, at + storedSize(b)));
   }
 
-  read(target: string | number): Promise<HostArray> {
+  readMany(targets: readonly (string | number)[]): Promise<HostArray[]> {
     this.alive();
-    const b = this.buffer(target);
-    const at = this.offset(b);
-    // decodeStored copies the bytes once; the view saves a second copy.
-    return Promise.resolve(decodeStored(b, this.memory.subarray(at, at + storedSize(b))));
+    return Promise.resolve(targets.map((t) => {
+      const b = this.buffer(t);
+      const at = this.offset(b);
+      // decodeStored copies the bytes once; the view saves a second copy.
+      return decodeStored(b, this.memory.subarray(at, at + storedSize(b)));
+    }));
   }
 
   step(): Promise<void> {
@@ -244,22 +237,6 @@ export class CpuExecutor {
   finish(): Promise<void> {
     this.alive();
     return Promise.resolve();
-  }
-
-  async run(
-    feeds: Readonly<Record<string, ArrayLike<number>>>,
-    outputNames?: readonly string[],
-  ): Promise<Record<string, HostArray>> {
-    for (const [name, data] of Object.entries(feeds)) this.write(name, data);
-    await this.step();
-    const names = outputNames ?? Object.keys(this.plan.outputs);
-    const out: Record<string, HostArray> = {};
-    for (const n of names) {
-      const id = this.plan.outputs[n];
-      if (id === undefined) throw new CpuError(`plan ${this.plan.graph} has no output '${n}'`);
-      out[n] = await this.read(id);
-    }
-    return out;
   }
 
   /** Wall-clock time of each launch (a GEMM with its epilogue counts as one) and of whole steps. */
@@ -307,15 +284,8 @@ export class CpuExecutor {
     });
   }
 
-  destroy(): void {
-    if (this.destroyed) return;
-    // The libraries stay loaded (see loadLibrary); the arena goes with this object.
-    this.destroyed = true;
-  }
-
-  private alive(): void {
-    if (this.destroyed) throw new CpuError(`executor for ${this.plan.graph} was destroyed`);
-  }
+  // The libraries stay loaded (see loadLibrary); the arena goes with this object.
+  protected release(): void {}
 }
 
 type Library = Deno.DynamicLibrary<Record<string, Deno.ForeignFunction>>;

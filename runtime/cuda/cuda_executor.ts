@@ -37,6 +37,7 @@ import type { CudaContext } from "./cuda_context.ts";
 import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";
 import { CudaError } from "./cuda_errors.ts";
 import { decodeStored, encodeStored, type HostArray } from "../host.ts";
+import { PlanExecutor } from "../plan_executor.ts";
 import { kernelCacheKey } from "./kernel_cache.ts";
 import { alignmentOf, CublasLt, groupAlignmentOf, LtCall, type LtCallSpec } from "./cublaslt.ts";
 import { type ArenaLayout, arenaLayout, zeroRegions } from "../arena.ts";
@@ -171,13 +172,12 @@ export function cudaGraphsFromEnv(): boolean {
   throw new CudaError(`BERTFUSE_CUDA_GRAPHS must be 0 or 1, got '${v}'`);
 }
 
-export class CudaExecutor {
-  private destroyed = false;
+export class CudaExecutor extends PlanExecutor {
   private graphExec: Pointer = null;
 
   private constructor(
     readonly ctx: CudaContext,
-    readonly plan: Plan,
+    plan: Plan,
     readonly layout: ArenaLayout,
     private readonly arena: DevicePtr,
     private readonly stream: Pointer,
@@ -188,7 +188,9 @@ export class CudaExecutor {
     readonly moduleCount: number,
     /** cuBLASLt and its prepared calls, when the program runs library GEMMs. */
     private readonly lt?: { readonly lib: CublasLt; readonly calls: readonly LtCall[] },
-  ) {}
+  ) {
+    super(plan, CudaError);
+  }
 
   /** Library GEMMs per step (0 when every GEMM runs as a template kernel). */
   get libraryGemms(): number {
@@ -424,37 +426,15 @@ export class CudaExecutor {
     return this.graphExec !== null;
   }
 
-  /** The buffer a name or id refers to: graph inputs, params and outputs by name, any buffer by id or name. */
-  buffer(target: string | number): PlanBuffer {
-    const p = this.plan;
-    if (typeof target === "number") {
-      const b = p.buffers[target];
-      if (!b) throw new CudaError(`plan ${p.graph} has no buffer ${target}`);
-      return b;
-    }
-    const id = p.inputs[target] ?? p.params[target] ?? p.outputs[target] ??
-      p.buffers.find((b) => b.name === target)?.id;
-    if (id === undefined) {
-      throw new CudaError(`plan ${p.graph} has no input, parameter or buffer '${target}'`);
-    }
-    return p.buffers[id];
-  }
-
   /** The device address of a buffer, for interop (cuBLASLt calls, other CUDA code). */
   address(target: string | number): DevicePtr {
     return this.arena + BigInt(this.layout.bufferOffsets[this.buffer(target).id]);
   }
 
-  /** Writes host values into a buffer, converted to its stored form (f16/bf16 rounded, bool as u32 0/1). */
   write(target: string | number, data: ArrayLike<number>): void {
     this.alive();
     const b = this.buffer(target);
     this.ctx.driver.copyHtoD(this.address(b.id), encodeStored(b, data), `write '${b.name}'`);
-  }
-
-  /** Reads a buffer: Float32Array for f32/f16/bf16, Int32Array for i32, Uint32Array for u32 and bool. */
-  read(target: string | number): Promise<HostArray> {
-    return this.readMany([target]).then((r) => r[0]);
   }
 
   /** Waits for the launched steps, then copies the buffers back. */
@@ -487,23 +467,6 @@ export class CudaExecutor {
     } else {
       for (const s of this.program) this.issue(s);
     }
-  }
-
-  /** Writes `feeds` (by input or parameter name), steps, and reads the outputs (all of them by default). */
-  async run(
-    feeds: Readonly<Record<string, ArrayLike<number>>>,
-    outputNames?: readonly string[],
-  ): Promise<Record<string, HostArray>> {
-    for (const [name, data] of Object.entries(feeds)) this.write(name, data);
-    await this.step();
-    const names = outputNames ?? Object.keys(this.plan.outputs);
-    for (const n of names) {
-      if (this.plan.outputs[n] === undefined) {
-        throw new CudaError(`plan ${this.plan.graph} has no output '${n}'`);
-      }
-    }
-    const values = await this.readMany(names.map((n) => this.plan.outputs[n]));
-    return Object.fromEntries(names.map((n, i) => [n, values[i]]));
   }
 
   /** Resolves when all launched work has finished on the GPU. */
@@ -595,9 +558,7 @@ export class CudaExecutor {
     }
   }
 
-  destroy(): void {
-    if (this.destroyed) return;
-    this.destroyed = true;
+  protected release(): void {
     const { driver } = this.ctx;
     // Errors here would hide the error that made the caller give up; the process is ending or moving on.
     tryIt(() => driver.synchronize(this.stream));
@@ -681,10 +642,6 @@ export class CudaExecutor {
           `BERTFUSE_CUDA_GRAPHS=0 CUDA_LAUNCH_BLOCKING=1 (each launch then reports its own error)`,
       );
     }
-  }
-
-  private alive(): void {
-    if (this.destroyed) throw new CudaError(`executor for ${this.plan.graph} was destroyed`);
   }
 }
 

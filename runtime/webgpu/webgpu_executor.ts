@@ -16,6 +16,7 @@ import type { GpuContext } from "./device.ts";
 import { tidy, validated, WebGPUError } from "./webgpu_errors.ts";
 import { ResourceError } from "../../model_io/size_check.ts";
 import type { Profile } from "../profile.ts";
+import { PlanExecutor } from "../plan_executor.ts";
 import { profileSteps } from "./timing.ts";
 import { type BoundRange, boundRanges } from "./range_bindings.ts";
 
@@ -40,19 +41,19 @@ export type Encoded =
     readonly size: number;
   };
 
-export class WebGPUExecutor {
-  private destroyed = false;
-
+export class WebGPUExecutor extends PlanExecutor {
   private constructor(
     readonly ctx: GpuContext,
-    readonly plan: Plan,
+    plan: Plan,
     private readonly slots: readonly GPUBuffer[],
     readonly launches: readonly Launch[],
     /** Number of distinct pipelines (kernels with identical source share one). */
     readonly pipelineCount: number,
     private readonly program: readonly Encoded[],
     private readonly updates: readonly Encoded[],
-  ) {}
+  ) {
+    super(plan, WebGPUError);
+  }
 
   static async create(ctx: GpuContext, plan: Plan): Promise<WebGPUExecutor> {
     if (ctx.lost) throw new WebGPUError(`the WebGPU device was lost: ${ctx.lost}`);
@@ -130,36 +131,15 @@ export class WebGPUExecutor {
   }
 
   /** The buffer a name or id refers to: graph inputs, params and outputs by name, any buffer by id or name. */
-  buffer(target: string | number): PlanBuffer {
-    const p = this.plan;
-    if (typeof target === "number") {
-      const b = p.buffers[target];
-      if (!b) throw new WebGPUError(`plan ${p.graph} has no buffer ${target}`);
-      return b;
-    }
-    const id = p.inputs[target] ?? p.params[target] ?? p.outputs[target] ??
-      p.buffers.find((b) => b.name === target)?.id;
-    if (id === undefined) {
-      throw new WebGPUError(`plan ${p.graph} has no input, parameter or buffer '${target}'`);
-    }
-    return p.buffers[id];
-  }
-
   /** The GPU buffer (the whole memory-plan slot) holding a plan buffer, for interop with other GPU code. */
   gpuBuffer(target: string | number): GPUBuffer {
     return this.slots[this.buffer(target).slot];
   }
 
-  /** Writes host values into a buffer, converted to its stored form (f16 rounded, bool as 0/1). */
   write(target: string | number, data: ArrayLike<number>): void {
     this.alive();
     const b = this.buffer(target);
     this.ctx.device.queue.writeBuffer(this.slots[b.slot], offsetOf(b), encodeHost(b, data));
-  }
-
-  /** Reads a buffer: Float32Array for f32/f16, Int32Array for i32, Uint32Array for u32 and bool (0/1). */
-  async read(target: string | number): Promise<HostArray> {
-    return (await this.readMany([target]))[0];
   }
 
   /** Reads several buffers with one submission. */
@@ -189,23 +169,6 @@ export class WebGPUExecutor {
     this.raiseUncaptured();
   }
 
-  /** Writes `feeds` (by input or parameter name), steps, and reads the outputs (all of them by default). */
-  async run(
-    feeds: Readonly<Record<string, ArrayLike<number>>>,
-    outputNames?: readonly string[],
-  ): Promise<Record<string, HostArray>> {
-    for (const [name, data] of Object.entries(feeds)) this.write(name, data);
-    await this.step();
-    const names = outputNames ?? Object.keys(this.plan.outputs);
-    for (const n of names) {
-      if (this.plan.outputs[n] === undefined) {
-        throw new WebGPUError(`plan ${this.plan.graph} has no output '${n}'`);
-      }
-    }
-    const values = await this.readMany(names.map((n) => this.plan.outputs[n]));
-    return Object.fromEntries(names.map((n, i) => [n, values[i]]));
-  }
-
   /** Resolves when all submitted work has finished on the GPU. */
   async finish(): Promise<void> {
     await this.ctx.device.queue.onSubmittedWorkDone();
@@ -221,14 +184,12 @@ export class WebGPUExecutor {
     return await profileSteps(this.ctx, this.plan, this.program, this.updates, iterations, () => this.step());
   }
 
-  destroy(): void {
-    if (this.destroyed) return;
-    this.destroyed = true;
+  protected release(): void {
     for (const s of this.slots) s.destroy();
   }
 
-  private alive(): void {
-    if (this.destroyed) throw new WebGPUError(`executor for ${this.plan.graph} was destroyed`);
+  protected override alive(): void {
+    super.alive();
     if (this.ctx.lost) throw new WebGPUError(`the WebGPU device was lost: ${this.ctx.lost}`);
   }
 
