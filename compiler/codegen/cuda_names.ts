@@ -39,8 +39,14 @@ const TAKEN: ReadonlySet<string> = new Set([
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 export class CudaNamer {
-  private readonly spelled = new Map<string, string>();
+  private readonly spelled: Record<"local" | "binding" | "shared", Map<string, string>> = {
+    local: new Map(),
+    binding: new Map(),
+    shared: new Map(),
+  };
   private readonly used = new Set<string>();
+  private readonly nextSuffix = new Map<string, number>();
+  private readonly nextTemp = new Map<string, number>();
 
   /**
    * The C++ identifier for an IR name (the same one every time it is asked). Bindings, shared arrays and
@@ -48,8 +54,8 @@ export class CudaNamer {
    * redeclare a parameter), so each kind gets identifiers of its own.
    */
   name(irName: string, kind: "local" | "binding" | "shared" = "local"): string {
-    const key = `${kind}:${irName}`;
-    const have = this.spelled.get(key);
+    const spelled = this.spelled[kind];
+    const have = spelled.get(irName);
     if (have !== undefined) return have;
     let base = irName.replace(/[^A-Za-z0-9_]/g, "_");
     if (!IDENT.test(base)) base = `v_${base}`;
@@ -57,18 +63,26 @@ export class CudaNamer {
     base = base.replace(/__+/g, "_");
     if (base.startsWith("_") || base.startsWith("bf_")) base = `v${base}`;
     let out = base;
-    // A numbered suffix after one "_" (appending underscores could make a reserved "__").
-    for (let n = 0; TAKEN.has(out) || this.used.has(out); n++) out = `${base.replace(/_+$/, "")}_${n}`;
-    this.spelled.set(key, out);
+    // A numbered suffix after one "_" (appending underscores could make a reserved "__"): the lowest free
+    // one. Names are never freed, so the search resumes where the last one for this base ended (a scan
+    // from 0 each time was quadratic in a kernel's many locals of one base).
+    const stem = base.replace(/_+$/, "");
+    let n = this.nextSuffix.get(stem) ?? 0;
+    if (TAKEN.has(out) || this.used.has(out)) {
+      for (out = `${stem}_${n}`; TAKEN.has(out) || this.used.has(out); out = `${stem}_${++n}`);
+      this.nextSuffix.set(stem, n + 1);
+    }
+    spelled.set(irName, out);
     this.used.add(out);
     return out;
   }
 
   /** A fresh identifier for the emitter's own temporaries (`bf_` names never come from the IR). */
   temp(base: string): string {
-    let n = 0;
+    let n = this.nextTemp.get(base) ?? 0;
     while (this.used.has(`bf_${base}${n}`)) n++;
     const out = `bf_${base}${n}`;
+    this.nextTemp.set(base, n + 1);
     this.used.add(out);
     return out;
   }
