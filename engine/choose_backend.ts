@@ -1,11 +1,10 @@
 /**
  * Which backend runs a command: the one asked for, or with `auto` the first row of the backend table
- * (engine/backends.ts), in preference order, whose probe succeeds — today CUDA when the driver loads and
- * sees a GPU, else WebGPU when navigator.gpu gives an adapter that is a real GPU (not a software
- * rasterizer such as lavapipe), else the CPU backend when there is a C compiler, else the reference
- * interpreter. Every
- * command opens its backend here (`openBackend`), so they choose alike; the choice and the reasons the
- * faster backends were passed over come back as one line for stderr.
+ * (engine/backends.ts), in preference order, whose probe succeeds — today CUDA when the driver loads and sees
+ * a GPU, else WebGPU when navigator.gpu gives an adapter that is a real GPU (not a software rasterizer such
+ * as lavapipe), else the CPU backend when there is a C compiler, else the reference interpreter. Every
+ * command opens its backend here (`openBackend`), so they choose alike; the choice and the reasons the faster
+ * backends were passed over come back as one line for stderr.
  */
 import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import type { Graph } from "../ir/mod.ts";

@@ -1,11 +1,9 @@
 /**
- * The primitive op table, as data. One row per op; the row's key is the op's name, used verbatim in IR
- * dumps, error messages and the VJP table. Passes derive their groupings from `category` (see the
- * predicates at the end) instead of keeping switch lists of their own.
- *
- * Every op has a static result type computed by `infer` from its operand types and attributes. Source
- * ops (`input`, `param`, `const`, `iota`) and `random_uniform` take their result type from the node's
- * declared type, which `infer` only validates.
+ * The primitive op table, as data. One row per op; the row's key is the op's name, used verbatim in IR dumps,
+ * error messages and the VJP table. Passes derive their groupings from `category` (see the predicates at the
+ * end) instead of keeping switch lists of their own. Every op has a static result type computed by `infer`
+ * from its operand types and attributes. Source ops (`input`, `param`, `const`, `iota`) and `random_uniform`
+ * take their result type from the node's declared type, which `infer` only validates.
  */
 import { type DType, isDType, isFloat, isInt, numel, type TensorType, typeToString } from "./dtype.ts";
 import { IRError } from "./errors.ts";

@@ -1,6 +1,5 @@
 /**
  * The IR's text form. One node per line:
- *
  *   %3 = reduce_sum(%2) {axes: [2]} : f32[2,8,1]  # models/bert.ts:41
  *   output "loss" = %9
  *

@@ -1,19 +1,9 @@
 /**
- * 16-bit float helpers: IEEE 754 binary16 ("f16") and bfloat16 ("bf16").
- *
- * Rounding conventions (all round-to-nearest, ties-to-even):
- *
- * - f16: `roundF16` / `numberToF16Bits` / `encodeF16` round the JS number (a double) directly to
- *   binary16 via the built-in `Math.f16round` / `Float16Array`. For inputs that are already f32 values
- *   this equals the GPU's f32 -> f16 conversion.
- * - bf16: `roundBF16` / `numberToBF16Bits` / `encodeBF16` first round the double to f32 and then the f32
- *   to bf16, because f32 -> bf16 is the conversion GPUs actually perform on kernel outputs. This double
- *   rounding can differ from a single correct rounding when the double lies just off an f32 midpoint,
- *   e.g. 1 + 2^-8 + 2^-30 -> f32 1 + 2^-8 (a bf16 tie) -> bf16 1, whereas the exact answer is
- *   1 + 2^-7. `roundBF16Exact` gives the single correctly rounded result for callers that want it.
- *
- * bf16 overflow follows real conversion: values at or beyond the midpoint between the largest finite
- * bf16 and 2^128 become ±Infinity. NaN stays NaN (quiet bit forced so a payload cannot collapse to Inf).
+ * 16-bit float helpers: IEEE 754 binary16 ("f16") and bfloat16 ("bf16"), all round-to-nearest, ties-to-even.
+ * f16 rounds the double directly (`Math.f16round`); bf16 rounds the double to f32 and then to bf16, as GPUs
+ * convert kernel outputs, which can differ from one correct rounding (`roundBF16Exact` gives that). bf16
+ * overflows to ±Infinity as a real conversion does; NaN stays NaN. Examples and details: DESIGN.md, notes:
+ * numeric/half.ts.
  */
 
 // Shared scratch words: one 4-byte buffer viewed four ways keeps the per-value converters free of

@@ -1,20 +1,9 @@
 /**
  * Philox4x32-10 counter-based generator (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy
- * as 1, 2, 3", SC'11) and the project's dropout random-number convention.
- *
- * Convention (every backend — reference interpreter, WGSL, CUDA — must reproduce it bit for bit):
- *   For a dropout site identified by (seed, step, stream), the uniform for element with linear index i is
- *     words = philox4x32([floor(i / 4), 0, step, 0], [seed, stream])
- *     bits  = words[i % 4]
- *     u     = (bits >>> 8) * 2^-24
- *   so u is in [0, 1) with 24 random bits, exactly representable in f32 (no rounding differences between
- *   backends that compute in f32 and this one in f64). One Philox call serves four consecutive elements.
- *   seed, step and stream are u32; floor(i / 4) must fit in u32 (i < 2^34).
- *
- * Round function (per the paper / Random123), with (hi, lo) = full 64-bit product of two u32:
- *   (hi0, lo0) = M0 * c0;  (hi1, lo1) = M1 * c2
- *   c' = [hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0]
- * followed by the Weyl key bump k0 += W0, k1 += W1 (mod 2^32) between rounds; 10 rounds.
+ * as 1, 2, 3", SC'11) and the project's dropout random-number convention, which every backend must
+ * reproduce bit for bit: for a site (seed, step, stream), element i's uniform is u = (bits >>> 8) * 2^-24
+ * with bits = philox4x32([floor(i / 4), 0, step, 0], [seed, stream])[i % 4], exact in f32. The round
+ * function and details: DESIGN.md, notes: numeric/philox.ts.
  */
 
 const M0 = 0xd2511f53;

@@ -1,11 +1,10 @@
 /**
- * Low-precision copies of weights kept as state between steps (compiler/passes/low_weight_copies.ts): a training
- * plan for cuBLASLt reads its GEMM weights from an f16/bf16 copy that the optimizer's last pass rewrites
- * each step, named `low:<name>` beside the f32 source `<name>` (a parameter, or the flat parameter vector
- * `flat.params` that holds them). The f32 source stays the truth: whoever writes a source (a fresh start,
- * a checkpoint, weights set between steps) writes its copy with the same values, which the runtime rounds
- * to the copy's type on upload (round to nearest even, as the cast kernel did). engine/low_copy_refresh.ts does
- * that for every executor; this is the naming both sides share.
+ * The names, shared by compiler and runtimes, of low-precision weight copies kept as state between steps
+ * (compiler/passes/low_weight_copies.ts): a training plan for cuBLASLt reads its GEMM weights from an
+ * f16/bf16 copy that the optimizer's last pass rewrites each step, named `low:<name>` beside its f32 source
+ * `<name>` (a parameter, or `flat.params`, the flat vector holding them). The source stays the truth: whoever
+ * writes one (a fresh start, a checkpoint, weights set between steps) writes its copy from the same values,
+ * rounded on upload to nearest even as the cast kernel did (engine/low_copy_refresh.ts, for every executor).
  */
 import type { Plan } from "./plan.ts";
 

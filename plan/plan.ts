@@ -1,13 +1,9 @@
 /**
  * A Plan: everything a runtime needs to execute one compiled graph, and nothing about how it was
- * compiled. The compiler produces it; runtimes (webgpu, cuda) consume it; `deno task compile` writes it
- * as JSON beside the kernels. Shapes are static, so every size and launch shape is known here.
- *
- * Memory: each logical buffer lives in a `slot`; buffers whose lifetimes do not overlap share a slot
- * (the memory plan). Inputs, params and outputs have slots of their own, never shared with a buffer of
- * another lifetime, so feeding inputs and reading outputs is always safe. A slot may hold several of them
- * at offsets: a flat vector assembled in place, pinned for the whole step, holds its pieces, and a gradient
- * output that reshapes a piece is a view of it (compiler/stages/output_views.ts).
+ * compiled. The compiler produces it; runtimes consume it; `deno task compile` writes it as JSON beside the
+ * kernels. Shapes are static, so every size and launch shape is known here. Each buffer lives in a `slot`
+ * that buffers of disjoint lifetimes share; inputs, params and outputs have slots of their own, so feeding
+ * and reading them is always safe (flat vectors and views: DESIGN.md, notes: plan/plan.ts).
  */
 
 import { numel } from "../ir/dtype.ts";

@@ -1,31 +1,9 @@
 /**
  * The C spelling of the kernel IR, for the CPU backend (runtime/cpu/): each kernel becomes
  * `void bf_kernel(void* const* bf_args)`, one pointer per binding in binding order, compiled at run time
- * with `cc -O3 -march=native -fopenmp-simd` into a shared library.
- *
- * Grid and workgroup: the workgroups are a loop (`wg`) that the runtime's thread pool runs in parallel
- * (`bf_parallel`, runtime/cpu/pool.c) when there is enough work; the threads of a workgroup are
- * an inner loop (`lid`) run by one CPU thread, so shared memory is an array local to a workgroup's
- * iteration. A kernel without barriers is one thread loop. A kernel with barriers runs its threads in
- * phases (the MCUDA / POCL "thread loop fission"): the body is split at each barrier and each wg_reduce
- * into runs of statements, and each run is one loop over the threads. Everything before a barrier then
- * happens, for every thread, before anything after it, which is all a barrier promises. Barriers only sit
- * in uniform control flow (kernel_ir/ir.ts), so a `for` or `if` containing one is evaluated once per
- * workgroup, outside the thread loops, with a thread loop per run inside it. A local that one run
- * declares and a later run reads is promoted to an array with one element per thread (`x[lid]`); in a
- * uniform position (a loop bound, an if condition around a barrier) thread 0's element stands for all.
- * A wg_reduce is a thread loop filling one slot per thread, then a left-to-right fold of the slots: a
- * fixed order, so results are the same run to run.
- *
- * Why phases rather than one CPU thread per GPU thread or a per-thread coroutine: a phase is a plain loop
- * over consecutive threads reading consecutive elements, which the C compiler vectorizes, and a
- * barrier costs nothing.
- *
- * Arithmetic: f32 as C floats (no -ffast-math: operations round like the reference's f32); f16 is
- * GCC's `_Float16` and bf16 a uint16_t, both computed in f32 and rounded back after each operation, as
- * CUDA does. Legalize rules are CUDA's: bool storage as u32, loads the IR cannot prove in range clamped
- * (no robust buffer access on a CPU either), four-lane arithmetic scalarized with vector loads and stores
- * kept.
+ * with `cc -O3 -march=native -fopenmp-simd` into a shared library. Workgroups are a loop the thread pool
+ * runs in parallel; a workgroup's threads are an inner loop, split at each barrier into phases (thread loop
+ * fission) that the C compiler vectorizes (DESIGN.md, notes: compiler/codegen/c.ts).
  */
 import type { TargetKernel } from "../../plan/plan.ts";
 import { isVector, type Kernel, type KExpr, type KStmt, type KType, type KUnOp } from "../kernel_ir/ir.ts";

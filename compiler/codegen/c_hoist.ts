@@ -1,15 +1,9 @@
 /**
  * Loop-invariant locals declared before their loop (C emitter, after scalarize): an immutable local of a
- * loop's body whose value cannot change across iterations moves in front of the loop. The C compiler
- * does this for plain code, but not inside loops OpenMP's simd vectorizes: LAMB's bias corrections
- * (`1 - exp(step * log(beta))`, from the step counter) were computed, with vector calls of expf, for
- * every sixteen parameters.
- *
- * A local is invariant when its value reads no name the loop declares or sets, no binding the kernel
- * writes, no shared memory (it changes between phases), and divides integers only by non-zero literals
- * (hoisted before a loop that runs no iteration, a division by zero would trap where the loop never
- * divided). Loops with barriers or workgroup reductions are left alone: their bodies are split into
- * thread phases (c.ts), where a hoisted local would only need promoting.
+ * loop's body whose value cannot change across iterations moves in front of the loop. The C compiler does
+ * this for plain code, but not inside loops OpenMP's simd vectorizes (LAMB's bias corrections were computed
+ * per sixteen parameters). Loops with barriers or workgroup reductions are left alone (what counts as
+ * invariant: DESIGN.md, notes: compiler/codegen/c_hoist.ts).
  */
 import type { Kernel, KExpr, KStmt } from "../kernel_ir/ir.ts";
 import { forEachExpr, visitStmts } from "../kernel_ir/walk.ts";

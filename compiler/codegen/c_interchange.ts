@@ -1,15 +1,9 @@
 /**
- * Which loops of a C kernel's thread loop run better outside it (c.ts): the C emitter runs a workgroup's
- * threads as a loop over `lid`, which the compiler vectorizes across threads, and a loop inside a thread
- * vectorizes (simdLoop) across its own iterations. A column sum (each thread owns a column and loops over
- * the rows: `b[j * cols + col]`) or a block-strided loop (`for (j = lid; j < n; j += 256)`) is contiguous
- * across threads and strided across iterations, so neither vectorizes well as written. Swapping the two
- * loops (`for j { for lid { ... } }`) makes the thread loop the inner, contiguous one.
- *
- * The swap is legal for any loop of a thread loop's straight-line run (no barrier inside): threads of a
- * workgroup only communicate across barriers, so any order of their work that keeps each thread's own
- * order is an order the kernel allows. Each thread still runs its iterations in order, so an
- * accumulator (promoted to one element per thread) sums its terms in the same order as before.
+ * Which loops of a C kernel's thread loop run better outside it (c.ts): a column sum or block-strided loop
+ * inside the thread loop is contiguous across threads and strided across its own iterations, so neither
+ * vectorizes well; swapping them (`for j { for lid { ... } }`) makes the thread loop the inner, contiguous
+ * one. Legal in any run without a barrier, and each thread keeps its own order, so sums are unchanged
+ * (DESIGN.md, notes: compiler/codegen/c_interchange.ts).
  */
 import type { KExpr, KStmt } from "../kernel_ir/ir.ts";
 import { forEachExpr, visitExprs, visitStmts } from "../kernel_ir/walk.ts";

@@ -1,16 +1,9 @@
 /**
  * Two loops of one thread over the same range merged into one (C emitter, after scalarize): a row
- * reduction with an elementwise output that does not need the reduction's result (LAMB's first pass
- * sums the squares of the update it also writes; a bias gradient's column sum next to the gradient it
- * passes on) walks its inputs twice, once per loop; merged, each input element is read once and the
- * C compiler shares the two bodies' identical loads and arithmetic. On a GPU the second walk hits the
- * cache; on a CPU whose rows exceed it, it is a second trip to memory.
- *
- * `for v { A } S for v { B }` becomes `for v { A B } S` when: neither loop synchronizes, uses shared
- * memory or nests a loop; B reads no local that A or S declare or set, and sets none declared outside
- * it; S writes no binding B reads and reads or writes none B writes; and every binding A or B stores is
- * accessed, in both, only at one index that moves by a known non-zero step per iteration (so iteration
- * v touches only its own element of it, and moving B's iterations between A's changes nothing).
+ * reduction with an elementwise output that does not need the reduction's result walks its inputs twice;
+ * merged, each input element is read once, which on a CPU whose rows exceed the cache saves a trip to
+ * memory. `for v { A } S for v { B }` becomes `for v { A B } S` where that changes nothing (the conditions:
+ * DESIGN.md, notes: compiler/codegen/c_merge.ts).
  */
 import type { Kernel, KExpr, KStmt } from "../kernel_ir/ir.ts";
 import { forEachExpr, stmtExprs, visitExprs, visitStmts } from "../kernel_ir/walk.ts";

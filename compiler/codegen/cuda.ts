@@ -2,34 +2,9 @@
  * The CUDA C emitter: kernel IR -> CUDA C++ device code for NVRTC (or `nvcc -c`). It runs the CUDA legalize
  * rules (legalize_cuda.ts) and then only spells: one IR statement per line, the kernel's `about` lines as
  * a comment header, the prelude helpers the kernel uses (cuda_prelude.ts). Output is a pure function of
- * the kernel, so it is byte-identical run to run, and kernels that differ only in name (the same fusion
- * in every layer) have the same source.
- *
- * ABI contract with the CUDA runtime (runtime/cuda/):
- *
- *   extern "C" __global__ void __launch_bounds__(WG) bf_kernel(T0* __restrict__ b0, const T1* __restrict__ b1, ...)
- *
- *   - The entry point is always `bf_kernel`, with C linkage (cuModuleGetFunction(&f, module, "bf_kernel")).
- *   - Exactly one pointer parameter per kernel binding, in binding-index order (PlanKernel.bindings), and
- *     no other parameters; read-only bindings are `const`. No dynamic shared memory (sharedMemBytes = 0).
- *   - Element types: f32 float, i32 int, u32 unsigned int, bool as unsigned int (4 bytes, 0 or 1, as on
- *     WGSL), f16 __half and bf16 __nv_bfloat16 (2 bytes each).
- *   - Launch grid = TargetKernel.grid ([x, y, z] blocks), block = (TargetKernel.workgroupSize, 1, 1).
- *     A grid with a zero dimension has no work and must be skipped (cuLaunchKernel rejects it).
- *   - Source: CUDA C++17 for NVRTC; it includes only cuda_fp16.h / cuda_bf16.h, and only when it uses
- *     them (pass the toolkit's include folder with -I where NVRTC lacks them built in).
- *   - A binding marked `vector` is read and written 4 elements at a time (float4/int4/uint4: 16 bytes;
- *     f16: 8 bytes): its pointer must be aligned to that size.
- *   - Bindings of one launch never overlap (the memory plan never puts two buffers of one step in one slot),
- *     which is what `__restrict__` promises.
- *   - Every index the kernel reads is within its binding's `elements` (loads the IR cannot prove in range
- *     are clamped), so the runtime needs no guard pages.
- *
- * Numerics: f32 arithmetic is IEEE (nvcc/NVRTC defaults: -prec-div, -prec-sqrt), except that a*b+c may
- * contract to one fused multiply-add (--fmad=true, the default; pass --fmad=false for bit-comparisons with
- * the reference interpreter). f16/bf16 values are computed in f32 and rounded back after each operation,
- * which for + - * / sqrt gives exactly the half-precision result (24 >= 2·11 + 2 bits). erf is the WGSL
- * prelude's polynomial; exp, log, sqrt, rsqrt, tanh are expf, logf, sqrtf, rsqrtf, tanhf.
+ * the kernel: byte-identical run to run, and kernels that differ only in name (the same fusion in every
+ * layer) have the same source. The ABI contract with runtime/cuda/ (`bf_kernel`, one pointer per binding)
+ * and the numerics: DESIGN.md, notes: compiler/codegen/cuda.ts.
  */
 import type { TargetKernel } from "../../plan/plan.ts";
 import { isVector, type Kernel, type KStmt, type KType, type KUnOp, laneType } from "../kernel_ir/ir.ts";

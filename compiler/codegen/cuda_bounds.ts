@@ -1,22 +1,9 @@
 /**
  * CUDA legalize rule "safe loads": every buffer and shared-array load whose index the kernel IR cannot
- * prove in range gets its index clamped to [0, size - 1].
- *
- * Why: WebGPU has robust buffer access, so a WGSL load past the end of a binding reads some in-range
- * element (or 0) and a store past the end is dropped; kernels may lean on that for rows past the end of a
- * split or row layout whose values are computed and then thrown away. CUDA has no such net: the same load
- * reads whatever lies beyond the buffer (another tensor, or an unmapped page and a fault). A clamped load
- * reads a real element instead, whose value only ever reaches lanes whose result is discarded, exactly as
- * on WebGPU. Stores are not rewritten: an out-of-range store would be a lowering bug on every target, so
- * one the analysis cannot prove is reported (`unprovenStores`) and the tests require there are none.
- *
- * The proof is an interval analysis over the i32/u32 expressions of the kernel (the rule of each op is in
- * kernel_ir/index_facts.ts): ids from the launch shape (lid < workgroupSize, wg < workgroups), loop
- * variables from their bounds (`for v = a; v < b; v += s` with s >= 1 gives a <= v <= b - 1), immutable
- * locals from their definitions, and facts from enclosing branch conditions (`if (gid < N)`, `if (valid)`
- * with `valid = row < rows`, and their negations in else branches). Mutable locals are unknown. Locals are re-evaluated under the facts at the point of use, so a
- * row index defined before `if (valid)` is known in range inside it. Loads of integers (gather ids) are
- * unknown, which is why gathers are clamped by the lowering itself and prove in range here.
+ * prove in range gets its index clamped to [0, size - 1]. WebGPU's robust buffer access makes such loads
+ * harmless there and CUDA has none; a clamped load reads a real element whose value only reaches discarded
+ * lanes. Stores are not rewritten but reported (`unprovenStores`). The proof is an interval analysis (why
+ * and how: DESIGN.md, notes: compiler/codegen/cuda_bounds.ts).
  */
 import { bin, i32, isVector, type Kernel, type KExpr, type KStmt, laneType, splat } from "../kernel_ir/ir.ts";
 import {

@@ -1,37 +1,9 @@
 /**
  * FlashAttention-2 style attention kernels for CUDA training (issue 16 item 3): forward and backward for
- * head dimension 64 on tensor cores (mma.sync m16n8k16, f16 operands, f32 accumulation), without storing
- * the probabilities. Emitted as CUDA C directly, not through the kernel IR: the IR has no warp-fragment
- * operations, and these kernels exist only on CUDA. The tensor-core helpers are the prelude's
- * (compiler/codegen/cuda_prelude.ts), which the CPU shim emulates, so the kernels run on the host in tests.
- *
- * What they compute, per (batch b, head h), with S = Q·Kᵀ·scale + mask (the additive mask per key):
- *   P = softmax(S) by rows; P_d = P ∘ Z with Z = keep / (1 - p), keep = u ≥ p and u the dropout uniform of
- *   element ((b·H + h)·S_q + i)·S_k + j of the site (seed, step, stream): the unfused graph's
- *   random_uniform over the probabilities [B, H, S, S] (numeric/philox.ts), so the mask is the same one.
- *   Forward: O = P_d·V and the row logsumexp L = log Σ_j exp(S_ij) (f32).
- *   Backward (from O, dO, L; P recomputed as exp(S - L)): D_i = Σ_d dO_id·O_id; dV = P_dᵀ·dO;
- *   dP = (dO·Vᵀ) ∘ Z; dS = P ∘ (dP - D); dQ = dS·K·scale; dK = dSᵀ·Q·scale.
- *
- * Schedule (all three kernels): a block of 4 warps owns 64 rows (query rows for the forward and dQ, key
- * rows for dK/dV) of one (b, h); each warp owns 16 of them as the mma's M. The other side streams through
- * shared memory in tiles of 64 rows (16-byte loads; rows padded to 72 halves so ldmatrix's eight row
- * addresses fall in distinct banks). The forward keeps the running row maximum and sum (online softmax)
- * and rescales its accumulators; the scores' accumulator fragment is reused as the next mma's A fragment
- * (rows g and g+8, columns 2t and 2t+1 in both layouts), so P never leaves registers. The backward here is
- * two kernels, one over key blocks (dK, dV) and one over query blocks (dQ), each recomputing P: every
- * gradient element is summed by one thread in a fixed order, with no atomics, so results are deterministic.
- * Up to sequence 128 the flash stage uses one kernel per (batch, head) instead (flash_backward_fused.ts,
- * built from this file's helpers), which reads every operand once and computes P once.
- * Dropout draws each Philox block (four consecutive keys of a row) once per kernel, in the lane that
- * holds some of its keys, and trades words with the lanes holding the others (warp shuffles); Philox is
- * integer work on CUDA cores that the three kernels repeat (the unfused graph draws once, and re-draws
- * in the backward), about 80 integer operations per four probabilities per kernel.
- *
- * Requirements (the caller checks `flashIneligible`): head dim 64; self-attention with a sequence length a
- * multiple of 64; Q, K, V, O, dO row strides and offsets multiples of 8 elements (16-byte loads), the head
- * dim contiguous. Q, K and V may each carry a bias added on load (FlashOperand.bias): the flash stage has
- * the kernels read them from their projections' token-major products (compiler/stages/flash_operands.ts).
+ * head dimension 64 on tensor cores (mma.sync m16n8k16, f16 operands, f32 accumulation), without storing the
+ * probabilities. Emitted as CUDA C directly, not through the kernel IR: the IR has no warp-fragment
+ * operations, and these kernels exist only on CUDA. Deterministic (no atomics); the caller checks
+ * `flashIneligible` (the math, schedule and requirements: DESIGN.md, notes: compiler/codegen/cuda_flash.ts).
  */
 import { cudaPrelude } from "./cuda_prelude.ts";
 

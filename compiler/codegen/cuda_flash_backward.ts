@@ -1,26 +1,9 @@
 /**
  * Flash attention backward as ONE kernel per (batch, head) when the whole sequence fits a block (issue 16,
- * sequence 64 or 128, head dim 64): the two-kernel backward (flash_attention.ts, dK/dV over key blocks and
- * dQ over query blocks) reads Q, K, V, dO and O twice and recomputes P twice; this one reads each once
- * and computes P, dP and dS once. Same mathematics and notation as flash_attention.ts's file comment.
- *
- * Schedule: S/16 warps (8 at S = 128), warp w owning query rows 16w..16w+15 (the mma's M).
- *  1. Q and dO staged into shared memory, D = rowsum(dO ∘ O) and L per row; each warp keeps its rows'
- *     Q and dO A-fragments in registers.
- *  2. K and V staged over them (all S keys); each warp, per 64-key block: S = Q·Kᵀ, P = exp(S·scale +
- *     mask - L), dP = dO·Vᵀ, the dropout keep factors Z from the forward's Philox stream (keepPairs, same
- *     element indices), dS = P ∘ (dP ∘ Z - D), dQ += dS·K. The warp sees every key, so its dQ rows are
- *     complete: stored with no atomics. It keeps P ∘ Z and dS as packed f16 pairs in registers (the values
- *     the two-kernel path feeds its mma.sync, so the rounding is the same).
- *  3. dV = (P ∘ Z)ᵀ·dO and dK = dSᵀ·Q·scale, per 64-key block: every warp writes its rows of that block's
- *     P ∘ Z (or dS) into shared memory [query][key], dO (or Q) is staged again beside it (an L2 hit: the
- *     block read it moments before), and after a barrier warp w computes keys 16·(w % 4).. of the block
- *     for a quarter-or-half of the head dim, its A fragment (Pᵀ) read with ldmatrix .trans.
- * Every gradient element is summed by one thread in a fixed order: deterministic, as the two kernels are.
- *
- * Why registers rather than shared memory for P and dS: the kernels launch with static shared memory only
- * (48 KiB; runtime/cuda/cuda_executor.ts passes no dynamic size), and Q, K, V, dO, P and dS all resident would
- * take about 140 KiB. Here the block holds two [S][72] f16 tiles and two f32 row vectors: 37,888 bytes.
+ * sequence 64 or 128, head dim 64): the two-kernel backward (cuda_flash.ts, dK/dV over key blocks and dQ
+ * over query blocks) reads Q, K, V, dO and O twice and recomputes P twice; this one reads each once and
+ * computes P, dP and dS once, keeping P and dS in registers. Same mathematics and notation as cuda_flash.ts
+ * (the schedule: DESIGN.md, notes: compiler/codegen/cuda_flash_backward.ts).
  */
 import {
   backwardParams,

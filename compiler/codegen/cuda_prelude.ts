@@ -1,15 +1,9 @@
 /**
  * CUDA helper functions the emitter calls: erf (the WGSL prelude's own polynomial, so both targets compute
- * the same function), Philox (bit-identical to runtime/numeric/philox.ts), the half vector type of f16
- * vector bindings, and the warp/block reductions of wg_reduce. Only the helpers a kernel uses are
- * emitted, in a fixed order. Each is wrapped in an include guard, so many kernels can be pasted into one
- * translation unit (the nvcc test does) without redefinitions; every helper is `static`, so NVRTC and
- * nvcc -c need nothing but the CUDA headers named by `includes`.
- *
- * What comes from CUDA's math library instead (cuda.ts spells these directly): expf, logf, sqrtf, rsqrtf,
- * tanhf, fabsf, fmaxf, fminf. The WGSL prelude wraps tanh only to clamp its argument against drivers that
- * overflow to NaN; CUDA's tanhf is exact to 2 ulp for every input, and the clamp changes no result, so
- * tanhf is called as is.
+ * the same function), Philox (bit-identical to numeric/philox.ts), the half vector type of f16 vector
+ * bindings, and the warp/block reductions of wg_reduce. Only the helpers a kernel uses are emitted, in a
+ * fixed order, each `static` and include-guarded so kernels paste into one translation unit. Why tanhf is
+ * called as is: DESIGN.md, notes: compiler/codegen/cuda_prelude.ts.
  */
 import { ERF_LARGE, ERF_SMALL } from "./wgsl_prelude.ts";
 

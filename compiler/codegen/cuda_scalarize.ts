@@ -2,15 +2,8 @@
  * CUDA legalize rule "scalarize": CUDA C has no lane-by-lane arithmetic on its vector types (float4 is a
  * struct, and the GPU has no f32 SIMD to map it to anyway), so every four-lane computation of a
  * vectorized loop kernel becomes four scalar ones. What stays a vector is what pays as one: 16-byte (8 for
- * f16) loads and stores of `vector` bindings, and the Philox block that yields four uniforms at once.
- *
- * After this rule a vector type appears only as
- *   - `let t: V = load(b, i)` with `b` a vector binding, or `let t: v4f32 = philox(...)` (immutable),
- *   - `lane(ref t, c)` reading one lane of such a local,
- *   - `store(b, i, vec(x0, x1, x2, x3))` or `store(b, i, ref t)` into a vector binding.
- * A vector local computed otherwise becomes four scalar locals `<name>_0` ... `<name>_3`; a wg_reduce of
- * a vector becomes four of its lanes. Scalar operands shared by the lanes (a splat of an expression, a
- * select's scalar condition) are bound to a local once instead of being spelled four times.
+ * f16) loads and stores of `vector` bindings, and the Philox block that yields four uniforms at once
+ * (where a vector type may still appear: DESIGN.md, notes: compiler/codegen/cuda_scalarize.ts).
  */
 import {
   isVector,

@@ -1,20 +1,9 @@
 /**
  * CUDA legalize rules: rewrite a kernel into the subset the CUDA emitter (cuda.ts) spells one to one, and
- * choose the launch grid. `legalizeCUDA` applies them in order:
- *
- *  1. bool storage      -> u32 storage, as on WGSL (legalize_bool.ts, shared with WGSL):
- *                          loads compare with 0u, stores select 1u/0u
- *  2. safe loads        -> indices the IR cannot prove in range are clamped (cuda_bounds.ts; CUDA has no
- *                          robust buffer access)
- *  3. scalarize         -> four-lane arithmetic becomes four scalar computations; vector bindings keep
- *                          their 16-byte (f16: 8-byte) loads and stores (cuda_scalarize.ts)
- *  4. wg_reduce         -> each reduction gets a shared array of one slot per warp; a group of adjacent
- *                          reductions shares one __syncthreads(); a group inside a loop ends with a
- *                          barrier so the next iteration cannot overwrite slots still being read. The
- *                          emitter spells a group as warp butterflies (__shfl_xor_sync), one slot write
- *                          per warp, the barrier, and a left-to-right fold of the slots: a fixed order.
- *  5. grid              -> [workgroups, 1, 1] (CUDA allows 2^31 - 1 blocks in x); past that a 2-D grid
- *                          whose surplus blocks return at once, as on WGSL
+ * choose the launch grid. `legalizeCUDA` applies them in order: bool storage as u32 (legalize_bool.ts),
+ * safe loads (cuda_bounds.ts), scalarize (cuda_scalarize.ts), wg_reduce as warp butterflies and one shared
+ * slot per warp folded in a fixed order, and the grid (2-D past 2^31 - 1 blocks). Each rule in detail:
+ * DESIGN.md, notes: compiler/codegen/legalize_cuda.ts.
  */
 import { barrier, isVector, type Kernel, type KShared, type KStmt, type KType } from "../kernel_ir/ir.ts";
 import { clampUnprovenLoads } from "./cuda_bounds.ts";

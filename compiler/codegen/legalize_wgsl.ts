@@ -1,13 +1,9 @@
 /**
  * WGSL legalize rules: rewrite a kernel into the subset the WGSL emitter spells one to one, and choose
- * the launch grid. Each rule is a function of its own; `legalizeWGSL` applies them in order.
- *
- *  1. bf16 anywhere             -> error (WGSL has no bf16; the CUDA backend has)
- *  2. bool storage              -> u32 storage (bool is not host-shareable in WGSL; legalize_bool.ts):
- *                                  loads compare with 0u, stores select 1u/0u (lane by lane on vectors)
- *  3. wg_reduce                 -> shared-memory tree with barriers (fixed combination order)
- *  4. > 65,535 workgroups       -> 2-D grid; the emitter recovers the linear id as wg.x + wg.y * gridX and
- *                                  returns early from workgroups past the end
+ * the launch grid. Each rule is a function of its own; `legalizeWGSL` applies them in order: bf16 is an
+ * error (WGSL has none), bool storage becomes u32 (legalize_bool.ts), wg_reduce a shared-memory tree with
+ * barriers (fixed combination order), and past 65,535 workgroups the grid is 2-D (DESIGN.md, notes:
+ * compiler/codegen/legalize_wgsl.ts).
  */
 import {
   barrier,

@@ -1,23 +1,9 @@
 /**
- * Attention as a custom fusion (flash-style). After consumer-first fusion, self-attention is three
- * kernels: the scores GEMM S = Q·Kᵀ, a row kernel P = dropout(softmax(S·scale + mask)) over the last
- * axis, and the GEMM O = P·V; S and P ([.., heads, S, S]) go through memory. When nothing else reads S,
- * P or the softmax's row statistics — inference, where no backward pass needs the probabilities — the
- * three kernels merge into one of kind "attention", lowered by compiler/lower/attention_template.ts to
- * one workgroup per tile of query rows that keeps their scores in workgroup memory and writes only O.
- *
- * The pattern is matched on kernels, not ops, so whatever consumer-first fusion put into the three
- * kernels (operand permutes and casts, the scale, the mask, dropout, the output's epilogue) comes
- * along and is evaluated by the same value builder as elsewhere. The conditions:
- * - the PV GEMM's A operand is a reduce kernel's root, read through casts only (not transposed);
- * - that kernel reduces its space over the last axis and contains exp, reduce_max and reduce_sum;
- * - it reads a GEMM kernel of the same output shape (the scores), and every node between that GEMM and
- *   the row reductions, or the PV GEMM, is computed at the score's own index (elementwise, casts);
- * - nothing but these three kernels reads the scores, the probabilities or the row statistics, and
- *   none of them is a graph output;
- * - at least one query row's scores fit in workgroup memory, and enough rows for the kernel to pay
- *   (`attentionPays`, a shape rule measured on lavapipe).
- * Each matched pattern records a decision, with the reason when it is refused.
+ * Attention as a custom fusion (flash-style): where nothing else reads the scores, the probabilities or the
+ * softmax's row statistics (inference), the three kernels of self-attention (S = Q·Kᵀ, the softmax row
+ * kernel, O = P·V) merge into one of kind "attention" (compiler/lower/attention_template.ts) that writes
+ * only O. Matched on kernels, not ops, so whatever fusion put into them comes along; each match records a
+ * decision with its reason (the conditions: DESIGN.md, notes: compiler/fusion/attention.ts).
  */
 import { type Graph, type NodeId, sameShape } from "../../ir/mod.ts";
 import { isElementwise } from "../../ir/ops.ts";

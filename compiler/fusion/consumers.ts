@@ -2,12 +2,8 @@
  * Consumer merging (XLA's multi-output fusion of a consumer into its producer): after the other fusion
  * passes, an elementwise loop kernel that reads a value another kernel writes, at the same elements, is
  * folded into that producer kernel when everything else it reads already exists there. The producer then
- * computes the consumer's values too and writes them, and a value only the consumer read need not be
- * written at all.
- *
- * The case that matters is the optimizer: consumer-first fusion leaves "keep or update" selects (the new
- * moments, written as graph outputs) in a kernel of their own that re-reads the moments the row kernel of
- * the LAMB update just computed and wrote — four vector reads and two writes per step that this removes.
+ * computes and writes the consumer's values too, and a value only the consumer read need not be written.
+ * The case that matters: DESIGN.md, notes: compiler/fusion/consumers.ts.
  */
 import { bindingCount } from "./binding_budget.ts";
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";

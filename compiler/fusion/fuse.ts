@@ -1,21 +1,9 @@
 /**
- * Fusion: groups graph nodes into kernels, consumers first (XLA's instruction fusion order).
- *
- * Walking the graph backwards, each node either joins the one kernel that reads it, or becomes the root
- * of a kernel of its own (its value is then written to a buffer). A node joins only when every user is in
- * that kernel — so each kernel has one root, all members are ancestors of it, and ordering kernels by
- * root gives a valid schedule — and when the decision (join.ts `decideJoin`, a pure question) says yes;
- * `applyJoin` then carries it out. Otherwise the reason is recorded.
- *
- * Not every node needs a kernel: inputs and params are buffers; constants, iotas, random draws and
- * movement ops on buffers are "inline" (recomputed wherever read, for free or nearly); a movement op read
- * by several kernels is a "view" (each reader folds it into its index math, and its operand is
- * materialized); so is a cheap elementwise chain over one stored tensor (remat.ts: GELU's intermediates,
- * recomputed in its backward from the pre-activation rather than stored).
- *
- * Kernel-level fusion stages follow (compiler/stages/fusion.ts runs each as a named stage; `fuseGraph`
- * runs them all): attention (attention.ts: QKᵀ, softmax and PV become one kernel where nothing else reads
- * the probabilities), sibling fusion (siblings.ts) and consumer merging (consumers.ts).
+ * Fusion: groups graph nodes into kernels, consumers first (XLA's instruction fusion order). Walking the
+ * graph backwards, a node joins the one kernel that reads it when every user is in that kernel and the
+ * decision (join.ts `decideJoin`) says yes, else it roots a kernel of its own and the reason is recorded.
+ * Inputs, params, inline values and views need no kernel; the kernel-level fusions (attention, siblings,
+ * consumers) follow as stages (DESIGN.md, notes: compiler/fusion/fuse.ts).
  */
 import { bindingCount } from "./binding_budget.ts";
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";

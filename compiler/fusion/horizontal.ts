@@ -1,22 +1,9 @@
 /**
  * Horizontal fusion of small reductions: reduce kernels over one space and axes that each move little
- * data and share nothing, neither waiting for the other, become one kernel of several outputs. Each was
- * mostly its launch (BERT-large at batch 64 on an H100: a LayerNorm backward's second pass reads 4 MiB of
- * part sums, 1.4 µs of traffic beside a 2 µs launch, and there are 49 of them), and a merged kernel does
- * their work in one launch. XLA's horizontal loop fusion does the same for small independent kernels.
- *
- * Two merge only when neither depends on the other; the merged kernel runs where the later one's inputs
- * are ready, so the earlier one's inputs stay allocated until then (the memory plan sees that: BERT-large's
- * peak is unchanged, its second passes' reader being the optimizer at the end of the step). Every
- * reduction keeps an accumulator of its own in the merged kernel, so at most MAX_MERGED_SMALL kernels
- * join one (registers).
- *
- * On plans whose GEMMs are library calls (`rawGemmOutputs`), a bias gradient's column sum is the dW call's
- * BGRAD epilogue and its kernels run only as the fallback (fusion/library_sums.ts): they stay apart, so
- * that merging them into a kernel that runs does not make them run too. Which sums the calls take is
- * settled later (stages/library_calls.ts), on the lowered GEMMs; here every sum that could be one stays
- * apart: a kernel summing nothing but the leading rows of a tensor a matmul reads, and what reads only
- * such kernels (their second passes).
+ * data and share nothing, neither waiting for the other, become one kernel of several outputs, as XLA's
+ * horizontal loop fusion does: each was mostly its launch. At most MAX_MERGED_SMALL join one (registers);
+ * on library-GEMM plans the column sums a BGRAD epilogue may take stay apart (the figures and both rules:
+ * DESIGN.md, notes: compiler/fusion/horizontal.ts).
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { storedBytes } from "../../plan/plan.ts";

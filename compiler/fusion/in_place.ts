@@ -1,20 +1,9 @@
 /**
- * In-place concatenation: a flat vector assembled from many tensors without a kernel that copies them.
- *
- * The optimizer updates every parameter in a few launches by working on flat vectors: all parameters
- * concatenated, all gradients concatenated (compiler/optimizer/). Materializing those concats would copy
- * every parameter and gradient once per step and bind hundreds of buffers in one kernel. Instead, as XLA's
- * buffer assignment can do for a concatenate, each operand is *placed* inside the concat's buffer: a
- * parameter's buffer is a range of the flat parameter vector, and the kernel that computes a gradient
- * writes it straight into its range of the flat gradient vector. The concat itself then needs no kernel.
- *
- * A concat qualifies when it is rank 1 and each operand is, through reshapes (which keep the row-major
- * element order), either a tensor that will live in a buffer (a parameter, an input, or a computed value)
- * or a zero fill (padding between ranges: never written, so it reads as zero in the concat's own
- * zero-initialized, never-shared buffer). Each placed range starts at a multiple of PLAN_OFFSET_ALIGN
- * bytes (the alignment WebGPU requires of a binding's offset), and a tensor is placed in one concat only.
- * A one-operand concat qualifies too: the flat vector of an optimizer group holding a single parameter,
- * which simplification keeps (simplify_rules.ts) so that the trainer's writes to it reach the parameter.
+ * In-place concatenation: a flat vector assembled from many tensors without a kernel that copies them. As
+ * XLA's buffer assignment can do for a concatenate, each operand is placed inside the concat's buffer (a
+ * parameter's buffer is a range of the flat parameter vector, a gradient's kernel writes into its range of
+ * the flat gradient vector), at a multiple of PLAN_OFFSET_ALIGN bytes. Why, and what qualifies: DESIGN.md,
+ * notes: compiler/fusion/in_place.ts.
  */
 import { byteSize, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { PLAN_OFFSET_ALIGN } from "../../plan/plan.ts";

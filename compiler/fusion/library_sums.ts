@@ -2,20 +2,8 @@
  * Column sums a library GEMM will compute: on plans whose GEMMs are cuBLASLt calls, the bias gradient
  * db = Σ_tokens dY of a linear layer is taken over by the dW GEMM's BGRAD epilogue
  * (compiler/lower/gemm_bgrad.ts), which sums the dY operand it reads anyway. The column-sum kernels then
- * stay in the plan only as the call's fallback.
- *
- * Producer-consumer fusion must know this before it happens: dY (BERT's dropout or GELU backward) is read
- * by the GEMMs and by the first pass of its column sum, and would be computed in the earliest reader, the
- * first pass (multi-output fusion). With the epilogue that kernel keeps running for dY alone and writes
- * per-part sums no one reads (1 MiB per bias at BERT-large's batch 64), and dY's elementwise work is tied to
- * a reduce kernel instead of folding into the kernel that produces its input (a LayerNorm backward's row
- * kernel). Leaving the column sum out of the candidates lets dY root a loop kernel of its own, which consumer
- * merging can fold into its producer; the sum reads dY's buffer, which is what BGRAD covers.
- *
- * The test mirrors what gemm_bgrad.ts recognizes, on the graph: a kernel computing nothing but a sum over
- * the leading rows of dY (through reshapes and f32 casts), where a matmul reads dY as the operand whose rows
- * it contracts (A transposed, or B as stored). Where the call later declines the epilogue (a bias dtype it
- * cannot write, a schedule it cannot keep), the sum runs as its own kernel and reads dY once more.
+ * stay in the plan only as the call's fallback, and producer fusion leaves them out of dY's kernel so that
+ * dY roots a kernel of its own (why, and the test: DESIGN.md, notes: compiler/fusion/library_sums.ts).
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { keepsElements as passesThrough } from "../passes/gemm_sum_order.ts";

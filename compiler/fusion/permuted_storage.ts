@@ -1,29 +1,9 @@
 /**
- * Attention's layouts, chosen for the GEMMs that read them. BERT's attention reads the [B·S, H·D] outputs
- * of the Q, K and V projections as [B, H, S, D] heads (a reshape and a permute), and the output projection
- * reads the [B, H, S, D] result of P·V as [B·S, H·D] (a permute and a reshape); the backward pass does the
- * same with the gradients. Folded into the readers' loads, as fusion leaves them, these views are
- * free for the template GEMM but no strided-batched library call can describe them: the heads' batch
- * axes [B, H] have strides [S·H·D, D], and the permuted result does not merge into [B·S, H·D] at all
- * (compiler/lower/gemm_library.ts).
- *
- * So a value that GEMMs read only through one such view is stored in the view's layout instead: the
- * kernel that computes it writes the view (lower/root_index.ts stores each element where the view puts
- * it) and the readers read a plain contiguous tensor. The heads of Q, K and V are then stored heads-major
- * by the projections' epilogues, and the attention results (the context, dQ, dK, dV) token-major by the
- * GEMMs that make them, with no kernel added for the template (the store moves, the bytes do not). With
- * a library GEMM, a result stored through a view is written by the call itself where its strides allow
- * (batch 1; or in groups, see gemm_library.ts), else by the epilogue kernel from the f32 product.
- *
- * Why not a copy kernel: it would read and write every such value once more. Why not only an outer loop
- * of library calls over B: the context and the gradients would still need the permuted store, and at
- * batch 64 a loop launches 64 calls per attention GEMM on a GPU (docs/compiler.md).
- *
- * Conditions, per root R of a matmul or attention kernel: R is not a graph output or part of a flat
- * vector; its only reader is a chain of reshapes, permutes and casts (computed where read, containing a
- * permute; with fp16 storage the rounding cast comes along and V is stored f16) ending in a view V that some matmul kernel reads as its GEMM's operand (directly or through
- * a cast). Then R's kernel takes the chain and writes V instead of R; V's other readers (the bias
- * gradient's row sums) read it contiguous instead of through the view.
+ * Attention's layouts, chosen for the GEMMs that read them: a value that GEMMs read only through one
+ * permuting view (the Q, K, V heads [B, H, S, D] of [B·S, H·D] projections; P·V's result read token-major)
+ * is stored in the view's layout by the kernel that computes it, so the readers read a plain contiguous
+ * tensor that a strided-batched library call can describe. The store moves, the bytes do not (why not a
+ * copy kernel, and the conditions: DESIGN.md, notes: compiler/fusion/permuted_storage.ts).
  */
 import type { Graph, NodeId } from "../../ir/mod.ts";
 import type { FusedKernel, FusionResult } from "./types.ts";

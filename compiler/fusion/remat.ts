@@ -1,17 +1,9 @@
 /**
  * Rematerialization: which values fusion recomputes in every kernel that reads them instead of writing
- * them once (XLA's choice for cheap elementwise producers). The case that pays: erf-GELU's backward reads
- * three forward values, x/2, x/√2 and erf(x/√2) + 1, each a few elementwise ops of the pre-activation x;
- * stored, the FFN-up epilogue writes four tensors (those and the activation) and the backward reads
- * three; recomputed, it writes x and the activation and the backward reads x alone.
- *
- * The rule is a question about the graph only, asked of a node that several kernels read (so it would be
- * written): its value must be an elementwise chain over exactly one tensor that is stored anyway, beside
- * constants, inline values and small buffers; no longer than REMAT_MAX_OPS ops with at most
- * REMAT_MAX_TRANSCENDENTALS transcendental per element; and read only elementwise or by reductions (never
- * as a GEMM, gather or scatter operand, which need a buffer). The chain stops, and never crosses, at
- * reductions, GEMMs and every other non-elementwise op, and at values written anyway (fuse.ts asks only
- * where its consumers-first walk would otherwise store the node).
+ * them once (XLA's choice for cheap elementwise producers): a short elementwise chain over exactly one
+ * tensor stored anyway, read only elementwise or by reductions (REMAT_MAX_OPS, REMAT_MAX_TRANSCENDENTALS).
+ * The case that pays is erf-GELU's backward (the case and the rule: DESIGN.md, notes:
+ * compiler/fusion/remat.ts).
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { isElementwise, isMovement } from "../../ir/ops.ts";

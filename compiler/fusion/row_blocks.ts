@@ -1,23 +1,9 @@
 /**
- * Row blocks: a LayerNorm backward as one kernel on a GPU. After the other kernel-level fusions a
- * LayerNorm backward is two kernels over the tokens: a column sum's first pass (per-part sums of dY and
- * dY·x̂ over each part's rows, compiler/passes/split_column_sums.ts; it also computes dY, adding up the gradients that
- * reach the LayerNorm's output, and stores it) and a row kernel that reads dY and x back (per-token sums of
- * dY·γ and dY·γ·x̂, then dX). Merged, a workgroup walks one part's rows doing the row kernel's work for
- * each, and each thread adds its own columns of every row into the part sums (lower_kernel.ts
- * blockColumns): dY is computed where it is used instead of stored and read back, x and dY's terms are
- * read once, and one launch replaces two.
- *
- * A first pass K1 merges into a row kernel K2 when
- * - K1 reduces a [parts, block, …] view over axis 1, every reduction in it is such a part sum that nothing
- *   in K1 reads, and its other roots are elementwise (the view's element count);
- * - K2 reduces the same elements over trailing axes in rows of the same length, parts·block rows, and the
- *   profile can give it `block` rows a workgroup with the device still full (targets/shapes.ts blockRows);
- *   it reads a root of K1 and no part sum;
- * - no third kernel both reads what K1 writes and writes what K2 reads (the merged kernel would have to
- *   run before and after it);
- * - the merged kernel binds no more buffers than the limit.
- * K1's roots that only K2 read are no longer stored.
+ * Row blocks: a LayerNorm backward as one kernel on a GPU. A column sum's first pass (per-part sums of dY
+ * and dY·x̂, which also computes and stores dY) merges into the row kernel that reads dY and x back: a
+ * workgroup walks one part's rows doing the row kernel's work, each thread adding its columns into the part
+ * sums, so dY is not stored, x is read once and one launch replaces two (the conditions: DESIGN.md, notes:
+ * compiler/fusion/row_blocks.ts).
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { blockRows } from "../targets/shapes.ts";

@@ -1,15 +1,9 @@
 /**
  * Sibling fusion: after producer-consumer fusion, kernels that iterate over the same space and read a
  * common tensor are merged into one multi-output kernel, which reads the shared tensor once and saves a
- * launch. The typical cases are the reductions of one row space — cross-entropy's log-sum-exp, the picked
- * logit and the accuracy's row maximum; LayerNorm backward's dγ and dβ column sums — which consumer-first
- * fusion leaves apart because none reads another.
- *
- * Two kernels may merge only when neither depends on the other, directly or through other kernels (else
- * the merged kernel would read its own output), and the schedule is then recomputed as a topological order.
- *
- * After consumer merging, mergeSameWriter merges reductions that share no tensor but whose inputs were all
- * written by one kernel (see there).
+ * launch (cross-entropy's row reductions; LayerNorm backward's dγ and dβ), when neither depends on the
+ * other. After consumer merging, mergeSameWriter merges reductions whose inputs one kernel wrote (DESIGN.md,
+ * notes: compiler/fusion/siblings.ts).
  */
 import { bindingCount } from "./binding_budget.ts";
 import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";

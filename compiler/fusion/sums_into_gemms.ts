@@ -1,28 +1,9 @@
 /**
- * Sums into library GEMMs (cuBLASLt's C with β = 1): on a plan whose GEMMs write their raw products (a plan
- * CUDA plans, stages/fusion.ts rawGemmOutputs), an add of a product p and a tensor y already stored
- * (another product's running sum, or any buffer of the add's shape written earlier) moves from the kernel
- * reading p into p's own matmul kernel, whose one root becomes the add: cuBLASLt then computes
- * D = op(A)·op(B) + 1·C with C = y's buffer (lower/gemm_library.ts derives the call), and the template
- * GEMM, the fallback, computes the same add in its epilogue. XLA's GEMM rewriter does the same with an add
- * of a dot.
- *
- * BERT's attention backward sums dX = X_res + dV·Wvᵀ + dK·Wkᵀ + dQ·Wqᵀ in its LayerNorm backward's row
- * kernel ((X_res + p1) + p2) + p3. Taken in the graph's own order, the first call adds X_res, each later one
- * the sum before it, and the last writes the stored dX itself: the row kernel reads one 16 MiB tensor
- * instead of four and writes none (bert-large, batch 64, sequence 128). The bytes move into GEMMs bound by
- * their arithmetic, where the C loads hide behind the tiles' math.
- *
- * Numerics: each running sum is stored in its buffer's dtype (f16 in a mixed-precision plan: the storage
- * policy narrows it like any activation) before the next call adds it, where the reader summed in f32 and
- * rounded once; each product is added as its f32 accumulator, no longer rounded to f16 first. The reference
- * of a fused plan (storage_precision.ts roundTripGraph) follows both, since they are roundings of values
- * the plan stores.
- *
- * Here rather than in the library-calls stage: which kernel computes the add is a fusion decision (the
- * buffers, the storage dtypes and the kernels' bindings follow from it), and the template GEMM must compute
- * it too. The call that cannot take C (a C dtype other than D's) falls back to a scratch product and an
- * epilogue kernel, which is correct.
+ * Sums into library GEMMs (cuBLASLt's C with β = 1): on CUDA plans whose GEMMs write their raw products, an
+ * add of a product p and a tensor y already stored moves into p's own matmul kernel, whose root becomes the
+ * add: cuBLASLt computes D = op(A)·op(B) + 1·C with C = y's buffer, and the template GEMM, the fallback, the
+ * same add in its epilogue. XLA's GEMM rewriter does the same. A fusion decision, not the library-calls
+ * stage's (BERT's figures, numerics: DESIGN.md, notes: compiler/fusion/sums_into_gemms.ts).
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { keepsElements as passesThrough } from "../passes/gemm_sum_order.ts";

@@ -1,13 +1,9 @@
 /**
  * The traffic and work model of the fusion report: how many bytes a kernel moves to and from memory and
- * how many floating-point operations it does, counted statically on the kernel IR.
- *
- * Every load or store site is weighted by how often it runs (threads × enclosing loop trip counts). A
- * buffer's traffic is capped at its size: a tensor read by many threads (a bias, a matmul operand reused
- * by many tiles) is assumed to come from cache after its first read, which is how a GPU's L2 behaves for
- * these sizes. So the figures are "unique bytes touched", the usual roofline convention.
- *
- * A vector load or store moves four elements, and a vector operation is four operations.
+ * how many floating-point operations it does, counted statically on the kernel IR. Each load or store
+ * site is weighted by how often it runs, and a buffer's traffic is capped at its size ("unique bytes
+ * touched", the usual roofline convention). A vector load or store moves four elements, and a vector
+ * operation is four operations (DESIGN.md, notes: compiler/kernel_ir/cost.ts).
  */
 import { byteSize } from "../../ir/mod.ts";
 import {

@@ -1,18 +1,9 @@
 /**
  * The kernel IR: one small imperative language that every emitter (WGSL, CUDA C) spells. Everything that
  * decides what runs — index math, loop structure, reduction strategy, workgroup shape, vector width — is
- * decided by the lowering into this IR or by target legalize rules rewriting it; emitters only spell.
- *
- * Model: a kernel is launched over `workgroups` workgroups of `workgroupSize` threads (both 1-D and
- * static). Threads see three ids: `lid` (thread within workgroup), `wg` (linear workgroup index, which a
- * legalize rule recovers from a 2-D grid when there are more than 65,535 workgroups) and `gid`
- * (wg * workgroupSize + lid). Buffers are flat arrays of one storage type; indices are i32 element
- * indices. Values in expressions have a compute type: f32, f16 (only where a kernel opts in), i32, u32 or
- * bool. Loads yield the buffer's storage type; the lowering inserts the casts it needs.
- *
- * Vectors: the vectorizer (compiler/lower/vectorize.ts) rewrites eligible loop kernels so each thread
- * handles four consecutive elements. Values then are scalars (the same in all four lanes) or four-lane
- * vectors (`KVector`); a binding marked `vector: 4` is read and written a vector at a time.
+ * decided by the lowering into this IR or by target legalize rules rewriting it; emitters only spell. A
+ * kernel runs `workgroups` × `workgroupSize` threads (ids lid, wg, gid) over flat buffers with i32 indices;
+ * values are scalars or four-lane vectors. The model: DESIGN.md, notes: compiler/kernel_ir/ir.ts.
  */
 
 import { K_BINARY, type KBinOp, type KUnOp } from "./kernel_ops.ts";

@@ -1,38 +1,9 @@
 /**
  * The attention kernel (fused kind "attention", see compiler/fusion/attention.ts): O = P·V with
- * P = softmax-and-friends(Q·Kᵀ), a tile of query rows at a time, without writing S or P to memory.
- *
- * Schedule. A workgroup of T = ATTENTION_WORKGROUP threads owns R consecutive query rows of one (batch,
- * head) (`attentionRows`: as many as workgroup memory allows, up to 16) and keeps their R × S_k scores
- * in workgroup memory `att_s`. When R does not divide the rows, the last tile's extra rows repeat the
- * last row (every index stays in range) and store nothing.
- *  1. The R query rows are staged in `att_w` (threads stride over the R × dh values).
- *  2. Scores, as a matmul micro-tile per thread: thread t owns keys t, t + T, … (up to
- *     ATTENTION_MAX_ACCUMULATORS sums; wider rows go in blocks) for all R rows, so one load of K[j, e]
- *     serves R multiply-adds and one load of Q[r, e] serves all the thread's keys. Each score is one f32
- *     sum over the head dim in increasing order, like the matmul template's.
- *  3. The softmax kernel's row reductions, in stages (a reduction whose operand needs another comes
- *     after it). With R ≤ T each row gets T/R threads, each folds its keys, the partials go to `att_w`
- *     and thread r folds row r's in order into `att_r`; with R > T thread t takes rows t, t + T, ….
- *     Everything but the scores (scale, mask, the row maximum) comes from the value builder.
- *  4. Each score is replaced by the PV GEMM's A operand at its element: the probability after the
- *     division, dropout (the same Philox draw as the graph's random_uniform at that element) and any
- *     cast, exactly as the graph says (same thread-to-element map as 3, so no barrier in between).
- *  5. Output, as a micro-tile of ATTENTION_OUTPUT_ROWS rows × columns per thread: Σ_j P[r, j]·V[j, d]
- *     with j increasing, then the PV kernel's epilogue per element (its stores, through index math
- *     when a root is a reshape of O).
- * Q, K, V, the mask and the random key are read through the value builder, so the operands' permutes,
- * reshapes and casts fold into the loads exactly as in the three separate kernels.
- *
- * Why this shape (tuned on lavapipe, like the matmul tiles): lavapipe runs a workgroup on one core, 8
- * threads to a SIMD vector, and a load whose address differs per thread costs a loop over the lanes; so
- * fat micro-tiles (few loads per multiply-add) and few threads with much work each win. At BERT-base
- * shapes (4×12×128×64) 16 threads ran 0.45× the three kernels' time, 64 threads with one key per thread
- * 1.2×, and one row per workgroup 3.2× (bench/attention.ts). On a discrete GPU the workgroup would
- * want more threads and fewer accumulators each.
- *
- * Control flow. Barriers are at the top level only; loops have uniform bounds (a bounds check only
- * where an extent is not a multiple of the thread count).
+ * P = softmax-and-friends(Q·Kᵀ), a tile of query rows at a time, without writing S or P to memory. A
+ * workgroup keeps R query rows' scores in workgroup memory; fat micro-tiles and few threads, because that is
+ * what wins on lavapipe (the schedule step by step and the measurements: DESIGN.md, notes:
+ * compiler/lower/attention_template.ts).
  */
 import { rootIndex } from "./root_index.ts";
 import { visitExprs } from "../kernel_ir/walk.ts";

@@ -1,15 +1,9 @@
 /**
- * Finds the self-attentions of a training graph that the flash-attention kernels (flash_attention.ts) can
- * compute: the forward S = Q·Kᵀ, scale, additive key mask, softmax, dropout, O = P_d·V exactly as
- * dsl/nn.ts builds it, and the backward the autodiff derives from it (dP_d = dO·Vᵀ, dV = P_dᵀ·dO, the
- * softmax backward into dS, dQ = dS·K, dK = dSᵀ·Q). Each site lists every node the three flash kernels
- * replace, so the flash stage (compiler/stages/flash_attention.ts) can check that the kernels it drops
- * compute nothing else. Operand layouts come from the buffers: Q, K, V and dO are matched as stored
- * [B, H, S, 64] themselves; O, dQ, dK and dV may be stored through a chain of permutes and reshapes (the
- * token-major [B·S, H·64] the output projection reads), whose strides become FlashOperand's.
- * `headsOfProduct` then says how Q, K, V or dO can be read from the token-major f16 product of the GEMM
- * that computes them (its strides, and a bias the flash kernels add on load), so the flash stage can
- * have that GEMM write the product alone, as FlashAttention reads its projections.
+ * Finds the self-attentions of a training graph that the flash-attention kernels (cuda_flash.ts) can
+ * compute: the forward and backward exactly as dsl/nn.ts and the autodiff build them. Each site lists every
+ * node the flash kernels replace, so the flash stage can check that what it drops computes nothing else;
+ * operand layouts come from the buffers, and `headsOfProduct` says how to read Q, K, V or dO from their
+ * GEMM's token-major product (DESIGN.md, notes: compiler/lower/flash_match.ts).
  */
 import type { Graph, Node, NodeId } from "../../ir/mod.ts";
 import type { DType } from "../../ir/mod.ts";

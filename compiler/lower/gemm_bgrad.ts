@@ -1,42 +1,9 @@
 /**
- * Bias gradients as cuBLASLt epilogues (issue 16 item 1). A linear layer's backward computes
- * dW = Xᵀ·dY (or dYᵀ·X), a GEMM whose reduction dimension k is the tokens, and its bias gradient
- * db = Σ_tokens dY, a column sum of the same stored dY: the column-sums stage (compiler/passes/split_column_sums.ts)
- * makes it two kernels, per-part sums and a sum of the parts. cuBLASLt's BGRADA / BGRADB epilogues compute
- * exactly that sum over k of one operand while doing the GEMM, so the call takes the column sum over and its
- * kernels leave the step.
- *
- * Which operand: a column sum over the rows of a stored [k, c] matrix X is a sum over k of
- *   - our A read transposed (op(A)[i][p] = X[p·c + i], i < m = c): operand "a", db[i] = Σ_p op(A)[i][p];
- *   - our B read as stored (op(B)[p][j] = X[p·c + j], j < n = c): operand "b", db[j] = Σ_p op(B)[p][j].
- * (A read as stored or B transposed sums its rows along p, a row sum: never a column sum.) The row-major to
- * column-major mapping (runtime/cuda/lt_mapping.ts ltEpilogue) turns operand "b" into BGRADA and "a" into
- * BGRADB.
- *
- * The column sum is recognized on the graph by what each node holds, relative to X viewed [rows, cols]
- * (rows = k, cols = c): a node "sums Q blocks" when it holds, for q < Q and column j, the sum of X's rows
- * q·rows/Q .. (q+1)·rows/Q − 1 in column j, row-major [Q, cols] (X itself: Q = rows). A reshape or a cast
- * to f32 keeps Q; an f32 reduce_sum over a contiguous run of axes whose leading axes hold Q' of the blocks
- * and whose trailing axes are the cols makes Q' (the column-sums stage's [P, rows/P, cols] split and its
- * second pass are both such sums). The kernels computing a node with Q < rows and nothing else, reading
- * only X's buffer (and each other's), are covered: they end in vectors (Q = 1) that the rest of the plan
- * needs, the bias gradient, which the call writes instead. Producer fusion leaves these sums out of the
- * kernel producing X on such plans (compiler/fusion/library_sums.ts); where a first pass is fused there
- * anyway, that kernel keeps running for X and its per-part sums are written and not read. Where the covered kernels write the vector into more
- * than one buffer, the call writes the first and the runtime copies it into the others right after the
- * call (`copies`, a launch each). A training step's graph output `grad.<bias>` is no such second buffer:
- * it is a view of the gradient's piece of the flat vector the optimizer reads (compiler/fusion/in_place.ts,
- * compiler/stages/output_views.ts), so BERT's calls copy nothing.
- *
- * Numerics: the call sums X's stored values (f16 where dY is stored f16) in f32. So do the covered
- * kernels where they read X from memory; a first pass fused with X's producer sums the f32 values before
- * their rounding to storage. The difference is that rounding, which every other reader of dY (the dW and
- * dX GEMMs among them) sees too.
- *
- * Only where the plan is for a CUDA target (the kernels stay in the plan, named in the epilogue as its
- * fallback: the runtime launches them only where the call must run without the epilogue), and where the
- * step order lets either path write the vector: the column-sum kernels run before the GEMM, and everything
- * else reading the vector after it, so the memory plan's lifetimes hold for both.
+ * Bias gradients as cuBLASLt epilogues (issue 16 item 1): the dW GEMM's BGRADA/BGRADB epilogue computes the
+ * bias gradient db = Σ_tokens dY, a column sum of the operand it reads anyway, so the column-sum kernels
+ * leave the step. Recognized on the graph by how many row blocks of X each node sums; the kernels stay in
+ * the plan as the call's fallback, and only CUDA plans whose step order lets either path write the vector
+ * take it (DESIGN.md, notes: compiler/lower/gemm_bgrad.ts).
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusionResult } from "../fusion/types.ts";

@@ -1,42 +1,10 @@
 /**
  * GEMMs as library calls (DESIGN principle 5: on CUDA, cuBLASLt). For a fused kernel of kind "matmul",
- * decides whether its product can be one strided-batched `cublasLtMatmul` call and derives the call:
- * sizes, batch count and strides, per operand the plan buffer, element offset, stored dtype, leading
- * dimension and whether it is read transposed. Every refusal carries a reason, like fusion's decisions.
- *
- * The call is described row-major, the way our buffers are (runtime/cuda/cublaslt.ts maps it onto the
- * column-major library): for batch β < batch, D[β] (m×n) = op(A[β]) (m×k) · op(B[β]) (k×n) with
- *   op(X)[i][j] = X[offset + β·batchStride + (trans ? j·ld + i : i·ld + j)]
- * and D[β][i][j] = D[offset + β·batchStride + i·ld + j] (D is never transposed), f32 accumulation.
- *
- * An operand qualifies when it is a buffer read through reshapes, permutes, slices and value-preserving
- * casts, and that chain is a strided view: the two matrix axes have one unit stride between them, and the
- * batch axes collapse to one constant stride. The view is computed exactly from the index math those ops
- * lower to (index_math.ts), so e.g. attention's [B, H] batches read through a permute of a [B·S, H·D]
- * buffer qualify only when the strides collapse (B = 1, or S = 1), and are refused with the strides
- * otherwise.
- *
- * Casts: the template loads the stored value, widens it to f32 and applies the graph's casts; cuBLASLt
- * reads the stored value as is. They agree when every cast keeps the stored value: a cast to f32, or to
- * the stored dtype itself (an f16 buffer "cast to f16"). An f32 buffer rounded to f16/bf16 on load would
- * need cuBLASLt's CUBLAS_COMPUTE_32F_FAST_16F/_16BF to round the same way (to nearest even); NVIDIA's
- * documentation says only that these "allow automatic down-conversion" without naming the rounding, so
- * such operands are refused (they need an f16/bf16 copy of the buffer first).
- *
- * Two-level batches. Attention's [B, H] batch read from a token-major [B·S, H·D] buffer has strides
- * [S·H·D, D], which do not collapse; likewise its result written token-major. Such a GEMM is still one
- * descriptor: `outer` groups of batch/outer strided batches each, every operand with an `outerStride`
- * between groups (β = o·(batch/outer) + q is at offset + o·outerStride + q·batchStride). The batch axes
- * may be taken in any order (the same for A, B and D) and split once; the split with the fewest groups
- * wins, so a GEMM that collapses stays one group. The CPU backend runs one sgemm per batch entry anyway,
- * so groups cost it nothing; on CUDA each group is one cublasLtMatmul (see docs/compiler.md for why the
- * attention layouts are chosen so that only a few GEMMs need groups, and what they cost at batch 64).
- *
- * The output: the call writes the kernel's one root directly when that root is the product up to
- * reshapes, permutes and the final rounding (fusion/permuted_storage.ts stores attention's results token-major
- * that way), through the same strided-view machinery as the operands; otherwise a scratch buffer (in
- * the product's own f16/bf16 where the graph rounds it so, else f32; `scratchType`) and an epilogue
- * kernel.
+ * decides whether its product can be one strided-batched `cublasLtMatmul` call (in `outer` groups where two
+ * batch levels do not collapse) and derives it: sizes, batch count and strides, per operand the plan buffer,
+ * offset, stored dtype, leading dimension and transposition, computed exactly from the index math. Every
+ * refusal carries a reason. Casts that round on load are refused (why, and the output: DESIGN.md, notes:
+ * compiler/lower/gemm_library.ts).
  */
 import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";

@@ -1,30 +1,9 @@
 /**
  * The tiled matmul template: C[b] (m×n) = A[b] (m×k) · B[b] (k×n) with a fused epilogue, written in the
- * kernel IR so every emitter spells the same schedule.
- *
- * Schedule. Workgroup `wg` (linear over batch × tilesM × tilesN, row-major) owns one tm×tn tile of C.
- * It walks K in steps of tk: the threads cooperatively copy the tm×tk slab of A and the tk×tn slab of B
- * into shared arrays `As`/`Bs` (both k-major, so the inner loop reads one row of each per k), barrier,
- * then each thread accumulates its rm×rn micro-tile from shared memory, barrier. A thread's micro-tile is
- * strided — rows ty + i·(tm/rm), cols tx + j·(tn/rn) — so neighbouring threads read neighbouring shared
- * words (no bank conflicts) and store neighbouring columns of C (coalesced).
- *
- * Epilogue. A small epilogue (a store, a bias add) runs straight from the accumulators, one copy per
- * micro-tile element. A larger one (GELU, dropout), or any one from a big micro-tile, would be copied
- * rm·rn times, and lavapipe's shader compile time grows with code size (a 16×16 micro-tile with a GELU
- * took 3.4 s to compile direct, 0.6 s staged), so it is staged: the micro-tiles go through shared memory `Cs` and the workgroup runs one copy of the epilogue
- * in a loop over the elements (which costs an extra shared store and load per element).
- *
- * Numerics. Every C element is one f32 sum over k in increasing order, whatever the tile shape, so the
- * result is deterministic run to run. Out-of-range A/B elements load as 0 (adding 0·0 leaves the sum
- * unchanged); out-of-range C elements skip the epilogue.
- *
- * Control flow. Every barrier sits in the kernel's top level or in loops with constant bounds, never
- * under a condition, so all threads of a workgroup reach each one.
- *
- * The operand loaders are callbacks (the caller folds transposes, permutes and casts into them), so the
- * template knows no memory layout; `contiguousA`/`contiguousB` only pick which index the cooperative
- * copy walks fastest, so that neighbouring threads read neighbouring memory.
+ * kernel IR so every emitter spells the same schedule. A workgroup owns a tm×tn tile of C and walks K
+ * through shared slabs, each thread a strided rm×rn micro-tile; a large epilogue is staged through shared
+ * memory. Every C element is one f32 sum over k in increasing order, so results are deterministic (the
+ * schedule and what staging saves: DESIGN.md, notes: compiler/lower/matmul_template.ts).
  */
 import {
   add,

@@ -1,14 +1,8 @@
 /**
  * Tile shapes for the matmul template (compiler/lower/matmul_template.ts) and the choice among them. The
  * choice is a pure function of the problem shape, never of the device, so generated kernels are
- * byte-identical on every machine.
- *
- * The candidates are tuned for lavapipe, where WebGPU runs in CI: it runs a workgroup on one CPU core, 8
- * threads per SIMD vector, and every shared-memory load costs a per-lane loop. So fat micro-tiles win
- * (a thread loads rm + rn shared words per rm·rn multiply-adds): at 512×512×512, 16×16 per thread ran
- * 8–9 GFLOP/s, 8×8 5–6, 4×4 3–3.5, 2×2 1.6 (bench/matmul_template.ts, 2 cores). On a discrete GPU a
- * 16×16 micro-tile (256 accumulators) would spill registers; 8×8 with 256 threads is the usual choice
- * there. Compile time matters too: see FAT_TILES.
+ * byte-identical on every machine. The candidates are tuned for lavapipe, where fat micro-tiles win;
+ * compile time matters too: see FAT_TILES (measurements: DESIGN.md, notes: compiler/lower/matmul_tiles.ts).
  */
 
 /**

@@ -1,35 +1,9 @@
 /**
  * Vectorizes loop kernels four wide: each thread handles four consecutive elements, reading and writing
  * them with vec4 loads and stores where the index math proves that safe. A kernel-IR to kernel-IR rewrite
- * run after lowering (compiler/build_plan.ts); a kernel it cannot prove comes back unchanged, with the
- * reason (`vectorize(k).reason`).
- *
- * Input: a loop kernel as lowerLoop emits it, `if (gid < N) { let ...; store ... }`, one thread per
- * element. Output: `if (gid < N/4) { ... }`, thread t doing elements 4t..4t+3 (lanes 0-3). Every integer
- * expression of the old gid is classified by how it varies over the four lanes of one thread:
- *
- *   uniform   the same in all lanes: a constant, a row index `gid / H` with 4 | H, a load at a uniform
- *             index (a row scalar, a bias broadcast along rows). Computed once, as a scalar, and splat
- *             where it meets a vector.
- *   sequence  lane c holds 4q + c: `gid`, `gid % H` with 4 | H, a uniform multiple of 4 plus a sequence
- *             (a row base plus a column). A load or store there is one vec4 access at vector index q.
- *   vector    anything else (`gid % H` with 4 ∤ H, a transpose, a gather): a four-lane value computed
- *             lane by lane; a load at such an index is four scalar loads.
- *
- * The rules are proved from the expression structure: gid = 4t + c; for nonnegative x and 4 | k,
- * (4q + c) / k = q / (k/4) and (4q + c) % k = 4 (q % (k/4)) + c (no multiple of k lies strictly inside
- * 4q..4q+3); u + (4q + c) = 4 (q + u/4) + c when 4 | u, tracked by known divisors of uniform values (the
- * rule of each op is in kernel_ir/index_facts.ts).
- *
- * A binding becomes `array<vec4<T>>` when every access to it is a sequence and its element count is a
- * multiple of 4 (plan buffers are bound at offset 0, so the range is aligned); a binding also read at
- * uniform or gathered indices stays scalar and its sequence accesses become four scalar loads or stores.
- * Dropout's Philox draw at a sequence index is the four words of one Philox block: computed once for the
- * four lanes instead of four times.
- *
- * Refused (kernel unchanged): other kernel kinds, a body of another shape, N not a multiple of 4, stores
- * at an index that is not a sequence, bf16, and kernels where no binding would be read or written as
- * vec4 (nothing to gain).
+ * run after lowering (compiler/stages/lower.ts); a kernel it cannot prove comes back unchanged, with the
+ * reason (`vectorize(k).reason`). Each integer expression is uniform, a sequence or a vector over the four
+ * lanes (the classes, their proof and what is refused: DESIGN.md, notes: compiler/lower/vectorize.ts).
  */
 import {
   add,

@@ -1,15 +1,8 @@
 /**
- * Constant folding of splats, with the reference interpreter's semantics.
- *
- * The IR's `const` is a splat: every element equals its `value` attribute, rounded to its dtype. The
- * reference interpreter has two precisions that differ only for f32: "f64" keeps f32 values unrounded
- * and "f32" rounds every f32 result. A folded constant must give what the unfolded graph gives in both,
- * so each fold is computed twice, once per precision, and kept only when one stored value reproduces
- * both results (`fround(r64) === r32`). Exact folds (negation, movement, 0.5 * 4) pass; ones that
- * depend on the precision (0.1 * 3 in f32) are left for the device to compute.
- *
- * Integer and bool results wrap or truncate with `castValue`, and f16/bf16 results round after every op
- * in both precisions, exactly as interpreter.ts does, so their folds always agree.
+ * Constant folding of splats, with the reference interpreter's semantics: each fold is computed in both
+ * interpreter precisions ("f64" and "f32") and kept only when one stored value reproduces both
+ * (`fround(r64) === r32`); folds that depend on the precision (0.1 * 3 in f32) are left to the device.
+ * Integer, bool, f16 and bf16 folds always agree (DESIGN.md, notes: compiler/passes/const_fold.ts).
  */
 import { type DType, type Node, numel, type OpName, type TensorType } from "../../ir/mod.ts";
 import type { Attrs } from "../../ir/ops.ts";

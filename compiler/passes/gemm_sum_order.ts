@@ -3,11 +3,7 @@
  * whose leaves include two or more GEMM products (each read only there, through reshapes and casts to f32)
  * is rebuilt as (the other leaves, in their order) + ((p1 + p2) + p3 …), the products in graph order.
  * compiler/fusion/sums_into_gemms.ts then makes each partial sum of products the next GEMM's C (beta 1).
- *
- * BERT's attention backward sums its input gradient as ((r + dV·Wv) + dK·Wk) + dQ·Wq in the LayerNorm
- * backward, where r (the residual's gradient) is computed where it is read, not stored, so it cannot be a
- * GEMM's C; the products summed among themselves can. The f32 sum changes order only; the roundings the
- * partial sums then get as stored values are fusion/sums_into_gemms.ts's to state.
+ * Why, on BERT's attention backward: DESIGN.md, notes: compiler/passes/gemm_sum_order.ts.
  */
 import { Graph, type NodeId } from "../../ir/mod.ts";
 import { copyNode, copyOutputs } from "../graph/rebuild.ts";

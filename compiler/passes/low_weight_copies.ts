@@ -1,32 +1,9 @@
 /**
- * Low-precision weight copies for library GEMMs. A mixed-precision GEMM reads its weight as
- * `cast(w, f16)` of an f32 parameter. The template GEMM rounds on load, but a library GEMM (cuBLASLt)
- * reads the stored bytes as they are and can only take an f16/bf16 buffer (gemm_library.ts explains why
- * FAST_16F is not used instead). So, where GEMMs run on the library, every GEMM reading the weight,
- * forward and backward, reads a stored low copy (2 bytes per element instead of 4).
- *
- * In a training step the copy is optimizer state (`keptCopies`): an input `low:<param>` (plan/low_copies.ts)
- * that the GEMMs read instead of the cast, and that the optimizer's last pass rewrites as the cast of the
- * new weights, in registers beside the f32 ones it writes anyway (2 bytes per element more in a kernel
- * that runs regardless) instead of a kernel per weight that reads 4 bytes and writes 2 at the start of each
- * step. The copies of one flat parameter vector form a flat vector of their own, `low:flat.params`,
- * assembled in place from the copies exactly as `flat.params` is from the parameters (fusion/in_place.ts),
- * so each GEMM binds its own copy at an offset (one kernel source for the same GEMM in every layer) and the
- * update `new:low:flat.params = cast(new:flat.params)` is one more output of the elementwise final pass.
- * The f32 master weights stay the truth: the update rounds them each step (a step skipped on overflow
- * rounds the unchanged weights, so the copy is unchanged too), and whoever writes the weights writes the
- * copy from the same values (engine/low_copy_refresh.ts), so a first step, a resume from a checkpoint (which holds
- * no copy) and weights set between steps all start from cast(master).
- *
- * Where a weight has no flat vector to ride on (no optimizer in the graph) or its copy cannot start on the
- * binding alignment inside the copies' vector (an f16 copy at an odd multiple of 64 elements: the chunk of
- * a tiny model's layout), its cast is materialized instead (`castRoots`): a kernel of its own writes the
- * rounded weight once per step. One kernel per weight rather than one over the flat vector, for the same
- * reason as above.
- *
- * Parameters every use of which is such a rounding (an inference graph's weights) need no copy: the
- * storage policy stores them low (storage_precision.ts `weightsReadOnlyLow`). The graph is unchanged, so
- * the values are the original ones.
+ * Low-precision weight copies for library GEMMs: cuBLASLt reads stored bytes as they are, so where GEMMs run
+ * on the library every GEMM reading a mixed-precision weight `cast(w, f16)` reads a stored f16/bf16 copy. In
+ * training the copy is optimizer state `low:<param>` that the optimizer's last pass rewrites from the new
+ * f32 weights, which stay the truth; without a flat vector to ride on, the cast is a kernel of its own
+ * (`castRoots`). Why this shape: DESIGN.md, notes: compiler/passes/low_weight_copies.ts.
  */
 import { byteSize, type DType, Graph, type Node, type NodeId, numel } from "../../ir/mod.ts";
 import { PLAN_OFFSET_ALIGN, UPDATE_PREFIX } from "../../plan/plan.ts";

@@ -1,20 +1,9 @@
 /**
- * A scatter-add into a table of few rows, as a masked column sum, for a GPU. BERT's token-type embedding
- * gradient adds 8,192 tokens' updates into a table of 2 rows × 1,024 columns; the scatter lowering
- * (lower/lower_kernel.ts lowerScatter) gives one thread per (owned row, column), so at most rows × columns
- * threads (2,048), each walking every token serially: the cost model put it at 742 µs of a 48 ms step.
- *
- * Rewritten as `table[r, c] = sum over tokens i of (ids[i] == r ? upd[i, c] : 0)`: ids and updates
- * broadcast to [tokens, rows, columns], a `where` against an iota over the rows, a reduce_sum over the
- * tokens. That is a column sum (leading axis reduced, [rows, columns] kept), so the column-sums stage
- * (column_sums.ts) splits it into parts and a sum of the parts, and fusion folds the mask into the first
- * pass: rows × columns × parts threads, each over tokens / parts tokens, in a fixed order, no atomics. An id
- * outside [0, rows) equals no row of the iota, so its update is dropped, as the scatter lowering drops it.
- * The order of the additions changes (per part, then the parts), as for any split column sum.
- *
- * Each table row's sum reads every update, so the reads grow with the rows; the profile's
- * `scatterMaskedMaxRows` bounds where this pays (targets/profiles.ts). Lavapipe and the CPU keep the
- * scatter (0 there: a workgroup is a loop on one core, where the serial walk has nothing to fill).
+ * A scatter-add into a table of few rows, as a masked column sum, for a GPU: `table[r, c] = sum over tokens
+ * i of (ids[i] == r ? upd[i, c] : 0)`, which the column-sums stage splits into parts: many threads in a
+ * fixed order, no atomics, where the scatter lowering walks every token in one thread per (row, column).
+ * Pays only for few rows (`scatterMaskedMaxRows`; 0 on lavapipe and the CPU). BERT's token-type gradient,
+ * measured: DESIGN.md, notes: compiler/passes/scatter_column_sums.ts.
  */
 import { type Attrs, Graph, type NodeId, numel, type TensorType } from "../../ir/mod.ts";
 import { copyNode, copyOutputs } from "../graph/rebuild.ts";

@@ -1,13 +1,9 @@
 /**
  * The `simplify` pass: algebraic rewrites and constant folding from the rule table in simplify_rules.ts.
- *
- * The pass rebuilds the graph front to back. Each node is offered to the rules of its op after its
- * operands have been rebuilt (and so simplified); the first rule that returns a replacement wins, and any
- * node a rule builds goes through the same rules. Since rules only look at operands, which never change
- * once built, a single sweep leaves nothing for any rule to do: the result is a fixed point.
- *
- * Replaced nodes' operands may become dead; `dce` removes them. Source locations of rewritten nodes are
- * carried over to the nodes that replace them.
+ * The pass rebuilds the graph front to back; each node is offered to the rules of its op after its operands
+ * have been rebuilt (and so simplified), the first rule that returns a replacement wins, and any node a rule
+ * builds goes through the same rules. Rules only look at operands, which never change once built, so one
+ * sweep reaches a fixed point. `dce` removes operands left dead; source locations carry over to replacements.
  */
 import {
   Graph,

@@ -1,16 +1,9 @@
 /**
  * The simplifier's rewrite rules, as data: one row per rule with the ops it looks at, a rewrite that
  * returns the replacement node (or undefined when it does not apply) and a one-line reason why the
- * rewrite is exact.
- *
- * "Exact" means exact for every input, with the reference interpreter's semantics in both precisions:
- * IEEE signed zeros, infinities and NaN included (x + 0 is not x for x = -0, x * 0 is not 0 for x = inf,
- * x - x is not 0 for NaN, so none of those is here), integers wrapping, and the same order of additions
- * inside reductions and matmuls. No rule relies on a tolerance.
- *
- * Rules see a node whose operands are already simplified (simplify.ts builds the graph bottom-up and
- * runs the rules on every node it adds, including the nodes rules add), so one sweep reaches the fixed
- * point and a rule may look at its operands' producers without revisiting them.
+ * rewrite is exact: for every input, in both interpreter precisions, IEEE signed zeros, infinities and NaN
+ * included; no rule relies on a tolerance. Rules see operands already simplified, so one sweep reaches the
+ * fixed point (DESIGN.md, notes: compiler/passes/simplify_rules.ts).
  */
 import {
   type DType,

@@ -1,28 +1,9 @@
 /**
- * Column sums in two passes, for a GPU. A reduction over the leading axes of a tensor with trailing axes
- * kept (a bias gradient: [tokens, hidden] summed over the tokens) is lowered with a few threads per column
- * sharing a workgroup (lower_kernel.ts lowerReduce, "split"): for BERT-large's 1,024 columns that is 64
- * workgroups, 16k threads, each walking 512 of 8192 rows: an eighth of what keeps an H100's memory busy, and
- * the cost model (with its occupancy share) put these ~250 kernels at more than a third of a step.
- *
- * Rewritten as `sum over parts of (sum over rows within a part)`: x [R, rest] viewed as [P, R/P, rest], a
- * first reduction over the R/P rows of each part (P·cols outputs: a thread each, consecutive threads on
- * consecutive columns, so loads coalesce), then a second over the P parts (cols outputs, P terms each). The
- * sum is the same up to rounding (the order of the additions changes), which the reference's tolerances
- * cover; lavapipe and the CPU keep one pass (profile `columnSumParts` 1).
- *
- * P is the fewest parts whose first pass launches the profile's `columnFillThreads` (P · cols threads),
- * up to `columnSumParts`: more parts than fill the device only add partial sums for the first pass to
- * write and the second to read. BERT-large's 1,024 columns keep 256 parts; its FFN's 4,096 take 64
- * (the cost model at batch 64: 3 MiB less written by each of 24 FFN backward kernels, 41.957 -> 41.926 ms
- * a step); 128 parts for 1,024 columns (a first pass just short of filling) cost 0.017 ms more, 512 0.12.
- *
- * A column sum whose operand shares an elementwise producer with a row reduction of the same tensor
- * (LayerNorm backward: dβ = Σ dY and dγ = Σ dY·x̂ over the tokens, beside the per-token sums of dY·γ and
- * dY·γ·x̂) instead takes parts of `blockRowsOf(rows, rowLen)` rows, where that is at least 2: its first
- * pass then joins the row kernel, a workgroup per part walking its rows (fusion/row_blocks.ts), and the
- * parts are sized for that kernel to fill the device, not for a first pass of its own (BERT-large at
- * batch 64: 512 parts of 16 rows, beyond `parts`).
+ * Column sums in two passes, for a GPU: a reduction over the leading axes (a bias gradient: [tokens, hidden]
+ * summed over the tokens) becomes a sum over the rows of each of P parts, a thread per (part, column) so
+ * loads coalesce, then a sum of the parts. In one pass few threads walk long columns (an eighth of what
+ * keeps an H100 busy at BERT-large). The order of additions changes; lavapipe and the CPU keep one pass.
+ * How P is chosen, with figures: DESIGN.md, notes: compiler/passes/split_column_sums.ts.
  */
 import { Graph, isElementwise, type NodeId, numel, sameShape } from "../../ir/mod.ts";
 import { copyNode, copyOutputs } from "../graph/rebuild.ts";

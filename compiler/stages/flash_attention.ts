@@ -1,17 +1,10 @@
 /**
- * Flash attention on CUDA for training (issue 16 item 3), for targets with the flashAttention knob
- * (cuda-sm90) whose language is CUDA (the kernels exist only as CUDA C): each self-attention the matcher finds
- * (compiler/lower/flash_match.ts) that flashIneligible allows has its forward kernels (Q·Kᵀ, softmax with
- * dropout, P·V) replaced by one flash forward writing O and the f32 row logsumexp (a new buffer), and its
- * backward kernels (dP, dV, softmax backward, dQ, dK) by one kernel per (batch, head) where the sequence
- * fits a block (codegen/cuda_flash_backward.ts), else by the dK/dV and dQ kernels. The forward takes the
- * P·V kernel's index, the backward ones the dV and dQ GEMMs' (the kernel list stays aligned with fusion's;
- * the other replaced kernels are no longer launched and emit leaves them out). The step program is
- * rewritten so the memory plan that follows keeps Q, K, V, O, the mask and the logsumexp alive into the
- * backward and no longer sees the probabilities. Refused where a replaced kernel computes or writes
- * anything the rest of the plan reads besides O, dQ, dK and dV. Where nothing else reads the heads-major
- * Q, K, V or dO either, the GEMM that computes one is re-rooted at its token-major product, which the
- * flash kernels then read (flash_operands.ts).
+ * Flash attention on CUDA for training (issue 16 item 3), for targets with the flashAttention knob whose
+ * language is CUDA: each self-attention the matcher finds (compiler/lower/flash_match.ts) that
+ * flashIneligible allows has its forward kernels replaced by one flash forward and its backward kernels by
+ * one or two flash kernels (codegen/cuda_flash*.ts), and the step program rewritten for the memory plan.
+ * Refused where a replaced kernel writes anything else the plan reads (DESIGN.md, notes:
+ * compiler/stages/flash_attention.ts).
  */
 import { numel } from "../../ir/dtype.ts";
 import type { NodeId } from "../../ir/mod.ts";

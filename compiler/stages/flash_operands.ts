@@ -1,19 +1,9 @@
 /**
- * Q, K, V and dO read token-major by the flash-attention kernels (the flash stage, flash_attention.ts):
- * fusion stores them heads-major [B, H, S, 64] (fusion/permuted_storage.ts), for the attention GEMMs, which at
- * batch > 1 no single cuBLASLt call can write, so each of their projections is a cuBLASLt product into a
- * scratch buffer and an epilogue kernel that adds the bias and stores the heads (96 such kernels per
- * BERT-large step). Once flash kernels replace those GEMMs, nothing else reads the heads, and the flash
- * kernels read any strided [B, H, S, 64] layout, so the projection can write its product alone: its fused
- * kernel is re-rooted at the matmul (the members after it, the permute and the bias add, are dropped; the
- * flash kernels compute them on load, lower/flash_match.ts headsOfProduct), lowered again, and becomes a
- * plain cuBLASLt call writing the token-major f16 product, with no scratch and no epilogue kernel, as
- * FlashAttention reads its projections. The bias is added by the flash kernels' loads rather than by
- * cuBLASLt's BIAS epilogue because BERT's biases are f32 master weights, which a BIAS epilogue on an f16
- * D does not take (lower/gemm_library.ts LT_BIAS_TYPES).
- *
- * Done only where the re-rooted kernel is a direct library call (otherwise the kernel is left as it was):
- * so the producing kernel never gets worse.
+ * Q, K, V and dO read token-major by the flash-attention kernels (the flash stage, flash_attention.ts): once
+ * flash kernels replace the attention GEMMs, nothing else reads the heads-major copies fusion stored, so
+ * each projection's fused kernel is re-rooted at the matmul and becomes a plain cuBLASLt call writing the
+ * token-major f16 product, with no scratch and no epilogue kernel; the flash kernels add the bias on load.
+ * Done only where the result is a direct library call (DESIGN.md, notes: compiler/stages/flash_operands.ts).
  */
 import type { NodeId } from "../../ir/mod.ts";
 import type { FusedKernel, FusionResult } from "../fusion/types.ts";

@@ -1,21 +1,9 @@
 /**
  * In-place updates: a step's new parameters and moments written over the old ones instead of into buffers
  * of their own that the runtime copies back after the step (Plan.updates). For bert-large that copy-back is
- * three 1.4 GB vectors (parameters, m, v) read and written every step, about 8 GB of traffic: a few
- * milliseconds of an H100's bandwidth in a step of tens.
- *
- * An update `new:X` (buffer V) may take X's place (buffer P) when overwriting P early changes nothing:
- * - V is written by one step only, a loop or reduce kernel K (not a library GEMM), and is not itself a
- *   part of a flat vector;
- * - no step after K reads or writes P or any part of P (a flat vector's parameters);
- * - inside K, P is read only by elementwise ops over the kernel's whole space, so each thread reads the
- *   elements it later writes and no other (K reads old values before it stores new ones, element by
- *   element), and V's binding has P's element type and vector width; or K does not read P at all (a
- *   weight copy recomputed from the new weights, compiler/passes/low_weight_copies.ts) and V has P's type.
- * K then binds the range once, read_write (two bindings of one range would alias: WebGPU refuses a
- * writable binding aliasing another, and CUDA's `__restrict__` pointers promise they do not), or write
- * only where it never read P, and the memory plan places V where P is (memory.ts `aliasOf`). Everything
- * else keeps its copy.
+ * three 1.4 GB vectors (parameters, m, v) read and written every step, about 8 GB of traffic. An update
+ * takes its source's place only where overwriting it early changes nothing; the kernel then binds the range
+ * once (the conditions: DESIGN.md, notes: compiler/stages/in_place_updates.ts).
  */
 import { isElementwise, type NodeId, numel } from "../../ir/mod.ts";
 import type { KBinding, Kernel, KStmt } from "../kernel_ir/ir.ts";

@@ -1,13 +1,9 @@
 /**
  * Per-target legalization of the kernels' binding declarations. A plan's bindings (and so their access)
  * are one list shared by every target's source, so the rules of every target being compiled apply to it.
- *
- * WebGPU: two ranges of one flat vector bound by one kernel, one of them written. WebGPU validates usage
- * per buffer, not per range, and refuses a read-only and a writable binding of one buffer in a dispatch,
- * so every binding of that buffer is declared read_write (the ranges never overlap). And a buffer over the
- * adapter's binding limit is bound as several ranges (plan/binding_ranges.ts). CUDA needs no rule: a
- * const pointer to one range beside a writable pointer to another is fine there, and a pointer sees any
- * size.
+ * WebGPU: two ranges of one buffer in one dispatch, one written, are both declared read_write (WebGPU checks
+ * usage per buffer); a buffer over the binding limit is bound as several ranges (plan/binding_ranges.ts).
+ * CUDA needs no rule (DESIGN.md, notes: compiler/stages/legalize.ts).
  */
 import { rangeBytes } from "../../plan/binding_ranges.ts";
 import { storedBytes } from "../../plan/plan.ts";

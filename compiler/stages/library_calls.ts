@@ -1,14 +1,9 @@
 /**
  * Library calls (CUDA): GEMMs as cuBLASLt calls where they qualify (compiler/lower/gemm_library.ts). The
- * product goes straight to the kernel's output when the epilogue is only that store; otherwise to a
- * scratch buffer of the plan (f16/bf16 where the graph's product is, else f32; gemm_library.ts
- * scratchType), which an epilogue kernel (lowered from the same fused kernel) reads. The
- * scratch is a plan buffer rather than an executor-managed workspace so that the memory plan gives it a
- * lifetime of one step and lets it share a slot with other dead activations (no per-GEMM or worst-case
- * allocation beside the arena), and every runtime (and the CPU test harness) sees the same addresses the
- * plan describes. On CUDA, a column sum over k of a call's operand becomes the call's
- * bias-gradient epilogue (compiler/lower/gemm_bgrad.ts), its kernels kept as the fallback, and a root
- * that sums the product with a stored tensor reads that tensor as C with beta 1 (fusion/sums_into_gemms.ts).
+ * product goes straight to the kernel's output when the epilogue is only that store; otherwise to a scratch
+ * buffer of the plan that an epilogue kernel reads. A column sum over k of a call's operand becomes its
+ * BGRAD epilogue (lower/gemm_bgrad.ts), and a sum of the product with a stored tensor reads that tensor as
+ * C with beta 1. Why the scratch is a plan buffer: DESIGN.md, notes: compiler/stages/library_calls.ts.
  */
 import { numel } from "../../ir/mod.ts";
 import { bgradEpilogues } from "../lower/gemm_bgrad.ts";

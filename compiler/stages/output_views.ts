@@ -1,26 +1,9 @@
 /**
- * Graph outputs that are views of a piece of an in-place flat vector (issue 16). A training step returns
- * each gradient twice: as its piece of the flat gradient vector the optimizer reads (an in-place concat,
- * compiler/fusion/in_place.ts, placed at its offset) and as the graph output `grad.<name>`. Where the
- * output is the placed tensor itself it already lives inside the vector; where it is a reshape of it (a
- * bias gradient [1, 1, c] placed, returned [c]; a LayerNorm γ gradient) fusion made the reshape a root of
- * its own, written to a buffer of its own: the kernel writes the same values twice, and a cuBLASLt call
- * that takes the column sum over (compiler/lower/gemm_bgrad.ts) can write only one of them, so the CUDA
- * runtime copied the vector after every such call (a launch each, 145 per bert-large step).
- *
- * A reshape keeps the row-major element order, so such an output's bytes are exactly its placed tensor's.
- * Here it becomes a view: no kernel writes it, and its buffer (still named and shaped as the output) sits
- * at the placed tensor's offset in the flat vector (memory.ts). Sound because:
- * - the flat vector is pinned (never shares its slot), so the range holds the value until the step's
- *   outputs are read, as it already does for the gradients returned unreshaped;
- * - the placed tensor is a kernel root (not a parameter or input, whose ranges a step's in-place updates
- *   overwrite: in_place_updates.ts), written once, so the range changes no more after its kernel;
- * - no kernel reads the output (an in-place concat it is an operand of, directly or through reshapes,
- *   holds the placed tensor), so none has to find it written earlier than the placed tensor is;
- * - both buffers hold one stored dtype;
- * - the kernel that wrote the output writes something else too (the placed tensor, where it is the same
- *   kernel): kernels are not removed here, which would renumber them.
- * Every target runs the same plan, so the CPU and WebGPU backends read the same view.
+ * Graph outputs that are views of a piece of an in-place flat vector (issue 16): a gradient output
+ * `grad.<name>` that is a reshape of its piece of the flat gradient vector gets no kernel of its own; its
+ * buffer sits at the piece's offset (a reshape keeps the row-major order), so no kernel writes the values
+ * twice and no cuBLASLt BGRAD call needs a copy after it (145 a bert-large step). Why it is sound:
+ * DESIGN.md, notes: compiler/stages/output_views.ts.
  */
 import type { DType, Graph, NodeId } from "../../ir/mod.ts";
 import type { FusedKernel, FusionResult } from "../fusion/types.ts";

@@ -1,14 +1,9 @@
 /**
  * One source for identical kernels: the same fusion in every encoder layer lowers to kernels that differ
- * only in their names, descriptions and the buffers they are bound to, none of which is in the source
- * (the emit stage renders kernels without their description; the plan keeps it in PlanKernel.about, and
- * binds buffers by index). This stage groups the kernels of equal source and gives every
- * kernel of a group the group's one TargetKernel. Every consumer goes by these groups: kernels_generated/
- * writes one file per group (report/kernel_files.ts), the WebGPU executor builds one pipeline and the CUDA
- * executor loads one module per distinct source.
- *
- * Grouping compares sources rather than kernel IR: the IR of two layers' kernels differs in binding
- * buffer ids, and keying a 100 MB-as-JSON kernel list costs more than emitting it.
+ * only in their names, descriptions and bound buffers, none of which is in the source. This stage groups
+ * the kernels of equal source and gives every kernel of a group the group's one TargetKernel; every
+ * consumer goes by these groups (kernels_generated/ files, WebGPU pipelines, CUDA modules). Why sources,
+ * not kernel IR, are compared: DESIGN.md, notes: compiler/stages/share_sources.ts.
  */
 import type { PlanKernel, TargetKernel } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";

@@ -2,22 +2,8 @@
  * The flat gradient rule of the storage policy (storage_precision.ts): which in-place flat gradient
  * vectors, and which of their pieces, are stored in the low precision on CUDA plans with library
  * GEMMs. The optimizer reads the flat gradient twice (the global-norm pass and LAMB's phase 1): stored
- * f16/bf16, both move 2 bytes of it per parameter, and every kernel that writes a piece writes 2.
- *
- * A flat gradient is an in-place concat (fusion/in_place.ts) that no output returns whole, each of whose
- * parts is the value of a `grad.<name>` output (itself or through reshapes) written by a kernel: the
- * gradient vector the optimizer assembles (training_graph/update.ts), not the parameters' `flat.params`. All
- * of it narrows or none of it (one buffer holds one dtype), and none of it where:
- * - a piece is a scatter-add accumulator (the embedding gradient on a profile that keeps the scatter):
- *   rounding at every addition would lose the small contributions. On the GPU profiles none is: the
- *   token-type table is a masked column sum (scatter_sums.ts), the position table's gradient a pad of a
- *   column sum, and the word embedding's the decoder GEMM's sum with the scatter as its C
- *   (fusion/sums_into_gemms.ts; that C stays f32, so that call's epilogue kernel adds it: cuBLASLt takes C in
- *   D's type);
- * - a piece would start at an offset that is not a multiple of PLAN_OFFSET_ALIGN bytes when stored low
- *   (chunks of 64 elements are 128 bytes in f16: a small model's layout).
- * The outputs that are reshapes of a piece narrow with it, so that they stay views of it
- * (stages/output_views.ts needs both of one stored dtype).
+ * f16/bf16, both move 2 bytes of it per parameter, and every kernel that writes a piece writes 2. All of a
+ * vector narrows or none (what keeps it f32: DESIGN.md, notes: compiler/storage/flat_gradients.ts).
  */
 import { byteSize, type DType, type Graph, type NodeId } from "../../ir/mod.ts";
 import type { FusionResult } from "../fusion/types.ts";

@@ -1,16 +1,9 @@
 /**
- * Memory planning: liveness-based reuse of buffers across the steps of a schedule.
- *
- * Pinned buffers (inputs, parameters, outputs, anything the caller reads or writes between steps) each
- * get a slot of their own. An unpinned buffer is live from the first step that writes it to the last
- * step that reads or writes it, both inclusive; two buffers share a slot only when their live ranges are
- * disjoint. So no step ever sees two of its buffers in one slot — WebGPU forbids a writable binding that
- * aliases another binding of the same dispatch — and a value is never overwritten before its last read.
- *
- * Buffers are placed in order of their first write (ties by id), each into the free slot that fits it
- * most tightly; when no free slot is big enough, the biggest free one grows (cheaper than a new slot),
- * and only when no slot is free does a new one open. The result does not depend on the order of the
- * `buffers` array. Slot sizes are rounded up to a multiple of ALIGN bytes.
+ * Memory planning: liveness-based reuse of buffers across the steps of a schedule. Pinned buffers get a
+ * slot of their own; an unpinned buffer is live from its first write to its last access, and two share a
+ * slot only when their live ranges are disjoint (WebGPU forbids a writable binding aliasing another in one
+ * dispatch). Best-fit placement in order of first write, independent of the `buffers` order (DESIGN.md,
+ * notes: compiler/storage/memory_plan.ts).
  */
 
 /** Slot sizes are multiples of this: WebGPU wants buffer sizes in multiples of 4, and 16 keeps a vec4 load

@@ -1,72 +1,10 @@
 /**
- * Mixed-precision policy, storage level: which dtype each materialized value is stored in.
- *
- * `applyPrecision` (training_graph/mixed_precision.ts) puts the GEMMs on low-precision operands; every other value of
- * the graph stays f32. After fusion it is known which values live in buffers between kernels, and this
- * module narrows those that are activations to the low precision (f16 or bf16): half the bytes stored and
- * loaded, while every kernel still computes in f32 (a load widens stored→f32, a store rounds f32→stored;
- * compiler/lower/values.ts). The graph's types do not change: the choice is a property of the buffers.
- *
- * What stays f32, and why:
- * - graph inputs and parameters (f32 master weights, optimizer state, the feeds) and graph outputs
- *   (losses, parameter gradients, updated parameters): the interface of the step; except a parameter
- *   that is only ever rounded to the low type (an inference graph's GEMM weights, `weightsReadOnlyLow`);
- * - results of reductions and the statistics computed from them (elementwise and through views, until a
- *   broadcast takes them back to the shape of the activations; also any per-row result of a reduce
- *   kernel): LayerNorm's mean and 1/σ, softmax's max and sum, loss partials, optimizer norms. They are
- *   sums of many terms whose rounding would not average out, and their range is not an activation's
- *   (an unfused LayerNorm backward's 1/σ³-like terms exceeded f16's 65504 in BERT-tiny);
- * - the accumulator of a scatter-add (the embedding gradient): it is read, added to and written back;
- *   rounding at every addition would lose the small contributions ("gradient reductions in f32");
- * - concats and their operands, through views (the optimizer concatenates every parameter gradient into
- *   one flat f32 vector, assembled in place: the parts live inside the vector's buffer); except the flat
- *   gradient on CUDA plans (below);
- * - values that reach a graph output through elementwise ops and views only (a weight gradient GEMM
- *   feeding the parameter update `w - lr·g`): the output could not be more precise than they are, and
- *   the step's outputs are f32 by contract; except an update direction (below).
- * The update direction rule: a value that reaches the outputs only as a factor of the step `s·d` of a
- * descent `old − s·d` written back over `old` (`new:NAME`, `descentSteps`) is narrowed like an activation.
- * This is LAMB's `u` (compiler/training_graph/update.ts; AdamW's too, which fusion keeps in one kernel),
- * materialized between the pass that computes it with its per-row sums of squares and the pass that applies
- * it once the per-tensor ||u|| is known: stored low, both passes move 2 bytes of it per parameter, not 4.
- * Why that is safe:
- * - rounding u changes the step, not the state, by one rounding relative to the step (2⁻¹¹ in f16, 2⁻⁸ in
- *   bf16), far below the noise of the stochastic gradient it comes from; the weights, moments and norms
- *   stay f32, and fusion takes ||u|| from the unrounded value in the kernel computing u (only the pass
- *   applying u reads it rounded; roundTripGraph models whatever the kernels do);
- * - u is Adam-normalized, |m̂/(√v̂ + ε)| ≤ about (1−β1)/√(1−β2) ≈ 3.2 for BERT's betas (Kingma & Ba,
- *   section 2.1), plus wd·w: far inside f16's range (below its normal range, 6.1e-5, the error is at most
- *   3e-8 absolute);
- * - others store it so: apex's LAMB stage 1 (NVIDIA/apex csrc/multi_tensor_lamb_stage_1.cu) has the update
- *   type `UPD_T` of its own, dispatched float or half from the update tensor it writes
- *   (`update[i] = (UPD_T)r_p[ii]`), and NVIDIA's BERT pre-training can all-reduce the accumulated
- *   gradients in FP16 (--allreduce_post_accumulation_fp16), so LAMB's input has been through f16 there.
- * The flat gradient rule (flat_gradients.ts; CUDA plans with library GEMMs, stages/storage.ts):
- * the flat gradient vector LAMB reads, assembled in place, is stored low with its pieces and the `grad.*`
- * outputs, although they are concat operands and graph outputs. LAMB reads it twice (the global-norm pass
- * and phase 1), and each kernel writing a piece writes half the bytes (bert-large b64 on an H100, cost
- * model: 38.710 -> 38.344 ms; the tied decoder GEMM's f32 C then needs its epilogue kernel, +85 µs).
- * Why that is safe:
- * - the optimizer computes in f32 from the widened loads; rounding changes each gradient by one rounding
- *   relative to it (2⁻¹¹ in f16), far below the noise of a stochastic gradient; the moments take the
- *   rounded g, as they take f16 gradients in the two setups below; weights, moments and norms stay f32;
- * - roundTripGraph models it as it is: the kernels writing the pieces round them, and the vector, which no
- *   kernel assembles, is read from their buffers, rounded;
- * - a gradient past the low type's range is inf as stored: the global norm is then not finite and dynamic
- *   loss scaling skips the step and halves the scale (training_graph/update.ts);
- * - others do: NVIDIA's BERT pre-training's FP16 all-reduce (above), and apex's FusedLAMB
- *   (apex/optimizers/fused_lamb.py) takes the gradients of f16 parameters as f16 tensors (its g_all_16
- *   list), of which multi_tensor_l2norm takes the global norm;
- * - a scatter-add accumulator piece keeps the whole vector f32 (flat_gradients.ts lists what else does).
- * Other targets keep it f32: their plans are unchanged, and the WebGPU and C runtimes read them as before.
- * Everything else of dtype f32 that a kernel materializes is an activation (forward values saved for the
- * backward pass, activation gradients) and is narrowed. Integer and bool buffers are unchanged, and so are
- * values the graph already types f16/bf16.
- *
- * `roundTripGraph` gives the graph the fused plan computes, for the reference interpreter: each narrowed
- * value read by another kernel goes through f32→low→f32, and a low-precision GEMM whose accumulator feeds
- * a cast to f32 in its own kernel is an f32 GEMM of the widened operands (the kernel never rounds the
- * accumulator there, see lower/values.ts `convert`).
+ * Mixed-precision policy, storage level: which dtype each materialized value is stored in. After fusion the
+ * activations that live in buffers between kernels are narrowed to f16/bf16, half the bytes stored and
+ * loaded, while every kernel still computes in f32; the graph's types do not change. Interfaces, reductions
+ * and their statistics, scatter accumulators and concats stay f32, except an update direction and, on CUDA,
+ * the flat gradient. `roundTripGraph` is the graph the fused plan computes, for the reference interpreter.
+ * Why each rule is safe: DESIGN.md, notes: compiler/storage/storage_precision.ts.
  */
 import { type DType, Graph, isElementwise, isMovement, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusionResult } from "../fusion/types.ts";

@@ -1,21 +1,9 @@
 /**
  * Target profiles: what lowering tunes for a kind of device, by name, rather than as constants that suit
- * one device and hurt another. The same fused kernel is lowered differently for:
- *
- * - `lavapipe`: Mesa's software Vulkan, where WebGPU runs in CI. A workgroup there is a loop over its
- *   invocations on one CPU core and every barrier a full synchronization of them, so a row reduction is
- *   fastest as one invocation per row walking its row serially (a workgroup per row with a shared-memory
- *   tree made LayerNorm 10x slower);
- * - `cpu`: the C backend (runtime/cpu/), where a workgroup is a loop on one core, as on lavapipe;
- * - `webgpu-gpu` and `cuda-sm90`: a real GPU. One thread per row makes neighbouring threads read addresses a
- *   row apart (uncoalesced: each warp load touches 32 cache lines instead of one or two) and leaves the GPU
- *   idle when rows are few (a LayerNorm at batch 64, sequence 128 is 8192 rows = 32 blocks of 256 threads
- *   on an H100's 132 SMs). A workgroup per row reads the row with consecutive threads on consecutive
- *   elements and reduces across the workgroup (warp shuffles on CUDA, codegen/cuda.ts), one block per row:
- *   8192 blocks.
- *
- * The binding limits are not part of a profile: they are the adapter's, requested and passed as
- * KernelOptions.maxBindings by the backend that opened it (engine/backends.ts).
+ * one device and hurt another: `lavapipe` and `cpu`, where a workgroup is a loop on one CPU core (a row
+ * reduction is one invocation per row), and `webgpu-gpu` and `cuda-sm90`, real GPUs (a workgroup per row,
+ * coalesced). Binding limits are the adapter's, not a profile's: KernelOptions.maxBindings, passed by the
+ * backend that opened it (engine/backends.ts). Measurements: DESIGN.md, notes: compiler/targets/profiles.ts.
  */
 
 import { H100_SXM } from "./h100.ts";

@@ -1,11 +1,10 @@
 /**
- * Reverse-mode autodiff: appends to a copy of the forward graph the backward nodes that compute the
- * gradient of a scalar loss with respect to parameters, using the per-op rules of vjp.ts.
- *
- * Only nodes on a path from a wanted parameter to the loss get a cotangent: a forward sweep marks the
- * nodes that depend differentiably on a wanted parameter, a backward sweep marks the loss's ancestors,
- * and the backward pass visits their intersection once, in reverse id order. Everything is arrays
- * indexed by node id, so the pass is linear in the size of the graph.
+ * Reverse-mode autodiff: appends to a copy of the forward graph the backward nodes that compute the gradient
+ * of a scalar loss with respect to parameters, using the per-op rules of vjp.ts. Only nodes on a path from a
+ * wanted parameter to the loss get a cotangent: a forward sweep marks the nodes that depend differentiably on
+ * a wanted parameter, a backward sweep marks the loss's ancestors, and the backward pass visits their
+ * intersection once, in reverse id order. Everything is arrays indexed by node id, so the pass is linear in
+ * the size of the graph.
  */
 import { Graph, IRError, isFloat, type NodeId, numel } from "../../ir/mod.ts";
 import { GraphEditor } from "../graph/edit.ts";

@@ -1,18 +1,9 @@
 /**
  * The flat layout the optimizer works in: every parameter (and its gradient and moments) is a range of one
  * vector of P elements, so the update of all parameters is a few kernels over that vector rather than a
- * few kernels per tensor (NVIDIA's multi-tensor LAMB does the same with lists of pointers; here the memory
- * plan places the tensors inside the vector, compiler/fusion/in_place.ts).
- *
- * LAMB needs per-tensor norms. The vector is viewed as [chunks, CHUNK] rows and every tensor starts on a
- * chunk boundary (its last chunk padded with zeros), so a tensor is a run of whole rows: per-row sums of
- * squares are one row reduction over the vector, and a tensor's norm is the sum of its run of row sums.
- *
- * Groups: a device may bind only so many bytes at once (WebGPU's maxStorageBufferBindingSize: 128 MiB on
- * lavapipe, while bert-base's vector is 444 MB). The vector is then cut into contiguous groups of whole
- * tensors, each at most a byte budget, and the optimizer graph works on one vector per group (global
- * scalars, the gradient norm, combine the groups' partial sums). Offsets stay global: on the host the
- * flat vector remains one logical vector (checkpoints hold it whole), and a group is a range of it.
+ * few kernels per tensor. Tensors start on CHUNK boundaries, so LAMB's per-tensor norms are sums of row
+ * sums; a device's binding limit cuts the vector into groups of whole tensors, offsets staying global
+ * (DESIGN.md, notes: compiler/training_graph/flat_layout.ts).
  */
 import type { Graph } from "../../ir/mod.ts";
 

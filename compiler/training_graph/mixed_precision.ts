@@ -2,16 +2,8 @@
  * Mixed-precision policy, GEMM level: matmuls run on f16 (or bf16) operands with f32 accumulation and
  * their results return to f32, so every reduction (LayerNorm, softmax, losses) and every parameter stays
  * f32. The casts sit next to the matmul, so fusion folds them into the GEMM's operand loads and epilogue.
- *
- * The storage half is decided after fusion (compiler/storage/storage_precision.ts): activations that cross
- * between kernels are stored in the low precision while every kernel computes in f32. The cast back to
- * f32 costs nothing in the fused kernel (its epilogue reads the f32 accumulator, never rounded to f16;
- * the stored result is narrowed by the storage policy). Rounding the GEMM result to f16 before the
- * epilogue instead (bias, GELU, residual, LayerNorm input from an f16 value) would save no bytes, and
- * accuracy did not decide it: on BERT-tiny (fixture, batch 4, sequence 16, three seeds, f16 storage) the
- * gradients' relative L2 error against the f32 graph was 6.4–6.8e-4 from the f32 accumulator and
- * 5.9–6.2e-4 rounded (3.9–4.9e-4 either way with f32 storage), the loss's 1e-7–5e-6 either way: a
- * difference well under what the storage narrowing itself costs, not worth a conversion per element.
+ * The storage half is compiler/storage/storage_precision.ts. Why the epilogue reads the f32 accumulator,
+ * not a result rounded to f16 (measured): DESIGN.md, notes: compiler/training_graph/mixed_precision.ts.
  */
 import { type DType, Graph, type MixedPrecision, type NodeId } from "../../ir/mod.ts";
 

@@ -2,27 +2,8 @@
  * The optimizer step as graph nodes, appended to a differentiated training graph: LAMB or AdamW over every
  * parameter at once, with dynamic loss scaling, global gradient-norm clipping, the learning-rate schedule
  * and gradient accumulation — all on the device, so a step needs no round trip to the host (the host reads
- * `train.state` only when it logs).
- *
- * Everything works on flat vectors in the layout of layout.ts: the parameters and the gradients are
- * concatenated (assembled in place by the memory plan, so nothing is copied), the moments are flat inputs.
- * Fusion turns the whole update into a handful of kernels regardless of the number of tensors: per-chunk
- * sums of squares, per-tensor norms, the elementwise update.
- *
- * The math, per step t (1-based count of applied updates), g the summed gradient of the scaled loss:
- *   g  <- g / (loss_scale * accumulation_steps)               unscale, average micro-batches
- *   ok <- ||g|| is finite                                      overflow check (fp16)
- *   g  <- g / max(1, ||g|| / max_grad_norm)                    global clipping (NVIDIA's LAMB and BERT's Adam)
- *   m  <- b1 m + (1-b1) g;   v <- b2 v + (1-b2) g^2
- *   LAMB:  u = (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd w;  r = ||w||/||u|| for decayed tensors
- *          with both norms > 0, else 1;  w <- w - lr r u       (You et al. 2019; apex multi_tensor_lamb:
- *          bias correction on, trust ratio only where weight decay applies)
- *   AdamW: u = m/(sqrt(v) + eps) + wd w;  w <- w - lr u          (BERT's AdamWeightDecayOptimizer: no bias
- *          correction, decoupled weight decay)
- *   lr = base * p/warmup while p = t/total_steps < warmup, else base * (1-p)^degree (NVIDIA's
- *   PolyWarmUpScheduler; degree 0.5 in run_pretraining.py)
- * When !ok the step is skipped: weights, moments and t keep their values and the loss scale halves (not
- * below its floor); after `scaleWindow` clean steps in a row it doubles.
+ * `train.state` only when it logs). It works on flat vectors (flat_layout.ts), so fusion makes the whole
+ * update a handful of kernels. The math, per step: DESIGN.md, notes: compiler/training_graph/update.ts.
  */
 import type { Graph, NodeId } from "../../ir/mod.ts";
 import { GraphEditor } from "../graph/edit.ts";

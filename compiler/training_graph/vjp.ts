@@ -1,15 +1,9 @@
 /**
  * The vector-Jacobian product of every primitive op, as one table keyed by op name. The mapped type
- * makes a missing op a type error, so adding a row to ir/ops.ts forces a decision here.
- *
- * A rule sees the forward node `n` (its operands and result stay available, so derivatives reuse the
- * forward values: exp's is g*y, not g*exp(x)), the id `g` of the cotangent of n's result (same type as
- * n), and `want[i]`, whether operand i needs a cotangent at all (so no backward nodes are built for an
- * operand off the path to the loss). It returns, per operand, the id of that operand's cotangent, or
- * undefined where the operand gets none (integer and bool operands, where's condition, gather indices).
- * A row of `null` means the op never passes a gradient to any operand.
- *
- * Rules emit only ops of the forward op set, so fusion and codegen need no backward-only kernels.
+ * makes a missing op a type error, so adding a row to ir/ops.ts forces a decision here. A rule gets the
+ * forward node (so derivatives reuse forward values), its cotangent and which operands want one, and returns
+ * each operand's cotangent id or undefined; rules emit only forward ops, so fusion and codegen need no
+ * backward-only kernels (DESIGN.md, notes: compiler/training_graph/vjp.ts).
  */
 import { isFloat, type Node, type NodeId } from "../../ir/mod.ts";
 import type { OpName } from "../../ir/ops.ts";

@@ -1,15 +1,9 @@
 /**
  * GEMMs on the CPU through OpenBLAS's cblas_sgemm, driven by the same library-call descriptors the
- * CUDA runtime hands cuBLASLt (plan/plan.ts PlanGemm, derived once by the compiler's `library-calls`
- * stage): row-major D[β] = op(A[β]) · op(B[β]), alpha 1, beta 0, f32 accumulation. The descriptor's
- * layout is BLAS's own row-major convention (op(X)[i][j] = X[i·ld + j], or X[j·ld + i] transposed), so
- * each batch entry is one cblas_sgemm. sgemm takes f32 operands only: a GEMM with f16 or bf16 operands
- * runs as the template kernel instead.
- *
- * Found in `$BERTFUSE_BLAS` (a path to the library), Debian's builds, the system loader's cache
- * (`ldconfig -p`), then the usual folders; opened once per process, single-threaded: the thread pool
- * (pool.c `bf_gemm`) cuts each GEMM into blocks and runs one sgemm per block on its threads, so the
- * process has one set of threads for GEMMs and kernels alike.
+ * CUDA runtime hands cuBLASLt (plan/plan.ts PlanGemm): one cblas_sgemm per batch entry, f32 operands only
+ * (f16/bf16 GEMMs run as the template kernel). Opened once per process, single-threaded: the thread pool
+ * (pool.c `bf_gemm`) runs one sgemm per block, so GEMMs and kernels share one set of threads (where the
+ * library is found: DESIGN.md, notes: runtime/cpu/blas.ts).
  */
 import type { PlanGemm } from "../../plan/plan.ts";
 import { env } from "./cc.ts";

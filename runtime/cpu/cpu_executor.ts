@@ -1,12 +1,10 @@
 /**
  * Executes a Plan on the CPU: the plan's C kernels (compiler/codegen/c.ts) compiled into shared libraries
- * (cc.ts, cached on disk) and loaded with Deno.dlopen; one arena for the whole memory plan, laid out as
- * the CUDA runtime lays out device memory (runtime/cuda/layout.ts: slots at 256-byte offsets, zeroed
- * once); the step program as a list of prepared calls: kernel launches, BLAS GEMMs (blas.ts) with their
- * epilogue kernels, copies, then the parameter updates. Nothing is allocated per step.
- *
- * Kernel ABI: `void bf_kernel_<i>(void* const* args)`, one address per binding in binding-index order;
- * each kernel runs its whole grid (on the thread pool) before returning, so a step is the calls in order.
+ * (cc.ts, cached on disk) and loaded with Deno.dlopen; one arena for the whole memory plan, laid out as the
+ * CUDA runtime lays out device memory (runtime/arena.ts: slots at 256-byte offsets, zeroed once); the
+ * step program as a list of prepared calls: kernel launches, BLAS GEMMs (blas.ts) with their epilogue
+ * kernels, copies, then the parameter updates. Nothing is allocated per step (the kernel ABI: DESIGN.md,
+ * notes: runtime/cpu/cpu_executor.ts).
  */
 import {
   languageRefusal,

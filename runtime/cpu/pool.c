@@ -2,21 +2,8 @@
  * The CPU backend's thread pool, in C (pool.ts builds it once per process and every kernel library
  * links it): `bf_parallel(body, args, n)` runs body(args, lo, hi) over [0, n) in chunks that
  * the calling thread and the pool's helpers claim one at a time; `bf_gemm` runs a library GEMM as
- * single-threaded sgemm calls on blocks of the result, claimed the same way.
- *
- * Why not OpenMP: an OpenMP region ends at a barrier that every thread of the team must reach, so on a
- * machine whose cores are shared (two cores and a second process), every kernel waits for a worker the
- * scheduler has not run yet: a step of ~120 kernels then took several scheduler time slices. Here the
- * caller waits only for chunks a helper has claimed; a helper that is not running claims none, and
- * the caller does the rest alone. A helper spins a few milliseconds after each job (kernels follow
- * each other microseconds apart) and then sleeps on a futex, so a process that stops computing stops
- * using the cores.
- *
- * Claims: one 64-bit word holds the job's generation (24 bits), its chunk count and the next chunk (20
- * bits each); a helper claims by compare-and-swap on the whole word, so a helper still holding a
- * finished job's description can never claim a chunk of the next job. The caller rewrites the job's
- * description only after every chunk of the previous one has finished, and a claim succeeds only while
- * a chunk of its job is left, so a claimed chunk always ran with its own job's description.
+ * single-threaded sgemm calls on blocks of the result, claimed the same way. Not OpenMP: the caller waits
+ * only for chunks a helper has claimed, which matters on shared cores (DESIGN.md, notes: runtime/cpu/pool.c).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -1,20 +1,9 @@
 /**
  * cuBLASLt (libcublasLt.so) through Deno FFI, for GEMMs on CUDA (DESIGN principle 5), with its bias and
  * bias-gradient epilogues. The executor runs plans' library GEMMs (PlanKernel.library) through `LtCall`;
- * bench/gpu_check.ts checks it against the CPU.
- *
- * C signatures from cuBLASLt's documented API (cublasLt.h is not installed on the development machine):
- * cublasStatus_t is a C enum (i32); handles and descriptors are pointers; cublasComputeType_t,
- * cudaDataType_t and the attribute enums are C enums (i32); `cublasLtMatrixLayoutCreate(layout*, cudaDataType
- * type, uint64_t rows, uint64_t cols, int64_t ld)`; `cublasLtMatmul(handle, desc, const void* alpha, A, Adesc,
- * B, Bdesc, const void* beta, C, Cdesc, D, Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace, size_t
- * workspaceSize, cudaStream_t stream)` with A..D device addresses (u64 here) and alpha/beta host pointers;
- * cublasLtMatmulHeuristicResult_t is 96 bytes with the algo (64 bytes) first and `state` (i32) at byte 72.
- *
- * Row-major tensors on a column-major library: a row-major [m, n] D is a column-major [n, m] Dᵀ, and
- * Dᵀ = op(B)ᵀ·op(A)ᵀ, so B is passed as cuBLASLt's "A" and A as its "B", each with its row-major leading
- * dimension. The bias epilogue adds a vector along Dᵀ's rows, i.e. one value per output column of D: a
- * linear layer's bias.
+ * bench/gpu_check.ts checks it against the CPU. Row-major tensors on a column-major library: D is computed
+ * as Dᵀ = op(B)ᵀ·op(A)ᵀ, B passed as cuBLASLt's "A". The C signatures, from the documented API (no
+ * cublasLt.h here): DESIGN.md, notes: runtime/cuda/cublaslt.ts.
  */
 import type { CudaDriver, DevicePtr, Pointer } from "./driver.ts";
 import { CudaError } from "./cuda_errors.ts";

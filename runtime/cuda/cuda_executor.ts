@@ -1,25 +1,10 @@
 /**
  * Executes a Plan on an NVIDIA GPU through the driver API. Everything that can be made once is made in
- * `create`: one device allocation (the arena, see layout.ts) zeroed, one module per distinct kernel
+ * `create`: one device allocation (the arena, see runtime/arena.ts) zeroed, one module per distinct kernel
  * source (NVRTC, cached on disk), the kernel arguments of every launch, and a CUDA graph holding the whole
  * step program (padding re-zeroed, launches, copies, then the parameter updates) so a step is one
- * cuGraphLaunch. The program runs once uncaptured before capture (warmUp).
- *
- * Kernel ABI (compiler/codegen/cuda.ts emits it): `extern "C" __global__ void bf_kernel(T0* b0, ...)`, one
- * device pointer per binding in binding-index order; grid = TargetKernel.grid blocks, block =
- * (workgroupSize, 1, 1); no dynamic shared memory.
- *
- * GEMMs: a matmul kernel with a library variant (PlanKernel.library) runs as one cublasLtMatmul (its
- * algorithm chosen once per distinct call by cuBLASLt's heuristic, with the cuBLASLt workspace) followed by
- * its epilogue kernel, when there is one; `BERTFUSE_CUDA_GEMM=template` runs the tiled template kernel
- * instead, so the two can be measured against each other. Both are captured into the CUDA graph alike.
- * A call with a bias-gradient epilogue (PlanGemm.epilogue "bgrad") computes column sums whose kernels the
- * plan keeps as its fallback: they are left out of the program where the call runs with the epilogue, and
- * launched where it cannot (a heuristic miss: one warning line, the call without the epilogue; the
- * template GEMM).
- *
- * Ordering: the executor's stream is a blocking stream, so the synchronous cuMemcpyHtoD/DtoH of write()
- * and read() (legacy default stream) wait for steps already launched, and later steps wait for them.
+ * cuGraphLaunch, after one uncaptured run (warmUp). The ABI, library GEMMs and their fallbacks, stream
+ * ordering: DESIGN.md, notes: runtime/cuda/cuda_executor.ts.
  */
 import {
   languageRefusal,

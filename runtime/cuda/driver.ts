@@ -1,14 +1,8 @@
 /**
- * The CUDA driver API (libcuda.so.1) through Deno FFI, and a thin checked wrapper over it.
- *
- * C types as passed (x86-64 Linux, checked against CUDA 13.0's cuda.h): CUresult and the enums are C
- * ints (i32); CUdevice is int; CUdeviceptr is unsigned long long (u64); size_t is usize; handles (CUcontext,
- * CUstream, CUevent, CUmodule, CUfunction, CUgraph, CUgraphExec) are pointers; out-parameters are
- * "buffer" (a typed array the callee writes into). Versioned entry points are bound by their exported
- * names (cuMemAlloc_v2 and so on), as cuda.h's #defines would pick them.
- *
- * Every call goes through `check`: a non-zero status throws a CudaError naming the call, the status
- * (cuGetErrorName) and the kernel, when the caller says which.
+ * The CUDA driver API (libcuda.so.1) through Deno FFI, and a thin checked wrapper over it, with C types as
+ * checked against CUDA 13.0's cuda.h (DESIGN.md, notes: runtime/cuda/driver.ts). Every call goes through
+ * `check`: a non-zero status throws a CudaError naming the call, the status (cuGetErrorName) and the
+ * kernel, when the caller says which.
  */
 import { CudaError, CudaUnavailableError } from "./cuda_errors.ts";
 import { discover, type DiscoverOptions, openDiscovered } from "./libs.ts";

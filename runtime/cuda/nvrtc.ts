@@ -1,11 +1,10 @@
 /**
- * NVRTC (libnvrtc.so) through Deno FFI: CUDA C source to a CUBIN for the device's exact architecture.
- *
- * C signatures (NVRTC's documented API; nvrtc.h is not installed on the development machine): nvrtcResult
- * is a C enum (i32); nvrtcProgram is an opaque pointer; `nvrtcCreateProgram(nvrtcProgram* prog, const char*
- * src, const char* name, int numHeaders, const char* const* headers, const char* const* includeNames)`;
- * `nvrtcCompileProgram(nvrtcProgram, int numOptions, const char* const* options)`; the size getters write
- * a size_t; `nvrtcGetErrorString(nvrtcResult)` returns a const char*.
+ * NVRTC (libnvrtc.so) through Deno FFI: CUDA C source to a CUBIN for the device's exact architecture. C
+ * signatures (NVRTC's documented API; nvrtc.h is not installed on the development machine): nvrtcResult is a
+ * C enum (i32); nvrtcProgram is an opaque pointer; `nvrtcCreateProgram(nvrtcProgram* prog, const char* src,
+ * const char* name, int numHeaders, const char* const* headers, const char* const* includeNames)`;
+ * `nvrtcCompileProgram(nvrtcProgram, int numOptions, const char* const* options)`; the size getters write a
+ * size_t; `nvrtcGetErrorString(nvrtcResult)` returns a const char*.
  */
 import { cString, cStringArray } from "./driver.ts";
 import { CudaError } from "./cuda_errors.ts";

@@ -1,16 +1,8 @@
 /**
- * The files NVRTC needs besides libnvrtc itself, and what of them goes into the kernel cache key.
- *
- * - libnvrtc-builtins.so.X.Y: libnvrtc dlopens it by soname at the first compile. A Python wheel's
- *   nvidia/<pkg>/lib is on no loader path (PyTorch preloads it), so that compile fails with "failed to open
- *   libnvrtc-builtins.so.X.Y". Loading it first from the folder libnvrtc came from makes the loader find
- *   the already-loaded object by its soname.
- * - The CUDA headers (cuda_fp16.h, cuda_bf16.h and what they include): NVRTC 13 no longer finds them by
- *   itself, so the folder goes on the include path (-I). Headers that match NVRTC's major version are
- *   preferred: a CUDA 13 cuda_fp16.h under NVRTC 12 (or the reverse) may not compile.
- * - The cache key must not depend on where the headers are (a wheel folder, /usr/local/cuda-13.0, a cache
- *   copied to another machine), only on what they say: the -I options are keyed as a SHA-256 of the
- *   headers' contents.
+ * The files NVRTC needs besides libnvrtc itself, and what of them goes into the kernel cache key:
+ * libnvrtc-builtins (loaded first from libnvrtc's folder, which no loader path names in a Python wheel),
+ * the CUDA headers (on the include path, of NVRTC's major version where there is a choice), and a cache key
+ * that depends on the headers' contents, not their folder (DESIGN.md, notes: runtime/cuda/nvrtc_files.ts).
  */
 import { createHash } from "node:crypto";
 import { byVersionDesc, listDir } from "./libs.ts";

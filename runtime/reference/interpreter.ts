@@ -1,11 +1,9 @@
 /**
- * The reference interpreter: runs any tensor graph on the CPU, slowly and obviously. It is the numeric
- * oracle for every generated kernel.
- *
- * Precision: in "f64" mode float math is done in doubles and f32 nodes are not rounded (for gradient
- * checks); in "f32" mode every f32 node's result is rounded to f32. In both modes f16 and bf16 nodes are
- * rounded to their format after each op (round to nearest even), which emulates low-precision storage
- * faithfully; reductions and matmuls accumulate in f64 before that single rounding.
+ * The reference interpreter: runs any tensor graph on the CPU, slowly and obviously. It is the numeric oracle
+ * for every generated kernel. Precision: in "f64" mode float math is done in doubles and f32 nodes are not
+ * rounded (for gradient checks); in "f32" mode every f32 node's result is rounded to f32. In both modes f16
+ * and bf16 nodes are rounded to their format after each op (round to nearest even), which emulates
+ * low-precision storage faithfully; reductions and matmuls accumulate in f64 before that single rounding.
  */
 import { type DType, type Graph, IRError, type NodeId, numel, typeToString } from "../../ir/mod.ts";
 import { roundBF16, roundF16 } from "../../numeric/half.ts";

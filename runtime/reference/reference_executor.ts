@@ -1,11 +1,10 @@
 /**
- * The reference interpreter as a stateful step executor, with the same surface the device executors give
- * the training driver: write inputs and parameters by name, step, read outputs and state. After each step
- * the `new:<name>` outputs become the values of `<name>`, as the plans' update copies do — including a flat
- * vector assembled from parameters (`flat.params`), whose new value is split back into the parameters.
- *
- * Slow and exact (f32 rounding of every op): the fallback when no GPU or WebGPU adapter is present, and a
- * second opinion for tests.
+ * The reference interpreter as a stateful step executor, with the same surface the device executors give the
+ * training driver: write inputs and parameters by name, step, read outputs and state. After each step the
+ * `new:<name>` outputs become the values of `<name>`, as the plans' update copies do — including a flat
+ * vector assembled from parameters (`flat.params`), whose new value is split back into the parameters. Slow
+ * and exact (f32 rounding of every op): the fallback when no GPU or WebGPU adapter is present, and a second
+ * opinion for tests.
  */
 import { type Graph, IRError, type NodeId, numel } from "../../ir/mod.ts";
 import { UPDATE_PREFIX } from "../../plan/plan.ts";
