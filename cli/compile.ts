@@ -17,7 +17,7 @@ import { kebabFlags } from "./flag_spelling.ts";
 const HELP = `
 deno task compile MODEL [--mode train|infer] [--precision fp32|fp16|bf16] [--target NAME[,NAME]|all]
                         [--no-fuse] [--batch-size N] [--seq-len S] [--max-predictions P]
-                        [--out DIR] [--summary FILE] [--measured FILE]
+                        [--out DIR] [--summary FILE] [--measured FILE] [--compare-unfused]
 
 Compiles a model (a models/*.ts file or a config.json) for one training step (forward, backward and
 parameter update) or for inference, for one target at a time (a plan holds one language), and writes
@@ -41,11 +41,15 @@ wgsl/*.wgsl or c/*.c), the plan (plan.json) and a fusion report (report.md).
                      "bytes_per_step","peak_bytes","gemm_flops","gemm_flops_library",
                      "predicted_step_ms","predicted_seq_per_s","compile_ms"} as JSON (predictions: the
                      H100 cost model, cuda-sm90 only; null otherwise)
+  --compare-unfused  also compile the unfused baseline (about a quarter of the time) for the report's and
+                     the summary line's comparison columns
   --measured FILE    per-kernel GPU times, {"kernels": {name: ms}} (bench/gpu_train.ts --timings writes it from a
                      DEBUG=2 profile) or a flat {name: ms}: the report's H100 tables gain a measured column
 
 Environment: DEBUG, DUMP_DIR, SKIP_PASSES, FUSION_FUEL (see the README).
 `;
+
+const mibOf = (bytes: number) => (bytes / 2 ** 20).toFixed(1);
 
 /** The targets --target names: one or several, comma-separated, or all. */
 function targetsOf(flag: string | undefined): TargetName[] {
@@ -69,6 +73,7 @@ await runMain(async () => {
       precision: { type: "string" },
       target: { type: "string" },
       "no-fuse": { type: "boolean" },
+      "compare-unfused": { type: "boolean" },
       "batch-size": { type: "string" },
       "seq-len": { type: "string" },
       "max-predictions": { type: "string" },
@@ -135,9 +140,9 @@ await runMain(async () => {
   console.error(`${name}: ${graph.nodes.length} graph nodes; compiling (${fuse ? "fused" : "unfused"})…`);
   for (const t of targets) {
     const compiled = compileGraph(graph, { fuse, target: TARGETS[t] });
-    const baseline = fuse
-      ? compileGraph(graph, { fuse: false, target: TARGETS[t], render: false })
-      : compiled;
+    const baseline = !values["compare-unfused"] || !fuse
+      ? undefined
+      : compileGraph(graph, { fuse: false, target: TARGETS[t], render: false });
     const command = `deno task compile ${
       [
         modelPath,
@@ -148,6 +153,7 @@ await runMain(async () => {
         "--target",
         t,
         ...(fuse ? [] : ["--no-fuse"]),
+        ...(baseline ? ["--compare-unfused"] : []),
         "--batch-size",
         batchSize,
         "--seq-len",
@@ -168,13 +174,14 @@ await runMain(async () => {
       compile_ms: Math.round(compileMs),
     };
     if (values.summary) await writeFileAtomic(values.summary, JSON.stringify(figures, null, 2) + "\n");
-    const base = figuresOf(baseline);
+    const base = baseline && figuresOf(baseline);
+    const vs = (n: number | string | undefined) => (n === undefined ? "" : ` (${n} unfused)`);
     console.log(
-      `${outDirOf(t)}: ${figures.kernels} kernels (${base.launches_per_step} unfused), ${
-        (figures.bytes_per_step / 2 ** 20).toFixed(1)
-      } MiB moved per step (${(base.bytes_per_step / 2 ** 20).toFixed(1)} unfused), peak ${
-        (figures.peak_bytes / 2 ** 20).toFixed(1)
-      } MiB, ${(compileMs / 1000).toFixed(2)} s`,
+      `${outDirOf(t)}: ${figures.kernels} kernels${vs(base?.launches_per_step)}, ${
+        mibOf(figures.bytes_per_step)
+      } MiB ` +
+        `moved per step${vs(base && mibOf(base.bytes_per_step))}, peak ${mibOf(figures.peak_bytes)} MiB, ` +
+        `${(compileMs / 1000).toFixed(2)} s`,
     );
   }
 });
