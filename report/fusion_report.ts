@@ -263,32 +263,20 @@ export function fusionReport(
       ["**all**", `**${u?.launches_per_step}**`, `**${f.launches_per_step}**`],
     ]).map((l) => l.replace("| | ", "| kind | ")),
   );
-  if (u) {
-    lines.push(
-      "",
-      `Fused launches are ${ratio(f.launches_per_step, u.launches_per_step)}× the unfused count.`,
-    );
-  }
+  const times = u && ratio(f.launches_per_step, u.launches_per_step);
+  if (times) lines.push("", `Fused launches are ${times}× the unfused count.`);
   lines.push("", "## Memory traffic and footprint (estimates)", "");
-  const peak = (c: Compiled | undefined, reuse: boolean) =>
-    c && (reuse ? c.memory.bytesWithReuse : c.memory.bytesWithoutReuse);
+  const bytes = (
+    c: Compiled,
+  ) => [figuresOf(c).bytes_per_step, c.memory.bytesWithReuse, c.memory.bytesWithoutReuse];
+  const fb = bytes(fused), ub = unfused && bytes(unfused);
+  const labels = [
+    "bytes moved per step",
+    "peak buffer bytes, with reuse",
+    "peak buffer bytes, without reuse",
+  ];
   lines.push(
-    ...table(u !== undefined, [
-      [
-        "bytes moved per step",
-        u && mib(u.bytes_per_step),
-        mib(f.bytes_per_step),
-        u && ratio(f.bytes_per_step, u.bytes_per_step),
-      ],
-      ...[true, false].map((reuse) =>
-        [
-          `peak buffer bytes, with${reuse ? "" : "out"} reuse`,
-          unfused && mib(peak(unfused, reuse)!),
-          mib(peak(fused, reuse)!),
-          unfused && ratio(peak(fused, reuse)!, peak(unfused, reuse)!),
-        ] as const
-      ),
-    ]),
+    ...table(!!ub, labels.map((l, i) => [l, ub && mib(ub[i]), mib(fb[i]), ub && ratio(fb[i], ub[i])])),
   );
   lines.push(
     "",
