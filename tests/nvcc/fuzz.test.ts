@@ -13,7 +13,8 @@ import { cudaShimDevice } from "../util/fuzz_devices.ts";
 
 const version = await cxxVersion();
 if (!version) console.log(`CUDA fuzz ignored: ${CXX} not found`);
-const FIXED = Number(Deno.env.get("FUZZ_CUDA_COUNT") ?? 448);
+// 256 fixed seeds: the CI run stays under its 30 minutes (issue 27); deno task fuzz runs more.
+const FIXED = Number(Deno.env.get("FUZZ_CUDA_COUNT") ?? 256);
 const EXTRA = Number(Deno.env.get("FUZZ_CUDA_EXTRA") ?? 64);
 
 Deno.test({
