@@ -6,7 +6,8 @@
  * library is found: DESIGN.md, notes: runtime/cpu/blas.ts).
  */
 import type { PlanGemm } from "../../plan/plan.ts";
-import { env } from "./cc.ts";
+import { env } from "../code_cache.ts";
+import { firstMatch, ldSoConfDirs, SYSTEM_LIB_DIRS } from "../library_finder.ts";
 import { CpuError } from "./cpu_errors.ts";
 import type { Pool } from "./pool.ts";
 
@@ -24,41 +25,27 @@ export interface Blas {
 
 const CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112;
 
-const NAMES = ["libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0", "libopenblaso.so.0"];
-const FOLDERS = [
-  "/usr/lib/x86_64-linux-gnu",
-  "/usr/lib/x86_64-linux-gnu/openblas-pthread",
-  "/usr/lib/x86_64-linux-gnu/openblas-openmp",
-  "/usr/lib/aarch64-linux-gnu",
-  "/usr/lib/aarch64-linux-gnu/openblas-pthread",
-  "/usr/lib64",
-  "/usr/lib",
-  "/usr/local/lib",
-  "/opt/OpenBLAS/lib",
-];
+/** OpenBLAS's sonames: the plain build, and the pthread/OpenMP ones some distributions name apart. */
+const OPENBLAS = /^libopenblas[po]?\.so(\.\d+)*$/;
 
-/** Paths OpenBLAS may be at, best first. */
+/** Paths OpenBLAS may be at, best first (runtime/library_finder.ts searches the folders). */
 function candidates(): string[] {
-  const out: string[] = [];
   const explicit = env("BERTFUSE_BLAS");
-  if (explicit) out.push(explicit);
   // The pthread build first: run single-threaded it starts no threads at all, where the OpenMP build
   // loads libgomp (single-threaded too, through each calling thread's OpenMP setting; pool.c).
-  for (const arch of ["x86_64", "aarch64"]) {
-    out.push(`/usr/lib/${arch}-linux-gnu/openblas-pthread/libopenblas.so.0`);
-    out.push(`/usr/lib/${arch}-linux-gnu/openblas-openmp/libopenblas.so.0`);
-  }
-  try {
-    const r = new Deno.Command("ldconfig", { args: ["-p"], stdout: "piped", stderr: "null" }).outputSync();
-    for (const line of new TextDecoder().decode(r.stdout).split("\n")) {
-      const m = line.match(/^\s*(libopenblas\S*\.so\S*)\s.*=>\s*(\S+)/);
-      if (m) out.push(m[2]);
-    }
-  } catch {
-    // no ldconfig, or no --allow-run: the folders below
-  }
-  for (const d of FOLDERS) for (const n of NAMES) out.push(`${d}/${n}`);
-  return [...new Set(out)];
+  const variants = ["x86_64", "aarch64"].flatMap((a) =>
+    ["pthread", "openmp"].map((v) => `/usr/lib/${a}-linux-gnu/openblas-${v}`)
+  );
+  const dirs = [
+    ...(env("LD_LIBRARY_PATH") ?? "").split(":").filter((d) => d),
+    ...SYSTEM_LIB_DIRS,
+    ...ldSoConfDirs(),
+    "/usr/lib",
+    "/usr/local/lib",
+    "/opt/OpenBLAS/lib",
+  ];
+  const found = [...variants, ...dirs].map((d) => firstMatch([d], OPENBLAS)).filter((p) => p !== null);
+  return [...new Set([...(explicit ? [explicit] : []), ...found])];
 }
 
 /**

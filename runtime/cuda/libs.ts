@@ -8,6 +8,8 @@
  */
 
 import { CudaUnavailableError } from "./cuda_errors.ts";
+import { env as defaultEnv } from "../code_cache.ts";
+import { firstMatch, ldSoConfDirs, listDir, subdirs, SYSTEM_LIB_DIRS } from "../library_finder.ts";
 
 export type CudaLibraryName = "cuda" | "nvrtc" | "cublasLt";
 
@@ -56,64 +58,6 @@ export interface DiscoverOptions {
   readonly systemDirs?: readonly string[];
 }
 
-function defaultEnv(name: string): string | undefined {
-  try {
-    return Deno.env.get(name);
-  } catch {
-    return undefined; // no --allow-env: discovery still works from the fixed folders
-  }
-}
-
-/** The names in `dir`, or none when it cannot be read. */
-export function listDir(dir: string): string[] {
-  try {
-    return [...Deno.readDirSync(dir)].map((e) => e.name);
-  } catch {
-    return [];
-  }
-}
-
-function isFile(path: string): boolean {
-  try {
-    return Deno.statSync(path).isFile; // follows symlinks: a dangling link does not count
-  } catch {
-    return false;
-  }
-}
-
-/** Folders matching `parent/<name matching re>`, newest version first (cuda-13.0 before cuda-12.4). */
-function subdirs(parent: string, re: RegExp): string[] {
-  return listDir(parent).filter((n) => re.test(n)).sort(byVersionDesc).map((n) => `${parent}/${n}`);
-}
-
-/** Numeric parts of a name, compared left to right; more parts (a full soname) after fewer on a tie. */
-function versionOf(name: string): number[] {
-  return (name.match(/\d+/g) ?? []).map(Number);
-}
-
-/** Newest version first, by the numeric parts of two names (`versionOf`); then by name. */
-export function byVersionDesc(a: string, b: string): number {
-  const va = versionOf(a), vb = versionOf(b);
-  for (let i = 0; i < Math.max(va.length, vb.length); i++) {
-    const d = (vb[i] ?? -1) - (va[i] ?? -1);
-    if (d !== 0) return d;
-  }
-  return a < b ? -1 : a > b ? 1 : 0;
-}
-
-/**
- * Within one folder: the soname-like file with the highest major version; libfoo.so.13 before
- * libfoo.so.13.0.88 (the loader's usual name; they are normally links to one file), and the bare .so last.
- */
-function rank(names: readonly string[]): string[] {
-  return [...names].sort((a, b) => {
-    const va = versionOf(a.replace(/^lib[A-Za-z]+/, "")), vb = versionOf(b.replace(/^lib[A-Za-z]+/, ""));
-    if (va.length === 0 || vb.length === 0) return vb.length - va.length;
-    if (va[0] !== vb[0]) return vb[0] - va[0];
-    return va.length - vb.length;
-  });
-}
-
 /** The python3 site-packages folders that can be found by listing directories (no python run). */
 export function knownSitePackages(env: (name: string) => string | undefined = defaultEnv): string[] {
   const out: string[] = [];
@@ -146,37 +90,6 @@ function wheelLibDirs(sitePackages: readonly string[]): string[] {
   return out;
 }
 
-/** Folders named in /etc/ld.so.conf and the files it includes (what ldconfig would search). */
-function ldSoConfDirs(): string[] {
-  const out: string[] = [];
-  const seen = new Set<string>();
-  const read = (file: string, depth: number) => {
-    if (depth > 4 || seen.has(file)) return;
-    seen.add(file);
-    let text: string;
-    try {
-      text = Deno.readTextFileSync(file);
-    } catch {
-      return;
-    }
-    for (const raw of text.split("\n")) {
-      const line = raw.replace(/#.*/, "").trim();
-      if (!line) continue;
-      const inc = line.match(/^include\s+(.+)$/);
-      if (inc) {
-        for (const pattern of inc[1].split(/\s+/)) {
-          const slash = pattern.lastIndexOf("/");
-          const dir = pattern.slice(0, slash), glob = pattern.slice(slash + 1);
-          const re = new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*")}$`);
-          for (const f of listDir(dir).filter((n) => re.test(n)).sort()) read(`${dir}/${f}`, depth + 1);
-        }
-      } else if (line.startsWith("/")) out.push(line);
-    }
-  };
-  read("/etc/ld.so.conf", 0);
-  return out;
-}
-
 /** The system folders, in search order, after LD_LIBRARY_PATH and $CUDA_HOME/$CUDA_PATH. */
 function systemDirs(env: (name: string) => string | undefined, sitePackages: readonly string[]): string[] {
   const toolkits = ["/usr/local/cuda", ...subdirs("/usr/local", /^cuda-\d+(\.\d+)*$/)];
@@ -186,9 +99,7 @@ function systemDirs(env: (name: string) => string | undefined, sitePackages: rea
     "/usr/local/nvidia/lib",
     ...toolkits.flatMap((t) => [`${t}/lib64`, `${t}/lib`, `${t}/targets/x86_64-linux/lib`]),
     ...wheelLibDirs([...sitePackages, ...knownSitePackages(env)]),
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib64",
+    ...SYSTEM_LIB_DIRS,
     "/usr/lib/wsl/lib",
     ...ldSoConfDirs(),
   ];
@@ -212,13 +123,13 @@ export function searchDirs(opts: DiscoverOptions = {}): string[] {
 export function discover(library: CudaLibraryName, opts: DiscoverOptions = {}): Discovery {
   const spec = SPECS[library];
   const searched = searchDirs(opts);
-  for (const dir of searched) {
-    for (const name of rank(listDir(dir).filter((n) => spec.file.test(n)))) {
-      const path = `${dir}/${name}`;
-      if (isFile(path)) return { library, label: spec.label, path, sonames: spec.soname, searched };
-    }
-  }
-  return { library, label: spec.label, path: null, sonames: spec.soname, searched };
+  return {
+    library,
+    label: spec.label,
+    path: firstMatch(searched, spec.file),
+    sonames: spec.soname,
+    searched,
+  };
 }
 
 /** The error text for a library that is nowhere: what was looked for and every folder searched. */

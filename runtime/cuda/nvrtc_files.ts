@@ -5,7 +5,7 @@
  * that depends on the headers' contents, not their folder (DESIGN.md, notes: runtime/cuda/nvrtc_files.ts).
  */
 import { createHash } from "node:crypto";
-import { byVersionDesc, listDir } from "./libs.ts";
+import { byVersionDesc, listDir } from "../library_finder.ts";
 
 /** What a kernel includes (compiler/codegen/cuda.ts) and their own version-bearing includes. */
 export const KEY_HEADERS = [
