@@ -56,6 +56,7 @@ export function mergeConsumers(
   };
 
   hoistSmallRoots();
+  let materialized = materializedNow();
 
   for (let j = 0; j < kernels.length; j++) {
     const k2 = kernels[j];
@@ -108,8 +109,16 @@ export function mergeConsumers(
     for (const x of roots) writer.set(x, i);
     for (const x of k2.roots) if (!roots.includes(x)) writer.delete(x);
     alive[j] = false;
-    const now = { ...r, materialized: materializedNow() };
-    reads = kernels.map((k) => readsOf(g, now, k));
+    // Only k1 and the kernels that read a value the merge stopped storing read anything new: the rest keep
+    // their reads (recomputing every kernel's after each merge was most of this stage's time).
+    const before = materialized;
+    materialized = materializedNow();
+    const dropped = [...before].filter((x) => !materialized.has(x));
+    const now = { ...r, materialized };
+    reads = reads.map((
+      rs,
+      k,
+    ) => (k === i || dropped.some((x) => rs.has(x)) ? readsOf(g, now, kernels[k]) : rs));
     decisions.push({ producer: k2.roots[0], consumerKernel: i, ok: true, reason: "" });
   }
 
