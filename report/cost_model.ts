@@ -1,5 +1,5 @@
 /**
- * The cost model of the fusion report: each kernel's predicted time on a device profile
+ * The cost model of the fusion report: each kernel's predicted time on a device (its rates: compiler/targets/h100.ts)
  * (compiler/targets/), from the plan alone. A kernel costs its launch plus the larger of its arithmetic
  * time and its memory time (a roofline):
  * - a GEMM that runs as a cuBLASLt call (`library`): 2·M·N·K·batch FLOPs at the tensor-core rate (FP32
@@ -14,13 +14,13 @@
  *   operands' bytes (compiler/codegen/cuda_flash.ts flashCosts);
  * - every other kernel (the template GEMM included: it has no mma instruction): the plan's FLOP count at the
  *   CUDA-core rate times the template fraction, and its bytes read and written (kernel_cost.ts);
- * - a kernel (or epilogue) launching fewer threads than the profile's `saturatingThreads` gets the rates
+ * - a kernel (or epilogue) launching fewer threads than the device's `saturatingThreads` gets the rates
  *   scaled by its share (a serial loop per row or per column cannot keep HBM busy);
  * - a copy step or a parameter update: its bytes read and written, one launch.
  * Measured per-kernel times (a `DEBUG=2` profile's JSON) can be set beside the prediction.
  */
 import type { Plan, PlanGemm, PlanGemmOperand, PlanKernel, TargetKernel } from "../plan/plan.ts";
-import type { DeviceProfile } from "../compiler/targets/h100.ts";
+import type { DeviceRates } from "../compiler/targets/h100.ts";
 
 export type Route =
   | "cuBLASLt"
@@ -43,7 +43,7 @@ export interface KernelPrediction {
 }
 
 export interface PlanPrediction {
-  readonly profile: DeviceProfile;
+  readonly device: DeviceRates;
   /** Plan kernels in plan order, then one row for copies and one for parameter updates (if any). */
   readonly rows: readonly KernelPrediction[];
   readonly seconds: number;
@@ -70,19 +70,19 @@ function gemmCallBytes(g: PlanGemm): { a: number; b: number; d: number } {
 }
 
 /** The share of the device's rates a kernel launching `t`'s threads gets (1 when unknown). */
-function occupancy(p: DeviceProfile, t: TargetKernel | undefined): number {
+function occupancy(p: DeviceRates, t: TargetKernel | undefined): number {
   if (!t) return 1;
   return Math.min(1, (t.grid[0] * t.grid[1] * t.grid[2] * t.workgroupSize) / p.saturatingThreads);
 }
 
-function roofline(p: DeviceProfile, flops: number, rate: number, bytes: number, share = 1) {
+function roofline(p: DeviceRates, flops: number, rate: number, bytes: number, share = 1) {
   const compute = flops / (rate * share), memory = bytes / (p.bandwidth * share);
   const bound = Math.max(compute, memory) < p.launch ? "launch" : compute >= memory ? "compute" : "memory";
   return { seconds: Math.max(compute, memory) + p.launch, bound } as const;
 }
 
-/** One launch of a plan kernel on the profile's device. */
-export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPrediction, "name" | "launches"> {
+/** One launch of a plan kernel on the device. */
+export function predictKernel(k: PlanKernel, p: DeviceRates): Omit<KernelPrediction, "name" | "launches"> {
   const g = k.library?.call;
   if (g) {
     const flops = 2 * g.m * g.n * g.k * g.batch;
@@ -134,7 +134,7 @@ export function predictKernel(k: PlanKernel, p: DeviceProfile): Omit<KernelPredi
 }
 
 /** Every launch, copy and parameter update of one step of `plan` on `p`'s device. */
-export function predictPlan(plan: Plan, p: DeviceProfile): PlanPrediction {
+export function predictPlan(plan: Plan, p: DeviceRates): PlanPrediction {
   const launches = new Map<number, number>();
   let copyBytes = 0, copies = 0;
   for (const s of plan.steps) {
@@ -170,7 +170,7 @@ export function predictPlan(plan: Plan, p: DeviceProfile): PlanPrediction {
     const bytes = plan.updates.reduce((a, u) => a + 2 * plan.buffers[u.param].bytes, 0);
     rows.push(copyRow("(parameter updates)", plan.updates.length, bytes));
   }
-  return { profile: p, rows, seconds: rows.reduce((a, r) => a + r.seconds, 0) };
+  return { device: p, rows, seconds: rows.reduce((a, r) => a + r.seconds, 0) };
 }
 
 /**

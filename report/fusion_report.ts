@@ -7,7 +7,7 @@ import type { Plan } from "../plan/plan.ts";
 import type { Compiled } from "../compiler/driver/compile.ts";
 import { narrowingSummary } from "../compiler/storage/storage_precision.ts";
 import { bgradCovered, gemmFlops, type Measured, type PlanPrediction, predictPlan } from "./cost_model.ts";
-import { DEVICE_PROFILES } from "../compiler/targets/h100.ts";
+import { DEVICE_RATES } from "../compiler/targets/h100.ts";
 
 export interface CompileFigures {
   readonly kernels: number;
@@ -109,14 +109,14 @@ const mib = (b: number) => `${(b / 2 ** 20).toFixed(2)} MiB`;
 export interface ReportOptions {
   /** Sequences per step, for sequences/s (the batch size). */
   readonly sequences?: number;
-  /** Measured per-kernel times on the first device profile's device (`deno task compile --measured`). */
+  /** Measured per-kernel times on the first device's (`deno task compile --measured`). */
   readonly measured?: Measured;
 }
 
-/** The cost model's predictions for the fused plan, one per device profile whose target the plan has. */
+/** The cost model's predictions for the fused plan, one per device whose target the plan has. */
 export function predictionsOf(c: Compiled): PlanPrediction[] {
   const hasCuda = c.plan.language === "cuda";
-  return DEVICE_PROFILES.filter((p) => p.target === "cuda" && hasCuda).map((p) => predictPlan(c.plan, p));
+  return DEVICE_RATES.filter((p) => p.target === "cuda" && hasCuda).map((p) => predictPlan(c.plan, p));
 }
 
 const us = (s: number) => (s * 1e6).toFixed(1);
@@ -136,7 +136,7 @@ function bgradRow(p: Plan, tail: string): string[] {
 
 /** Predicted (and, given timings, measured) step time on a device: totals, routes, the costliest kernels. */
 function costSection(c: Compiled, pred: PlanPrediction, o: ReportOptions, measured?: Measured): string[] {
-  const p = pred.profile;
+  const p = pred.device;
   const { gemm_flops, gemm_flops_library } = gemmFlops(c.plan);
   const gemms = c.plan.kernels.filter((k) => k.kind === "matmul");
   const ms = pred.seconds * 1e3;
@@ -293,11 +293,11 @@ export function fusionReport(
   for (const [r, n] of [...reasons].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))) {
     lines.push(`| ${r.replaceAll("|", "\\|")} | ${n} |`);
   }
-  // Per kernel: the first profile's prediction per step (all its launches) and, given timings, the measurement.
+  // Per kernel: the first device's prediction per step (all its launches) and, given timings, the measurement.
   const pred = new Map((preds[0]?.rows ?? []).map((r) => [r.name, r]));
   const m = opts.measured;
   const extra = preds[0]
-    ? ` route | ${preds[0].profile.name.split(" (")[0]} µs |${m ? " measured µs |" : ""}`
+    ? ` route | ${preds[0].device.name.split(" (")[0]} µs |${m ? " measured µs |" : ""}`
     : "";
   const rule = preds[0] ? `---|---:|${m ? "---:|" : ""}` : "";
   lines.push(

@@ -11,7 +11,7 @@ import { PlanBufferError } from "./plan_buffer_error.ts";
 
 export const ARENA_ALIGN = 256;
 
-export interface ArenaLayout {
+export interface ArenaOffsets {
   /** Byte offset of each slot from the arena base (index = slot id). */
   readonly slotOffsets: readonly number[];
   /** Bytes reserved for each slot (before rounding up to the next slot's alignment). */
@@ -24,7 +24,7 @@ export interface ArenaLayout {
 
 const alignUp = (n: number, a: number) => Math.ceil(n / a) * a;
 
-export function arenaLayout(plan: Pick<Plan, "graph" | "buffers" | "slots">): ArenaLayout {
+export function arenaOffsets(plan: Pick<Plan, "graph" | "buffers" | "slots">): ArenaOffsets {
   // A slot must hold the plan's size for it and every buffer it hosts at that buffer's offset, stored as
   // this runtime stores it (bool as 4 bytes: the plan's `bytes` counts it as 1).
   const slotBytes = plan.slots.map((s, i) => {
@@ -78,7 +78,7 @@ export interface ZeroRegion {
  */
 export function zeroRegions(
   plan: Pick<Plan, "buffers" | "kernels" | "steps" | "updates">,
-  layout: ArenaLayout,
+  layout: ArenaOffsets,
 ): ZeroRegion[] {
   const written = new Set<number>();
   for (const k of plan.kernels) for (const b of k.bindings) if (b.access !== "read") written.add(b.buffer);

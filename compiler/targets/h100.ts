@@ -1,10 +1,10 @@
 /**
- * Device profiles of the cost model (report/cost_model.ts): the few rates a kernel's predicted time is
+ * Device rates of the cost model (report/cost_model.ts): the few rates a kernel's predicted time is
  * made of, in one named table per device so that a prediction can be read, cited and recalibrated without
  * hunting for constants. A datasheet peak is kept beside the fraction of it taken as achievable; the
  * fractions are the model's assumptions, to be replaced by what a GPU run measures (`--measured`).
  */
-export interface DeviceProfile {
+export interface DeviceRates {
   /** Shown in the report. */
   readonly name: string;
   /** Which plans it predicts: a CUDA plan's kernel sources and library calls. */
@@ -31,7 +31,7 @@ export interface DeviceProfile {
   readonly saturatingThreads: number;
 }
 
-export const H100_SXM: DeviceProfile = {
+export const H100_SXM: DeviceRates = {
   name: "NVIDIA H100 SXM5 80GB (sm_90)",
   target: "cuda",
   // NVIDIA H100 Tensor Core GPU datasheet (2023): H100 SXM FP16/BF16 Tensor Core 1,979 TFLOPS "with
@@ -58,5 +58,5 @@ export const H100_SXM: DeviceProfile = {
   saturatingThreads: 132 * 1024,
 };
 
-/** The profiles the fusion report predicts for, per target, first the one the issue's goals are for. */
-export const DEVICE_PROFILES: readonly DeviceProfile[] = [H100_SXM];
+/** The devices the fusion report predicts for, per target, first the one the issue's goals are for. */
+export const DEVICE_RATES: readonly DeviceRates[] = [H100_SXM];

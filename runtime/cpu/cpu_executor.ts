@@ -14,7 +14,7 @@ import {
   storedSize,
   type TargetKernel,
 } from "../../plan/plan.ts";
-import { type ArenaLayout, arenaLayout } from "../arena.ts";
+import { type ArenaOffsets, arenaOffsets } from "../arena.ts";
 import { decodeStored, encodeStored, type HostArray } from "../host.ts";
 import { PlanExecutor } from "../plan_executor.ts";
 import { type LaunchTime, median, type Profile } from "../profile.ts";
@@ -70,7 +70,7 @@ export class CpuExecutor extends PlanExecutor {
   private constructor(
     readonly ctx: CpuContext,
     plan: Plan,
-    readonly layout: ArenaLayout,
+    readonly layout: ArenaOffsets,
     /** The arena, its first byte at `base` bytes into `memory` (aligned for 64-byte vector accesses). */
     private readonly memory: Uint8Array<ArrayBuffer>,
     private readonly base: number,
@@ -95,7 +95,7 @@ export class CpuExecutor extends PlanExecutor {
     const refusal = languageRefusal(plan, "c", "the CPU backend");
     if (refusal) throw new CpuError(refusal);
     const useBlas = opts.blas !== false && ctx.blas !== undefined;
-    const layout = arenaLayout(plan);
+    const layout = arenaOffsets(plan);
     const memory = new Uint8Array(layout.totalBytes + 64);
     const baseAddress = Deno.UnsafePointer.value(Deno.UnsafePointer.of(memory));
     const base = Number((64n - (BigInt(baseAddress) % 64n)) % 64n);

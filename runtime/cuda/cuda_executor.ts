@@ -25,7 +25,7 @@ import { decodeStored, encodeStored, type HostArray } from "../host.ts";
 import { PlanExecutor } from "../plan_executor.ts";
 import { kernelCacheKey } from "./kernel_cache.ts";
 import { alignmentOf, CublasLt, groupAlignmentOf, LtCall, type LtCallSpec } from "./cublaslt.ts";
-import { type ArenaLayout, arenaLayout, zeroRegions } from "../arena.ts";
+import { type ArenaOffsets, arenaOffsets, zeroRegions } from "../arena.ts";
 import type { DiscoverOptions } from "./libs.ts";
 
 /** The kernel entry point every CUDA kernel of a plan defines. */
@@ -163,7 +163,7 @@ export class CudaExecutor extends PlanExecutor {
   private constructor(
     readonly ctx: CudaContext,
     plan: Plan,
-    readonly layout: ArenaLayout,
+    readonly layout: ArenaOffsets,
     private readonly arena: DevicePtr,
     private readonly stream: Pointer,
     private readonly modules: readonly Pointer[],
@@ -191,7 +191,7 @@ export class CudaExecutor extends PlanExecutor {
     const { driver } = ctx;
     checkKernels(plan);
     const gemmMode = opts.gemm ?? cudaGemmFromEnv();
-    const layout = arenaLayout(plan);
+    const layout = arenaOffsets(plan);
     const { free } = driver.memGetInfo();
     if (layout.totalBytes > free) {
       throw new CudaError(

@@ -1,16 +1,16 @@
 /**
  * The cost model (report/cost_model.ts) on hand-made plans whose predicted times are worked out by hand
- * on a round-numbered device profile, the GEMM FLOP counts of `--summary`, the timings-file parser, and
+ * on a round-numbered device, the GEMM FLOP counts of `--summary`, the timings-file parser, and
  * `deno task compile --measured` with a synthetic timings file.
  */
 import assert from "node:assert/strict";
 import { gemmFlops, parseTimings, predictKernel, predictPlan } from "../../report/cost_model.ts";
-import type { DeviceProfile } from "../../compiler/targets/h100.ts";
+import type { DeviceRates } from "../../compiler/targets/h100.ts";
 import type { Plan, PlanGemmOperand, PlanKernel } from "../../plan/plan.ts";
 import { ROOT, runCli, withTemp } from "../util/cli.ts";
 
 /** Tensor cores 50 TFLOP/s achievable, CUDA cores 5, 1 TB/s, 1 µs a launch. */
-const P: DeviceProfile = {
+const P: DeviceRates = {
   name: "round numbers",
   target: "cuda",
   tensorPeak: 100e12,

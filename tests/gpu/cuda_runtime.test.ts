@@ -14,7 +14,7 @@ import { CudaError, CudaUnavailableError } from "../../runtime/cuda/cuda_errors.
 import { CudaExecutor } from "../../runtime/cuda/cuda_executor.ts";
 import { decodeStored, encodeStored } from "../../runtime/host.ts";
 import { KernelCache, kernelCacheKey } from "../../runtime/cuda/kernel_cache.ts";
-import { ARENA_ALIGN, arenaLayout, zeroRegions } from "../../runtime/arena.ts";
+import { ARENA_ALIGN, arenaOffsets, zeroRegions } from "../../runtime/arena.ts";
 import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
 import { loadModel } from "../../models/load.ts";
 import { discover, searchDirs } from "../../runtime/cuda/libs.ts";
@@ -183,7 +183,7 @@ Deno.test("the kernel cache writes atomically and reads back", () =>
 
 /** The layout's invariants for any plan: aligned, in bounds, slots disjoint, buffers inside their slot. */
 function checkLayout(plan: Pick<Plan, "graph" | "buffers" | "slots">): void {
-  const l = arenaLayout(plan);
+  const l = arenaOffsets(plan);
   const ranges = l.slotOffsets.map((o, i) => [o, o + l.slotBytes[i]] as const);
   ranges.forEach(([o], i) => {
     assert.equal(o % ARENA_ALIGN, 0, `slot ${i} at ${o}`);
@@ -221,11 +221,11 @@ Deno.test("zero regions of a BERT-tiny training plan: none updated in place; wit
   // itself (zero weights, gradients and moments give a zero update): nothing to re-zero.
   const inPlace = compileGraph(g, { fuse: true, target: target("wgsl") }).plan;
   assert.equal(inPlace.updates.filter((u) => inPlace.buffers[u.param].name === "flat.params").length, 0);
-  assert.deepEqual(zeroRegions(inPlace, arenaLayout(inPlace)), []);
+  assert.deepEqual(zeroRegions(inPlace, arenaOffsets(inPlace)), []);
   // Updated by a copy after the step, the copy overwrites the padding too.
   const flags = { ...QUIET, skipPasses: new Set(["in-place-updates"]) };
   const { plan } = compileGraph(g, { fuse: true, target: target("wgsl"), flags });
-  const layout = arenaLayout(plan);
+  const layout = arenaOffsets(plan);
   const regions = zeroRegions(plan, layout);
   assert.ok(regions.length > 0);
   // flat.params is replaced by the update each step; the gradient vector's padding is never written.
@@ -268,18 +268,18 @@ Deno.test("arena layout: pieces at offsets inside a slot, bool widened to 4 byte
     buffers: [buf(0, 0, "f32", 100), buf(1, 0, "f32", 30, 512), buf(2, 1, "bool", 10), buf(3, 2, "bf16", 3)],
     slots: [{ id: 0, bytes: 400 }, { id: 1, bytes: 16 }, { id: 2, bytes: 16 }],
   };
-  const l = arenaLayout(plan);
+  const l = arenaOffsets(plan);
   assert.deepEqual(l.slotBytes, [512 + 120, 40, 16]);
   assert.deepEqual(l.slotOffsets, [0, 768, 1024]);
   assert.deepEqual(l.bufferOffsets, [0, 512, 768, 1024]);
   assert.equal(l.totalBytes, 1280);
   checkLayout(plan);
   assert.throws(
-    () => arenaLayout({ ...plan, buffers: [buf(0, 0, "f32", 4, 100)] }),
+    () => arenaOffsets({ ...plan, buffers: [buf(0, 0, "f32", 4, 100)] }),
     /offset 100 in slot 0, not a non-negative multiple of 256/,
   );
   assert.throws(
-    () => arenaLayout({ ...plan, buffers: [buf(0, 7, "f32", 4)] }),
+    () => arenaOffsets({ ...plan, buffers: [buf(0, 7, "f32", 4)] }),
     /slot 7, which the plan lacks/,
   );
 });
