@@ -16,10 +16,10 @@
  * parts still run, and the exit code is 1 at the end. BERTFUSE_BENCH_FAULT=TEXT makes every part whose
  * name contains TEXT fail as if it had (for tests/cpu/bench_bert_partial.test.ts; e.g. "infer-b1").
  */
-import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
-import { optimizerFeeds } from "../compiler/training_graph/feeds.ts";
-import { flatLayoutOf } from "../compiler/training_graph/flat_layout.ts";
-import { OPT } from "../compiler/training_graph/update.ts";
+import { buildModelGraph } from "../optimizer/model_graph.ts";
+import { optimizerFeeds } from "../optimizer/feeds.ts";
+import { flatLayoutOf } from "../optimizer/flat_layout.ts";
+import { OPT } from "../optimizer/update.ts";
 import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { BACKEND_NAMES, openBackend } from "../engine/choose_backend.ts";
 import type { Graph } from "../ir/mod.ts";

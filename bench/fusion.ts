@@ -10,7 +10,7 @@
 import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
 import { writeFileAtomic } from "../model_io/outputs.ts";
 import { compileGraph } from "../compiler/driver/compile.ts";
-import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../optimizer/model_graph.ts";
 import { bytesMoved } from "../report/fusion_report.ts";
 import { WEBGPU } from "../engine/backends.ts";
 import { webgpuTarget } from "../compiler/targets/target.ts";

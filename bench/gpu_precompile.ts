@@ -13,7 +13,7 @@
  */
 import { parseFlags, runMain, UsageError } from "../cli/common.ts";
 import { compileGraph } from "../compiler/driver/compile.ts";
-import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../optimizer/model_graph.ts";
 import { TARGETS } from "../compiler/targets/target.ts";
 import type { Graph } from "../ir/mod.ts";
 import { defineBert } from "../models/bert.ts";

@@ -17,10 +17,10 @@
  *       [--sides fused,unfused] --json FILE [--timings FILE]
  */
 import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "../cli/common.ts";
-import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
-import { optimizerFeeds } from "../compiler/training_graph/feeds.ts";
-import { flatLayoutOf } from "../compiler/training_graph/flat_layout.ts";
-import { OPT, STATE } from "../compiler/training_graph/update.ts";
+import { buildModelGraph } from "../optimizer/model_graph.ts";
+import { optimizerFeeds } from "../optimizer/feeds.ts";
+import { flatLayoutOf } from "../optimizer/flat_layout.ts";
+import { OPT, STATE } from "../optimizer/update.ts";
 import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { CUDA } from "../engine/backends.ts";
 import { ReferenceExecutor } from "../runtime/reference/reference_executor.ts";

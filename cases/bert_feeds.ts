@@ -4,9 +4,9 @@
  * fused optimizer, its tables and state with moments as after a few steps (m of either sign, v positive,
  * zero in the padding between tensors). Shared by the step tests.
  */
-import { optimizerFeeds } from "../compiler/training_graph/feeds.ts";
-import { type FlatLayout, flatLayoutOf } from "../compiler/training_graph/flat_layout.ts";
-import { OPT } from "../compiler/training_graph/update.ts";
+import { optimizerFeeds } from "../optimizer/feeds.ts";
+import { type FlatLayout, flatLayoutOf } from "../optimizer/flat_layout.ts";
+import { OPT } from "../optimizer/update.ts";
 import type { Graph } from "../ir/mod.ts";
 import { initParams } from "../model_io/init_params.ts";
 import type { Rng } from "./random.ts";

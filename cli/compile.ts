@@ -2,7 +2,7 @@
 import { basename } from "node:path";
 import { isTargetName, TARGET_NAMES, type TargetName, TARGETS } from "../compiler/targets/target.ts";
 import { compileGraph } from "../compiler/driver/compile.ts";
-import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../optimizer/model_graph.ts";
 import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { figuresOf, fusionReport, predictionsOf } from "../report/fusion_report.ts";
 import { gemmFlops, type Measured, parseTimings } from "../report/cost_model.ts";

@@ -5,14 +5,9 @@
  * read the device back into a checkpoint.
  */
 import type { Graph } from "../ir/mod.ts";
-import {
-  hparamsVector,
-  type ScheduleOptions,
-  stateVector,
-  tableFeeds,
-} from "../compiler/training_graph/feeds.ts";
-import type { FlatLayout } from "../compiler/training_graph/flat_layout.ts";
-import { OPT, STATE } from "../compiler/training_graph/update.ts";
+import { hparamsVector, type ScheduleOptions, stateVector, tableFeeds } from "../optimizer/feeds.ts";
+import type { FlatLayout } from "../optimizer/flat_layout.ts";
+import { OPT, STATE } from "../optimizer/update.ts";
 import type { HfHeadParts } from "../model_io/hf_head_files.ts";
 import type { BackendLimits } from "../engine/backend_row.ts";
 import type { StepExecutor } from "../runtime/backend.ts";

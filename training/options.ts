@@ -3,7 +3,7 @@
  * in kebab case), with their defaults, and the checks that turn a bad combination into one clear error.
  */
 import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
-import type { OptimizerKind } from "../compiler/training_graph/update.ts";
+import type { OptimizerKind } from "../optimizer/update.ts";
 import type { BackendRequest } from "../engine/choose_backend.ts";
 
 export interface TrainOptions {
@@ -44,7 +44,7 @@ export interface TrainOptions {
   /** Complete checkpoints kept in the output folder. */
   keepCheckpoints: number;
   /**
-   * At most this many bytes per flat-vector group (compiler/training_graph/flat_layout.ts), below the device's own
+   * At most this many bytes per flat-vector group (optimizer/flat_layout.ts), below the device's own
    * limit: tests force several groups with it. Absent: the backend's limit decides (none: one group).
    */
   maxGroupBytes?: number;

@@ -8,12 +8,12 @@
  * In phase 2 checkpoint names continue from --phase1-end-step, as in run_pretraining.py.
  */
 import { isAbsolute, join, relative } from "node:path";
-import { buildModelGraph } from "../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../optimizer/model_graph.ts";
 import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { openBackend } from "../engine/choose_backend.ts";
-import { stateVector } from "../compiler/training_graph/feeds.ts";
-import { flatLayoutOf } from "../compiler/training_graph/flat_layout.ts";
-import { OPT, STATE } from "../compiler/training_graph/update.ts";
+import { stateVector } from "../optimizer/feeds.ts";
+import { flatLayoutOf } from "../optimizer/flat_layout.ts";
+import { OPT, STATE } from "../optimizer/update.ts";
 import { ensureBrownShards } from "../data/corpus/brown_shards.ts";
 import { Loader } from "../data/loader.ts";
 import type { Batch } from "../data/loader_batch.ts";

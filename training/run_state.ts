@@ -4,9 +4,9 @@
  * steps), the loader position, the seed and the layout the flat vectors follow (checked on resume, since
  * moments are meaningless under another layout).
  */
-import { type FlatName, flatNames, joinFlat, splitFlat } from "../compiler/training_graph/feeds.ts";
-import { type FlatLayout, flatLayout } from "../compiler/training_graph/flat_layout.ts";
-import { OPT, STATE } from "../compiler/training_graph/update.ts";
+import { type FlatName, flatNames, joinFlat, splitFlat } from "../optimizer/feeds.ts";
+import { type FlatLayout, flatLayout } from "../optimizer/flat_layout.ts";
+import { OPT, STATE } from "../optimizer/update.ts";
 import type { StepExecutor } from "../runtime/backend.ts";
 import { CheckpointError, type LoadedCheckpoint, type OptimizerTensor } from "./checkpoint.ts";
 

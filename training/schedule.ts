@@ -28,7 +28,7 @@
  * 0 by 0 only at step 0, which it never evaluates).
  */
 
-import { DEFAULT_DEGREE, type ScheduleOptions } from "../compiler/training_graph/feeds.ts";
+import { DEFAULT_DEGREE, type ScheduleOptions } from "../optimizer/feeds.ts";
 export { DEFAULT_DEGREE, type ScheduleOptions };
 
 export class ScheduleError extends Error {

@@ -3,7 +3,7 @@
  * working shape, in one of three precisions — f32, f16 storage throughout (the graph's own dtype), or
  * mixed (f16 GEMMs with the storage policy narrowing activations, as training does) — and in one of three
  * modes: forward only, gradients (autodiff of a random loss), or a whole training step (loss scaling,
- * autodiff, LAMB or AdamW over the flat parameter vector, as compiler/training_graph/model_graph.ts builds it). The feeds
+ * autodiff, LAMB or AdamW over the flat parameter vector, as optimizer/model_graph.ts builds it). The feeds
  * come with the graph, exact in their dtypes, so the reference and every device see the same numbers.
  */
 import { crossEntropy, ModelBuilder, type Tensor } from "../../dsl/mod.ts";
@@ -11,14 +11,9 @@ import type { Graph } from "../../ir/mod.ts";
 import { roundF16 } from "../../numeric/half.ts";
 import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { applyPrecision } from "../../compiler/training_graph/mixed_precision.ts";
-import { flatLayoutOf } from "../../compiler/training_graph/flat_layout.ts";
-import { optimizerFeeds } from "../../compiler/training_graph/feeds.ts";
-import {
-  appendOptimizer,
-  appendScaledLoss,
-  OPT,
-  type OptimizerKind,
-} from "../../compiler/training_graph/update.ts";
+import { flatLayoutOf } from "../../optimizer/flat_layout.ts";
+import { optimizerFeeds } from "../../optimizer/feeds.ts";
+import { appendOptimizer, appendScaledLoss, OPT, type OptimizerKind } from "../../optimizer/update.ts";
 import { type Rng, seededRandom } from "../random.ts";
 import { BLOCKS, type Ctx, type FeedRule, leaf } from "./blocks.ts";
 

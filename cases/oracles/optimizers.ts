@@ -70,7 +70,7 @@ export interface StepReport {
 
 /**
  * NVIDIA's no_decay list (bias, gamma, beta, LayerNorm), matched as substrings of the name as
- * run_pretraining.py does (compiler/training_graph/flat_layout.ts uses the same list). Google's list (LayerNorm,
+ * run_pretraining.py does (optimizer/flat_layout.ts uses the same list). Google's list (LayerNorm,
  * layer_norm, bias) selects the same tensors of our graphs.
  */
 export function bertNoDecay(name: string): boolean {

@@ -8,7 +8,7 @@ import { target } from "../util/target.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { QUIET } from "../../compiler/pipeline/debug.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import type { Head } from "../../models/bert.ts";
 import bertTiny from "../../models/bert-tiny.ts";
 import type { WgslKernel } from "./chrome_wgsl.ts";

@@ -5,8 +5,8 @@
  * parameters, moments and state — fused on BERT-tiny and unfused on the small HF fixture configuration.
  */
 import assert from "node:assert/strict";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
-import { OPT } from "../../compiler/training_graph/update.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
+import { OPT } from "../../optimizer/update.ts";
 import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { initParams } from "../../model_io/init_params.ts";

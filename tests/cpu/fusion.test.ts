@@ -7,7 +7,7 @@ import { fuseGraph } from "../../compiler/fusion/fuse.ts";
 import type { FusionResult } from "../../compiler/fusion/types.ts";
 import type { Graph } from "../../ir/mod.ts";
 import tiny from "../../models/bert-tiny.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { layerGraph } from "../../cases/layer_graph.ts";
 import { crossEntropy, ModelBuilder } from "../../dsl/mod.ts";
 

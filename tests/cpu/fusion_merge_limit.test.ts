@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { target } from "../util/target.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { readsOf } from "../../compiler/fusion/kernel_facts.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import tiny from "../../models/bert-tiny.ts";
 

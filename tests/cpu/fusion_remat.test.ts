@@ -11,7 +11,7 @@ import { readsOf } from "../../compiler/fusion/kernel_facts.ts";
 import { REMAT_MAX_OPS, rematVerdict } from "../../compiler/fusion/remat.ts";
 import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { applyPrecision } from "../../compiler/training_graph/mixed_precision.ts";
-import { appendSgdUpdate } from "../../compiler/training_graph/sgd_update.ts";
+import { appendSgdUpdate } from "../../optimizer/sgd_update.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { gelu, layerNorm, linear, ModelBuilder } from "../../dsl/mod.ts";
 import type { Graph, NodeId } from "../../ir/mod.ts";

@@ -8,7 +8,7 @@ import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { QUIET } from "../../compiler/pipeline/debug.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { Graph } from "../../ir/mod.ts";
 import { loadModel } from "../../models/load.ts";
 import type { Plan } from "../../plan/plan.ts";

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { layerGraph } from "../../cases/layer_graph.ts";
 import { emitCUDA } from "../../compiler/codegen/cuda.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import tiny from "../../models/bert-tiny.ts";
 import { COMPILE_STAGES, compileGraph, runKernelStages } from "../../compiler/driver/compile.ts";
 import { DebugFlagError, type DebugFlags } from "../../compiler/pipeline/debug.ts";

@@ -1,14 +1,14 @@
 /**
- * Parameter groups (compiler/training_graph/flat_layout.ts): the optimizer's flat vectors cut into groups within a
+ * Parameter groups (optimizer/flat_layout.ts): the optimizer's flat vectors cut into groups within a
  * device's binding limit. The cut keeps global offsets (checkpoints unchanged), a one-group graph is the
  * graph it always was, a tensor no group can hold is one line naming it, and training with several
  * groups on the reference interpreter matches one group (LAMB and AdamW, with accumulation), with
  * checkpoint save and resume exact through the groups.
  */
 import assert from "node:assert/strict";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
-import { flatLayout, flatLayoutOf, LayoutError } from "../../compiler/training_graph/flat_layout.ts";
-import { OPT, type OptimizerKind } from "../../compiler/training_graph/update.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
+import { flatLayout, flatLayoutOf, LayoutError } from "../../optimizer/flat_layout.ts";
+import { OPT, type OptimizerKind } from "../../optimizer/update.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { printGraph } from "../../ir/print.ts";
 import { defineBert } from "../../models/bert.ts";

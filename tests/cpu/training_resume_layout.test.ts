@@ -4,8 +4,8 @@
  * checkpoint of another model is still refused.
  */
 import assert from "node:assert/strict";
-import { flatLayout } from "../../compiler/training_graph/flat_layout.ts";
-import { OPT } from "../../compiler/training_graph/update.ts";
+import { flatLayout } from "../../optimizer/flat_layout.ts";
+import { OPT } from "../../optimizer/update.ts";
 import { seededRandom } from "../../cases/random.ts";
 import type { StepExecutor } from "../../runtime/backend.ts";
 import { CheckpointError, type LoadedCheckpoint } from "../../training/checkpoint.ts";

@@ -8,10 +8,10 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
-import { optimizerFeeds } from "../../compiler/training_graph/feeds.ts";
-import { flatLayoutOf } from "../../compiler/training_graph/flat_layout.ts";
-import { appendOptimizer, OPT } from "../../compiler/training_graph/update.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
+import { optimizerFeeds } from "../../optimizer/feeds.ts";
+import { flatLayoutOf } from "../../optimizer/flat_layout.ts";
+import { appendOptimizer, OPT } from "../../optimizer/update.ts";
 import { applyPrecision, LOW_DTYPE } from "../../compiler/training_graph/mixed_precision.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { descentSteps, roundTripGraph, type StoragePlan } from "../../compiler/storage/storage_precision.ts";

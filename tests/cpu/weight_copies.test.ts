@@ -11,7 +11,7 @@ import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { QUIET } from "../../compiler/pipeline/debug.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import { lowWeightCopies } from "../../compiler/passes/low_weight_copies.ts";
 import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
@@ -21,7 +21,7 @@ import { loadModel } from "../../models/load.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { LOW_COPY_PREFIX } from "../../plan/low_copies.ts";
-import { flatNames } from "../../compiler/training_graph/feeds.ts";
+import { flatNames } from "../../optimizer/feeds.ts";
 import type { Plan } from "../../plan/plan.ts";
 import { copiedParams, copyTrainGraph } from "../util/weight_copies_check.ts";
 

@@ -8,8 +8,8 @@
  * refresh the copies when weights are set (a planted stale copy) must diverge.
  */
 import assert from "node:assert/strict";
-import { flatNames } from "../../compiler/training_graph/feeds.ts";
-import { OPT, STATE } from "../../compiler/training_graph/update.ts";
+import { flatNames } from "../../optimizer/feeds.ts";
+import { OPT, STATE } from "../../optimizer/update.ts";
 import { keptCopies } from "../../compiler/passes/low_weight_copies.ts";
 import { batchFeeds } from "../../cases/bert_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";

@@ -15,7 +15,7 @@ import { CudaExecutor } from "../../runtime/cuda/cuda_executor.ts";
 import { decodeStored, encodeStored } from "../../runtime/host.ts";
 import { KernelCache, kernelCacheKey } from "../../runtime/cuda/kernel_cache.ts";
 import { ARENA_ALIGN, arenaOffsets, zeroRegions } from "../../runtime/arena.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { loadModel } from "../../models/load.ts";
 import { discover, searchDirs } from "../../runtime/cuda/libs.ts";
 import { type Plan, type PlanBuffer, storedSize } from "../../plan/plan.ts";

@@ -41,7 +41,7 @@ import {
   wgId,
 } from "../../compiler/kernel_ir/ir.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { loadModel } from "../../models/load.ts";
 
 function kernel(

@@ -26,7 +26,7 @@ import { erf } from "../../numeric/erf.ts";
 import { cudaPrelude } from "../../compiler/codegen/cuda_prelude.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import { loadModel } from "../../models/load.ts";
 import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";

@@ -9,7 +9,7 @@
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/driver/compile.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import { FUSION_CASES, graphOf } from "../../cases/fusion_cases.ts";
 import { loadModel } from "../../models/load.ts";

@@ -11,8 +11,8 @@
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/driver/compile.ts";
-import { optimizerFeeds } from "../../compiler/training_graph/feeds.ts";
-import { OPT, STATE } from "../../compiler/training_graph/update.ts";
+import { optimizerFeeds } from "../../optimizer/feeds.ts";
+import { OPT, STATE } from "../../optimizer/update.ts";
 import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { keptCopies, lowWeightCopies } from "../../compiler/passes/low_weight_copies.ts";

@@ -2,7 +2,7 @@
  * Small BERT training-step graphs the CUDA-shim plan tests share: a one-layer BERT with dropout and two
  * heads of 64 (the flash kernels' head dimension), and the LAMB step of a model at a batch shape.
  */
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { type BertModel, defineBert } from "../../models/bert.ts";
 

@@ -1,12 +1,12 @@
 /**
  * A few training steps of the small HF fixture BERT through the trainer's own device code
  * (training/device_setup.ts: constants, fresh start, launchUpdate, checkpoint save and resume), with the
- * optimizer's flat vectors in one group or cut into several (compiler/training_graph/flat_layout.ts). Shared by the
+ * optimizer's flat vectors in one group or cut into several (optimizer/flat_layout.ts). Shared by the
  * reference-interpreter and WebGPU tests of parameter groups; `open` loads a graph into an executor.
  */
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
-import { type FlatLayout, flatLayoutOf } from "../../compiler/training_graph/flat_layout.ts";
-import { OPT, type OptimizerKind, STATE } from "../../compiler/training_graph/update.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
+import { type FlatLayout, flatLayoutOf } from "../../optimizer/flat_layout.ts";
+import { OPT, type OptimizerKind, STATE } from "../../optimizer/update.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { defineBert } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";

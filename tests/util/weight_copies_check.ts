@@ -4,9 +4,9 @@
  * that a copy is its master weights rounded, element for element.
  */
 import assert from "node:assert/strict";
-import type { ScheduleOptions } from "../../compiler/training_graph/feeds.ts";
-import { type FlatLayout, flatLayoutOf } from "../../compiler/training_graph/flat_layout.ts";
-import { appendOptimizer, appendScaledLoss } from "../../compiler/training_graph/update.ts";
+import type { ScheduleOptions } from "../../optimizer/feeds.ts";
+import { type FlatLayout, flatLayoutOf } from "../../optimizer/flat_layout.ts";
+import { appendOptimizer, appendScaledLoss } from "../../optimizer/update.ts";
 import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { applyPrecision, type Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import type { StepShape } from "../../cases/bert_feeds.ts";

@@ -12,7 +12,7 @@ import { compileGraph } from "../../compiler/driver/compile.ts";
 import { ATTENTION_MIN_ROWS } from "../../compiler/fusion/attention.ts";
 import { fuseGraph } from "../../compiler/fusion/fuse.ts";
 import type { FusionResult } from "../../compiler/fusion/types.ts";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { type DType, type Graph } from "../../ir/mod.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
 import tiny from "../../models/bert-tiny.ts";

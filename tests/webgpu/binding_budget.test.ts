@@ -5,7 +5,7 @@
  * still runs.
  */
 import assert from "node:assert/strict";
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { WEBGPU } from "../../engine/backends.ts";
 import { defineBert } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";

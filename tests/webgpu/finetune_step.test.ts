@@ -4,9 +4,9 @@
  * Adam with linear warmup and decay (degree 1), dynamic loss scaling and clipping — the loss, every
  * gradient, the updated moments and state. Fresh random inputs and weights (the small HF fixture config).
  */
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
-import { hparamsVector } from "../../compiler/training_graph/feeds.ts";
-import { OPT } from "../../compiler/training_graph/update.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
+import { hparamsVector } from "../../optimizer/feeds.ts";
+import { OPT } from "../../optimizer/update.ts";
 import { defineBert, type Head } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";
 import { initParams } from "../../model_io/init_params.ts";

@@ -1,5 +1,5 @@
 /**
- * The optimizer graph (compiler/training_graph/update.ts) against a plain TypeScript LAMB / BERT-Adam written
+ * The optimizer graph (optimizer/update.ts) against a plain TypeScript LAMB / BERT-Adam written
  * from the papers' equations (cases/oracles/optimizers.ts) and NVIDIA's schedule (schedule.ts):
  * several steps in a row on fresh random weights and gradients, through the reference interpreter (f64,
  * tight) and fused on WebGPU (f32). Then the loss scaler: an overflow (inf or NaN gradients) skips the
@@ -8,9 +8,9 @@
  */
 import assert from "node:assert/strict";
 import { WEBGPU } from "../../engine/backends.ts";
-import { optimizerFeeds } from "../../compiler/training_graph/feeds.ts";
-import { type FlatLayout, flatLayoutOf } from "../../compiler/training_graph/flat_layout.ts";
-import { appendOptimizer, OPT, type OptimizerKind, STATE } from "../../compiler/training_graph/update.ts";
+import { optimizerFeeds } from "../../optimizer/feeds.ts";
+import { type FlatLayout, flatLayoutOf } from "../../optimizer/flat_layout.ts";
+import { appendOptimizer, OPT, type OptimizerKind, STATE } from "../../optimizer/update.ts";
 import { Graph } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { adamwStep, initMoments, lambStep, type Tensors } from "../../cases/oracles/optimizers.ts";

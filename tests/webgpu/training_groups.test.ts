@@ -11,7 +11,7 @@ import type { Graph } from "../../ir/mod.ts";
 import { ResourceError } from "../../model_io/size_check.ts";
 import { ReferenceExecutor } from "../../runtime/reference/reference_executor.ts";
 import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
-import type { OptimizerKind } from "../../compiler/training_graph/update.ts";
+import type { OptimizerKind } from "../../optimizer/update.ts";
 import {
   budgetFor,
   deviceState,

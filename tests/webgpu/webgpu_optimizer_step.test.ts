@@ -3,8 +3,8 @@
  * parameter vector, loss scaling, clipping, the schedule — on WebGPU, fused and unfused, against the
  * reference interpreter: the loss, every gradient, the updated parameters, moments and state.
  */
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
-import { OPT, type OptimizerKind } from "../../compiler/training_graph/update.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
+import { OPT, type OptimizerKind } from "../../optimizer/update.ts";
 import { defineBert } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";
 import { checkAgainstReference } from "../util/fused_check.ts";

@@ -3,7 +3,7 @@
  * fused and unfused, against the reference interpreter: the loss, every gradient and every updated
  * parameter. The model is the small HF fixture configuration (odd sizes on purpose: 37, 99).
  */
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { defineBert } from "../../models/bert.ts";
 import { readBertConfig } from "../../models/bert_config.ts";
 import { initParams } from "../../model_io/init_params.ts";

@@ -4,9 +4,9 @@
  * accumulation, clipping, all on the device as in pre-training: training/device_setup.ts), evaluation
  * before and after, checkpoints with exact resume, and the run folder's files.
  */
-import { buildModelGraph } from "../../compiler/training_graph/model_graph.ts";
-import { flatLayoutOf } from "../../compiler/training_graph/flat_layout.ts";
-import { OPT, STATE } from "../../compiler/training_graph/update.ts";
+import { buildModelGraph } from "../../optimizer/model_graph.ts";
+import { flatLayoutOf } from "../../optimizer/flat_layout.ts";
+import { OPT, STATE } from "../../optimizer/update.ts";
 import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import { loadTokenizer } from "../../data/tokenizer/mod.ts";
 import { openBackend } from "../../engine/choose_backend.ts";

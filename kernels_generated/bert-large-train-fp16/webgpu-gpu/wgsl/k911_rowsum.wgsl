@@ -3,9 +3,9 @@
 // Used by 1 kernel: k911_rowsum
 // What the first of them fuses:
 //   reduce kernel over [41253,8192] reducing axes [1]
-//   %7890 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7891 reshape f32[41253,8192] (compiler/training_graph/update.ts)
-//   %7892 reduce_sum f32[41253,1] (compiler/training_graph/update.ts) -> written
+//   %7890 mul f32[337944576] (optimizer/update.ts)
+//   %7891 reshape f32[41253,8192] (optimizer/update.ts)
+//   %7892 reduce_sum f32[41253,1] (optimizer/update.ts) -> written
 //   binding 0 (read): %7875 concat f32[337944576]
 //   binding 1 (read): input train.state f32[8]
 //   binding 2 (write): %7892 reduce_sum f32[41253,1]

@@ -3,7 +3,7 @@
 // Used by 1 kernel: k912_rowsum
 // What the first of them fuses:
 //   reduce kernel over [41253,8192] reducing axes [1]
-//   %7973 reduce_sum f32[41253,1] (compiler/training_graph/update.ts) -> written
+//   %7973 reduce_sum f32[41253,1] (optimizer/update.ts) -> written
 //   binding 0 (read): %7724 concat f32[337944576]
 //   binding 1 (write): %7973 reduce_sum f32[41253,1]
 

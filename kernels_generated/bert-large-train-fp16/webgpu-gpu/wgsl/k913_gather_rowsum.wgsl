@@ -3,14 +3,14 @@
 // Used by 1 kernel: k913_gather_rowsum
 // What the first of them fuses:
 //   reduce kernel over [398,3816] reducing axes [1]
-//   %7893 gather f32[398,3816,1] (compiler/training_graph/update.ts)
-//   %7894 reshape f32[398,3816] (compiler/training_graph/update.ts)
-//   %7896 where f32[398,3816] (compiler/training_graph/update.ts)
-//   %7897 reduce_sum f32[398,1] (compiler/training_graph/update.ts) -> written
-//   %7974 gather f32[398,3816,1] (compiler/training_graph/update.ts)
-//   %7975 reshape f32[398,3816] (compiler/training_graph/update.ts)
-//   %7976 where f32[398,3816] (compiler/training_graph/update.ts)
-//   %7977 reduce_sum f32[398,1] (compiler/training_graph/update.ts) -> written
+//   %7893 gather f32[398,3816,1] (optimizer/update.ts)
+//   %7894 reshape f32[398,3816] (optimizer/update.ts)
+//   %7896 where f32[398,3816] (optimizer/update.ts)
+//   %7897 reduce_sum f32[398,1] (optimizer/update.ts) -> written
+//   %7974 gather f32[398,3816,1] (optimizer/update.ts)
+//   %7975 reshape f32[398,3816] (optimizer/update.ts)
+//   %7976 where f32[398,3816] (optimizer/update.ts)
+//   %7977 reduce_sum f32[398,1] (optimizer/update.ts) -> written
 //   binding 0 (read): input train.segments i32[398,3]
 //   binding 1 (read): %7892 reduce_sum f32[41253,1]
 //   binding 2 (read): %7973 reduce_sum f32[41253,1]

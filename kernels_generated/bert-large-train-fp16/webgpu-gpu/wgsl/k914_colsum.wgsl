@@ -3,10 +3,10 @@
 // Used by 1 kernel: k914_colsum
 // What the first of them fuses:
 //   reduce kernel over [398] reducing axes [0]
-//   %7898 reshape f32[398] (compiler/training_graph/update.ts)
-//   %7899 reduce_sum f32[1] (compiler/training_graph/update.ts)
-//   %7900 sqrt f32[1] (compiler/training_graph/update.ts) -> written
-//   %7902 le bool[1] (compiler/training_graph/update.ts) -> written
+//   %7898 reshape f32[398] (optimizer/update.ts)
+//   %7899 reduce_sum f32[1] (optimizer/update.ts)
+//   %7900 sqrt f32[1] (optimizer/update.ts) -> written
+//   %7902 le bool[1] (optimizer/update.ts) -> written
 //   binding 0 (read): %7897 reduce_sum f32[398,1]
 //   binding 1 (write): %7900 sqrt f32[1]
 //   binding 2 (write): %7902 le bool[1]

@@ -3,32 +3,32 @@
 // Used by 1 kernel: k915_gather_rowsum
 // What the first of them fuses:
 //   reduce kernel over [41253,8192] reducing axes [1]
-//   %7903 max f32[1] (compiler/training_graph/update.ts)
-//   %7904 reciprocal f32[1] (compiler/training_graph/update.ts)
-//   %7905 broadcast f32[337944576] (compiler/training_graph/update.ts)
-//   %7906 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7908 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7910 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7911 add f32[337944576] (compiler/training_graph/update.ts)
-//   %7913 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7914 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7916 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7917 add f32[337944576] (compiler/training_graph/update.ts)
-//   %7946 gather f32[41253,1] (compiler/training_graph/update.ts)
-//   %7947 broadcast f32[41253,8192] (compiler/training_graph/update.ts)
-//   %7948 reshape f32[337944576] (compiler/training_graph/update.ts)
-//   %7955 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7962 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7963 sqrt f32[337944576] (compiler/training_graph/update.ts)
-//   %7965 add f32[337944576] (compiler/training_graph/update.ts)
-//   %7966 div f32[337944576] (compiler/training_graph/update.ts)
-//   %7967 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7968 add f32[337944576] (compiler/training_graph/update.ts) -> written
-//   %7980 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %7981 reshape f32[41253,8192] (compiler/training_graph/update.ts)
-//   %7982 reduce_sum f32[41253,1] (compiler/training_graph/update.ts) -> written
-//   %8009 where f32[337944576] (compiler/training_graph/update.ts) -> written
-//   %8010 where f32[337944576] (compiler/training_graph/update.ts) -> written
+//   %7903 max f32[1] (optimizer/update.ts)
+//   %7904 reciprocal f32[1] (optimizer/update.ts)
+//   %7905 broadcast f32[337944576] (optimizer/update.ts)
+//   %7906 mul f32[337944576] (optimizer/update.ts)
+//   %7908 mul f32[337944576] (optimizer/update.ts)
+//   %7910 mul f32[337944576] (optimizer/update.ts)
+//   %7911 add f32[337944576] (optimizer/update.ts)
+//   %7913 mul f32[337944576] (optimizer/update.ts)
+//   %7914 mul f32[337944576] (optimizer/update.ts)
+//   %7916 mul f32[337944576] (optimizer/update.ts)
+//   %7917 add f32[337944576] (optimizer/update.ts)
+//   %7946 gather f32[41253,1] (optimizer/update.ts)
+//   %7947 broadcast f32[41253,8192] (optimizer/update.ts)
+//   %7948 reshape f32[337944576] (optimizer/update.ts)
+//   %7955 mul f32[337944576] (optimizer/update.ts)
+//   %7962 mul f32[337944576] (optimizer/update.ts)
+//   %7963 sqrt f32[337944576] (optimizer/update.ts)
+//   %7965 add f32[337944576] (optimizer/update.ts)
+//   %7966 div f32[337944576] (optimizer/update.ts)
+//   %7967 mul f32[337944576] (optimizer/update.ts)
+//   %7968 add f32[337944576] (optimizer/update.ts) -> written
+//   %7980 mul f32[337944576] (optimizer/update.ts)
+//   %7981 reshape f32[41253,8192] (optimizer/update.ts)
+//   %7982 reduce_sum f32[41253,1] (optimizer/update.ts) -> written
+//   %8009 where f32[337944576] (optimizer/update.ts) -> written
+//   %8010 where f32[337944576] (optimizer/update.ts) -> written
 //   binding 0 (read): input opt.m f32[337944576]
 //   binding 1 (read): %7875 concat f32[337944576]
 //   binding 2 (read): input train.state f32[8]

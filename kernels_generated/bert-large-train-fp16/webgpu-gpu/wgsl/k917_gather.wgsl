@@ -3,25 +3,25 @@
 // Used by 1 kernel: k917_gather
 // What the first of them fuses:
 //   loop kernel over [337944576]
-//   %7978 reshape f32[398] (compiler/training_graph/update.ts)
-//   %7979 sqrt f32[398] (compiler/training_graph/update.ts)
-//   %7987 reshape f32[398] (compiler/training_graph/update.ts)
-//   %7988 sqrt f32[398] (compiler/training_graph/update.ts)
-//   %7991 gt bool[398] (compiler/training_graph/update.ts)
-//   %7992 gt bool[398] (compiler/training_graph/update.ts)
-//   %7993 and bool[398] (compiler/training_graph/update.ts)
-//   %7994 and bool[398] (compiler/training_graph/update.ts)
-//   %7996 max f32[398] (compiler/training_graph/update.ts)
-//   %7997 div f32[398] (compiler/training_graph/update.ts)
-//   %7999 where f32[398] (compiler/training_graph/update.ts)
-//   %8000 reshape f32[398,1] (compiler/training_graph/update.ts)
-//   %8001 gather f32[41253,1] (compiler/training_graph/update.ts)
-//   %8002 broadcast f32[41253,8192] (compiler/training_graph/update.ts)
-//   %8003 reshape f32[337944576] (compiler/training_graph/update.ts)
-//   %8004 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %8005 mul f32[337944576] (compiler/training_graph/update.ts)
-//   %8006 sub f32[337944576] (compiler/training_graph/update.ts)
-//   %8008 where f32[337944576] (compiler/training_graph/update.ts) -> written
+//   %7978 reshape f32[398] (optimizer/update.ts)
+//   %7979 sqrt f32[398] (optimizer/update.ts)
+//   %7987 reshape f32[398] (optimizer/update.ts)
+//   %7988 sqrt f32[398] (optimizer/update.ts)
+//   %7991 gt bool[398] (optimizer/update.ts)
+//   %7992 gt bool[398] (optimizer/update.ts)
+//   %7993 and bool[398] (optimizer/update.ts)
+//   %7994 and bool[398] (optimizer/update.ts)
+//   %7996 max f32[398] (optimizer/update.ts)
+//   %7997 div f32[398] (optimizer/update.ts)
+//   %7999 where f32[398] (optimizer/update.ts)
+//   %8000 reshape f32[398,1] (optimizer/update.ts)
+//   %8001 gather f32[41253,1] (optimizer/update.ts)
+//   %8002 broadcast f32[41253,8192] (optimizer/update.ts)
+//   %8003 reshape f32[337944576] (optimizer/update.ts)
+//   %8004 mul f32[337944576] (optimizer/update.ts)
+//   %8005 mul f32[337944576] (optimizer/update.ts)
+//   %8006 sub f32[337944576] (optimizer/update.ts)
+//   %8008 where f32[337944576] (optimizer/update.ts) -> written
 //   binding 0 (write): %8008 where f32[337944576]
 //   binding 1 (read): %7902 le bool[1]
 //   binding 2 (read): %7724 concat f32[337944576]

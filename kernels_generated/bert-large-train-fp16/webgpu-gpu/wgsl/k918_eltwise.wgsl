@@ -3,18 +3,18 @@
 // Used by 1 kernel: k918_eltwise
 // What the first of them fuses:
 //   loop kernel over [8]
-//   %8011 not bool[1] (compiler/training_graph/update.ts)
-//   %8012 where f32[1] (compiler/training_graph/update.ts)
-//   %8013 add f32[1] (compiler/training_graph/update.ts)
-//   %8015 where f32[1] (compiler/training_graph/update.ts)
-//   %8016 add f32[1] (compiler/training_graph/update.ts)
-//   %8018 add f32[1] (compiler/training_graph/update.ts)
-//   %8020 ge bool[1] (compiler/training_graph/update.ts)
-//   %8025 where f32[1] (compiler/training_graph/update.ts)
-//   %8026 where f32[1] (compiler/training_graph/update.ts)
-//   %8027 or bool[1] (compiler/training_graph/update.ts)
-//   %8028 where f32[1] (compiler/training_graph/update.ts)
-//   %8029 concat f32[8] (compiler/training_graph/update.ts) -> written
+//   %8011 not bool[1] (optimizer/update.ts)
+//   %8012 where f32[1] (optimizer/update.ts)
+//   %8013 add f32[1] (optimizer/update.ts)
+//   %8015 where f32[1] (optimizer/update.ts)
+//   %8016 add f32[1] (optimizer/update.ts)
+//   %8018 add f32[1] (optimizer/update.ts)
+//   %8020 ge bool[1] (optimizer/update.ts)
+//   %8025 where f32[1] (optimizer/update.ts)
+//   %8026 where f32[1] (optimizer/update.ts)
+//   %8027 or bool[1] (optimizer/update.ts)
+//   %8028 where f32[1] (optimizer/update.ts)
+//   %8029 concat f32[8] (optimizer/update.ts) -> written
 //   binding 0 (write): %8029 concat f32[8]
 //   binding 1 (read): input train.state f32[8]
 //   binding 2 (read): %7902 le bool[1]

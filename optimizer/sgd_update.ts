@@ -4,12 +4,12 @@
  * a whole training step (forward, backward, update) one graph, which fusion and the runtimes execute as
  * one plan; the LAMB/AdamW optimizers replace it with their own update graphs.
  */
-import type { Graph } from "../../ir/mod.ts";
-import { GraphEditor } from "../graph/edit.ts";
-import { GRAD_PREFIX } from "./autodiff.ts";
+import type { Graph } from "../ir/mod.ts";
+import { GraphEditor } from "../compiler/graph/edit.ts";
+import { GRAD_PREFIX } from "../compiler/training_graph/autodiff.ts";
 
 export const LEARNING_RATE_INPUT = "learning_rate";
-import { UPDATE_PREFIX } from "../../plan/plan.ts";
+import { UPDATE_PREFIX } from "../plan/plan.ts";
 export { UPDATE_PREFIX };
 
 export function appendSgdUpdate(g: Graph): Graph {

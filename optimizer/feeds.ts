@@ -63,7 +63,7 @@ export function tableFeeds(layout: FlatLayout): Record<string, Int32Array> {
 
 /**
  * NVIDIA's PolyWarmUpScheduler: linear warmup to `base`, then polynomial decay. The device computes it
- * (compiler/training_graph/update.ts); training/schedule.ts is the same function on the host.
+ * (optimizer/update.ts); training/schedule.ts is the same function on the host.
  */
 export interface ScheduleOptions {
   /** Peak learning rate (`--learning-rate`). */

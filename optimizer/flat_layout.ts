@@ -3,9 +3,9 @@
  * vector of P elements, so the update of all parameters is a few kernels over that vector rather than a
  * few kernels per tensor. Tensors start on CHUNK boundaries, so LAMB's per-tensor norms are sums of row
  * sums; a device's binding limit cuts the vector into groups of whole tensors, offsets staying global
- * (DESIGN.md, notes: compiler/training_graph/flat_layout.ts).
+ * (DESIGN.md, notes: optimizer/flat_layout.ts).
  */
-import type { Graph } from "../../ir/mod.ts";
+import type { Graph } from "../ir/mod.ts";
 
 export interface Segment {
   /** The parameter's graph name. */

@@ -1,10 +1,10 @@
 /** The graph a compile starts from: one training step (forward, backward, optimizer) or inference. */
-import type { Graph } from "../../ir/mod.ts";
-import type { BertModel, Head } from "../../models/bert.ts";
+import type { Graph } from "../ir/mod.ts";
+import type { BertModel, Head } from "../models/bert.ts";
 import { flatLayoutOf } from "./flat_layout.ts";
 import { appendOptimizer, appendScaledLoss, type OptimizerOptions } from "./update.ts";
-import { differentiate } from "./autodiff.ts";
-import { applyPrecision, type Precision } from "./mixed_precision.ts";
+import { differentiate } from "../compiler/training_graph/autodiff.ts";
+import { applyPrecision, type Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { appendSgdUpdate } from "./sgd_update.ts";
 
 export interface GraphRequest {

@@ -3,12 +3,12 @@
  * parameter at once, with dynamic loss scaling, global gradient-norm clipping, the learning-rate schedule
  * and gradient accumulation — all on the device, so a step needs no round trip to the host (the host reads
  * `train.state` only when it logs). It works on flat vectors (flat_layout.ts), so fusion makes the whole
- * update a handful of kernels. The math, per step: DESIGN.md, notes: compiler/training_graph/update.ts.
+ * update a handful of kernels. The math, per step: DESIGN.md, notes: optimizer/update.ts.
  */
-import type { Graph, NodeId } from "../../ir/mod.ts";
-import { GraphEditor } from "../graph/edit.ts";
-import { UPDATE_PREFIX } from "../../plan/plan.ts";
-import { GRAD_PREFIX } from "./autodiff.ts";
+import type { Graph, NodeId } from "../ir/mod.ts";
+import { GraphEditor } from "../compiler/graph/edit.ts";
+import { UPDATE_PREFIX } from "../plan/plan.ts";
+import { GRAD_PREFIX } from "../compiler/training_graph/autodiff.ts";
 import { type FlatLayout, flatLayout, groupSegments } from "./flat_layout.ts";
 
 export type OptimizerKind = "lamb" | "adamw";
@@ -85,7 +85,7 @@ export const OPTIMIZER_DEFAULTS = {
 /**
  * The graph name of one group's flat vector or table (OPT.flatParams, m, v, gradAcc, segments,
  * chunkSegment): the plain name when the layout has one group, so such graphs are unchanged, else
- * `<name>.<group>`. The host reads and writes these through compiler/training_graph/feeds.ts.
+ * `<name>.<group>`. The host reads and writes these through optimizer/feeds.ts.
  */
 export function groupName(base: string, layout: FlatLayout, group: number): string {
   return layout.groups.length === 1 ? base : `${base}.${group}`;
@@ -123,7 +123,7 @@ export function appendOptimizer(g: Graph, given: FlatLayout, opts: OptimizerOpti
     ? given
     : flatLayout(given.segments, given.chunk, { maxGroupBytes: o.maxGroupBytes });
   const b = new GraphEditor(g);
-  b.loc = "compiler/training_graph/update.ts";
+  b.loc = "optimizer/update.ts";
   const C = layout.chunk;
   const f32 = "f32" as const;
   // An input the graph already has (train.state, read by the loss scaling before autodiff) is reused.
