@@ -1,7 +1,7 @@
 /**
- * Host values <-> a buffer's stored bytes on CUDA: f32, i32, u32 as themselves, f16 and bf16 as 2-byte
- * bit patterns (rounded to nearest even), bool as a 4-byte u32 0/1 (the kernel ABI's bool). The same
- * conventions as the WebGPU runtime's, plus bf16, which WGSL lacks.
+ * Host values <-> a buffer's stored bytes, for every runtime: f32, i32, u32 as themselves, f16 and bf16 as
+ * 2-byte bit patterns (rounded to nearest even), bool as a 4-byte u32 0/1 (the kernel ABI's bool). WGSL
+ * lacks bf16 (the WebGPU runtime refuses it).
  */
 import { numel } from "../ir/dtype.ts";
 import { decodeBF16, encodeBF16 } from "../numeric/half.ts";

@@ -11,7 +11,8 @@ import {
   type PlanStep,
   storedSize,
 } from "../../plan/plan.ts";
-import { decodeHost, encodeHost, type HostArray, readRanges, round4 } from "./host_transfer.ts";
+import { decodeHost, encodeHost, readRanges, round4 } from "./host_transfer.ts";
+import type { HostArray } from "../host.ts";
 import type { GpuContext } from "./device.ts";
 import { tidy, validated, WebGPUError } from "./webgpu_errors.ts";
 import { ResourceError } from "../../model_io/size_check.ts";
