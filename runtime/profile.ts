@@ -2,6 +2,7 @@
  * A step's per-launch timing, as every executor's `profile` reports it (WebGPU timestamps, CUDA events,
  * the CPU's wall clock), and its DEBUG=2 lines.
  */
+import type { PlanKernel } from "../plan/plan.ts";
 export interface LaunchTime {
   /** Index of the step in plan.steps. */
   readonly step: number;
@@ -25,6 +26,37 @@ export interface Profile {
   readonly kernelNs: number;
   /** Median wall-clock time of a whole step (submitted normally, awaited to completion), in ms. */
   readonly stepMs: number;
+}
+
+/** What a timed launch ran: its step, its kernel's index and the kernel (its plan estimates). */
+export interface TimedLaunch {
+  readonly step: number;
+  readonly kernelIndex: number;
+  readonly kernel: Pick<PlanKernel, "name" | "bytesRead" | "bytesWritten" | "flops">;
+}
+
+/** The Profile of `launches` from each one's samples (ns, one per iteration) and whole steps' times (ms). */
+export function profileOf(
+  head: Pick<Profile, "method" | "device" | "iterations">,
+  launches: readonly TimedLaunch[],
+  samples: readonly (readonly number[])[],
+  stepMs: readonly number[],
+): Profile {
+  const times = launches.map(({ step, kernelIndex, kernel: k }, j): LaunchTime => {
+    const ns = median(samples[j]), bytes = k.bytesRead + k.bytesWritten;
+    const rate = (x: number) => (ns > 0 ? x / ns : 0);
+    return {
+      step,
+      kernel: kernelIndex,
+      name: k.name,
+      ns,
+      bytes,
+      flops: k.flops,
+      gbPerS: rate(bytes),
+      gflopPerS: rate(k.flops),
+    };
+  });
+  return { ...head, launches: times, kernelNs: times.reduce((a, t) => a + t.ns, 0), stepMs: median(stepMs) };
 }
 
 export const median = (xs: readonly number[]) => {

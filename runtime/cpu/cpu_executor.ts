@@ -17,7 +17,7 @@ import {
 import { type ArenaOffsets, arenaOffsets } from "../arena.ts";
 import { decodeStored, encodeStored, type HostArray } from "../host.ts";
 import { PlanExecutor } from "../plan_executor.ts";
-import { type LaunchTime, median, type Profile } from "../profile.ts";
+import { type Profile, profileOf } from "../profile.ts";
 import { type Blas, type BlasCall, blasCallOf, blasCan } from "./blas.ts";
 import { type CCompiler, compileLibrary } from "./cc.ts";
 import { CpuError } from "./cpu_errors.ts";
@@ -257,29 +257,13 @@ export class CpuExecutor extends PlanExecutor {
       }
       stepMs.push(performance.now() - t0);
     }
-    const times = launches.map((s, j): LaunchTime => {
-      const k = this.plan.kernels[(s as Extract<Step, { kernel: number }>).kernel];
-      const ns = median(samples[j]);
-      const bytes = k.bytesRead + k.bytesWritten;
-      return {
-        step: s.index,
-        kernel: (s as Extract<Step, { kernel: number }>).kernel,
-        name: k.name,
-        ns,
-        bytes,
-        flops: k.flops,
-        gbPerS: ns > 0 ? bytes / ns : 0,
-        gflopPerS: ns > 0 ? k.flops / ns : 0,
-      };
+    const timed = launches.map((s) => {
+      const kernelIndex = (s as Extract<Step, { kernel: number }>).kernel;
+      return { step: s.index, kernelIndex, kernel: this.plan.kernels[kernelIndex] };
     });
-    return Promise.resolve({
-      method: "wallclock",
-      device: this.ctx.description,
-      iterations,
-      launches: times,
-      kernelNs: times.reduce((a, t) => a + t.ns, 0),
-      stepMs: median(stepMs),
-    });
+    return Promise.resolve(
+      profileOf({ method: "wallclock", device: this.ctx.description, iterations }, timed, samples, stepMs),
+    );
   }
 
   // The libraries stay loaded (see loadLibrary); the arena goes with this object.

@@ -17,7 +17,7 @@ import {
   storedSize,
   type TargetKernel,
 } from "../../plan/plan.ts";
-import { type LaunchTime, median, type Profile } from "../profile.ts";
+import { type Profile, profileOf } from "../profile.ts";
 import type { CudaContext } from "./cuda_context.ts";
 import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";
 import { CudaError } from "./cuda_errors.ts";
@@ -514,30 +514,13 @@ export class CudaExecutor extends PlanExecutor {
         this.sync();
         pairs.forEach(([a, b], k) => samples[k].push(driver.elapsedMs(a, b) * 1e6));
       }
-      const times = launches.map((s, j): LaunchTime => {
-        const k = (s as Extract<CudaStep, { op: "launch" | "gemm" }>).kernel;
-        const ns = median(samples[j]);
-        const bytes = k.bytesRead + k.bytesWritten;
-        return {
-          step: s.index,
-          kernel: (s as Extract<CudaStep, { op: "launch" | "gemm" }>).kernelIndex,
-          name: k.name,
-          ns,
-          bytes,
-          flops: k.flops,
-          gbPerS: ns > 0 ? bytes / ns : 0,
-          gflopPerS: ns > 0 ? k.flops / ns : 0,
-        };
+      const timed = launches.map((s) => {
+        const l = s as Extract<CudaStep, { op: "launch" | "gemm" }>;
+        return { step: s.index, kernelIndex: l.kernelIndex, kernel: l.kernel };
       });
-      return {
-        // CUDA events are GPU timestamps; the shared Profile type calls that "timestamp".
-        method: "timestamp",
-        device: this.ctx.description,
-        iterations,
-        launches: times,
-        kernelNs: times.reduce((a, t) => a + t.ns, 0),
-        stepMs: median(stepMs),
-      };
+      // CUDA events are GPU timestamps; the shared Profile type calls that "timestamp".
+      const head = { method: "timestamp" as const, device: this.ctx.description, iterations };
+      return profileOf(head, timed, samples, stepMs);
     } finally {
       for (const e of events) tryIt(() => driver.destroyEvent(e));
     }

@@ -9,7 +9,7 @@ import type { GpuContext } from "./device.ts";
 import type { Encoded } from "./webgpu_executor.ts";
 import { encodeProgram } from "./webgpu_executor.ts";
 import { WebGPUError } from "./webgpu_errors.ts";
-import { type LaunchTime, median, type Profile } from "../profile.ts";
+import { type Profile, profileOf } from "../profile.ts";
 
 /** WebGPU caps a query set at 4096 queries: two per launch. */
 const LAUNCHES_PER_QUERY_SET = 2048;
@@ -45,30 +45,12 @@ export async function profileSteps(
       : await wallclockRun(device, program, updates);
     ns.forEach((v, j) => samples[j].push(v));
   }
-  const times = launches.map((s, j): LaunchTime => {
-    const launch = (s as Extract<Encoded, { op: "launch" }>).launch;
-    const k = launch.kernel;
-    const ns = median(samples[j]);
-    const bytes = k.bytesRead + k.bytesWritten;
-    return {
-      step: s.index,
-      kernel: plan.kernels.indexOf(k),
-      name: k.name,
-      ns,
-      bytes,
-      flops: k.flops,
-      gbPerS: ns > 0 ? bytes / ns : 0,
-      gflopPerS: ns > 0 ? k.flops / ns : 0,
-    };
+  const timed = launches.map((s) => {
+    const k = (s as Extract<Encoded, { op: "launch" }>).launch.kernel;
+    return { step: s.index, kernelIndex: plan.kernels.indexOf(k), kernel: k };
   });
-  return {
-    method: ctx.hasTimestamps ? "timestamp" : "wallclock",
-    device: ctx.description,
-    iterations,
-    launches: times,
-    kernelNs: times.reduce((a, t) => a + t.ns, 0),
-    stepMs: median(stepMs),
-  };
+  const method = ctx.hasTimestamps ? "timestamp" as const : "wallclock" as const;
+  return profileOf({ method, device: ctx.description, iterations }, timed, samples, stepMs);
 }
 
 /** One step with every launch in its own timestamped pass; returns each launch's duration in ns. */
