@@ -50,8 +50,8 @@ their answers are those of deno task infer --question/--text with the same optio
   --max-delay-ms T      how long a sequence may wait for others to fill its batch (default 5)
   --max-queue N         sequences that may wait; past it requests get 503 (default 256)
   --max-body-bytes N    largest request body; past it 413 (default 1048576)
-  --body-timeout-ms N   a request body must arrive within N ms; past it 408 (default 10000). At most 1024
-                        requests are handled at once (503 past it), and text fields hold 100,000 characters
+  --body-timeout-ms N   a body must arrive within N ms, past it 408 (default 10000; headers: docs/serving.md).
+                        At most 1024 requests at once (503 past it); text fields: at most 100,000 characters
   --max-seq-length N    longest sequence accepted (default: max_position_embeddings)
   --buckets L           length buckets, comma-separated (default 16, 32, 64, ... to the max; else the largest)
   --doc-stride N, --max-query-length N, --n-best-size N, --max-answer-length N, --top-k N
@@ -60,7 +60,7 @@ their answers are those of deno task infer --question/--text with the same optio
 Every (batch size, bucket) plan is compiled and run once before the server reports ready (the first
 before it listens, so a backend that cannot run fails at once). The cpu backend builds its kernels in
 $BERTFUSE_CACHE/cpu (default ~/.cache/bertfuse/cpu); the task may write ~/.cache/bertfuse only. SIGTERM or
-SIGINT stop taking connections, answer the requests in flight, and exit 0.
+SIGINT stop taking connections, answer the requests in flight (503 to a body still arriving), and exit 0.
 `;
 
 function bucketList(v: string | undefined): number[] | undefined {

@@ -5,41 +5,45 @@
  */
 import { HttpError } from "./http_error.ts";
 
-export async function readBytes(req: Request, maxBytes: number, timeoutMs = 10_000): Promise<Uint8Array> {
+export async function readBytes(req: Request, maxBytes: number, timeoutMs = 10_000, stop?: AbortSignal) {
   const tooLarge = () => new HttpError(413, `request body exceeds the limit of ${maxBytes} bytes`);
   const declared = req.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) throw tooLarge();
   if (!req.body) throw new HttpError(400, "request body is empty (expected a JSON object)");
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  const reader = req.body.getReader();
-  // The whole body within timeoutMs: a client that sends it slowly (or never) must not hold a request,
-  // its buffers and, at shutdown, the drain, for ever.
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  // The whole body within timeoutMs, and none awaited once the server drains (503): a client that sends it
+  // slowly (or never) must not hold a request, its buffers or the shutdown. The read is left pending, not
+  // cancelled: a cancelled body keeps Deno's connection waiting for its remaining bytes, and the drain with
+  // it, for ever; a pending one gets `connection: close` and ends with the client or the drain.
+  let timer: ReturnType<typeof setTimeout> | undefined, onStop = () => {};
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(
       () => reject(new HttpError(408, `request body not received within ${timeoutMs} ms`)),
       timeoutMs,
     );
+    onStop = () => reject(new HttpError(503, "server is shutting down"));
+    stop?.addEventListener("abort", onStop);
+    if (stop?.aborted) onStop();
   });
+  const race = <T>(p: Promise<T>) => (p.catch(() => {}), Promise.race([p, late]));
   try {
+    // A declared length is all Deno reads, so read it at once: a pending stream read holds a 64 KiB
+    // buffer (1,024 slow clients: 64 MB) where this holds what arrived.
+    if (declared !== null) return await race(req.bytes());
+    const chunks: Uint8Array[] = [];
+    let total = 0;
+    const reader = req.body.getReader();
     for (;;) {
-      const { done, value } = await Promise.race([reader.read(), late]).catch(async (e) => {
-        await reader.cancel().catch(() => {});
-        throw e;
-      });
+      const { done, value } = await race(reader.read());
       if (done) break;
       total += value.byteLength;
-      if (total > maxBytes) {
-        await reader.cancel();
-        throw tooLarge();
-      }
+      if (total > maxBytes) throw tooLarge();
       chunks.push(value);
     }
+    return new Uint8Array(await new Blob(chunks as BlobPart[]).arrayBuffer());
   } finally {
     clearTimeout(timer);
+    stop?.removeEventListener("abort", onStop);
   }
-  return new Uint8Array(await new Blob(chunks as BlobPart[]).arrayBuffer());
 }
 
 /** `bytes` as JSON (UTF-8), or a 400 saying what is wrong with `what` (the body, or a binary request's header). */

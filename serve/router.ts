@@ -30,7 +30,7 @@ export function createRouter(
   log: (line: string) => void,
   maxInFlight = MAX_IN_FLIGHT,
 ) {
-  return async (req: Request): Promise<Response> => {
+  const answer = async (req: Request): Promise<Response> => {
     const path = new URL(req.url).pathname;
     // Requests with a body count against the cap; health checks and metrics still answer when it is full.
     if (req.method !== "GET" && metrics.inFlight.value >= maxInFlight) {
@@ -67,6 +67,12 @@ export function createRouter(
       metrics.inFlight.value--;
     }
     metrics.answered(endpoint, String(res.status), res.status >= 400, t0, route?.timed);
+    return res;
+  };
+  return async (req: Request) => {
+    const res = await answer(req);
+    // A body left unread (404, 405, a full cap) is locked: untouched, Deno's shutdown waits for it for ever.
+    if (req.body?.locked === false) req.body.getReader();
     return res;
   };
 }

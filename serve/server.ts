@@ -111,7 +111,9 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
     });
     return Promise.all(batcher.submit(items));
   };
-  const readBody = (req: Request) => readBytes(req, opts.maxBodyBytes, opts.bodyTimeoutMs);
+  // Aborted by the drain: bodies still awaited answer 503 at once.
+  const stopping = new AbortController();
+  const readBody = (req: Request) => readBytes(req, opts.maxBodyBytes, opts.bodyTimeoutMs, stopping.signal);
   const ctx: RouteContext = {
     model,
     metrics,
@@ -227,8 +229,17 @@ export async function startServer(model: ServedModel, opts: ServeOptions): Promi
             ready,
             drain: async () => {
               state.draining = true;
-              await httpServer.shutdown();
+              stopping.abort();
+              // The bodies just refused are answered before the shutdown starts: one it finds unread, it
+              // waits for (until the deadline below).
+              await new Promise((r) => setTimeout(r, 0));
+              const shut = httpServer.shutdown();
               await batcher.drained();
+              // Idle and half-sent connections close at once, but a client that does not read its answer
+              // holds the shutdown for ever: the drain waits for it at most the body timeout (the command then
+              // exits, closing it; aborting Deno.serve's signal instead throws BadResource once shutting down).
+              const late = AbortSignal.timeout(opts.bodyTimeoutMs ?? 10_000);
+              await Promise.race([shut, new Promise((r) => late.onabort = r)]);
               // gRPC calls that arrived meanwhile were answered UNAVAILABLE; a stalled one is cut.
               await grpcServer?.close(opts.bodyTimeoutMs ?? 10_000);
             },
