@@ -54,6 +54,9 @@ const USER_ERRORS = [
 
 export type FlagSpec = NonNullable<ParseArgsConfig["options"]>;
 
+/** The running command's batch-size flags, which the out-of-memory line suggests (its own, no other's). */
+let batchFlags: string[] = [];
+
 /** Parses flags (always adding --help); unknown flags and stray arguments are usage errors. */
 export function parseFlags<T extends FlagSpec>(
   args: string[],
@@ -62,6 +65,7 @@ export function parseFlags<T extends FlagSpec>(
   allowPositionals = false,
 ) {
   const withHelp = { ...options, help: { type: "boolean", short: "h" } } as const;
+  batchFlags = Object.keys(options).filter((k) => k.endsWith("batch-size")).map((k) => `--${k}`);
   let parsed;
   try {
     const stringFlags = new Set(
@@ -149,9 +153,8 @@ function outOfMemory(e: unknown): boolean {
 export function userMessage(e: unknown): string | undefined {
   if (USER_ERRORS.some((cls) => e instanceof cls)) return (e as Error).message.replaceAll("\n", " ");
   if (outOfMemory(e)) {
-    return `out of memory (${
-      (e as Error).message.split("\n")[0]
-    }); try a smaller batch (--batch-size, --train-batch-size) or model`;
+    const batch = batchFlags.length ? `smaller ${batchFlags.join(" or ")}` : "smaller batch";
+    return `out of memory (${(e as Error).message.split("\n")[0]}); try a ${batch} or model`;
   }
   // A file-system failure that reached here unmapped: Deno's message names the path and the cause.
   if (isIoError(e)) {

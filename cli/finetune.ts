@@ -9,7 +9,8 @@ import { FinetuneUi } from "../training/finetune/ui.ts";
 import { TASK_NAMES } from "../training/finetune/tasks.ts";
 import { TrainOptionsError } from "../training/options.ts";
 import { ScheduleError } from "../training/schedule.ts";
-import { oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { checkpointFolder, oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { stringFlags } from "./common.ts";
 import { kebabFlags } from "./flag_spelling.ts";
 
 const D = FINETUNE_DEFAULTS;
@@ -105,46 +106,20 @@ function stamp(d = new Date()): string {
 }
 
 await runMain(async () => {
-  const s = { type: "string" } as const, b = { type: "boolean" } as const;
+  const b = { type: "boolean" } as const;
   const { values: v } = parseFlags(kebabFlags(Deno.args), {
-    task: s,
-    "task-name": s,
-    "data-dir": s,
-    "train-file": s,
-    "predict-file": s,
+    ...stringFlags("task task-name data-dir train-file predict-file max-seq-length doc-stride"),
+    ...stringFlags("max-query-length do-lower-case init-checkpoint config-file vocab-file train-batch-size"),
+    ...stringFlags("eval-batch-size gradient-accumulation-steps learning-rate num-train-epochs max-steps"),
+    ...stringFlags("warmup-proportion precision seed backend log-freq num-steps-per-checkpoint"),
+    ...stringFlags("steps-this-run keep-checkpoints train-limit eval-limit n-best-size max-answer-length"),
+    ...stringFlags("null-score-diff-threshold output-dir"),
     "version-2-with-negative": b,
-    "max-seq-length": s,
-    "doc-stride": s,
-    "max-query-length": s,
     "do-train": b,
     "do-eval": b,
     "do-predict": b,
-    "do-lower-case": s,
-    "init-checkpoint": s,
-    "config-file": s,
-    "vocab-file": s,
-    "train-batch-size": s,
-    "eval-batch-size": s,
-    "gradient-accumulation-steps": s,
-    "learning-rate": s,
-    "num-train-epochs": s,
-    "max-steps": s,
-    "warmup-proportion": s,
-    precision: s,
-    seed: s,
-    backend: s,
     "no-fuse": b,
-    "log-freq": s,
-    "num-steps-per-checkpoint": s,
-    "steps-this-run": s,
     "resume-from-checkpoint": b,
-    "keep-checkpoints": s,
-    "train-limit": s,
-    "eval-limit": s,
-    "n-best-size": s,
-    "max-answer-length": s,
-    "null-score-diff-threshold": s,
-    "output-dir": s,
   }, HELP);
   if (v.task && v["task-name"] && v.task.toLowerCase() !== v["task-name"].toLowerCase()) {
     throw new UsageError(`--task ${v.task} and --task-name ${v["task-name"]} disagree`);
@@ -208,6 +183,7 @@ await runMain(async () => {
     evalLimit: int("eval-limit"),
   };
   // The output rule (model_io/outputs.ts): no folder of user files, one writer at a time.
+  if (o.initCheckpoint !== undefined) checkpointFolder("--init-checkpoint", o.initCheckpoint);
   const folder = await claimRunFolder(o.outputDir, "deno task finetune", [o.initCheckpoint], console.error);
   const ui = new FinetuneUi(o.outputDir);
   try {

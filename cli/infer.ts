@@ -140,7 +140,7 @@ await runMain(async () => {
       dir,
       config,
       head,
-      (rs) => runInference(rs, { batchSize, outputs, graphFor, backend, weights }),
+      (rs) => runInference(rs, { batchSize, outputs, graphFor, backend, weights, onBatch: tenths() }),
     );
   const prepared = textModel && prepareRequests(textModel, requests!, textOptions(values));
   const choice = await openBackend(backendFlag.name);
@@ -183,6 +183,16 @@ await runMain(async () => {
   for (const [name, r] of results) console.log(`  ${name} [${r.shape.join(", ")}]`);
   console.log(`wrote ${outputPath}`);
 });
+
+/** Progress of a long run (a long QA context is thousands of windows): a line each tenth of the rows. */
+function tenths(): (done: number, total: number) => void {
+  let said = 0;
+  return (done, total) => {
+    if (total < 100 || Math.floor((10 * done) / total) <= said) return;
+    said = Math.floor((10 * done) / total);
+    console.error(`  ${done}/${total} rows`);
+  };
+}
 
 async function readInput(path: string): Promise<string> {
   try {

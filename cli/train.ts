@@ -6,7 +6,8 @@ import { TRAIN_DEFAULTS, type TrainOptions, TrainOptionsError } from "../trainin
 import { REFERENCE_MAX_STEPS, runTraining } from "../training/run.ts";
 import { CheckpointError } from "../training/checkpoint.ts";
 import { ScheduleError } from "../training/schedule.ts";
-import { intFlag, numberFlag, oneOf, parseFlags, positiveInt, runMain, UsageError } from "./common.ts";
+import { checkpointFolder, intFlag, numberFlag, oneOf, parseFlags, positiveInt, runMain } from "./common.ts";
+import { stringFlags, UsageError } from "./common.ts";
 import { TrainUi } from "./train_ui.ts";
 import { kebabFlags } from "./flag_spelling.ts";
 
@@ -74,30 +75,16 @@ function stamp(d = new Date()): string {
 
 await runMain(async () => {
   const { values } = parseFlags(kebabFlags(Deno.args), {
-    model: { type: "string" },
-    "input-dir": { type: "string" },
-    "output-dir": { type: "string" },
-    "train-batch-size": { type: "string" },
-    "learning-rate": { type: "string" },
-    "max-steps": { type: "string" },
-    "warmup-proportion": { type: "string" },
-    "gradient-accumulation-steps": { type: "string" },
-    precision: { type: "string" },
-    "loss-scale": { type: "string" },
-    "init-loss-scale": { type: "string" },
-    optimizer: { type: "string" },
-    seed: { type: "string" },
-    "log-freq": { type: "string" },
-    "num-steps-per-checkpoint": { type: "string" },
-    "steps-this-run": { type: "string" },
+    ...stringFlags("model input-dir output-dir train-batch-size learning-rate max-steps warmup-proportion"),
+    ...stringFlags("gradient-accumulation-steps precision loss-scale init-loss-scale optimizer seed"),
+    ...stringFlags("log-freq num-steps-per-checkpoint steps-this-run init-checkpoint phase1-end-step"),
+    ...stringFlags("backend keep-checkpoints"),
     "resume-from-checkpoint": { type: "boolean" },
-    "init-checkpoint": { type: "string" },
     phase2: { type: "boolean" },
-    "phase1-end-step": { type: "string" },
-    backend: { type: "string" },
     "no-fuse": { type: "boolean" },
-    "keep-checkpoints": { type: "string" },
   }, HELP);
+  const init = values["init-checkpoint"];
+  if (init !== undefined) checkpointFolder("--init-checkpoint", init);
   const backend = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
   const precision = values.precision === undefined
     ? undefined
@@ -143,7 +130,7 @@ await runMain(async () => {
       ? undefined
       : positiveInt("steps-this-run", values["steps-this-run"], 1),
     resumeFromCheckpoint: values["resume-from-checkpoint"] ?? false,
-    initCheckpoint: values["init-checkpoint"],
+    initCheckpoint: init,
     phase2: values.phase2 ?? false,
     phase1EndStep: nonNegativeInt("phase1-end-step", values["phase1-end-step"], TRAIN_DEFAULTS.phase1EndStep),
     backend,

@@ -37,7 +37,7 @@ export interface Workload {
   mode: "train" | "infer";
   batchSize: number;
   seqLen: number;
-  /** Masked positions per sequence (train). */
+  /** Rows of vocabulary logits per sequence: masked positions (train), 0 for task heads; default all. */
   maxPredictions?: number;
   /** Named in the message: the model file or checkpoint. */
   what: string;
@@ -61,7 +61,7 @@ export function estimateBytes(c: SizeConfig, w: Workload): number {
   // Per token and layer: about a dozen hidden-sized tensors, two intermediate ones and the attention rows.
   const perTokenLayer = 12 * h + 2 * i + 3 * heads * w.seqLen;
   const activations = 4 * tokens * c.num_hidden_layers * perTokenLayer;
-  const logitRows = w.mode === "train" ? w.batchSize * (w.maxPredictions ?? w.seqLen) : tokens;
+  const logitRows = w.batchSize * (w.maxPredictions ?? w.seqLen);
   const logits = 4 * 3 * logitRows * c.vocab_size;
   // f32 weights; training adds two moments, a gradient and low-precision copies (about 4.5 copies).
   const weights = 4 * p * (w.mode === "train" ? 4.5 : 1);

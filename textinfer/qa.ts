@@ -47,6 +47,13 @@ export interface PreparedQa {
   finish(outputs: Map<string, RowOutput>, firstRow: number): QaAnswer;
 }
 
+/**
+ * The longest context answered: 1,000,000 characters is about 11,000 windows, seconds on BERT-tiny and
+ * 250 MB of features; ten times that held 2 GB and 25 MB exhausted the JavaScript heap (the server's cap,
+ * 100,000, is lower: tokenizing blocks its event loop).
+ */
+export const MAX_CONTEXT_CHARS = 1_000_000;
+
 export function qaLimits(model: TextModel, opts: QaOptions) {
   const maxSeqLength = opts.maxSeqLength ?? Math.min(384, model.maxPositions);
   return {
@@ -71,6 +78,10 @@ export function prepareQa(
     throw new InputError(
       `${at}: --max-seq-length ${lim.maxSeqLength} is more than the model's ${model.maxPositions} positions`,
     );
+  }
+  if (context.length > MAX_CONTEXT_CHARS) {
+    const over = `${context.length} characters, more than ${MAX_CONTEXT_CHARS}`;
+    throw new InputError(`${at}: the context has ${over}; ask about a part of it`);
   }
   const tok = model.tokenizer;
   const qLen = tok.ids(question).length;

@@ -161,12 +161,12 @@ export async function writeCheckpoint(
   const finalDir = join(runDir, checkpointDirName(step));
   const stateText = trainerStateJson(parts.state, step, finalDir);
 
-  await Deno.mkdir(runDir, { recursive: true });
-  await removeLeftovers(runDir);
   const tmp = join(runDir, `${checkpointDirName(step)}.tmp-${Deno.pid}`);
   let manifest: Manifest;
   let old: string | undefined;
   try {
+    await Deno.mkdir(runDir, { recursive: true });
+    await removeLeftovers(runDir);
     await Deno.mkdir(tmp);
     const { graph, config, weights, dtype, head } = parts.model;
     const written = await writeHfCheckpoint(tmp, graph, config, weights, dtype ?? "F32", head);

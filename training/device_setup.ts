@@ -4,6 +4,7 @@
  * a checkpoint, launch one update (its micro-batches, with the dropout key that makes resume exact), and
  * read the device back into a checkpoint.
  */
+import { isAbsolute, relative } from "node:path";
 import type { Graph } from "../ir/mod.ts";
 import { hparamsVector, type ScheduleOptions, stateVector, tableFeeds } from "../optimizer/feeds.ts";
 import type { FlatLayout } from "../optimizer/flat_layout.ts";
@@ -127,8 +128,26 @@ export interface SaveOptions {
   schedule: ScheduleOptions;
   seed: number;
   keep: number;
-  /** The rest of trainer_state.json (loader position, args, ...). */
+  /** The run's options, recorded as portableArgs() makes them. */
+  args?: object;
+  /** The rest of trainer_state.json (loader position, task, ...). */
   extra: Record<string, unknown>;
+}
+
+/** Options that name a file or folder (train's and finetune's). */
+const PATH_ARGS = new Set(
+  "model inputDir outputDir initCheckpoint configFile vocabFile trainFile predictFile dataDir"
+    .split(" "),
+);
+
+/**
+ * The options as trainer_state.json records them: undefined ones dropped, paths relative to the run
+ * folder, so a shared checkpoint does not carry the paths of the machine it was made on (issue 28).
+ * They are for the record: resume reads the loader, schedule and device state, never these.
+ */
+export function portableArgs(args: object, runDir: string): Record<string, unknown> {
+  const path = (k: string, v: unknown) => typeof v === "string" && (PATH_ARGS.has(k) || isAbsolute(v));
+  return JSON.parse(JSON.stringify(args, (k, v) => path(k, v) ? relative(runDir, v) || "." : v));
 }
 
 /** Reads weights, moments and state from the device (one sync) and writes `ckpt_<step>/`. */
@@ -144,8 +163,8 @@ export async function saveDeviceCheckpoint(ex: StepExecutor, s: SaveOptions): Pr
     optimizer: dev.optimizer,
     state: {
       loader: null,
-      args: {},
       ...s.extra,
+      args: portableArgs(s.args ?? {}, s.runDir),
       step: s.step,
       optimizerStep: dev.state[STATE.step],
       lossScaler: { scale: dev.state[STATE.lossScale], cleanSteps: dev.state[STATE.cleanSteps] },

@@ -10,6 +10,7 @@
  * JSON.stringify does; a null loss in the log means "not a finite number".
  */
 import { dirname } from "node:path";
+import { io, ioCause, isIoError, OutputError, writeFileAtomic } from "../model_io/outputs.ts";
 
 export interface MetricsRecord {
   /** Training step this line describes; lines are in increasing step order. */
@@ -50,17 +51,14 @@ export class MetricsWriter {
       }
       const kept = (await readMetrics(path, { tolerateTornLastLine: true })).filter((m) => m.step <= r);
       const text = kept.map((m) => JSON.stringify(m) + "\n").join("");
-      // Rewrite via a temporary file and rename: a crash here leaves the old file or the new one.
-      const tmp = `${path}.tmp-${Deno.pid}`;
-      await Deno.mkdir(dirname(path), { recursive: true });
-      await Deno.writeTextFile(tmp, text);
-      await Deno.rename(tmp, path);
+      // Rewritten via a temporary file and a rename: a crash here leaves the old file or the new one.
+      await writeFileAtomic(path, text);
       lastStep = kept.at(-1)?.step ?? -Infinity;
     } else {
-      await Deno.mkdir(dirname(path), { recursive: true });
-      await Deno.writeTextFile(path, "");
+      await io(path, "write", () => Deno.mkdir(dirname(path), { recursive: true }));
+      await io(path, "write", () => Deno.writeTextFile(path, ""));
     }
-    const file = await Deno.open(path, { append: true });
+    const file = await io(path, "open", () => Deno.open(path, { append: true }));
     return new MetricsWriter(path, file, lastStep);
   }
 
@@ -75,13 +73,18 @@ export class MetricsWriter {
     }
     const bytes = new TextEncoder().encode(JSON.stringify(record) + "\n");
     // One write call per line on an O_APPEND file: the line goes to the OS whole, with no user-space buffer.
-    for (let off = 0; off < bytes.length;) off += this.#file.writeSync(bytes.subarray(off));
+    try {
+      for (let off = 0; off < bytes.length;) off += this.#file.writeSync(bytes.subarray(off));
+    } catch (e) {
+      // A full disk: Deno's message for a write to an open file names no path.
+      throw isIoError(e) ? new OutputError(`${this.path}: cannot write (${ioCause(e)})`) : e;
+    }
     this.#lastStep = record.step;
   }
 
   /** fsync, e.g. when a checkpoint is saved, so the log is as durable as the checkpoint. */
   async sync(): Promise<void> {
-    await this.#file?.sync();
+    if (this.#file) await io(this.path, "write", () => this.#file!.sync());
   }
 
   close(): void {

@@ -11,6 +11,7 @@
 import { deflateSync } from "node:zlib";
 import { crc32 } from "../data/shards/crc32.ts";
 import { readMetrics } from "./metrics.ts";
+import { writeFileAtomic } from "../model_io/outputs.ts";
 
 export interface CurvePoint {
   step: number;
@@ -486,13 +487,9 @@ export async function writeLossCurves(
 ): Promise<{ svg: string; png: string }> {
   const base = `${runDir.replace(/\/$/, "")}/${opts.base ?? "loss_curve"}`;
   const svg = `${base}.svg`, png = `${base}.png`;
-  const put = async (path: string, bytes: Uint8Array) => {
-    const tmp = `${path}.tmp-${Deno.pid}`;
-    await Deno.writeFile(tmp, bytes);
-    await Deno.rename(tmp, path);
-  };
-  await put(svg, new TextEncoder().encode(lossCurveSvg(points, opts)));
-  await put(png, lossCurvePng(points, opts));
+  // A failure (a full disk) is one line naming the file, and leaves no temporary file behind.
+  await writeFileAtomic(svg, lossCurveSvg(points, opts));
+  await writeFileAtomic(png, lossCurvePng(points, opts));
   return { svg, png };
 }
 

@@ -7,7 +7,7 @@
  * counted whether or not the update was skipped for overflow (the schedule counts applied updates only).
  * In phase 2 checkpoint names continue from --phase1-end-step, as in run_pretraining.py.
  */
-import { isAbsolute, join, relative } from "node:path";
+import { join } from "node:path";
 import { buildModelGraph } from "../optimizer/model_graph.ts";
 import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import { openBackend } from "../engine/choose_backend.ts";
@@ -254,18 +254,8 @@ async function runInFolder(
         schedule,
         seed: o.seed,
         keep: o.keepCheckpoints,
-        extra: {
-          loader: loader.state(),
-          // Undefined options dropped; absolute paths made relative to the run folder, so a shared
-          // checkpoint does not carry the paths of the machine it was made on (issue 28).
-          args: JSON.parse(
-            JSON.stringify(
-              { ...o, maxSteps },
-              (_k, v) => typeof v === "string" && isAbsolute(v) ? relative(o.outputDir, v) || "." : v,
-            ),
-          ),
-          phase: o.phase2 ? 2 : 1,
-        },
+        args: { ...o, maxSteps },
+        extra: { loader: loader.state(), phase: o.phase2 ? 2 : 1 },
       });
       lastCheckpoint = dir;
       savedAt = step;

@@ -5,6 +5,7 @@
  */
 import * as esbuild from "esbuild";
 import { CHECKPOINT_FILES } from "./checkpoint_source.ts";
+import { checkDirOutput, replaceDir, writeFileAtomic } from "../model_io/outputs.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 export const DEFAULT_OUT = `${ROOT}out/web`;
@@ -24,11 +25,23 @@ async function gzipSize(bytes: Uint8Array): Promise<number> {
   return (await new Response(stream).arrayBuffer()).byteLength;
 }
 
-async function exists(path: string): Promise<boolean> {
-  return await Deno.stat(path).then(() => true, () => false);
+function existsSync(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
 }
 
 export async function buildWeb(outDir = DEFAULT_OUT): Promise<WebBuild> {
+  // The output rule of every command (model_io/outputs.ts): a folder of someone else's files is refused;
+  // a new folder is assembled aside and renamed in, so a failure leaves none; into a folder of an
+  // earlier build our files are written over one by one (each atomically) and the user's others stay.
+  const state = await checkDirOutput(outDir, {
+    label: `--out ${outDir}`,
+    isOurs: async (dir) => Array.isArray(JSON.parse(await Deno.readTextFile(`${dir}/tiny/index.json`))?.qa),
+    oursLooksLike: "a page built by deno task web (tiny/index.json)",
+  });
   let result;
   try {
     result = await esbuild.build({
@@ -49,21 +62,19 @@ export async function buildWeb(outDir = DEFAULT_OUT): Promise<WebBuild> {
     await esbuild.stop();
   }
   const bundle = result.outputFiles[0].contents;
-  // Our files are written over; anything else the user keeps in the folder stays (it used to be deleted).
-  await Deno.mkdir(`${outDir}/tiny`, { recursive: true });
-  await Deno.writeFile(`${outDir}/bertfuse.js`, bundle);
-  await Deno.copyFile(`${ROOT}web/index.html`, `${outDir}/index.html`);
-  const index: Record<string, string[]> = {};
-  for (const kind of TINY_KINDS) {
-    const from = `${ROOT}tests/fixtures/hf-tiny/${kind}`;
-    await Deno.mkdir(`${outDir}/tiny/${kind}`, { recursive: true });
-    index[kind] = [];
-    for (const file of CHECKPOINT_FILES) {
-      if (!(await exists(`${from}/${file}`))) continue;
-      await Deno.copyFile(`${from}/${file}`, `${outDir}/tiny/${kind}/${file}`);
-      index[kind].push(file);
+  const write = async (dir: string) => {
+    await writeFileAtomic(`${dir}/bertfuse.js`, bundle);
+    await writeFileAtomic(`${dir}/index.html`, await Deno.readFile(`${ROOT}web/index.html`));
+    const index: Record<string, string[]> = {};
+    for (const kind of TINY_KINDS) {
+      const from = `${ROOT}tests/fixtures/hf-tiny/${kind}`;
+      index[kind] = CHECKPOINT_FILES.filter((file) => existsSync(`${from}/${file}`));
+      for (const f of index[kind]) {
+        await writeFileAtomic(`${dir}/tiny/${kind}/${f}`, await Deno.readFile(`${from}/${f}`));
+      }
     }
-  }
-  await Deno.writeTextFile(`${outDir}/tiny/index.json`, JSON.stringify(index));
+    await writeFileAtomic(`${dir}/tiny/index.json`, JSON.stringify(index));
+  };
+  await (state === "ours" ? write(outDir) : replaceDir(outDir, write));
   return { outDir, bundleBytes: bundle.byteLength, gzipBytes: await gzipSize(bundle) };
 }

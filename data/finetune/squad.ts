@@ -186,18 +186,24 @@ interface Span {
   length: number;
 }
 
-/** BERT's _check_is_max_context: the span where `pos` has the most context on its shorter side wins. */
+/**
+ * BERT's _check_is_max_context: the span where `pos` has the most context on its shorter side wins (the
+ * first on a tie). Span starts and ends only grow, so the spans holding `pos` are the run of indexes
+ * around `cur`; scanning all of them made a long context quadratic (10 MB: an hour before any output).
+ */
 function isMaxContext(spans: Span[], cur: number, pos: number): boolean {
+  let lo = cur;
+  while (lo > 0 && spans[lo - 1].start + spans[lo - 1].length > pos) lo--;
   let best = -1, bestScore = -Infinity;
-  spans.forEach((s, i) => {
-    const end = s.start + s.length - 1;
-    if (pos < s.start || pos > end) return;
+  for (let i = lo; i < spans.length && spans[i].start <= pos; i++) {
+    const s = spans[i], end = s.start + s.length - 1;
+    if (pos > end) continue;
     const score = Math.min(pos - s.start, end - pos) + 0.01 * s.length;
     if (score > bestScore) {
       bestScore = score;
       best = i;
     }
-  });
+  }
   return best === cur;
 }
 

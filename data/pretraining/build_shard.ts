@@ -4,6 +4,7 @@
  */
 import { basename } from "node:path";
 import { DataError } from "../shards/errors.ts";
+import { ioCause } from "../../model_io/outputs.ts";
 import { recordLayout } from "../shards/format.ts";
 import { RecordBuffer, writeShard } from "../shards/writer.ts";
 import type { TokenCorpus } from "./documents.ts";
@@ -66,7 +67,7 @@ export async function buildShard(corpus: TokenCorpus, job: ShardJob): Promise<Sh
     written = await writeShard(job.path, layout, meta, records.permuted(order));
   } catch (e) {
     // Disk full, no permission, a directory in the way: the user's to fix, so one line naming the file.
-    throw new DataError(`cannot write ${job.path}: ${(e as Error).message}`);
+    throw new DataError(`cannot write ${job.path}: ${ioCause(e)}`);
   }
   return {
     index: job.index,

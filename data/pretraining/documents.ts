@@ -147,6 +147,40 @@ export async function listInputFiles(paths: string[]): Promise<string[]> {
   return files;
 }
 
+/** Offset in `bytes` of the first byte the UTF-8 decoder replaced (a U+FFFD that the file did not spell). */
+function firstInvalidByte(bytes: Uint8Array): number {
+  const text = new TextDecoder().decode(bytes), enc = new TextEncoder();
+  let at = 0, from = 0;
+  for (let i = text.indexOf("\uFFFD"); i >= 0; i = text.indexOf("\uFFFD", i + 1)) {
+    at += enc.encode(text.slice(from, i)).length;
+    from = i;
+    if (bytes[at] !== 0xef || bytes[at + 1] !== 0xbf || bytes[at + 2] !== 0xbd) return at;
+  }
+  return bytes.length;
+}
+
+/** Control characters BERT's tokenizer drops (C0 but tab and line breaks, DEL, C1): none belong in text. */
+const isControl = (c: number) => (c < 32 && (c < 9 || c > 13)) || (c >= 0x7f && c <= 0x9f);
+
+/**
+ * Refuses text that is not prose: random bytes that happen to decode (7-bit noise is valid UTF-8) are a
+ * fifth control characters, text a stray few. A NUL, or over 1% control characters, names the file and
+ * the byte offset of the first.
+ */
+function checkText(f: string, text: string): void {
+  let count = 0, first = -1;
+  for (let i = 0; i < text.length; i++) {
+    if (isControl(text.charCodeAt(i)) && count++ === 0) first = i;
+  }
+  const nul = text.indexOf("\0");
+  if (nul < 0 && count <= text.length / 100) return;
+  const at = nul >= 0 ? nul : first, share = (100 * count / text.length).toFixed(0);
+  const hex = text.charCodeAt(at).toString(16).padStart(2, "0");
+  const why = nul >= 0 ? "a NUL" : `control character 0x${hex}, as are ${share}% of its characters`;
+  const byte = new TextEncoder().encode(text.slice(0, at)).length;
+  throw new DataError(`input ${f}: byte ${byte} is ${why}; not a text file (prepare-data reads plain text)`);
+}
+
 /** The text of all inputs; a file boundary also ends a document. */
 export async function readInputText(files: string[]): Promise<string> {
   const texts: string[] = [];
@@ -162,9 +196,13 @@ export async function readInputText(files: string[]): Promise<string> {
     try {
       texts.push(utf8.decode(bytes));
     } catch {
-      throw new DataError(`input ${f}: not UTF-8 text (a binary file?); prepare-data reads plain text`);
+      throw new DataError(
+        `input ${f}: not UTF-8 text (byte ${
+          firstInvalidByte(bytes)
+        }: a binary file?); prepare-data reads plain text`,
+      );
     }
-    if (texts.at(-1)!.includes("\0")) throw new DataError(`input ${f}: holds NUL bytes; not a text file`);
+    checkText(f, texts.at(-1)!);
   }
   return texts.join("\n\n");
 }

@@ -3,7 +3,8 @@
  * Work is split into tasks (tokenizing pieces of the input, making shards) that run in Web Workers when
  * workers > 1 and in this thread otherwise; the output is the same either way (see plan.ts).
  */
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
+import { io } from "../../model_io/outputs.ts";
 import { BROWN_SOURCE, brownCorpusText } from "../corpus/brown.ts";
 import { MAX_SEQ_LENGTH_LIMIT, recordLayout } from "../shards/format.ts";
 import { DataError } from "../shards/errors.ts";
@@ -147,7 +148,7 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
       );
     }
     // Only now, with the input known to be good, is an earlier run's output removed.
-    await prepareOutputDir(opts.output);
+    const created = await prepareOutputDir(opts.output);
     const t2 = performance.now();
 
     // ---- shards ----
@@ -171,20 +172,24 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
       progress("shards", ++done, jobs.length);
       return r;
     };
-    // All tasks settle before anything is reported, so no worker is stopped halfway through a file; on
-    // failure the shards this run wrote are removed too: without a manifest they are of no use.
-    const settled = pool
-      ? await Promise.allSettled(jobs.map(runJob))
-      : await sequentially(jobs.map((job) => () => runJob(job)));
-    const failed = settled.find((r) => r.status === "rejected");
-    if (failed) {
+    let manifest: Manifest;
+    try {
+      // All tasks settle before anything is reported, so no worker is stopped halfway through a file.
+      const settled = pool
+        ? await Promise.allSettled(jobs.map(runJob))
+        : await sequentially(jobs.map((job) => () => runJob(job)));
+      const failed = settled.find((r) => r.status === "rejected");
+      if (failed) throw (failed as PromiseRejectedResult).reason;
+      results.push(...settled.map((r) => (r as PromiseFulfilledResult<ShardResult>).value));
+      manifest = await finish(opts.output, settings, tok, spec, sources, corpus, results);
+    } catch (e) {
+      // Nothing partial stays (a full disk, F06): the shards this run wrote are of no use without a
+      // manifest, and the folders this run created go too (each only if empty: never a user's file).
       await Promise.all(jobs.map((j) => Deno.remove(j.path).catch(() => {})));
-      throw (failed as PromiseRejectedResult).reason;
+      for (const d of created) await Deno.remove(d).catch(() => {});
+      throw e;
     }
-    results.push(...settled.map((r) => (r as PromiseFulfilledResult<ShardResult>).value));
     const t3 = performance.now();
-
-    const manifest = await finish(opts.output, settings, tok, spec, sources, corpus, results);
     const sum = (f: (r: ShardResult) => number) => results.reduce((s, r) => s + f(r), 0);
     return {
       manifest,
@@ -226,9 +231,13 @@ async function sequentially<T>(tasks: (() => Promise<T>)[]): Promise<PromiseSett
 /**
  * Creates the directory and removes what an earlier run left: the manifest first (so the directory never
  * looks complete with a mix of old and new shards), then old shards and stray temporary files. Other files
- * are left alone.
+ * are left alone. Returns the folders it created.
  */
-async function prepareOutputDir(dir: string): Promise<void> {
+async function prepareOutputDir(dir: string): Promise<string[]> {
+  const created: string[] = []; // deepest first, as they are to be removed
+  for (let d = resolve(dir); !(await Deno.lstat(d).then(() => true, () => false)); d = dirname(d)) {
+    created.push(d);
+  }
   try {
     await Deno.mkdir(dir, { recursive: true });
   } catch (e) {
@@ -241,6 +250,7 @@ async function prepareOutputDir(dir: string): Promise<void> {
     const ours = /^shard-\d+\.bin$/.test(entry.name) || isTempName(entry.name);
     if (ours && entry.isFile) await Deno.remove(join(dir, entry.name));
   }
+  return created;
 }
 
 async function finish(
@@ -294,6 +304,6 @@ async function finish(
       tokens: numTokens(corpus),
     },
   };
-  await writeManifest(dir, manifest);
+  await io(join(dir, MANIFEST_NAME), "write", () => writeManifest(dir, manifest));
   return manifest;
 }

@@ -94,14 +94,8 @@ Deno.test("infer --output over the checkpoint's files or the input refuses; the 
     const before = await snapshot(`${dir}/ck`);
     const input = await Deno.readTextFile(`${dir}/in.jsonl`);
     for (const target of [`${dir}/ck/model.safetensors`, `${dir}/ck/config.json`, `${dir}/in.jsonl`]) {
-      const r = await runCli("infer.ts", [
-        "--checkpoint",
-        `${dir}/ck`,
-        "--input",
-        `${dir}/in.jsonl`,
-        "--output",
-        target,
-      ]);
+      const io = ["--input", `${dir}/in.jsonl`, "--output", target];
+      const r = await runCli("infer.ts", ["--checkpoint", `${dir}/ck`, ...io]);
       refused(r, /would overwrite the input/);
     }
     assert.deepEqual(await snapshot(`${dir}/ck`), before);
@@ -198,15 +192,8 @@ Deno.test("prepare-data caps --workers by the cores and refuses a folder of othe
   withTemp(async (dir) => {
     const lines = ["the cat sat on the mat .", "a dog ran .", "", "big red ball .", "over the hill .", ""];
     await Deno.writeTextFile(`${dir}/in.txt`, Array(10).fill(lines.join("\n")).join("\n"));
-    const args = [
-      "--input",
-      `${dir}/in.txt`,
-      "--max-seq-length",
-      "16",
-      "--max-predictions-per-seq",
-      "3",
-      "--quiet",
-    ];
+    const shape = "--max-seq-length 16 --max-predictions-per-seq 3 --quiet".split(" ");
+    const args = ["--input", `${dir}/in.txt`, ...shape];
     const t0 = performance.now();
     const r = await runCli("prepare_data.ts", [...args, "--output", `${dir}/o`, "--workers", "1000"]);
     assert.equal(r.code, 0, r.stderr);

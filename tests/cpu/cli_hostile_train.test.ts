@@ -6,7 +6,8 @@
  * to the process group of `deno task train` and `deno task finetune`, as a terminal sends Ctrl-C (issue 28).
  */
 import assert from "node:assert/strict";
-import { ROOT, withTemp } from "../util/cli.ts";
+import { mayMount, ROOT, sh, withTemp } from "../util/cli.ts";
+import { readCheckpoint } from "../../training/checkpoint.ts";
 import { testCpu } from "../util/cpu_check.ts";
 
 // The rest of the config is Hugging Face's BertConfig defaults (models/bert_config.ts).
@@ -165,6 +166,30 @@ Deno.test("a second Ctrl-C a second later quits at once within a step; the stale
     assert.match(next.stderr, /taking over the lock of pid \d+ .*no longer running/);
   }));
 
+Deno.test({
+  name: "a checkpoint on a full disk: one line naming it and the cause; the previous one intact",
+  ignore: !(await mayMount()),
+  fn: () =>
+    withTemp(async (dir) => {
+      const flags = [...await setup(dir), ..."--max-steps 3 --num-steps-per-checkpoint 1".split(" ")];
+      const full = `${dir}/full`, out = `${full}/run`;
+      await Deno.mkdir(full);
+      // A checkpoint of this model is 6.3 MB (30,522-word embeddings, their moments): one fits, two do not.
+      assert.ok(await sh("mount", "-t", "tmpfs", "-o", "size=9m", "tmpfs", full));
+      try {
+        const r = await run("train.ts", [...flags, "--output-dir", out]);
+        refused(r, /full\/run\/ckpt_2: cannot write the checkpoint \(no space left on device\)$/);
+        assert.equal(r.stderr.match(/^error: /gm)?.length, 1, r.stderr);
+        assert.doesNotMatch(r.stderr, /^\s+at /m, "a stack trace");
+        const left = [...Deno.readDirSync(out)].map((e) => e.name).sort().join(" ");
+        assert.equal(left, "ckpt_1 metrics.jsonl run.json"); // no ckpt_2.tmp, no lock
+        assert.equal((await readCheckpoint(`${out}/ckpt_1`)).step, 1); // its manifest and hashes verify
+      } finally {
+        await sh("umount", full);
+      }
+    }),
+});
+
 Deno.test("shards made for a larger vocabulary than the model's are refused in one line", () =>
   withTemp(async (dir) => {
     const flags = await setup(dir, 1000);
@@ -191,6 +216,12 @@ Deno.test("infer and --init-checkpoint verify a training checkpoint's manifest",
     refused(await run("infer.ts", infer), damaged);
     const again = ["--output-dir", `${dir}/run2`, "--max-steps", "1", "--init-checkpoint", ck];
     refused(await run("train.ts", [...flags, ...again]), damaged);
+    // A file where the checkpoint folder goes is named by each command (I28).
+    const file = `${ck}/config.json`, notFolder = /--(init-)?checkpoint .*ckpt_1\/config\.json: not a folder/;
+    refused(await run("infer.ts", ["--checkpoint", file]), notFolder);
+    const r3 = ["--output-dir", `${dir}/r3`, "--init-checkpoint", file];
+    refused(await run("train.ts", [...flags, ...r3]), notFolder);
+    refused(await run("finetune.ts", r3), notFolder);
   }));
 
 const cpu = await testCpu();

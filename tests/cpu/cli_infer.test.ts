@@ -10,18 +10,8 @@ const FX = `${ROOT}tests/fixtures/hf-tiny/`;
 
 Deno.test("infer writes Hugging Face outputs that match the fixture (qa head, batch 3)", () =>
   withTemp(async (dir) => {
-    const r = await infer(
-      "--checkpoint",
-      `${FX}qa`,
-      "--input",
-      `${FX}inputs.jsonl`,
-      "--output",
-      `${dir}/o.safetensors`,
-      "--batch-size",
-      "3",
-      "--backend",
-      "reference",
-    );
+    const out = ["--output", `${dir}/o.safetensors`, ..."--batch-size 3 --backend reference".split(" ")];
+    const r = await infer("--checkpoint", `${FX}qa`, "--input", `${FX}inputs.jsonl`, ...out);
     assert.equal(r.code, 0, r.stderr);
     const got = (await readSafetensorsFile(`${dir}/o.safetensors`)).tensors;
     const want = (await readSafetensorsFile(`${FX}expected.safetensors`)).tensors;
@@ -54,17 +44,7 @@ Deno.test("deno task infer with no arguments runs the built-in default on auto's
 Deno.test("--help documents every flag", async () => {
   const r = await infer("--help");
   assert.equal(r.code, 0);
-  for (
-    const flag of [
-      "--checkpoint",
-      "--input",
-      "--output",
-      "--head",
-      "--batch-size",
-      "--backend",
-      "--precision",
-    ]
-  ) {
+  for (const flag of "--checkpoint --input --output --head --batch-size --backend --precision".split(" ")) {
     assert.ok(r.stdout.includes(flag), flag);
   }
 });

@@ -158,6 +158,19 @@ Deno.test("--input of text requests: one answer per line, ids echoed; a long con
   });
 });
 
+Deno.test("a long context: a line each tenth of its windows; over 1,000,000 characters refused", () =>
+  withTemp(async (dir) => {
+    const file = join(dir, "long.jsonl"), context = Array.from({ length: 50 }, () => words(50).join(" "));
+    await Deno.writeTextFile(file, JSON.stringify({ question: "who ?", context: context.join(" . ") }));
+    const args = ["--checkpoint", `${FX}qa`, "--input", file];
+    const r = await runCli("infer.ts", [...args, "--backend", "reference"], PERMS);
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok((r.stderr.match(/^ {2}\d+\/\d+ rows$/gm) ?? []).length >= 5, r.stderr);
+    assert.match(r.stderr, /^ {2}(\d+)\/\1 rows$/m);
+    await Deno.writeTextFile(file, JSON.stringify({ question: "who ?", context: "a ".repeat(500_001) }));
+    await refused(args, /:1: the context has 1000002 characters, more than 1000000/);
+  }));
+
 /** A user error: exit 1, one line on stderr naming `names`, nothing on stdout. */
 async function refused(args: string[], names: RegExp) {
   const r = await runCli("infer.ts", args, PERMS);

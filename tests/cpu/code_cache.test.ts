@@ -1,8 +1,4 @@
-/**
- * The disk cache of compiled code (runtime/code_cache.ts) that CUDA's CUBINs and the CPU's libraries share:
- * entries written atomically with their SHA-256 beside them; a planted or damaged entry is a miss, never
- * loaded; a folder others may write is refused in one line.
- */
+/** runtime/code_cache.ts: entries with their SHA-256; planted or damaged ones missed; open folders refused. */
 import assert from "node:assert/strict";
 import { CodeCache, codeCacheDir, CodeCacheError } from "../../runtime/code_cache.ts";
 import { KernelCache, kernelCacheKey } from "../../runtime/cuda/kernel_cache.ts";
@@ -21,14 +17,10 @@ Deno.test("code cache: written with its hash, read back; planted, damaged and re
     const bytes = crypto.getRandomValues(new Uint8Array(64));
     cache.put(key, bytes);
     assert.deepEqual(cache.get(key), bytes);
-    assert.deepEqual([...Deno.readDirSync(`${dir}/cuda`)].map((e) => e.name).sort(), [
-      `${key}.cubin`,
-      `${key}.cubin.sha256`,
-    ]);
+    const names = [...Deno.readDirSync(`${dir}/cuda`)].map((e) => e.name).sort();
+    assert.deepEqual(names, [`${key}.cubin`, `${key}.cubin.sha256`]);
     // A byte changed after the build: the recorded hash no longer matches.
-    const damaged = bytes.slice();
-    damaged[7] ^= 1;
-    Deno.writeFileSync(cache.path(key), damaged);
+    Deno.writeFileSync(cache.path(key), bytes.map((b, i) => (i === 7 ? b ^ 1 : b)));
     assert.equal(cache.get(key), null);
     // An entry planted without a hash beside it.
     const planted = kernelCacheKey({ source: "planted", arch: "sm_90", nvrtcVersion: "13.0", options: [] });

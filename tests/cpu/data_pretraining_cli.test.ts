@@ -46,12 +46,7 @@ Deno.test("prepare-data writes shards and a manifest and reports tokens/s; data-
     input,
     "--output",
     out,
-    "--dupe-factor",
-    "2",
-    "--workers",
-    "2",
-    "--seed",
-    "9",
+    ..."--dupe-factor 2 --workers 2 --seed 9".split(" "),
   );
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, /20 documents, \d+ sentences, \d+ tokens -> \d+ instances/);
@@ -67,15 +62,9 @@ Deno.test("prepare-data writes shards and a manifest and reports tokens/s; data-
   assert.equal(lines.length, 5);
   const shard = ShardFile.open(join(out, m.shards[0].file));
   lines.forEach((x, i) => {
-    assert.deepEqual(Object.keys(x), [
-      "input_ids",
-      "token_type_ids",
-      "attention_mask",
-      "masked_lm_positions",
-      "masked_lm_ids",
-      "next_sentence_label",
-      "tokens",
-    ]);
+    const keys =
+      "input_ids token_type_ids attention_mask masked_lm_positions masked_lm_ids next_sentence_label";
+    assert.deepEqual(Object.keys(x), [...keys.split(" "), "tokens"]);
     const rec = shard.instance(i);
     assert.deepEqual(x.input_ids, rec.inputIds);
     assert.equal(x.token_type_ids.length, x.input_ids.length);
@@ -112,7 +101,15 @@ Deno.test("prepare-data: bad flags and inputs are one-line errors with exit code
   assertUserError(await prepare("--input", empty, "--output", out), /has no sentences/);
   const binary = join(dir, "random.bin"); // fresh random bytes are not UTF-8 (a 4 KiB run almost surely)
   await Deno.writeFile(binary, crypto.getRandomValues(new Uint8Array(4096)));
-  assertUserError(await prepare("--input", binary, "--output", out), /random\.bin: not UTF-8 text/);
+  assertUserError(
+    await prepare("--input", binary, "--output", out),
+    /random\.bin: not UTF-8 text \(byte \d+/,
+  );
+  // 7-bit noise is valid UTF-8, but a fifth control characters (D05).
+  const noise = join(dir, "noise.txt"), bytes = Array.from({ length: 4096 }, (_, i) => i % 127 + 1);
+  await Deno.writeTextFile(noise, "a cat .\n" + String.fromCharCode(...bytes));
+  const control = /noise\.txt: byte 8 is control character 0x01, as are \d+% of its characters/;
+  assertUserError(await prepare("--input", noise, "--output", out), control);
   assertUserError(
     await prepare("--input", input, "--output", out, "--vocab", join(dir, "nope.txt")),
     /nope\.txt/,

@@ -216,19 +216,7 @@ Deno.test("a user's vocab.txt and tokenizer.json load and give the built-in voca
 
 Deno.test("a small vocab.txt of one's own: ids are line numbers, WordPiece uses it", () =>
   withTemp(async (dir) => {
-    const lines = [
-      "[PAD]",
-      "[UNK]",
-      "[CLS]",
-      "[SEP]",
-      "[MASK]",
-      "un",
-      "##aff",
-      "##able",
-      "hello",
-      ",",
-      "##ll",
-    ];
+    const lines = "[PAD] [UNK] [CLS] [SEP] [MASK] un ##aff ##able hello , ##ll".split(" ");
     await Deno.writeTextFile(`${dir}/v.txt`, lines.join("\n"));
     const t = await loadTokenizer({ vocab: `${dir}/v.txt` });
     assert.deepEqual(t.special, { pad: 0, unk: 1, cls: 2, sep: 3, mask: 4 });

@@ -7,14 +7,15 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { exists } from "../../training/checkpoint.ts";
 import { ROOT, runCli, withTemp } from "../util/cli.ts";
+import { testCpu } from "../util/cpu_check.ts";
 
 const PERMS = ["--allow-read", "--allow-write", "--allow-env", "--allow-ffi", "--allow-run"];
 const GLUE = join(ROOT, "tests/fixtures/finetune/glue");
 const SQUAD = join(ROOT, "tests/fixtures/finetune/squad/tiny-v1.1.json");
 
-async function refused(dir: string, args: string[], re: RegExp): Promise<void> {
+async function refused(dir: string, args: string[], re: RegExp, perms = PERMS): Promise<void> {
   const out = join(dir, "run");
-  const r = await runCli("finetune.ts", ["--backend", "reference", "--output-dir", out, ...args], PERMS);
+  const r = await runCli("finetune.ts", ["--backend", "reference", "--output-dir", out, ...args], perms);
   const lines = r.stderr.trim().split("\n").filter((l) => l.startsWith("error"));
   assert.equal(r.code, 1, `exit ${r.code}: ${r.stderr}`);
   assert.equal(lines.length, 1, r.stderr);
@@ -87,13 +88,40 @@ Deno.test("finetune: --help explains the options", async () => {
   const r = await runCli("finetune.ts", ["--help"], PERMS);
   assert.equal(r.code, 0);
   for (
-    const flag of [
-      "--init-checkpoint",
-      "--doc-stride",
-      "--null-score-diff-threshold",
-      "--version-2-with-negative",
-    ]
+    const flag of "--init-checkpoint --doc-stride --null-score-diff-threshold --version-2-with-negative"
+      .split(" ")
   ) {
     assert.ok(r.stdout.includes(flag), flag);
   }
 });
+
+const cpu = await testCpu();
+const INIT = ["--init-checkpoint", join(ROOT, "tests/fixtures/hf-tiny/pretraining")];
+const LIMITS = "--train-limit 8 --eval-limit 8".split(" ");
+
+Deno.test("finetune: a batch too large is refused before any work; out of memory names its batch flags", () =>
+  withTemp(async (dir) => {
+    // About 600 GB by the estimate: measured memory refuses it, the 1 TB ceiling without a measure does not.
+    const big = [...INIT, ...LIMITS, "--train-batch-size", "470000"];
+    const sys = [...PERMS, "--allow-sys=systemMemoryInfo"]; // as deno task finetune measures memory
+    await refused(dir, big, /pretraining: training needs about .* but this machine has .* available/, sys);
+    if (!cpu.ctx) return;
+    // Unmeasured, the CPU backend's arena is allocated, which fails under a 64 GB address-space limit.
+    const args = [...PERMS, `${ROOT}cli/finetune.ts`, ...big, "--backend", "cpu", "--output-dir", dir + "/r"];
+    const limited = ["-c", 'ulimit -v 67108864 && exec "$@"', "sh", Deno.execPath(), "run", ...args];
+    const r = await new Deno.Command("bash", { args: limited, stdout: "null", stderr: "piped" }).output();
+    const oom =
+      /^error: out of memory \(.*\); try a smaller --train-batch-size or --eval-batch-size or model$/m;
+    assert.match(new TextDecoder().decode(r.stderr), oom);
+  }));
+
+Deno.test("finetune: trainer_state.json records paths relative to the run folder", () =>
+  withTemp(async (dir) => {
+    const args = [...INIT, ...LIMITS, ..."--backend reference --max-steps 1".split(" "), "--output-dir"];
+    assert.equal((await runCli("finetune.ts", [...args, dir + "/run"], PERMS)).code, 0);
+    const state = JSON.parse(await Deno.readTextFile(join(dir, "run/ckpt_1/trainer_state.json")));
+    // No absolute path (a relative one may still spell ROOT's folders after its ../ steps).
+    for (const p of [dir, ROOT]) assert.ok(!JSON.stringify(state).includes(`"${p}`), `${p} recorded`);
+    assert.equal(state.args.outputDir, ".");
+    assert.equal(join(dir, "run", state.args.initCheckpoint), INIT[1]);
+  }));

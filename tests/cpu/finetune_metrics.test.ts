@@ -88,15 +88,7 @@ Deno.test("SQuAD v2.0 official scoring: HasAns, NoAns and the best no-answer thr
 
 Deno.test("NVIDIA's snake_case option spelling becomes kebab case; values and positionals are kept", () => {
   assert.deepEqual(
-    kebabFlags([
-      "--init_checkpoint=a_b/c_d",
-      "--do_train",
-      "--max_seq_length",
-      "12",
-      "x_y",
-      "--",
-      "--keep_me",
-    ]),
+    kebabFlags("--init_checkpoint=a_b/c_d --do_train --max_seq_length 12 x_y -- --keep_me".split(" ")),
     ["--init-checkpoint=a_b/c_d", "--do-train", "--max-seq-length", "12", "x_y", "--", "--keep_me"],
   );
 });

@@ -128,19 +128,7 @@ Deno.test("answers starting in the question or in padding are refused; offsets k
 
 Deno.test("doc stride: a long context is split; the answer comes from the window where it has most context", async () => {
   // Distinct words so that every span's text is unique; long enough for several windows of 24.
-  const words = [
-    "harry",
-    "canada",
-    "apples",
-    "paris",
-    "france",
-    "river",
-    "john",
-    "mary",
-    "book",
-    "film",
-    "movie",
-  ];
+  const words = "harry canada apples paris france river john mary book film movie".split(" ");
   const filler = Array.from({ length: 60 }, () => words[Math.floor(rng.uniform() * words.length)]);
   const target = Math.floor(rng.range(20, 40));
   filler[target] = "capital";

@@ -41,3 +41,21 @@ export async function withTemp<T>(f: (dir: string) => Promise<T>): Promise<T> {
     await Deno.remove(dir, { recursive: true });
   }
 }
+
+/** Runs a command quietly; whether it succeeded (false where it cannot run). */
+export async function sh(...args: string[]): Promise<boolean> {
+  const quiet = { args: args.slice(1), stderr: "null", stdout: "null" } as const;
+  return await new Deno.Command(args[0], quiet).output().then((o) => o.success, () => false);
+}
+
+/**
+ * Whether this test may mount a tmpfs (root in a container, as CI runs), found by trying: Deno.uid() would
+ * need --allow-sys, which the test task does not grant; a user who may not mount gets a quick failure.
+ */
+export async function mayMount(): Promise<boolean> {
+  const probe = await Deno.makeTempDir();
+  const ok = await sh("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", probe);
+  if (ok) await sh("umount", probe);
+  await Deno.remove(probe);
+  return ok;
+}

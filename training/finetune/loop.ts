@@ -11,6 +11,7 @@ import type { Precision } from "../../compiler/training_graph/mixed_precision.ts
 import { loadTokenizer } from "../../data/tokenizer/mod.ts";
 import { openBackend } from "../../engine/choose_backend.ts";
 import { initParams } from "../../model_io/init_params.ts";
+import { checkModelSize } from "../../model_io/size_check.ts";
 import { defineBert, type Head } from "../../models/bert.ts";
 import type { BertConfig } from "../../models/bert_config.ts";
 import { loadModel } from "../../models/load.ts";
@@ -150,6 +151,15 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
   if (refusal) throw new TrainOptionsError(refusal);
 
   const micro = o.trainBatchSize / o.gradientAccumulationSteps;
+  // Before any graph is built: an absurd config or batch is one line, not minutes ending out of memory.
+  // Task heads have no vocabulary logits (maxPredictions 0).
+  const size = {
+    seqLen: data.seqLen,
+    maxPredictions: 0,
+    what: startDir ?? newest ?? o.configFile ?? BERT_TINY,
+  };
+  if (o.doTrain) checkModelSize(config, { ...size, mode: "train", batchSize: micro });
+  if (o.doEval || o.doPredict) checkModelSize(config, { ...size, mode: "infer", batchSize: o.evalBatchSize });
   const steps = o.maxSteps ??
     Math.max(1, Math.ceil((o.numTrainEpochs * data.train.length) / o.trainBatchSize));
   const learningRate = o.learningRate ?? taskDefaults(data.task).learningRate;
@@ -263,7 +273,8 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
         schedule,
         seed: o.seed,
         keep: o.keepCheckpoints,
-        extra: { args: JSON.parse(JSON.stringify({ ...o, maxSteps: steps, learningRate })), task: data.task },
+        args: { ...o, maxSteps: steps, learningRate },
+        extra: { task: data.task },
       });
       savedAt = step;
       await ev.checkpoint?.(lastCheckpoint, step);

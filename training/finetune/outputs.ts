@@ -11,12 +11,7 @@ import type { NBestEntry } from "../../data/finetune/squad_post.ts";
 import { GLUE_FILE_LABELS, GLUE_TASKS, type GlueTask } from "../../data/finetune/glue.ts";
 import type { SetResult } from "./evaluate.ts";
 import type { TaskData } from "./tasks.ts";
-
-async function writeAtomic(path: string, text: string): Promise<void> {
-  const tmp = `${path}.tmp-${Deno.pid}`;
-  await Deno.writeTextFile(tmp, text);
-  await Deno.rename(tmp, path);
-}
+import { writeFileAtomic } from "../../model_io/outputs.ts";
 
 const json = (v: unknown) => JSON.stringify(v, null, 2) + "\n";
 
@@ -32,7 +27,7 @@ export interface EvalRecord {
 
 export async function writeEvalResults(dir: string, r: EvalRecord): Promise<string> {
   const path = join(dir, "eval_results.json");
-  await writeAtomic(path, json(r));
+  await writeFileAtomic(path, json(r));
   return path;
 }
 
@@ -71,12 +66,12 @@ export async function writePredictions(dir: string, data: TaskData, r: SetResult
         Object.fromEntries(r.squad.map((p) => [p.id, p.nullScoreDiff ?? 0])),
       ]);
     }
-    for (const [name, v] of files) await writeAtomic(join(dir, name), json(v));
+    for (const [name, v] of files) await writeFileAtomic(join(dir, name), json(v));
     return files.map(([name]) => join(dir, name));
   }
   const spell = labelSpelling(data);
   const lines = ["index\tprediction", ...r.predictions!.map((p, i) => `${i}\t${spell(p)}`)];
   const path = join(dir, `predictions_${r.set}.tsv`);
-  await writeAtomic(path, lines.join("\n") + "\n");
+  await writeFileAtomic(path, lines.join("\n") + "\n");
   return [path];
 }
