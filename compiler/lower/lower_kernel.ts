@@ -80,6 +80,31 @@ function idxAtLinear(g: Graph, id: NodeId, lin: KExpr): Idx {
   return delinearize(lin, g.nodes[id].type.shape);
 }
 
+/** A kernel of one thread per element of `total`, those past it idle. */
+function loopKernel(
+  name: string,
+  vb: ValueBuilder,
+  total: number,
+  stmts: KStmt[],
+  about: string[],
+  usesF16: boolean,
+): Kernel {
+  const body = [if_(lt(gid, i32(total)), stmts)];
+  const workgroups = Math.max(1, Math.ceil(total / LOOP_WORKGROUP));
+  const bindings = vb.bindings, described = [...about, ...vb.describeBindings()];
+  return {
+    name,
+    kind: "loop",
+    bindings,
+    shared: [],
+    workgroupSize: LOOP_WORKGROUP,
+    workgroups,
+    body,
+    about: described,
+    usesF16,
+  };
+}
+
 function lowerLoop(
   g: Graph,
   k: FusedKernel,
@@ -99,17 +124,7 @@ function lowerLoop(
     }
     vb.storeAt(body, r, idxAtLinear(g, r, gid));
   }
-  const kernel: Kernel = {
-    name,
-    kind: "loop",
-    bindings: vb.bindings,
-    shared: [],
-    workgroupSize: LOOP_WORKGROUP,
-    workgroups: Math.max(1, Math.ceil(total / LOOP_WORKGROUP)),
-    body: [if_(lt(gid, i32(total)), body.stmts)],
-    about: [...about, ...vb.describeBindings()],
-    usesF16,
-  };
+  const kernel = loopKernel(name, vb, total, body.stmts, about, usesF16);
   return kernel;
 }
 
@@ -503,17 +518,9 @@ export function lowerGemmEpilogue(
       rootIndex(g, root, { lin: gid, shape: mmShape, dims: delinearize(gid, mmShape).dims }),
     );
   }
-  return {
-    name,
-    kind: "loop",
-    bindings: vb.bindings,
-    shared: [],
-    workgroupSize: LOOP_WORKGROUP,
-    workgroups: Math.max(1, Math.ceil(total / LOOP_WORKGROUP)),
-    body: [if_(lt(gid, i32(total)), body.stmts)],
-    about: [`epilogue of a library GEMM: ${describeKernel(g, k).join("; ")}`, ...vb.describeBindings()],
-    usesF16,
-  };
+  return loopKernel(name, vb, total, body.stmts, [
+    `epilogue of a library GEMM: ${describeKernel(g, k).join("; ")}`,
+  ], usesF16);
 }
 
 /**
