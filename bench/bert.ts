@@ -1,14 +1,22 @@
 /**
  * `deno task bench:bert`: BERT training and inference throughput on a backend (CUDA, WebGPU), fused vs
- * unfused in one run, in the result format of bench/results/ that the PyTorch peer (bench/peers/
- * torch_bert.py) prints too: {"device","date","command","cases":[{"name","impl","seq_per_s","ms",
- * "peak_bytes"}]}. On a GPU: `deno task bench:bert --model models/bert-large.ts --precision fp16` gives
- * the issue's cases (train at sequence 128 with 20 predictions; inference at batch 64 and batch 1).
+ * unfused in one run, in the result format of bench/results/ that the peers (bench/peers/) print too:
+ * {"device","date","command","threads","blas","peers","cases":[{"name","impl","seq_per_s","ms","min_ms",
+ * "max_ms","load","peak_bytes"}]}. On a GPU: `deno task bench:bert --model models/bert-large.ts --precision
+ * fp16` gives the issue's cases (train at sequence 128 with 20 predictions; inference at batch 64 and 1).
  *
  * Both sides run the same batches; rounds alternate between them so drift on a noisy machine hits both
- * alike. A round submits a few steps back to back and waits once; the median round is reported. Model FLOP
- * utilisation is printed for training against the plan's own FLOP count (and, for BERT-large at 128, the
- * 240.6 GFLOP per sequence of DESIGN.md's reference).
+ * alike. A round submits a few steps back to back and waits once; the median, fastest and slowest rounds
+ * are reported with the load average read just before each side's first timed round, so that a contended
+ * run shows as one. Our cases also get the executor's profile of one step, split into GEMMs, the optimizer
+ * update and the rest. Model FLOP utilisation is printed for training against the plan's own FLOP count
+ * (and, for BERT-large at 128, the 240.6 GFLOP per sequence of DESIGN.md's reference).
+ *
+ * The peers (PyTorch eager and torch.compile, ONNX Runtime for inference, JAX for training and inference;
+ * CPU, fp32, our thread count) run after all our cases, one process at a time, so that no peer ever runs
+ * beside our timing; rounds do not alternate with them, as an idle peer process's thread pools would spin
+ * beside ours. The "blas" record names OpenBLAS's build, the core whose kernels it runs and the OPENBLAS_*
+ * variables that chose them.
  *
  * A figure measured is never thrown away by a later failure: each case is printed as soon as it is
  * measured and the --json file is rewritten (atomically) with every case so far; a part that fails (a
@@ -30,12 +38,21 @@ import type { Plan } from "../plan/plan.ts";
 import { flatFromParams } from "../training/run_state.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError, userMessage } from "../cli/common.ts";
 import { checkFileOutput, OutputError, writeFileAtomic } from "../model_io/outputs.ts";
-import { median, type Steppable, timeRound } from "./step_timing.ts";
+import type { Profile } from "../runtime/profile.ts";
+import { openBlas } from "../runtime/cpu/blas.ts";
+import { loadAverage, median, type Shares, type Steppable, stepShares, timeRound } from "./step_timing.ts";
+
+/** A peer's exit status when its library is missing (bench/peers/peer_common.py MISSING). */
+const PEER_MISSING = 3;
+
+/** An executor the bench times, and profiles where it can (each runtime's executor has profile()). */
+type Profiled = Steppable & { destroy(): void; profile?(iterations: number): Promise<Profile> };
 
 const HELP = `
 deno task bench:bert [--model M] [--backend auto|cuda|webgpu|cpu] [--precision fp32|fp16|bf16]
                      [--mode train|infer|finetune|all] [--batch-size N] [--infer-batch-size N] [--seq-len S]
                      [--max-predictions P] [--rounds N] [--steps-per-round N] [--json FILE] [--peer|--no-peer]
+                     [--python EXE]
 
 Sequences/s of a BERT training step (forward, backward, fused LAMB) and of inference, fused and unfused
 in one run. Defaults: BERT-tiny, batch 8, sequence 64, 10 predictions (the default train run); on a GPU
@@ -47,8 +64,11 @@ use e.g. --model models/bert-large.ts --precision fp16 --batch-size 64 --seq-len
   --steps-per-round N   steps submitted back to back per round (default 4)
   --json FILE           write {"device","date","command","cases":[...]} (bench/results/ format), rewritten
                         after every measured case; "failed": [{"part","cause"}] lists parts that failed
-  --peer, --no-peer     run PyTorch on the CPU (bench/peers/torch_bert.py: eager and torch.compile, fp32)
-                        on the same shapes after our cases and print the ratios (default: on with --backend cpu)
+  --peer, --no-peer     run the peers on the CPU, fp32, on the same shapes, one at a time after our cases, and
+                        print the ratios (default: on with --backend cpu): PyTorch eager and torch.compile
+                        (bench/peers/torch_bert.py), ONNX Runtime inference (onnx_bert.py), JAX (jax_bert.py);
+                        a peer whose library is missing is one line, and null under "peers" in the JSON
+  --python EXE          the Python that runs the peers (default python3)
 `;
 
 /** FLOP per sequence of a BERT-large training step at sequence 128 with 20 predictions (DESIGN.md). */
@@ -58,11 +78,28 @@ interface Case {
   name: string;
   impl: string;
   seq_per_s: number;
+  /** The median round's ms per step, and the fastest and slowest round's. */
   ms: number;
+  min_ms: number;
+  max_ms: number;
+  /** The 1-, 5- and 15-minute load averages just before the side's timed rounds (null: not on Linux). */
+  load: number[] | null;
   peak_bytes: number;
   kernels: number;
   tflops?: number;
 }
+
+/** The peers, each its own process (bench/peers/), and what each measures. */
+const PEERS = [
+  {
+    name: "torch",
+    script: "torch_bert.py",
+    what: ["train", "infer"],
+    args: ["--device=cpu", "--precision=fp32"],
+  },
+  { name: "onnxruntime", script: "onnx_bert.py", what: ["infer"], args: [] },
+  { name: "jax", script: "jax_bert.py", what: ["train", "infer"], args: [] },
+];
 
 await runMain(async () => {
   const { values } = parseFlags(Deno.args, {
@@ -79,6 +116,7 @@ await runMain(async () => {
     json: { type: "string" },
     peer: { type: "boolean" },
     "no-peer": { type: "boolean" },
+    python: { type: "string" },
   }, HELP);
   const model = await loadModel(values.model ?? new URL("../models/bert-tiny.ts", import.meta.url).pathname);
   const request = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
@@ -108,20 +146,37 @@ await runMain(async () => {
   const cases: Case[] = [];
   const failed: { part: string; cause: string }[] = [];
   const command = `deno task bench:bert ${Deno.args.join(" ")}`.trim();
+  /** Threads of our CPU pool (from the first CPU executor); the peers get as many. */
+  let threads: number | undefined;
+  /** Each peer's version, null where its library is missing; absent before the peers run. */
+  const peers: Record<string, string | null> = {};
+  const blas = blasRecord(choice.kind);
   const save = async () => {
     if (!values.json) return;
     const out = {
       device,
       date: new Date().toISOString().slice(0, 10),
       command,
+      threads: threads ?? null,
+      blas,
+      ...(Object.keys(peers).length ? { peers } : {}),
       cases,
       ...(failed.length ? { failed } : {}),
     };
     await writeFileAtomic(values.json, JSON.stringify(out, null, 2) + "\n");
   };
-  const record = async (c: Case) => {
+  const record = async (c: Case & Partial<Shares>) => {
     cases.push(c);
-    console.log(`measured ${c.name} ${c.impl}: ${c.ms.toFixed(2)} ms, ${c.seq_per_s.toFixed(1)} seq/s`);
+    const shares = c.gemm_ms === undefined
+      ? ""
+      : `; profile: GEMM ${c.gemm_ms.toFixed(1)}, other ${c.other_ms!.toFixed(1)}, optimizer ${
+        c.optimizer_ms!.toFixed(1)
+      }, outside kernels ${c.copy_ms!.toFixed(1)} ms`;
+    console.log(
+      `measured ${c.name} ${c.impl}: ${c.ms.toFixed(2)} ms (min ${c.min_ms.toFixed(2)}, max ${
+        c.max_ms.toFixed(2)
+      }), ${c.seq_per_s.toFixed(1)} seq/s, load ${c.load?.join(" ") ?? "unknown"}${shares}`,
+    );
     await save();
   };
   /**
@@ -149,21 +204,25 @@ await runMain(async () => {
   const measure = async (name: string, g: Graph, feeds: Record<string, ArrayLike<number>>, seqs: number) => {
     const sides: {
       fuse: boolean;
-      ex: Steppable & { destroy(): void };
+      ex: Profiled;
+      plan: Plan;
       peak: number;
       flops: number;
       kernels: number;
       times: number[];
+      load?: number[] | null;
     }[] = [];
     try {
       for (const fuse of [true, false]) {
         await part(`${name} ${fuse ? "fused" : "unfused"}`, async () => {
           const opened = await choice.compile(g, fuse);
-          const ex = opened.executor as typeof opened.executor & Steppable;
+          const ex = opened.executor as typeof opened.executor & Profiled;
           const plan: Plan = opened.compiled!.plan;
+          threads ??= (ex as { ctx?: { threads?: number } }).ctx?.threads;
           sides.push({
             fuse,
             ex,
+            plan,
             peak: plan.slots.reduce((a, s) => a + s.bytes, 0),
             flops: plan.kernels.reduce((a, k) => a + k.flops, 0),
             kernels: plan.kernels.length,
@@ -174,17 +233,30 @@ await runMain(async () => {
       }
       await part(`${name} timing`, async () => {
         for (const s of sides) await timeRound(s.ex, perRound); // warm-up: compilation, first submissions
-        for (let r = 0; r < rounds; r++) for (const s of sides) s.times.push(await timeRound(s.ex, perRound));
+        for (let r = 0; r < rounds; r++) {
+          for (const s of sides) {
+            if (r === 0) s.load = loadAverage();
+            s.times.push(await timeRound(s.ex, perRound));
+          }
+        }
         for (const s of sides) {
           const ms = median(s.times);
+          // One step under the executor's profile, after the timed rounds so that it changes none of them.
+          const shares = await s.ex.profile?.(1).then((p) => stepShares(s.plan, p), (e) => {
+            console.error(`bench:bert: ${name}: no profile (${(e as Error).message.split("\n")[0]})`);
+          });
           await record({
             name,
             impl: s.fuse ? "bertfuse" : "bertfuse-unfused",
             seq_per_s: seqs / (ms / 1000),
             ms,
+            min_ms: Math.min(...s.times),
+            max_ms: Math.max(...s.times),
+            load: s.load ?? null,
             peak_bytes: s.peak,
             kernels: s.kernels,
             tflops: s.flops / (ms / 1000) / 1e12,
+            ...shares,
           });
         }
       });
@@ -272,39 +344,46 @@ await runMain(async () => {
     }
   }
 
-  // The PyTorch peer knows pre-training and inference shapes, not the fine-tuning head.
+  // The peers know pre-training and inference shapes, not the fine-tuning head. Each runs once every case of
+  // ours has been timed and its executors destroyed, one process at a time, each awaited before the next.
   const peer = mode !== "finetune" && (values.peer || (choice.kind === "cpu" && !values["no-peer"]));
-  if (peer) {
-    await part("peer", async () => {
-      for (
-        const c of await torchPeer({
-          config: { name: model.name, ...model.config },
-          mode,
-          batch,
-          inferBatches: [inferBatch, 1],
-          seq,
-          preds,
-          iters: rounds * perRound,
-        })
-      ) await record(c);
+  for (const p of peer ? PEERS : []) {
+    const what = p.what.filter((w) => mode === "all" || w === mode);
+    if (!what.length) continue;
+    await part(`peer ${p.name}`, async () => {
+      const got = await runPeer(values.python ?? "python3", p.name, [
+        new URL(`./peers/${p.script}`, import.meta.url).pathname,
+        ...p.args,
+        `--config=${JSON.stringify({ name: model.name, ...model.config })}`,
+        ...[`--what=${what.join(",")}`, `--seq=${seq}`, `--masked=${preds}`, `--train-batch=${batch}`],
+        ...[`--infer-batches=${inferBatch},1`, "--warmup=3", `--iters=${rounds * perRound}`],
+        ...(threads ? [`--threads=${threads}`] : []),
+      ]);
+      peers[p.name] = got.version;
+      for (const c of got.cases) await record(c);
     });
   }
 
-  console.log(`${device}: ${model.name}, ${precision}`);
-  console.log(`| case | impl | kernels | ms | seq/s | TFLOP/s | peak MiB |`);
-  console.log(`|---|---|---|---|---|---|---|`);
+  console.log(
+    `${device}: ${model.name}, ${precision}; ${blas ? `${blas.config}, core ${blas.corename}` : "no BLAS"}`,
+  );
+  console.log(
+    `| case | impl | kernels | ms (median) | min | max | load (1 min) | seq/s | TFLOP/s | peak MiB |`,
+  );
+  console.log(`|---|---|---|---|---|---|---|---|---|---|`);
   for (const c of cases) {
     console.log(
-      `| ${c.name} | ${c.impl} | ${c.kernels} | ${c.ms.toFixed(2)} | ${c.seq_per_s.toFixed(1)} | ` +
+      `| ${c.name} | ${c.impl} | ${c.kernels || "-"} | ${c.ms.toFixed(2)} | ${c.min_ms.toFixed(2)} | ` +
+        `${c.max_ms.toFixed(2)} | ${c.load?.[0] ?? "-"} | ${c.seq_per_s.toFixed(1)} | ` +
         `${c.tflops?.toFixed(3) ?? "-"} | ${c.peak_bytes ? (c.peak_bytes / 2 ** 20).toFixed(0) : "-"} |`,
     );
   }
   for (const c of cases.filter((c) => c.impl === "bertfuse")) {
     const unfused = cases.find((u) => u.name === c.name && u.impl === "bertfuse-unfused");
-    const peers = cases.filter((p) => p.name === c.name && p.impl.startsWith("torch-"));
+    const others = cases.filter((p) => p.name === c.name && !p.impl.startsWith("bertfuse"));
     const ratios = [
       ...(unfused ? [`fused/unfused ${(c.seq_per_s / unfused.seq_per_s).toFixed(2)}x`] : []),
-      ...peers.map((p) => `vs ${p.impl} ${(c.seq_per_s / p.seq_per_s).toFixed(2)}x`),
+      ...others.map((p) => `vs ${p.impl} ${(c.seq_per_s / p.seq_per_s).toFixed(2)}x`),
     ];
     console.log(`${c.name}: ${ratios.join(", ")}`);
   }
@@ -330,55 +409,52 @@ await runMain(async () => {
 });
 
 /**
- * The PyTorch peer on the CPU on our shapes (fp32, eager and torch.compile), its JSON lines as cases;
- * none, with the reason on stderr, when python3 or torch is missing.
+ * One peer (bench/peers/, protocol in peer_common.py): its JSON lines as cases and its version; version null,
+ * with one line on stderr, when its library (or Python itself) is missing. Any other failure throws.
  */
-async function torchPeer(o: {
-  config: Record<string, unknown>;
-  mode: string;
-  batch: number;
-  inferBatches: number[];
-  seq: number;
-  preds: number;
-  iters: number;
-}): Promise<Case[]> {
-  const script = new URL("./peers/torch_bert.py", import.meta.url).pathname;
-  const args = [
-    script,
-    "--device=cpu",
-    "--precision=fp32",
-    `--config=${JSON.stringify(o.config)}`,
-    `--seq=${o.seq}`,
-    `--masked=${o.preds}`,
-    `--train-batch=${o.batch}`,
-    `--infer-batches=${o.inferBatches.join(",")}`,
-    `--what=${o.mode === "all" ? "train,infer" : o.mode}`,
-    "--warmup=3",
-    `--iters=${o.iters}`,
-  ];
-  console.error(`peer: python3 ${args.map((a) => (/[\s"{]/.test(a) ? `'${a}'` : a)).join(" ")}`);
+async function runPeer(python: string, name: string, args: string[]): Promise<{
+  version: string | null;
+  cases: Case[];
+}> {
+  console.error(`peer ${name}: ${python} ${args.map((a) => (/[\s"{]/.test(a) ? `'${a}'` : a)).join(" ")}`);
   let out: Deno.CommandOutput;
   try {
-    out = await new Deno.Command("python3", { args, stdout: "piped", stderr: "inherit" }).output();
+    out = await new Deno.Command(python, { args, stdout: "piped", stderr: "inherit" }).output();
   } catch (e) {
-    console.error(`peer skipped: cannot run python3 (${(e as Error).message})`);
-    return [];
+    console.error(`peer ${name}: missing (cannot run ${python}: ${(e as Error).message.split("\n")[0]})`);
+    return { version: null, cases: [] };
   }
-  if (!out.success) {
-    console.error("peer failed (is torch installed? pip install torch transformers)");
-    return [];
+  const lines = new TextDecoder().decode(out.stdout).split("\n").filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l));
+  if (out.code === PEER_MISSING) {
+    console.error(`peer ${name}: missing (${lines.find((l) => l.missing)?.missing ?? "its library"})`);
+    return { version: null, cases: [] };
   }
-  return new TextDecoder().decode(out.stdout).split("\n").filter((l) => l.startsWith("{")).map((l) => {
-    const r = JSON.parse(l);
-    return {
-      name: r.name,
-      impl: r.impl,
-      seq_per_s: r.seq_per_s,
-      ms: r.ms,
-      peak_bytes: r.peak_bytes ?? 0,
-      kernels: 0,
-    };
-  });
+  if (!out.success) throw new Error(`${args[0].split("/").pop()} exited with status ${out.code}`);
+  const cases = lines.filter((r) => r.name).map((r): Case => ({
+    name: r.name,
+    impl: r.impl,
+    seq_per_s: r.seq_per_s,
+    ms: r.ms,
+    min_ms: r.min_ms,
+    max_ms: r.max_ms,
+    load: r.load ?? null,
+    peak_bytes: r.peak_bytes ?? 0,
+    kernels: 0,
+  }));
+  return { version: String(lines.find((r) => r.version)?.version ?? "unknown"), cases };
+}
+
+/**
+ * OpenBLAS as our CPU cases run it: the library, its build, the core whose kernels it runs, and this
+ * environment's OPENBLAS_* variables (OPENBLAS_CORETYPE overrides the core OpenBLAS would pick); null on
+ * another backend or without OpenBLAS.
+ */
+function blasRecord(kind: string) {
+  const b = kind === "cpu" ? openBlas() : undefined;
+  if (!b || !("lib" in b)) return null;
+  const vars = Object.entries(Deno.env.toObject()).filter(([k]) => k.startsWith("OPENBLAS_"));
+  return { path: b.path, config: b.config, corename: b.corename, env: Object.fromEntries(vars) };
 }
 
 /** Whether the file at `path` is a bench result (what --json may replace): JSON with device, command, cases. */

@@ -117,13 +117,16 @@ interface GroupNodes {
  * accumulation `new:train.grad_acc` — one of each per group (groupName) when opts.maxGroupBytes cuts the
  * layout into several.
  */
+/** The location every op of the optimizer carries (dumps, kernel descriptions, bench:bert's profile split). */
+export const OPTIMIZER_LOC = "optimizer/update.ts";
+
 export function appendOptimizer(g: Graph, given: FlatLayout, opts: OptimizerOptions): Graph {
   const o = { ...OPTIMIZER_DEFAULTS, dynamicScale: false, accumulationSteps: 1, ...opts };
   const layout = o.maxGroupBytes === undefined
     ? given
     : flatLayout(given.segments, given.chunk, { maxGroupBytes: o.maxGroupBytes });
   const b = new GraphEditor(g);
-  b.loc = "optimizer/update.ts";
+  b.loc = OPTIMIZER_LOC;
   const C = layout.chunk;
   const f32 = "f32" as const;
   // An input the graph already has (train.state, read by the loss scaling before autodiff) is reused.

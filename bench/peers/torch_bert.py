@@ -16,13 +16,15 @@ What is timed:
   infer   the pretraining forward (MLM logits over all positions and NSP logits) at sequence 128: batch 64
           (throughput) and batch 1 (latency), under torch.inference_mode.
 Each measurement: warm-up iterations (which include torch.compile's compilation), then N timed iterations
-with CUDA events (perf_counter on the CPU), the median reported. Peak memory is
-torch.cuda.max_memory_allocated over the measurement (null on the CPU).
+with CUDA events (perf_counter on the CPU), the median, min and max reported with the load average read just
+before them. Peak memory is torch.cuda.max_memory_allocated over the measurement (null on the CPU).
 
 Output: one JSON line per measurement on stdout,
-  {"name": "bert-large-train-s128-fp16", "impl": "torch-eager", "seq_per_s": ..., "ms": ..., "peak_bytes": ...,
-   plus "device", "torch", "precision", "batch", "model", "optimizer"}
-and progress and skipped measurements (with the reason) on stderr.
+  {"name": "bert-large-train-s128-fp16", "impl": "torch-eager", "seq_per_s": ..., "ms": ..., "min_ms": ...,
+   "max_ms": ..., "load": [1m, 5m, 15m], "peak_bytes": ..., plus "device", "torch", "version", "precision",
+   "batch", "model", "optimizer"}
+and progress and skipped measurements (with the reason) on stderr; without torch, one line and exit status 3
+(bench/peers/peer_common.py).
 
 The model: Hugging Face's BertForPreTraining when `transformers` imports (--model hf), else a plain-PyTorch
 BERT written here from the paper's equations (--model plain), with the same parameter shapes; the MLM head
@@ -36,18 +38,14 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+from peer_common import BERT_LARGE, TINY, load_average, missing
 
-BERT_LARGE = dict(
-    name="bert-large", vocab_size=30522, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-    intermediate_size=4096, max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12,
-    hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, initializer_range=0.02,
-)
-# Small enough that a CPU smoke run takes seconds.
-TINY = dict(BERT_LARGE, name="bert-tiny", vocab_size=1024, hidden_size=64, num_hidden_layers=2,
-            num_attention_heads=2, intermediate_size=256)
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError as e:
+    missing("torch", e)
 
 
 def log(msg):
@@ -199,9 +197,11 @@ class Timer:
         self.cuda = device.type == "cuda"
 
     def time(self, fn, warmup, iters):
+        """Median, min and max of `iters` timed calls after `warmup`, and the load average read before them."""
         for _ in range(warmup):
             fn()
         self.sync()
+        load = load_average()
         times = []
         for _ in range(iters):
             if self.cuda:
@@ -215,7 +215,7 @@ class Timer:
                 t0 = time.perf_counter()
                 fn()
                 times.append((time.perf_counter() - t0) * 1000)
-        return statistics.median(times)
+        return dict(ms=statistics.median(times), min_ms=min(times), max_ms=max(times), load=load)
 
     def sync(self):
         if self.cuda:
@@ -268,7 +268,10 @@ def main():
     ap.add_argument("--seq", type=int, default=None, help="sequence length (default 128; tiny 32)")
     ap.add_argument("--masked", type=int, default=None, help="masked positions per sequence (default 20; tiny 5)")
     ap.add_argument("--infer-batches", default=None, help="comma list of inference batches (default 64,1)")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's own choice)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
 
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -305,7 +308,7 @@ def main():
         torch.backends.cudnn.allow_tf32 = True
     timer = Timer(device)
     gen = torch.Generator().manual_seed(1234)
-    common = dict(device=dev_name, torch=torch.__version__, model=kind)
+    common = dict(device=dev_name, torch=torch.__version__, version=torch.__version__, model=kind)
 
     for impl in impls:
         if impl == "compile" and not hasattr(torch, "compile"):
@@ -374,11 +377,11 @@ def run_train(c, kind, device, impl, precision, batch, seq, masked, warmup, iter
     # GradScaler.unscale_ wants a torch optimizer; a shim exposing our parameters as one group does.
     opt_shim = torch.optim.SGD(opt.params, lr=0.0)
     try:
-        ms = timer.time(step, warmup, iters)
+        t = timer.time(step, warmup, iters)
     except torch.cuda.OutOfMemoryError if hasattr(torch.cuda, "OutOfMemoryError") else RuntimeError as e:
         log(f"skipped {name} {impl}: {str(e).splitlines()[0]}")
         return
-    emit(dict(name=name, impl=f"torch-{impl}", seq_per_s=batch / (ms / 1000), ms=ms, peak_bytes=peak(device),
+    emit(dict(name=name, impl=f"torch-{impl}", seq_per_s=batch / (t["ms"] / 1000), **t, peak_bytes=peak(device),
               precision=precision, batch=batch, optimizer="lamb", **common))
     del model, fwd, opt, opt_shim
 
@@ -394,8 +397,8 @@ def run_infer(c, kind, device, impl, precision, batch, seq, warmup, iters, timer
         with torch.inference_mode(), autocast(device, precision):
             fwd(ids, types, mask)
 
-    ms = timer.time(step, warmup, iters)
-    emit(dict(name=name, impl=f"torch-{impl}", seq_per_s=batch / (ms / 1000), ms=ms, peak_bytes=peak(device),
+    t = timer.time(step, warmup, iters)
+    emit(dict(name=name, impl=f"torch-{impl}", seq_per_s=batch / (t["ms"] / 1000), **t, peak_bytes=peak(device),
               precision=precision, batch=batch, optimizer=None, **common))
     del model, fwd
 

@@ -14,12 +14,15 @@ import type { Pool } from "./pool.ts";
 const SYMBOLS = {
   openblas_set_num_threads: { parameters: ["i32"], result: "void" },
   openblas_get_config: { parameters: [], result: "pointer" },
+  openblas_get_corename: { parameters: [], result: "pointer" },
 } as const;
 
 export interface Blas {
   readonly path: string;
   /** OpenBLAS's configuration line (version, core, threading). */
   readonly config: string;
+  /** The core whose kernels OpenBLAS runs (its own choice, or OPENBLAS_CORETYPE's), for benchmark records. */
+  readonly corename: string;
   readonly lib: Deno.DynamicLibrary<typeof SYMBOLS>;
 }
 
@@ -83,9 +86,11 @@ export function openBlas(): Blas | { missing: string } {
     try {
       const lib = withEnv("OPENBLAS_NUM_THREADS", "1", () => Deno.dlopen(path, SYMBOLS));
       lib.symbols.openblas_set_num_threads(1);
-      const p = lib.symbols.openblas_get_config();
-      const config = p ? new Deno.UnsafePointerView(p).getCString() : "OpenBLAS";
-      return opened = { path, config: config.trim(), lib };
+      const text = (p: Deno.PointerValue, none: string) =>
+        p ? new Deno.UnsafePointerView(p).getCString() : none;
+      const config = text(lib.symbols.openblas_get_config(), "OpenBLAS").trim();
+      const corename = text(lib.symbols.openblas_get_corename(), "unknown").trim();
+      return opened = { path, config, corename, lib };
     } catch (e) {
       tried.push(`${path}: ${(e as Error).message.split("\n")[0]}`);
     }

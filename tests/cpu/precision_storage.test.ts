@@ -84,21 +84,18 @@ Deno.test("storage policy: fp32 narrows nothing; the graph carries the precision
 });
 
 Deno.test("every graph pass and stage keeps the precision; one that drops it is blamed by name", () => {
-  // The BERT-tiny training graph in fp16 through the whole pipeline: the plan's storage says fp16.
+  // An fp16 graph through the whole pipeline, no precision passed: the plan's storage says fp16.
   const g = mixed((m) => ({ y: gelu(m.input("x", "f32", [4, 8]).matmul(m.param("w", [8, 8], "zeros"))) }));
   const c = compileAsPrepared(g);
-  assert.equal(c.graph.precision, "fp16");
-  assert.equal(c.storage.precision, "fp16");
+  assert.deepEqual([c.graph.precision, c.storage.precision], ["fp16", "fp16"]);
   // A pass that rebuilds the graph without copying the precision (new Graph(name)) fails the run.
-  const dropping = {
-    name: "drops-precision",
-    run: (x: Graph) => {
-      const out = new (x.constructor as typeof Graph)(x.name);
-      for (const n of x.nodes) out.add(n.op, n.inputs, n.attrs, n.type, n.loc);
-      for (const [k, id] of x.outputs) out.setOutput(k, id);
-      return out;
-    },
+  const run = (x: Graph) => {
+    const out = new (x.constructor as typeof Graph)(x.name);
+    for (const n of x.nodes) out.add(n.op, n.inputs, n.attrs, n.type, n.loc);
+    for (const [k, id] of x.outputs) out.setOutput(k, id);
+    return out;
   };
+  const dropping = { name: "drops-precision", run };
   assert.throws(() => runPipeline(g, [dropping]), /drops-precision.*precision from fp16 to fp32/);
 });
 
