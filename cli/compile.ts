@@ -35,8 +35,8 @@ wgsl/*.wgsl or c/*.c), the plan (plan.json) and a fusion report (report.md).
   --seq-len S        tokens per sequence (default 128)
   --max-predictions P  masked positions per sequence, train mode (default 20, NVIDIA's value at 128)
   --out DIR          output folder, with one target (default: kernels_generated/<model>-<mode>-<precision>
-                     [-unfused]/<target>); with several, each goes to DIR/<target>. It must be absent, empty
-                     or an earlier output of this command (it is replaced)
+                     [-b<N>-s<S>[-p<P>] for another shape][-unfused]/<target>); with several, each goes to
+                     DIR/<target>. It must be absent, empty or an earlier output of this command (it is replaced)
   --summary FILE     one target: also write {"kernels","launches_per_step","library_calls_per_step",
                      "bytes_per_step","peak_bytes","gemm_flops","gemm_flops_library",
                      "predicted_step_ms","predicted_seq_per_s","compile_ms"} as JSON (predictions: the
@@ -98,7 +98,13 @@ await runMain(async () => {
   });
   const model = await loadModel(modelPath);
   const name = basename(modelPath).replace(/\.(ts|json)$/, "").replace(/^config$/, model.name);
-  const outRoot = values.out ?? `kernels_generated/${name}-${mode}-${precision}${fuse ? "" : "-unfused"}`;
+  // Another shape gets a folder of its own: the default one holds the committed corpus (kernels_generated/).
+  const preds = mode === "train" ? `-p${maxPredictions}` : "";
+  const shape = batchSize === 8 && seqLen === 128 && maxPredictions === 20
+    ? ""
+    : `-b${batchSize}-s${seqLen}${preds}`;
+  const outRoot = values.out ??
+    `kernels_generated/${name}-${mode}-${precision}${shape}${fuse ? "" : "-unfused"}`;
   const outDirOf = (t: TargetName) =>
     values.out !== undefined && targets.length === 1 ? outRoot : `${outRoot}/${t}`;
   const refusal = targets.map((t) => precisionRefusal(rowForLanguage(TARGETS[t].language), precision)).find((

@@ -75,7 +75,7 @@ Deno.test("compile with no --out rewrites its target's folder alone and keeps th
         cwd: dir,
         env: { NO_COLOR: "1" },
       }).output();
-    const out = `${dir}/kernels_generated/bert-micro-train-fp16`;
+    const out = `${dir}/kernels_generated/bert-micro-train-fp16-b8-s16-p20`; // not the default shape
     let r = await compile("--target", "cuda-sm90,webgpu-gpu");
     assert.equal(r.code, 0, new TextDecoder().decode(r.stderr));
     const cuda = await snapshot(`${out}/cuda-sm90`), wgsl = await snapshot(`${out}/webgpu-gpu`);
