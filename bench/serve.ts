@@ -19,6 +19,7 @@ import { defineBert } from "../models/bert.ts";
 import { writeHfCheckpoint } from "../model_io/hf_checkpoint.ts";
 import { initParams } from "../model_io/init_params.ts";
 import { kserveClient } from "../serve/grpc.ts";
+import { readyServer } from "./serve_ready.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
@@ -74,17 +75,7 @@ async function startServe(args: string[]) {
     stdout: "piped",
     stderr: "piped",
   }).spawn();
-  const stderr = new Response(child.stderr).text();
-  const reader = child.stdout.getReader();
-  let out = "";
-  while (!/^ready: /m.test(out)) {
-    const { done, value } = await reader.read();
-    if (done) throw new UsageError(`serve ${args.join(" ")} exited before ready: ${(await stderr).trim()}`);
-    out += new TextDecoder().decode(value);
-  }
-  const drainStdout = (async () => {
-    while (!(await reader.read()).done) { /* keep the pipe flowing */ }
-  })();
+  const { out, stderr, drained: drainStdout } = await readyServer(child, `serve ${args.join(" ")}`);
   const [, url, grpcAddr] = out.match(/listening on (http:\/\/[^ ]+) and grpc ([^ ]+)/)!;
   // Logits of a batch of 8 are ~16 MB: past grpc-js's default 4 MB for what a client receives.
   const grpc = kserveClient(grpcAddr, { "grpc.max_receive_message_length": -1 });

@@ -8,6 +8,7 @@
  * tests/cpu/serve_slow_clients.test.ts runs `slowClientsLoad` with fewer clients.
  */
 import { parseFlags, positiveInt, runMain } from "../cli/common.ts";
+import { readyServer } from "./serve_ready.ts";
 
 const HELP = `
 deno task bench:serve-slow [--clients 2000] [--hold-s 15] [--settle-s 5] [--timeout-ms 10000]
@@ -76,17 +77,7 @@ export async function slowClientsLoad(
     stdout: "piped",
     stderr: "piped",
   }).spawn();
-  const stderr = new Response(child.stderr).text();
-  const reader = child.stdout.getReader();
-  let out = "";
-  while (!/^ready: /m.test(out)) {
-    const { done, value } = await reader.read();
-    if (done) throw new Error(`serve exited before ready: ${await stderr}`);
-    out += new TextDecoder().decode(value);
-  }
-  const stdout = (async () => {
-    while (!(await reader.read()).done) { /* keep the pipe flowing */ }
-  })();
+  const { out, stderr, drained: stdout } = await readyServer(child, "serve");
   const url = out.match(/listening on (http:\/\/[^ ]+)/)![1], port = Number(new URL(url).port);
   // `deno task` runs the server as its child.
   const pid = Number((await sh(`cat /proc/${child.pid}/task/*/children`)).trim().split(" ")[0]);
