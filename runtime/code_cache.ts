@@ -84,6 +84,15 @@ export class CodeCache {
 
   /** The entry's path when it may be loaded (counted as a hit), else undefined (a miss); see the file comment. */
   lookup(key: string): string | undefined {
+    return this.verified(key)?.path;
+  }
+
+  /** The entry's bytes when it may be loaded, else null (see lookup): read once, hashed and returned. */
+  get(key: string): Uint8Array<ArrayBuffer> | null {
+    return this.verified(key)?.bytes ?? null;
+  }
+
+  private verified(key: string): { path: string; bytes: Uint8Array<ArrayBuffer> } | undefined {
     const path = this.path(key);
     let file: Deno.FileInfo;
     try {
@@ -107,23 +116,16 @@ export class CodeCache {
       }
     }
     try {
-      if (
-        file.size > 0 && Deno.readTextFileSync(`${path}.sha256`).trim() === sha256(Deno.readFileSync(path))
-      ) {
+      const bytes = Deno.readFileSync(path) as Uint8Array<ArrayBuffer>;
+      if (file.size > 0 && Deno.readTextFileSync(`${path}.sha256`).trim() === sha256(bytes)) {
         this.hits++;
-        return path;
+        return { path, bytes };
       }
     } catch {
       // no hash beside it: never loaded
     }
     this.misses++;
     return undefined;
-  }
-
-  /** The entry's bytes when it may be loaded, else null (see lookup). */
-  get(key: string): Uint8Array<ArrayBuffer> | null {
-    const path = this.lookup(key);
-    return path === undefined ? null : Deno.readFileSync(path) as Uint8Array<ArrayBuffer>;
   }
 
   /** A fresh name in the cache folder (created, 0700) to build an entry into, or undefined where it cannot be written. */
@@ -137,11 +139,11 @@ export class CodeCache {
   }
 
   /** Moves a built file (in the cache folder, from `scratch`) in under `key`; its path, or undefined on failure. */
-  adopt(key: string, built: string): string | undefined {
+  adopt(key: string, built: string, hash?: string): string | undefined {
     const path = this.path(key), tag = `${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
     try {
       // The hash first: an entry without its hash beside it is never loaded.
-      Deno.writeTextFileSync(`${path}.sha256.tmp-${tag}`, sha256(Deno.readFileSync(built)));
+      Deno.writeTextFileSync(`${path}.sha256.tmp-${tag}`, hash ?? sha256(Deno.readFileSync(built)));
       Deno.renameSync(`${path}.sha256.tmp-${tag}`, `${path}.sha256`);
       Deno.renameSync(built, path);
       return path;
@@ -162,7 +164,7 @@ export class CodeCache {
       removeQuietly(tmp);
       return this.warnOnce(e);
     }
-    if (this.adopt(key, tmp) === undefined) removeQuietly(tmp);
+    if (this.adopt(key, tmp, sha256(bytes)) === undefined) removeQuietly(tmp);
   }
 
   /** Drops a bad entry (one the loader refused), so the next run rebuilds it. */

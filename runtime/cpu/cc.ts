@@ -7,8 +7,6 @@
 import { CodeCache, codeCacheDir, env, hashParts } from "../code_cache.ts";
 import { CpuError, CpuUnavailableError } from "./cpu_errors.ts";
 
-export { env };
-
 // -fno-math-errno: libm calls that set no errno are pure, so loop-invariant ones (the optimizer's bias
 // corrections) leave their loops, sqrtf is one instruction, and loops calling expf/logf/tanhf vectorize
 // with libmvec's variants. Results are unchanged (only errno would be).

@@ -5,7 +5,8 @@
  * executor).
  */
 import { openBlas } from "./blas.ts";
-import { checkBuildDir, env, findCompiler } from "./cc.ts";
+import { env } from "../code_cache.ts";
+import { checkBuildDir, findCompiler } from "./cc.ts";
 import type { CpuContext } from "./cpu_executor.ts";
 
 let warned = false;
