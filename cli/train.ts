@@ -29,7 +29,8 @@ checkpoints (Hugging Face config.json + model.safetensors, optimizer state, mani
 Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second Ctrl-C exits at once.
 
   --model M                      models/*.ts file or config.json (default: models/bert-tiny.ts)
-  --input-dir DIR                shards from deno task prepare-data (default: the Brown corpus)
+  --input-dir DIR                shards from deno task prepare-data, or a built-in corpus: brown, or
+                                 sentiment-train (the sentiment set's train text) (default ${TRAIN_DEFAULTS.corpus})
   --output-dir DIR               run folder (default: out/runs/<date>-<time>)
   --train-batch-size N           sequences per optimizer step (default ${TRAIN_DEFAULTS.trainBatchSize})
   --learning-rate LR             peak learning rate (default ${TRAIN_DEFAULTS.learningRate})
@@ -57,6 +58,8 @@ Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second
                                  cuda, webgpu, cpu (emitted C and OpenBLAS), reference
   --no-fuse                      one kernel per primitive op (the unfused baseline, for comparison)
   --keep-checkpoints N           complete checkpoints kept (default ${TRAIN_DEFAULTS.keepCheckpoints})
+  --heldout-instances N          the last shard is held out; N of its instances are evaluated at checkpoints
+                                 beside the unigram baseline (default ${TRAIN_DEFAULTS.heldOutInstances}; 0 none; none on reference)
 `;
 
 const positiveNumber = (flag: string, v: string | undefined, fallback: number) =>
@@ -78,7 +81,7 @@ await runMain(async () => {
     ...stringFlags("model input-dir output-dir train-batch-size learning-rate max-steps warmup-proportion"),
     ...stringFlags("gradient-accumulation-steps precision loss-scale init-loss-scale optimizer seed"),
     ...stringFlags("log-freq num-steps-per-checkpoint steps-this-run init-checkpoint phase1-end-step"),
-    ...stringFlags("backend keep-checkpoints"),
+    ...stringFlags("backend keep-checkpoints heldout-instances"),
     "resume-from-checkpoint": { type: "boolean" },
     phase2: { type: "boolean" },
     "no-fuse": { type: "boolean" },
@@ -135,6 +138,9 @@ await runMain(async () => {
     phase1EndStep: nonNegativeInt("phase1-end-step", values["phase1-end-step"], TRAIN_DEFAULTS.phase1EndStep),
     backend,
     fuse: !values["no-fuse"],
+    heldOutInstances: values["heldout-instances"] === undefined
+      ? undefined
+      : nonNegativeInt("heldout-instances", values["heldout-instances"], 0),
     keepCheckpoints: positiveInt(
       "keep-checkpoints",
       values["keep-checkpoints"],

@@ -41,6 +41,7 @@ export class TrainUi {
       },
       log: (r: LogRecord) => {
         this.metrics?.write({ ...r });
+        if (r.heldout_instances !== undefined) this.say(heldOutLine(r));
         if (r.skipped_steps > this.skipped) {
           this.say(
             `${r.skipped_steps - this.skipped} step(s) skipped for gradient overflow by step ${r.step} ` +
@@ -81,8 +82,11 @@ export class TrainUi {
     this.progress?.finish(
       `${r.stoppedBy === "signal" ? "stopped" : "done"} at step ${r.step} on ${r.backend}` +
         (last
-          ? `: loss ${last.loss.toFixed(4)}, MLM accuracy ${(100 * last.mlm_accuracy).toFixed(1)}%`
+          ? `: loss ${last.loss.toFixed(4)}, MLM accuracy ${
+            (100 * last.mlm_accuracy).toFixed(1)
+          }% (last batch)`
           : "") +
+        (last?.heldout_instances !== undefined ? `\n  ${heldOutLine(last)}` : "") +
         `\n  ${r.outputDir}: metrics.jsonl, loss_curve.svg/.png, ${r.lastCheckpoint ?? "no checkpoint"}`,
     );
     this.stop.dispose();
@@ -93,4 +97,14 @@ export class TrainUi {
     this.metrics?.close();
     this.stop.dispose();
   }
+}
+
+const pct = (x: number | undefined) => `${(100 * x!).toFixed(1)}%`;
+
+function heldOutLine(r: LogRecord): string {
+  return `held-out (${r.heldout_instances} instances) at step ${r.step}: MLM accuracy ${
+    pct(r.heldout_mlm_accuracy)
+  } (unigram baseline, always "${r.unigram_token}": ${pct(r.unigram_mlm_accuracy)}), MLM loss ${
+    r.heldout_mlm_loss!.toFixed(3)
+  }, NSP accuracy ${pct(r.heldout_nsp_accuracy)}`;
 }

@@ -44,6 +44,8 @@ export interface LoaderOptions {
   state?: LoaderState;
   /** Check every shard's payload checksum on open (default true; one pass over the files). */
   verify?: boolean;
+  /** Only the manifest's shards [from, to) (default all): a run keeps its held-out shard out (heldout.ts). */
+  shardRange?: readonly [number, number];
 }
 
 export class Loader {
@@ -94,7 +96,7 @@ export class Loader {
     const manifest = await readManifest(dir);
     const shards: ShardFile[] = [];
     try {
-      for (const entry of manifest.shards) {
+      for (const entry of manifest.shards.slice(...(opts.shardRange ?? []))) {
         const shard = ShardFile.open(join(dir, entry.file), { verify: opts.verify ?? true });
         shards.push(shard);
         const h = shard.header;

@@ -5,11 +5,12 @@
 import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
 import type { OptimizerKind } from "../optimizer/update.ts";
 import type { BackendRequest } from "../engine/choose_backend.ts";
+import type { BuiltInCorpus } from "../data/corpus/brown_shards.ts";
 
 export interface TrainOptions {
   /** A models/*.ts file or a config.json. */
   model: string;
-  /** Shard folder (deno task prepare-data); default: the built-in Brown corpus, prepared on first use. */
+  /** Shard folder (deno task prepare-data), or a built-in corpus's name (prepared on first use). */
   inputDir?: string;
   outputDir: string;
   /** Sequences per optimizer update (split into gradientAccumulationSteps micro-batches). */
@@ -48,6 +49,8 @@ export interface TrainOptions {
    * limit: tests force several groups with it. Absent: the backend's limit decides (none: one group).
    */
   maxGroupBytes?: number;
+  /** Held-out instances evaluated at checkpoints (0: none); default 2048, none on the interpreter. */
+  heldOutInstances?: number;
 }
 
 export class TrainOptionsError extends Error {
@@ -67,6 +70,8 @@ export const TRAIN_DEFAULTS = {
   numStepsPerCheckpoint: 100,
   phase1EndStep: 7038,
   keepCheckpoints: 3,
+  heldOutInstances: 2048,
+  corpus: "brown" as BuiltInCorpus,
 } as const;
 
 export function checkTrainOptions(o: TrainOptions): void {

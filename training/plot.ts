@@ -35,18 +35,11 @@ const GRID: RGB = [229, 229, 229];
 const LOSS: RGB = [31, 119, 180];
 const ACC: RGB = [255, 127, 14];
 
+type Anchor = "start" | "middle" | "end";
 type Shape =
   | { kind: "line"; x1: number; y1: number; x2: number; y2: number; color: RGB; width: number }
   | { kind: "polyline"; points: [number, number][]; color: RGB; width: number }
-  | {
-    kind: "text";
-    x: number;
-    y: number;
-    text: string;
-    anchor: "start" | "middle" | "end";
-    color: RGB;
-    vertical?: boolean;
-  };
+  | { kind: "text"; x: number; y: number; text: string; anchor: Anchor; color: RGB; vertical?: boolean };
 
 /** Pixels per font dot: glyphs are 10x14 pixels, a readable size on an 800-pixel-wide chart. */
 const FONT_SCALE = 2;
@@ -118,14 +111,8 @@ function layout(
   const left = 80, right = hasAcc ? 80 : 30, top = 44, bottom = 60;
   const pw = width - left - right, ph = height - top - bottom;
   const shapes: Shape[] = [];
-  const text = (
-    x: number,
-    y: number,
-    t: string,
-    anchor: "start" | "middle" | "end",
-    color = AXIS,
-    vertical = false,
-  ) => shapes.push({ kind: "text", x, y, text: t, anchor, color, vertical });
+  const text = (x: number, y: number, t: string, anchor: Anchor, color = AXIS, vertical = false) =>
+    shapes.push({ kind: "text", x, y, text: t, anchor, color, vertical });
   const line = (x1: number, y1: number, x2: number, y2: number, color: RGB, w = 1) =>
     shapes.push({ kind: "line", x1, y1, x2, y2, color, width: w });
 
@@ -158,17 +145,13 @@ function layout(
     line(left - 5, y, left, y, AXIS);
     text(left - 9, y, formatTick(t, yTicks.step), "end");
   }
-  if (hasAcc) {
-    for (let a = 0; a <= 1.0001; a += 0.2) {
-      line(left + pw, A(a), left + pw + 5, A(a), AXIS);
-      text(left + pw + 9, A(a), `${Math.round(a * 100)}%`, "start", ACC);
-    }
+  for (let a = 0; hasAcc && a <= 1.0001; a += 0.2) {
+    line(left + pw, A(a), left + pw + 5, A(a), AXIS);
+    text(left + pw + 9, A(a), `${Math.round(a * 100)}%`, "start", ACC);
   }
   // Frame.
-  line(left, top, left + pw, top, AXIS);
-  line(left, top + ph, left + pw, top + ph, AXIS);
-  line(left, top, left, top + ph, AXIS);
-  line(left + pw, top, left + pw, top + ph, AXIS);
+  const frame = [[0, 0, pw, 0], [0, ph, pw, ph], [0, 0, 0, ph], [pw, 0, pw, ph]];
+  for (const [a, b, c, d] of frame) line(left + a, top + b, left + c, top + d, AXIS);
 
   // Series, split at missing values.
   const series = (vals: { x: number; y: number | null }[], color: RGB) => {
@@ -220,11 +203,8 @@ const n2 = (v: number) => {
   return s === "-0" ? "0" : s;
 };
 const hex = (c: RGB) => `#${c.map((v) => v.toString(16).padStart(2, "0")).join("")}`;
-const esc = (s: string) =>
-  s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(
-    /'/g,
-    "&apos;",
-  );
+const ESC: Record<string, string> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;" };
+const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ESC[c]);
 
 export function lossCurveSvg(points: readonly CurvePoint[], opts: PlotOptions = {}): string {
   const { width, height, shapes } = layout(points, opts);

@@ -14,7 +14,7 @@ import { openBackend } from "../engine/choose_backend.ts";
 import { stateVector } from "../optimizer/feeds.ts";
 import { flatLayoutOf } from "../optimizer/flat_layout.ts";
 import { OPT, STATE } from "../optimizer/update.ts";
-import { ensureBrownShards } from "../data/corpus/brown_shards.ts";
+import { BUILT_IN_CORPORA, ensureBrownShards } from "../data/corpus/brown_shards.ts";
 import { Loader } from "../data/loader.ts";
 import type { Batch } from "../data/loader_batch.ts";
 import { loadModel } from "../models/load.ts";
@@ -42,9 +42,12 @@ import {
   writeOptimizerConstants,
 } from "./device_setup.ts";
 import { saveDeviceCheckpoint } from "./device_setup.ts";
+import { BATCH_INPUTS, heldOutSplit, targetCounts, unigramLogits } from "../data/heldout.ts";
+import { type HeldOutResult, openHeldOut } from "./heldout_eval.ts";
+import { paramsFromFlat, readFlat } from "./run_state.ts";
 
-/** One logged step, as a line of metrics.jsonl. */
-export interface LogRecord {
+/** One logged step, as a line of metrics.jsonl; at checkpoints and the end, with the held-out figures. */
+export interface LogRecord extends Partial<HeldOutResult> {
   step: number;
   loss: number;
   mlm_loss: number;
@@ -81,19 +84,8 @@ export interface RunResult {
   readonly backend: string;
 }
 
-const BUILTIN_SEQ = 64;
 /** Default --max-steps on the reference interpreter (about 8 s a step for BERT-tiny at batch 8). */
 export const REFERENCE_MAX_STEPS = 20;
-const BUILTIN_PREDICTIONS = 10;
-
-const DATA_INPUTS = [
-  "input_ids",
-  "token_type_ids",
-  "attention_mask",
-  "masked_lm_positions",
-  "masked_lm_ids",
-  "next_sentence_labels",
-] as const;
 
 export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<RunResult> {
   checkTrainOptions(o);
@@ -124,17 +116,21 @@ async function runInFolder(
   if (start.resume) info(`resuming from ${start.resume.dir} (step ${start.resume.step})`);
 
   const model = await loadModel(o.model);
-  // The built-in corpus at sequence 64: a demo-sized run that shows learning within minutes even on a
+  // A built-in corpus at sequence 64: a demo-sized run that shows learning within minutes even on a
   // CPU-emulated GPU (the MLM head's GEMMs against the 30,522-word vocabulary dominate a small model).
-  const dataDir = o.inputDir ?? await ensureBrownShards({
-    maxSeqLength: BUILTIN_SEQ,
-    maxPredictionsPerSeq: BUILTIN_PREDICTIONS,
-    onProgress: (phase, done, total) => info(`preparing the Brown corpus: ${phase} ${done}/${total}`),
+  const corpus = BUILT_IN_CORPORA.find((c) => c === (o.inputDir ?? TRAIN_DEFAULTS.corpus));
+  const dataDir = !corpus ? o.inputDir! : await ensureBrownShards({
+    corpus,
+    maxSeqLength: 64,
+    maxPredictionsPerSeq: 10,
+    onProgress: (phase, done, total) => info(`preparing the ${corpus} corpus: ${phase} ${done}/${total}`),
   });
   const micro = o.trainBatchSize / o.gradientAccumulationSteps;
   const loaderState = start.resume && !start.newPhase ? start.resume.state.loader : undefined;
+  const split = await heldOutSplit(dataDir);
   const loader = await Loader.open(dataDir, {
     batchSize: micro,
+    shardRange: split.train,
     seed: loaderState ? undefined : o.seed,
     // deno-lint-ignore no-explicit-any
     state: loaderState as any,
@@ -199,6 +195,12 @@ async function runInFolder(
   info(
     `data: ${dataDir} (sequence ${loader.seqLength}, ${loader.maxPredictions} predictions, micro-batch ${micro})`,
   );
+  // Off by default on the interpreter, whose forward steps take seconds each.
+  const limit = o.heldOutInstances ?? (choice.kind === "reference" ? 0 : TRAIN_DEFAULTS.heldOutInstances);
+  const token = (id: number) => "tokenizer" in shardTok ? shardTok.tokenizer.tokens[id] : `id ${id}`;
+  const counts = await targetCounts(dataDir, split.train);
+  const heldOut = await openHeldOut(choice, loader, { ...o, model, precision, limit, split, token, counts });
+  if (heldOut) info(`the last shard is held out (up to ${limit} instances scored at checkpoints)`);
 
   try {
     // ---- initial device state ----
@@ -222,6 +224,10 @@ async function runInFolder(
         ? await loadHfWeights(graph, o.initCheckpoint)
         : initParams(graph, o.seed);
       if (o.initCheckpoint) info(`initial weights from ${o.initCheckpoint}`);
+      else {
+        weights.set("cls.predictions.bias", unigramLogits(counts, model.config.vocab_size));
+        info(`MLM decoder bias: log frequencies of the training targets (unigram; data/heldout.ts says why)`);
+      }
       writeFreshStart(ex, layout, weights, scale);
     }
 
@@ -278,22 +284,27 @@ async function runInFolder(
         accumulationSteps: o.gradientAccumulationSteps,
         feed: () => {
           batch = loader.next(batch);
-          for (const name of DATA_INPUTS) ex.write(name, batch[name]);
+          for (const name of BATCH_INPUTS) ex.write(name, batch[name]);
         },
       });
       step++;
       windowSteps++;
-      if (step % o.logFreq === 0 || step === stopAt) {
+      const saveNow = step % o.numStepsPerCheckpoint === 0;
+      if (step % o.logFreq === 0 || step === stopAt || saveNow) {
         const r = await readRecord(ex, baseStep + step);
-        const now = performance.now();
-        r.seq_per_s = (windowSteps * o.trainBatchSize) / ((now - windowStart) / 1000);
-        r.elapsed_s = (now - t0) / 1000;
-        windowStart = now;
+        r.seq_per_s = (windowSteps * o.trainBatchSize) / ((performance.now() - windowStart) / 1000);
+        if (heldOut && (saveNow || step === stopAt)) {
+          const params = paramsFromFlat(await readFlat(ex, layout, OPT.flatParams), layout);
+          Object.assign(r, await heldOut.evaluate(params));
+        }
+        // Elapsed counts the evaluation; sequences/s is training alone.
+        windowStart = performance.now();
+        r.elapsed_s = (windowStart - t0) / 1000;
         windowSteps = 0;
         records.push(r);
         ev.log?.(r);
       }
-      if (step % o.numStepsPerCheckpoint === 0) await save();
+      if (saveNow) await save();
       if (step >= maxSteps) stoppedBy = "max-steps";
     }
     if (savedAt !== step || !lastCheckpoint) await save();
@@ -307,6 +318,7 @@ async function runInFolder(
     };
   } finally {
     ex.destroy();
+    heldOut?.destroy();
     loader.close();
   }
 }

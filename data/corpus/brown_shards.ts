@@ -1,8 +1,9 @@
 /**
- * The default pretraining data of deno task train: the Brown corpus made into shards once, into a cache
- * directory, and reused afterwards. A cached directory is reused only when its manifest (written last,
- * so present only when complete) matches the settings, the generator version and the tokenizer's
- * vocabulary, and every shard it lists is there with its size; otherwise it is made again.
+ * The built-in pretraining data of deno task train: the Brown corpus, or the sentiment set's train text
+ * (sentiment_text.ts), made into shards once, into a cache directory, and reused afterwards. A cached
+ * directory is reused only when its manifest (written last, so present only when complete) matches the
+ * settings, the generator version and the tokenizer's vocabulary, and every shard it lists is there with
+ * its size; otherwise it is made again.
  */
 import { join } from "node:path";
 import { DEFAULT_SETTINGS, GENERATOR, type Phase, prepareData } from "../pretraining/prepare.ts";
@@ -10,8 +11,16 @@ import { tokenizerFor } from "../pretraining/tasks.ts";
 import { vocabHash } from "../pretraining/vocab.ts";
 import { type Manifest, readManifest } from "../shards/manifest.ts";
 import { defaultCacheDir } from "./cache.ts";
+import { sentimentTrainText } from "./sentiment_text.ts";
+
+export const BUILT_IN_CORPORA = ["brown", "sentiment-train"] as const;
+export type BuiltInCorpus = typeof BUILT_IN_CORPORA[number];
+/** The sentiment text's 36k tokens in shards of 3,000: twelve, so the last is a held-out one (heldout.ts). */
+const SENTIMENT_SHARD_TOKENS = 3_000;
 
 export interface BrownShardOptions {
+  /** Default brown. */
+  corpus?: BuiltInCorpus;
   /** Parent of the shard directory (default out/data/ at the repository's root). */
   cacheDir?: string;
   maxSeqLength?: number;
@@ -40,7 +49,7 @@ function settingsOf(o: BrownShardOptions) {
 /** The directory name: brown-s128 for the defaults, with the settings that differ appended. */
 export function brownShardDirName(o: BrownShardOptions = {}): string {
   const s = settingsOf(o);
-  let name = `brown-s${s.maxSeqLength}`;
+  let name = `${o.corpus ?? "brown"}-s${s.maxSeqLength}`;
   if (s.maxPredictionsPerSeq !== DEFAULTS.maxPredictionsPerSeq) name += `-p${s.maxPredictionsPerSeq}`;
   if (s.dupeFactor !== DEFAULTS.dupeFactor) name += `-d${s.dupeFactor}`;
   if (s.seed !== DEFAULTS.seed) name += `-seed${s.seed}`;
@@ -55,6 +64,8 @@ export async function ensureBrownShards(opts: BrownShardOptions = {}): Promise<s
   const cacheDir = opts.cacheDir ?? defaultCacheDir();
   const dir = join(cacheDir, brownShardDirName(opts));
   const tok = await tokenizerFor({ cased: opts.cased ?? false });
+  const sentiment = opts.corpus === "sentiment-train";
+  const shardTokens = sentiment ? SENTIMENT_SHARD_TOKENS : DEFAULTS.shardTokens;
   const want = {
     max_seq_length: s.maxSeqLength,
     max_predictions_per_seq: s.maxPredictionsPerSeq,
@@ -63,12 +74,18 @@ export async function ensureBrownShards(opts: BrownShardOptions = {}): Promise<s
     seed: s.seed,
     masked_lm_prob: DEFAULTS.maskedLmProb,
     short_seq_prob: DEFAULTS.shortSeqProb,
-    shard_tokens: DEFAULTS.shardTokens,
+    shard_tokens: shardTokens,
   };
   const existing = await readManifest(dir).catch(() => undefined);
   if (existing && await reusable(dir, existing, want, await vocabHash(tok))) return dir;
+  const text = join(cacheDir, "sentiment-5.0.2-train.txt");
+  if (sentiment) {
+    await Deno.mkdir(cacheDir, { recursive: true });
+    await Deno.writeTextFile(text, await sentimentTrainText());
+  }
   await prepareData({
-    inputs: [],
+    inputs: sentiment ? [text] : [],
+    shardTokens,
     output: dir,
     cacheDir,
     cased: opts.cased,

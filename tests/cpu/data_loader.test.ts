@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { brownCorpusText } from "../../data/corpus/brown.ts";
 import { Loader, type LoaderState } from "../../data/loader.ts";
 import { EpochPermutation } from "../../data/loader_permutation.ts";
+import { HeldOutSet, heldOutSplit, targetCounts, unigramLogits } from "../../data/heldout.ts";
 import type { Batch } from "../../data/loader_batch.ts";
 import { prepareData } from "../../data/pretraining/prepare.ts";
 import { DataError, ShardError } from "../../data/shards/errors.ts";
@@ -73,15 +74,12 @@ const key = (x: Instance) => JSON.stringify(x);
 
 Deno.test("permutation: a bijection for awkward sizes, different per epoch and seed", () => {
   for (const n of [1, 2, 3, 5, 17, 100, 1000, 4097]) {
-    const p = new EpochPermutation(n, 7, 0);
-    const seen = new Uint8Array(n);
+    const p = new EpochPermutation(n, 7, 0), seen = new Uint8Array(n);
     for (let i = 0; i < n; i++) seen[p.at(i)]++;
     assert.ok(seen.every((c) => c === 1), `not a permutation of ${n}`);
   }
-  const order = (seed: number, epoch: number) => {
-    const p = new EpochPermutation(1000, seed, epoch);
-    return Array.from({ length: 1000 }, (_, i) => p.at(i));
-  };
+  const order = (seed: number, epoch: number, p = new EpochPermutation(1000, seed, epoch)) =>
+    Array.from({ length: 1000 }, (_, i) => p.at(i));
   const base = order(7, 0);
   assert.notDeepEqual(order(7, 1), base);
   assert.notDeepEqual(order(8, 0), base);
@@ -92,22 +90,53 @@ Deno.test("permutation: a bijection for awkward sizes, different per epoch and s
   assert.throws(() => new EpochPermutation(2 ** 32 + 1, 0, 0), RangeError);
 });
 
-Deno.test("unshuffled batches are the shard records in order, in the model's layout", async () => {
-  const records = await recordsOf(DIR);
+Deno.test("unshuffled batches are the shard records in order; the held-out split, unigram, weighting", async () => {
+  const records = await recordsOf(DIR), n = (await readManifest(DIR)).shards.length;
   const loader = await Loader.open(DIR, { batchSize: 16, shuffle: false });
   assert.equal(loader.records, records.length);
-  assert.ok(records.length > 100 && (await readManifest(DIR)).shards.length >= 3);
+  assert.ok(records.length > 100 && n >= 3);
   const got = rows(loader, Math.ceil(records.length / 16));
   assert.deepEqual(got.slice(0, records.length), records);
   // The last batch wrapped into the next epoch, starting again from the first record.
   assert.deepEqual(got.slice(records.length), records.slice(0, got.length - records.length));
   assert.equal(loader.epoch, 1);
   loader.close();
+  const split = await heldOutSplit(DIR),
+    train = await Loader.open(DIR, { batchSize: 1, shardRange: split.train });
+  assert.deepEqual(split, { train: [0, n - 1], heldOut: [n - 1, n] });
+  const trained = records.slice(0, train.records), held = records.slice(train.records, train.records + 50);
+  assert.deepEqual(rows(train, trained.length).map(key).sort(), trained.map(key).sort());
+  train.close();
+  const ids = trained.flatMap((r) => r.maskedLmIds), counts = await targetCounts(DIR, split.train);
+  const want = ids.reduce((m, t) => m.set(t, (m.get(t) ?? 0) + 1), new Map<number, number>());
+  const unigram = [...want].sort((a, b) => b[1] - a[1] || a[0] - b[0])[0][0]; // most frequent, then lowest id
+  assert.ok(counts.every((c, id) => c === (want.get(id) ?? 0)));
+  const set = await HeldOutSet.open(DIR, counts, split.heldOut!, 50, 16), last = set.batches[3];
+  assert.deepEqual(held.map((_, i) => rowOf(set.batches[i >> 4], i & 15)), held);
+  assert.ok(last.masked_lm_ids.subarray(2 * last.maxPredictions).every((t) => t === -1)); // rows 50-63
+  assert.ok(set.batches.length === 4 && last.next_sentence_labels.subarray(2).every((l) => l === -1));
+  // Fresh random per-batch figures, weighted by each batch's scored positions (NSP: its rows).
+  const figs = set.batches.map(() => [Math.random(), 5 * Math.random(), Math.random()] as const);
+  const m = await set.measure((b) => Promise.resolve(figs[set.batches.indexOf(b)]));
+  const targets = (b: number) => held.slice(16 * b, 16 * b + 16).flatMap((r) => r.maskedLmIds);
+  const mean = (f: (b: number) => number, w: (b: number) => number) =>
+    [0, 1, 2, 3].reduce((t, b) => t + f(b) * w(b), 0) / [0, 1, 2, 3].reduce((t, b) => t + w(b), 0);
+  const scored = (b: number) => targets(b).length,
+    close = (a: number, b: number) => assert.ok(Math.abs(a - b) < 1e-12);
+  close(m.heldout_mlm_accuracy, mean((b) => figs[b][0], scored));
+  close(m.heldout_mlm_loss, mean((b) => figs[b][1], scored));
+  close(m.heldout_nsp_accuracy, mean((b) => figs[b][2], (b) => Math.min(16, 50 - 16 * b)));
+  const unigramShare = (b: number) => targets(b).filter((t) => t === unigram).length / scored(b);
+  close(m.unigram_mlm_accuracy, mean(unigramShare, scored));
+  assert.deepEqual([set.unigramId, m.heldout_instances], [unigram, 50]);
+  // The decoder bias start: add-one log frequencies (fresh random counts; ids past them count 0).
+  const c = Float64Array.from({ length: 7 }, () => Math.floor(9 * Math.random())), lg = unigramLogits(c, 9);
+  const total = c.reduce((a, x) => a + x) + 9;
+  lg.forEach((l, id) => assert.ok(Math.abs((Math.exp(l) * total) / ((c[id] ?? 0) + 1) - 1) < 1e-6));
 });
 
 Deno.test("every epoch visits every record exactly once, in a new order", async () => {
-  const records = (await recordsOf(DIR)).map(key).sort();
-  const N = records.length;
+  const records = (await recordsOf(DIR)).map(key).sort(), N = records.length;
   const loader = await Loader.open(DIR, { batchSize: 7, seed: 11 });
   const stream = rows(loader, Math.ceil((3 * N) / 7)).map(key);
   const epochs = [0, 1, 2].map((e) => stream.slice(e * N, (e + 1) * N));
@@ -118,8 +147,7 @@ Deno.test("every epoch visits every record exactly once, in a new order", async 
 });
 
 Deno.test("resume from a saved state continues exactly, across epochs and batch sizes", async () => {
-  const N = (await readManifest(DIR)).records;
-  const B = 32;
+  const N = (await readManifest(DIR)).records, B = 32;
   const a = await Loader.open(DIR, { batchSize: B, seed: 5 });
   rows(a, 5);
   const saved: LoaderState = JSON.parse(JSON.stringify(a.state()));
@@ -177,8 +205,7 @@ async function copyDir(name: string): Promise<{ dir: string; files: string[] }> 
 
 Deno.test("corrupt and truncated shards fail on open with the file and offset", async () => {
   const { dir, files } = await copyDir("damaged");
-  const target = files[1];
-  const good = await Deno.readFile(target);
+  const target = files[1], good = await Deno.readFile(target);
   const headerSize = ShardFile.open(target).header.headerSize;
 
   const flipped = good.slice();
@@ -205,8 +232,7 @@ Deno.test("corrupt and truncated shards fail on open with the file and offset", 
   const bad = good.slice();
   const shard = ShardFile.open(join(DIR, target.split("/").pop()!));
   const at = shard.offsetOf(2) + shard.layout.numTokens;
-  bad[at] = 0xff;
-  bad[at + 1] = 0x7f;
+  bad.set([0xff, 0x7f], at);
   shard.close();
   await Deno.writeFile(target, bad);
   const loader = await Loader.open(dir, { batchSize: 1000, shuffle: false, verify: false });
@@ -235,41 +261,24 @@ Deno.test("shards with int32 ids (a vocabulary over 65,536) load the same way", 
   const { recordLayout } = await import("../../data/shards/format.ts");
   const { RecordBuffer, writeShard } = await import("../../data/shards/writer.ts");
   const { writeManifest, MANIFEST_FORMAT } = await import("../../data/shards/manifest.ts");
-  const dir = join(root, "i32");
+  const dir = join(root, "i32"), V = 100_000, S = 16, P = 3, layout = recordLayout(S, P, V);
   await Deno.mkdir(dir);
-  const V = 100_000, S = 16, P = 3;
-  const layout = recordLayout(S, P, V);
   assert.equal(layout.idDtype, "i32");
   const buf = new RecordBuffer(layout, 0);
   const want: Instance[] = [];
   for (let k = 0; k < 10; k++) {
     const ids = [2, 70_000 + k, 99_999, 3, 65_537, 3];
-    const x = {
-      inputIds: ids,
-      segmentBStart: 4,
-      maskedLmPositions: [1, 4],
-      maskedLmIds: [66_000 + k, 5],
-      nextSentenceLabel: k % 2,
-    };
+    const lm = { maskedLmPositions: [1, 4], maskedLmIds: [66_000 + k, 5], nextSentenceLabel: k % 2 };
+    const x = { inputIds: ids, segmentBStart: 4, ...lm };
     buf.append(ids, ids.length, 4, x.maskedLmPositions, x.maskedLmIds, 2, x.nextSentenceLabel);
     want.push(x);
   }
   const w = await writeShard(join(dir, "shard-00000.bin"), layout, { vocabSize: V, padId: 0 }, buf.payload());
-  await writeManifest(dir, {
-    format: MANIFEST_FORMAT,
-    version: 1,
-    generator: "test",
-    max_seq_length: S,
-    max_predictions_per_seq: P,
-    vocab_size: V,
-    record_size: layout.recordSize,
-    records: 10,
-    tokens: 60,
-    shards: [{ file: "shard-00000.bin", records: 10, tokens: 60, bytes: w.bytes, crc32: "" }],
-    settings: {} as never,
-    tokenizer: {} as never,
-    input: {} as never,
-  });
+  const sizes = { max_seq_length: S, max_predictions_per_seq: P, vocab_size: V, records: 10, tokens: 60 };
+  const shards = [{ file: "shard-00000.bin", records: 10, tokens: 60, bytes: w.bytes, crc32: "" }];
+  const rest = { record_size: layout.recordSize, shards, settings: {} as never, tokenizer: {} as never };
+  const head = { format: MANIFEST_FORMAT, version: 1, generator: "test", input: {} as never } as const;
+  await writeManifest(dir, { ...head, ...sizes, ...rest });
   const loader = await Loader.open(dir, { batchSize: 10, shuffle: false });
   assert.deepEqual(rows(loader, 1), want);
   loader.close();

@@ -12,6 +12,7 @@ import {
   squadV1Eval,
   squadV2Eval,
 } from "../../data/finetune/squad_eval.ts";
+import { naiveBayesAccuracy, naiveBayesPredict } from "../../data/finetune/naive_bayes.ts";
 import type { SquadExample } from "../../data/finetune/squad.ts";
 import { kebabFlags } from "../../cli/flag_spelling.ts";
 import { progressFields } from "../../training/progress.ts";
@@ -52,14 +53,10 @@ Deno.test("SQuAD normalisation: case, punctuation, articles as whole words, whit
   assert.equal(f1Score("Broncos", ""), 0);
 });
 
-const ex = (id: string, answers: string[]): SquadExample => ({
-  id,
-  title: "",
-  question: "",
-  context: "",
-  answers: answers.map((text) => ({ text, start: 0 })),
-  isImpossible: answers.length === 0,
-});
+const ex = (id: string, answers: string[]): SquadExample => {
+  const rest = { title: "", question: "", context: "", isImpossible: answers.length === 0 };
+  return { id, answers: answers.map((text) => ({ text, start: 0 })), ...rest };
+};
 
 Deno.test("SQuAD v1.1 official scoring: best gold per question, a missing prediction scores 0", () => {
   const data = [ex("a", ["Denver Broncos", "The Broncos"]), ex("b", ["1990"]), ex("c", ["Paris"])];
@@ -73,17 +70,27 @@ Deno.test("SQuAD v2.0 official scoring: HasAns, NoAns and the best no-answer thr
   const preds = new Map([["h1", "Warsaw"], ["h2", "Oder"], ["n1", ""], ["n2", "Kraków"]]);
   const na = new Map([["h1", -2], ["h2", 1], ["n1", 3], ["n2", 0.5]]);
   const r = squadV2Eval(data, preds, na);
-  assert.equal(r.total, 4);
-  close(r.exact, 50); // h1 and n1 right
-  close(r.HasAns_exact!, 50);
-  close(r.NoAns_exact!, 50);
-  assert.equal(r.HasAns_total, 2);
-  assert.equal(r.NoAns_total, 2);
+  [r.exact, r.HasAns_exact!, r.NoAns_exact!].forEach((x) => close(x, 50)); // h1 and n1 right
+  assert.deepEqual([r.total, r.HasAns_total, r.NoAns_total], [4, 2, 2]);
   // Start from "all no-answer": 2 of 4. In na order h1 (+1 -> 3, thresh -2), n2 (-1), h2 (+0), n1 (0).
   close(r.best_exact!, 75);
   assert.equal(r.best_exact_thresh, -2);
-  const noNa = squadV2Eval(data, preds);
-  assert.equal(noNa.best_exact, undefined);
+  assert.equal(squadV2Eval(data, preds).best_exact, undefined);
+});
+
+Deno.test("bag-of-words Naive Bayes by hand: add-one smoothing; unseen words and padding skipped", () => {
+  const row = (ids: number[], label: number, attention_mask = ids.map(() => 1)) => ({
+    input_ids: ids,
+    attention_mask,
+    label,
+  });
+  // Class 0 counts 1:3 2:1 3:1 (5 words), class 1 2:1 3:2 (3 words); 3 words known; priors 2/3, 1/3.
+  const train = [row([1, 1, 2], 0), row([1, 3], 0), row([2, 3, 3], 1)];
+  // [1]: 2/3*4/8 vs 1/3*1/6; [3,3]: 2/3*(2/8)^2 vs 1/3*(3/6)^2; [2,9] (9 unseen): 2/3*2/8 vs 1/3*2/6;
+  // [3,3,1] with the 1 padded is [3,3] (counted, it would go to class 0: 1/48 vs 1/72).
+  const dev = [row([1], 0), row([3, 3], 1), row([2, 9], 1), row([3, 3, 1], 1, [1, 1, 0])];
+  assert.deepEqual(naiveBayesPredict(train, dev, 2), [0, 1, 0, 1]);
+  assert.equal(naiveBayesAccuracy(train, dev, 2), 0.75);
 });
 
 Deno.test("NVIDIA's snake_case option spelling becomes kebab case; values and positionals are kept", () => {

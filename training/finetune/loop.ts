@@ -37,6 +37,7 @@ import { paramsFromFlat, readFlat } from "../run_state.ts";
 import { breathe } from "../signals.ts";
 import { batchFeed, RowOrder } from "./batches.ts";
 import { evaluateSet, majorityBaseline, type SetResult } from "./evaluate.ts";
+import { naiveBayesAccuracy } from "../../data/finetune/naive_bayes.ts";
 import { loadStartWeights, readStartConfig, resolveStart } from "./init_weights.ts";
 import { checkFinetuneOptions, type FinetuneOptions } from "./options.ts";
 import { type EvalRecord, writeEvalResults, writePredictions } from "./outputs.ts";
@@ -78,8 +79,9 @@ export interface FinetuneResult {
   backend: string;
   before?: SetResult[];
   after?: SetResult[];
-  /** Majority-class accuracy of each labelled classification set. */
+  /** Majority-class and bag-of-words Naive Bayes (trained on the train rows) accuracy per labelled set. */
   majority: Record<string, number>;
+  naiveBayes: Record<string, number>;
   files: string[];
 }
 
@@ -219,9 +221,10 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
     for (const s of sets) out.push(await evaluateSet(ex, data, s, o.evalBatchSize, post));
     return out;
   };
-  const majority: Record<string, number> = {};
-  if (data.kind === "classification") {
-    for (const s of data.evals) majority[s.name] = majorityBaseline(s.rows);
+  const majority: Record<string, number> = {}, naiveBayes: Record<string, number> = {};
+  for (const s of data.kind === "classification" ? data.evals : []) {
+    majority[s.name] = majorityBaseline(s.rows);
+    if (data.train.length) naiveBayes[s.name] = naiveBayesAccuracy(data.train, s.rows, data.labels.length);
   }
 
   try {
@@ -351,6 +354,7 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
           ...(before ? { before: Object.fromEntries(before.map((r) => [r.set, r.metrics])) } : {}),
           after: Object.fromEntries(after.map((r) => [r.set, r.metrics])),
           ...(Object.keys(majority).length ? { majority_baseline: majority } : {}),
+          ...(Object.keys(naiveBayes).length ? { naive_bayes_baseline: naiveBayes } : {}),
         };
         files.push(await writeEvalResults(o.outputDir, record));
       }
@@ -372,6 +376,7 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
       before,
       after,
       majority,
+      naiveBayes,
       files,
     };
   } finally {

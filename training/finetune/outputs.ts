@@ -23,6 +23,7 @@ export interface EvalRecord {
   before?: Record<string, Record<string, number>>;
   after: Record<string, Record<string, number>>;
   majority_baseline?: Record<string, number>;
+  naive_bayes_baseline?: Record<string, number>;
 }
 
 export async function writeEvalResults(dir: string, r: EvalRecord): Promise<string> {

@@ -90,8 +90,10 @@ export class FinetuneUi {
       (last ? `: loss ${last.loss.toFixed(4)}` : "");
     if (this.progress) this.progress.finish(head);
     else this.write(head);
-    const base = Object.entries(r.majority).map(([s, v]) => `${s} ${(100 * v).toFixed(1)}%`).join(", ");
-    if (base && r.after) this.write(`majority-class baseline: ${base}`);
+    const sets = (m: Record<string, number>) =>
+      Object.entries(m).map(([s, v]) => `${s} ${(100 * v).toFixed(1)}%`).join(", ");
+    if (sets(r.majority) && r.after) this.write(`majority-class baseline: ${sets(r.majority)}`);
+    if (sets(r.naiveBayes) && r.after) this.write(`bag-of-words Naive Bayes baseline: ${sets(r.naiveBayes)}`);
     this.write(`  ${r.outputDir}: ${files.join(", ")}`);
     this.stop.dispose();
   }

@@ -1,0 +1,51 @@
+/**
+ * Held-out MLM and NSP accuracy on the run's own backend, beside the unigram baseline (data/heldout.ts).
+ * The graph is the pre-training forward pass in train mode, for its label inputs and accuracy outputs,
+ * without dropout, backward or optimizer: compiled once for the micro-batch, given the current weights at
+ * each evaluation.
+ */
+import { applyPrecision, type Precision } from "../compiler/training_graph/mixed_precision.ts";
+import type { BackendChoice } from "../engine/choose_backend.ts";
+import type { BertModel } from "../models/bert.ts";
+import type { Loader } from "../data/loader.ts";
+import { BATCH_INPUTS, HeldOutSet, type HeldOutSplit } from "../data/heldout.ts";
+
+/** What a held-out evaluation adds to its step's line of metrics.jsonl. */
+export type HeldOutResult = Awaited<ReturnType<HeldOutEval["evaluate"]>>;
+export type HeldOutEval = NonNullable<Awaited<ReturnType<typeof openHeldOut>>>;
+
+interface HeldOutOptions {
+  model: BertModel;
+  precision: Precision;
+  fuse: boolean;
+  limit: number;
+  split: HeldOutSplit;
+  counts: Float64Array;
+  token: (id: number) => string;
+}
+
+/** `loader` gives the shapes; `counts` are targetCounts of the training shards; `token` names an id. */
+export async function openHeldOut(choice: BackendChoice, loader: Loader, o: HeldOutOptions) {
+  if (!o.split.heldOut || o.limit === 0) return undefined; // one shard: nothing held out
+  const set = await HeldOutSet.open(loader.dir, o.counts, o.split.heldOut, o.limit, loader.batchSize);
+  const shape = {
+    batchSize: loader.batchSize,
+    seqLen: loader.seqLength,
+    maxPredictions: loader.maxPredictions,
+  };
+  const g = o.model.build({ head: "pretraining", mode: "train", ...shape, dropout: false });
+  const { executor: ex } = await choice.compile(applyPrecision(g, o.precision), o.fuse);
+  return {
+    async evaluate(weights: Map<string, ArrayLike<number>>) {
+      for (const [name] of g.sources("param")) ex.write(name, weights.get(name)!);
+      const figures = await set.measure(async (b) => {
+        for (const n of BATCH_INPUTS) ex.write(n, b[n]);
+        await ex.step();
+        const out = await Promise.all(["mlm_accuracy", "mlm_loss", "nsp_accuracy"].map((n) => ex.read(n)));
+        return [out[0][0], out[1][0], out[2][0]] as const;
+      });
+      return { ...figures, unigram_token: o.token(set.unigramId) };
+    },
+    destroy: () => ex.destroy(),
+  };
+}
