@@ -2,6 +2,7 @@
  * One BERT encoder layer as a graph of its own (forward, or forward plus backward of a probe loss), for
  * kernel-count tests and fused-vs-reference numerics on a realistic fusion mix.
  */
+import { decomposeComposites } from "../compiler/passes/decompose.ts";
 import { differentiate } from "../compiler/training_graph/autodiff.ts";
 import { ModelBuilder } from "../dsl/mod.ts";
 import type { Graph } from "../ir/mod.ts";
@@ -19,6 +20,7 @@ export interface LayerGraphOptions {
   config?: Partial<BertConfig>;
 }
 
+/** The layer with its composites decomposed, as the compile's first pass leaves it for the kernel stages. */
 export function layerGraph(o: LayerGraphOptions): Graph {
   const cfg: BertConfig = { ...tiny.config, ...o.config };
   const H = cfg.hidden_size;
@@ -30,10 +32,10 @@ export function layerGraph(o: LayerGraphOptions): Graph {
   const out = bertEncoderLayer(m, cfg, "layer", hidden, additive, key);
   if (!o.backward) {
     m.output("hidden_out", out);
-    return m.graph;
+    return decomposeComposites(m.graph);
   }
   const probe = m.input("probe", "f32", [o.batch, o.seq, H]);
   m.output("hidden_out", out);
   m.output("loss", out.mul(probe).sum([0, 1, 2], false));
-  return differentiate(m.graph, "loss");
+  return decomposeComposites(differentiate(m.graph, "loss"));
 }

@@ -119,6 +119,16 @@ export class ModelBuilder {
     });
   }
 
+  /**
+   * dropout(softmax(q·kᵀ·scale + mask))·v as one `attention` op (compiler/passes/decompose.ts has its
+   * primitives); dropout draws a stream of its own, as `randomUniform` does, when it applies.
+   */
+  attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: number, p: number, key?: Tensor): Tensor {
+    const drops = p > 0 && key !== undefined;
+    const attrs: Attrs = drops ? { scale, dropout: p, stream: this.nextStream++ } : { scale, dropout: 0 };
+    return this.node("attention", drops ? [q, k, v, mask, key] : [q, k, v, mask], attrs);
+  }
+
   where(cond: Tensor, a: Tensor | number, b: Tensor | number): Tensor {
     const ta = typeof a === "number" ? undefined : a;
     const tb = typeof b === "number" ? undefined : b;

@@ -5,6 +5,7 @@
  * the compiler (targets, compileGraph) and the runtimes (devices, executors) meet.
  */
 import { compileGraph, type CompileOptions } from "../compiler/driver/compile.ts";
+import { decomposeComposites } from "../compiler/passes/decompose.ts";
 import { TARGETS, webgpuTarget } from "../compiler/targets/target.ts";
 import type { Graph } from "../ir/mod.ts";
 import type { Plan } from "../plan/plan.ts";
@@ -59,8 +60,13 @@ export const REFERENCE: BackendRow<ReferenceContext, CompiledStep<ReferenceExecu
   says: () => "",
   device: (ctx) => ctx.description,
   limits: () => ({}),
-  compile: (_ctx, g) => Promise.resolve({ executor: new ReferenceExecutor(g) }),
-  graphBackend: (_ctx, opts) => referenceBackend(opts.precision),
+  // Composites run as their primitives, as on every compiled backend (the interpreter's own attention is
+  // the tests' oracle for that decomposition).
+  compile: (_ctx, g) => Promise.resolve({ executor: new ReferenceExecutor(decomposeComposites(g)) }),
+  graphBackend: (_ctx, opts) => {
+    const run = referenceBackend(opts.precision);
+    return { ...run, run: (g, feeds, outputs) => run.run(decomposeComposites(g), feeds, outputs) };
+  },
 };
 
 export const WEBGPU: BackendRow<GpuContext, Required<CompiledStep<WebGPUExecutor>>, "webgpu"> = {

@@ -6,6 +6,7 @@
  * take their result type from the node's declared type, which `infer` only validates.
  */
 import { type DType, isDType, isFloat, isInt, numel, type TensorType, typeToString } from "./dtype.ts";
+import { sameShape, sameType } from "./dtype.ts";
 import { IRError } from "./errors.ts";
 
 export type AttrKind = "int" | "ints" | "number" | "bool" | "string" | "dtype";
@@ -23,7 +24,8 @@ export type OpCategory =
   | "matmul"
   | "gather"
   | "scatter"
-  | "random";
+  | "random"
+  | "composite";
 
 export interface OpDef<C extends OpCategory = OpCategory> {
   readonly category: C;
@@ -56,68 +58,38 @@ function checkShape(shape: readonly number[], what: string): void {
   );
 }
 
-function unaryFloat(doc: string): OpDef<"unary"> {
+/** An elementwise op of `arity` equal operands whose dtype passes `ok`; the result is the first's type. */
+function elementwise<C extends "unary" | "binary">(
+  category: C,
+  doc: string,
+  ok: (d: DType) => boolean,
+  what: string,
+): OpDef<C> {
   return {
-    category: "unary",
-    arity: 1,
+    category,
+    arity: category === "unary" ? 1 : 2,
     attrs: {},
     doc,
-    infer: ([x]) => {
-      need(isFloat(x.dtype), () => `needs a float operand, got ${typeToString(x)}`);
-      return x;
+    infer: ([a, b]) => {
+      if (b) sameOperands(a, b);
+      need(ok(a.dtype), () => `needs ${what} operand${b ? "s" : ""}, got ${typeToString(a)}`);
+      return a;
     },
   };
 }
-
-function unaryNumeric(doc: string): OpDef<"unary"> {
-  return {
-    category: "unary",
-    arity: 1,
-    attrs: {},
-    doc,
-    infer: ([x]) => {
-      need(x.dtype !== "bool", () => `needs a numeric operand, got ${typeToString(x)}`);
-      return x;
-    },
-  };
-}
+const unaryFloat = (doc: string) => elementwise("unary", doc, isFloat, "a float");
+const unaryNumeric = (doc: string) => elementwise("unary", doc, (d) => d !== "bool", "a numeric");
+const binaryNumeric = (doc: string) => elementwise("binary", doc, (d) => d !== "bool", "numeric");
+const binaryLogical = (doc: string) => elementwise("binary", doc, (d) => d === "bool", "bool");
 
 function sameOperands(a: TensorType, b: TensorType): void {
   need(
-    a.dtype === b.dtype && a.shape.length === b.shape.length && a.shape.every((d, i) => d === b.shape[i]),
+    sameType(a, b),
     () =>
       `operands must have the same shape and dtype (broadcast explicitly), got ${typeToString(a)} and ${
         typeToString(b)
       }`,
   );
-}
-
-function binaryNumeric(doc: string): OpDef<"binary"> {
-  return {
-    category: "binary",
-    arity: 2,
-    attrs: {},
-    doc,
-    infer: ([a, b]) => {
-      sameOperands(a, b);
-      need(a.dtype !== "bool", () => `needs numeric operands, got ${typeToString(a)}`);
-      return a;
-    },
-  };
-}
-
-function binaryLogical(doc: string): OpDef<"binary"> {
-  return {
-    category: "binary",
-    arity: 2,
-    attrs: {},
-    doc,
-    infer: ([a, b]) => {
-      sameOperands(a, b);
-      need(a.dtype === "bool", () => `needs bool operands, got ${typeToString(a)}`);
-      return a;
-    },
-  };
 }
 
 function compare(doc: string): OpDef<"compare"> {
@@ -153,6 +125,45 @@ function reduce(doc: string): OpDef<"reduce"> {
     },
   };
 }
+
+/**
+ * Self-attention's operands: q [..., Sq, d], k [..., Sk, d], v [..., Sk, dv] of one float dtype, an additive
+ * mask broadcasting to the scores [..., Sq, Sk], `extra` more of the result's type (attention_grad's dO), and
+ * the dropout key u32[2] last when dropout > 0. Returns the result type [..., Sq, dv].
+ */
+function attentionOperands(ins: TensorType[], dropout: number, stream: unknown, extra: number): TensorType {
+  const [q, k, v, mask] = ins, r = q.shape.length, lead = q.shape.slice(0, -2);
+  const sameLead = (t: TensorType) =>
+    t.dtype === q.dtype && t.shape.length === r && sameShape(lead, t.shape.slice(0, -2));
+  need(
+    dropout >= 0 && dropout < 1 && ins.length === 4 + extra + (dropout > 0 ? 1 : 0),
+    () =>
+      `needs q, k, v, mask${extra ? ", dO" : ""}${
+        dropout > 0 ? ", key" : ""
+      }: got ${ins.length} operands, dropout ${dropout}`,
+  );
+  need(
+    isFloat(q.dtype) && r >= 2 && sameLead(k) && sameLead(v) && k.shape[r - 1] === q.shape[r - 1] &&
+      v.shape[r - 2] === k.shape[r - 2],
+    () =>
+      `q, k, v must be [..., Sq, d], [..., Sk, d], [..., Sk, dv]: got ${ins.slice(0, 3).map(typeToString)}`,
+  );
+  const scores = [...lead, q.shape[r - 2], k.shape[r - 2]], off = r - mask.shape.length;
+  need(
+    mask.dtype === q.dtype && off >= 0 && mask.shape.every((d, i) => d === 1 || d === scores[i + off]),
+    () => `mask ${typeToString(mask)} does not broadcast to the scores [${scores.join(",")}]`,
+  );
+  const out = { shape: [...lead, q.shape[r - 2], v.shape[r - 1]], dtype: q.dtype };
+  need(ins.slice(4, 4 + extra).every((t) => sameType(t, out)), () => `dO must be ${typeToString(out)}`);
+  const key = { shape: [2], dtype: "u32" as const };
+  need(
+    dropout === 0 || (sameType(ins[ins.length - 1], key) && Number.isInteger(stream)),
+    () => "bad dropout key",
+  );
+  return out;
+}
+
+type AttentionAttrs = { dropout: number; stream?: number };
 
 export const OPS = {
   // ---- sources -------------------------------------------------------------------------------
@@ -430,6 +441,32 @@ export const OPS = {
       return t;
     },
   },
+  // ---- composites: one op for the graph, decomposed into primitives where a target has no kernel for it
+  attention: {
+    category: "composite",
+    arity: -1,
+    attrs: { scale: "number", dropout: "number" },
+    optional: { stream: "int" },
+    doc:
+      "dropout(softmax(q·kᵀ·scale + mask))·v; operands q, k, v, mask[, key] (compiler/passes/decompose.ts)",
+    infer: (ins, { dropout, stream }: AttentionAttrs) => attentionOperands(ins, dropout, stream, 0),
+  },
+  attention_grad: {
+    category: "composite",
+    arity: -1,
+    attrs: { scale: "number", dropout: "number", wrt: "int", wanted: "ints" },
+    optional: { stream: "int" },
+    doc:
+      "attention's cotangent for operand `wrt` (0 q, 1 k, 2 v) given dO; operands q, k, v, mask, dO[, key]",
+    infer: (ins, { dropout, stream, wrt, wanted }: AttentionAttrs & { wrt: number; wanted: number[] }) => {
+      attentionOperands(ins, dropout, stream, 1);
+      need(
+        wanted.includes(wrt) && wanted.every((w) => w >= 0 && w <= 2),
+        () => `wrt ${wrt} not in [${wanted}]`,
+      );
+      return ins[wrt];
+    },
+  },
 } satisfies Record<string, OpDef>;
 
 export type OpName = keyof typeof OPS;
@@ -460,6 +497,8 @@ export const isReduce = (op: OpName) => categoryOf(op) === "reduce";
 export const isMovement = (op: OpName) => categoryOf(op) === "movement";
 /** Ops best served by a library or a dedicated template (GEMMs). */
 export const isLibrary = (op: OpName) => categoryOf(op) === "matmul";
+/** Ops that stand for a composition of primitives (attention); a target implements or decomposes them. */
+export const isComposite = (op: OpName) => categoryOf(op) === "composite";
 
 export const OP_NAMES = Object.keys(OPS) as OpName[];
 

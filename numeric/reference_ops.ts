@@ -5,6 +5,7 @@
  * Reductions and matmul accumulate in f64.
  */
 import { type DType, isInt, type Node, numel, type OpName, stridesOf, type TensorType } from "../ir/mod.ts";
+import { attentionReference } from "./reference_attention.ts";
 import { erf } from "./erf.ts";
 import { fillUniform } from "./philox.ts";
 
@@ -248,6 +249,8 @@ const IMPLS: { [K in OpName]: Impl } = {
     fillUniform(out, key[0], key[1], node.attrs.stream as number);
     return out;
   },
+  attention: ({ node, ins, inTypes }) => attentionReference(node, ins, inTypes),
+  attention_grad: ({ node, ins, inTypes }) => attentionReference(node, ins, inTypes),
 };
 
 export function runOp(op: OpName, c: OpCtx): Buf {

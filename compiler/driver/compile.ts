@@ -9,6 +9,7 @@ import type { Graph } from "../../ir/mod.ts";
 import { type DebugFlags, readDebugFlags } from "../pipeline/debug.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import { cse } from "../passes/cse.ts";
+import { decompose } from "../passes/decompose.ts";
 import { dce } from "../passes/dce.ts";
 import { simplify } from "../passes/simplify.ts";
 import {
@@ -50,11 +51,12 @@ export interface Compiled extends BuiltPlan {
   readonly passTimings: readonly { pass: string; ms: number }[];
 }
 
-export const SIMPLIFY_PASSES = [simplify, cse, dce];
+/** The graph passes: composites decomposed (not skippable: no stage after it knows them), then simplified. */
+export const SIMPLIFY_PASSES = [decompose, simplify, cse, dce];
 
 /** Every stage of the compile in the order it runs, and whether SKIP_PASSES may name it. */
 export const COMPILE_STAGES: readonly StageInfo[] = [
-  ...SIMPLIFY_PASSES.map((p) => ({ name: p.name, skippable: true })),
+  ...SIMPLIFY_PASSES.map((p) => ({ name: p.name, skippable: p !== decompose })),
   ...KERNEL_STAGES.map(stageInfo),
 ];
 

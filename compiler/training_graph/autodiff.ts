@@ -42,17 +42,35 @@ export function differentiate(g: Graph, loss: string, wrt?: readonly string[]): 
     return p.id;
   });
 
-  const onPath = pathToLoss(g, roots, lossId);
-
   const out = new Graph(g.name, g.precision);
   for (const n of g.nodes) out.nodes.push(n); // nodes are immutable, so sharing them is a copy
   for (const [name, id] of g.outputs) out.outputs.set(name, id);
   const b = new GraphEditor(out);
+  const ct = backprop(b, lossId, () => b.constLike(1, lossType), roots);
 
+  names.forEach((name, k) => {
+    const p = roots[k];
+    out.setOutput(GRAD_PREFIX + name, ct[p] >= 0 ? ct[p] : b.constLike(0, g.nodes[p].type));
+  });
+  return out;
+}
+
+/**
+ * The backward sweep: from `loss` (its cotangent made by `seed`) down to the first node, the VJP rules of
+ * the nodes on a path from `roots` to `loss`, appended to b's graph. Returns each node's cotangent id, or -1.
+ * compiler/passes/decompose.ts runs it over one attention's primitives.
+ */
+export function backprop(
+  b: GraphEditor,
+  loss: NodeId,
+  seed: () => NodeId,
+  roots: readonly NodeId[],
+): Int32Array {
+  const g = b.graph, onPath = pathToLoss(g, roots, loss);
   // ct[i]: the id of the cotangent of forward node i accumulated so far, or -1.
-  const ct = new Int32Array(g.nodes.length).fill(-1);
-  if (onPath[lossId]) ct[lossId] = b.constLike(1, lossType);
-  for (let i = lossId; i >= 0; i--) {
+  const ct = new Int32Array(loss + 1).fill(-1);
+  if (onPath[loss]) ct[loss] = seed();
+  for (let i = loss; i >= 0; i--) {
     const gi = ct[i];
     if (gi < 0) continue;
     const n = g.nodes[i];
@@ -79,12 +97,7 @@ export function differentiate(g: Graph, loss: string, wrt?: readonly string[]): 
     }
   }
   b.loc = undefined;
-
-  names.forEach((name, k) => {
-    const p = roots[k];
-    out.setOutput(GRAD_PREFIX + name, ct[p] >= 0 ? ct[p] : b.constLike(0, g.nodes[p].type));
-  });
-  return out;
+  return ct;
 }
 
 /**

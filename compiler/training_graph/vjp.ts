@@ -5,7 +5,7 @@
  * each operand's cotangent id or undefined; rules emit only forward ops, so fusion and codegen need no
  * backward-only kernels (DESIGN.md, notes: compiler/training_graph/vjp.ts).
  */
-import { isFloat, type Node, type NodeId } from "../../ir/mod.ts";
+import { IRError, isFloat, type Node, type NodeId } from "../../ir/mod.ts";
 import type { OpName } from "../../ir/ops.ts";
 import type { GraphEditor } from "../graph/edit.ts";
 
@@ -183,4 +183,17 @@ export const VJP: { readonly [K in OpName]: VjpRule | null } = {
   scatter_add: (b, n, g) => [undefined, b.gather(g, n.inputs[0])],
   // no gradient: random numbers do not depend on anything differentiable
   random_uniform: null,
+  // d attention = attention_grad for each wanted q, k, v (decomposed in compiler/passes/decompose.ts as the
+  // VJP of attention's primitives); an additive mask that needs a gradient is refused
+  attention: (b, n, g, want) => {
+    if (want[3]) throw new IRError("attention: the mask takes no gradient");
+    const [q, k, v, mask, ...key] = n.inputs, wanted = [0, 1, 2].filter((i) => want[i]);
+    return [0, 1, 2].map((wrt) =>
+      want[wrt]
+        ? b.node("attention_grad", [q, k, v, mask, g, ...key], { ...n.attrs, wrt, wanted })
+        : undefined
+    );
+  },
+  // not differentiated again: nothing builds second-order steps
+  attention_grad: null,
 };

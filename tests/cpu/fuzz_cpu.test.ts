@@ -9,9 +9,8 @@
  * filled with fuzz kernels. FUZZ_CPU_COUNT / FUZZ_CPU_EXTRA resize the run. Without a C compiler it is
  * ignored.
  */
-import assert from "node:assert/strict";
 import { fuzzTier } from "../../cases/fuzz/ci.ts";
-import { describeList } from "../../cases/fuzz/run.ts";
+import { assertTierClean } from "../util/fuzz_tier_checks.ts";
 import { testCpu } from "../util/cpu_check.ts";
 import { cpuDevice } from "../util/fuzz_devices.ts";
 
@@ -38,18 +37,7 @@ Deno.test({
         chunk: 32,
         device: (chunk) => cpuDevice(cpu.ctx!, chunk % 2 === 0),
       });
-      assert.equal(
-        r.regressions.length,
-        0,
-        `fuzz failures in the fixed range:\n${describeList(r.regressions)}`,
-      );
-      assert.equal(r.graphs, r.expected);
-      // A graph whose every output is unbounded checks nothing; a few are the price of honest bounds, many
-      // would mean the bound model (cases/fuzz/bound.ts) or the generator stopped checking.
-      assert.ok(
-        r.uncomparedFixed.length <= FIXED / 100,
-        `fixed seeds that compared nothing: ${r.uncomparedFixed}`,
-      );
+      assertTierClean(r, FIXED);
     } finally {
       if (before === undefined) Deno.env.delete("BERTFUSE_CACHE");
       else Deno.env.set("BERTFUSE_CACHE", before);

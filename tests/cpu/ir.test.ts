@@ -9,6 +9,7 @@ import {
   type DType,
   Graph,
   IRError,
+  isComposite,
   isElementwise,
   isLibrary,
   isMovement,
@@ -98,7 +99,15 @@ const OP_CASES: { [K in OpName]: (g: Graph) => NodeId } = {
     g.add("scatter_add", [inp(g, "idx", "i32", [2, 3]), inp(g, "upd", "f32", [2, 3, 4])], { rows: 7 }),
   random_uniform: (g) =>
     g.add("random_uniform", [inp(g, "key", "u32", [2])], { stream: 3 }, T("f32", [4, 4])),
+  attention: (g) => g.add("attention", attentionIns(g, "q k v mask key"), ATT),
+  attention_grad: (g) =>
+    g.add("attention_grad", attentionIns(g, "q k v mask dO key"), { ...ATT, wrt: 1, wanted: [0, 1] }),
 };
+const ATT = { scale: 0.5, dropout: 0.1, stream: 2 };
+const ATT_SHAPES: Record<string, number[]> = { k: [2, 5, 3], v: [2, 5, 3], mask: [2, 1, 5], key: [2] };
+/** Attention's operands by name: the key u32, the others f32; q and dO [2,4,3]. */
+const attentionIns = (g: Graph, names: string) =>
+  names.split(" ").map((n) => inp(g, n, n === "key" ? "u32" : "f32", ATT_SHAPES[n] ?? [2, 4, 3]));
 
 function opGraph(op: OpName): { g: Graph; id: NodeId } {
   const g = new Graph(`case_${op}`);
@@ -428,6 +437,7 @@ const EXPECTED_GROUPS: Record<string, readonly string[]> = {
   reduce: ["reduce_sum", "reduce_max"],
   movement: ["reshape", "broadcast", "permute", "slice", "pad", "concat"],
   library: ["matmul"],
+  composite: ["attention", "attention_grad"],
   other: ["gather", "scatter_add", "random_uniform"],
 };
 
@@ -438,6 +448,7 @@ Deno.test("ir: the category predicates put every op in exactly its group", () =>
     reduce: isReduce,
     movement: isMovement,
     library: isLibrary,
+    composite: isComposite,
   };
   const listed = Object.values(EXPECTED_GROUPS).flat();
   assert.equal(new Set(listed).size, listed.length, "an op is listed in two groups");

@@ -67,11 +67,11 @@ Deno.test("kernel stages: DUMP_DIR gets one file per stage, numbered after the g
     const c = compile({ dumpDir: dir, skipPasses: new Set(["vectorize"]) });
     const files = [...Deno.readDirSync(dir)].map((e) => e.name).sort();
     const ran = COMPILE_STAGES.filter((s) => s.name !== "vectorize");
-    const graph = ran.slice(0, 3).flatMap((
+    const graph = ran.slice(0, 4).flatMap((
       s,
       i,
     ) => [`0${i + 1}-after-${s.name}.ir`, `0${i + 1}-before-${s.name}.ir`]);
-    const kernel = ran.slice(3).map((s, i) => `${String(i + 4).padStart(2, "0")}-after-${s.name}.kernels`);
+    const kernel = ran.slice(4).map((s, i) => `${String(i + 5).padStart(2, "0")}-after-${s.name}.kernels`);
     assert.deepEqual(files, [...graph, ...kernel].sort());
     const lowered = Deno.readTextFileSync(`${dir}/${kernel.find((f) => f.endsWith("-lower.kernels"))}`);
     for (const k of c.kernels) assert.ok(lowered.includes(`kernel ${k.name} (${k.kind})`), k.name);

@@ -3,8 +3,7 @@
  * all at once (batched with each other, across buckets) give bit-identical outputs, on the reference
  * backend (tests/webgpu/serve_webgpu.test.ts runs the same check on lavapipe).
  */
-import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
-import { checkBatchingInvariance } from "../util/serve.ts";
+import { checkBatchingInvariance, referenceBackend } from "../util/serve.ts";
 
 Deno.test("batching never changes an answer (reference backend)", () =>
   checkBatchingInvariance(referenceBackend()));

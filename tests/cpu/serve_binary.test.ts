@@ -9,8 +9,7 @@
  * in input order, the header's length in `Inference-Header-Content-Length`.
  */
 import assert from "node:assert/strict";
-import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
-import { serveForTest } from "../util/serve.ts";
+import { referenceBackend, serveForTest } from "../util/serve.ts";
 
 type Obj = Record<string, unknown>;
 const IDS = [[2, 5, 6, 7, 8], [2, 9, 8, 1, 4]];

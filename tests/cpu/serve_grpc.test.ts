@@ -6,8 +6,7 @@
 import assert from "node:assert/strict";
 import * as grpc from "@grpc/grpc-js";
 import { kserveClient } from "../../serve/grpc.ts";
-import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
-import { serveForTest, type TestServerOptions } from "../util/serve.ts";
+import { referenceBackend, serveForTest, type TestServerOptions } from "../util/serve.ts";
 
 type Obj = Record<string, unknown>;
 const IDS = [2, 5, 6, 7, 8, 2, 9, 8, 1, 4];

@@ -1,8 +1,7 @@
 /** The server's KServe v2 endpoints, its errors and its metrics, on the reference backend. */
 import assert from "node:assert/strict";
 import { readSafetensorsFile, toFloat64 } from "../../model_io/safetensors.ts";
-import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
-import { fixtureRows, kserveRequest, serveForTest, TINY } from "../util/serve.ts";
+import { fixtureRows, kserveRequest, referenceBackend, serveForTest, TINY } from "../util/serve.ts";
 
 type Obj = Record<string, unknown>;
 type Tensor = { name: string; shape: number[]; datatype: string; data: number[] };

@@ -3,9 +3,8 @@
  * textinfer/), on the tiny checkpoints of each head.
  */
 import assert from "node:assert/strict";
-import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
 import { runCli } from "../util/cli.ts";
-import { serveForTest, TINY } from "../util/serve.ts";
+import { referenceBackend, serveForTest, TINY } from "../util/serve.ts";
 
 async function inferPrints(head: string, ...args: string[]): Promise<unknown> {
   const r = await runCli("infer.ts", ["--checkpoint", `${TINY}/${head}`, "--backend", "reference", ...args]);

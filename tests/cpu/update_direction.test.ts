@@ -8,7 +8,7 @@
  */
 import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
-import { buildModelGraph } from "../../optimizer/model_graph.ts";
+import { fixtureStep } from "../util/bert_steps.ts";
 import { optimizerFeeds } from "../../optimizer/feeds.ts";
 import { flatLayoutOf } from "../../optimizer/flat_layout.ts";
 import { appendOptimizer, OPT } from "../../optimizer/update.ts";
@@ -18,7 +18,6 @@ import { descentSteps, roundTripGraph, type StoragePlan } from "../../compiler/s
 import { CPU } from "../../engine/backends.ts";
 import { Graph, type NodeId } from "../../ir/mod.ts";
 import { ModelBuilder, type Tensor } from "../../dsl/mod.ts";
-import { loadModel } from "../../models/load.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
@@ -62,16 +61,8 @@ Deno.test("update direction: only the scaled step of a descent written back over
 });
 
 for (const precision of ["fp16", "bf16"] as const) {
-  Deno.test(`update direction: a BERT training step (${precision}) stores LAMB's u ${precision}, the rest f32`, async () => {
-    const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
-    const g = buildModelGraph({
-      model,
-      mode: "train",
-      precision,
-      batchSize: 2,
-      seqLen: 8,
-      maxPredictions: 3,
-    });
+  Deno.test(`update direction: a BERT training step (${precision}) stores LAMB's u ${precision}, the rest f32`, () => {
+    const g = fixtureStep(precision, [2, 8, 3]);
     const c = compileGraph(g, { fuse: true, target: target("c") });
     const low = LOW_DTYPE[precision];
     const u = directions(c.graph, c.fusion.materialized);

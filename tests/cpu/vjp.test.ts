@@ -289,6 +289,17 @@ CASES.push({
     c.e.scatterAdd(c.input("idx", [2, 3], "i32", indicesWithRepeats(6, 4)), c.param([2, 3, 2]), 4),
 });
 
+// The interpreter's own attention (numeric/reference_attention.ts): its forward against its attention_grad.
+CASES.push({
+  op: "attention",
+  title: "attention [2,3,4,2]·[2,3,4,2]ᵀ·[2,3,4,3], a [2,1,1,4] mask, dropout 0.3",
+  build: (c) => {
+    const qkv = [2, 2, 3].map((d) => c.param([2, 3, 4, d]));
+    const mask = c.input("mask", [2, 1, 1, 4], "f32", signed(8)), key = c.input("key", [2], "u32", [7, 11]);
+    return c.graph.add("attention", [...qkv, mask, key], { scale: 0.7, dropout: 0.3, stream: 5 });
+  },
+});
+
 /** Ops that pass no gradient to any operand, and why. */
 const NON_DIFFERENTIABLE: Partial<Record<OpName, string>> = {
   input: "source: a run-time value, not trained",
@@ -306,6 +317,7 @@ const NON_DIFFERENTIABLE: Partial<Record<OpName, string>> = {
   gt: "comparison: piecewise constant",
   ge: "comparison: piecewise constant",
   random_uniform: "random numbers depend on nothing differentiable",
+  attention_grad: "a gradient: nothing differentiates a step twice",
 };
 
 // ---- the tests ----------------------------------------------------------------------------------

@@ -5,9 +5,8 @@
  * template kernels in odd ones), every output element against the f64 reference within its
  * conditioning-derived bound. FUZZ_CUDA_COUNT / FUZZ_CUDA_EXTRA resize the run. Without g++ it is ignored.
  */
-import assert from "node:assert/strict";
 import { fuzzTier } from "../../cases/fuzz/ci.ts";
-import { describeList } from "../../cases/fuzz/run.ts";
+import { assertTierClean } from "../util/fuzz_tier_checks.ts";
 import { CXX, cxxVersion } from "../util/cuda_cpu.ts";
 import { cudaShimDevice } from "../util/fuzz_devices.ts";
 
@@ -30,17 +29,6 @@ Deno.test({
       chunk: 32,
       device: (chunk) => cudaShimDevice(chunk % 2 === 0),
     });
-    assert.equal(
-      r.regressions.length,
-      0,
-      `fuzz failures in the fixed range:\n${describeList(r.regressions)}`,
-    );
-    assert.equal(r.graphs, r.expected);
-    // A graph whose every output is unbounded checks nothing; a few are the price of honest bounds, many
-    // would mean the bound model (cases/fuzz/bound.ts) or the generator stopped checking.
-    assert.ok(
-      r.uncomparedFixed.length <= FIXED / 100,
-      `fixed seeds that compared nothing: ${r.uncomparedFixed}`,
-    );
+    assertTierClean(r, FIXED);
   },
 });

@@ -2,7 +2,9 @@
  * Small BERT training-step graphs the CUDA-shim plan tests share: a one-layer BERT with dropout and two
  * heads of 64 (the flash kernels' head dimension), and the LAMB step of a model at a batch shape.
  */
-import { buildModelGraph } from "../../optimizer/model_graph.ts";
+import { buildModelGraph, type GraphRequest } from "../../optimizer/model_graph.ts";
+import { readBertConfig } from "../../models/bert_config.ts";
+import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { type BertModel, defineBert } from "../../models/bert.ts";
 
@@ -42,3 +44,18 @@ export function lambStep(
     optimizer: { kind: "lamb", dynamicScale },
   });
 }
+
+const FIXTURE = new URL("../fixtures/hf-tiny/pretraining/config.json", import.meta.url).pathname;
+/** The config of the Hugging Face tiny-BERT fixture (tests/fixtures/hf-tiny/pretraining). */
+export const FIXTURE_CONFIG = readBertConfig(FIXTURE);
+
+/** A pretraining step of the fixture model at [batch, sequence, predictions]; LAMB unless `optimizer` says. */
+export const fixtureStep = (
+  precision: Precision,
+  [batchSize, seqLen, maxPredictions]: readonly [number, number, number],
+  optimizer?: GraphRequest["optimizer"],
+): Graph =>
+  buildModelGraph({
+    ...{ model: defineBert("tiny-fixture", FIXTURE_CONFIG), mode: "train", precision, optimizer },
+    ...{ batchSize, seqLen, maxPredictions },
+  });

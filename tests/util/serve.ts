@@ -3,6 +3,7 @@
  * the response body (Deno's resource sanitizer requires it) and a drain at the end.
  */
 import type { Backend } from "../../runtime/backend.ts";
+import { REFERENCE } from "../../engine/backends.ts";
 import { ServedModel } from "../../serve/served_model.ts";
 import { type Server, startServer } from "../../serve/server.ts";
 import { textRoutes } from "../../serve/text_routes.ts";
@@ -11,6 +12,8 @@ import assert from "node:assert/strict";
 import { seededRandom } from "../../cases/random.ts";
 
 export const TINY = `${ROOT}tests/fixtures/hf-tiny`;
+/** The reference interpreter as serve and infer open it (engine/backends.ts: composite ops decomposed). */
+export const referenceBackend = (): Backend => REFERENCE.graphBackend({ description: "reference" }, {});
 
 export interface TestServerOptions {
   maxBatch?: number;

@@ -11,6 +11,7 @@ import { attentionForward } from "../../cases/fusion_cases.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { ATTENTION_MIN_ROWS } from "../../compiler/fusion/attention.ts";
 import { fuseGraph } from "../../compiler/fusion/fuse.ts";
+import { decomposeComposites } from "../../compiler/passes/decompose.ts";
 import type { FusionResult } from "../../compiler/fusion/types.ts";
 import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { type DType, type Graph } from "../../ir/mod.ts";
@@ -98,7 +99,9 @@ Deno.test("attention fusion: fires in every layer of a BERT-tiny inference graph
   assert.equal(names.length, layers);
 
   const train = fuseGraph(
-    buildModelGraph({ model: tiny, mode: "train", precision: "fp32", batchSize: 2, seqLen: 16 }),
+    decomposeComposites(
+      buildModelGraph({ model: tiny, mode: "train", precision: "fp32", batchSize: 2, seqLen: 16 }),
+    ),
     { fuse: true },
   );
   assert.equal(attentionKernels(train).length, 0);

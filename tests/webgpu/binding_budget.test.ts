@@ -5,30 +5,18 @@
  * still runs.
  */
 import assert from "node:assert/strict";
-import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { WEBGPU } from "../../engine/backends.ts";
-import { defineBert } from "../../models/bert.ts";
-import { readBertConfig } from "../../models/bert_config.ts";
+import { fixtureStep } from "../util/bert_steps.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 const gpu = await testGpu();
-const CONFIG = readBertConfig(
-  new URL("../fixtures/hf-tiny/pretraining/config.json", import.meta.url).pathname,
-);
 
 Deno.test({
   name: "webgpu: a fused LAMB training step stays within the adapter's storage-buffer budget",
   ignore: !gpu.ctx,
   fn: async () => {
     const ctx = gpu.ctx!;
-    const g = buildModelGraph({
-      model: defineBert("tiny-fixture", CONFIG),
-      mode: "train",
-      precision: "fp32",
-      batchSize: 2,
-      seqLen: 8,
-      maxPredictions: 2,
-    });
+    const g = fixtureStep("fp32", [2, 8, 2]);
     const widest = async (budget: number) => {
       const limited = { ...ctx, limits: { ...ctx.limits, maxStorageBuffersPerShaderStage: budget } };
       const { compiled } = await WEBGPU.compile(limited, g, true);

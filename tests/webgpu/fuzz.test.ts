@@ -4,9 +4,8 @@
  * output element against the f64 reference within its conditioning-derived bound. A failure prints each
  * failing seed with its one-line replay command. FUZZ_WEBGPU_COUNT / FUZZ_WEBGPU_EXTRA resize the run.
  */
-import assert from "node:assert/strict";
 import { fuzzTier } from "../../cases/fuzz/ci.ts";
-import { describeList } from "../../cases/fuzz/run.ts";
+import { assertTierClean } from "../util/fuzz_tier_checks.ts";
 import { webgpuDevice } from "../util/fuzz_devices.ts";
 import { testGpu } from "../util/webgpu.ts";
 
@@ -27,17 +26,6 @@ Deno.test({
       chunk: 16,
       device: () => device,
     });
-    assert.equal(
-      r.regressions.length,
-      0,
-      `fuzz failures in the fixed range:\n${describeList(r.regressions)}`,
-    );
-    assert.equal(r.graphs, r.expected);
-    // A graph whose every output is unbounded checks nothing; a few are the price of honest bounds, many
-    // would mean the bound model (cases/fuzz/bound.ts) or the generator stopped checking.
-    assert.ok(
-      r.uncomparedFixed.length <= FIXED / 100,
-      `fixed seeds that compared nothing: ${r.uncomparedFixed}`,
-    );
+    assertTierClean(r, FIXED);
   },
 });

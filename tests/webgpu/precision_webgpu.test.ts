@@ -10,13 +10,10 @@ import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { FUSION_CASES, type FusionCase, graphOf } from "../../cases/fusion_cases.ts";
 import { type Compiled, compileGraph } from "../../compiler/driver/compile.ts";
-import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { OPT } from "../../optimizer/update.ts";
 import { applyPrecision, type Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import type { Graph } from "../../ir/mod.ts";
-import { defineBert } from "../../models/bert.ts";
-import { readBertConfig } from "../../models/bert_config.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import type { GpuContext } from "../../runtime/webgpu/device.ts";
 import { WebGPUExecutor } from "../../runtime/webgpu/webgpu_executor.ts";
@@ -24,6 +21,7 @@ import { F16_TOL, type Tolerance } from "../util/fused_check.ts";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
+import { FIXTURE_CONFIG as CONFIG, fixtureStep } from "../util/bert_steps.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 const gpu = await testGpu();
@@ -160,23 +158,12 @@ Deno.test({
   },
 });
 
-const CONFIG = readBertConfig(
-  new URL("../fixtures/hf-tiny/pretraining/config.json", import.meta.url).pathname,
-);
-
 Deno.test({
   name: "webgpu fp16 training step with narrowed activations: loss, gradients, optimizer update",
   ignore: !gpu.ctx,
   fn: async () => {
     const [B, S, P] = [3, 12, 4];
-    const g = buildModelGraph({
-      model: defineBert("tiny-fixture", CONFIG),
-      mode: "train",
-      precision: "fp16",
-      batchSize: B,
-      seqLen: S,
-      maxPredictions: P,
-    });
+    const g = fixtureStep("fp16", [B, S, P]);
     const r = seededRandom(23);
     const feeds = {
       ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: CONFIG.vocab_size }, r, 9),

@@ -4,9 +4,9 @@
  */
 import assert from "node:assert/strict";
 import { readSafetensorsFile, toFloat64 } from "../../model_io/safetensors.ts";
-import { referenceBackend } from "../../runtime/reference/reference_backend.ts";
 import { openBackend } from "../../engine/choose_backend.ts";
 import { checkBatchingInvariance, fixtureRows, kserveRequest, serveForTest, TINY } from "../util/serve.ts";
+import { referenceBackend } from "../util/serve.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 const gpu = await testGpu();

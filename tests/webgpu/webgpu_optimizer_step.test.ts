@@ -3,19 +3,14 @@
  * parameter vector, loss scaling, clipping, the schedule — on WebGPU, fused and unfused, against the
  * reference interpreter: the loss, every gradient, the updated parameters, moments and state.
  */
-import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { OPT, type OptimizerKind } from "../../optimizer/update.ts";
-import { defineBert } from "../../models/bert.ts";
-import { readBertConfig } from "../../models/bert_config.ts";
 import { checkAgainstReference } from "../util/fused_check.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
+import { FIXTURE_CONFIG as CONFIG, fixtureStep } from "../util/bert_steps.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 const gpu = await testGpu();
-const CONFIG = readBertConfig(
-  new URL("../fixtures/hf-tiny/pretraining/config.json", import.meta.url).pathname,
-);
 
 for (const kind of ["lamb", "adamw"] as OptimizerKind[]) {
   for (const fuse of [true, false]) {
@@ -24,15 +19,7 @@ for (const kind of ["lamb", "adamw"] as OptimizerKind[]) {
       ignore: !gpu.ctx,
       fn: async () => {
         const [B, S, P] = [2, 12, 4];
-        const g = buildModelGraph({
-          model: defineBert("tiny-fixture", CONFIG),
-          mode: "train",
-          precision: "fp32",
-          batchSize: B,
-          seqLen: S,
-          maxPredictions: P,
-          optimizer: { kind, dynamicScale: true },
-        });
+        const g = fixtureStep("fp32", [B, S, P], { kind, dynamicScale: true });
         const r = seededRandom(fuse ? 21 : 22);
         const feeds = {
           ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: CONFIG.vocab_size }, r, 5),

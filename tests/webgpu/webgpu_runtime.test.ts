@@ -51,12 +51,14 @@ const bind = (
   access: KBinding["access"],
   elements: number,
 ) => ({
-  name,
-  buffer,
-  t,
-  access,
-  elements,
+  ...{ name, buffer, t, access, elements },
 });
+/** Bindings b_<name> on buffers 0, 1, … from "name:dtype:access[:elements] …" (`n` elements unless given). */
+const binds = (n: number, spec: string): KBinding[] =>
+  spec.split(" ").map((s, buffer) => {
+    const [name, t, access, elements] = s.split(":");
+    return { name: `b_${name}`, buffer, t, access, elements: elements ? Number(elements) : n } as KBinding;
+  });
 
 /** One thread per element, guarded by gid < n. */
 function loopKernel(
@@ -106,11 +108,7 @@ Deno.test({
     const r = seededRandom(11);
     const x = Float32Array.from({ length: n }, () => r.normal());
     const y = Float32Array.from({ length: n }, () => r.range(-3, 3));
-    const k = loopKernel("k_elementwise", n, [
-      bind("b_x", 0, "f32", "read", n),
-      bind("b_y", 1, "f32", "read", n),
-      bind("b_out", 2, "f32", "write", n),
-    ], (i) => {
+    const k = loopKernel("k_elementwise", n, binds(n, "x:f32:read y:f32:read out:f32:write"), (i) => {
       const xv = ref("x", "f32"), yv = ref("y", "f32");
       return [
         let_("x", load("b_x", i, "f32")),
@@ -181,23 +179,22 @@ Deno.test({
       const v = r.int(1, 40);
       return r.uniform() < 0.5 ? -v : v;
     });
-    const k = loopKernel("k_intdiv", n, [
-      bind("b_a", 0, "i32", "read", n),
-      bind("b_b", 1, "i32", "read", n),
-      bind("b_q", 2, "i32", "write", n),
-      bind("b_r", 3, "i32", "write", n),
-      bind("b_idx", 4, "i32", "write", n),
-    ], (i) => {
-      const av = ref("a", "i32"), bv = ref("b", "i32");
-      return [
-        let_("a", load("b_a", i, "i32")),
-        let_("b", load("b_b", i, "i32")),
-        store("b_q", i, div(av, bv)),
-        store("b_r", i, mod(av, bv)),
-        // A typical delinearization: (i / 7) % 5 * 100 + i % 7
-        store("b_idx", i, add(mul(mod(div(i, i32(7)), i32(5)), i32(100)), mod(i, i32(7)))),
-      ];
-    });
+    const k = loopKernel(
+      "k_intdiv",
+      n,
+      binds(n, "a:i32:read b:i32:read q:i32:write r:i32:write idx:i32:write"),
+      (i) => {
+        const av = ref("a", "i32"), bv = ref("b", "i32");
+        return [
+          let_("a", load("b_a", i, "i32")),
+          let_("b", load("b_b", i, "i32")),
+          store("b_q", i, div(av, bv)),
+          store("b_r", i, mod(av, bv)),
+          // A typical delinearization: (i / 7) % 5 * 100 + i % 7
+          store("b_idx", i, add(mul(mod(div(i, i32(7)), i32(5)), i32(100)), mod(i, i32(7)))),
+        ];
+      },
+    );
     const plan = planOf([k], vectors(n, "a:i32 b:i32 q:i32 r:i32 idx:i32"));
     const out = await withExecutor(plan, (ex) => ex.run({ a, b }));
     assert.ok(out.q instanceof Int32Array);
@@ -218,16 +215,9 @@ Deno.test({
     // Every eighth value exactly 0, so float -> bool sees both outcomes.
     const x = Float32Array.from({ length: n }, (_, i) => (i % 8 === 3 ? 0 : r.normal() * 20));
     const m = Uint32Array.from({ length: n }, () => (r.uniform() < 0.5 ? 1 : 0));
-    const k = loopKernel("k_casts", n, [
-      bind("b_x", 0, "f32", "read", n),
-      bind("b_m", 1, "bool", "read", n),
-      bind("b_sel", 2, "f32", "write", n),
-      bind("b_int", 3, "i32", "write", n),
-      bind("b_nz", 4, "bool", "write", n),
-      bind("b_mix", 5, "f32", "write", n),
-      bind("b_uns", 6, "u32", "write", n),
-      bind("b_half", 7, "f16", "write", n),
-    ], (i) => {
+    const spec =
+      "x:f32:read m:bool:read sel:f32:write int:i32:write nz:bool:write mix:f32:write uns:u32:write";
+    const k = loopKernel("k_casts", n, binds(n, `${spec} half:f16:write`), (i) => {
       const xv = ref("x", "f32"), mv = ref("m", "bool");
       return [
         let_("x", load("b_x", i, "f32")),
@@ -264,17 +254,17 @@ Deno.test({
     const special = [0, -0, 0.5, -0.5, 0.999, 1, -1, 1.0001, 2.5, 3.99, 4, 4.5, -6, 10, -30];
     const x = Float32Array.from([...special, ...Array.from({ length: 6000 }, () => r.range(-6, 6))]);
     const n = x.length;
-    const k = loopKernel("k_erf", n, [
-      bind("b_x", 0, "f32", "read", n),
-      bind("b_erf", 1, "f32", "write", n),
-      bind("b_tanh", 2, "f32", "write", n),
-      bind("b_erf16", 3, "f16", "write", n),
-    ], (i) => [
-      let_("x", load("b_x", i, "f32")),
-      store("b_erf", i, un("erf", ref("x", "f32"))),
-      store("b_tanh", i, un("tanh", mul(ref("x", "f32"), f32(20)))),
-      store("b_erf16", i, un("erf", cast(ref("x", "f32"), "f16"))),
-    ]);
+    const k = loopKernel(
+      "k_erf",
+      n,
+      binds(n, "x:f32:read erf:f32:write tanh:f32:write erf16:f16:write"),
+      (i) => [
+        let_("x", load("b_x", i, "f32")),
+        store("b_erf", i, un("erf", ref("x", "f32"))),
+        store("b_tanh", i, un("tanh", mul(ref("x", "f32"), f32(20)))),
+        store("b_erf16", i, un("erf", cast(ref("x", "f32"), "f16"))),
+      ],
+    );
     const plan = planOf([k], vectors(n, "x:f32 erf:f32 tanh:f32 erf16:f16"));
     const out = await withExecutor(plan, (ex) => ex.run({ x }));
     const { diff, at } = maxAbsDiff(out.erf, Array.from(x, erf));
@@ -301,11 +291,7 @@ Deno.test({
     ]];
     for (const [seed, step, stream] of sites) {
       // seed and step come from a u32[2] key buffer, as dropout's random_uniform reads them.
-      const k = loopKernel("k_philox", n, [
-        bind("b_key", 0, "u32", "read", 2),
-        bind("b_u", 1, "f32", "write", n),
-        bind("b_hi", 2, "f32", "write", n),
-      ], (i) => {
+      const k = loopKernel("k_philox", n, binds(n, "key:u32:read:2 u:f32:write hi:f32:write"), (i) => {
         const seedE = load("b_key", i32(0), "u32"), stepE = load("b_key", i32(1), "u32");
         return [
           store("b_u", i, { k: "philox", t: "f32", seed: seedE, step: stepE, stream, index: cast(i, "u32") }),
@@ -347,12 +333,7 @@ function rowReduceKernel(rows: number, len: number, w: number): Kernel {
   return {
     name: `k_rowreduce_w${w}`,
     kind: "reduce",
-    bindings: [
-      bind("b_x", 0, "f32", "read", rows * len),
-      bind("b_sum", 1, "f32", "write", rows),
-      bind("b_max", 2, "f32", "write", rows),
-      bind("b_sq", 3, "f32", "write", rows),
-    ],
+    bindings: binds(rows, `x:f32:read:${rows * len} sum:f32:write max:f32:write sq:f32:write`),
     shared: [],
     workgroupSize: w,
     workgroups: rows,

@@ -3,18 +3,13 @@
  * fused and unfused, against the reference interpreter: the loss, every gradient and every updated
  * parameter. The model is the small HF fixture configuration (odd sizes on purpose: 37, 99).
  */
-import { buildModelGraph } from "../../optimizer/model_graph.ts";
-import { defineBert } from "../../models/bert.ts";
-import { readBertConfig } from "../../models/bert_config.ts";
 import { initParams } from "../../model_io/init_params.ts";
 import { checkAgainstReference } from "../util/fused_check.ts";
 import { seededRandom } from "../../cases/random.ts";
+import { FIXTURE_CONFIG as CONFIG, fixtureStep } from "../util/bert_steps.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 const gpu = await testGpu();
-const CONFIG = readBertConfig(
-  new URL("../fixtures/hf-tiny/pretraining/config.json", import.meta.url).pathname,
-);
 
 for (const fuse of [true, false]) {
   Deno.test({
@@ -24,15 +19,8 @@ for (const fuse of [true, false]) {
     ignore: !gpu.ctx,
     fn: async () => {
       const [B, S, P] = [3, 12, 4];
-      const g = buildModelGraph({
-        model: defineBert("tiny-fixture", CONFIG),
-        mode: "train",
-        precision: "fp32",
-        batchSize: B,
-        seqLen: S,
-        maxPredictions: P,
-        optimizer: "sgd", // the step itself; tests/webgpu/webgpu_optimizer_step.test.ts covers LAMB and AdamW
-      });
+      // The step itself; tests/webgpu/webgpu_optimizer_step.test.ts covers LAMB and AdamW.
+      const g = fixtureStep("fp32", [B, S, P], "sgd");
       const r = seededRandom(fuse ? 11 : 12);
       const feeds: Record<string, ArrayLike<number>> = Object.fromEntries(initParams(g, 5));
       feeds.input_ids = Array.from({ length: B * S }, () => r.int(0, CONFIG.vocab_size));
