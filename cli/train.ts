@@ -14,6 +14,12 @@ import { kebabFlags } from "./flag_spelling.ts";
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
 const DEFAULT_MODEL = here("../models/bert-tiny.ts");
 
+/** A recipe is a set of flags; sentiment: a checkpoint that fine-tunes better than a fresh BERT-tiny. */
+const RECIPES: Record<string, string> = {
+  sentiment: "--input-dir sentiment-train --train-batch-size 32 --optimizer adamw --learning-rate 1e-3 " +
+    "--max-steps 900 --num-steps-per-checkpoint 300 --unigram-bias",
+};
+
 const HELP = `
 deno task train [--model M] [--input-dir DIR] [--output-dir DIR] [--train-batch-size N]
                 [--learning-rate LR] [--max-steps N] [--warmup-proportion P]
@@ -60,8 +66,12 @@ Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second
   --keep-checkpoints N           complete checkpoints kept (default ${TRAIN_DEFAULTS.keepCheckpoints})
   --heldout-instances N          the last shard is held out; N of its instances are evaluated at checkpoints
                                  beside the unigram baseline (default ${TRAIN_DEFAULTS.heldOutInstances}; 0 none; none on reference)
+  --unigram-bias                 start the MLM decoder's bias at the training targets' log frequencies
+  --recipe sentiment             these flags (ones given too win; docs/training.md has what they measured):
+                                 ${RECIPES.sentiment}
 `;
 
+const BOOL = { type: "boolean" } as const;
 const positiveNumber = (flag: string, v: string | undefined, fallback: number) =>
   numberFlag(flag, v, fallback, { min: 0, minExclusive: true });
 const fraction = (flag: string, v: string | undefined, fallback: number) =>
@@ -77,75 +87,65 @@ function stamp(d = new Date()): string {
 }
 
 await runMain(async () => {
-  const { values } = parseFlags(kebabFlags(Deno.args), {
+  const spec = {
     ...stringFlags("model input-dir output-dir train-batch-size learning-rate max-steps warmup-proportion"),
     ...stringFlags("gradient-accumulation-steps precision loss-scale init-loss-scale optimizer seed"),
     ...stringFlags("log-freq num-steps-per-checkpoint steps-this-run init-checkpoint phase1-end-step"),
-    ...stringFlags("backend keep-checkpoints heldout-instances"),
-    "resume-from-checkpoint": { type: "boolean" },
-    phase2: { type: "boolean" },
-    "no-fuse": { type: "boolean" },
-  }, HELP);
+    ...stringFlags("backend keep-checkpoints heldout-instances recipe"),
+    "resume-from-checkpoint": BOOL,
+    phase2: BOOL,
+    "no-fuse": BOOL,
+    "unigram-bias": BOOL,
+  };
+  const given = parseFlags(kebabFlags(Deno.args), spec, HELP).values;
+  const recipe = given.recipe && RECIPES[oneOf("recipe", given.recipe, Object.keys(RECIPES), "")].split(" ");
+  const values = recipe ? parseFlags(kebabFlags([...recipe, ...Deno.args]), spec, HELP).values : given;
   const init = values["init-checkpoint"];
   if (init !== undefined) checkpointFolder("--init-checkpoint", init);
   const backend = oneOf("backend", values.backend, BACKEND_NAMES, "auto");
   const precision = values.precision === undefined
     ? undefined
     : oneOf<Precision>("precision", values.precision, ["fp32", "fp16", "bf16"], "fp32");
+  const D = TRAIN_DEFAULTS, v = values;
   const o: TrainOptions = {
-    model: values.model ?? DEFAULT_MODEL,
-    inputDir: values["input-dir"],
-    outputDir: values["output-dir"] ?? `out/runs/${stamp()}`,
-    trainBatchSize: positiveInt(
-      "train-batch-size",
-      values["train-batch-size"],
-      TRAIN_DEFAULTS.trainBatchSize,
-    ),
-    learningRate: positiveNumber("learning-rate", values["learning-rate"], TRAIN_DEFAULTS.learningRate),
-    maxSteps: values["max-steps"] === undefined
-      ? undefined
-      : positiveInt("max-steps", values["max-steps"], 1),
-    warmupProportion: fraction(
-      "warmup-proportion",
-      values["warmup-proportion"],
-      TRAIN_DEFAULTS.warmupProportion,
-    ),
+    model: v.model ?? DEFAULT_MODEL,
+    inputDir: v["input-dir"],
+    outputDir: v["output-dir"] ?? `out/runs/${stamp()}`,
+    trainBatchSize: positiveInt("train-batch-size", v["train-batch-size"], D.trainBatchSize),
+    learningRate: positiveNumber("learning-rate", v["learning-rate"], D.learningRate),
+    maxSteps: v["max-steps"] === undefined ? undefined : positiveInt("max-steps", v["max-steps"], 1),
+    warmupProportion: fraction("warmup-proportion", v["warmup-proportion"], D.warmupProportion),
     gradientAccumulationSteps: positiveInt(
       "gradient-accumulation-steps",
-      values["gradient-accumulation-steps"],
-      TRAIN_DEFAULTS.gradientAccumulationSteps,
+      v["gradient-accumulation-steps"],
+      D.gradientAccumulationSteps,
     ),
     precision: precision ?? "auto",
-    lossScale: values["loss-scale"] === undefined
-      ? undefined
-      : positiveNumber("loss-scale", values["loss-scale"], 1),
-    initLossScale: positiveNumber("init-loss-scale", values["init-loss-scale"], TRAIN_DEFAULTS.initLossScale),
-    optimizer: oneOf("optimizer", values.optimizer, ["lamb", "adamw"], TRAIN_DEFAULTS.optimizer),
+    lossScale: v["loss-scale"] === undefined ? undefined : positiveNumber("loss-scale", v["loss-scale"], 1),
+    initLossScale: positiveNumber("init-loss-scale", v["init-loss-scale"], D.initLossScale),
+    optimizer: oneOf("optimizer", v.optimizer, ["lamb", "adamw"], D.optimizer),
     // The seed keys Philox as a 32-bit word.
-    seed: intFlag("seed", values.seed, TRAIN_DEFAULTS.seed, { min: 0, max: 2 ** 32 - 1 }),
-    logFreq: positiveInt("log-freq", values["log-freq"], TRAIN_DEFAULTS.logFreq),
+    seed: intFlag("seed", v.seed, D.seed, { min: 0, max: 2 ** 32 - 1 }),
+    logFreq: positiveInt("log-freq", v["log-freq"], D.logFreq),
     numStepsPerCheckpoint: positiveInt(
       "num-steps-per-checkpoint",
-      values["num-steps-per-checkpoint"],
-      TRAIN_DEFAULTS.numStepsPerCheckpoint,
+      v["num-steps-per-checkpoint"],
+      D.numStepsPerCheckpoint,
     ),
-    stepsThisRun: values["steps-this-run"] === undefined
+    stepsThisRun: v["steps-this-run"] === undefined
       ? undefined
-      : positiveInt("steps-this-run", values["steps-this-run"], 1),
-    resumeFromCheckpoint: values["resume-from-checkpoint"] ?? false,
+      : positiveInt("steps-this-run", v["steps-this-run"], 1),
+    resumeFromCheckpoint: v["resume-from-checkpoint"] ?? false,
     initCheckpoint: init,
-    phase2: values.phase2 ?? false,
-    phase1EndStep: nonNegativeInt("phase1-end-step", values["phase1-end-step"], TRAIN_DEFAULTS.phase1EndStep),
+    phase2: v.phase2 ?? false,
+    phase1EndStep: nonNegativeInt("phase1-end-step", v["phase1-end-step"], D.phase1EndStep),
     backend,
-    fuse: !values["no-fuse"],
-    heldOutInstances: values["heldout-instances"] === undefined
+    fuse: !v["no-fuse"],
+    unigramBias: v["unigram-bias"] ?? false,
+    heldOutInstances: v["heldout-instances"] === undefined
       ? undefined
-      : nonNegativeInt("heldout-instances", values["heldout-instances"], 0),
-    keepCheckpoints: positiveInt(
-      "keep-checkpoints",
-      values["keep-checkpoints"],
-      TRAIN_DEFAULTS.keepCheckpoints,
-    ),
+      : nonNegativeInt("heldout-instances", v["heldout-instances"], 0),
+    keepCheckpoints: positiveInt("keep-checkpoints", v["keep-checkpoints"], D.keepCheckpoints),
   };
   const ui = new TrainUi(o);
   try {

@@ -1,8 +1,7 @@
 /**
  * Held-out MLM and NSP accuracy on the run's own backend, beside the unigram baseline (data/heldout.ts).
  * The graph is the pre-training forward pass in train mode, for its label inputs and accuracy outputs,
- * without dropout, backward or optimizer: compiled once for the micro-batch, given the current weights at
- * each evaluation.
+ * without dropout, backward or optimizer: compiled once, given the current weights at each evaluation.
  */
 import { applyPrecision, type Precision } from "../compiler/training_graph/mixed_precision.ts";
 import type { BackendChoice } from "../engine/choose_backend.ts";
@@ -27,12 +26,10 @@ interface HeldOutOptions {
 /** `loader` gives the shapes; `counts` are targetCounts of the training shards; `token` names an id. */
 export async function openHeldOut(choice: BackendChoice, loader: Loader, o: HeldOutOptions) {
   if (!o.split.heldOut || o.limit === 0) return undefined; // one shard: nothing held out
-  const set = await HeldOutSet.open(loader.dir, o.counts, o.split.heldOut, o.limit, loader.batchSize);
-  const shape = {
-    batchSize: loader.batchSize,
-    seqLen: loader.seqLength,
-    maxPredictions: loader.maxPredictions,
-  };
+  // At least 32 rows a forward pass: a test's micro-batch of 2 would take 512 passes on lavapipe.
+  const batchSize = Math.max(loader.batchSize, 32), seqLen = loader.seqLength;
+  const set = await HeldOutSet.open(loader.dir, o.counts, o.split.heldOut, o.limit, batchSize);
+  const shape = { batchSize, seqLen, maxPredictions: loader.maxPredictions };
   const g = o.model.build({ head: "pretraining", mode: "train", ...shape, dropout: false });
   const { executor: ex } = await choice.compile(applyPrecision(g, o.precision), o.fuse);
   return {

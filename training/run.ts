@@ -224,9 +224,8 @@ async function runInFolder(
         ? await loadHfWeights(graph, o.initCheckpoint)
         : initParams(graph, o.seed);
       if (o.initCheckpoint) info(`initial weights from ${o.initCheckpoint}`);
-      else {
+      else if (o.unigramBias) {
         weights.set("cls.predictions.bias", unigramLogits(counts, model.config.vocab_size));
-        info(`MLM decoder bias: log frequencies of the training targets (unigram; data/heldout.ts says why)`);
       }
       writeFreshStart(ex, layout, weights, scale);
     }
