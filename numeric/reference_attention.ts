@@ -8,9 +8,18 @@
 import { type Node, numel, stridesOf, type TensorType } from "../ir/mod.ts";
 import { fillUniform } from "./philox.ts";
 
-export function attentionReference(node: Node, ins: Float64Array[], types: TensorType[]): Float64Array {
+/**
+ * `low` rounds to the graph's mixed precision (fp16/bf16) where the decomposition's matmuls are low: their
+ * operands (q, k, v, dO, the dropped-out probabilities, dS) and their results.
+ */
+export function attentionReference(
+  node: Node,
+  ins: Float64Array[],
+  types: TensorType[],
+  low = (x: number) => x,
+): Float64Array {
   const grad = node.op === "attention_grad", wrt = node.attrs.wrt as number;
-  const [q, k, v, mask] = ins, dO = ins[4];
+  const [q, k, v, dO] = [0, 1, 2, 4].map((i) => ins[i]?.map(low)), mask = ins[3];
   const scale = node.attrs.scale as number, p = node.attrs.dropout as number;
   const qs = types[0].shape, r = qs.length, sq = qs[r - 2], d = qs[r - 1];
   const sk = types[1].shape[r - 2], dv = types[2].shape[r - 1], batch = numel(qs.slice(0, -2));
@@ -31,7 +40,7 @@ export function attentionReference(node: Node, ins: Float64Array[], types: Tenso
       for (let j = 0; j < sk; j++) {
         let s = 0;
         for (let c = 0; c < d; c++) s += q[qi + c] * k[(b * sk + j) * d + c];
-        P[j] = s * scale + mask[maskRow + j * maskStride[r - 1]];
+        P[j] = low(s) * scale + mask[maskRow + j * maskStride[r - 1]];
         max = Math.max(max, P[j]);
         if (p > 0) keep[j] = u[row + j] >= p ? 1 / (1 - p) : 0;
       }
@@ -41,7 +50,7 @@ export function attentionReference(node: Node, ins: Float64Array[], types: Tenso
         for (let j = 0; j < sk; j++) {
           for (let c = 0; c < dv; c++) {
             const [to, from] = grad ? [(b * sk + j) * dv + c, oi + c] : [oi + c, (b * sk + j) * dv + c];
-            out[to] += P[j] * keep[j] * (grad ? dO : v)[from];
+            out[to] += low(P[j] * keep[j]) * (grad ? dO : v)[from];
           }
         }
         continue;
@@ -50,11 +59,11 @@ export function attentionReference(node: Node, ins: Float64Array[], types: Tenso
       for (let j = 0; j < sk; j++) {
         let s = 0;
         for (let c = 0; c < dv; c++) s += dO[oi + c] * v[(b * sk + j) * dv + c];
-        dP[j] = s * keep[j];
+        dP[j] = low(s) * keep[j];
         dot += P[j] * dP[j];
       }
       for (let j = 0; j < sk; j++) {
-        const ds = P[j] * (dP[j] - dot) * scale, kj = (b * sk + j) * d;
+        const ds = low(P[j] * (dP[j] - dot) * scale), kj = (b * sk + j) * d;
         for (let c = 0; c < d; c++) {
           if (wrt === 0) out[qi + c] += ds * k[kj + c];
           else out[kj + c] += ds * q[qi + c];
@@ -62,5 +71,5 @@ export function attentionReference(node: Node, ins: Float64Array[], types: Tenso
       }
     }
   }
-  return out;
+  return out.map(low);
 }
