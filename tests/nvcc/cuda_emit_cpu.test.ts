@@ -1,8 +1,8 @@
 /**
  * The emitted CUDA, run on the CPU: every fusion case (cases/fusion_cases.ts, f32 and f16) is compiled to
  * a plan with CUDA kernels, the kernels are built as host C++ with g++ through a small shim (the CUDA
- * built-ins as plain C++: threadIdx/blockIdx, __syncthreads as a std::barrier across one OS thread per
- * CUDA thread, __shfl_xor_sync through an exchange array, half and bfloat16 conversions in software), the
+ * built-ins as plain C++: threadIdx/blockIdx, a block's CUDA threads as fibers that __syncthreads switches,
+ * __shfl_xor_sync through an exchange array, half and bfloat16 conversions in software), the
  * plan's steps run in order, and every output is compared with the reference interpreter on the same
  * random inputs.
  *

@@ -1,8 +1,8 @@
 /**
  * The emitted CUDA, run on the CPU: a plan's CUDA kernels built as host C++ with g++ through a small shim
- * (the CUDA built-ins as plain C++: threadIdx/blockIdx, __syncthreads as a std::barrier across one OS
- * thread per CUDA thread, __shfl_xor_sync through an exchange array, half and bfloat16 conversions in
- * software), the plan's steps run in order over its memory plan, outputs read back. Shared by
+ * (the CUDA built-ins as plain C++: threadIdx/blockIdx, a block's CUDA threads as fibers of one OS thread
+ * that __syncthreads switches round-robin, __shfl_xor_sync through an exchange array, half and bfloat16
+ * conversions in software), the plan's steps run in order over its memory plan, outputs read back. Shared by
  * tests/nvcc/cuda_emit_cpu.test.ts and the fuzzer (tests/nvcc/fuzz.test.ts, tools/fuzz.ts).
  *
  * What this checks: the spelling's semantics (operators, precedence, casts, rounding, index math, vector
@@ -32,7 +32,6 @@ export async function cxxVersion(): Promise<string | undefined> {
 /** CUDA's device built-ins as host C++ (see the file comment). */
 export const SHIM = String.raw`
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -40,7 +39,7 @@ export const SHIM = String.raw`
 #include <cstring>
 #include <functional>
 #include <atomic>
-#include <thread>
+#include <ucontext.h>
 #include <vector>
 using std::max;
 using std::min;
@@ -100,8 +99,14 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   if (std::isnan(f)) return {uint16_t((u >> 16) | 0x40u)};
   return {uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
 }
-static std::barrier<>* bf_barrier;
-inline void __syncthreads() { bf_barrier->arrive_and_wait(); }
+// A barrier hands over to the next CUDA thread's fiber, the last one's back to the first, past a barrier all
+// reached: a context switch, where an OS thread per CUDA thread (129 runnable on two cores) paid a futex wake.
+static unsigned bf_threads = 1;
+static ucontext_t* bf_fibers;  // one per CUDA thread, then the launching context
+inline void __syncthreads() {
+  const unsigned me = threadIdx.x, next = me + 1 == bf_threads ? 0 : me + 1;
+  threadIdx.x = next, swapcontext(&bf_fibers[me], &bf_fibers[next]), threadIdx.x = me;
+}
 template <typename T> T __shfl_xor_sync(unsigned, T v, int o, int) {
   static T slots[1024];
   slots[threadIdx.x] = v;
@@ -122,7 +127,8 @@ inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 #define BF_LDMATRIX_X4_TRANS_DEFINED
 #define BF_LDMATRIX_X2_DEFINED
 #define BF_LDMATRIX_X2_TRANS_DEFINED
-thread_local unsigned bf_frag_parity = 0;
+static unsigned bf_parity[1024];
+#define bf_frag_parity bf_parity[threadIdx.x]
 // Warp-level mma instructions executed (one per 32 lane calls), for tests that check a FLOP count.
 static std::atomic<unsigned long long> bf_mma_lane_calls{0};
 inline float bf_half_of(unsigned reg, unsigned hi) { return __half2float({uint16_t(hi ? reg >> 16 : reg & 0xffffu)}); }
@@ -136,7 +142,7 @@ inline void bf_mma_m16n8k16(float* c, const unsigned* a, const unsigned* b) {
   bf_mma_lane_calls.fetch_add(1, std::memory_order_relaxed);
   for (int i = 0; i < 4; ++i) slots[p][t].a[i] = a[i];
   for (int i = 0; i < 2; ++i) slots[p][t].b[i] = b[i];
-  bf_barrier->arrive_and_wait();
+  __syncthreads();
   const unsigned warp = t & ~31u, lane = t & 31u, g = lane >> 2, q = lane & 3u;
   // A(row, k) lives in lane 4·(row % 8) + (k % 8) / 2, register (row / 8) + 2·(k / 8), half k % 2.
   auto A = [&](unsigned row, unsigned k) {
@@ -159,7 +165,7 @@ inline void bf_ldmatrix_n(unsigned* r, const __half* row, unsigned n, bool trans
   const unsigned p = bf_frag_parity, t = threadIdx.x;
   bf_frag_parity ^= 1u;
   rows[p][t] = row;
-  bf_barrier->arrive_and_wait();
+  __syncthreads();
   const unsigned warp = t & ~31u, lane = t & 31u, g = lane >> 2, q = lane & 3u;
   for (unsigned i = 0; i < n; ++i) {
     // Without .trans: row g, columns 2q and 2q+1; with .trans: rows 2q and 2q+1, column g.
@@ -178,34 +184,30 @@ inline float bf_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 inline void bf_from_f32(float v, float* p) { *p = v; }
 inline void bf_from_f32(float v, __half* p) { *p = __float2half_rn(v); }
 inline void bf_from_f32(float v, __nv_bfloat16* p) { *p = __float2bfloat16_rn(v); }
-// Kernels without barriers run thread after thread; the others get one OS thread per CUDA thread.
-// A plain function pointer, not a std::function of a lambda: one instantiation per launch site made g++
-// spend most of its time on a plan of a few hundred kernels.
+// Kernels without barriers run thread after thread; the others as a fiber per CUDA thread running every
+// block, a barrier after each; then each fiber returns into the next one's last barrier (uc_link), the last
+// into the launch. A plain function pointer, not a std::function of a lambda: one instantiation per launch
+// site made g++ spend most of its time on a plan of a few hundred kernels.
+static void (*bf_body)();
+static unsigned bf_blocks;
+static void bf_fiber() { for (unsigned b = 0; b < bf_blocks; ++b) blockIdx.x = b, bf_body(), __syncthreads(); }
 static void bf_launch(unsigned blocks, unsigned threads, bool barriers, void (*f)()) {
   if (!barriers) {
-    for (unsigned b = 0; b < blocks; ++b) {
-      blockIdx.x = b;
-      for (unsigned t = 0; t < threads; ++t) {
-        threadIdx.x = t;
-        f();
-      }
-    }
+    for (unsigned b = 0; b < blocks; ++b)
+      for (unsigned t = 0; t < threads; ++t) blockIdx.x = b, threadIdx.x = t, f();
     return;
   }
-  std::barrier<> bar(threads);
-  bf_barrier = &bar;
-  std::vector<std::thread> pool;
+  const size_t stack = 256 << 10;  // kept for later launches; untouched pages cost nothing
+  static std::vector<char*> stacks;
+  while (stacks.size() < threads) stacks.push_back(static_cast<char*>(std::malloc(stack)));
+  std::vector<ucontext_t> fibers(threads + 1);
+  bf_fibers = fibers.data(), bf_threads = threads, bf_body = f, bf_blocks = blocks;
   for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      threadIdx.x = t;
-      for (unsigned b = 0; b < blocks; ++b) {
-        blockIdx.x = b;
-        f();
-        bar.arrive_and_wait();
-      }
-    });
+    getcontext(&fibers[t]);
+    fibers[t].uc_stack = {stacks[t], 0, stack}, fibers[t].uc_link = &fibers[t + 1];
+    makecontext(&fibers[t], bf_fiber, 0);
   }
-  for (auto& th : pool) th.join();
+  threadIdx.x = 0, swapcontext(&fibers[threads], &fibers[0]);
 }
 `;
 
