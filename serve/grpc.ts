@@ -81,19 +81,20 @@ export interface GrpcServer {
   close(graceMs: number): Promise<void>;
 }
 
+/** HTTP/2 streams one client connection may hold open at once (why: startGrpc). */
+export const GRPC_STREAMS_PER_CONNECTION = 64;
+
 export async function startGrpc(ctx: RouteContext, hostname: string, port: number): Promise<GrpcServer> {
   const { metrics, opts } = ctx;
   const maxInFlight = opts.maxInFlight ?? MAX_IN_FLIGHT;
-  // Measured here (Deno 2.9.6, @grpc/grpc-js 1.14.7): a client closing a channel that carried 300 concurrent
-  // calls aborted the server in 7 of 8 tries, none of 17 at 100 or fewer; no code of ours runs in between.
-  opts.log(
-    "warning: gRPC runs on Deno's node:http2, which can abort the process when a client closes a channel " +
-      "that carried hundreds of concurrent calls (denoland/deno#36788); REST with binary tensors does not",
-  );
   const server = new grpc.Server({
     // Checked on each message's length prefix, before it is buffered: the REST body limit.
     "grpc.max_receive_message_length": opts.maxBodyBytes,
-    "grpc.max_concurrent_streams": maxInFlight,
+    // Deno's node:http2 (nghttp2) aborts the process when a client closes a connection with hundreds of
+    // calls in flight (denoland/deno#36788): 300 calls, then close, killed it in 6 of 8 tries with 1,024
+    // streams a connection, in none of 8 (and none of 6 at 1,000 calls) with 64 (deno task bench:grpc-close;
+    // Deno 2.9.6, grpc-js 1.14.7). A client holds its calls past 64 itself: they wait, not fill the queue.
+    "grpc.max_concurrent_streams": GRPC_STREAMS_PER_CONNECTION,
   });
   const rpc =
     <T>(name: string, fn: (req: T) => unknown) =>

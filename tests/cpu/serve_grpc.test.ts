@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import * as grpc from "@grpc/grpc-js";
-import { kserveClient } from "../../serve/grpc.ts";
+import { connect, type Settings } from "node:http2";
+import { GRPC_STREAMS_PER_CONNECTION, kserveClient } from "../../serve/grpc.ts";
 import { referenceBackend, serveForTest, type TestServerOptions } from "../util/serve.ts";
 
 type Obj = Record<string, unknown>;
@@ -74,6 +75,14 @@ Deno.test({
       assert.deepEqual((one.outputs as Obj[]).map((o) => o.name), ["end_logits"]);
       const metrics = (await s.get("/metrics")).text;
       assert.match(metrics, /bertfuse_requests_total\{endpoint="grpc_ModelInfer",code="OK"\} 4/);
+      // 64 streams a connection at most (serve/grpc.ts says why) in the server's HTTP/2 SETTINGS; a client holds
+      // the calls past it, so 100 at once on one channel all answer (the test server queues 64 sequences).
+      const h2 = connect(`http://127.0.0.1:${s.server.grpcPort}`);
+      const settings = await new Promise<Settings>((r) => h2.once("remoteSettings", r));
+      assert.equal((h2.close(), settings.maxConcurrentStreams), GRPC_STREAMS_PER_CONNECTION);
+      const row = { ...ids64, shape: [1, 5], contents: { int64_contents: IDS.slice(5) } };
+      const many = await Promise.all(Array.from({ length: 100 }, () => call("ModelInfer", infer([row]))));
+      assert.ok(many.every((r) => (r.outputs as Obj[]).length === 2));
     } finally {
       await close();
     }
@@ -91,33 +100,26 @@ Deno.test({
     let drained: Promise<void> | undefined;
     const one = { ...ids64, shape: [1, 5], contents: { int64_contents: IDS.slice(0, 5) } };
     try {
+      const BAD = grpc.status.INVALID_ARGUMENT;
       const cases: [Obj, grpc.status, RegExp][] = [
         [{ ...infer([one]), model_name: "bert" }, grpc.status.NOT_FOUND, /^unknown model 'bert'/],
-        [
-          infer([{ ...one, datatype: "FP32" }]),
-          grpc.status.INVALID_ARGUMENT,
-          /datatype must be INT32 or INT64/,
-        ],
+        [infer([{ ...one, datatype: "FP32" }]), BAD, /datatype must be INT32 or INT64/],
         [
           infer([{ ...one, contents: null }], { raw_input_contents: [new Uint8Array(12)] }),
-          grpc.status.INVALID_ARGUMENT,
+          BAD,
           /input 'input_ids': 12 bytes of data, but shape \[1,5\] of INT64 takes 40/,
         ],
         [
           infer([one], { raw_input_contents: [new Uint8Array(40), new Uint8Array(4)] }),
-          grpc.status.INVALID_ARGUMENT,
+          BAD,
           /raw_input_contents has 2 entries for 1 inputs/,
         ],
         [
           infer([{ ...one, contents: { int64_contents: [2, 99, 1, 1, 1] } }]),
-          grpc.status.INVALID_ARGUMENT,
+          BAD,
           /element 1 = 99 is outside the vocabulary/,
         ],
-        [
-          infer([one], { outputs: [{ name: "logits" }] }),
-          grpc.status.INVALID_ARGUMENT,
-          /unknown output "logits"/,
-        ],
+        [infer([one], { outputs: [{ name: "logits" }] }), BAD, /unknown output "logits"/],
         [{ name: "qb" }, grpc.status.NOT_FOUND, /unknown model 'qb'/],
       ];
       for (const [req, code, message] of cases) {
