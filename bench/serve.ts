@@ -5,7 +5,8 @@
  * protocol, batch and concurrency sends a fixed number of requests from that many workers, stopping early
  * at the time limit, and checks every answer against the single-request one. It prints requests/s,
  * p50/p99 latency (client side: send to the decoded answer), errors and mismatches (an answer that
- * differs), and ends the server with SIGTERM.
+ * differs), the model's milliseconds per request (the server's batch compute time over the cell) and the
+ * overhead: mean latency over that, less one (queue, encoding, transport), and ends the server with SIGTERM.
  *
  * Protocols: text (POST /v1/qa from text, QA head only), json (KServe v2 JSON), binary (Triton's binary
  * tensors both ways) and grpc (ModelInfer with raw contents). A KServe answer is reduced to its outputs'
@@ -93,6 +94,13 @@ async function startServe(args: string[]) {
 }
 
 type Served = Awaited<ReturnType<typeof startServe>>;
+/** The seconds the server's batches have spent on the backend so far (its /metrics). */
+const computeSeconds = async (s: Served) =>
+  Number(
+    (await (await fetch(`${s.url}/metrics`)).text()).match(
+      /^bertfuse_batch_compute_duration_seconds_sum (\S+)/m,
+    )![1],
+  );
 const f32 = (data: number[]) => new Uint8Array(Float32Array.from(data).buffer);
 const concat = async (parts: BlobPart[]) => new Uint8Array(await new Blob(parts).arrayBuffer());
 
@@ -171,6 +179,7 @@ async function cell(
     requests: lat.length,
     seconds: r(seconds),
     rps: r(lat.length / seconds),
+    mean_ms: lat.reduce((a, x) => a + x, 0) / lat.length,
     p50_ms: r(percentile(lat, 0.5)),
     p99_ms: r(percentile(lat, 0.99)),
     errors,
@@ -196,25 +205,10 @@ function list(flag: string, v: string | undefined, fallback: string, allowed?: s
 }
 
 await runMain(async () => {
-  const flags = [
-    "checkpoint",
-    "backends",
-    "heads",
-    "concurrency",
-    "batching",
-    "protocols",
-    "batch",
-    "requests",
-  ];
-  const { values: v } = parseFlags(
-    Deno.args,
-    Object.fromEntries(
-      [...flags, "duration-s", "max-batch-size", "max-delay-ms", "json"].map((
-        f,
-      ) => [f, { type: "string" as const }]),
-    ),
-    HELP,
-  );
+  const flags = "checkpoint backends heads concurrency batching protocols batch requests duration-s " +
+    "max-batch-size max-delay-ms json";
+  const options = Object.fromEntries(flags.split(" ").map((f) => [f, { type: "string" as const }]));
+  const { values: v } = parseFlags(Deno.args, options, HELP);
   const ints = (flag: string, fallback: string) =>
     list(flag, v[flag], fallback).map((c) => positiveInt(flag, c, 1));
   const backends = list("backends", v.backends, "reference,webgpu");
@@ -233,7 +227,8 @@ await runMain(async () => {
     } s); batching on = --max-batch-size ${maxBatch} --max-delay-ms ${delay}`,
   );
   console.log(
-    "backend     batching head protocol batch  conc  requests   req/s   p50 ms   p99 ms  errors  mismatches",
+    "backend     batching head protocol batch  conc  requests   req/s   p50 ms   p99 ms  errors  mismatches" +
+      "  model ms  overhead %",
   );
   const rows: Record<string, unknown>[] = [];
   for (const head of heads) {
@@ -263,23 +258,21 @@ await runMain(async () => {
               }
               const { ps, expected } = answers.get(kind)!;
               for (const c of concurrency) {
+                const before = await computeSeconds(s);
                 const r = await cell((i) => send(s, protocol, model, ps[i]), expected, c, total, limitMs);
-                rows.push({ backend, batching: b, head, protocol, batch, concurrency: c, ...r });
-                const cols = [
-                  r.requests,
-                  r.rps.toFixed(1),
-                  r.p50_ms.toFixed(1),
-                  r.p99_ms.toFixed(1),
-                  r.errors,
-                ];
+                // The model's share of a request, and what serving adds to it: queue, encoding, transport.
+                const modelMs = (await computeSeconds(s) - before) * 1000 / r.requests;
+                const overheadPct = Math.round((r.mean_ms / modelMs - 1) * 1000) / 10;
+                const row = { backend, batching: b, head, protocol, batch, concurrency: c, ...r };
+                rows.push({ ...row, modelMs, overheadPct });
+                const one = (x: number) => x.toFixed(1);
+                const cells = [batch, c, r.requests, one(r.rps), one(r.p50_ms), one(r.p99_ms), r.errors];
+                const widths = [5, 5, 9, 7, 8, 8, 7, 11, 9, 10];
+                const text = [...cells, r.mismatches, one(modelMs), overheadPct].map((x, k) =>
+                  String(x).padStart(widths[k])
+                );
                 console.log(
-                  `${backend.padEnd(11)} ${b.padEnd(8)} ${head.padEnd(4)} ${protocol.padEnd(8)} ${
-                    String(batch).padStart(5)
-                  } ` +
-                    `${String(c).padStart(5)} ${
-                      cols.map((x, k) => String(x).padStart([9, 7, 8, 8, 7][k])).join(" ")
-                    } ` +
-                    `${String(r.mismatches).padStart(11)}`,
+                  [backend.padEnd(11), b.padEnd(8), head.padEnd(4), protocol.padEnd(8), ...text].join(" "),
                 );
               }
             }
