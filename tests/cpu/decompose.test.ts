@@ -1,8 +1,7 @@
 /**
- * The `attention` op and its decomposition (compiler/passes/decompose.ts): decomposed, a graph that went
- * through the op is, node for node, the graph dsl/nn.ts's softmax and dropout build (forward, autodiff's
- * backward, fp32 and fp16 casts, the dropout streams around it), and the interpreter's own attention
- * (numeric/reference_attention.ts) computes what those primitives compute, gradients included.
+ * compiler/passes/decompose.ts: a graph through the `attention` op decomposes, node for node, to the graph
+ * dsl/nn.ts's softmax and dropout build (forward, autodiff's backward, fp16 casts, dropout streams), and the
+ * interpreter's own attention (numeric/reference_attention.ts) computes what those primitives compute.
  */
 import assert from "node:assert/strict";
 import { decomposeComposites } from "../../compiler/passes/decompose.ts";

@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { batchOf, renamed } from "../../cases/fuzz/batch.ts";
 import { errorBounds } from "../../cases/fuzz/bound.ts";
 import { fuzzGraph } from "../../cases/fuzz/generate.ts";
+import { decomposeComposites } from "../../compiler/passes/decompose.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { Graph, type NodeId } from "../../ir/mod.ts";
 import { evaluate, evaluateNodes } from "../../runtime/reference/interpreter.ts";
@@ -19,7 +20,7 @@ const SEEDS = Array.from({ length: 120 }, (_, i) => 7000 + i);
 Deno.test("fuzz bounds hold for the f32 interpreter against the f64 reference", () => {
   let elements = 0;
   for (const seed of SEEDS) {
-    const f = fuzzGraph(seed), g = f.graph;
+    const f = fuzzGraph(seed), g = decomposeComposites(f.graph); // the primitives, as check.ts bounds them
     const ids = g.nodes.map((n) => n.id);
     const v64 = evaluateNodes(g, f.feeds, ids, "f64"), v32 = evaluateNodes(g, f.feeds, ids, "f32");
     const bounds = errorBounds(g, v64);
@@ -63,7 +64,7 @@ Deno.test("fuzz bounds catch a graph with one op changed (at least 90% of mutant
   const r = seededRandom(5);
   let mutants = 0, caught = 0;
   for (const seed of SEEDS) {
-    const f = fuzzGraph(seed), g = f.graph;
+    const f = fuzzGraph(seed), g = decomposeComposites(f.graph); // the primitives, as check.ts bounds them
     const ids = g.nodes.map((n) => n.id);
     const v = evaluateNodes(g, f.feeds, ids, "f64");
     const bounds = errorBounds(g, v);
