@@ -14,7 +14,7 @@ import { kebabFlags } from "./flag_spelling.ts";
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
 const DEFAULT_MODEL = here("../models/bert-tiny.ts");
 
-/** A recipe is a set of flags; sentiment: a checkpoint that fine-tunes better than a fresh BERT-tiny. */
+/** A recipe is a set of flags; sentiment: held-out MLM past the unigram baseline in 15 minutes on 2 cores. */
 const RECIPES: Record<string, string> = {
   sentiment: "--input-dir sentiment-train --train-batch-size 32 --optimizer adamw --learning-rate 1e-3 " +
     "--max-steps 900 --num-steps-per-checkpoint 300 --unigram-bias",

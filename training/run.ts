@@ -289,7 +289,8 @@ async function runInFolder(
       step++;
       windowSteps++;
       const saveNow = step % o.numStepsPerCheckpoint === 0;
-      if (step % o.logFreq === 0 || step === stopAt || saveNow) {
+      // A checkpoint with a held-out evaluation is logged even off --log-freq, to carry its figures.
+      if (step % o.logFreq === 0 || step === stopAt || (saveNow && heldOut)) {
         const r = await readRecord(ex, baseStep + step);
         r.seq_per_s = (windowSteps * o.trainBatchSize) / ((performance.now() - windowStart) / 1000);
         if (heldOut && (saveNow || step === stopAt)) {
