@@ -65,7 +65,7 @@ Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second
   --no-fuse                      one kernel per primitive op (the unfused baseline, for comparison)
   --keep-checkpoints N           complete checkpoints kept (default ${TRAIN_DEFAULTS.keepCheckpoints})
   --heldout-instances N          the last shard is held out; N of its instances are evaluated at checkpoints
-                                 beside the unigram baseline (default ${TRAIN_DEFAULTS.heldOutInstances}; 0 none; none on reference)
+                                 beside the unigram baseline (default ${TRAIN_DEFAULTS.heldOutInstances} on a built-in corpus; 0 none)
   --unigram-bias                 start the MLM decoder's bias at the training targets' log frequencies
   --recipe sentiment             these flags (ones given too win; docs/training.md has what they measured):
                                  ${RECIPES.sentiment}

@@ -4,7 +4,7 @@
  * A shard holds whole documents (pretraining/plan.ts: all dupe_factor copies of a document's instances
  * land in its shard), so leaving the folder's last shard out of training leaves its documents unseen.
  * The held-out instances are that shard's first `limit` records in file order: the same ones for every
- * run of the folder. A folder of one shard has no held-out split (it trains on everything).
+ * run of the folder. A folder of one shard, or `hold` false, has no held-out split (all of it trains).
  *
  * The unigram baseline answers every masked position with the masked target most frequent in the
  * training shards: what a model that learnt only word frequencies scores.
@@ -20,9 +20,9 @@ export interface HeldOutSplit {
   readonly heldOut?: ShardRange;
 }
 
-export async function heldOutSplit(dir: string): Promise<HeldOutSplit> {
+export async function heldOutSplit(dir: string, hold = true): Promise<HeldOutSplit> {
   const n = (await readManifest(dir)).shards.length;
-  return n < 2 ? { train: [0, n] } : { train: [0, n - 1], heldOut: [n - 1, n] };
+  return n < 2 || !hold ? { train: [0, n] } : { train: [0, n - 1], heldOut: [n - 1, n] };
 }
 
 /** Reads the first `limit` records of `range` in file order, in batches; `each` gets the rows in use. */

@@ -127,7 +127,8 @@ async function runInFolder(
   });
   const micro = o.trainBatchSize / o.gradientAccumulationSteps;
   const loaderState = start.resume && !start.newPhase ? start.resume.state.loader : undefined;
-  const split = await heldOutSplit(dataDir);
+  // A user's folder trains on every shard, as before held-out figures existed, unless they are asked for.
+  const split = await heldOutSplit(dataDir, corpus !== undefined || (o.heldOutInstances ?? 0) > 0);
   const loader = await Loader.open(dataDir, {
     batchSize: micro,
     shardRange: split.train,
@@ -196,7 +197,8 @@ async function runInFolder(
     `data: ${dataDir} (sequence ${loader.seqLength}, ${loader.maxPredictions} predictions, micro-batch ${micro})`,
   );
   // Off by default on the interpreter, whose forward steps take seconds each.
-  const limit = o.heldOutInstances ?? (choice.kind === "reference" ? 0 : TRAIN_DEFAULTS.heldOutInstances);
+  const limit = o.heldOutInstances ??
+    (choice.kind === "reference" || !split.heldOut ? 0 : TRAIN_DEFAULTS.heldOutInstances);
   const token = (id: number) => "tokenizer" in shardTok ? shardTok.tokenizer.tokens[id] : `id ${id}`;
   const counts = await targetCounts(dataDir, split.train);
   const heldOut = await openHeldOut(choice, loader, { ...o, model, precision, limit, split, token, counts });

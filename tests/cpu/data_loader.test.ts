@@ -104,6 +104,7 @@ Deno.test("unshuffled batches are the shard records in order; the held-out split
   const split = await heldOutSplit(DIR),
     train = await Loader.open(DIR, { batchSize: 1, shardRange: split.train });
   assert.deepEqual(split, { train: [0, n - 1], heldOut: [n - 1, n] });
+  assert.deepEqual(await heldOutSplit(DIR, false), { train: [0, n] }); // a user's folder: every shard trains
   const trained = records.slice(0, train.records), held = records.slice(train.records, train.records + 50);
   assert.deepEqual(rows(train, trained.length).map(key).sort(), trained.map(key).sort());
   train.close();

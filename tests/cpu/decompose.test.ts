@@ -34,8 +34,7 @@ Deno.test("decompose: attention becomes the DSL's primitives, node for node, for
   for (const { p, train, prec } of cases) {
     const viaOp = step(true, p, train, prec), primitives = step(false, p, train, prec);
     assert.ok(viaOp.nodes.some((n) => n.op === (train ? "attention_grad" : "attention")));
-    const decomposed = decomposeComposites(viaOp);
-    const what = `dropout ${p}, ${train ? "train" : "infer"}, ${prec}`;
+    const decomposed = decomposeComposites(viaOp), what = `dropout ${p} ${train ? "train" : "infer"} ${prec}`;
     assert.equal(JSON.stringify(decomposed.nodes), JSON.stringify(primitives.nodes), what);
     assert.deepEqual([...decomposed.outputs], [...primitives.outputs], what);
     assert.equal(decomposed.precision, prec);
