@@ -446,7 +446,7 @@ export const OPS = {
     category: "composite",
     arity: -1,
     attrs: { scale: "number", dropout: "number" },
-    optional: { stream: "int" },
+    optional: { stream: "int", low: "dtype" },
     doc:
       "dropout(softmax(q·kᵀ·scale + mask))·v; operands q, k, v, mask[, key] (compiler/passes/decompose.ts)",
     infer: (ins, { dropout, stream }: AttentionAttrs) => attentionOperands(ins, dropout, stream, 0),
@@ -455,7 +455,7 @@ export const OPS = {
     category: "composite",
     arity: -1,
     attrs: { scale: "number", dropout: "number", wrt: "int", wanted: "ints" },
-    optional: { stream: "int" },
+    optional: { stream: "int", low: "dtype" },
     doc:
       "attention's cotangent for operand `wrt` (0 q, 1 k, 2 v) given dO; operands q, k, v, mask, dO[, key]",
     infer: (ins, { dropout, stream, wrt, wanted }: AttentionAttrs & { wrt: number; wanted: number[] }) => {

@@ -6,18 +6,17 @@
  * dS = P∘(dP - rowsum(P∘dP)), dQ = scale·dS·k, dK = scale·dSᵀ·q.
  */
 import { type Node, numel, stridesOf, type TensorType } from "../ir/mod.ts";
+import { roundBF16, roundF16 } from "./half.ts";
 import { fillUniform } from "./philox.ts";
 
+const ROUND: Record<string, (x: number) => number> = { f32: (x) => x, f16: roundF16, bf16: roundBF16 };
+
 /**
- * `low` rounds to the graph's mixed precision (fp16/bf16) where the decomposition's matmuls are low: their
- * operands (q, k, v, dO, the dropped-out probabilities, dS) and their results.
+ * With a `low` attribute (f16/bf16) it rounds where the decomposition's matmuls are low: their operands (q,
+ * k, v, dO, the dropped-out probabilities, dS) and their results.
  */
-export function attentionReference(
-  node: Node,
-  ins: Float64Array[],
-  types: TensorType[],
-  low = (x: number) => x,
-): Float64Array {
+export function attentionReference(node: Node, ins: Float64Array[], types: TensorType[]): Float64Array {
+  const low = ROUND[(node.attrs.low as string) ?? "f32"];
   const grad = node.op === "attention_grad", wrt = node.attrs.wrt as number;
   const [q, k, v, dO] = [0, 1, 2, 4].map((i) => ins[i]?.map(low)), mask = ins[3];
   const scale = node.attrs.scale as number, p = node.attrs.dropout as number;

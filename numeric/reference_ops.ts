@@ -14,8 +14,6 @@ export interface OpCtx {
   node: Node;
   ins: Buf[];
   inTypes: TensorType[];
-  /** Rounding to the graph's mixed precision (composites apply it where their decomposition casts). */
-  low?: (x: number) => number;
 }
 type Impl = (c: OpCtx) => Buf;
 
@@ -251,8 +249,8 @@ const IMPLS: { [K in OpName]: Impl } = {
     fillUniform(out, key[0], key[1], node.attrs.stream as number);
     return out;
   },
-  attention: ({ node, ins, inTypes, low }) => attentionReference(node, ins, inTypes, low),
-  attention_grad: ({ node, ins, inTypes, low }) => attentionReference(node, ins, inTypes, low),
+  attention: ({ node, ins, inTypes }) => attentionReference(node, ins, inTypes),
+  attention_grad: ({ node, ins, inTypes }) => attentionReference(node, ins, inTypes),
 };
 
 export function runOp(op: OpName, c: OpCtx): Buf {

@@ -9,7 +9,7 @@ import { Graph, isComposite, type Node, type NodeId, sameShape, type TensorType 
 import type { Attrs } from "../../ir/ops.ts";
 import { GraphEditor } from "../graph/edit.ts";
 import { backprop } from "../training_graph/autodiff.ts";
-import { addWithPrecision } from "../training_graph/mixed_precision.ts";
+import { addWithPrecision, type Precision } from "../training_graph/mixed_precision.ts";
 import { copyOutputs } from "../graph/rebuild.ts";
 import type { Pass } from "../pipeline/stage_runner.ts";
 
@@ -58,13 +58,16 @@ function attentionPrimitives(
  * holds each value once, as autodiff over the primitives builds it.
  */
 type Emitted = Map<string, NodeId[]>;
+const PRECISION_OF: Record<string, Precision> = { f32: "fp32", f16: "fp16", bf16: "bf16" };
 
 /**
  * Appends `n`'s primitives to `out`, reading `ins`: they are built in an f32 scratch graph over placeholders,
- * then copied with `out`'s mixed precision (the casts applyPrecision gives every f32 matmul).
+ * then copied with the op's mixed precision (the casts applyPrecision gives every f32 matmul).
  */
 function expand(out: Graph, n: Node, ins: readonly NodeId[], emitted: Emitted): NodeId {
   const grad = n.op === "attention_grad", { wrt, wanted, ...fwdAttrs } = n.attrs;
+  // The op's own precision (applyPrecision sets `low`), not the graph's: a fuzz batch unites fp32 and fp16 parts.
+  const precision = PRECISION_OF[(n.attrs.low as string) ?? "f32"];
   // The forward's operands: a gradient's without its dO (operand 4).
   const forwardOf = <T>(xs: readonly T[]) => xs.filter((_, i) => !grad || i !== 4);
   const fwdKey = `${forwardOf(ins)}|${JSON.stringify(fwdAttrs)}`, gradKey = `${fwdKey}|${ins[4]}|${wanted}`;
@@ -82,7 +85,8 @@ function expand(out: Graph, n: Node, ins: readonly NodeId[], emitted: Emitted): 
   const map = [...ins];
   for (let i = first; i < scratch.nodes.length; i++) {
     const reused = i < fwdEnd ? forward?.[i - first] : undefined;
-    map[i] = reused ?? addWithPrecision(out, scratch.nodes[i], scratch.nodes[i].inputs.map((x) => map[x]));
+    map[i] = reused ??
+      addWithPrecision(out, scratch.nodes[i], scratch.nodes[i].inputs.map((x) => map[x]), precision);
   }
   if (!forward) emitted.set(fwdKey, map.slice(first, fwdEnd));
   if (grad) emitted.set(gradKey, map);

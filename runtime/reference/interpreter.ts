@@ -53,7 +53,6 @@ export function evaluateNodes(
   for (const n of g.nodes) if (needed[n.id]) { for (const j of n.inputs) lastUse[j] = n.id; }
   const keep = new Set(want);
   const vals: (Buf | undefined)[] = new Array(g.nodes.length);
-  const low = g.precision === "fp16" ? roundF16 : g.precision === "bf16" ? roundBF16 : undefined;
   for (const n of g.nodes) {
     if (!needed[n.id]) continue;
     let v: Buf;
@@ -73,7 +72,7 @@ export function evaluateNodes(
       v = Float64Array.from(fed);
     } else {
       const ins = n.inputs.map((i) => vals[i]!);
-      v = runOp(n.op, { node: n, ins, inTypes: n.inputs.map((i) => g.nodes[i].type), low });
+      v = runOp(n.op, { node: n, ins, inTypes: n.inputs.map((i) => g.nodes[i].type) });
       // Ops that pass their operand through unchanged (reshape, stop_gradient) share its buffer; copy
       // before rounding would alter a value that is still in use.
       if (ins.includes(v)) v = v.slice();
