@@ -1,6 +1,5 @@
 /** Multi-head self-attention (Vaswani et al. 2017) in the BERT layout, around the `attention` op. */
-import { locSuffix, ModelError } from "./builder.ts";
-import { linear } from "./nn.ts";
+import { checkDropout, linear } from "./nn.ts";
 import type { Tensor } from "./tensor.ts";
 
 export interface AttentionWeights {
@@ -29,9 +28,7 @@ export function selfAttention(
   const q = heads(linear(x, w.query.weight, w.query.bias));
   const k = heads(linear(x, w.key.weight, w.key.bias));
   const v = heads(linear(x, w.value.weight, w.value.bias));
-  if (!(dropoutProb >= 0 && dropoutProb < 1)) {
-    throw new ModelError(`dropout: probability must be in [0, 1), got ${dropoutProb}${locSuffix()}`);
-  }
+  checkDropout(dropoutProb);
   const ctx = x.builder.attention(q, k, v, additiveMask, 1 / Math.sqrt(dh), dropoutProb, dropoutKey);
   return ctx.permute([0, 2, 1, 3]).reshape([b, s, h]);
 }

@@ -62,14 +62,19 @@ export function logSumExp(x: Tensor): Tensor {
   return x.sub(m).exp().sum(-1).log().add(m);
 }
 
+/** A dropout probability in [0, 1), or a ModelError at the model line. */
+export function checkDropout(p: number): void {
+  if (!(p >= 0 && p < 1)) {
+    throw new ModelError(`dropout: probability must be in [0, 1), got ${p}${locSuffix()}`);
+  }
+}
+
 /**
  * Inverted dropout: zero with probability p, scale survivors by 1/(1-p). The mask comes from the
  * counter-based generator keyed by `key` (u32[2]: seed, step), so backward passes can regenerate it.
  */
 export function dropout(x: Tensor, p: number, key: Tensor | undefined): Tensor {
-  if (!(p >= 0 && p < 1)) {
-    throw new ModelError(`dropout: probability must be in [0, 1), got ${p}${locSuffix()}`);
-  }
+  checkDropout(p);
   if (p === 0 || !key) return x;
   const keep = x.builder.randomUniform(key, x.shape).ge(p);
   return x.builder.where(keep, x.mul(1 / (1 - p)), 0);
