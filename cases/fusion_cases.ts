@@ -55,8 +55,8 @@ export interface FusionCase {
 
 /**
  * Self-attention of BERT's layout from given Q, K, V [b, s, heads·dh] (no projections): heads split by
- * reshape + permute, scores scaled, the padding mask added, softmax, dropout when `rng_key` is given,
- * PV, heads merged back. Forward only, so the attention fusion applies (compiler/fusion/attention.ts).
+ * reshape + permute, the `attention` op (scores scaled, the padding mask added, softmax, dropout when
+ * `rng_key` is given, PV), heads merged back. Forward only, so the attention fusion applies.
  */
 export function attentionForward(
   m: ModelBuilder,
@@ -71,12 +71,8 @@ export function attentionForward(
   const v = split(m.input("v", dt, [b, s, heads * dh]));
   const mask = m.input("mask", "i32", [b, s]).cast(dt).sub(1).mul(10000).reshape([b, 1, 1, s]);
   const key = dropoutProb > 0 ? m.input("rng_key", "u32", [2]) : undefined;
-  const p = dropout(
-    softmax(q.matmul(k, { transposeB: true }).mul(1 / Math.sqrt(dh)), -1, mask),
-    dropoutProb,
-    key,
-  );
-  return p.matmul(v).permute([0, 2, 1, 3]).reshape([b, s, heads * dh]);
+  return m.attention(q, k, v, mask, 1 / Math.sqrt(dh), dropoutProb, key).permute([0, 2, 1, 3])
+    .reshape([b, s, heads * dh]);
 }
 
 /** Sizes: small enough for lavapipe in CI; the benchmark scales them with `scale`. */

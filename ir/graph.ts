@@ -16,6 +16,17 @@ export type NodeId = number;
  */
 export type MixedPrecision = "fp32" | "fp16" | "bf16";
 
+/**
+ * Nodes one pass built together, by role and in full (compiler/passes/decompose.ts: an attention's
+ * primitives), so later stages are told the structure instead of matching it; every rebuild remaps them.
+ */
+export interface NodeGroup {
+  readonly kind: string;
+  readonly roles: Readonly<Record<string, NodeId>>;
+  readonly nodes: readonly NodeId[];
+  readonly attrs: Attrs;
+}
+
 export interface Node {
   readonly id: NodeId;
   readonly op: OpName;
@@ -30,6 +41,7 @@ export class Graph {
   readonly nodes: Node[] = [];
   /** Named results, in insertion order. */
   readonly outputs = new Map<string, NodeId>();
+  readonly groups: NodeGroup[] = [];
 
   constructor(public name: string, readonly precision: MixedPrecision = "fp32") {}
 

@@ -2,11 +2,11 @@
  * Attention as a custom fusion (flash-style): where nothing else reads the scores, the probabilities or the
  * softmax's row statistics (inference), the three kernels of self-attention (S = Q·Kᵀ, the softmax row
  * kernel, O = P·V) merge into one of kind "attention" (compiler/lower/attention_template.ts) that writes
- * only O. Matched on kernels, not ops, so whatever fusion put into them comes along; each match records a
- * decision with its reason (the conditions: DESIGN.md, notes: compiler/fusion/attention.ts).
+ * only O. The attentions are the decomposition's node groups, never matched; the kernels holding their GEMMs
+ * and softmax merge, with whatever fusion put into them, and each records a decision with its reason (the
+ * conditions: DESIGN.md, notes: compiler/fusion/attention.ts).
  */
-import { type Graph, type NodeId, sameShape } from "../../ir/mod.ts";
-import { isElementwise } from "../../ir/ops.ts";
+import { type Graph, type NodeGroup, type NodeId, sameShape } from "../../ir/mod.ts";
 import { readsOf, reductionStages } from "./kernel_facts.ts";
 import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
 import { usersOf } from "../graph/users.ts";
@@ -110,112 +110,40 @@ function throughCasts(g: Graph, r: FusionResult, k: FusedKernel, id: NodeId): No
 }
 
 /**
- * If kernel `smIdx` is a softmax over the last axis of a scores GEMM's output (read directly), the
- * index of that GEMM's kernel. Every node between the GEMM and the row reductions — or a PV GEMM `pv`
- * of the same attention — must be computed at the score's own index (elementwise ops, casts).
- */
-function scoresOf(
-  g: Graph,
-  r: FusionResult,
-  smIdx: number,
-  pv: number,
-  users: NodeId[][],
-): number | undefined {
-  const kernels = r.kernels;
-  const sm = kernels[smIdx];
-  const rank = sm.space.length;
-  if (sm.kind !== "reduce" || sm.axes?.length !== 1 || sm.axes[0] !== rank - 1 || rank < 3) return undefined;
-  const ops = new Set([...computedIn(g, r, sm)].map((m) => g.nodes[m].op));
-  if (!ops.has("exp") || !ops.has("reduce_max") || !ops.has("reduce_sum")) return undefined;
-  // The scores: a GEMM kernel of the softmax's shape whose roots the softmax reads directly.
-  const qks = new Set<number>();
-  for (const m of sm.members) {
-    for (const i of g.nodes[m].inputs) {
-      const w = r.kernelOf[i];
-      if (w < 0 || w === smIdx || kernels[w].kind !== "matmul") continue;
-      if (sameShape(g.nodes[kernels[w].anchor!].type.shape, sm.space)) qks.add(w);
-    }
-  }
-  if (qks.size !== 1) return undefined;
-  const qkIdx = [...qks][0];
-  if (qkIdx === pv) return undefined;
-  const qk = kernels[qkIdx];
-  const inside = (x: NodeId) => qk.members.has(x) || sm.members.has(x) || kernels[pv].members.has(x);
-  const stack = [qk.anchor!];
-  const seen = new Set<NodeId>(stack);
-  while (stack.length) {
-    const x = stack.pop()!;
-    for (const u of users[x]) {
-      if (!inside(u) || seen.has(u)) continue;
-      seen.add(u);
-      const n = g.nodes[u];
-      if (u === kernels[pv].anchor) continue;
-      if (isReduceOp(n.op)) {
-        const axes = n.attrs.axes as number[];
-        if (axes.length !== 1 || axes[0] !== rank - 1) return undefined;
-        continue; // its result is a row statistic
-      }
-      const sameIndex = isElementwise(n.op) || n.op === "reshape";
-      if (!sameIndex || !sameShape(n.type.shape, sm.space)) return undefined;
-      stack.push(u);
-    }
-  }
-  return qkIdx;
-}
-
-/**
- * The nodes a kernel computes: its members, and the values it recomputes where it reads them (views and
- * rematerialized chains: a training softmax may recompute exp(s - max) from a stored s - max, remat.ts).
- */
-function computedIn(g: Graph, r: FusionResult, k: FusedKernel): Set<NodeId> {
-  const out = new Set(k.members);
-  const stack = [...k.members];
-  while (stack.length) {
-    for (const i of g.nodes[stack.pop()!].inputs) {
-      if (out.has(i) || r.kernelOf[i] >= 0 || r.materialized.has(i)) continue;
-      out.add(i);
-      stack.push(i);
-    }
-  }
-  return out;
-}
-
-/**
- * Finds the attention ending at matmul kernel `pv`: its three kernels, or (a softmax split over a row
- * kernel and a loop kernel, as in training graphs, where the backward pass reads its pieces) the reason
- * it cannot fuse. Undefined when `pv` does not end an attention.
+ * The three kernels of the attention that decomposed into node group `site` (compiler/passes/decompose.ts),
+ * or (a softmax split over a row kernel and a loop kernel, as in training graphs, where the backward pass
+ * reads its pieces) the split; undefined where fusion did not leave its GEMMs in kernels of their own.
  */
 function match(
   g: Graph,
   r: FusionResult,
-  pvIdx: number,
+  site: NodeGroup,
   users: NodeId[][],
-): Match | { probs: NodeId; split: number } | undefined {
-  const kernels = r.kernels;
-  const pv = kernels[pvIdx];
-  if (pv.kind !== "matmul" || pv.anchor === undefined) return undefined;
-  const pvMm = g.nodes[pv.anchor];
-  // PV reads the probabilities as they are (a transposed read is the backward pass's dV = Pᵀ·dO).
-  if (pvMm.op !== "matmul" || pvMm.type.shape.length < 3 || pvMm.attrs.transpose_a) return undefined;
-  const probs = throughCasts(g, r, pv, pvMm.inputs[0]);
-  const smIdx = r.kernelOf[probs];
-  if (smIdx < 0 || !r.materialized.has(probs)) return undefined;
-  const sm = kernels[smIdx];
-  if (!sameShape(g.nodes[probs].type.shape, sm.space)) return undefined;
-  if (sm.kind === "loop") {
-    // The normalization (and dropout) in a loop kernel of its own, reading a softmax row kernel.
-    for (const m of sm.members) {
-      for (const i of g.nodes[m].inputs) {
-        const w = r.kernelOf[i];
-        if (w >= 0 && w !== smIdx && scoresOf(g, r, w, pvIdx, users) !== undefined) {
-          return { probs, split: w };
-        }
-      }
-    }
+): Match | { probs: NodeId; split: true } | undefined {
+  const kernels = r.kernels, { qk, pv, rmax, rsum } = site.roles;
+  if ([qk, pv, rmax, rsum].includes(undefined!)) return undefined;
+  const [qkIdx, pvIdx] = [r.kernelOf[qk], r.kernelOf[pv]];
+  if (qkIdx < 0 || pvIdx < 0 || qkIdx === pvIdx) return undefined;
+  if (kernels[qkIdx].anchor !== qk || kernels[pvIdx].anchor !== pv) return undefined;
+  const probs = throughCasts(g, r, kernels[pvIdx], g.nodes[pv].inputs[0]);
+  const smIdx = r.kernelOf[probs], sm = kernels[smIdx];
+  if (smIdx < 0 || !r.materialized.has(probs) || !sameShape(g.nodes[probs].type.shape, sm.space)) {
     return undefined;
   }
-  const qk = scoresOf(g, r, smIdx, pvIdx, users);
-  return qk === undefined ? undefined : { qk, sm: smIdx, pv: pvIdx, probs };
+  if (r.kernelOf[rmax] !== smIdx || r.kernelOf[rsum] !== smIdx) return { probs, split: true };
+  if (sm.kind !== "reduce" || sm.axes?.length !== 1 || sm.axes[0] !== sm.space.length - 1) return undefined;
+  // What the three kernels compute from the scores is the attention's own (the template lowers just that).
+  const own = new Set(site.nodes), inside = (x: NodeId) => [qkIdx, smIdx, pvIdx].includes(r.kernelOf[x]);
+  const stack = [qk], seen = new Set(stack);
+  while (stack.length) {
+    for (const u of users[stack.pop()!]) {
+      if (!inside(u) || seen.has(u) || u === pv) continue;
+      if (!own.has(u)) return undefined;
+      seen.add(u);
+      if (!isReduceOp(g.nodes[u].op)) stack.push(u); // a reduction's result is a row statistic
+    }
+  }
+  return { qk: qkIdx, sm: smIdx, pv: pvIdx, probs };
 }
 
 /** Why the matched attention may not be fused, or undefined when it may. */
@@ -279,8 +207,11 @@ export function fuseAttention(
   const mergedInto = new Int32Array(r.kernels.length).fill(-1);
   const merged = new Map<number, FusedKernel>();
   let fuelRefusals = r.fuelRefusals;
-  for (let i = 0; i < r.kernels.length; i++) {
-    const m = match(g, r, i, users);
+  // The attentions the decomposition named, in the order of their P·V kernels.
+  const pvKernel = (x: NodeGroup) => r.kernelOf[x.roles.pv] ?? -1;
+  const sites = g.groups.filter((x) => x.kind === "attention" && pvKernel(x) >= 0);
+  for (const site of sites.sort((x, y) => pvKernel(x) - pvKernel(y))) {
+    const i = pvKernel(site), m = match(g, r, site, users);
     if (!m) continue;
     if ("split" in m) {
       const reason = outputs.has(m.probs) || [...(readers.get(m.probs) ?? [])].some((k) => k !== i)

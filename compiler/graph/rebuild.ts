@@ -10,7 +10,20 @@ export function copyNode(out: Graph, n: Node, inputs: readonly NodeId[]): NodeId
   return out.add(n.op, inputs, n.attrs, n.type, n.loc);
 }
 
-/** Sets `out`'s outputs to the new ids of `g`'s outputs, in `g`'s order. */
+/**
+ * Sets `out`'s outputs to the new ids of `g`'s outputs, in `g`'s order, and copies its node groups: a role
+ * or node whose node is gone (a new id below 0) is left out.
+ */
 export function copyOutputs(g: Graph, out: Graph, newId: ArrayLike<NodeId>): void {
   for (const [name, id] of g.outputs) out.setOutput(name, newId[id]);
+  const kept = (id: NodeId) => newId[id] >= 0;
+  for (const { roles, nodes, ...rest } of g.groups) {
+    out.groups.push({
+      ...rest,
+      roles: Object.fromEntries(
+        Object.entries(roles).filter(([, id]) => kept(id)).map(([r, id]) => [r, newId[id]]),
+      ),
+      nodes: [...new Set(nodes.filter(kept).map((id) => newId[id]))],
+    });
+  }
 }

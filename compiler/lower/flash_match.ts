@@ -1,11 +1,11 @@
 /**
- * Finds the self-attentions of a training graph that the flash-attention kernels (cuda_flash.ts) can
- * compute: the forward and backward exactly as dsl/nn.ts and the autodiff build them. Each site lists every
+ * The self-attentions of a training graph that the flash-attention kernels (cuda_flash.ts) can compute, read
+ * from their node groups (the attention op's decomposition, forward and backward). Each site lists every
  * node the flash kernels replace, so the flash stage can check that what it drops computes nothing else;
  * operand layouts come from the buffers, and `headsOfProduct` says how to read Q, K, V or dO from their
  * GEMM's token-major product (DESIGN.md, notes: compiler/lower/flash_match.ts).
  */
-import type { Graph, Node, NodeId } from "../../ir/mod.ts";
+import type { Graph, Node, NodeGroup, NodeId } from "../../ir/mod.ts";
 import type { DType } from "../../ir/mod.ts";
 import { FLASH_HEAD_DIM, type FlashAttentionSpec, type FlashOperand } from "../codegen/cuda_flash.ts";
 import { reshapeView } from "./gemm_library.ts";
@@ -99,73 +99,67 @@ function storedView(
 const operandOf = (strides: readonly number[]): FlashOperand | undefined =>
   strides[3] === 1 ? { offset: 0, batch: strides[0], head: strides[1], row: strides[2] } : undefined;
 
-/** Every flash-attention site of a training graph, or why a candidate P·V is not one (DEBUG logs). */
+/** Every flash-attention site of a training graph, or why an attention is not one (DEBUG logs). */
 export function findFlashSites(c: MatchContext): { sites: FlashSite[]; refused: string[] } {
   const g = c.graph, users = usersOf(g);
   const sites: FlashSite[] = [], refused: string[] = [];
-  for (const n of g.nodes) {
-    if (n.op !== "matmul" || n.type.shape.length !== 4) continue;
-    const r = matchSite(c, users, n);
-    if ("why" in r) {
-      if (r.why) refused.push(`%${n.id}: ${r.why}`);
-    } else sites.push(r);
+  const attentions = g.groups.filter((x) => x.kind === "attention" && x.roles.pv !== undefined);
+  for (const site of attentions.sort((x, y) => x.roles.pv - y.roles.pv)) {
+    const r = matchSite(c, users, site);
+    if ("why" in r) refused.push(`%${site.roles.pv}: ${r.why}`);
+    else sites.push(r);
   }
   return { sites, refused };
 }
 
-function matchSite(c: MatchContext, users: NodeId[][], pv: Node): FlashSite | { why: Why } {
+/**
+ * The flash site of an attention's node group (compiler/passes/decompose.ts): what the kernels replace is
+ * the group's nodes but its constants (computed inline) and what Q, K and V are computed from.
+ */
+function matchSite(c: MatchContext, users: NodeId[][], site: NodeGroup): FlashSite | { why: Why } {
   const g = c.graph, node = (id: NodeId) => g.nodes[id];
   const op = (id: NodeId, name: string) => node(id).op === name;
   const constOf = (id: NodeId) => (op(id, "const") ? (node(id).attrs.value as number) : undefined);
   const tr = (m: Node) => [!!m.attrs.transpose_a, !!m.attrs.transpose_b].join();
-  // Not a P·V at all: no reason worth logging.
-  if (tr(pv) !== "false,false") return fail("");
-  const notPV = (what: string) => fail(`not a P·V: ${what}`);
-  const [pd, vId] = pv.inputs;
-  const forward = new Set<NodeId>([pv.id]);
-  const inline = new Set<NodeId>();
-  // Dropout: where(u >= p, P·(1/(1-p)), 0).
-  // Mixed precision: the probabilities are computed in f32 and cast to f16 for the GEMM.
-  const pf = op(pd, "cast") ? node(pd).inputs[0] : pd;
-  if (pf !== pd) forward.add(pd);
-  let p = pf, dropout: FlashAttentionSpec["dropout"], rng: NodeId | undefined;
-  if (op(pf, "where")) {
-    const [keep, scaled, zero] = node(pf).inputs;
-    if (!op(keep, "ge") || constOf(zero) !== 0 || !op(scaled, "mul")) {
-      return notPV("a where that is not dropout");
-    }
-    const [u, pc] = node(keep).inputs;
-    const prob = constOf(pc);
-    if (!op(u, "random_uniform") || prob === undefined) return notPV("a where that is not dropout");
-    const [pp, zc] = node(scaled).inputs;
-    const z = constOf(zc);
-    if (z === undefined || Math.abs(z * (1 - prob) - 1) > 1e-3) return fail("dropout's scale is not 1/(1-p)");
-    rng = node(u).inputs[0];
-    dropout = { p: prob, stream: node(u).attrs.stream as number };
-    forward.add(pf).add(keep).add(scaled).add(u);
-    inline.add(zero).add(pc).add(zc);
-    p = pp;
+  const { qk, pv, z, dq, dk, dv } = site.roles;
+  if ([qk, pv, z].includes(undefined!)) return fail("the decomposition's nodes were simplified away");
+  if (dq === undefined || dk === undefined || dv === undefined) return fail("no backward (inference)");
+  const [qId, kId] = node(qk).inputs, vId = node(pv).inputs[1];
+  // The gradients' GEMMs: under mixed precision each result is its f16 product cast to f32.
+  const gemm = (id: NodeId) => {
+    while (op(id, "cast")) id = node(id).inputs[0];
+    return id;
+  };
+  const [dqm, dkm, dvm] = [gemm(dq), gemm(dk), gemm(dv)];
+  if (tr(node(dqm)) !== "false,false" || tr(node(dkm)) !== "true,false" || tr(node(dvm)) !== "true,false") {
+    return fail("the gradients are not GEMMs");
   }
-  // Softmax: div(E, broadcast(reduce_sum(E))), E = exp(Z - broadcast([stop_gradient] reduce_max(Z))).
-  if (!op(p, "div")) return notPV(`its left operand is ${node(p).op}, not softmax's div`);
-  const [e, rb] = node(p).inputs;
-  if (!op(e, "exp") || !op(rb, "broadcast") || !op(node(rb).inputs[0], "reduce_sum")) {
-    return notPV("no softmax");
+  const dO = node(dvm).inputs[1], dS = node(dqm).inputs[0];
+  // Q, K, V, dO and what they are computed from are the flash kernels' inputs, not theirs.
+  const operands = new Set<NodeId>(), grown = [qId, kId, vId, dO];
+  const own = new Set(site.nodes);
+  while (grown.length) {
+    const x = grown.pop()!;
+    if (operands.has(x)) continue;
+    operands.add(x);
+    for (const i of node(x).inputs) if (own.has(i)) grown.push(i);
   }
-  const rs = node(rb).inputs[0];
-  if (node(rs).inputs[0] !== e || !op(node(e).inputs[0], "sub")) return notPV("no softmax");
-  const sub = node(e).inputs[0];
-  const [z, mb] = node(sub).inputs;
-  let mx = op(mb, "broadcast") ? node(mb).inputs[0] : -1;
-  const sg = mx;
-  if (mx >= 0 && op(mx, "stop_gradient")) mx = node(mx).inputs[0];
-  if (mx < 0 || !op(mx, "reduce_max") || node(mx).inputs[0] !== z) return notPV("no softmax");
-  forward.add(p).add(e).add(rb).add(rs).add(sub).add(mb).add(sg).add(mx);
-  // Z = scaled scores (+ broadcast key mask).
-  let sc = z, mask: NodeId | undefined, maskSpec: FlashAttentionSpec["mask"];
+  const forward = new Set<NodeId>(), inline = new Set<NodeId>();
+  // The forward's nodes come before P·V (its operands), the gradients' after it (they read dO).
+  for (const x of site.nodes) {
+    if (op(x, "const")) inline.add(x);
+    else if (!operands.has(x) && x <= pv) forward.add(x);
+  }
+  const u = [...forward].find((x) => op(x, "random_uniform"));
+  const rng = u === undefined ? undefined : node(u).inputs[0];
+  const p = site.attrs.dropout as number, scale = site.attrs.scale as number;
+  const dropout = p > 0 ? { p, stream: site.attrs.stream as number } : undefined;
+  if (p > 0 && rng === undefined) return fail("the dropout's random numbers were simplified away");
+  // Z = scaled scores + broadcast key mask.
+  let mask: NodeId | undefined, maskSpec: FlashAttentionSpec["mask"];
   if (op(z, "add")) {
     const [a, b] = node(z).inputs;
-    const [scn, bc] = op(b, "broadcast") ? [a, b] : [b, a];
+    const bc = op(b, "broadcast") ? b : a;
     if (!op(bc, "broadcast")) return fail("the scores' addend is not a broadcast mask");
     const m = node(bc).inputs[0], ms = node(m).type.shape;
     const [bb, , sq] = node(z).type.shape;
@@ -192,19 +186,7 @@ function matchSite(c: MatchContext, users: NodeId[][], pv: Node): FlashSite | { 
       maskSpec = { offset: 0, batch: sq, fromInt: { sub: sv, mul: mv } };
       for (const x of [rsh, mul, subN, castN, node(subN).inputs[1], node(mul).inputs[1]]) inline.add(x);
     }
-    sc = scn;
   }
-  if (!op(sc, "mul")) return fail("the scores are not scaled");
-  const [s0, scaleC] = constOf(node(sc).inputs[1]) !== undefined
-    ? node(sc).inputs
-    : [...node(sc).inputs].reverse();
-  // Mixed precision: f16 scores cast to f32 (the graph rounds Q·Kᵀ to f16 before scaling; the kernel does not).
-  const s = op(s0, "cast") ? node(s0).inputs[0] : s0;
-  const scale = constOf(scaleC);
-  if (scale === undefined || !op(s, "matmul") || tr(node(s)) !== "false,true") return fail("no Q·Kᵀ");
-  forward.add(sc).add(s0).add(s);
-  inline.add(scaleC);
-  const [qId, kId] = node(s).inputs;
   const [B, H, S, D] = node(qId).type.shape;
   for (const x of [qId, kId, vId]) {
     const sh = node(x).type.shape;
@@ -213,23 +195,18 @@ function matchSite(c: MatchContext, users: NodeId[][], pv: Node): FlashSite | { 
   }
   if (D !== FLASH_HEAD_DIM) return fail(`head dim ${D}, not ${FLASH_HEAD_DIM}`);
   // Backward: dP_d = dO·Vᵀ and dV = P_dᵀ·dO with one dO; dQ = dS·K and dK = dSᵀ·Q with one dS.
-  const mm = (id: NodeId, t: string) => op(id, "matmul") && tr(node(id)) === t;
-  const dv = users[pd].find((u) => mm(u, "true,false") && node(u).inputs[0] === pd);
-  if (dv === undefined) return fail("no backward (inference)");
-  const dO = node(dv).inputs[1];
-  const dpd = users[vId].find((u) => mm(u, "false,true") && node(u).inputs.join() === [dO, vId].join());
-  const dq = users[kId].find((u) => mm(u, "false,false") && node(u).inputs[1] === kId);
-  if (dpd === undefined || dq === undefined) return fail("no dP or dQ GEMM");
-  const dS = node(dq).inputs[0];
-  const dk = users[qId].find((u) => mm(u, "true,false") && node(u).inputs.join() === [dS, qId].join());
-  if (dk === undefined) return fail("no dK GEMM");
+  const pd = node(pv).inputs[0];
+  const dpd = site.nodes.find((x) => op(x, "matmul") && node(x).inputs.join() === [dO, vId].join());
+  if (dpd === undefined || node(dvm).inputs[0] !== pd || node(dkm).inputs.join() !== [dS, qId].join()) {
+    return fail("no dP GEMM, or the gradients' GEMMs read other values");
+  }
   if (
     !c.materialized(dO) || c.storedType(dO) !== "f16" || node(dO).type.shape.join() !== [B, H, S, D].join()
   ) {
     return fail("dO is not an f16 [B, H, S, 64] buffer");
   }
   // The softmax backward: every node between dP_d (and the forward's values) and dS.
-  const backward = new Set<NodeId>([dv, dpd, dq, dk]);
+  const backward = new Set<NodeId>([dvm, dpd, dqm, dkm]);
   const stack = [dS];
   while (stack.length) {
     const x = stack.pop()!;
@@ -243,13 +220,13 @@ function matchSite(c: MatchContext, users: NodeId[][], pv: Node): FlashSite | { 
     stack.push(...node(x).inputs);
   }
   const views = [];
-  for (const m of [pv.id, dq, dk, dv]) {
+  for (const m of [pv, dqm, dkm, dvm]) {
     const view = storedView(c, users, m);
     const o = view && operandOf(view.strides);
     if (!view || !o || node(m).type.dtype !== "f16" || c.storedType(view.root) !== "f16") {
       return fail(`%${m} is not stored as f16 rows`);
     }
-    for (const x of view.chain) (m === pv.id ? forward : backward).add(x);
+    for (const x of view.chain) (m === pv ? forward : backward).add(x);
     views.push({ root: view.root, operand: o });
   }
   const plain = (x: NodeId): FlashOperand => {

@@ -4,6 +4,8 @@
  * and dropout emit, in their order (tests/cpu/decompose.test.ts compares the two graphs), and
  * `attention_grad` is autodiff's VJP of those primitives, reading the forward's nodes: a graph whose
  * attention went through the op decomposes to the very graph its primitives and autodiff would have built.
+ * Each attention leaves a node group (ir/graph.ts) naming its nodes, which the attention fusion and the
+ * flash-attention stage read instead of matching the primitives.
  */
 import { Graph, isComposite, type Node, type NodeId, sameShape, type TensorType } from "../../ir/mod.ts";
 import type { Attrs } from "../../ir/ops.ts";
@@ -13,13 +15,16 @@ import { addWithPrecision, type Precision } from "../training_graph/mixed_precis
 import { copyOutputs } from "../graph/rebuild.ts";
 import type { Pass } from "../pipeline/stage_runner.ts";
 
-/** dropout(softmax(q·kᵀ·scale + mask))·v, node for node as the DSL's primitives build it. */
+/**
+ * dropout(softmax(q·kᵀ·scale + mask))·v, node for node as the DSL's primitives build it; the nodes later
+ * stages are told of by role (the two GEMMs, the masked scores, the row statistics, the probabilities).
+ */
 function attentionPrimitives(
   g: Graph,
   loc: string | undefined,
   ops: readonly NodeId[],
   attrs: Attrs,
-): NodeId {
+): Record<string, NodeId> {
   const add = (op: string, ins: NodeId[], a: Attrs = {}, declared?: TensorType) =>
     g.add(op, ins, a, declared, loc);
   const type = (x: NodeId) => g.nodes[x].type;
@@ -30,16 +35,14 @@ function attentionPrimitives(
   const broadcast = (x: NodeId, shape: readonly number[]) =>
     sameShape(type(x).shape, shape) ? x : add("broadcast", [x], { shape: [...shape] });
   const [q, k, v, mask] = ops, p = attrs.dropout as number;
-  const scores = withNumber(
-    "mul",
-    add("matmul", [q, k], { transpose_a: false, transpose_b: true }),
-    attrs.scale as number,
-  );
+  const qk = add("matmul", [q, k], { transpose_a: false, transpose_b: true });
+  const scores = withNumber("mul", qk, attrs.scale as number);
   const shape = type(scores).shape, axes = [shape.length - 1];
   const z = add("add", [scores, broadcast(mask, shape)]);
-  const shifted = add("sub", [z, broadcast(add("stop_gradient", [add("reduce_max", [z], { axes })]), shape)]);
-  const e = add("exp", [shifted]);
-  let probs = add("div", [e, broadcast(add("reduce_sum", [e], { axes }), shape)]);
+  const rmax = add("reduce_max", [z], { axes });
+  const e = add("exp", [add("sub", [z, broadcast(add("stop_gradient", [rmax]), shape)])]);
+  const rsum = add("reduce_sum", [e], { axes });
+  let probs = add("div", [e, broadcast(rsum, shape)]);
   if (p > 0) {
     const u = add("random_uniform", [ops[ops.length - 1]], { stream: attrs.stream }, {
       dtype: "f32",
@@ -48,17 +51,31 @@ function attentionPrimitives(
     const keep = withNumber("ge", u, p);
     probs = add("where", [keep, withNumber("mul", probs, 1 / (1 - p)), full(0, type(probs))]);
   }
-  return add("matmul", [probs, v], { transpose_a: false, transpose_b: false });
+  return {
+    qk,
+    z,
+    rmax,
+    rsum,
+    probs,
+    pv: add("matmul", [probs, v], { transpose_a: false, transpose_b: false }),
+  };
 }
 
 /**
- * What one decomposition emitted, by the node's operands and attributes: an attention's forward primitives
- * (in emission order), and each gradient's whole scratch-to-graph map. attention_grad reuses the forward it
- * would recompute, and the gradients of one attention share one backward sweep, so the decomposed graph
- * holds each value once, as autodiff over the primitives builds it.
+ * One attention's decomposition, found by its forward operands and attributes: the forward's nodes (in
+ * emission order) and its node group, which the gradients join (roles dq, dk, dv). attention_grad reuses
+ * the forward it would recompute, and the gradients of one attention share one backward sweep, so the
+ * decomposed graph holds each value once, as autodiff over the primitives builds it.
  */
-type Emitted = Map<string, NodeId[]>;
+interface Site {
+  readonly forward: NodeId[];
+  readonly roles: Record<string, NodeId>;
+  readonly nodes: NodeId[];
+}
+/** The sites, and each backward sweep's gradients by operand index. */
+type Emitted = { sites: Map<string, Site>; grads: Map<string, NodeId[]> };
 const PRECISION_OF: Record<string, Precision> = { f32: "fp32", f16: "fp16", bf16: "bf16" };
+const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
 
 /**
  * Appends `n`'s primitives to `out`, reading `ins`: they are built in an f32 scratch graph over placeholders,
@@ -71,33 +88,51 @@ function expand(out: Graph, n: Node, ins: readonly NodeId[], emitted: Emitted): 
   // The forward's operands: a gradient's without its dO (operand 4).
   const forwardOf = <T>(xs: readonly T[]) => xs.filter((_, i) => !grad || i !== 4);
   const fwdKey = `${forwardOf(ins)}|${JSON.stringify(fwdAttrs)}`, gradKey = `${fwdKey}|${ins[4]}|${wanted}`;
-  const done = grad ? emitted.get(gradKey) : undefined;
+  const done = grad ? emitted.grads.get(gradKey) : undefined;
+  if (done) return done[wrt as number];
   const scratch = new Graph("decompose");
   const holes = n.inputs.map((_, i) => scratch.add("input", [], { name: `${i}` }, out.nodes[ins[i]].type));
   const first = holes.length;
-  let result = attentionPrimitives(scratch, n.loc, forwardOf(holes), n.attrs);
-  const forward = emitted.get(fwdKey), fwdEnd = scratch.nodes.length;
-  if (grad) {
-    const roots = (wanted as number[]).map((i) => holes[i]);
-    result = backprop(new GraphEditor(scratch), result, () => holes[4], roots)[holes[wrt as number]];
+  const roles = attentionPrimitives(scratch, n.loc, forwardOf(holes), n.attrs);
+  const fwdEnd = scratch.nodes.length, map = [...ins];
+  const copy = (from: number, to: number) => {
+    for (let i = from; i < to; i++) {
+      map[i] = addWithPrecision(out, scratch.nodes[i], scratch.nodes[i].inputs.map((x) => map[x]), precision);
+    }
+  };
+  let site = emitted.sites.get(fwdKey);
+  if (site) site.forward.forEach((id, i) => (map[first + i] = id));
+  else {
+    const start = out.nodes.length;
+    copy(first, fwdEnd);
+    // A role is the node of the role's op: a mixed-precision GEMM's f16 product, not its cast to f32.
+    const roleNode = (id: NodeId) => {
+      let x = map[id];
+      while (out.nodes[x].op !== scratch.nodes[id].op) x = out.nodes[x].inputs[0];
+      return x;
+    };
+    const named = Object.fromEntries(Object.entries(roles).map(([r, id]) => [r, roleNode(id)]));
+    site = { forward: map.slice(first, fwdEnd), roles: named, nodes: range(start, out.nodes.length) };
+    emitted.sites.set(fwdKey, site);
+    out.groups.push({ kind: "attention", roles: site.roles, nodes: site.nodes, attrs: fwdAttrs });
   }
-  if (done) return done[result];
-  const map = [...ins];
-  for (let i = first; i < scratch.nodes.length; i++) {
-    const reused = i < fwdEnd ? forward?.[i - first] : undefined;
-    map[i] = reused ??
-      addWithPrecision(out, scratch.nodes[i], scratch.nodes[i].inputs.map((x) => map[x]), precision);
-  }
-  if (!forward) emitted.set(fwdKey, map.slice(first, fwdEnd));
-  if (grad) emitted.set(gradKey, map);
-  return map[result];
+  if (!grad) return map[roles.pv];
+  const roots = (wanted as number[]).map((i) => holes[i]);
+  const dx = backprop(new GraphEditor(scratch), roles.pv, () => holes[4], roots);
+  const start = out.nodes.length;
+  copy(fwdEnd, scratch.nodes.length);
+  site.nodes.push(...range(start, out.nodes.length));
+  const results: NodeId[] = [];
+  for (const i of wanted as number[]) site.roles[`d${"qkv"[i]}`] = results[i] = map[dx[holes[i]]];
+  emitted.grads.set(gradKey, results);
+  return results[wrt as number];
 }
 
 /** g with its composite ops decomposed; g itself when it has none. */
 export function decomposeComposites(g: Graph): Graph {
   if (!g.nodes.some((n) => isComposite(n.op))) return g;
   const out = new Graph(g.name, g.precision);
-  const map: NodeId[] = [], emitted: Emitted = new Map();
+  const map: NodeId[] = [], emitted: Emitted = { sites: new Map(), grads: new Map() };
   for (const n of g.nodes) {
     const ins = n.inputs.map((i) => map[i]);
     map[n.id] = isComposite(n.op) ? expand(out, n, ins, emitted) : out.add(n.op, ins, n.attrs, n.type, n.loc);

@@ -18,6 +18,7 @@ import {
 } from "../../ir/mod.ts";
 import type { Attrs } from "../../ir/ops.ts";
 import { formatNumber } from "../../ir/print.ts";
+import { copyOutputs } from "../graph/rebuild.ts";
 import type { Pass, PassContext } from "../pipeline/stage_runner.ts";
 import { type Rewriter, type Rule, RULES, type Site } from "./simplify_rules.ts";
 
@@ -111,7 +112,7 @@ export function simplifyGraph(g: Graph, rules: readonly Rule[] = RULES): Simplif
     map[n.id] = emit(n.op, n.inputs.map((i) => map[i]), n.attrs, n.type);
   }
   if (counts.size === 0) return { graph: g, fired: counts };
-  for (const [name, id] of g.outputs) out.setOutput(name, map[id]);
+  copyOutputs(g, out, map);
   // Report in table order, so logs read the same run to run.
   const fired = new Map<string, number>();
   for (const rule of rules) if (counts.has(rule.name)) fired.set(rule.name, counts.get(rule.name)!);

@@ -32,7 +32,6 @@ import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { linear, type ModelBuilder, type Tensor } from "../../dsl/mod.ts";
-import { dropout, softmax } from "../../dsl/nn.ts";
 import { assertMatchesReference } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
@@ -182,12 +181,11 @@ Deno.test({
         const q = split(linear(x, wq.weight, wq.bias));
         const k = split(linear(x, wk.weight, wk.bias));
         const v = split(linear(x, wv.weight, wv.bias));
-        const probs = dropout(
-          softmax(q.matmul(k, { transposeB: true }).mul(1 / Math.sqrt(dh)), -1, mask),
-          0.1,
-          key,
-        );
-        const ctx = probs.matmul(v).permute([0, 2, 1, 3]).reshape([b, s, h]);
+        const ctx = m.attention(q, k, v, mask, 1 / Math.sqrt(dh), 0.1, key).permute([0, 2, 1, 3]).reshape([
+          b,
+          s,
+          h,
+        ]);
         return linear(ctx, wo.weight, wo.bias).add(q.stopGradient().permute([0, 2, 1, 3]).reshape([b, s, h]));
       },
       "f16",
