@@ -61,10 +61,9 @@ export class HeldOutSet {
   private constructor(readonly batches: Batch[], readonly instances: number, readonly unigramId: number) {}
 
   /**
-   * The last batch's rows past the end (the loader wraps to the first record) get labels -1, the losses'
-   * ignore index, so they count for nothing.
+   * `counts`: targetCounts of the training shards. The last batch's rows past the end (the loader wraps to
+   * the first record) get labels -1, the losses' ignore index, so they count for nothing.
    */
-  /** `counts`: targetCounts of the training shards. */
   static async open(
     dir: string,
     counts: Float64Array,

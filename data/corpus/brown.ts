@@ -102,13 +102,3 @@ export async function brownCorpusText(opts: { cacheDir?: string | null } = {}): 
   }
   return text;
 }
-
-/** The path of the cached text file, made if missing (for `--input` of other tools). */
-export async function brownTextFile(cacheDir = defaultCacheDir()): Promise<string> {
-  const path = brownTextPath(cacheDir);
-  await brownCorpusText({ cacheDir });
-  await Deno.stat(path).catch(() => {
-    throw new DataError(`could not write the Brown corpus text to ${path}`);
-  });
-  return path;
-}

@@ -4,7 +4,7 @@
  * workers > 1 and in this thread otherwise; the output is the same either way (see plan.ts).
  */
 import { dirname, join, resolve } from "node:path";
-import { io } from "../../model_io/outputs.ts";
+import { acquireLock, io, type Lock } from "../../model_io/outputs.ts";
 import { BROWN_SOURCE, brownCorpusText } from "../corpus/brown.ts";
 import { MAX_SEQ_LENGTH_LIMIT, recordLayout } from "../shards/format.ts";
 import { DataError } from "../shards/errors.ts";
@@ -117,6 +117,7 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
   // Workers start first, so that starting their isolates overlaps reading the input; tasks posted
   // before a worker is up wait in its queue while this thread already works on its own share.
   const pool = workers > 1 ? new WorkerPool(workers) : undefined;
+  let lock: Lock | undefined;
   try {
     // ---- read ----
     const text = builtIn ? await brownCorpusText({ cacheDir: opts.cacheDir }) : await readInputText(files);
@@ -147,8 +148,17 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
         } has no sentences (expected one sentence per line, a blank line between documents)`,
       );
     }
-    // Only now, with the input known to be good, is an earlier run's output removed.
-    const created = await prepareOutputDir(opts.output);
+    // The new shards and manifest are written to a folder of this run's inside the output, and replace an
+    // earlier run's only once complete: a failure or a kill leaves the earlier output as it was.
+    // The folder's lock stops a second run writing there; a run's folder left behind is a killed run's.
+    const created = await makeOutputDir(opts.output), staging = join(opts.output, `${STAGING}${Deno.pid}`);
+    lock = await acquireLock(opts.output, "prepare-data");
+    for await (const e of Deno.readDir(opts.output)) {
+      if (e.isDirectory && e.name.startsWith(STAGING)) {
+        await Deno.remove(join(opts.output, e.name), { recursive: true });
+      }
+    }
+    await Deno.mkdir(staging);
     const t2 = performance.now();
 
     // ---- shards ----
@@ -157,7 +167,7 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
     const jobs: ShardJob[] = plan.map((docs, index) => ({
       index,
       docs,
-      path: join(opts.output, shardFileName(index)),
+      path: join(staging, shardFileName(index)),
       seed: settings.seed,
       dupeFactor: settings.dupeFactor,
       settings,
@@ -175,17 +185,20 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
     let manifest: Manifest;
     try {
       // All tasks settle before anything is reported, so no worker is stopped halfway through a file.
-      const settled = pool
-        ? await Promise.allSettled(jobs.map(runJob))
-        : await sequentially(jobs.map((job) => () => runJob(job)));
-      const failed = settled.find((r) => r.status === "rejected");
-      if (failed) throw (failed as PromiseRejectedResult).reason;
-      results.push(...settled.map((r) => (r as PromiseFulfilledResult<ShardResult>).value));
-      manifest = await finish(opts.output, settings, tok, spec, sources, corpus, results);
+      if (pool) {
+        const settled = await Promise.allSettled(jobs.map(runJob));
+        const failed = settled.find((r) => r.status === "rejected");
+        if (failed) throw (failed as PromiseRejectedResult).reason;
+        results.push(...settled.map((r) => (r as PromiseFulfilledResult<ShardResult>).value));
+      } else for (const job of jobs) results.push(await runJob(job));
+      manifest = await finish(staging, settings, tok, spec, sources, corpus, results);
+      await swapIn(staging, opts.output, manifest);
     } catch (e) {
-      // Nothing partial stays (a full disk, F06): the shards this run wrote are of no use without a
-      // manifest, and the folders this run created go too (each only if empty: never a user's file).
-      await Promise.all(jobs.map((j) => Deno.remove(j.path).catch(() => {})));
+      // Nothing partial stays (a full disk, F06): this run's folder goes, and the folders it created too
+      // (each only if empty: never a user's file).
+      await Deno.remove(staging, { recursive: true }).catch(() => {});
+      await lock?.release(); // its file would keep the folder from being removed
+      lock = undefined;
       for (const d of created) await Deno.remove(d).catch(() => {});
       throw e;
     }
@@ -211,30 +224,16 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
     };
   } finally {
     pool?.close();
+    await lock?.release();
   }
 }
 
-/** Runs the tasks one after another, stopping at the first failure. */
-async function sequentially<T>(tasks: (() => Promise<T>)[]): Promise<PromiseSettledResult<T>[]> {
-  const out: PromiseSettledResult<T>[] = [];
-  for (const task of tasks) {
-    try {
-      out.push({ status: "fulfilled", value: await task() });
-    } catch (reason) {
-      out.push({ status: "rejected", reason });
-      break;
-    }
-  }
-  return out;
-}
+/** A run's own folder inside the output, `.partial-<pid>`. */
+const STAGING = ".partial-";
 
-/**
- * Creates the directory and removes what an earlier run left: the manifest first (so the directory never
- * looks complete with a mix of old and new shards), then old shards and stray temporary files. Other files
- * are left alone. Returns the folders it created.
- */
-async function prepareOutputDir(dir: string): Promise<string[]> {
-  const created: string[] = []; // deepest first, as they are to be removed
+/** Creates the output folder; returns the folders it created, deepest first. */
+async function makeOutputDir(dir: string): Promise<string[]> {
+  const created: string[] = [];
   for (let d = resolve(dir); !(await Deno.lstat(d).then(() => true, () => false)); d = dirname(d)) {
     created.push(d);
   }
@@ -243,14 +242,25 @@ async function prepareOutputDir(dir: string): Promise<string[]> {
   } catch (e) {
     throw new DataError(`output ${dir}: ${(e as Error).message}`);
   }
-  await Deno.remove(join(dir, MANIFEST_NAME)).catch((e) => {
-    if (!(e instanceof Deno.errors.NotFound)) throw e;
-  });
+  return created;
+}
+
+/**
+ * Moves a complete run from `staging` into `dir` once nothing is in the way: the old manifest goes first (the
+ * folder never looks complete with a mix of shards), then old shards and temporaries (other files stay).
+ */
+async function swapIn(staging: string, dir: string, manifest: Manifest): Promise<void> {
+  const files = [...manifest.shards.map((x) => x.file), MANIFEST_NAME];
+  const found = await Promise.all(files.map((f) => Deno.lstat(join(dir, f)).catch(() => undefined)));
+  const f = files[found.findIndex((st) => st && !st.isFile)];
+  if (f) throw new DataError(`cannot write ${join(dir, f)}: something not a file is in the way`);
+  await Deno.remove(join(dir, MANIFEST_NAME)).catch(() => {}); // absent, or the rename below fails
   for await (const entry of Deno.readDir(dir)) {
     const ours = /^shard-\d+\.bin$/.test(entry.name) || isTempName(entry.name);
     if (ours && entry.isFile) await Deno.remove(join(dir, entry.name));
   }
-  return created;
+  for (const f of files) await Deno.rename(join(staging, f), join(dir, f));
+  await Deno.remove(staging);
 }
 
 async function finish(

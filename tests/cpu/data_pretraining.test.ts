@@ -16,6 +16,7 @@ import { InstanceMaker, type InstanceSettings } from "../../data/pretraining/ins
 import { Masker, roundHalfEven } from "../../data/pretraining/masking.ts";
 import { planShards } from "../../data/pretraining/plan.ts";
 import { prepareData } from "../../data/pretraining/prepare.ts";
+import { acquireLock } from "../../model_io/outputs.ts";
 import { Rng } from "../../data/pretraining/rng.ts";
 import { DataError } from "../../data/shards/errors.ts";
 import { readManifest } from "../../data/shards/manifest.ts";
@@ -379,31 +380,30 @@ Deno.test("prepareData: replaces an earlier run's shards, keeps other files, err
     await Deno.mkdir(out);
     await Deno.writeTextFile(join(out, "notes.txt"), "mine");
     await Deno.writeTextFile(join(out, "shard-00999.bin"), "stale");
+    await Deno.mkdir(join(out, ".partial-1", "x"), { recursive: true }); // a killed run's folder
     await prepareData({ inputs: [input], output: out, dupeFactor: 1 });
     const names = [...Deno.readDirSync(out)].map((e) => e.name).sort();
     assert.ok(names.includes("notes.txt") && names.includes("manifest.json"));
     assert.ok(!names.includes("shard-00999.bin"));
     assert.ok(names.every((n) => !n.startsWith(".")), `temporary files left: ${names}`);
-
+    const held = await acquireLock(out, "another prepare-data"); // two runs into one folder: the second refused
+    const prep = (inputs: string[], output: string, o = {}) => () => prepareData({ inputs, output, ...o });
+    await assert.rejects(prep([input], out), /out is in use by another run: pid/);
+    await held.release();
     const empty = join(dir, "empty.txt");
     await Deno.writeTextFile(empty, "\n \n\n");
-    await assert.rejects(() => prepareData({ inputs: [empty], output: join(dir, "o2") }), DataError);
-    await assert.rejects(
-      () => prepareData({ inputs: [join(dir, "nope.txt")], output: join(dir, "o2") }),
-      DataError,
-    );
+    for (const bad of [empty, join(dir, "nope.txt")]) {
+      await assert.rejects(prep([bad], join(dir, "o2")), DataError);
+    }
     // Bad input is found before the output directory is touched.
     await assert.rejects(() => Deno.stat(join(dir, "o2")), Deno.errors.NotFound);
+    await assert.rejects(prep([input], join(dir, "o3"), { maxSeqLength: 4 }), /max_seq_length/);
     await assert.rejects(
-      () => prepareData({ inputs: [input], output: join(dir, "o3"), maxSeqLength: 4 }),
-      /max_seq_length/,
-    );
-    await assert.rejects(
-      () => prepareData({ inputs: [input], output: join(dir, "o3"), maxPredictionsPerSeq: 200 }),
+      prep([input], join(dir, "o3"), { maxPredictionsPerSeq: 200 }),
       /max_predictions_per_seq/,
     );
     // The output path is a file: a DataError, and the file survives.
-    await assert.rejects(() => prepareData({ inputs: [input], output: input }), DataError);
+    await assert.rejects(prep([input], input), DataError);
     assert.ok((await Deno.readTextFile(input)).length > 100);
   });
 });
@@ -422,15 +422,9 @@ Deno.test("worker pool: results equal this thread's, errors come back with their
     const tok = await tokenizerFor(spec);
     assert.deepEqual(joinChunks(got), joinChunks([tokenizeChunk(tok, text)]));
     const corpus = joinChunks(got, true);
-    const job = {
-      index: 0,
-      docs: Uint32Array.from([0, 1]),
-      path: "/nonexistent-dir-bertfuse/shard.bin",
-      seed: 1,
-      dupeFactor: 1,
-      settings: SETTINGS,
-      vocab: { ...VOCAB, vocabSize: tok.vocabSize },
-    };
+    const [index, seed, dupeFactor, docs] = [0, 1, 1, Uint32Array.from([0, 1])];
+    const vocab = { ...VOCAB, vocabSize: tok.vocabSize }, path = "/nonexistent-dir-bertfuse/shard.bin";
+    const job = { index, docs, path, seed, dupeFactor, settings: SETTINGS, vocab };
     const failures = await Promise.allSettled([0, 1, 2].map(() => pool.run({ kind: "shard", corpus, job })));
     for (const f of failures) {
       assert.equal(f.status, "rejected");
@@ -441,12 +435,15 @@ Deno.test("worker pool: results equal this thread's, errors come back with their
   }
 });
 
-Deno.test("prepareData: a shard that cannot be written leaves no manifest, shards or temporaries", async () => {
+Deno.test("prepareData: a shard that cannot be written leaves the earlier run's output as it was", async () => {
   await withTemp(async (dir) => {
     const input = join(dir, "in.txt");
     await Deno.writeTextFile(input, await sampleText(30));
     for (const workers of [1, 2]) {
       const out = join(dir, `out${workers}`);
+      const files = () => [...Deno.readDirSync(out)].map((e) => e.name).sort();
+      await prepareData({ inputs: [input], output: out, dupeFactor: 1 }); // one shard
+      const before = files().map((f) => [f, Deno.readFileSync(join(out, f)).join()]);
       // A non-empty directory where shard 2 goes: the rename onto it fails.
       await Deno.mkdir(join(out, "shard-00002.bin"), { recursive: true });
       await Deno.writeTextFile(join(out, "shard-00002.bin", "x"), "x");
@@ -454,8 +451,12 @@ Deno.test("prepareData: a shard that cannot be written leaves no manifest, shard
         () => prepareData({ inputs: [input], output: out, workers, dupeFactor: 1, shardTokens: 5_000 }),
         (e: unknown) => e instanceof DataError && /cannot write .*shard-00002\.bin/.test(e.message),
       );
-      const names = [...Deno.readDirSync(out)].map((e) => e.name);
-      assert.deepEqual(names, ["shard-00002.bin"], `left behind with ${workers} workers: ${names}`);
+      assert.deepEqual(
+        files(),
+        ["manifest.json", "shard-00000.bin", "shard-00002.bin"],
+        `with ${workers} workers`,
+      );
+      assert.deepEqual(before.map(([f]) => [f, Deno.readFileSync(join(out, f)).join()]), before);
     }
   });
 });
