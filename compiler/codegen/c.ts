@@ -110,22 +110,15 @@ type Reduce = Extract<KStmt, { k: "wg_reduce" }>;
 type For = Extract<KStmt, { k: "for" }>;
 type Swap = NonNullable<ReturnType<typeof interchange>>;
 
-function hasLoop(body: readonly KStmt[]): boolean {
+/** Whether `body` holds, at any depth, a statement `p` accepts. */
+function holds(body: readonly KStmt[], p: (s: KStmt) => boolean): boolean {
   let found = false;
-  visitStmts(body, (x) => (found ||= x.k === "for"));
+  visitStmts(body, (x) => (found ||= p(x)));
   return found;
 }
-
+const hasLoop = (body: readonly KStmt[]) => holds(body, (x) => x.k === "for");
 /** Whether a statement is, or contains, a barrier or a workgroup reduction. */
-function syncs(s: KStmt): boolean {
-  if (s.k === "barrier" || s.k === "wg_reduce") return true;
-  let found = false;
-  if (s.k === "for") visitStmts(s.body, (x) => (found ||= x.k === "barrier" || x.k === "wg_reduce"));
-  if (s.k === "if") {
-    visitStmts([...s.then, ...(s.else ?? [])], (x) => (found ||= x.k === "barrier" || x.k === "wg_reduce"));
-  }
-  return found;
-}
+const syncs = (s: KStmt) => holds([s], (x) => x.k === "barrier" || x.k === "wg_reduce");
 
 /** Names a statement reads or sets (locals), including inside nested statements. */
 function namesUsed(s: KStmt, into: Set<string>): void {
@@ -291,8 +284,7 @@ class Speller extends HalfInF32Speller<CHelper> {
     const k = this.k;
     const w = k.workgroupSize, n = k.workgroups;
     visitExprs(k.body, (e) => (this.usesGid ||= e.k === "id" && e.which === "gid"));
-    let loops = false;
-    visitStmts(k.body, (s) => (loops ||= s.k === "for"));
+    const loops = hasLoop(k.body);
     const phased = k.body.some(syncs);
     const worth = n * w >= PARALLEL_THREADS || loops;
     const args = k.bindings.map((b, i) => {

@@ -43,28 +43,11 @@ export interface CpuContext {
 type Kernel = Deno.PointerValue;
 type Fn = (args: Deno.PointerValue) => void;
 
-type Step =
-  | {
-    readonly op: "launch";
-    readonly index: number;
-    readonly kernel: number;
-    readonly fn: Fn;
-    readonly args: Kernel;
-  }
-  | {
-    readonly op: "gemm";
-    readonly index: number;
-    readonly kernel: number;
-    readonly call: BlasCall;
-    readonly epilogue?: { readonly fn: Fn; readonly args: Kernel };
-  }
-  | {
-    readonly op: "copy";
-    readonly index: number;
-    readonly src: number;
-    readonly dst: number;
-    readonly bytes: number;
-  };
+type Step = Readonly<
+  | { op: "launch"; index: number; kernel: number; fn: Fn; args: Kernel }
+  | { op: "gemm"; index: number; kernel: number; call: BlasCall; epilogue?: { fn: Fn; args: Kernel } }
+  | { op: "copy"; index: number; src: number; dst: number; bytes: number }
+>;
 
 export class CpuExecutor extends PlanExecutor {
   private constructor(
