@@ -482,10 +482,6 @@ export function isOpName(s: string): s is OpName {
   return Object.hasOwn(OPS, s);
 }
 
-export function opDef(op: OpName): OpDef {
-  return OPS[op];
-}
-
 // ---- group predicates, derived from the table ---------------------------------------------------
 const categoryOf = (op: OpName): OpCategory => OPS[op].category;
 

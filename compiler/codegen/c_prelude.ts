@@ -172,24 +172,6 @@ const ORDER: readonly CHelper[] = [
   "bf_philox4",
 ];
 
-/** Names the prelude defines, which kernel identifiers must not take. */
-export const C_PRELUDE_NAMES: readonly string[] = [
-  ...ORDER,
-  "bf_float4",
-  "bf_int4",
-  "bf_uint4",
-  "bf_half4",
-  "bf_bf16_to_f32",
-  "bf_f32_to_bf16",
-  "bf_f2u",
-  "bf_max_i32",
-  "bf_min_i32",
-  "bf_max_u32",
-  "bf_min_u32",
-  "bf_maxf",
-  "bf_minf",
-];
-
 const INCLUDES = ["math.h", "stdbool.h", "stdint.h", "stdlib.h", "string.h"].map((h) => `#include <${h}>`)
   .join("\n");
 

@@ -143,7 +143,3 @@ export const PROFILES: Readonly<Record<ProfileName, TargetProfile>> = {
 export const DEFAULT_PROFILE = PROFILES.lavapipe;
 
 export const PROFILE_NAMES = Object.keys(PROFILES) as ProfileName[];
-
-export function isProfileName(s: string): s is ProfileName {
-  return (PROFILE_NAMES as string[]).includes(s);
-}
