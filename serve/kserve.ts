@@ -182,8 +182,11 @@ function requestedOutputs(v: unknown, m: ServedModel, binary: boolean): ParsedIn
 export function inferResponse(m: ServedModel, req: ParsedInfer, rows: RowOutputs[]) {
   const outputs = req.outputs.map(({ name, binary }) => {
     const per = rows.map((r) => r.get(name)!);
-    const data = new Float32Array(per.reduce((a, p) => a + p.data.length, 0));
-    per.reduce((at, p) => (data.set(p.data, at), at + p.data.length), 0);
+    // One row's data is its own already (a copy of the batch's); more rows are joined.
+    const data = per.length === 1
+      ? per[0].data
+      : new Float32Array(per.reduce((a, p) => a + p.data.length, 0));
+    if (per.length > 1) per.reduce((at, p) => (data.set(p.data, at), at + p.data.length), 0);
     return { name, datatype: "FP32", shape: [rows.length, ...per[0].shape], data, binary };
   });
   return {
