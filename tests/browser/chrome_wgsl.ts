@@ -37,7 +37,7 @@ const PAGE_CHECK = `async (kernels) => {
     "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX", "maxStorageBufferBindingSize",
     "maxBufferSize"]) requiredLimits[k] = adapter.limits[k];
   const device = await adapter.requestDevice({ requiredFeatures: hasF16 ? ["shader-f16"] : [], requiredLimits });
-  const rejections = [], skippedF16 = [];
+  const rejections = [], skippedF16 = [], pipelines = [];
   let checked = 0;
   for (const k of kernels) {
     if (!hasF16 && /^\\s*enable f16;/m.test(k.code)) { skippedF16.push(k.name); continue; }
@@ -52,12 +52,11 @@ const PAGE_CHECK = `async (kernels) => {
       rejections.push({ name: k.name, stage: "shader", message: errors.join("; ") || scoped.message });
       continue;
     }
-    try {
-      await device.createComputePipelineAsync({ label: k.name, layout: "auto", compute: { module, entryPoint: "main" } });
-    } catch (e) {
-      rejections.push({ name: k.name, stage: "pipeline", message: e.message });
-    }
+    // Compiled concurrently (SwiftShader takes a second or more for a GEMM), reported in kernel order.
+    pipelines.push(device.createComputePipelineAsync({ label: k.name, layout: "auto", compute: { module, entryPoint: "main" } })
+      .then(() => [], (e) => [{ name: k.name, stage: "pipeline", message: e.message }]));
   }
+  rejections.push(...(await Promise.all(pipelines)).flat());
   const adapterName = [adapter.info.vendor, adapter.info.architecture, adapter.info.description].filter(Boolean).join(" ");
   device.destroy();
   return { adapter: adapterName, hasF16, checked, skippedF16, rejections };

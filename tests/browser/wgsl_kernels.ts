@@ -67,6 +67,8 @@ function compiledKernels(
 
 /** BERT-tiny's kernels fused for an adapter that allows `maxBindings` storage buffers per stage. */
 export function bertTinyKernels(maxBindings: number): WgslKernel[] {
+  // A kernel of several compiles (each head's encoder, the training step's) goes to Chrome once.
+  const seen = new Set<string>();
   return [
     ...compiledKernels("bert-tiny-train-fp32", "train", "pretraining", maxBindings),
     ...(["pretraining", "classification", "qa"] as const).flatMap((h) =>
@@ -82,5 +84,5 @@ export function bertTinyKernels(maxBindings: number): WgslKernel[] {
       4 << 20,
     )
       .filter((k) => /@binding\(\d+\) var<storage, [a-z_]+> \w+_r1:/.test(k.code)),
-  ];
+  ].filter((k) => !seen.has(k.code) && seen.add(k.code));
 }
