@@ -10,6 +10,7 @@
  * kernels. What it cannot check: GPU-specific behaviour (memory model, warp scheduling, NVRTC). Host libm
  * stands in for CUDA's expf/tanhf (both within a few ulp).
  */
+import { dirname } from "node:path";
 import { numel } from "../../ir/mod.ts";
 import type { Plan, PlanBinding, PlanBuffer, PlanGemmOperand, TargetKernel } from "../../plan/plan.ts";
 import { storedBytes } from "../../plan/plan.ts";
@@ -364,21 +365,48 @@ export async function runSourceOnCpu(
 }
 
 const cxxFlags = (optimize: string) => ["-std=c++20", optimize, "-fno-strict-aliasing", "-pthread"];
+/** Whether `f` returns true without throwing: a stat of what may be absent, a removal that may fail. */
+function holds(f: () => boolean | void): boolean {
+  try {
+    return f() !== false;
+  } catch {
+    return false;
+  }
+}
 /**
  * The shim (with LT_CPU after it, as program() writes it, or alone) as a header precompiled once per
- * process and flags: parsing its C++ headers took 1.2 to 1.5 s of each g++ run. Where the precompiled
- * header does not fit (another compiler, other flags), g++ reads the header's text: the same program.
+ * process and flags: parsing its C++ headers took 1.2 to 1.5 s of each g++ run. A test process's modules
+ * share the folder (BERTFUSE_SHIM_PCH names it to them); a folder whose process has ended goes when the
+ * next one is made. Where the precompiled header does not fit (another compiler, other flags), g++ reads
+ * the header's text: the same program.
  */
 const HEADS = [`${SHIM}\n${LT_CPU}`, SHIM], headers = new Map<string, Promise<string>>();
-let headerDir: string | undefined;
-globalThis.addEventListener("unload", () => headerDir && Deno.removeSync(headerDir, { recursive: true }));
+function headerDir(): string {
+  const given = Deno.env.get("BERTFUSE_SHIM_PCH"),
+    isDir = (p: string) => holds(() => Deno.statSync(p).isDirectory);
+  if (given && isDir(given)) return given;
+  const dir = Deno.makeTempDirSync({ prefix: `bertfuse-shim-pch-${Deno.pid}-` }), tmp = dirname(dir);
+  for (const e of isDir("/proc/self") ? Deno.readDirSync(tmp) : []) {
+    const pid = e.name.match(/^bertfuse-shim-pch-(\d+)-/)?.[1];
+    if (pid && !isDir(`/proc/${pid}`)) holds(() => Deno.removeSync(`${tmp}/${e.name}`, { recursive: true }));
+  }
+  Deno.env.set("BERTFUSE_SHIM_PCH", dir);
+  return dir;
+}
+async function buildHeader(head: number, optimize: string): Promise<string> {
+  const path = `${headerDir()}/shim${head}${optimize}.h`, tmp = `${path}.${crypto.randomUUID()}.h`;
+  if (holds(() => Deno.statSync(`${path}.gch`).isFile)) return path;
+  await Deno.writeTextFile(tmp, HEADS[head]);
+  const args = [...cxxFlags(optimize), "-x", "c++-header", tmp, "-o", `${tmp}.gch`];
+  await new Deno.Command(CXX, { args, stdout: "null", stderr: "null" }).output();
+  // Each file in one step, the precompiled one last (where g++ made it).
+  await Deno.rename(tmp, path);
+  await Deno.rename(`${tmp}.gch`, `${path}.gch`).catch(() => {});
+  return path;
+}
 function shimHeader(head: number, optimize: string): Promise<string> {
-  const key = `shim${head}${optimize}`;
-  const path = `${headerDir ??= Deno.makeTempDirSync({ prefix: "bertfuse-shim-pch-" })}/${key}.h`;
-  const args = [...cxxFlags(optimize), "-x", "c++-header", path, "-o", `${path}.gch`];
-  const build = () => new Deno.Command(CXX, { args, stdout: "null", stderr: "null" }).output();
-  if (!headers.has(key)) headers.set(key, Deno.writeTextFile(path, HEADS[head]).then(build).then(() => path));
-  return headers.get(key)!;
+  if (!headers.has(`${head}${optimize}`)) headers.set(`${head}${optimize}`, buildHeader(head, optimize));
+  return headers.get(`${head}${optimize}`)!;
 }
 
 /** Compiles `source` (shim included) with g++ into `dir`/prog. */
