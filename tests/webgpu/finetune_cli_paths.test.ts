@@ -18,25 +18,10 @@ const gpu = await testGpu();
 const FIX = join(ROOT, "tests/fixtures/finetune");
 
 async function finetune(cwd: string, args: string[]): Promise<void> {
+  const perms = "read write env ffi run".split(" ").map((p) => `--allow-${p}`);
+  const flags = ["--backend", "webgpu", "--max-steps", "2", "--train-batch-size", "4", ...args];
   const out = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--config",
-      join(ROOT, "deno.json"),
-      "--allow-read",
-      "--allow-write",
-      "--allow-env",
-      "--allow-ffi",
-      "--allow-run",
-      join(ROOT, "cli/finetune.ts"),
-      "--backend",
-      "webgpu",
-      "--max-steps",
-      "2",
-      "--train-batch-size",
-      "4",
-      ...args,
-    ],
+    args: ["run", "--config", join(ROOT, "deno.json"), ...perms, join(ROOT, "cli/finetune.ts"), ...flags],
     cwd,
     env: cliEnv(),
   }).output();
@@ -119,17 +104,8 @@ Deno.test({
       // A short sequence and stride so that long contexts span several windows.
       await finetune(dir, [
         ...["--task", "squad", "--do_train", "--do-eval", "--do-predict", "--train-file", file],
-        ...[
-          "--predict_file",
-          file,
-          "--max-seq-length",
-          "64",
-          "--doc-stride",
-          "24",
-          "--max-query-length",
-          "16",
-        ],
-        ...["--n-best-size", "5", "--output-dir", run],
+        ...["--predict_file", file, "--max-seq-length", "64", "--doc-stride", "24"],
+        ...["--max-query-length", "16", "--n-best-size", "5", "--output-dir", run],
       ]);
       await checkTrainingFiles(run, 2);
       await checkSquadPredictions(run, await squadIds(file), 5, false);
