@@ -9,6 +9,7 @@ import type { Graph, Node, NodeGroup, NodeId } from "../../ir/mod.ts";
 import type { DType } from "../../ir/mod.ts";
 import { FLASH_HEAD_DIM, type FlashAttentionSpec, type FlashOperand } from "../codegen/cuda_flash.ts";
 import { reshapeView } from "./gemm_library.ts";
+import { usersOf } from "../graph/users.ts";
 
 export interface FlashSite {
   readonly spec: FlashAttentionSpec;
@@ -42,13 +43,6 @@ export interface MatchContext {
 
 type Why = string;
 const fail = (why: Why): { why: Why } => ({ why });
-
-/** Users of every node. */
-export function usersOf(g: Graph): NodeId[][] {
-  const users: NodeId[][] = g.nodes.map(() => []);
-  for (const n of g.nodes) for (const i of n.inputs) users[i].push(n.id);
-  return users;
-}
 
 const contiguous = (shape: readonly number[]) => {
   const st = new Array<number>(shape.length).fill(1);

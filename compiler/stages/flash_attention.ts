@@ -21,13 +21,8 @@ import {
   type FlashKernel,
 } from "../codegen/cuda_flash.ts";
 import { flashBackwardFused, fusedBackwardIneligible } from "../codegen/cuda_flash_backward.ts";
-import {
-  findFlashSites,
-  type FlashSite,
-  headsOfProduct,
-  type MatchContext,
-  usersOf,
-} from "../lower/flash_match.ts";
+import { findFlashSites, type FlashSite, headsOfProduct, type MatchContext } from "../lower/flash_match.ts";
+import { usersOf } from "../graph/users.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import { rerootAtProduct, rerootedFusion, type RerootWork, rerootWork } from "./flash_operands.ts";
 import { launchAccess } from "./schedule.ts";
