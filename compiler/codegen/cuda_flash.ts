@@ -6,71 +6,16 @@
  * `flashIneligible` (the math, schedule and requirements: DESIGN.md, notes: compiler/codegen/cuda_flash.ts).
  */
 import { cudaPrelude } from "./cuda_prelude.ts";
+import { FLASH_HEAD_DIM, type FlashAttentionSpec, type FlashOperand } from "../lower/flash_match.ts";
 
-/** Rows per block, per key/query tile; the head dim the kernels are written for. */
+/** Rows per block, per key/query tile. */
 export const FLASH_ROWS = 64;
-export const FLASH_HEAD_DIM = 64;
 const THREADS = 128;
 /** Row length of a staged 64-column tile, in halves: ldmatrix's eight row addresses in distinct banks. */
 export const PAD = 72;
 
-/**
- * An f16 operand [B, H, S, 64] in memory: element (b, h, s, d) at offset + b·batch + h·head + s·row + d.
- * With `bias` (Q, K and V only), the value is f16(f32(element) + bias[offset + h·head + d]) instead: a
- * projection's bias added on load to its f16 product read token-major, rounded as the graph's
- * f16(product + bias) is (compiler/stages/flash_attention.ts), so no kernel writes the biased heads.
- */
-export interface FlashOperand {
-  readonly offset: number;
-  readonly batch: number;
-  readonly head: number;
-  readonly row: number;
-  readonly bias?: FlashBias;
-}
-
-/** A bias vector over the heads' columns: element (h, d) at offset + h·head + d, of type dtype. */
-export interface FlashBias {
-  readonly offset: number;
-  readonly head: number;
-  readonly dtype: "f16" | "f32";
-}
-
 /** The operands that may carry a bias, and their bias parameters' names. */
 const BIASED = [["q", "q_bias"], ["k", "k_bias"], ["v", "v_bias"]] as const;
-
-export interface FlashAttentionSpec {
-  readonly batch: number;
-  readonly heads: number;
-  /** Query and key sequence lengths. */
-  readonly seqQ: number;
-  readonly seqK: number;
-  /** Multiplies Q·Kᵀ before the mask is added. */
-  readonly scale: number;
-  readonly q: FlashOperand;
-  readonly k: FlashOperand;
-  readonly v: FlashOperand;
-  /** O (forward output, backward input) and dO (backward). */
-  readonly o: FlashOperand;
-  readonly dO?: FlashOperand;
-  /** The additive mask per key: f32, element (b, j) at offset + b·batch + j. */
-  readonly mask?: {
-    readonly offset: number;
-    readonly batch: number;
-    /**
-     * An i32 mask computed on load as (f32(m) - sub)·mul, BERT's (m - 1)·10000 from the 0/1 attention
-     * mask (models/bert.ts), in the graph's order of operations; absent: the buffer holds f32 values.
-     */
-    readonly fromInt?: { readonly sub: number; readonly mul: number };
-  };
-  /** Dropout of the probabilities: drop probability and the random_uniform's stream; seed and step are read from a u32[2] binding. */
-  readonly dropout?: { readonly p: number; readonly stream: number };
-  /** Type of the stored results (O forward; dQ, dK, dV backward); L is always f32. */
-  readonly out: "f16" | "f32";
-  /** Gradient outputs [B, H, S, 64]: layouts of dQ, dK, dV (backward). */
-  readonly dQ?: FlashOperand;
-  readonly dK?: FlashOperand;
-  readonly dV?: FlashOperand;
-}
 
 export interface FlashKernel {
   readonly code: string;

@@ -11,7 +11,6 @@ import {
   checkBackward,
   f32,
   FLASH_ROWS,
-  type FlashAttentionSpec,
   flashIneligible,
   type FlashKernel,
   keepPairs,
@@ -28,6 +27,7 @@ import {
   storeRows,
   zero,
 } from "./cuda_flash.ts";
+import type { FlashAttentionSpec } from "../lower/flash_match.ts";
 
 /** The longest sequence one block holds (8 warps of 16 query rows). */
 export const FUSED_MAX_SEQ = 128;

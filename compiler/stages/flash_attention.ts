@@ -11,8 +11,6 @@ import type { NodeId } from "../../ir/mod.ts";
 import type { PlanStep } from "../../plan/plan.ts";
 import type { KBinding, Kernel } from "../kernel_ir/ir.ts";
 import {
-  FLASH_HEAD_DIM,
-  type FlashAttentionSpec,
   flashBackwardDkDv,
   flashBackwardDq,
   flashCosts,
@@ -21,7 +19,14 @@ import {
   type FlashKernel,
 } from "../codegen/cuda_flash.ts";
 import { flashBackwardFused, fusedBackwardIneligible } from "../codegen/cuda_flash_backward.ts";
-import { findFlashSites, type FlashSite, headsOfProduct, type MatchContext } from "../lower/flash_match.ts";
+import {
+  findFlashSites,
+  FLASH_HEAD_DIM,
+  type FlashAttentionSpec,
+  type FlashSite,
+  headsOfProduct,
+  type MatchContext,
+} from "../lower/flash_match.ts";
 import { usersOf } from "../graph/users.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import { rerootAtProduct, rerootedFusion, type RerootWork, rerootWork } from "./flash_operands.ts";

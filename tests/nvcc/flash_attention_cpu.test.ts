@@ -21,14 +21,13 @@ import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { decodeF16, encodeF16 } from "../../numeric/half.ts";
 import {
-  type FlashAttentionSpec,
   flashBackwardDkDv,
   flashBackwardDq,
   flashCosts,
   flashForward,
   type FlashKernel,
-  type FlashOperand,
 } from "../../compiler/codegen/cuda_flash.ts";
+import type { FlashAttentionSpec, FlashOperand } from "../../compiler/lower/flash_match.ts";
 import { flashBackwardFused } from "../../compiler/codegen/cuda_flash_backward.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { CXX, cxxVersion, runSourceOnCpu } from "../util/cuda_cpu.ts";
