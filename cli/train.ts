@@ -22,7 +22,7 @@ const RECIPES: Record<string, string> = {
 
 const HELP = `
 deno task train [--model M] [--input-dir DIR] [--output-dir DIR] [--train-batch-size N]
-                [--learning-rate LR] [--max-steps N] [--warmup-proportion P]
+                [--learning-rate LR] [--max-steps N] [--warmup-proportion P] [--weight-decay W]
                 [--gradient-accumulation-steps N] [--precision fp32|fp16|bf16] [--loss-scale S]
                 [--optimizer lamb|adamw] [--seed N] [--log-freq N] [--num-steps-per-checkpoint N]
                 [--steps-this-run N] [--resume-from-checkpoint] [--init-checkpoint DIR]
@@ -51,6 +51,7 @@ Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second
   --init-loss-scale S            dynamic scaling's first scale (default 65536); it halves on overflow
                                  (the step is skipped) and doubles after 2000 clean steps
   --optimizer O                  lamb (default; NVIDIA's BERT LAMB) or adamw (BERT's Adam)
+  --weight-decay W               decoupled weight decay, biases and LayerNorm excepted (default ${TRAIN_DEFAULTS.weightDecay})
   --seed N                       initialization, data order and dropout (default ${TRAIN_DEFAULTS.seed})
   --log-freq N                   steps between log lines and metrics.jsonl records (default ${TRAIN_DEFAULTS.logFreq})
   --num-steps-per-checkpoint N   steps between checkpoints (default ${TRAIN_DEFAULTS.numStepsPerCheckpoint})
@@ -89,7 +90,9 @@ function stamp(d = new Date()): string {
 await runMain(async () => {
   const spec = {
     ...stringFlags("model input-dir output-dir train-batch-size learning-rate max-steps warmup-proportion"),
-    ...stringFlags("gradient-accumulation-steps precision loss-scale init-loss-scale optimizer seed"),
+    ...stringFlags(
+      "gradient-accumulation-steps precision loss-scale init-loss-scale optimizer weight-decay seed",
+    ),
     ...stringFlags("log-freq num-steps-per-checkpoint steps-this-run init-checkpoint phase1-end-step"),
     ...stringFlags("backend keep-checkpoints heldout-instances recipe"),
     "resume-from-checkpoint": BOOL,
@@ -124,6 +127,7 @@ await runMain(async () => {
     lossScale: v["loss-scale"] === undefined ? undefined : positiveNumber("loss-scale", v["loss-scale"], 1),
     initLossScale: positiveNumber("init-loss-scale", v["init-loss-scale"], D.initLossScale),
     optimizer: oneOf("optimizer", v.optimizer, ["lamb", "adamw"], D.optimizer),
+    weightDecay: fraction("weight-decay", v["weight-decay"], D.weightDecay),
     // The seed keys Philox as a 32-bit word.
     seed: intFlag("seed", v.seed, D.seed, { min: 0, max: 2 ** 32 - 1 }),
     logFreq: positiveInt("log-freq", v["log-freq"], D.logFreq),

@@ -3,7 +3,7 @@
  * in kebab case), with their defaults, and the checks that turn a bad combination into one clear error.
  */
 import type { Precision } from "../compiler/training_graph/mixed_precision.ts";
-import type { OptimizerKind } from "../optimizer/update.ts";
+import { OPTIMIZER_DEFAULTS, type OptimizerKind } from "../optimizer/update.ts";
 import type { BackendRequest } from "../engine/choose_backend.ts";
 import type { BuiltInCorpus } from "../data/corpus/brown_shards.ts";
 
@@ -30,6 +30,8 @@ export interface TrainOptions {
   /** Dynamic scaling's starting scale (default 2^16). */
   initLossScale: number;
   optimizer: OptimizerKind;
+  /** Decoupled weight decay of LAMB and AdamW (biases and LayerNorm excepted). */
+  weightDecay: number;
   seed: number;
   logFreq: number;
   numStepsPerCheckpoint: number;
@@ -67,6 +69,7 @@ export const TRAIN_DEFAULTS = {
   gradientAccumulationSteps: 1,
   initLossScale: 2 ** 16,
   optimizer: "lamb" as OptimizerKind,
+  weightDecay: OPTIMIZER_DEFAULTS.weightDecay,
   seed: 42,
   logFreq: 10,
   numStepsPerCheckpoint: 100,

@@ -104,11 +104,7 @@ export async function runTraining(o: TrainOptions, ev: RunEvents = {}): Promise<
   }
 }
 
-async function runInFolder(
-  o: TrainOptions,
-  ev: RunEvents,
-  markFolder: () => Promise<void>,
-): Promise<RunResult> {
+async function runInFolder(o: TrainOptions, ev: RunEvents, mark: () => Promise<void>): Promise<RunResult> {
   const info = ev.info ?? (() => {});
 
   // ---- where to start: a checkpoint of this run, a phase-1 checkpoint, an HF folder, or fresh ----
@@ -174,6 +170,7 @@ async function runInFolder(
     maxPredictions: loader.maxPredictions,
     optimizer: {
       kind: o.optimizer,
+      weightDecay: o.weightDecay,
       dynamicScale: precision === "fp16" && o.lossScale === undefined,
       accumulationSteps: o.gradientAccumulationSteps,
       maxGroupBytes,
@@ -236,7 +233,7 @@ async function runInFolder(
     if (step >= maxSteps) {
       info(`step ${baseStep + step} is already at --max-steps ${maxSteps}; nothing to do`);
     }
-    await markFolder(); // only now: a run that cannot start leaves nothing
+    await mark(); // only now: a run that cannot start leaves nothing
     const skippedSteps = start.resume && !start.newPhase
       ? Number((start.resume.state.train_state as Record<string, number> | undefined)?.skippedSteps ?? 0)
       : 0;

@@ -178,6 +178,7 @@ Deno.test("numeric flags are strict, negative values are not 'ambiguous', and ra
     ["train.ts", ["--seed", "-5"], /--seed must be an integer from 0 to 4294967295, got '-5'/],
     ["train.ts", ["--learning-rate", "-1"], /--learning-rate must be a number > 0, got '-1'/],
     ["train.ts", ["--warmup-proportion", "0x1"], /--warmup-proportion must be a number >= 0 and < 1/],
+    ["train.ts", ["--weight-decay", "1.5"], /--weight-decay must be a number >= 0 and < 1, got '1\.5'/],
     ["train.ts", ["--recipe", "fast"], /--recipe must be one of sentiment, got 'fast'/],
     ["compile.ts", ["--seq-len", "1e3"], /--seq-len must be a positive integer, got '1e3'/],
   ];
