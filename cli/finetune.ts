@@ -54,7 +54,7 @@ Model
 Training
   --train-batch-size N           sequences per optimizer step (default ${D.trainBatchSize})
   --gradient-accumulation-steps N  micro-batches per step; train-batch-size must divide by it (default 1)
-  --learning-rate LR             peak learning rate (default: 3e-5 squad, 1e-4 sentiment, 2e-5 otherwise)
+  --learning-rate LR             peak learning rate (default: 3e-5 squad, 3e-4 sentiment, 2e-5 otherwise)
   --num-train-epochs E           passes over the training data (default ${D.numTrainEpochs})
   --max-steps N                  optimizer steps instead of epochs (the schedule's length)
   --warmup-proportion P          fraction of the steps warming up linearly, then linear decay (default ${D.warmupProportion})
