@@ -90,11 +90,9 @@ function stamp(d = new Date()): string {
 await runMain(async () => {
   const spec = {
     ...stringFlags("model input-dir output-dir train-batch-size learning-rate max-steps warmup-proportion"),
-    ...stringFlags(
-      "gradient-accumulation-steps precision loss-scale init-loss-scale optimizer weight-decay seed",
-    ),
+    ...stringFlags("gradient-accumulation-steps precision loss-scale init-loss-scale optimizer seed"),
     ...stringFlags("log-freq num-steps-per-checkpoint steps-this-run init-checkpoint phase1-end-step"),
-    ...stringFlags("backend keep-checkpoints heldout-instances recipe"),
+    ...stringFlags("backend keep-checkpoints heldout-instances recipe weight-decay"),
     "resume-from-checkpoint": BOOL,
     phase2: BOOL,
     "no-fuse": BOOL,

@@ -22,7 +22,6 @@ import { flashBackwardFused, fusedBackwardIneligible } from "../codegen/cuda_fla
 import {
   findFlashSites,
   FLASH_HEAD_DIM,
-  type FlashAttentionSpec,
   type FlashSite,
   headsOfProduct,
   type MatchContext,
@@ -348,5 +347,3 @@ function tokenMajor(
   }
   return out;
 }
-
-export type { FlashAttentionSpec };
