@@ -48,6 +48,8 @@ Model
   --init-checkpoint DIR          our checkpoint, a run folder (its newest checkpoint) or a Hugging Face model
                                  folder; a pre-training or bare BertModel checkpoint gets a fresh task head
                                  (default: the newest deno task train checkpoint under out/runs/, else fresh)
+  --init-weight-rms R            scale that checkpoint's weight matrices to RMS R as the run starts (0.02 for
+                                 our short pre-training, not for published BERTs: docs/finetune.md says why)
   --config-file F                config.json or models/*.ts when starting without a checkpoint (BERT-tiny)
   --vocab-file F                 vocab.txt (default: the checkpoint's, else the built-in bert-base-uncased)
 
@@ -113,7 +115,7 @@ await runMain(async () => {
     ...stringFlags("eval-batch-size gradient-accumulation-steps learning-rate num-train-epochs max-steps"),
     ...stringFlags("warmup-proportion precision seed backend log-freq num-steps-per-checkpoint"),
     ...stringFlags("steps-this-run keep-checkpoints train-limit eval-limit n-best-size max-answer-length"),
-    ...stringFlags("null-score-diff-threshold output-dir"),
+    ...stringFlags("null-score-diff-threshold output-dir init-weight-rms"),
     "version-2-with-negative": b,
     "do-train": b,
     "do-eval": b,
@@ -141,6 +143,7 @@ await runMain(async () => {
   const o: FinetuneOptions = {
     task,
     initCheckpoint: v["init-checkpoint"],
+    initWeightRms: num("init-weight-rms", v["init-weight-rms"], positive, "a positive number"),
     configFile: v["config-file"],
     vocabFile: v["vocab-file"],
     doLowerCase: bool("do-lower-case", v["do-lower-case"], D.doLowerCase),

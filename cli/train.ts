@@ -14,10 +14,10 @@ import { kebabFlags } from "./flag_spelling.ts";
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
 const DEFAULT_MODEL = here("../models/bert-tiny.ts");
 
-/** A recipe is a set of flags; sentiment: held-out MLM past the unigram baseline in 15 minutes on 2 cores. */
+/** A recipe is a set of flags; sentiment: a checkpoint that fine-tunes the sentiment set past a fresh init. */
 const RECIPES: Record<string, string> = {
-  sentiment: "--input-dir sentiment-train --train-batch-size 32 --optimizer adamw --learning-rate 1e-3 " +
-    "--max-steps 900 --num-steps-per-checkpoint 300 --unigram-bias",
+  sentiment: "--input-dir nlp-corpus --train-batch-size 32 --optimizer adamw --learning-rate 1e-3 " +
+    "--weight-decay 0.1 --max-steps 7500 --num-steps-per-checkpoint 2500 --unigram-bias",
 };
 
 const HELP = `
@@ -35,8 +35,9 @@ checkpoints (Hugging Face config.json + model.safetensors, optimizer state, mani
 Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second Ctrl-C exits at once.
 
   --model M                      models/*.ts file or config.json (default: models/bert-tiny.ts)
-  --input-dir DIR                shards from deno task prepare-data, or a built-in corpus: brown, or
-                                 sentiment-train (the sentiment set's train text) (default ${TRAIN_DEFAULTS.corpus})
+  --input-dir DIR                shards from deno task prepare-data, or a built-in corpus: brown,
+                                 sentiment-train (the sentiment set's train text), or nlp-corpus (npm nlp-corpus's
+                                 100k sentences and that text 5 times: docs/training.md) (default ${TRAIN_DEFAULTS.corpus})
   --output-dir DIR               run folder (default: out/runs/<date>-<time>)
   --train-batch-size N           sequences per optimizer step (default ${TRAIN_DEFAULTS.trainBatchSize})
   --learning-rate LR             peak learning rate (default ${TRAIN_DEFAULTS.learningRate})

@@ -216,25 +216,16 @@ export function lossCurveSvg(points: readonly CurvePoint[], opts: PlotOptions = 
   ];
   for (const s of shapes) {
     if (s.kind === "line") {
-      out.push(
-        `<line x1="${n2(s.x1)}" y1="${n2(s.y1)}" x2="${n2(s.x2)}" y2="${n2(s.y2)}" stroke="${
-          hex(s.color)
-        }" stroke-width="${s.width}"/>`,
-      );
+      const stroke = `stroke="${hex(s.color)}" stroke-width="${s.width}"`;
+      out.push(`<line x1="${n2(s.x1)}" y1="${n2(s.y1)}" x2="${n2(s.x2)}" y2="${n2(s.y2)}" ${stroke}/>`);
     } else if (s.kind === "polyline") {
       const pts = s.points.map(([x, y]) => `${n2(x)},${n2(y)}`).join(" ");
-      out.push(
-        `<polyline points="${pts}" fill="none" stroke="${
-          hex(s.color)
-        }" stroke-width="${s.width}" stroke-linejoin="round"/>`,
-      );
+      const stroke = `stroke="${hex(s.color)}" stroke-width="${s.width}"`;
+      out.push(`<polyline points="${pts}" fill="none" ${stroke} stroke-linejoin="round"/>`);
     } else {
       const rot = s.vertical ? ` transform="rotate(-90 ${n2(s.x)} ${n2(s.y)})"` : "";
-      out.push(
-        `<text x="${n2(s.x)}" y="${n2(s.y)}" text-anchor="${s.anchor}" dominant-baseline="middle" fill="${
-          hex(s.color)
-        }"${rot}>${esc(s.text)}</text>`,
-      );
+      const at = `x="${n2(s.x)}" y="${n2(s.y)}" text-anchor="${s.anchor}" dominant-baseline="middle"`;
+      out.push(`<text ${at} fill="${hex(s.color)}"${rot}>${esc(s.text)}</text>`);
     }
   }
   out.push(`</g>`, `</svg>`, ``);

@@ -184,12 +184,10 @@ async function runInFolder(o: TrainOptions, ev: RunEvents, mark: () => Promise<v
   const { executor: ex, compiled } = await choice.compile(graph, o.fuse);
   info(`compiled in ${((performance.now() - tc) / 1000).toFixed(1)} s`);
   const kernels = compiled?.plan.kernels.length ?? 0;
-  info(
-    `${model.name} ${precision}: ${layout.segments.length} tensors, ${
-      (layout.total / 1e6).toFixed(2)
-    }M flat elements${groupsNote(layout.groups.length, maxGroupBytes)}; ` +
-      `backend ${choice.kind} (${choice.why})${kernels ? `, ${kernels} kernels per step` : ""}`,
-  );
+  const flat = `${(layout.total / 1e6).toFixed(2)}M flat elements`;
+  const backend = `backend ${choice.kind} (${choice.why})${kernels ? `, ${kernels} kernels per step` : ""}`;
+  const groups = groupsNote(layout.groups.length, maxGroupBytes);
+  info(`${model.name} ${precision}: ${layout.segments.length} tensors, ${flat}${groups}; ${backend}`);
   info(
     `data: ${dataDir} (sequence ${loader.seqLength}, ${loader.maxPredictions} predictions, micro-batch ${micro})`,
   );

@@ -38,11 +38,10 @@ export function checkLayout(dir: string, saved: unknown, layout: FlatLayout): Sa
     got.tensors.every((t, i) => t === want.tensors[i]);
   const savedLayout = sameTensors ? layoutWithChunk(layout, got.chunk) : undefined;
   if (!savedLayout || savedLayout.total !== got!.total) {
+    const saved = `${got?.tensors?.length ?? "?"} tensors, ${got?.total ?? "?"} elements`;
     throw new CheckpointError(
-      `${dir}: its optimizer state is laid out for another model (${got?.tensors?.length ?? "?"} tensors, ` +
-        `${
-          got?.total ?? "?"
-        } elements; this model has ${want.tensors.length} tensors, ${want.total} elements)`,
+      `${dir}: its optimizer state is laid out for another model (${saved}; this model has ` +
+        `${want.tensors.length} tensors, ${want.total} elements)`,
     );
   }
   if (got!.chunk === want.chunk) return { total: want.total, inLayout: (flat) => flat };

@@ -132,22 +132,16 @@ export function parseGlue(
     if (i === 0 && layout.header !== null) {
       const first = line.split("\t")[0];
       if (first !== layout.header) {
-        throw new DatasetError(
-          `${where}: expected a header starting with '${layout.header}' (GLUE ${task} ${split}.tsv), got '${
-            first.slice(0, 40)
-          }'`,
-        );
+        const want = `a header starting with '${layout.header}' (GLUE ${task} ${split}.tsv)`;
+        throw new DatasetError(`${where}: expected ${want}, got '${first.slice(0, 40)}'`);
       }
       continue;
     }
     if (line === "") continue;
     const cols = line.split("\t");
     if (layout.atLeast ? cols.length < layout.columns : cols.length !== layout.columns) {
-      throw new DatasetError(
-        `${where}: expected ${
-          layout.atLeast ? "at least " : ""
-        }${layout.columns} tab-separated columns, got ${cols.length}`,
-      );
+      const want = `${layout.atLeast ? "at least " : ""}${layout.columns}`;
+      throw new DatasetError(`${where}: expected ${want} tab-separated columns, got ${cols.length}`);
     }
     let label = -1;
     if (layout.label !== undefined) {

@@ -133,14 +133,9 @@ export function parseSquad(text: string, path: string): SquadDataset {
           if (typeof start !== "number" || !Number.isInteger(start) || start < 0) {
             return fail(where, `answers[${k}].answer_start is not a non-negative integer`, needle);
           }
+          const end = `answer_start ${start} + ${(ans.text as string).length} characters`;
           if (start + (ans.text as string).length > context.length) {
-            return fail(
-              where,
-              `answers[${k}] ends past the context (answer_start ${start} + ${
-                (ans.text as string).length
-              } characters > ${context.length})`,
-              needle,
-            );
+            return fail(where, `answers[${k}] ends past the context (${end} > ${context.length})`, needle);
           }
           return { text: ans.text as string, start };
         });

@@ -196,10 +196,9 @@ export async function readInputText(files: string[]): Promise<string> {
     try {
       texts.push(utf8.decode(bytes));
     } catch {
+      const at = firstInvalidByte(bytes);
       throw new DataError(
-        `input ${f}: not UTF-8 text (byte ${
-          firstInvalidByte(bytes)
-        }: a binary file?); prepare-data reads plain text`,
+        `input ${f}: not UTF-8 text (byte ${at}: a binary file?); prepare-data reads plain text`,
       );
     }
     checkText(f, texts.at(-1)!);

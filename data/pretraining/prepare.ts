@@ -10,6 +10,7 @@ import { MAX_SEQ_LENGTH_LIMIT, recordLayout } from "../shards/format.ts";
 import { DataError } from "../shards/errors.ts";
 import { crcHex } from "../shards/crc32.ts";
 import { type Manifest, MANIFEST_FORMAT, MANIFEST_NAME, writeManifest } from "../shards/manifest.ts";
+import type { InstanceSettingsRecord } from "../shards/manifest.ts";
 import { isTempName } from "../shards/writer.ts";
 import type { ShardJob, ShardResult } from "./build_shard.ts";
 import {
@@ -80,6 +81,13 @@ export interface PrepareResult {
   forcedRandomNext: number;
 }
 
+/** The settings as the manifest records them (and a cache compares them): each name in snake case. */
+export function manifestSettings(s: PrepareSettings): InstanceSettingsRecord {
+  const snake = (k: string) => k.replace(/[A-Z]/g, (c) => "_" + c.toLowerCase());
+  const entries = Object.entries(s).map(([k, v]) => [snake(k), v]);
+  return Object.fromEntries(entries) as unknown as InstanceSettingsRecord;
+}
+
 export function checkSettings(s: PrepareSettings): void {
   const bad = (what: string): never => {
     throw new DataError(what);
@@ -142,11 +150,8 @@ export async function prepareData(opts: PrepareOptions): Promise<PrepareResult> 
     }
     const corpus = joinChunks(chunks, pool !== undefined);
     if (numTokens(corpus) === 0) {
-      throw new DataError(
-        `input ${
-          sources.join(", ")
-        } has no sentences (expected one sentence per line, a blank line between documents)`,
-      );
+      const expected = "expected one sentence per line, a blank line between documents";
+      throw new DataError(`input ${sources.join(", ")} has no sentences (${expected})`);
     }
     // The new shards and manifest are written to a folder of this run's inside the output, and replace an
     // earlier run's only once complete: a failure or a kill leaves the earlier output as it was.
@@ -291,16 +296,7 @@ async function finish(
       bytes: r.bytes,
       crc32: crcHex(r.crc32),
     })),
-    settings: {
-      max_seq_length: s.maxSeqLength,
-      max_predictions_per_seq: s.maxPredictionsPerSeq,
-      masked_lm_prob: s.maskedLmProb,
-      dupe_factor: s.dupeFactor,
-      short_seq_prob: s.shortSeqProb,
-      whole_word_mask: s.wholeWordMask,
-      seed: s.seed,
-      shard_tokens: s.shardTokens,
-    },
+    settings: manifestSettings(s),
     tokenizer: {
       source: spec.vocab ?? "built-in bert-base-uncased",
       vocab_size: tok.vocabSize,

@@ -10,7 +10,7 @@ import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { randomFeeds } from "../../cases/random_feeds.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
-import { attentionBlock, attentionInts } from "../util/attention_block.ts";
+import { ATTENTION_SHAPES, attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
 import { F32_TOL } from "../util/fused_check.ts";
 
@@ -18,15 +18,7 @@ const cpu = await testCpu();
 const noBlas = cpu.ctx && !cpu.ctx.blas;
 if (noBlas) console.log("CPU attention library tests ignored: OpenBLAS not found");
 
-// Batch 2: the token-major results written in two groups; batch 3 with 4 heads: through the epilogue.
-for (
-  const shape of [{ b: 1, s: 5, heads: 2, dh: 4 }, { b: 2, s: 5, heads: 2, dh: 4 }, {
-    b: 3,
-    s: 5,
-    heads: 4,
-    dh: 2,
-  }]
-) {
+for (const shape of ATTENTION_SHAPES) {
   const b = shape.b;
   Deno.test({
     name: `cpu: attention forward and backward at batch ${b}, every GEMM a BLAS call, vs reference`,

@@ -1,7 +1,7 @@
 /**
  * The built-in Brown corpus: the conversion from the tagged npm files (counts, known sentences, no tags
  * left, detokenization rules), the text cache, and ensureBrownShards making shards once and reusing them
- * only while they match.
+ * only while they match; the nlp-corpus text and what it leaves out.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -15,6 +15,8 @@ import {
 import { brownShardDirName, ensureBrownShards } from "../../data/corpus/brown_shards.ts";
 import { detokenize } from "../../data/corpus/detokenize.ts";
 import { readManifest } from "../../data/shards/manifest.ts";
+import { nlpCorpusText, sentimentTrainText } from "../../data/corpus/sentiment_text.ts";
+import { loadSentiment } from "../../data/finetune/sentiment.ts";
 
 Deno.test("brown: 500 documents and 57,340 sentences, in cats.txt order with categories", async () => {
   const docs = await brownDocuments();
@@ -110,4 +112,29 @@ Deno.test("ensureBrownShards makes shards once, reuses them, and remakes them wh
   } finally {
     await Deno.remove(cacheDir, { recursive: true });
   }
+});
+
+Deno.test("nlp-corpus: the sentiment train text 5 times, then nlp-corpus less sentiment sentences and slurs", async () => {
+  const [text, train] = [await nlpCorpusText(), await sentimentTrainText()];
+  const head = Array(5).fill(train).join("\n") + "\n";
+  assert.ok(text.startsWith(head));
+  const docs = text.slice(head.length).trimEnd().split("\n\n").map((d) => d.split("\n"));
+  const sentences = docs.flat();
+  assert.ok(
+    docs.every((d) => d.length >= 1 && d.length <= 8) && sentences.every((s) => s !== "" && s === s.trim()),
+  );
+  const raw: string[] = (await import("nlp-corpus")).default.all();
+  assert.ok(sentences.length > raw.length - 1000 && sentences.length < raw.length, `${sentences.length}`);
+  const sentiment = new Set((await loadSentiment("all")).map((e) => e.textA.trim()));
+  assert.ok(!sentences.some((s) => sentiment.has(s)), "a sentiment sentence (dev ones too) is in the corpus");
+  // AFINN-165's -5 words, matched as whole words ignoring case: some raw sentences hold one, none kept does.
+  const afinn = (await import("sentiment/languages/en/labels.json", { with: { type: "json" } })).default;
+  const worst = Object.entries(afinn as Record<string, number>).filter(([, v]) => v <= -5).map(([w]) => w);
+  const slur = new RegExp(`(^|[^a-z-])(${worst.join("|")})($|[^a-z-])`, "i");
+  assert.ok(raw.filter((s) => slur.test(s)).length > 50);
+  assert.ok(!sentences.some((s) => slur.test(s)));
+  assert.equal(
+    brownShardDirName({ corpus: "nlp-corpus", maxSeqLength: 64, maxPredictionsPerSeq: 10 }),
+    "nlp-corpus-s64-p10-d3",
+  );
 });

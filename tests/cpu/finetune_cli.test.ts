@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { exists } from "../../training/checkpoint.ts";
+import { readSafetensorsFile, toFloat32 } from "../../model_io/safetensors.ts";
 import { ROOT, runCli, withTemp } from "../util/cli.ts";
 import { testCpu } from "../util/cpu_check.ts";
 
@@ -124,4 +125,33 @@ Deno.test("finetune: trainer_state.json records paths relative to the run folder
     for (const p of [dir, ROOT]) assert.ok(!JSON.stringify(state).includes(`"${p}`), `${p} recorded`);
     assert.equal(state.args.outputDir, ".");
     assert.equal(join(dir, "run", state.args.initCheckpoint), INIT[1]);
+  }));
+
+Deno.test("finetune --init-weight-rms: the weight matrices start at that RMS, the rest as saved", () =>
+  withTemp(async (dir) => {
+    await refused(dir, [...INIT, "--init-weight-rms", "0"], /--init-weight-rms must be a positive number/);
+    const args = [
+      ...INIT,
+      ...LIMITS,
+      ..."--backend reference --max-steps 1 --learning-rate 1e-12".split(" "),
+    ];
+    const r = await runCli(
+      "finetune.ts",
+      [...args, "--init-weight-rms", "0.05", "--output-dir", dir + "/r"],
+      PERMS,
+    );
+    assert.equal(r.code, 0, r.stderr);
+    const saved = (await readSafetensorsFile(join(INIT[1], "model.safetensors"))).tensors;
+    const after = (await readSafetensorsFile(join(dir, "r/ckpt_1/model.safetensors"))).tensors;
+    let matrices = 0;
+    for (const [name, t] of [...saved].filter(([n]) => !n.startsWith("cls."))) {
+      const [x, y] = [toFloat32(t), toFloat32(after.get(name)!)];
+      const scale = t.shape.length === 2 ? 0.05 / Math.sqrt(x.reduce((a, v) => a + v * v, 0) / x.length) : 1;
+      matrices += t.shape.length === 2 ? 1 : 0;
+      assert.ok(scale !== 1 || t.shape.length === 1, name); // no fixture matrix is at RMS 0.05 already
+      x.forEach((v, i) =>
+        assert.ok(Math.abs(y[i] - v * scale) <= 1e-6, `${name}[${i}]: ${y[i]} vs ${v * scale}`)
+      );
+    }
+    assert.equal(matrices, 2 * 6 + 3 + 1); // per layer Q, K, V, O and the FFN's two; 3 embeddings; the pooler
   }));

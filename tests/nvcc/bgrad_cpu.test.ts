@@ -34,6 +34,7 @@ import { LT_CPU, ltCallCpp } from "../util/lt_cpu.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
+const noCxx = version ? "" : " (g++ not found)"; // in test names: the ignored list says why
 const sm90 = PROFILES["cuda-sm90"];
 
 async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
@@ -91,13 +92,10 @@ const cases = [
 ] as const;
 
 for (const [i, c] of cases.entries()) {
-  const shape = `${c.tokens.join("x")} tokens, ${c.inF} -> ${c.outF}, w stored ${
-    c.wIn ? "[in, out]" : "[out, in]"
-  }${c.drop ? ", dropout after" : ""}`;
+  const stored = `${c.wIn ? "[in, out]" : "[out, in]"}${c.drop ? ", dropout after" : ""}`;
+  const shape = `${c.tokens.join("x")} tokens, ${c.inF} -> ${c.outF}, w stored ${stored}`;
   Deno.test({
-    name: `bias gradient as ${c.lib.toUpperCase()}: linear backward (${shape}) on the CUDA shim${
-      version ? "" : " (g++ not found)"
-    }`,
+    name: `bias gradient as ${c.lib.toUpperCase()}: linear backward (${shape}) on the CUDA shim${noCxx}`,
     ignore: !version,
     async fn() {
       const g = linearBackward(c.tokens, c.inF, c.outF, c.wIn, c.drop);
@@ -129,9 +127,7 @@ for (const [i, c] of cases.entries()) {
 }
 
 Deno.test({
-  name: `bias gradient: the epilogue on the other operand fails (square and not)${
-    version ? "" : " (g++ not found)"
-  }`,
+  name: `bias gradient: the epilogue on the other operand fails (square and not)${noCxx}`,
   ignore: !version,
   async fn() {
     // Square: BGRADA and BGRADB both have the length; the sum is over X instead of dY.
@@ -169,9 +165,7 @@ Deno.test({
 });
 
 Deno.test({
-  name: `bias gradient: the shim refuses a vector of the wrong length, as cuBLASLt's layouts do${
-    version ? "" : " (g++ not found)"
-  }`,
+  name: `bias gradient: the shim refuses a vector of the wrong length, as cuBLASLt's layouts do${noCxx}`,
   ignore: !version,
   async fn() {
     const c = cases[2];
@@ -204,9 +198,8 @@ int main() {
 });
 
 Deno.test({
-  name: `bias gradient: a BERT training step (hf-tiny) planned for cuda-sm90, library calls, both paths${
-    version ? "" : " (g++ not found)"
-  }`,
+  name:
+    `bias gradient: a BERT training step (hf-tiny) planned for cuda-sm90, library calls, both paths${noCxx}`,
   ignore: !version,
   async fn() {
     const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
@@ -240,9 +233,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: `bias gradient: a BERT training step (fp16, LAMB, 1024 tokens) planned for cuda-sm90, both paths${
-    version ? "" : " (g++ not found)"
-  }`,
+  name:
+    `bias gradient: a BERT training step (fp16, LAMB, 1024 tokens) planned for cuda-sm90, both paths${noCxx}`,
   ignore: !version,
   async fn() {
     // 1024 tokens: column sums in two passes, the first fused with the dropout and GELU backward where dY

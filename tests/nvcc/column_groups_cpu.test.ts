@@ -17,6 +17,7 @@ import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 import { dropFirstPart } from "../util/scatter_check.ts";
 
 const version = await cxxVersion();
+const noCxx = version ? "" : " (g++ not found)"; // in test names: the ignored list says why
 const sm90 = PROFILES["cuda-sm90"];
 
 async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
@@ -30,7 +31,7 @@ async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
 
 for (const [i, c] of columnSumCases().entries()) {
   Deno.test({
-    name: `column sums: ${c.name}, cuda-sm90, on the CUDA shim${version ? "" : " (g++ not found)"}`,
+    name: `column sums: ${c.name}, cuda-sm90, on the CUDA shim${noCxx}`,
     ignore: !version,
     async fn() {
       const compiled = compileGraph(c.graph, { fuse: true, target: target("cuda", caseProfile(c, sm90)) });
@@ -50,7 +51,7 @@ for (const [i, c] of columnSumCases().entries()) {
 }
 
 Deno.test({
-  name: `column sums: a second pass that skips a part fails the check${version ? "" : " (g++ not found)"}`,
+  name: `column sums: a second pass that skips a part fails the check${noCxx}`,
   ignore: !version,
   async fn() {
     const c = columnSumCases().find((x) => x.name.startsWith("bias gradient"))!;
@@ -71,9 +72,7 @@ Deno.test({
 });
 
 Deno.test({
-  name: `column sums: a row-block kernel that skips its last row fails the check${
-    version ? "" : " (g++ not found)"
-  }`,
+  name: `column sums: a row-block kernel that skips its last row fails the check${noCxx}`,
   ignore: !version,
   async fn() {
     const c = columnSumCases().find((x) => x.name.startsWith("residual LayerNorm"))!;

@@ -13,7 +13,7 @@ import { randomFeeds } from "../../cases/random_feeds.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import type { DType } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
-import { attentionBlock, attentionInts } from "../util/attention_block.ts";
+import { ATTENTION_SHAPES, attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
@@ -29,14 +29,7 @@ if (!version) console.log(`CUDA-on-CPU attention tests ignored: ${CXX} not found
 
 for (const dt of ["f32", "f16"] as DType[]) {
   // Batch 3 with 4 heads: the token-major results would need min(3, 4) = 3 groups, which do not pay.
-  for (
-    const shape of [{ b: 1, s: 5, heads: 2, dh: 4 }, { b: 2, s: 5, heads: 2, dh: 4 }, {
-      b: 3,
-      s: 5,
-      heads: 4,
-      dh: 2,
-    }]
-  ) {
+  for (const shape of ATTENTION_SHAPES) {
     const b = shape.b;
     Deno.test({
       name: `CUDA on the CPU: attention forward and backward at batch ${b} (${dt}), every GEMM cuBLASLt`,

@@ -33,6 +33,10 @@ import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 
 const version = await cxxVersion();
+const noCxx = version ? "" : " (g++ not found)"; // in test names: the ignored list says why
+const PRECISIONS_AND_LIBRARY = (["fp32", "fp16", "bf16"] as Precision[]).flatMap((p) =>
+  [[p, false], [p, true]] as const
+);
 if (!version) console.log(`CUDA-on-CPU tests ignored: ${CXX} not found`);
 
 // The tolerances of tests/util/fused_check.ts (one rounding per fused kernel vs one per op).
@@ -90,7 +94,7 @@ function compare(
 for (const c of FUSION_CASES) {
   for (const dtype of c.dtypes) {
     Deno.test({
-      name: `CUDA on the CPU vs reference (${dtype}): ${c.name}${version ? "" : " (g++ not found)"}`,
+      name: `CUDA on the CPU vs reference (${dtype}): ${c.name}${noCxx}`,
       ignore: !version,
       async fn() {
         const g = graphOf(c.name, c.body, dtype, c.backward);
@@ -149,9 +153,7 @@ const LIBRARY_CASES: { name: string; body: (m: ModelBuilder, dt: DType) => Tenso
 for (const c of LIBRARY_CASES) {
   for (const dtype of ["f32", "f16"] as DType[]) {
     Deno.test({
-      name: `CUDA on the CPU vs reference (${dtype}), library GEMMs: ${c.name}${
-        version ? "" : " (g++ not found)"
-      }`,
+      name: `CUDA on the CPU vs reference (${dtype}), library GEMMs: ${c.name}${noCxx}`,
       ignore: !version,
       async fn() {
         const g = graphOf(c.name, c.body, dtype, c.backward);
@@ -181,15 +183,10 @@ const MODEL_TOL: Record<Precision, Tolerance> = {
   fp16: { rtol: 1e-2, atol: 1e-3 },
   bf16: { rtol: 3e-2, atol: 1e-2 },
 };
-for (
-  const [precision, library] of (["fp32", "fp16", "bf16"] as Precision[]).flatMap((p) =>
-    [[p, false], [p, true]] as const
-  )
-) {
+for (const [precision, library] of PRECISIONS_AND_LIBRARY) {
+  const lib = library ? ", library GEMMs" : "";
   Deno.test({
-    name: `CUDA on the CPU vs reference: BERT-tiny inference, ${precision}${
-      library ? ", library GEMMs" : ""
-    }${version ? "" : " (g++ not found)"}`,
+    name: `CUDA on the CPU vs reference: BERT-tiny inference, ${precision}${lib}${noCxx}`,
     ignore: !version,
     async fn() {
       const model = await loadModel("models/bert-tiny.ts");
@@ -221,15 +218,10 @@ for (
 
 // A whole training step — forward, backward with dropout, the fused LAMB update over the flat parameter
 // vector (in-place concats at plan offsets), loss scaling — on the small HF fixture configuration.
-for (
-  const [precision, library] of (["fp32", "fp16", "bf16"] as Precision[]).flatMap((p) =>
-    [[p, false], [p, true]] as const
-  )
-) {
+for (const [precision, library] of PRECISIONS_AND_LIBRARY) {
+  const lib = library ? ", library GEMMs" : "";
   Deno.test({
-    name: `CUDA on the CPU vs reference: a BERT training step with LAMB, ${precision}${
-      library ? ", library GEMMs" : ""
-    }${version ? "" : " (g++ not found)"}`,
+    name: `CUDA on the CPU vs reference: a BERT training step with LAMB, ${precision}${lib}${noCxx}`,
     ignore: !version,
     async fn() {
       const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");
@@ -293,9 +285,7 @@ function logLibrary(gemms: readonly { library: boolean }[]): void {
 }
 
 Deno.test({
-  name: `CUDA on the CPU: the Philox prelude is the reference's stream bit for bit${
-    version ? "" : " (g++ not found)"
-  }`,
+  name: `CUDA on the CPU: the Philox prelude is the reference's stream bit for bit${noCxx}`,
   ignore: !version,
   async fn() {
     const r = seededRandom(9);
@@ -350,9 +340,7 @@ Deno.test({
 });
 
 Deno.test({
-  name: `CUDA on the CPU: the erf prelude is within 2e-7 of numeric/erf.ts${
-    version ? "" : " (g++ not found)"
-  }`,
+  name: `CUDA on the CPU: the erf prelude is within 2e-7 of numeric/erf.ts${noCxx}`,
   ignore: !version,
   async fn() {
     const prelude = cudaPrelude({

@@ -127,11 +127,10 @@ function realPlan(): { plan: Plan; feeds: Record<string, Float64Array> } {
 }
 
 for (const graphs of [true, false]) {
+  const onOff = graphs ? "on" : "off";
   Deno.test({
     name:
-      `fake driver: a real plan launches every kernel with its grid, block and binding addresses (graphs ${
-        graphs ? "on" : "off"
-      })`,
+      `fake driver: a real plan launches every kernel with its grid, block and binding addresses (graphs ${onOff})`,
     ignore,
     fn: async () => {
       const { ctx, fake } = open();
@@ -390,10 +389,9 @@ function flatPlan(): Plan {
 }
 
 for (const graphs of [true, false]) {
+  const onOff = graphs ? "on" : "off";
   Deno.test({
-    name: `fake driver: the padding of an updated flat vector reads as zero on every run (graphs ${
-      graphs ? "on" : "off"
-    })`,
+    name: `fake driver: the padding of an updated flat vector reads as zero on every run (graphs ${onOff})`,
     ignore,
     fn: async () => {
       const { ctx } = open();

@@ -35,6 +35,10 @@ import { NVCC, NVCC_STRICT, nvccVersion } from "../util/nvcc.ts";
 
 const D = 64;
 const version = await cxxVersion();
+/** Appended to each test name when the C++ compiler is missing, so the ignored list says why. */
+const noCxx = version ? "" : ` (${CXX} not found)`;
+const caseName = (c: Case) =>
+  `B${c.batch} H${c.heads} S${c.seq} dropout ${c.p} ${c.out ?? "f32"}${c.intMask ? " i32 mask" : ""}${noCxx}`;
 
 interface Case {
   batch: number;
@@ -231,10 +235,7 @@ function buffersOf(c: Case, f: Feeds) {
 
 for (const c of CASES) {
   Deno.test({
-    name:
-      `flash attention forward on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p} ${
-        c.out ?? "f32"
-      }${c.intMask ? " i32 mask" : ""}${version ? "" : ` (${CXX} not found)`}`,
+    name: `flash attention forward on the CPU shim vs reference: ${caseName(c)}`,
     ignore: !version,
     async fn() {
       const { g, stream } = attentionGraph(c);
@@ -271,11 +272,7 @@ const backwardFlops = (spec: FlashAttentionSpec, fused: boolean) => {
 for (const c of CASES) {
   for (const fused of [false, true]) {
     Deno.test({
-      name: `flash attention backward (${
-        fused ? "one kernel" : "two kernels"
-      }) on the CPU shim vs reference: B${c.batch} H${c.heads} S${c.seq} dropout ${c.p} ${c.out ?? "f32"}${
-        c.intMask ? " i32 mask" : ""
-      }${version ? "" : ` (${CXX} not found)`}`,
+      name: `flash attention backward (${fused ? "one kernel" : "two"}) on the CPU shim: ${caseName(c)}`,
       ignore: !version,
       async fn() {
         const { g, stream } = attentionGraph(c);
@@ -333,9 +330,8 @@ for (const c of CASES) {
 // j = d, 2 where j = d + 64, else 0, so O[i, d]·S·(1-p) = keep(i, d) + 2·keep(i, d + 64), each keep the
 // Philox draw of numeric/philox.ts at probability element ((b·H + h)·S + i)·S + j.
 Deno.test({
-  name: `flash attention forward on the CPU shim: the dropout mask is the graph's, element for element${
-    version ? "" : ` (${CXX} not found)`
-  }`,
+  name:
+    `flash attention forward on the CPU shim: the dropout mask is the graph's, element for element${noCxx}`,
   ignore: !version,
   async fn() {
     const c: Case = { batch: 2, heads: 2, seq: 128, p: 0.25 };
@@ -383,9 +379,7 @@ const nvcc = await nvccVersion();
 // BERT-large's shapes (batch 64, 16 heads, sequence 128; f16 results): each kernel compiles for sm_90
 // without warnings and without register spills (ptxas -v).
 Deno.test({
-  name: `flash attention kernels compile with nvcc -arch=sm_90, no spills${
-    nvcc ? "" : ` (${NVCC} not found)`
-  }`,
+  name: `flash attention kernels compile with nvcc -arch=sm_90, no spills${nvcc ? "" : ` (no ${NVCC})`}`,
   ignore: !nvcc,
   async fn() {
     const c: Case = { batch: 64, heads: 16, seq: 128, p: 0.1 };
@@ -535,9 +529,7 @@ async function forwardBackward(c: Case, t: TokenMajor, spec: FlashAttentionSpec,
 
 Deno.test({
   name:
-    `flash attention on the CPU shim: Q, K, V and dO read token-major from GEMM products, biases added on load${
-      version ? "" : ` (${CXX} not found)`
-    }`,
+    `flash attention on the CPU shim: Q, K, V and dO read token-major from GEMM products, biases added on load${noCxx}`,
   ignore: !version,
   async fn() {
     const c: Case = { batch: 2, heads: 2, seq: 128, p: 0.1, out: "f16", intMask: true };
@@ -573,9 +565,7 @@ Deno.test({
 // block skipped in the dS/dQ loop, P read without the transpose for dV, dK's and dV's second key block
 // stored over the first) each break dQ, dK or dV against the reference.
 Deno.test({
-  name: `flash attention one-kernel backward on the CPU shim: planted errors fail the comparison${
-    version ? "" : ` (${CXX} not found)`
-  }`,
+  name: `flash attention one-kernel backward on the CPU shim: planted errors fail the comparison${noCxx}`,
   ignore: !version,
   async fn() {
     const c: Case = { batch: 1, heads: 2, seq: 128, p: 0.1, intMask: true };

@@ -29,6 +29,7 @@ import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F16_TOL } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
+const noCxx = version ? "" : " (g++ not found)"; // in test names: the ignored list says why
 const sm90 = PROFILES["cuda-sm90"];
 const cudaAlone: CompileOptions = { fuse: true, target: target("cuda", sm90) };
 const [B, S, P] = [4, 64, 4];
@@ -89,9 +90,7 @@ async function runPlan(plan: Parameters<typeof runOnCpu>[1], feeds: Record<strin
 }
 
 Deno.test({
-  name: `flat gradient: a one-layer BERT LAMB step (fp16) on the CUDA shim${
-    version ? "" : " (g++ not found)"
-  }`,
+  name: `flat gradient: a one-layer BERT LAMB step (fp16) on the CUDA shim${noCxx}`,
   ignore: !version,
   async fn() {
     const g = bertStep(128);
@@ -155,9 +154,7 @@ function differing(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 Deno.test({
-  name: `flat gradient: LAMB reads the gradient as stored, and an f16 overflow skips the step${
-    version ? "" : " (g++ not found)"
-  }`,
+  name: `flat gradient: LAMB reads the gradient as stored, and an f16 overflow skips the step${noCxx}`,
   ignore: !version,
   async fn() {
     const g = lambGraph();

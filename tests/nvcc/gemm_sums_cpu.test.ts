@@ -32,6 +32,7 @@ import { fakeLtSession } from "../util/fake_lt_session.ts";
 import { assertMatchesReference, F16_TOL, F32_TOL } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
+const noCxx = version ? "" : " (g++ not found)"; // in test names: the ignored list says why
 const fake = await fakeLtSession("bertfuse-gemm-sums-");
 const [M, N, K] = [6, 5, 7];
 
@@ -92,9 +93,7 @@ const cases = [
 for (const [i, c] of cases.entries()) {
   const what = `${c.batch.length ? `batch ${c.batch[0]}, ` : ""}${c.dt}`;
   Deno.test({
-    name: `gemm sums: four products (all transposes, ${what}) are four calls with C on the shim${
-      version ? "" : " (g++ not found)"
-    }`,
+    name: `gemm sums: four products (all transposes, ${what}) are four calls with C on the shim${noCxx}`,
     ignore: !version,
     async fn() {
       const g = sumOfProducts(c.batch, c.dt);
@@ -192,9 +191,7 @@ Deno.test({
 });
 
 Deno.test({
-  name: `gemm sums: a BERT training step (fp16, LAMB, one layer) planned for cuda-sm90 on the shim${
-    version ? "" : " (g++ not found)"
-  }`,
+  name: `gemm sums: a BERT training step (fp16, LAMB, one layer) planned for cuda-sm90 on the shim${noCxx}`,
   ignore: !version,
   async fn() {
     const model = oneLayerBert("bert-gemm-sums-test");

@@ -15,10 +15,11 @@ import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
+const noCxx = version ? "" : " (g++ not found)"; // in test names: the ignored list says why
 
 for (const [i, { case: c, graph: g }] of profileCases().entries()) {
   Deno.test({
-    name: `profiles: ${c.name}, lowered for cuda-sm90, on the CUDA shim${version ? "" : " (g++ not found)"}`,
+    name: `profiles: ${c.name}, lowered for cuda-sm90, on the CUDA shim${noCxx}`,
     ignore: !version,
     async fn() {
       const serial = compileGraph(g, { fuse: true, target: target("cuda", PROFILES.lavapipe) });
@@ -47,9 +48,8 @@ for (const [i, { case: c, graph: g }] of profileCases().entries()) {
 }
 
 Deno.test({
-  name: `profiles: a scatter-add with many owners per column sums in the serial loop's order (same bits)${
-    version ? "" : " (g++ not found)"
-  }`,
+  name:
+    `profiles: a scatter-add with many owners per column sums in the serial loop's order (same bits)${noCxx}`,
   ignore: !version,
   async fn() {
     const { case: c, graph: g } = profileCases().find((x) => x.case.name.startsWith("embedding"))!;

@@ -23,6 +23,7 @@ import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 import { dropFirstPart, scatterExpected, scatterFeeds } from "../util/scatter_check.ts";
 
 const version = await cxxVersion();
+const noCxx = version ? "" : " (g++ not found)"; // in test names: the ignored list says why
 
 async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
   const dir = await Deno.makeTempDir({ prefix: "bertfuse-scatter-" });
@@ -35,9 +36,7 @@ async function runPlan(plan: Plan, feeds: Record<string, ArrayLike<number>>) {
 
 for (const [i, c] of scatterCases().entries()) {
   Deno.test({
-    name: `scatter as a masked column sum: ${c.name}, cuda-sm90, on the CUDA shim${
-      version ? "" : " (g++ not found)"
-    }`,
+    name: `scatter as a masked column sum: ${c.name}, cuda-sm90, on the CUDA shim${noCxx}`,
     ignore: !version,
     async fn() {
       const gpu = compileGraph(c.graph, { fuse: true, target: target("cuda", PROFILES["cuda-sm90"]) });
@@ -62,9 +61,7 @@ for (const [i, c] of scatterCases().entries()) {
 }
 
 Deno.test({
-  name: `scatter as a masked column sum: a second pass that skips a part fails the check${
-    version ? "" : " (g++ not found)"
-  }`,
+  name: `scatter as a masked column sum: a second pass that skips a part fails the check${noCxx}`,
   ignore: !version,
   async fn() {
     const c = scatterCases().find((x) => x.parts && x.rows > 2)!;
@@ -83,9 +80,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: `scatter as a masked column sum: a BERT training step planned for cuda-sm90, on the CUDA shim${
-    version ? "" : " (g++ not found)"
-  }`,
+  name:
+    `scatter as a masked column sum: a BERT training step planned for cuda-sm90, on the CUDA shim${noCxx}`,
   ignore: !version,
   async fn() {
     const model = await loadModel("tests/fixtures/hf-tiny/pretraining/config.json");

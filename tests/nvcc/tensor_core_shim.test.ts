@@ -88,11 +88,10 @@ extern "C" __global__ void __launch_bounds__(64) tc_test(const __half* ga, const
 `;
 
 const version = await cxxVersion();
+const noCxx = version ? "" : ` (${CXX} not found)`;
 
 Deno.test({
-  name: `tensor-core fragments on the CPU shim: mma.m16n8k16 and ldmatrix vs a scalar product${
-    version ? "" : ` (${CXX} not found)`
-  }`,
+  name: `tensor-core fragments on the CPU shim: mma.m16n8k16 and ldmatrix vs a scalar product${noCxx}`,
   ignore: !version,
   async fn() {
     const r = seededRandom(Date.now() >>> 0);

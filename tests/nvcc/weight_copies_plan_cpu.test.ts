@@ -33,6 +33,7 @@ import {
 } from "../util/weight_copies_check.ts";
 
 const version = await cxxVersion();
+const noCxx = version ? "" : " (g++ not found)"; // in test names: the ignored list says why
 const FLAT = OPT.flatParams, LOW_FLAT = LOW_COPY_PREFIX + OPT.flatParams;
 type Feeds = Record<string, ArrayLike<number>>;
 
@@ -145,9 +146,7 @@ async function start(seed: number, lossScale: number): Promise<{ carried: Carrie
 
 Deno.test({
   name:
-    `weight copies: a cuda-sm90 fp16 training plan keeps its copies right over steps, an overflow and a resume, on the CUDA shim${
-      version ? "" : " (g++ not found)"
-    }`,
+    `weight copies: a cuda-sm90 fp16 training plan keeps its copies right over steps, an overflow and a resume, on the CUDA shim${noCxx}`,
   ignore: !version,
   async fn() {
     const { g, layout } = await graphInfo;
@@ -198,9 +197,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: `weight copies: a plan whose optimizer writes stale copies fails the checks, on the CUDA shim${
-    version ? "" : " (g++ not found)"
-  }`,
+  name:
+    `weight copies: a plan whose optimizer writes stale copies fails the checks, on the CUDA shim${noCxx}`,
   ignore: !version,
   async fn() {
     const { g, layout } = await graphInfo;

@@ -17,6 +17,13 @@ export interface AttentionShape {
   readonly dh: number;
 }
 
+/** Batch 1; batch 2 (token-major results in two groups); batch 3 with 4 heads (through the epilogue). */
+export const ATTENTION_SHAPES: AttentionShape[] = [
+  { b: 1, s: 5, heads: 2, dh: 4 },
+  { b: 2, s: 5, heads: 2, dh: 4 },
+  { b: 3, s: 5, heads: 4, dh: 2 },
+];
+
 export function attentionBlock(shape: AttentionShape, dt: DType, dropoutProb = 0.1): Graph {
   const { b, s, heads, dh } = shape;
   const h = heads * dh;

@@ -10,10 +10,9 @@ const infer = (...args: string[]) => runCli("infer.ts", args);
 const HEADS = { classification: ["logits"], qa: ["start_logits", "end_logits"] } as const;
 
 for (const fuse of [true, false]) {
+  const flag = fuse ? "" : " --no-fuse";
   Deno.test({
-    name: `infer --backend webgpu${
-      fuse ? "" : " --no-fuse"
-    } matches the fixture (classification and qa heads)`,
+    name: `infer --backend webgpu${flag} matches the fixture (classification and qa heads)`,
     ignore: !gpu.ctx,
     fn: () =>
       withTemp(async (dir) => {

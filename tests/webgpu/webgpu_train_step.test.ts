@@ -12,10 +12,9 @@ import { testGpu } from "../util/webgpu.ts";
 const gpu = await testGpu();
 
 for (const fuse of [true, false]) {
+  const mode = fuse ? "fused" : "unfused";
   Deno.test({
-    name: `webgpu training step (${
-      fuse ? "fused" : "unfused"
-    }) matches the reference: loss, gradients, updates`,
+    name: `webgpu training step (${mode}) matches the reference: loss, gradients, updates`,
     ignore: !gpu.ctx,
     fn: async () => {
       const [B, S, P] = [3, 12, 4];

@@ -7,6 +7,7 @@
  * pre-training, or a bare BertModel, gives the encoder and the pooler; the task head (and a pooler the
  * file lacks) is freshly initialised, and the run says so in one line. A checkpoint with another task's
  * head is refused: its head cannot be used, and silently dropping it hides a wrong --init-checkpoint.
+ * With `rms` (--init-weight-rms) each weight matrix from the file is scaled to that RMS: docs/finetune.md.
  */
 import { join } from "node:path";
 import type { Graph, Node } from "../../ir/mod.ts";
@@ -80,6 +81,7 @@ export async function loadStartWeights(
   dir: string,
   kind: TaskKind,
   seed: number,
+  rms?: number,
 ): Promise<{ weights: Map<string, Float32Array>; note?: string }> {
   const file = join(dir, "model.safetensors");
   if (!(await exists(file))) {
@@ -94,22 +96,18 @@ export async function loadStartWeights(
     const params = g.sources("param");
     const need = params.get("classifier.weight")?.type.shape;
     if (want === "classification" && shape && need && shape[0] !== need[0]) {
+      const fix = "(fine-tune from the encoder: use the pre-training checkpoint it came from)";
       throw new CheckpointError(
-        `${file}: its classifier has ${shape[0]} outputs, this task needs ${
-          need[0]
-        } (fine-tune from the encoder: ` +
-          `use the pre-training checkpoint it came from)`,
+        `${file}: its classifier has ${shape[0]} outputs, this task needs ${need[0]} ${fix}`,
       );
     }
-    return { weights: mapHfTensors(g, tensors, file) };
+    return { weights: scaledToRms(g, mapHfTensors(g, tensors, file), rms) };
   }
   if (has.kind === "classification" || has.kind === "qa") {
     const say = { classification: "sequence-classification", qa: "question-answering" };
+    const fix = "(start from a pre-training or BertModel checkpoint)";
     throw new CheckpointError(
-      `${file}: holds a ${say[has.kind]} head, but --task needs a ${
-        say[want]
-      } head (start from a pre-training ` +
-        `or BertModel checkpoint)`,
+      `${file}: holds a ${say[has.kind]} head, but --task needs a ${say[want]} head ${fix}`,
     );
   }
   // Pre-training or bare BertModel: the encoder (and pooler, when present) from the file, the rest fresh.
@@ -129,7 +127,7 @@ export async function loadStartWeights(
   // mapHfTensors reads nothing of a graph but its parameters; a view with only the encoder's.
   const encoderView = { sources: () => keep } as unknown as Graph;
   const loaded = mapHfTensors(encoderView, encoderTensors, file);
-  for (const [n, v] of loaded) fresh.set(n, v);
+  for (const [n, v] of scaledToRms(g, loaded, rms)) fresh.set(n, v);
   const freshNames = [...fresh.keys()].filter((n) => !loaded.has(n));
   const what = kind === "qa"
     ? "question-answering head (qa_outputs)"
@@ -140,4 +138,18 @@ export async function loadStartWeights(
       `${dir} is a ${bare ? "bare BertModel" : "pre-training"} checkpoint: a freshly initialised ${what}` +
       (freshNames.some((n) => n.startsWith("bert.pooler.")) ? " and pooler" : ""),
   };
+}
+
+/**
+ * Each weight matrix (embeddings, projections, pooler) scaled to RMS `rms`; biases and LayerNorm kept. Short
+ * pre-training doubles BERT-tiny's weights, halving a fixed Adam step's relative size: Ash & Adams 2020's shrink.
+ */
+function scaledToRms(g: Graph, w: Map<string, Float32Array>, rms?: number): Map<string, Float32Array> {
+  for (const [name, v] of rms === undefined ? [] : w) {
+    const meanSquare = v.reduce((a, x) => a + x * x, 0) / v.length;
+    if (g.sources("param").get(name)?.type.shape.length === 2 && meanSquare > 0) {
+      w.set(name, v.map((x) => x * rms! / Math.sqrt(meanSquare)));
+    }
+  }
+  return w;
 }

@@ -115,6 +115,8 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
   } else {
     const start = await resolveStart(o.initCheckpoint);
     startDir = start.dir;
+    const none = `--init-weight-rms scales a checkpoint's weights, but there is none (${start.why})`;
+    if (!startDir && o.initWeightRms !== undefined) throw new TrainOptionsError(none);
     info(start.dir ? `initial weights: ${start.dir} (${start.why})` : start.why);
     config = start.dir ? readStartConfig(start.dir) : (await loadModel(o.configFile ?? BERT_TINY)).config;
   }
@@ -123,11 +125,8 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
     (newest && await exists(`${newest}/vocab.txt`) ? `${newest}/vocab.txt` : undefined);
   const tok = await loadTokenizer({ vocab, cased: !o.doLowerCase });
   if (tok.vocabSize > config.vocab_size) {
-    throw new TrainOptionsError(
-      `the vocabulary (${
-        vocab ?? "built-in"
-      }, ${tok.vocabSize} tokens) is larger than the model's vocab_size ${config.vocab_size}`,
-    );
+    const which = `the vocabulary (${vocab ?? "built-in"}, ${tok.vocabSize} tokens)`;
+    throw new TrainOptionsError(`${which} is larger than the model's vocab_size ${config.vocab_size}`);
   }
 
   // ---- data (every data error stops the run here, before anything is compiled or written) ----
@@ -184,7 +183,7 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
   let weights: Map<string, Float32Array> | undefined;
   if (!resume) {
     if (startDir) {
-      const loaded = await loadStartWeights(graph, startDir, data.kind, o.seed);
+      const loaded = await loadStartWeights(graph, startDir, data.kind, o.seed, o.initWeightRms);
       if (loaded.note) info(loaded.note);
       weights = loaded.weights;
     } else weights = initParams(graph, o.seed);
@@ -200,11 +199,11 @@ export async function runFinetune(o: FinetuneOptions, ev: FinetuneEvents = {}): 
   const train = o.doTrain ? await choice.compile(graph, o.fuse) : undefined;
   const evaluator = (o.doEval || o.doPredict) ? await choice.compile(evalGraph, o.fuse) : undefined;
   const kernels = train?.compiled?.plan.kernels.length ?? 0;
-  info(
-    `${data.task}: ${data.train.length} training rows, sequence ${data.seqLen}, ${
-      data.evals.map((e) => `${e.name} ${e.rows.length}`).join(", ") || "no dev set"
-    }; ${precision} on ${choice.kind} (${choice.why})${kernels ? `, ${kernels} kernels per step` : ""}`,
-  );
+  const devSets = data.evals.map((e) => `${e.name} ${e.rows.length}`).join(", ") || "no dev set";
+  const on = `${precision} on ${choice.kind} (${choice.why})${
+    kernels ? `, ${kernels} kernels per step` : ""
+  }`;
+  info(`${data.task}: ${data.train.length} training rows, sequence ${data.seqLen}, ${devSets}; ${on}`);
 
   const post = {
     nBest: o.nBestSize,

@@ -12,6 +12,8 @@ export interface FinetuneOptions {
   task: string;
   /** Our checkpoint folder, a run folder (its newest checkpoint), or a Hugging Face model folder. */
   initCheckpoint?: string;
+  /** Scale each weight matrix of the starting checkpoint to this RMS (init_weights.ts says why). */
+  initWeightRms?: number;
   /** config.json or models/*.ts when starting without a checkpoint. */
   configFile?: string;
   vocabFile?: string;

@@ -215,11 +215,10 @@ async function loadSquadTask(o: FinetuneOptions, tok: BertTokenizer, seqLen: num
       const at = text.indexOf(JSON.stringify(skipped[0]));
       const line = at < 0 ? "" : `:${text.slice(0, at).split("\n").length}`;
       const ex = examples.find((e) => e.id === skipped[0])!;
+      const answer = `the answer text '${ex.answers[0]?.text.slice(0, 40)}'`;
       throw new DatasetError(
-        `${file}${line}: question ${skipped[0]}: the answer text '${
-          ex.answers[0]?.text.slice(0, 40)
-        }' is not at ` +
-          `answer_start ${ex.answers[0]?.start} of its context (${skipped.length} such question(s))`,
+        `${file}${line}: question ${skipped[0]}: ${answer} is not at answer_start ${ex.answers[0]?.start} ` +
+          `of its context (${skipped.length} such question(s))`,
       );
     }
     train = features;
