@@ -3,7 +3,8 @@
  * CUDA runtime hands cuBLASLt (plan/plan.ts PlanGemm): one cblas_sgemm per batch entry, f32 operands only
  * (f16/bf16 GEMMs run as the template kernel). Opened once per process, single-threaded: the thread pool
  * (pool.c `bf_gemm`) runs one sgemm per block, so GEMMs and kernels share one set of threads (where the
- * library is found: DESIGN.md, notes: runtime/cpu/blas.ts).
+ * library is found: DESIGN.md, notes: runtime/cpu/blas.ts). Without it the same calls run on the
+ * backend's own sgemm (sgemm.c).
  */
 import type { PlanGemm } from "../../plan/plan.ts";
 import { env } from "../code_cache.ts";
@@ -76,6 +77,7 @@ let opened: Blas | { missing: string } | undefined;
 /** OpenBLAS, opened once per process, or why not (one line). */
 export function openBlas(): Blas | { missing: string } {
   if (opened) return opened;
+  if (env("BERTFUSE_BLAS") === "none") return opened = { missing: "OpenBLAS not used (BERTFUSE_BLAS=none)" };
   const tried: string[] = [];
   for (const path of candidates()) {
     try {
@@ -115,13 +117,14 @@ export const blasCan = (g: PlanGemm) => g.a.dtype === "f32" && g.b.dtype === "f3
 /**
  * The call with operand addresses from `addressOf` (the buffer's first byte) plus the descriptor's
  * offsets, as the descriptor pool.c `bf_gemm` reads: transposes, m, n, k, the three leading
- * dimensions, the batch, then A, B and D per batch entry.
+ * dimensions, the batch, then A, B and D per batch entry. `own`: on the backend's sgemm, not OpenBLAS's.
  */
 export function blasCallOf(
   pool: Pool,
   g: PlanGemm,
   addressOf: (buffer: number) => bigint,
   kernel: string,
+  own: boolean,
 ): BlasCall {
   if (!blasCan(g)) throw new CpuError(`kernel ${kernel}: BLAS GEMM needs f32 operands`);
   // Batch entry β of group o = ⌊β / inner⌋ (plan/plan.ts): one sgemm per entry, groups or not.
@@ -135,7 +138,7 @@ export function blasCallOf(
     ...Array.from({ length: g.batch }, (_, q) => [at(g.a, q), at(g.b, q), at(g.d, q)]).flat(),
   ]);
   const ptr = Deno.UnsafePointer.of(desc);
-  const gemm = pool.lib.symbols.bf_gemm;
+  const gemm = own ? pool.lib.symbols.bf_gemm_own : pool.lib.symbols.bf_gemm;
   return {
     words: desc,
     run() {

@@ -1,6 +1,6 @@
 /**
  * Opening the CPU backend: the C compiler (required; cc.ts) and OpenBLAS (optional; blas.ts: without it
- * GEMMs run as the template kernel, with one warning line per process). Kernels and GEMMs run on one
+ * GEMMs run on the backend's own sgemm, sgemm.c, with one warning line per process). Kernels and GEMMs run on one
  * thread pool of `$BERTFUSE_CPU_THREADS` threads, else one per core (pool.ts, started by the first
  * executor).
  */
@@ -33,15 +33,18 @@ export function openCpu(): CpuContext {
   const found = "lib" in blas ? blas : undefined;
   if (!found && !warned) {
     warned = true;
-    console.error(`warning: ${(blas as { missing: string }).missing}; GEMMs run as the C template kernel`);
+    console.error(
+      `warning: ${(blas as { missing: string }).missing}; GEMMs run on bertfuse's own sgemm, slower`,
+    );
   }
   const description = `${cpuModel()} (${threads} threads; ${cc.version}${
-    found ? `; ${found.config.split(" ").slice(0, 2).join(" ")}` : "; no BLAS"
+    found ? `; ${found.config.split(" ").slice(0, 2).join(" ")}` : "; own sgemm, no OpenBLAS"
   })`;
   return {
     cc,
     threads,
     description,
+    gemms: found ? "openblas" : "own",
     ...(found ? { blas: found } : { blasMissing: (blas as { missing: string }).missing }),
   };
 }

@@ -2,7 +2,7 @@
  * Executes a Plan on the CPU: the plan's C kernels (compiler/codegen/c.ts) compiled into shared libraries
  * (cc.ts, cached on disk) and loaded with Deno.dlopen; one arena for the whole memory plan, laid out as the
  * CUDA runtime lays out device memory (runtime/arena.ts: slots at 256-byte offsets, zeroed once); the
- * step program as a list of prepared calls: kernel launches, BLAS GEMMs (blas.ts) with their epilogue
+ * step program as a list of prepared calls: kernel launches, sgemm calls (blas.ts) with their epilogue
  * kernels, copies, then the parameter updates. Nothing is allocated per step (the kernel ABI: DESIGN.md,
  * notes: runtime/cpu/cpu_executor.ts).
  */
@@ -33,9 +33,14 @@ const SOURCES_PER_UNIT = 12;
 export interface CpuContext {
   readonly cc: CCompiler;
   readonly description: string;
-  /** OpenBLAS, when found; GEMMs otherwise run as the template kernel. */
+  /** OpenBLAS, when found. */
   readonly blas?: Blas;
   readonly blasMissing?: string;
+  /**
+   * What runs a plan's f32 GEMM library calls: OpenBLAS's sgemm, the backend's own (sgemm.c; where
+   * OpenBLAS is missing), or the plan's C template kernel (tests of the template set it).
+   */
+  readonly gemms: "openblas" | "own" | "template";
   /** Threads of the process's pool (pool.ts), the calling thread included. */
   readonly threads: number;
 }
@@ -70,14 +75,10 @@ export class CpuExecutor extends PlanExecutor {
     return this.program.filter((s) => s.op === "gemm").length;
   }
 
-  static async create(
-    ctx: CpuContext,
-    plan: Plan,
-    opts: { readonly blas?: boolean } = {},
-  ): Promise<CpuExecutor> {
+  static async create(ctx: CpuContext, plan: Plan): Promise<CpuExecutor> {
     const refusal = languageRefusal(plan, "c", "the CPU backend");
     if (refusal) throw new CpuError(refusal);
-    const useBlas = opts.blas !== false && ctx.blas !== undefined;
+    const useBlas = ctx.gemms === "openblas" ? ctx.blas !== undefined : ctx.gemms === "own";
     const layout = arenaOffsets(plan);
     const memory = new Uint8Array(layout.totalBytes + 64);
     const baseAddress = Deno.UnsafePointer.value(Deno.UnsafePointer.of(memory));
@@ -139,7 +140,7 @@ export class CpuExecutor extends PlanExecutor {
         if (!b) throw new CpuError(`kernel ${k.name}: GEMM operand in buffer ${id}, which the plan lacks`);
         return addressOf(id);
       };
-      const call = blasCallOf(pool, g.call, bufferAt, k.name);
+      const call = blasCallOf(pool, g.call, bufferAt, k.name, ctx.gemms === "own");
       const e = g.epilogue;
       return {
         op: "gemm" as const,

@@ -2,7 +2,8 @@
  * The CPU backend's thread pool, in C (pool.ts builds it once per process and every kernel library
  * links it): `bf_parallel(body, args, n)` runs body(args, lo, hi) over [0, n) in chunks that
  * the calling thread and the pool's helpers claim one at a time; `bf_gemm` runs a library GEMM as
- * single-threaded sgemm calls on blocks of the result, claimed the same way. Not OpenMP: the caller waits
+ * single-threaded sgemm calls on blocks of the result, claimed the same way: OpenBLAS's, or with
+ * `bf_gemm_own` the backend's own (sgemm.c, which pool.ts appends to this file). Not OpenMP: the caller waits
  * only for chunks a helper has claimed, which matters on shared cores (DESIGN.md, notes: runtime/cpu/pool.c).
  */
 #define _GNU_SOURCE
@@ -42,6 +43,8 @@ static _Atomic int bf_done;
 static _Atomic uint32_t bf_bell;
 static _Atomic int bf_sleepers;
 static bf_sgemm_fn bf_sgemm;
+static void bf_own_sgemm(int ta, int tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                         float* c, int ldc);
 static void (*bf_omp_threads)(int);
 
 static inline void bf_pause(void) { __builtin_ia32_pause(); }
@@ -171,7 +174,7 @@ void bf_parallel(bf_body_fn fn, void* const* args, int n) {
 #define CBLAS_ROW_MAJOR 101
 #define CBLAS_TRANS 112
 
-static void bf_gemm_block(const int64_t* d, int t, int parts) {
+static void bf_gemm_block(const int64_t* d, int t, int parts, int own) {
   int ta = (int)d[0], tb = (int)d[1], m = (int)d[2], n = (int)d[3], k = (int)d[4];
   int lda = (int)d[5], ldb = (int)d[6], ldd = (int)d[7];
   int e = t / parts, p = t % parts;
@@ -182,21 +185,23 @@ static void bf_gemm_block(const int64_t* d, int t, int parts) {
     int step = ((n + parts - 1) / parts + 15) / 16 * 16, lo = p * step, hi = lo + step < n ? lo + step : n;
     if (lo >= hi) return;
     b += tb == CBLAS_TRANS ? (int64_t)lo * ldb : lo;
-    bf_sgemm(CBLAS_ROW_MAJOR, ta, tb, m, hi - lo, k, 1.0f, a, lda, b, ldb, 0.0f, c + lo, ldd);
+    c += lo;
+    n = hi - lo;
   } else if (parts > 1) {
     int step = ((m + parts - 1) / parts + 15) / 16 * 16, lo = p * step, hi = lo + step < m ? lo + step : m;
     if (lo >= hi) return;
     a += ta == CBLAS_TRANS ? lo : (int64_t)lo * lda;
-    bf_sgemm(CBLAS_ROW_MAJOR, ta, tb, hi - lo, n, k, 1.0f, a, lda, b, ldb, 0.0f, c + (int64_t)lo * ldd, ldd);
-  } else {
-    bf_sgemm(CBLAS_ROW_MAJOR, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldd);
+    c += (int64_t)lo * ldd;
+    m = hi - lo;
   }
+  if (own) bf_own_sgemm(ta == CBLAS_TRANS, tb == CBLAS_TRANS, m, n, k, a, lda, b, ldb, c, ldd);
+  else bf_sgemm(CBLAS_ROW_MAJOR, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldd);
 }
 
 static void bf_gemm_body(void* const* args, int lo, int hi) {
   const int64_t* d = (const int64_t*)args[0];
-  int parts = (int)(intptr_t)args[1];
-  for (int t = lo; t < hi; ++t) bf_gemm_block(d, t, parts);
+  int parts = (int)(intptr_t)args[1], own = (int)(intptr_t)args[2];
+  for (int t = lo; t < hi; ++t) bf_gemm_block(d, t, parts, own);
 }
 
 /** Blocks per batch entry: 1 when small, else up to a few per thread, each at least BF_GEMM_BLOCK. */
@@ -211,12 +216,22 @@ static int bf_gemm_parts(const int64_t* d) {
   return parts < 1 ? 1 : (int)parts;
 }
 
-/** 0 on success; 1 when no BLAS was loaded. */
-int bf_gemm(const int64_t* d) {
-  if (!bf_sgemm) return 1;
+static void bf_gemm_run(const int64_t* d, int own) {
   int parts = bf_gemm_parts(d), tasks = parts * (int)d[8];
-  void* args[2] = {(void*)d, (void*)(intptr_t)parts};
+  void* args[3] = {(void*)d, (void*)(intptr_t)parts, (void*)(intptr_t)own};
   if (tasks == 1 || d[2] * d[3] * d[4] * d[8] < BF_GEMM_SERIAL) bf_gemm_body(args, 0, tasks);
   else bf_parallel(bf_gemm_body, args, tasks);
+}
+
+/** On OpenBLAS: 0 on success; 1 when none was loaded. */
+int bf_gemm(const int64_t* d) {
+  if (!bf_sgemm) return 1;
+  bf_gemm_run(d, 0);
+  return 0;
+}
+
+/** On the backend's own sgemm (sgemm.c); always 0. */
+int bf_gemm_own(const int64_t* d) {
+  bf_gemm_run(d, 1);
   return 0;
 }

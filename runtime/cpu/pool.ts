@@ -2,7 +2,8 @@
  * The CPU backend's thread pool (its C is pool.c, next to this file): built with the kernels' compiler and flags, cached
  * like them, opened once per process, its helpers started once (`$BERTFUSE_CPU_THREADS`, else every
  * core). Kernel libraries link it by path, so the loader maps one copy for the process and every kernel
- * shares its threads; GEMMs run through its `bf_gemm`, which calls OpenBLAS single-threaded per block.
+ * shares its threads; GEMMs run through its `bf_gemm`, which calls OpenBLAS single-threaded per block, or `bf_gemm_own`
+ * (sgemm.c, the backend's own, where OpenBLAS is missing).
  */
 import { type CCompiler, compileLibrary } from "./cc.ts";
 import { CpuError } from "./cpu_errors.ts";
@@ -11,6 +12,7 @@ const SYMBOLS = {
   bf_pool_init: { parameters: ["i32", "buffer"], result: "i32" },
   bf_pool_threads: { parameters: [], result: "i32" },
   bf_gemm: { parameters: ["pointer"], result: "i32" },
+  bf_gemm_own: { parameters: ["pointer"], result: "i32" },
 } as const;
 
 export interface Pool {
@@ -25,8 +27,9 @@ let opened: Promise<Pool> | undefined;
 /** The pool, built and started on first use; `blasPath`: OpenBLAS's path (the first caller's counts). */
 export function openPool(cc: CCompiler, threads: number, blasPath?: string): Promise<Pool> {
   return opened ??= (async () => {
-    const source = await Deno.readTextFile(new URL("./pool.c", import.meta.url));
-    const path = await compileLibrary(cc, source, "the CPU thread pool (runtime/cpu/pool.c)");
+    const read = (file: string) => Deno.readTextFile(new URL(file, import.meta.url));
+    const source = `${await read("./pool.c")}\n${await read("./sgemm.c")}`;
+    const path = await compileLibrary(cc, source, "the CPU thread pool (runtime/cpu/pool.c, sgemm.c)");
     const lib = Deno.dlopen(path, SYMBOLS);
     const status = lib.symbols.bf_pool_init(threads, new TextEncoder().encode(`${blasPath ?? ""}\0`));
     if (status !== 0) throw new CpuError(`the CPU thread pool could not open OpenBLAS at ${blasPath}`);

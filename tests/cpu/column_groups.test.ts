@@ -104,10 +104,7 @@ for (const [i, c] of columnSumCases().entries()) {
     name: `column sums: ${c.name}, lowered for cuda-sm90, on the CPU backend`,
     ignore: !cpu.ctx,
     async fn() {
-      const compiled = compileGraph(c.graph, {
-        fuse: true,
-        target: target("c", caseProfile(c, sm90)),
-      });
+      const compiled = compileGraph(c.graph, { fuse: true, target: target("c", caseProfile(c, sm90)) });
       assert.equal(c.expect(compiled), undefined);
       const feeds = randomFeeds(c.graph, 900 + i);
       const ref = evaluate(c.graph, feeds, { precision: "f32" });

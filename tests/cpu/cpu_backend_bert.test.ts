@@ -34,7 +34,7 @@ for (const precision of ["fp32", "fp16"] as Precision[]) {
       };
       const tol = precision === "fp32" ? { rtol: 1e-4, atol: 1e-5 } : F16_TOL;
       const r1 = await checkCpuAgainstReference(cpu.ctx!, g, feeds, { fuse: true, tol });
-      if (cpu.ctx!.blas && precision === "fp32") assert.ok(r1.libraryGemms > 0, "no GEMM ran through BLAS");
+      if (precision === "fp32") assert.ok(r1.libraryGemms > 0, "no GEMM ran through sgemm");
     },
   });
 }

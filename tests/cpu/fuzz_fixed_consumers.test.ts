@@ -74,10 +74,7 @@ function readsAtAnotherIndex(g: Graph, members: ReadonlySet<NodeId>, anchor: Nod
 Deno.test("fusion-consumers: no small root hoisted into a GEMM that reads its result through a permute (seed 165904013)", () => {
   // A 48-element root (x·x of a head-merging permute of attention's PV product) moved into the PV GEMM's
   // epilogue, which computes it at the GEMM's own element: wrong values with template GEMMs.
-  const { graph, fusion } = compileGraph(fuzzGraph(165904013).graph, {
-    fuse: true,
-    target: target("wgsl"),
-  });
+  const { graph, fusion } = compileGraph(fuzzGraph(165904013).graph, { fuse: true, target: target("wgsl") });
   for (const k of fusion.kernels) {
     if (k.kind !== "matmul" || k.anchor === undefined) continue;
     assert.deepEqual(readsAtAnotherIndex(graph, k.members, k.anchor), [], `kernel ${k.id}`);

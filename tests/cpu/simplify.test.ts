@@ -435,10 +435,7 @@ Deno.test("simplify: movement identities and compositions", () => {
   check(
     "movement_identity",
     false,
-    (t) =>
-      t.op("concat", [t.op("reshape", [t.input("x")], { shape: [24] })], {
-        axis: 0,
-      }),
+    (t) => t.op("concat", [t.op("reshape", [t.input("x")], { shape: [24] })], { axis: 0 }),
     o,
   );
   check(

@@ -99,10 +99,7 @@ function linearPlan() {
     "f32",
     true,
   );
-  const { plan } = compileGraph(g, {
-    fuse: true,
-    target: target("cuda", PROFILES["cuda-sm90"]),
-  });
+  const { plan } = compileGraph(g, { fuse: true, target: target("cuda", PROFILES["cuda-sm90"]) });
   return { g, plan };
 }
 

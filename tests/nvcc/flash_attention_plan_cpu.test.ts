@@ -72,11 +72,7 @@ for (const shape of [{ b: 2, s: 64, heads: 2, dh: 64 }, { b: 1, s: 128, heads: 2
     async fn() {
       const g = attentionBlock(shape, "f16");
       const flash = compileGraph(g, { fuse: true, target: sm90, flags: flags([]) });
-      const plain = compileGraph(g, {
-        fuse: true,
-        target: sm90,
-        flags: flags(["flash-attention"]),
-      });
+      const plain = compileGraph(g, { fuse: true, target: sm90, flags: flags(["flash-attention"]) });
       assert.deepEqual(flashKinds(flash.plan), ["forward", "backward"]);
       assert.equal(plain.plan.kernels.length - flash.plan.kernels.length, 6, "8 kernels became 2");
       // No step touches the softmax's exp, div (probabilities) or where (dropped out) [B, H, S, S] buffers:
@@ -141,11 +137,7 @@ Deno.test("flash attention plan: only cuda-sm90, and only where the kernels acce
   }
   // Sequence 40 is not a multiple of 64; head dim 32 is not 64.
   for (const shape of [{ b: 2, s: 40, heads: 2, dh: 64 }, { b: 2, s: 64, heads: 4, dh: 32 }]) {
-    const c = compileGraph(attentionBlock(shape, "f16"), {
-      fuse: true,
-      target: sm90,
-      flags: flags([]),
-    });
+    const c = compileGraph(attentionBlock(shape, "f16"), { fuse: true, target: sm90, flags: flags([]) });
     assert.equal(c.plan.kernels.filter(isFlash).length, 0, JSON.stringify(shape));
   }
   // Past sequence 128 a head no longer fits one block: the two-kernel backward.
@@ -191,11 +183,7 @@ Deno.test({
       "f16",
       true,
     );
-    const c = compileGraph(g, {
-      fuse: true,
-      target: sm90,
-      flags: flags([]),
-    });
+    const c = compileGraph(g, { fuse: true, target: sm90, flags: flags([]) });
     assert.deepEqual(flashKinds(c.plan), ["forward", "backward"]);
     const sources = operandSources(c.plan);
     for (const o of sources) assert.equal(o.product, !o.name.endsWith(".q"), o.name);
@@ -233,11 +221,7 @@ Deno.test({
       ...batchFeeds(g, { batch: B, seq: S, predictions: P, vocab: 99 }, r, 3),
       ...optimizerStepFeeds(g, r, 1024),
     };
-    const compiled = compileGraph(g, {
-      fuse: true,
-      target: sm90,
-      flags: flags([]),
-    });
+    const compiled = compileGraph(g, { fuse: true, target: sm90, flags: flags([]) });
     assert.deepEqual(flashKinds(compiled.plan), ["forward", "backward"]);
     // BERT's f32 biases: Q, K and V from their products with the bias added on load, dO from its product.
     for (const o of operandSources(compiled.plan)) {

@@ -124,12 +124,7 @@ async function start(seed: number, lossScale: number): Promise<{ carried: Carrie
   const flat = new Float32Array(layout.total);
   for (const s of layout.segments) flat.set(first[s.name] as ArrayLike<number>, s.offset);
   return {
-    carried: {
-      flat,
-      m: feeds[OPT.m],
-      v: feeds[OPT.v],
-      state: Float32Array.from(feeds[OPT.state]),
-    },
+    carried: { flat, m: feeds[OPT.m], v: feeds[OPT.v], state: Float32Array.from(feeds[OPT.state]) },
     // Fresh random data every step; the optimizer's constant tables and schedule with it.
     batch: () => {
       const b = batchFeeds(g, shape, r, seed);

@@ -28,7 +28,7 @@ export async function checkCpuAgainstReference(
 ): Promise<{ kernels: number; libraryGemms: number }> {
   const ref = evaluate(g, feeds, { precision: "f32" });
   const { executor, compiled } = await CPU.compile(
-    opts.blas === false ? { ...ctx, blas: undefined } : ctx,
+    opts.blas === false ? { ...ctx, gemms: "template" } : ctx,
     g,
     opts.fuse,
   );

@@ -56,7 +56,7 @@ export function cpuDevice(ctx: CpuContext, blas: boolean): FuzzDevice {
     target: makeTarget(PROFILES.lavapipe, "c"),
     flags: blas ? undefined : "--template-gemms",
     async run(plan, feeds) {
-      const executor = await CpuExecutor.create(ctx, plan, { blas });
+      const executor = await CpuExecutor.create(blas ? ctx : { ...ctx, gemms: "template" }, plan);
       try {
         return new Map(Object.entries(await executor.run(feeds)));
       } finally {

@@ -212,10 +212,7 @@ Deno.test("optimizer graph: gradient accumulation updates once, from the mean of
   out = evaluate(g, feeds, { precision: "f64" });
   const sum = new Map([...g1].map(([n, x]) => [n, x.map((v, i) => v + g2.get(n)![i])]));
   const ref = initMoments(params);
-  lambStep(params, sum, ref, {
-    lr: learningRate(1, SCHEDULE),
-    lossScale: 2 * LOSS_SCALE,
-  });
+  lambStep(params, sum, ref, { lr: learningRate(1, SCHEDULE), lossScale: 2 * LOSS_SCALE });
   assertClose(out.get(`new:${OPT.flatParams}`)!, flatOf(layout, params), 1e-8, "weights after the update");
   assertClose(out.get(`new:${OPT.gradAcc}`)!, new Float64Array(layout.total), 0, "accumulator reset");
   assert.equal(out.get(`new:${OPT.state}`)![STATE.step], 1);

@@ -589,10 +589,7 @@ CASES.forEach((c, i) => {
       ignore: !gpu.ctx,
       fn: async () => {
         const g = graph(c.name, dt, c.body);
-        const feeds = randomFeeds(g, 500 + i, {
-          rng_key: (r) => r.u32(),
-          label: (r) => r.int(0, S),
-        });
+        const feeds = randomFeeds(g, 500 + i, { rng_key: (r) => r.u32(), label: (r) => r.int(0, S) });
         await checkAgainstReference(gpu.ctx!, g, feeds, {
           fuse: true,
           tol: dt === "f16" ? F16_TOL : F32_TOL,
