@@ -8,10 +8,7 @@
 import { bindingCount } from "./binding_budget.ts";
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { isElementwise, isMovement } from "../../ir/ops.ts";
-import { fuseAttention } from "./attention.ts";
 import { findInPlaceConcats } from "./in_place.ts";
-import { mergeConsumers } from "./consumers.ts";
-import { mergeSameWriter, mergeSiblings } from "./siblings.ts";
 import { applyJoin, decideJoin } from "./join.ts";
 import { isLibraryColumnSum } from "./library_sums.ts";
 import { rematVerdict } from "./remat.ts";
@@ -22,11 +19,6 @@ import { usersOf } from "../graph/users.ts";
 export interface FusionOptions {
   /** false: one kernel per op (constants inline; reshape/broadcast stay views) — the unfused baseline. */
   readonly fuse: boolean;
-  /**
-   * The attention fusion (compiler/fusion/attention.ts): on by default; false leaves attention as three
-   * kernels (QKᵀ, softmax, PV) and "always" skips its shape rule — both for benchmarks.
-   */
-  readonly attention?: boolean | "always";
   /** Returns false when the fusion budget (FUSION_FUEL) is spent. */
   readonly takeFuel?: () => boolean;
   readonly log?: (msg: string) => void;
@@ -63,27 +55,10 @@ function inlineNodes(g: Graph, fuse: boolean): Uint8Array {
 }
 
 /**
- * Every fusion stage in order: producer-consumer fusion, then (when fusing) attention, siblings, consumers,
- * and reductions reading only what one kernel wrote.
- */
-export function fuseGraph(g: Graph, opts: FusionOptions): FusionResult {
-  const result = fuseProducers(g, opts);
-  if (!opts.fuse) return result;
-  // Attention first, while its softmax kernel is still alone (a sibling merge would give it more roots).
-  const withAttention = opts.attention === false ? result : fuseAttention(g, result, {
-    takeFuel: opts.takeFuel,
-    log: opts.log,
-    always: opts.attention === "always",
-  });
-  const merged = mergeConsumers(g, mergeSiblings(g, withAttention, opts.takeFuel), opts.takeFuel);
-  return mergeSameWriter(g, merged, opts.takeFuel);
-}
-
-/**
  * Producer-consumer fusion, consumers first; with `fuse: false`, one kernel per op (the unfused
  * baseline). Flat vectors assembled in place are found here in both cases.
  */
-export function fuseProducers(g: Graph, opts: Omit<FusionOptions, "attention">): FusionResult {
+export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
   const nodes = g.nodes;
   const users = usersOf(g);
   const isOutput = new Uint8Array(nodes.length);

@@ -3,7 +3,7 @@
  * assertion), schedule validity, fuel, and that every refusal carries a reason.
  */
 import assert from "node:assert/strict";
-import { fuseGraph } from "../../compiler/fusion/fuse.ts";
+import { fuseGraph } from "../util/fuse_graph.ts";
 import { decomposeComposites } from "../../compiler/passes/decompose.ts";
 import type { FusionResult } from "../../compiler/fusion/types.ts";
 import type { Graph } from "../../ir/mod.ts";

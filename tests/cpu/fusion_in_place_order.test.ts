@@ -6,7 +6,7 @@
  * forward pass).
  */
 import assert from "node:assert/strict";
-import { fuseGraph } from "../../compiler/fusion/fuse.ts";
+import { fuseGraph } from "../util/fuse_graph.ts";
 import { Graph } from "../../ir/mod.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 

@@ -6,7 +6,7 @@
  * step on the CPU backend against the reference interpreter on fresh random inputs, f32 and fp16.
  */
 import assert from "node:assert/strict";
-import { fuseGraph } from "../../compiler/fusion/fuse.ts";
+import { fuseGraph } from "../util/fuse_graph.ts";
 import { readsOf } from "../../compiler/fusion/kernel_facts.ts";
 import { REMAT_MAX_OPS, rematVerdict } from "../../compiler/fusion/remat.ts";
 import { differentiate } from "../../compiler/training_graph/autodiff.ts";

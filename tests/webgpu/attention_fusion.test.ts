@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { attentionForward } from "../../cases/fusion_cases.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { ATTENTION_MIN_ROWS } from "../../compiler/fusion/attention.ts";
-import { fuseGraph } from "../../compiler/fusion/fuse.ts";
+import { fuseGraph } from "../util/fuse_graph.ts";
 import { decomposeComposites } from "../../compiler/passes/decompose.ts";
 import type { FusionResult } from "../../compiler/fusion/types.ts";
 import { buildModelGraph } from "../../optimizer/model_graph.ts";
