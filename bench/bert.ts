@@ -365,7 +365,7 @@ await runMain(async () => {
   }
 
   console.log(
-    `${device}: ${model.name}, ${precision}; ${blas ? `${blas.config}, core ${blas.corename}` : "no OpenBLAS"}`,
+    `${device}: ${model.name}, ${precision}; ${blas ? `${blas.config}, core ${blas.corename}` : "no BLAS"}`,
   );
   console.log(
     `| case | impl | kernels | ms (median) | min | max | load (1 min) | seq/s | TFLOP/s | peak MiB |`,
