@@ -82,6 +82,8 @@ interface Case {
   ms: number;
   min_ms: number;
   max_ms: number;
+  /** The first step of a fresh executor alone (its arena's pages, first submissions). */
+  first_ms?: number;
   /** The 1-, 5- and 15-minute load averages just before the side's timed rounds (null: not on Linux). */
   load: number[] | null;
   peak_bytes: number;
@@ -175,6 +177,8 @@ await runMain(async () => {
     console.log(
       `measured ${c.name} ${c.impl}: ${c.ms.toFixed(2)} ms (min ${c.min_ms.toFixed(2)}, max ${
         c.max_ms.toFixed(2)
+      }${
+        c.first_ms ? `; first step ${c.first_ms.toFixed(0)} ms, ${(c.first_ms / c.ms).toFixed(2)}×` : ""
       }), ${c.seq_per_s.toFixed(1)} seq/s, load ${c.load?.join(" ") ?? "unknown"}${shares}`,
     );
     await save();
@@ -210,6 +214,7 @@ await runMain(async () => {
       flops: number;
       kernels: number;
       times: number[];
+      first?: number;
       load?: number[] | null;
     }[] = [];
     try {
@@ -232,7 +237,8 @@ await runMain(async () => {
         });
       }
       await part(`${name} timing`, async () => {
-        for (const s of sides) await timeRound(s.ex, perRound); // warm-up: compilation, first submissions
+        for (const s of sides) s.first = await timeRound(s.ex, 1);
+        for (const s of sides) await timeRound(s.ex, perRound); // warm-up
         for (let r = 0; r < rounds; r++) {
           for (const s of sides) {
             if (r === 0) s.load = loadAverage();
@@ -252,6 +258,7 @@ await runMain(async () => {
             ms,
             min_ms: Math.min(...s.times),
             max_ms: Math.max(...s.times),
+            first_ms: s.first,
             load: s.load ?? null,
             peak_bytes: s.peak,
             kernels: s.kernels,

@@ -138,11 +138,12 @@ export function blasCallOf(
     ...Array.from({ length: g.batch }, (_, q) => [at(g.a, q), at(g.b, q), at(g.d, q)]).flat(),
   ]);
   const ptr = Deno.UnsafePointer.of(desc);
-  const gemm = own ? pool.lib.symbols.bf_gemm_own : pool.lib.symbols.bf_gemm;
   return {
     words: desc,
     run() {
-      if (gemm(ptr) !== 0) throw new CpuError(`kernel ${kernel}: the CPU thread pool has no BLAS`);
+      if (pool.lib.symbols.bf_gemm(ptr, own ? 1 : 0) !== 0) {
+        throw new CpuError(`kernel ${kernel}: the CPU thread pool has no BLAS`);
+      }
     },
   };
 }

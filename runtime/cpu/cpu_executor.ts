@@ -105,6 +105,8 @@ export class CpuExecutor extends PlanExecutor {
       units.push(sources.slice(i, i + SOURCES_PER_UNIT).map((_, j) => i + j));
     }
     const pool = await openPool(ctx.cc, ctx.threads, ctx.blas?.path);
+    // Its pages faulted in now, not by the first step (pool.c bf_arena_prepare).
+    pool.lib.symbols.bf_arena_prepare(memory, BigInt(memory.byteLength));
     const paths = await Promise.all(
       units.map((u, n) =>
         compileLibrary(ctx.cc, unitSource(u, sources), `${plan.graph} (part ${n + 1} of ${units.length})`, [

@@ -1,9 +1,10 @@
 /**
- * The CPU backend's thread pool (its C is pool.c, next to this file): built with the kernels' compiler and flags, cached
- * like them, opened once per process, its helpers started once (`$BERTFUSE_CPU_THREADS`, else every
- * core). Kernel libraries link it by path, so the loader maps one copy for the process and every kernel
- * shares its threads; GEMMs run through its `bf_gemm`, which calls OpenBLAS single-threaded per block, or `bf_gemm_own`
- * (sgemm.c, the backend's own, where OpenBLAS is missing).
+ * The CPU backend's thread pool (its C is pool.c, next to this file): built with the kernels' compiler and
+ * flags, cached like them, opened once per process, its helpers started once (`$BERTFUSE_CPU_THREADS`, else
+ * every core). Kernel libraries link it by path, so the loader maps one copy for the process and every
+ * kernel shares its threads; GEMMs run through its `bf_gemm`, which calls OpenBLAS single-threaded per
+ * block, or the backend's own sgemm (sgemm.c, where OpenBLAS is missing); `bf_arena_prepare` faults an
+ * arena's pages in.
  */
 import { type CCompiler, compileLibrary } from "./cc.ts";
 import { CpuError } from "./cpu_errors.ts";
@@ -11,8 +12,8 @@ import { CpuError } from "./cpu_errors.ts";
 const SYMBOLS = {
   bf_pool_init: { parameters: ["i32", "buffer"], result: "i32" },
   bf_pool_threads: { parameters: [], result: "i32" },
-  bf_gemm: { parameters: ["pointer"], result: "i32" },
-  bf_gemm_own: { parameters: ["pointer"], result: "i32" },
+  bf_gemm: { parameters: ["pointer", "i32"], result: "i32" },
+  bf_arena_prepare: { parameters: ["buffer", "i64"], result: "void" },
 } as const;
 
 export interface Pool {

@@ -12,6 +12,7 @@ import type { Graph } from "../../ir/graph.ts";
 import { ModelBuilder } from "../../dsl/mod.ts";
 import { F32_TOL } from "../util/fused_check.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
+import { openPool } from "../../runtime/cpu/pool.ts";
 
 const cpu = await testCpu();
 const GEMMS = cpu.ctx?.blas ? ["openblas", "own"] as const : ["own"] as const;
@@ -77,5 +78,18 @@ Deno.test({
       }
     }
     await check("own", b.graph, 12);
+  },
+});
+
+Deno.test({
+  name: "pool: an arena's pages are faulted in before the first step, and it stays zero",
+  ignore: !cpu.ctx,
+  fn: async () => {
+    const pool = await openPool(cpu.ctx!.cc, cpu.ctx!.threads, cpu.ctx!.blas?.path);
+    const arena = new Uint8Array((64 << 20) + 4099).subarray(3), before = Deno.memoryUsage().rss; // ragged ends
+    pool.lib.symbols.bf_arena_prepare(arena, BigInt(arena.byteLength));
+    const grown = Deno.memoryUsage().rss - before;
+    assert.ok(grown > 60 << 20, `resident memory grew by ${grown} bytes of ${arena.byteLength}`);
+    assert.equal(arena.findIndex((x) => x !== 0), -1);
   },
 });

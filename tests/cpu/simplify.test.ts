@@ -346,19 +346,13 @@ Deno.test("simplify: casts and stop_gradient", () => {
     "cast_cast",
     true,
     (t) => t.op("cast", [t.op("cast", [t.input("x")], { to: "f32" })], { to: "f16" }),
-    {
-      dtype: "f16",
-      becomes: "input:x",
-    },
+    { dtype: "f16", becomes: "input:x" },
   );
   check(
     "cast_cast",
     true,
     (t) => t.op("cast", [t.op("cast", [t.input("c")], { to: "f16" })], { to: "i32" }),
-    {
-      dtype: "bool",
-      becomes: "cast",
-    },
+    { dtype: "bool", becomes: "cast" },
   );
   // f32 -> f16 loses bits, so the round trip is not the identity.
   check(
@@ -373,10 +367,7 @@ Deno.test("simplify: casts and stop_gradient", () => {
     "cast_cast",
     false,
     (t) => t.op("cast", [t.op("cast", [t.input("x")], { to: "f32" })], { to: "i32" }),
-    {
-      dtype: "i32",
-      becomes: "cast",
-    },
+    { dtype: "i32", becomes: "cast" },
   );
   check("stop_gradient_twice", true, (t) => t.op("stop_gradient", [t.op("stop_gradient", [t.input("x")])]), {
     becomes: "stop_gradient",
@@ -418,10 +409,7 @@ Deno.test("simplify: movement identities and compositions", () => {
     "movement_identity",
     true,
     (t) => t.op("slice", [t.input("x")], { start: [0, 0, 0], end: [2, 3, 4] }),
-    {
-      ...o,
-      becomes: "input:x",
-    },
+    { ...o, becomes: "input:x" },
   );
   check("movement_identity", true, (t) => t.op("pad", [t.input("x")], { low: [0, 0, 0], high: [0, 0, 0] }), {
     ...o,

@@ -38,10 +38,7 @@ Deno.test(`resume: moments saved with 64-element chunks are moved into a 256-ele
     `seed ${SEED}: the two layouts must differ for this test to mean anything`,
   );
   const m = flatOf(saved, r), v = flatOf(saved, r);
-  const ck = {
-    dir: "ck",
-    optimizer: new Map([[OPT.m, m], [OPT.v, v]]),
-  } as unknown as LoadedCheckpoint;
+  const ck = { dir: "ck", optimizer: new Map([[OPT.m, m], [OPT.v, v]]) } as unknown as LoadedCheckpoint;
   const written = new Map<string, Float32Array>();
   const ex = { write: (name: string, x: ArrayLike<number>) => written.set(name, Float32Array.from(x)) };
   restoreOptimizer(ex as unknown as StepExecutor, ck, run, checkLayout("ck", layoutRecord(saved), run));
