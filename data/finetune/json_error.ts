@@ -48,34 +48,25 @@ export function locateJsonError(text: string): JsonErrorAt | undefined {
   const value = (): void => {
     ws();
     const c = text[i];
-    if (c === "{") {
+    if (c === "{" || c === "[") {
+      const close = c === "{" ? "}" : "]";
       i++;
       ws();
-      if (text[i] === "}") return void i++;
+      if (text[i] === close) return void i++;
       for (;;) {
-        ws();
-        if (text[i] !== '"') stop("expected a property name in double quotes");
-        string();
-        ws();
-        if (text[i] !== ":") stop("expected ':' after a property name");
-        i++;
+        if (c === "{") {
+          ws();
+          if (text[i] !== '"') stop("expected a property name in double quotes");
+          string();
+          ws();
+          if (text[i] !== ":") stop("expected ':' after a property name");
+          i++;
+        }
         value();
         ws();
         if (text[i] === ",") i++;
-        else if (text[i] === "}") return void i++;
-        else stop("expected ',' or '}'");
-      }
-    }
-    if (c === "[") {
-      i++;
-      ws();
-      if (text[i] === "]") return void i++;
-      for (;;) {
-        value();
-        ws();
-        if (text[i] === ",") i++;
-        else if (text[i] === "]") return void i++;
-        else stop("expected ',' or ']'");
+        else if (text[i] === close) return void i++;
+        else stop(`expected ',' or '${close}'`);
       }
     }
     if (c === '"') return string();

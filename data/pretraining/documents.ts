@@ -181,27 +181,54 @@ function checkText(f: string, text: string): void {
   throw new DataError(`input ${f}: byte ${byte} is ${why}; not a text file (prepare-data reads plain text)`);
 }
 
+/** Input bytes one run reads at most: the text is one string, and V8's longest holds 2^29 - 24 characters. */
+export const MAX_INPUT_BYTES = 2 ** 29 - 2 ** 20;
+
+/**
+ * A file's bytes, at most `budget` of them. A pipe or a device is read in pieces, the first checked at once:
+ * /dev/zero or /dev/urandom never end, and took 9 GB in 12 s when read whole.
+ */
+async function readBounded(f: string, budget: number): Promise<Uint8Array> {
+  const info = await Deno.stat(f), parts: Uint8Array[] = [];
+  let n = info.isFile ? info.size : 0;
+  for await (const piece of info.isFile ? [] : (await Deno.open(f)).readable) {
+    if (n === 0) textOf(f, piece, new TextDecoder("utf-8", { fatal: true }), true);
+    if ((n += piece.length) > budget) break;
+    parts.push(piece);
+  }
+  if (n > budget) {
+    throw new DataError(`input ${f}: the inputs pass ${MAX_INPUT_BYTES >> 20} MiB, the most one run reads`);
+  }
+  if (info.isFile) return await Deno.readFile(f);
+  const bytes = new Uint8Array(n);
+  parts.reduce((at, p) => (bytes.set(p, at), at + p.length), 0);
+  return bytes;
+}
+/** The text of `bytes`, refused as not UTF-8 or not prose; `stream`: a first piece, more to follow. */
+function textOf(f: string, bytes: Uint8Array, utf8: TextDecoder, stream = false): string {
+  let text: string;
+  try {
+    text = utf8.decode(bytes, { stream });
+  } catch {
+    const at = firstInvalidByte(bytes), why = "a binary file?); prepare-data reads plain text";
+    throw new DataError(`input ${f}: not UTF-8 text (byte ${at}: ${why}`);
+  }
+  checkText(f, text);
+  return text;
+}
+
 /** The text of all inputs; a file boundary also ends a document. */
 export async function readInputText(files: string[]): Promise<string> {
   const texts: string[] = [];
   // Fatal decoding: a binary file (random bytes, a zip) must be refused, not become a shard of U+FFFD.
   const utf8 = new TextDecoder("utf-8", { fatal: true });
+  let budget = MAX_INPUT_BYTES;
   for (const f of files) {
-    let bytes: Uint8Array;
-    try {
-      bytes = await Deno.readFile(f);
-    } catch (e) {
-      throw new DataError(`input ${f}: ${(e as Error).message}`);
-    }
-    try {
-      texts.push(utf8.decode(bytes));
-    } catch {
-      const at = firstInvalidByte(bytes);
-      throw new DataError(
-        `input ${f}: not UTF-8 text (byte ${at}: a binary file?); prepare-data reads plain text`,
-      );
-    }
-    checkText(f, texts.at(-1)!);
+    const bytes = await readBounded(f, budget).catch((e) => {
+      throw e instanceof DataError ? e : new DataError(`input ${f}: ${(e as Error).message}`);
+    });
+    budget -= bytes.length;
+    texts.push(textOf(f, bytes, utf8));
   }
   return texts.join("\n\n");
 }

@@ -39,15 +39,8 @@ export function idAt(v: Views, layout: RecordLayout, at: number, k: number): num
   return layout.idDtype === "u16" ? v.u16[(at >>> 1) + k] : v.i32[(at >>> 2) + k];
 }
 
-/**
- * Writes one record at byte `base`. `tokens[0..n)` are the (masked) input ids; the rest of input_ids is
- * filled with padId and unused prediction slots with 0, so equal instances give equal bytes.
- */
-export function encodeRecord(
-  v: Views,
-  layout: RecordLayout,
-  base: number,
-  padId: number,
+/** The fields of one record (encodeRecord, RecordBuffer.append). */
+export type RecordFields = [
   tokens: ArrayLike<number>,
   n: number,
   segmentBStart: number,
@@ -55,18 +48,25 @@ export function encodeRecord(
   labels: ArrayLike<number>,
   numMasked: number,
   nextSentenceLabel: number,
-): void {
+];
+
+/**
+ * Writes one record at byte `base`. `tokens[0..n)` are the (masked) input ids; the rest of input_ids is
+ * filled with `pad` and unused prediction slots with 0, so equal instances give equal bytes.
+ */
+export function encodeRecord(v: Views, layout: RecordLayout, base: number, pad: number, ...f: RecordFields) {
+  const [tokens, n, segmentBStart, positions, labels, numMasked, nextSentenceLabel] = f;
   const S = layout.seqLength, P = layout.maxPredictions;
   if (layout.idDtype === "u16") {
     const ids = (base + layout.inputIds) >>> 1, lm = (base + layout.maskedLmIds) >>> 1;
     for (let i = 0; i < n; i++) v.u16[ids + i] = tokens[i];
-    v.u16.fill(padId, ids + n, ids + S);
+    v.u16.fill(pad, ids + n, ids + S);
     for (let k = 0; k < numMasked; k++) v.u16[lm + k] = labels[k];
     v.u16.fill(0, lm + numMasked, lm + P);
   } else {
     const ids = (base + layout.inputIds) >>> 2, lm = (base + layout.maskedLmIds) >>> 2;
     for (let i = 0; i < n; i++) v.i32[ids + i] = tokens[i];
-    v.i32.fill(padId, ids + n, ids + S);
+    v.i32.fill(pad, ids + n, ids + S);
     for (let k = 0; k < numMasked; k++) v.i32[lm + k] = labels[k];
     v.i32.fill(0, lm + numMasked, lm + P);
   }

@@ -6,7 +6,7 @@
 import { basename, dirname, join } from "node:path";
 import { crc32 } from "./crc32.ts";
 import { encodeHeader, type RecordLayout } from "./format.ts";
-import { encodeRecord, type Views, viewsOf } from "./record.ts";
+import { encodeRecord, type RecordFields, type Views, viewsOf } from "./record.ts";
 
 /** A growable array of fixed-size records. */
 export class RecordBuffer {
@@ -19,15 +19,7 @@ export class RecordBuffer {
     this.views = viewsOf(this.bytes);
   }
 
-  append(
-    tokens: ArrayLike<number>,
-    n: number,
-    segmentBStart: number,
-    positions: ArrayLike<number>,
-    labels: ArrayLike<number>,
-    numMasked: number,
-    nextSentenceLabel: number,
-  ): void {
+  append(...f: RecordFields): void {
     const R = this.layout.recordSize;
     if ((this.count + 1) * R > this.bytes.length) {
       const grown = new Uint8Array(this.bytes.length * 2);
@@ -35,19 +27,7 @@ export class RecordBuffer {
       this.bytes = grown;
       this.views = viewsOf(grown);
     }
-    encodeRecord(
-      this.views,
-      this.layout,
-      this.count * R,
-      this.padId,
-      tokens,
-      n,
-      segmentBStart,
-      positions,
-      labels,
-      numMasked,
-      nextSentenceLabel,
-    );
+    encodeRecord(this.views, this.layout, this.count * R, this.padId, ...f);
     this.count++;
   }
 

@@ -83,37 +83,32 @@ Deno.test("prepare-data writes shards and a manifest and reports tokens/s; data-
 
 Deno.test("prepare-data: bad flags and inputs are one-line errors with exit code 1", async () => {
   const out = join(dir, "never");
-  assertUserError(
-    await prepare("--input", input, "--output", out, "--masked-lm-prob", "1.5"),
-    /--masked-lm-prob/,
-  );
-  assertUserError(await prepare("--input", input, "--output", out, "--dupe-factor", "0"), /--dupe-factor/);
-  assertUserError(await prepare("--input", input, "--output", out, "--seed", "-1"), /--seed/);
-  assertUserError(await prepare("--input", input, "--output", out, "--max-seq-length", "3"), /at least 5/);
-  assertUserError(await prepare("--input", input, "--output", out, "--nonsense"), /nonsense/);
+  const refused = async (re: RegExp, from: string, ...args: string[]) =>
+    assertUserError(await prepare("--input", from, "--output", out, ...args), re);
+  await refused(/--masked-lm-prob/, input, "--masked-lm-prob", "1.5");
+  await refused(/--dupe-factor/, input, "--dupe-factor", "0");
+  await refused(/--seed/, input, "--seed", "-1");
+  await refused(/at least 5/, input, "--max-seq-length", "3");
+  await refused(/nonsense/, input, "--nonsense");
   assertUserError(await prepare("--input", input), /--output DIR is required/);
-  assertUserError(
-    await prepare("--input", join(dir, "missing.txt"), "--output", out),
-    /missing\.txt: no such file/,
-  );
+  await refused(/missing\.txt: no such file/, join(dir, "missing.txt"));
   const empty = join(dir, "empty.txt");
   await Deno.writeTextFile(empty, "\n\n   \n");
-  assertUserError(await prepare("--input", empty, "--output", out), /has no sentences/);
+  await refused(/has no sentences/, empty);
   const binary = join(dir, "random.bin"); // fresh random bytes are not UTF-8 (a 4 KiB run almost surely)
   await Deno.writeFile(binary, crypto.getRandomValues(new Uint8Array(4096)));
-  assertUserError(
-    await prepare("--input", binary, "--output", out),
-    /random\.bin: not UTF-8 text \(byte \d+/,
-  );
+  await refused(/random\.bin: not UTF-8 text \(byte \d+/, binary);
+  // Devices that never end are refused from their first bytes, not read whole (9 GB in 12 s before).
+  await refused(/\/dev\/zero: byte 0 is a NUL/, "/dev/zero");
+  await refused(/\/dev\/urandom: (not UTF-8 text \(byte \d+|byte \d+ is a NUL)/, "/dev/urandom");
+  const huge = join(dir, "huge.txt"); // sparse: its size says it is over the limit before a byte is read
+  await Deno.writeTextFile(huge, "a cat .\n").then(() => Deno.truncate(huge, 2 ** 29));
+  await refused(/huge\.txt: the inputs pass 511 MiB, the most one run reads$/, huge);
   // 7-bit noise is valid UTF-8, but a fifth control characters (D05).
   const noise = join(dir, "noise.txt"), bytes = Array.from({ length: 4096 }, (_, i) => i % 127 + 1);
   await Deno.writeTextFile(noise, "a cat .\n" + String.fromCharCode(...bytes));
-  const control = /noise\.txt: byte 8 is control character 0x01, as are \d+% of its characters/;
-  assertUserError(await prepare("--input", noise, "--output", out), control);
-  assertUserError(
-    await prepare("--input", input, "--output", out, "--vocab", join(dir, "nope.txt")),
-    /nope\.txt/,
-  );
+  await refused(/noise\.txt: byte 8 is control character 0x01, as are \d+% of its characters/, noise);
+  await refused(/nope\.txt/, input, "--vocab", join(dir, "nope.txt"));
   await assert.rejects(() => Deno.stat(out), Deno.errors.NotFound);
 });
 
