@@ -1,7 +1,9 @@
 /**
  * SIGTERM (and SIGINT, for a person at a terminal) drain the server: no new connections, every request
  * already in flight answered, then the returned promise resolves and the command exits 0. A second
- * signal while draining is ignored: the drain is already on its way, and killing it would drop answers.
+ * signal is ignored, during the drain and after it until the exit: one Ctrl-C arrives twice (the terminal
+ * and `deno task` each send it), and the second copy, once its listener was gone, killed a server still
+ * warming up with exit 130.
  */
 import type { Server } from "./server.ts";
 
@@ -13,10 +15,7 @@ export function drainOnSignals(server: Server, log: (line: string) => void): Pro
       if (draining) return;
       draining = true;
       log("draining: finishing requests in flight");
-      server.drain().then(() => {
-        for (const s of signals) Deno.removeSignalListener(s, onSignal);
-        resolve();
-      });
+      server.drain().then(resolve);
     };
     for (const s of signals) Deno.addSignalListener(s, onSignal);
   });

@@ -121,7 +121,10 @@ export async function compileLibrary(
       args: [...CC_FLAGS, "-o", built, src, ...link, "-lmvec", "-lm"],
       stdout: "piped",
       stderr: "piped",
-    }).output();
+      // Its own session (spawn: output() ignores `detached`): a terminal's Ctrl-C reaches the process
+      // group, and a compiler it killed failed the command (serve warming up: exit 1 and a stack trace).
+      detached: true,
+    }).spawn().output();
   } finally {
     try {
       Deno.removeSync(src);

@@ -258,3 +258,29 @@ Deno.test({
       }
     }),
 });
+
+Deno.test({
+  name: "SIGTERM, SIGINT to deno task serve's group while it compiles its plans: it drains and exits 0",
+  ignore: !cpu.ctx,
+  fn: () =>
+    withTemp(async (home) => {
+      for (const sig of ["SIGTERM", "SIGINT"] as const) {
+        // A fresh cache (the task may write only ~/.cache/bertfuse): the signal lands while cc runs.
+        await Deno.remove(`${home}/.cache`, { recursive: true }).catch(() => {});
+        const args = [Deno.execPath(), "task", "serve", "--port", "0"];
+        const child = new Deno.Command("setsid", { ...OPTS, env: { NO_COLOR: "1", HOME: home }, args })
+          .spawn();
+        const out = child.stdout.pipeThrough(new TextDecoderStream()).getReader(); // "listening on …"
+        const hung = setTimeout(() => Deno.kill(-child.pid, "SIGKILL"), 60_000); // fails, not hangs
+        let log = "", signalled = false;
+        for (let r = await out.read(); !r.done; r = await out.read()) {
+          log += r.value;
+          if (!signalled && (signalled = log.includes("listening on"))) Deno.kill(-child.pid, sig);
+        }
+        const stderr = await new Response(child.stderr).text();
+        clearTimeout(hung);
+        assert.equal((await child.status).code, 0, log + stderr);
+        assert.ok(log.endsWith("stopped\n") && /draining[^]*warming: /.test(stderr), log + stderr); // landed early
+      }
+    }),
+});

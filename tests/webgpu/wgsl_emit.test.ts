@@ -9,34 +9,9 @@ import { printKernel } from "../../compiler/kernel_ir/kernel_print.ts";
 import { legalizeWGSL, MAX_WORKGROUP_STORAGE } from "../../compiler/codegen/legalize_wgsl.ts";
 import { emitWGSL } from "../../compiler/codegen/wgsl.ts";
 import { ERF_LARGE, ERF_SMALL } from "../../compiler/codegen/wgsl_prelude.ts";
-import {
-  add,
-  bin,
-  cast,
-  f32,
-  for_,
-  gid,
-  i32,
-  if_,
-  type KBinding,
-  type Kernel,
-  type KStmt,
-  laneOf,
-  let_,
-  lid,
-  lit,
-  load,
-  lt,
-  mul,
-  ref,
-  select,
-  set,
-  splat,
-  store,
-  un,
-  vec,
-  wgId,
-} from "../../compiler/kernel_ir/ir.ts";
+import { add, bin, cast, f32, for_, gid, i32, if_, type KBinding } from "../../compiler/kernel_ir/ir.ts";
+import { type Kernel, type KStmt, laneOf, let_, lid, lit, load, lt } from "../../compiler/kernel_ir/ir.ts";
+import { mul, ref, select, set, splat, store, un, vec, wgId } from "../../compiler/kernel_ir/ir.ts";
 import { testGpu } from "../util/webgpu.ts";
 
 /** Every kernel the tests below emit successfully; the last test compiles them all on a device. */
