@@ -121,8 +121,7 @@ export async function compileLibrary(
       args: [...CC_FLAGS, "-o", built, src, ...link, "-lmvec", "-lm"],
       stdout: "piped",
       stderr: "piped",
-      // Its own session (spawn: output() ignores `detached`): a terminal's Ctrl-C reaches the process
-      // group, and a compiler it killed failed the command (serve warming up: exit 1 and a stack trace).
+      // Its own session (spawn: output() ignores `detached`), out of reach of a terminal's Ctrl-C (it failed serve).
       detached: true,
     }).spawn().output();
   } finally {
