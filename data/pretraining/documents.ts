@@ -189,21 +189,23 @@ export const MAX_INPUT_BYTES = 2 ** 29 - 2 ** 20;
  * /dev/zero or /dev/urandom never end, and took 9 GB in 12 s when read whole.
  */
 async function readBounded(f: string, budget: number): Promise<Uint8Array> {
-  const info = await Deno.stat(f), parts: Uint8Array[] = [];
-  let n = info.isFile ? info.size : 0;
-  for await (const piece of info.isFile ? [] : (await Deno.open(f)).readable) {
+  const tooBig = () =>
+    new DataError(`input ${f}: the inputs pass ${MAX_INPUT_BYTES >> 20} MiB, the most one run reads`);
+  const info = await Deno.stat(f);
+  if (info.isFile && info.size > budget) throw tooBig();
+  if (info.isFile) return await Deno.readFile(f);
+  const parts: Uint8Array[] = [];
+  let n = 0;
+  for await (const piece of (await Deno.open(f)).readable) {
     if (n === 0) textOf(f, piece, new TextDecoder("utf-8", { fatal: true }), true);
-    if ((n += piece.length) > budget) break;
+    if ((n += piece.length) > budget) throw tooBig();
     parts.push(piece);
   }
-  if (n > budget) {
-    throw new DataError(`input ${f}: the inputs pass ${MAX_INPUT_BYTES >> 20} MiB, the most one run reads`);
-  }
-  if (info.isFile) return await Deno.readFile(f);
   const bytes = new Uint8Array(n);
   parts.reduce((at, p) => (bytes.set(p, at), at + p.length), 0);
   return bytes;
 }
+
 /** The text of `bytes`, refused as not UTF-8 or not prose; `stream`: a first piece, more to follow. */
 function textOf(f: string, bytes: Uint8Array, utf8: TextDecoder, stream = false): string {
   let text: string;

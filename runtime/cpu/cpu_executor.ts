@@ -92,9 +92,7 @@ export class CpuExecutor extends PlanExecutor {
       if (!sourceIndex.has(t.code)) sourceIndex.set(t.code, sources.push(t.code) - 1);
     };
     // A GEMM that qualifies (f32 operands) runs as sgemm and its epilogue kernel; the others as the template.
-    const gemms = plan.kernels.map((
-      k,
-    ) => (useBlas && k.library && blasCan(k.library.call) ? k.library : undefined));
+    const gemms = plan.kernels.map(({ library: l }) => (useBlas && l && blasCan(l.call) ? l : undefined));
     plan.kernels.forEach((k, i) => {
       const g = gemms[i];
       if (!g) want(k.source);
@@ -105,15 +103,16 @@ export class CpuExecutor extends PlanExecutor {
       units.push(sources.slice(i, i + SOURCES_PER_UNIT).map((_, j) => i + j));
     }
     const pool = await openPool(ctx.cc, ctx.threads, ctx.blas?.path);
-    // Its pages faulted in now, not by the first step (pool.c bf_arena_prepare).
-    pool.lib.symbols.bf_arena_prepare(memory, BigInt(memory.byteLength));
-    const paths = await Promise.all(
+    const building = Promise.all(
       units.map((u, n) =>
         compileLibrary(ctx.cc, unitSource(u, sources), `${plan.graph} (part ${n + 1} of ${units.length})`, [
           pool.path,
         ])
       ),
     );
+    // The arena's pages faulted in while cc builds the kernels, not by the first step (pool.c).
+    pool.lib.symbols.bf_arena_prepare(memory, BigInt(memory.byteLength));
+    const paths = await building;
     const libraries = units.map((u, n) => loadLibrary(paths[n], u.map((i) => `${ENTRY}_${i}`)));
     const fnOf: Fn[] = [];
     units.forEach((u, n) =>
