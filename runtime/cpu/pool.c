@@ -205,13 +205,14 @@ static void bf_gemm_body(void* const* args, int lo, int hi) {
   for (int t = lo; t < hi; ++t) bf_gemm_block(d, t, parts, own);
 }
 
-/** Blocks per batch entry: 1 when small, else up to a few per thread, each at least BF_GEMM_BLOCK. */
+/**
+ * Blocks per batch entry: 1 when small, else one per thread, each at least BF_GEMM_BLOCK: every block packs
+ * its own copy of the shared operand (DESIGN.md, notes: runtime/cpu/pool.c; deno task bench:gemm).
+ */
 static int bf_gemm_parts(const int64_t* d) {
   int64_t m = d[2], n = d[3], k = d[4], batch = d[8], work = m * n * k;
-  if (bf_threads <= 1 || work * batch < BF_GEMM_SERIAL) return 1;
-  int64_t want = (int64_t)bf_threads * (k > 1024 ? 1 : 4);  // a long k: each block rereads an operand
-  if (batch >= want) return 1;
-  int64_t parts = (want + batch - 1) / batch, rows = m > n ? m : n;
+  if (bf_threads <= 1 || work * batch < BF_GEMM_SERIAL || batch >= bf_threads) return 1;
+  int64_t parts = (bf_threads + batch - 1) / batch, rows = m > n ? m : n;
   if (parts > work / BF_GEMM_BLOCK) parts = work / BF_GEMM_BLOCK;
   if (parts > rows / 16) parts = rows / 16;
   return parts < 1 ? 1 : (int)parts;
