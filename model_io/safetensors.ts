@@ -1,22 +1,12 @@
 /**
- * Reader and writer for the safetensors checkpoint format.
- *
- * Layout: an 8-byte little-endian u64 N, then N bytes of UTF-8 JSON header, then the data buffer.
- * The header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative
- * to the start of the data buffer) plus an optional "__metadata__" object of string -> string.
- * Tensor data is little-endian, row-major.
- *
- * Reading validates the header completely, since a corrupt checkpoint should fail here with a message
- * naming the file rather than produce garbage weights later. Gaps between tensors are tolerated (only
- * overlap and out-of-range offsets are errors).
- *
- * Writing is deterministic: header keys are emitted in code-unit order of the names and tensor data is
- * laid out by decreasing element size, then name. That ordering (the one the reference Python library
- * uses) keeps every tensor aligned to its element size, so readers can view the data in place; tensors
- * are contiguous and the header is space-padded to a multiple of 8 bytes so the data buffer starts at
- * an 8-byte aligned file offset.
+ * Reader and writer for the safetensors checkpoint format: an 8-byte little-endian u64 N, N bytes of UTF-8
+ * JSON header mapping each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (relative to the
+ * data buffer) plus an optional "__metadata__" of strings, then the little-endian, row-major data. Reading
+ * validates the whole header (a corrupt file fails here, naming it); gaps between tensors are tolerated,
+ * overlaps and out-of-range offsets are not. Writing is deterministic: keys in code-unit order, data by
+ * decreasing element size, then name (the reference library's order: every tensor aligned to its element
+ * size, viewable in place), the header space-padded so that the data starts 8-byte aligned.
  */
-
 import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../numeric/half.ts";
 
 export type SafeDType = "F64" | "F32" | "F16" | "BF16" | "I64" | "I32" | "I16" | "I8" | "U8" | "BOOL";

@@ -55,19 +55,16 @@ const BYTES_PER_NODE = 4096;
 
 /** Bytes the work needs: weights (and moments, gradients in training), activations, the compiler's graph. */
 export function estimateBytes(c: SizeConfig, w: Workload): number {
-  const p = parameterCount(c);
   const tokens = w.batchSize * w.seqLen;
   const h = c.hidden_size, i = c.intermediate_size, heads = c.num_attention_heads;
   // Per token and layer: about a dozen hidden-sized tensors, two intermediate ones and the attention rows.
   const perTokenLayer = 12 * h + 2 * i + 3 * heads * w.seqLen;
   const activations = 4 * tokens * c.num_hidden_layers * perTokenLayer;
-  const logitRows = w.batchSize * (w.maxPredictions ?? w.seqLen);
-  const logits = 4 * 3 * logitRows * c.vocab_size;
+  const logits = 4 * 3 * w.batchSize * (w.maxPredictions ?? w.seqLen) * c.vocab_size;
   // f32 weights; training adds two moments, a gradient and low-precision copies (about 4.5 copies).
-  const weights = 4 * p * (w.mode === "train" ? 4.5 : 1);
+  const weights = 4 * parameterCount(c) * (w.mode === "train" ? 4.5 : 1);
   const compiler = BYTES_PER_NODE * NODES_PER_LAYER[w.mode] * c.num_hidden_layers;
-  if (w.compileOnly) return compiler;
-  return weights + activations * (w.mode === "train" ? 2 : 1) + logits + compiler;
+  return w.compileOnly ? compiler : weights + activations * (w.mode === "train" ? 2 : 1) + logits + compiler;
 }
 
 /**
@@ -95,26 +92,43 @@ export function formatBytes(n: number): string {
   return `${n >= 100 || u === 0 ? n.toFixed(0) : n.toFixed(1)} ${units[u]}`;
 }
 
+/** Kernels index a buffer with 32-bit integers (WGSL, CUDA C and C alike): at most this many elements. */
+export const MAX_ELEMENTS = 2 ** 31 - 1;
+
+/** The step's largest tensors, in elements, by what they are. */
+function largestTensor(c: SizeConfig, w: Workload): [string, number] {
+  const sizes: [string, number][] = [
+    ["vocabulary logits", w.batchSize * (w.maxPredictions ?? w.seqLen) * c.vocab_size],
+    ["attention scores", w.batchSize * c.num_attention_heads * w.seqLen * w.seqLen],
+    ["feed-forward activations", w.batchSize * w.seqLen * c.intermediate_size],
+    ["word embeddings", c.vocab_size * c.hidden_size],
+  ];
+  return sizes.reduce((a, b) => (b[1] > a[1] ? b : a));
+}
+
 /**
- * Refuses a workload that cannot fit in this machine's memory, naming the estimate and what is there.
- * `measured` defaults to the memory available now (tests pass their own); unknown: a fixed ceiling.
+ * Refuses a workload that cannot fit in this machine's memory, naming the estimate and what is there, or
+ * whose largest tensor a kernel could not index. `measured` defaults to the memory available now (tests pass
+ * their own); unknown: a fixed ceiling.
  */
 export function checkModelSize(c: SizeConfig, w: Workload, measured = availableBytes()): void {
-  const available = measured ?? CEILING;
-  const need = estimateBytes(c, w);
+  const shape = `${c.num_hidden_layers} layers, batch ${w.batchSize} × ${w.seqLen} tokens`;
+  const [what, elements] = largestTensor(c, w);
+  if (elements > MAX_ELEMENTS) {
+    throw new ResourceError(
+      `${w.what}: its ${what} would hold ${elements.toExponential(2)} elements (${shape}), over the ` +
+        `${MAX_ELEMENTS} a kernel indexes with 32-bit integers; use a smaller batch or sequence`,
+    );
+  }
+  const available = measured ?? CEILING, need = estimateBytes(c, w);
   if (need <= available) return;
-  const p = parameterCount(c);
+  const work = w.mode === "train" ? (w.compileOnly ? "a training step" : "training") : "inference";
+  const there = measured === undefined
+    ? `no machine this runs on has over ${formatBytes(available)} (memory not measured: no --allow-sys)`
+    : `this machine has ${formatBytes(available)} available`;
+  const p = parameterCount(c).toExponential(2);
   throw new ResourceError(
-    `${w.what}: ${w.compileOnly ? "compiling " : ""}${
-      w.mode === "train" ? (w.compileOnly ? "a training step" : "training") : "inference"
-    } needs about ${formatBytes(need)} ` +
-      `(${
-        p.toExponential(2)
-      } parameters, ${c.num_hidden_layers} layers, batch ${w.batchSize} × ${w.seqLen} ` +
-      `tokens) but ${
-        measured === undefined
-          ? `no machine this runs on has over ${formatBytes(available)} (memory not measured: no --allow-sys)`
-          : `this machine has ${formatBytes(available)} available`
-      }; use a smaller model or batch`,
+    `${w.what}: ${w.compileOnly ? "compiling " : ""}${work} needs about ${formatBytes(need)} ` +
+      `(${p} parameters, ${shape}) but ${there}; use a smaller model or batch`,
   );
 }

@@ -6,7 +6,19 @@ import { pathToFileURL } from "node:url";
 import { type BertModel, defineBert } from "./bert.ts";
 import { ConfigError, readBertConfig } from "./bert_config.ts";
 
+/** Model files and configs are small: a path to more (a device, a data file) is refused before reading. */
+const MAX_MODEL_BYTES = 16 * 2 ** 20;
+
 export async function loadModel(spec: string): Promise<BertModel> {
+  const st = await Deno.stat(spec).catch(() => undefined);
+  if (!st?.isFile || st.size > MAX_MODEL_BYTES) {
+    const what = !st
+      ? "not found"
+      : st.isFile
+      ? `${st.size} bytes, too large for a model`
+      : "not a regular file";
+    throw new ConfigError(`${spec}: ${what} (give a models/*.ts file or a config.json)`);
+  }
   if (spec.endsWith(".json")) {
     const name = spec.replace(/\/?config\.json$/, "").split("/").pop() || "bert";
     return defineBert(name, readBertConfig(spec));

@@ -151,7 +151,7 @@ Deno.test("infer refuses NaN weights naming the tensor, and a config claiming 10
     await Deno.stat(`${dir}/o.safetensors`).then(() => assert.fail("an output was written"), () => {});
   }));
 
-Deno.test("compile refuses a config too large for this machine before building its graph", () =>
+Deno.test("compile refuses sizes past this machine's memory or 32-bit indices, and a device as its model", () =>
   withTemp(async (dir) => {
     await Deno.writeTextFile(`${dir}/m.json`, JSON.stringify({ ...MICRO, num_hidden_layers: 1e6 }));
     const args = [`${dir}/m.json`, "--seq-len", "16", "--out", `${dir}/k`];
@@ -166,6 +166,9 @@ Deno.test("compile refuses a config too large for this machine before building i
       await runCli("compile.ts", args),
       /compiling a training step needs about .* but no machine this runs on has over/,
     );
+    const wide = ["models/bert-tiny.ts", "--batch-size", "100000", "--out", `${dir}/k`];
+    refused(await runCli("compile.ts", wide), /vocabulary logits would hold 6\.10e\+10 elements .* 32-bit/);
+    refused(await runCli("compile.ts", ["/dev/zero"]), /\/dev\/zero: not a regular file/);
     assert.ok(performance.now() - t0 < 20_000);
   }));
 
