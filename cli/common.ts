@@ -31,25 +31,9 @@ export { UsageError };
 export { intFlag, numberFlag } from "./flags.ts";
 
 const USER_ERRORS = [
-  UsageError,
-  CodeCacheError,
-  ConfigError,
-  CheckpointError,
-  SafetensorsError,
-  InputError,
-  ModelError,
-  IRError,
-  TokenizerError,
-  DatasetError,
-  DataError,
-  DebugFlagError,
-  BackendUnavailableError,
-  PlanError,
-  TrainOptionsError,
-  ScheduleError,
-  MetricsError,
-  OutputError,
-  ResourceError,
+  ...[UsageError, CodeCacheError, ConfigError, CheckpointError, SafetensorsError, InputError, ModelError],
+  ...[IRError, TokenizerError, DatasetError, DataError, DebugFlagError, BackendUnavailableError, PlanError],
+  ...[TrainOptionsError, ScheduleError, MetricsError, OutputError, ResourceError],
 ];
 
 export type FlagSpec = NonNullable<ParseArgsConfig["options"]>;

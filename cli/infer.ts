@@ -27,6 +27,8 @@ const TINY = here("../tests/fixtures/hf-tiny");
 const DEFAULT_CHECKPOINT = `${TINY}/pretraining`;
 const DEFAULT_INPUT = here("../tests/fixtures/hf-tiny/inputs.jsonl");
 const DEFAULT_OUTPUT = "out/infer.safetensors";
+/** More --input is refused: a device or a pipe that never ends (/dev/zero) is read in pieces, up to this. */
+const MAX_INPUT_BYTES = 2 ** 28;
 
 const HELP = `
 deno task infer [--checkpoint DIR] [--input FILE.jsonl] [--output FILE.safetensors]
@@ -121,7 +123,7 @@ await runMain(async () => {
   const longest = rows.reduce((m, r) => Math.max(m, r.input_ids.length), 1);
   checkModelSize(config, {
     mode: "infer",
-    batchSize,
+    batchSize: requests ? batchSize : Math.min(batchSize, rows.length || 1), // batches hold at most every row
     seqLen: requests ? config.max_position_embeddings : longest,
     what: dir,
   });
@@ -154,7 +156,7 @@ await runMain(async () => {
   const t0 = performance.now();
   const results = await runInference(rows, {
     batchSize,
-    outputs: INFER_OUTPUTS[head],
+    outputs,
     graphFor,
     backend,
     weights,
@@ -167,13 +169,9 @@ await runMain(async () => {
   const slash = outputPath.lastIndexOf("/");
   await io(outputPath, "write", async () => {
     if (slash > 0) await Deno.mkdir(outputPath.slice(0, slash), { recursive: true });
-    await writeSafetensorsFile(
-      outputPath,
-      new Map(
-        [...results].map(([name, r]) => [name, { dtype: "F32" as const, shape: r.shape, data: r.data }]),
-      ),
-      { checkpoint: dir, head, backend: backend.name, rows: String(rows.length) },
-    );
+    const tensors = [...results].map(([name, r]) => [name, { dtype: "F32" as const, ...r }] as const);
+    const meta = { checkpoint: dir, head, backend: backend.name, rows: String(rows.length) };
+    await writeSafetensorsFile(outputPath, new Map(tensors), meta);
   });
   console.log(
     `${rows.length} rows, head ${head}, backend ${backend.name}: ${ms.toFixed(0)} ms (${
@@ -195,9 +193,18 @@ function tenths(): (done: number, total: number) => void {
 }
 
 async function readInput(path: string): Promise<string> {
+  const utf8 = new TextDecoder();
+  let text = "", n = 0;
   try {
-    return await Deno.readTextFile(path);
+    for await (const piece of (await Deno.open(path)).readable) {
+      text += utf8.decode(piece, { stream: true });
+      if ((n += piece.length) > MAX_INPUT_BYTES) break;
+    }
   } catch (e) {
     throw new InputError(`${path}: cannot read (${(e as Error).message})`);
   }
+  if (n > MAX_INPUT_BYTES) {
+    throw new InputError(`${path}: over ${MAX_INPUT_BYTES >> 20} MiB, the most infer reads`);
+  }
+  return text + utf8.decode();
 }

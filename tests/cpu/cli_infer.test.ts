@@ -23,6 +23,8 @@ Deno.test("infer writes Hugging Face outputs that match the fixture (qa head, ba
       e.forEach((v, i) => assert.ok(Math.abs(a[i] - v) <= 1e-5 * scale, `${name}[${i}]`));
     }
     assert.match(r.stdout, /4 rows, head qa/);
+    const batchPastTheRows = ["--checkpoint", `${FX}qa`, ...out.slice(0, 2), "--batch-size", "100000000"];
+    assert.equal((await infer(...batchPastTheRows, "--backend", "reference")).code, 0); // not refused as too big
   }));
 
 Deno.test("deno task infer with no arguments runs the built-in default on auto's backend", () =>
@@ -56,13 +58,12 @@ const BAD: [string, string[], RegExp, ((dir: string) => Promise<void>)?][] = [
   ["f64 off the interpreter", ["--precision", "f64"], /--precision applies to --backend reference/],
   ["missing checkpoint", ["--checkpoint", "/nonexistent"], /--checkpoint \/nonexistent: not a folder/],
   ["checkpoint is a file", ["--checkpoint", `${ROOT}README.md`], /README\.md: not a folder/],
+  ["an input that never ends", ["--input", "/dev/zero"], /\/dev\/zero: over 256 MiB, the most infer reads/],
   [
     "token id outside the vocabulary",
     ["--input", "IN"],
     /IN:2: input_ids\[1\] = 99 is outside the vocabulary \[0, 99\)/,
-    (
-      f,
-    ) => Deno.writeTextFile(f, '{"input_ids":[2,5]}\n{"input_ids":[2,99]}\n'),
+    (f) => Deno.writeTextFile(f, '{"input_ids":[2,5]}\n{"input_ids":[2,99]}\n'),
   ],
   [
     "malformed JSONL",
