@@ -21,14 +21,13 @@ import { isTokenIdInput, parseRequests, prepareRequests, runPrepared } from "../
 import { openTextModel } from "../textinfer/checkpoint.ts";
 import { requestsFromFlags, TEXT_FLAGS, TEXT_HELP, textOptions, tinyCheckpointFor } from "./infer_text.ts";
 import { kebabFlags } from "./flag_spelling.ts";
+import { readUtf8 } from "../data/read_bounded.ts";
 
 const here = (rel: string) => fileURLToPath(new URL(rel, import.meta.url));
 const TINY = here("../tests/fixtures/hf-tiny");
 const DEFAULT_CHECKPOINT = `${TINY}/pretraining`;
 const DEFAULT_INPUT = here("../tests/fixtures/hf-tiny/inputs.jsonl");
 const DEFAULT_OUTPUT = "out/infer.safetensors";
-/** More --input is refused: a device or a pipe that never ends (/dev/zero) is read in pieces, up to this. */
-const MAX_INPUT_BYTES = 2 ** 28;
 
 const HELP = `
 deno task infer [--checkpoint DIR] [--input FILE.jsonl] [--output FILE.safetensors]
@@ -192,19 +191,6 @@ function tenths(): (done: number, total: number) => void {
   };
 }
 
-async function readInput(path: string): Promise<string> {
-  const utf8 = new TextDecoder();
-  let text = "", n = 0;
-  try {
-    for await (const piece of (await Deno.open(path)).readable) {
-      text += utf8.decode(piece, { stream: true });
-      if ((n += piece.length) > MAX_INPUT_BYTES) break;
-    }
-  } catch (e) {
-    throw new InputError(`${path}: cannot read (${(e as Error).message})`);
-  }
-  if (n > MAX_INPUT_BYTES) {
-    throw new InputError(`${path}: over ${MAX_INPUT_BYTES >> 20} MiB, the most infer reads`);
-  }
-  return text + utf8.decode();
+function readInput(path: string): Promise<string> {
+  return readUtf8(path, { what: "input", fail: (m) => new InputError(m) });
 }

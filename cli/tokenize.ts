@@ -44,6 +44,8 @@ Progress and the throughput (tokens/s) go to stderr.
 /** Progress updates in place on a terminal; elsewhere (a log file) one line now and then. */
 const PROGRESS_TTY_MS = 500;
 const PROGRESS_LOG_MS = 10_000;
+/** A longer line is refused: an input without line breaks (/dev/zero) would otherwise be read forever. */
+const MAX_LINE_BYTES = 2 ** 26;
 
 async function openInput(path: string): Promise<Deno.FsFile> {
   try {
@@ -72,32 +74,29 @@ async function* lines(path: string, file: Deno.FsFile, onBytes: (n: number) => v
       throw new UsageError(`${path}: line ${lineNo} is not valid UTF-8`);
     }
   };
-  let carry: Uint8Array = new Uint8Array(0);
+  // The bytes of the line being read, in pieces (joined once it ends: a long line costs linear time).
+  let carry: Uint8Array[] = [], carried = 0;
+  const line = (last: Uint8Array) => {
+    if (carried === 0) return last;
+    const all = new Uint8Array(carried + last.length);
+    [...carry, last].reduce((at, p) => (all.set(p, at), at + p.length), 0);
+    [carry, carried] = [[], 0];
+    return all;
+  };
   for await (const chunk of file.readable) {
     onBytes(chunk.byteLength);
     let start = 0;
-    let nl = chunk.indexOf(10);
-    if (nl >= 0 && carry.length > 0) {
-      yield decode(concat(carry, chunk.subarray(0, nl)));
-      carry = new Uint8Array(0);
-      start = nl + 1;
-      nl = chunk.indexOf(10, start);
+    for (let nl = chunk.indexOf(10); nl >= 0; start = nl + 1, nl = chunk.indexOf(10, start)) {
+      yield decode(line(chunk.subarray(start, nl)));
     }
-    for (; nl >= 0; nl = chunk.indexOf(10, start)) {
-      yield decode(chunk.subarray(start, nl));
-      start = nl + 1;
+    if (start < chunk.length) carry.push(chunk.slice(start)), carried += chunk.length - start;
+    if (carried > MAX_LINE_BYTES) {
+      throw new UsageError(
+        `${path}: line ${lineNo + 1} is over ${MAX_LINE_BYTES >> 20} MiB: not a text file?`,
+      );
     }
-    carry = concat(carry, chunk.subarray(start));
   }
-  if (carry.length > 0) yield decode(carry);
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  if (a.length === 0) return b.slice();
-  const c = new Uint8Array(a.length + b.length);
-  c.set(a);
-  c.set(b, a.length);
-  return c;
+  if (carried > 0) yield decode(line(new Uint8Array(0)));
 }
 
 async function main() {

@@ -1,12 +1,10 @@
 /**
- * The output rule (model_io/outputs.ts) for a training run folder: it is claimed before any work.
- *
- * - It must be absent, empty, or a run folder of ours: one holding our marker (run.json) or a checkpoint
- *   with our manifest. A folder of a user's files is refused (training would overwrite metrics.jsonl,
- *   loss_curve.* and checkpoints of the same names).
- * - A lock file names the run holding it, so a second trainer on the same folder is refused instead of
- *   deleting the first one's checkpoints; the lock of a process that died is taken over.
- * - A folder the claim created is removed again if the run fails before writing anything into it.
+ * The output rule (model_io/outputs.ts) for a training run folder, claimed before any work: it must be
+ * absent, empty, or ours (our marker run.json, or a checkpoint with our manifest); a folder of a user's files
+ * is refused (training would overwrite metrics.jsonl, loss_curve.* and checkpoints of the same names). A
+ * lock file names the run holding it, so a second trainer on the same folder is refused instead of deleting
+ * the first one's checkpoints; the lock of a process that died is taken over. A folder the claim created is
+ * removed again if the run fails before writing anything into it.
  */
 import { join } from "node:path";
 import { acquireLock, checkDirOutput, io, type Lock, LOCK_FILE } from "../model_io/outputs.ts";
@@ -17,6 +15,8 @@ const RUN_FORMAT = "bertfuse-training-run";
 
 /** Whether a folder is a training run of ours (marker, or a checkpoint with our manifest). */
 export async function isRunFolder(dir: string): Promise<boolean> {
+  // Only a lock: a run killed before it wrote anything (a live one keeps its lock and is refused by it).
+  if ([...Deno.readDirSync(dir)].every((e) => e.name === LOCK_FILE)) return true;
   try {
     if (JSON.parse(await Deno.readTextFile(join(dir, RUN_MARKER)))?.format === RUN_FORMAT) return true;
   } catch { /* no marker: a run from before markers is recognised by its checkpoints */ }

@@ -6,6 +6,7 @@
  */
 import { join } from "node:path";
 import { DataError } from "../shards/errors.ts";
+import { MAX_TEXT_BYTES, readBounded } from "../read_bounded.ts";
 
 /** The tokenized corpus. Sentence k is ids[sentenceStarts[k] .. sentenceStarts[k+1]); document d is
  * sentences docStarts[d] .. docStarts[d+1]. Every document has at least one sentence, every sentence at
@@ -181,31 +182,6 @@ function checkText(f: string, text: string): void {
   throw new DataError(`input ${f}: byte ${byte} is ${why}; not a text file (prepare-data reads plain text)`);
 }
 
-/** Input bytes one run reads at most: the text is one string, and V8's longest holds 2^29 - 24 characters. */
-export const MAX_INPUT_BYTES = 2 ** 29 - 2 ** 20;
-
-/**
- * A file's bytes, at most `budget` of them. A pipe or a device is read in pieces, the first checked at once:
- * /dev/zero or /dev/urandom never end, and took 9 GB in 12 s when read whole.
- */
-async function readBounded(f: string, budget: number): Promise<Uint8Array> {
-  const tooBig = () =>
-    new DataError(`input ${f}: the inputs pass ${MAX_INPUT_BYTES >> 20} MiB, the most one run reads`);
-  const info = await Deno.stat(f);
-  if (info.isFile && info.size > budget) throw tooBig();
-  if (info.isFile) return await Deno.readFile(f);
-  const parts: Uint8Array[] = [];
-  let n = 0;
-  for await (const piece of (await Deno.open(f)).readable) {
-    if (n === 0) textOf(f, piece, new TextDecoder("utf-8", { fatal: true }), true);
-    if ((n += piece.length) > budget) throw tooBig();
-    parts.push(piece);
-  }
-  const bytes = new Uint8Array(n);
-  parts.reduce((at, p) => (bytes.set(p, at), at + p.length), 0);
-  return bytes;
-}
-
 /** The text of `bytes`, refused as not UTF-8 or not prose; `stream`: a first piece, more to follow. */
 function textOf(f: string, bytes: Uint8Array, utf8: TextDecoder, stream = false): string {
   let text: string;
@@ -224,11 +200,12 @@ export async function readInputText(files: string[]): Promise<string> {
   const texts: string[] = [];
   // Fatal decoding: a binary file (random bytes, a zip) must be refused, not become a shard of U+FFFD.
   const utf8 = new TextDecoder("utf-8", { fatal: true });
-  let budget = MAX_INPUT_BYTES;
+  let budget = MAX_TEXT_BYTES;
+  const fail = (m: string) => new DataError(m),
+    tooBig = `the inputs pass ${budget >> 20} MiB, the most one run reads`;
   for (const f of files) {
-    const bytes = await readBounded(f, budget).catch((e) => {
-      throw e instanceof DataError ? e : new DataError(`input ${f}: ${(e as Error).message}`);
-    });
+    const first = (piece: Uint8Array) => textOf(f, piece, new TextDecoder("utf-8", { fatal: true }), true);
+    const bytes = await readBounded(f, { what: "input", fail, budget, tooBig, first });
     budget -= bytes.length;
     texts.push(textOf(f, bytes, utf8));
   }

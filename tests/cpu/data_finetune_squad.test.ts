@@ -261,4 +261,5 @@ Deno.test("malformed SQuAD JSON: errors name the file, line and question", async
     /\(id q4\): is_impossible is true but it has answers/,
   );
   await assert.rejects(readSquad(`${FX}missing.json`), /SQuAD file not found: .*missing\.json/);
+  await assert.rejects(readSquad("/dev/zero"), /SQuAD \/dev\/zero: over 511 MiB, the most one run reads/);
 });

@@ -61,27 +61,24 @@ Deno.test("tokenize: user mistakes are one line and exit code 1, and leave no ou
     await Deno.writeTextFile(`${dir}/in.txt`, "hello\n");
     await Deno.writeFile(`${dir}/bad.txt`, new Uint8Array([0x68, 0x69, 0x0a, 0xff, 0xfe, 0x0a]));
     await Deno.writeTextFile(`${dir}/v.json`, "{ not json");
+    const io = ["--input", `${dir}/in.txt`, "--output", `${dir}/o.jsonl`];
     const cases: [string[], RegExp][] = [
       [
         ["--input", `${dir}/nope.txt`, "--output", `${dir}/o.jsonl`],
         /^error: input file not found: .*nope\.txt$/,
       ],
+      [["--input", "/dev/zero", "--output", `${dir}/o.jsonl`], /\/dev\/zero: line 1 is over 64 MiB/],
+      [[...io, "--vocab", "/dev/zero"], /vocab \/dev\/zero: over 511 MiB, the most one run reads/],
       [["--input", dir, "--output", `${dir}/o.jsonl`], /is a directory$/],
       [["--output", `${dir}/o.jsonl`], /^error: --input FILE is required/],
       [["--input", `${dir}/in.txt`], /^error: --output FILE is required/],
-      [["--input", `${dir}/in.txt`, "--output", `${dir}/o.jsonl`, "--max"], /^error: Unknown option '--max'/],
+      [[...io, "--max"], /^error: Unknown option '--max'/],
       [
         ["--input", `${dir}/in.txt`, "--output", `${dir}/no/o.jsonl`],
         /cannot write .*: its directory does not exist$/,
       ],
-      [
-        ["--input", `${dir}/in.txt`, "--output", `${dir}/o.jsonl`, "--vocab", `${dir}/v.json`],
-        /v\.json: invalid JSON/,
-      ],
-      [
-        ["--input", `${dir}/in.txt`, "--output", `${dir}/o.jsonl`, "--vocab", `${dir}/nov.txt`],
-        /vocab file not found/,
-      ],
+      [[...io, "--vocab", `${dir}/v.json`], /v\.json: invalid JSON/],
+      [[...io, "--vocab", `${dir}/nov.txt`], /vocab file not found/],
       [
         ["--input", `${dir}/bad.txt`, "--output", `${dir}/o.jsonl`],
         /bad\.txt: line 2 is not valid UTF-8$/,

@@ -1,0 +1,52 @@
+/**
+ * A user's input file read whole, bounded: a regular file over the bound is refused by its size, a pipe or a
+ * device is read in pieces up to it (/dev/zero and /dev/urandom never end: read whole they took 9 GB in 12 s).
+ * The default bound is what one JavaScript string holds: V8's longest has 2^29 - 24 characters.
+ */
+export const MAX_TEXT_BYTES = 2 ** 29 - 2 ** 20;
+
+/** How the caller words a failure: its error class, and what the file is ("vocab", "SQuAD", "input"). */
+export interface Reading {
+  what: string;
+  fail: (message: string) => Error;
+  budget?: number;
+  /** The message after the path past the budget; `first` sees a pipe's first piece before more is read. */
+  tooBig?: string;
+  first?: (piece: Uint8Array) => void;
+}
+
+export async function readBounded(path: string, r: Reading): Promise<Uint8Array> {
+  const budget = r.budget ?? MAX_TEXT_BYTES;
+  const tooBig = () =>
+    r.fail(`${r.what} ${path}: ${r.tooBig ?? `over ${budget >> 20} MiB, the most one run reads`}`);
+  const parts: Uint8Array[] = [];
+  let n = 0;
+  try {
+    const info = await Deno.stat(path);
+    if (info.isDirectory) throw r.fail(`${r.what} file ${path} is a directory`);
+    if (info.isFile && info.size > budget) throw tooBig();
+    if (info.isFile) return await Deno.readFile(path);
+    for await (const piece of (await Deno.open(path)).readable) {
+      if (n === 0) r.first?.(piece);
+      parts.push(piece);
+      if ((n += piece.length) > budget) throw tooBig();
+    }
+  } catch (e) {
+    // The file system's errors say so in the caller's words; the caller's own (fail, first) pass through.
+    if (!Object.values(Deno.errors).some((c) => e instanceof c)) throw e;
+    if (e instanceof Deno.errors.NotFound) throw r.fail(`${r.what} file not found: ${path}`);
+    throw r.fail(`cannot read ${r.what} file ${path}: ${(e as Error).message}`);
+  }
+  return new Uint8Array(await new Blob(parts as BlobPart[]).arrayBuffer());
+}
+
+/** A UTF-8 text file (a leading byte-order mark dropped), read as readBounded reads it. */
+export async function readUtf8(path: string, r: Reading): Promise<string> {
+  const bytes = await readBounded(path, r);
+  try {
+    const text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    return text.startsWith("\uFEFF") ? text.slice(1) : text;
+  } catch {
+    throw r.fail(`${path}: not UTF-8 text`);
+  }
+}
