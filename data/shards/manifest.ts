@@ -56,17 +56,17 @@ export async function writeManifest(dir: string, m: Manifest): Promise<void> {
 export async function readManifest(dir: string): Promise<Manifest> {
   const path = join(dir, MANIFEST_NAME);
   let text: string;
+  // Asked first: reading under a device (/dev/zero/manifest.json) fails with a permission error, not NotFound.
+  const info = await Deno.stat(dir).catch(() => undefined);
+  const missing = (what: string) =>
+    new DataError(`${dir} ${what} ${MANIFEST_NAME} (make shards with deno task prepare-data)`);
+  if (!info?.isDirectory) throw missing(info ? "is not a directory, no" : "does not exist, no");
   try {
     text = await Deno.readTextFile(path);
   } catch (e) {
-    if (e instanceof Deno.errors.NotFound) {
-      const what = await Deno.stat(dir).then((s) => s.isDirectory ? "has no" : "is not a directory, no")
-        .catch(
-          () => "does not exist, no",
-        );
-      throw new DataError(`${dir} ${what} ${MANIFEST_NAME} (make shards with deno task prepare-data)`);
-    }
-    throw new DataError(`${path}: ${(e as Error).message}`);
+    throw e instanceof Deno.errors.NotFound
+      ? missing("has no")
+      : new DataError(`${path}: ${(e as Error).message}`);
   }
   let m: Manifest;
   try {

@@ -189,7 +189,7 @@ Deno.test({
     }),
 });
 
-Deno.test("shards made for a larger vocabulary than the model's are refused in one line", () =>
+Deno.test("shards for a larger vocabulary than the model's, or a device as shards: refused in a line", () =>
   withTemp(async (dir) => {
     const flags = await setup(dir, 1000);
     refused(
@@ -197,6 +197,8 @@ Deno.test("shards made for a larger vocabulary than the model's are refused in o
       /shards were made with a vocabulary of 30522 tokens but .*micro\.json has vocab_size 1000/,
     );
     await Deno.stat(`${dir}/run`).then(() => assert.fail("the refused run left a folder"), () => {});
+    const device = [...flags.slice(0, 2), "--input-dir", "/dev/zero", "--output-dir", `${dir}/run`];
+    refused(await run("train.ts", device), /\/dev\/zero is not a directory, no manifest\.json/);
   }));
 
 Deno.test("infer and --init-checkpoint verify a training checkpoint's manifest", () =>
