@@ -99,13 +99,12 @@ export function backendFlags(v: { backend?: string; "no-fuse"?: boolean; precisi
 
 /** A checkpoint folder flag's value, refused in one line naming it when it is a file or missing. */
 export function checkpointFolder(flag: string, dir: string): void {
-  let folder = false;
+  let what = "no such folder";
   try {
-    folder = Deno.statSync(dir).isDirectory;
-  } catch { /* missing or unreadable: said below */ }
-  if (!folder) {
-    throw new UsageError(`${flag} ${dir}: not a folder (give the checkpoint folder with config.json)`);
-  }
+    if (Deno.statSync(dir).isDirectory) return;
+    what = "not a folder";
+  } catch { /* missing or unreadable */ }
+  throw new UsageError(`${flag} ${dir}: ${what} (give the checkpoint folder with config.json)`);
 }
 
 /** A positive integer flag (strict: digits only, see flags.ts). */

@@ -56,7 +56,7 @@ const BAD: [string, string[], RegExp, ((dir: string) => Promise<void>)?][] = [
   ["bad batch size", ["--batch-size", "0"], /--batch-size must be a positive integer/],
   ["unknown head", ["--head", "ner"], /--head must be one of pretraining, classification, qa/],
   ["f64 off the interpreter", ["--precision", "f64"], /--precision applies to --backend reference/],
-  ["missing checkpoint", ["--checkpoint", "/nonexistent"], /--checkpoint \/nonexistent: not a folder/],
+  ["missing checkpoint", ["--checkpoint", "/nonexistent"], /--checkpoint \/nonexistent: no such folder/],
   ["checkpoint is a file", ["--checkpoint", `${ROOT}README.md`], /README\.md: not a folder/],
   ["an input that never ends", ["--input", "/dev/zero"], /input \/dev\/zero: over 511 MiB, the most one/],
   [

@@ -86,7 +86,7 @@ Deno.test("a taken port, a bad flag and another host are one line and exit 1", a
       [["--backend", "cpu", "--port", "0"], /^error: --backend cpu: /],
       [["--max-delay-ms", "soon"], /^error: --max-delay-ms must be a number >= 0, got 'soon'/],
       [["--buckets", "16,x"], /^error: --buckets must be comma-separated positive integers/],
-      [["--checkpoint", "/nonexistent"], /^error: --checkpoint \/nonexistent: not a folder/],
+      [["--checkpoint", "/nonexistent"], /^error: --checkpoint \/nonexistent: no such folder/],
       [["--max-batch-size", "999"], /^error: --max-batch-size must be an integer from 1 to 256, got '999'/],
       [["--top-k", "5000"], /^error: --top-k must be an integer from 1 to 100, got '5000'/],
       // A training checkpoint's manifest is verified, as infer and train do: here one that lists nothing.
