@@ -26,19 +26,10 @@ export class OutputError extends Error {
 
 /** errno names of the failures a user's disk can cause, by the number Deno puts in "(os error N)". */
 const ERRNO: Record<number, string> = {
-  1: "operation not permitted",
-  2: "no such file or folder",
-  12: "out of memory",
-  13: "permission denied",
-  17: "already exists",
-  20: "a parent of it is not a folder",
-  21: "it is a folder",
-  27: "file too large",
-  28: "no space left on device",
-  30: "read-only file system",
-  36: "name too long",
-  39: "folder not empty",
-  122: "disk quota exceeded",
+  ...{ 1: "operation not permitted", 2: "no such file or folder", 12: "out of memory" },
+  ...{ 13: "permission denied", 17: "already exists", 20: "a parent of it is not a folder" },
+  ...{ 21: "it is a folder", 27: "file too large", 28: "no space left on device" },
+  ...{ 30: "read-only file system", 36: "name too long", 39: "folder not empty", 122: "disk quota exceeded" },
 };
 
 /** The cause of an I/O error in a few words ("no space left on device"), from Deno's message. */
@@ -204,12 +195,17 @@ export async function writeFileAtomic(
 export async function replaceDir(dir: string, fill: (tmp: string) => Promise<void>): Promise<void> {
   const tmp = `${resolve(dir)}.tmp-${Deno.pid}`;
   const old = `${resolve(dir)}.old-${Deno.pid}`;
-  let moved = false;
+  let moved = false, stopped: string | undefined;
+  // A Ctrl-C or SIGTERM meanwhile is answered once the swap is done or undone: one between its two renames
+  // would leave the user's folder under the .old name, and one while filling would leave the .tmp folder.
+  const listeners = (["SIGINT", "SIGTERM"] as const).map((s) => [s, () => void (stopped ??= s)] as const);
+  listeners.forEach(([s, f]) => Deno.addSignalListener(s, f));
   try {
     await Deno.remove(tmp, { recursive: true }).catch(() => {});
     await mkdirFor(tmp);
     await Deno.mkdir(tmp);
     await fill(tmp);
+    if (stopped) throw new OutputError(`${dir}: stopped by ${stopped} while writing; nothing was changed`);
     if (await lstatOrNull(dir)) {
       await Deno.rename(dir, old);
       moved = true;
@@ -220,8 +216,11 @@ export async function replaceDir(dir: string, fill: (tmp: string) => Promise<voi
     if (moved && !(await lstatOrNull(dir))) await Deno.rename(old, dir).catch(() => {});
     if (e instanceof OutputError || !isIoError(e)) throw e;
     throw new OutputError(`${dir}: cannot write (${ioCause(e)}); nothing was changed`);
+  } finally {
+    listeners.forEach(([s, f]) => Deno.removeSignalListener(s, f));
   }
   if (moved) await Deno.remove(old, { recursive: true }).catch(() => {});
+  if (stopped) throw new OutputError(`${dir}: written, then stopped by ${stopped}`);
 }
 
 // ---------------------------------------------------------------------------------------------------

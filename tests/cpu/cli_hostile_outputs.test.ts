@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { ROOT, runCli, withTemp } from "../util/cli.ts";
+import { replaceDir } from "../../model_io/outputs.ts";
 
 const FX = `${ROOT}tests/fixtures/hf-tiny/`;
 
@@ -208,4 +209,22 @@ Deno.test("prepare-data caps --workers by the cores and refuses a folder of othe
       /holds files that are not a shard folder of deno task prepare-data/,
     );
     assert.ok((await Deno.readTextFile(`${dir}/in.txt`)).startsWith("the cat"));
+  }));
+
+Deno.test("a SIGTERM while a folder is written leaves the old folder in place and no temporary one", () =>
+  withTemp(async (dir) => {
+    await Deno.mkdir(`${dir}/k`);
+    await Deno.writeTextFile(`${dir}/k/plan.json`, "old");
+    // The signal arrives mid-fill, as one sent to compile while it writes its kernels does.
+    const fill = async (tmp: string) => {
+      await Deno.writeTextFile(`${tmp}/plan.json`, "new");
+      Deno.kill(Deno.pid, "SIGTERM");
+      await new Promise((r) => setTimeout(r, 50));
+    };
+    await assert.rejects(
+      replaceDir(`${dir}/k`, fill),
+      /k: stopped by SIGTERM while writing; nothing was changed/,
+    );
+    assert.equal(await Deno.readTextFile(`${dir}/k/plan.json`), "old");
+    assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), ["k"]);
   }));

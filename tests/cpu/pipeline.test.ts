@@ -147,11 +147,7 @@ Deno.test("pipeline: runs passes in order, reports timings and node counts", () 
   const g = sample();
   const seen: string[] = [];
   const spy = (name: string): Pass => ({ name, run: (h) => (seen.push(name), h) });
-  const { graph, timings } = runPipeline(
-    g,
-    [spy("a"), simplify, spy("b"), dce, simplify],
-    quietContext(),
-  );
+  const { graph, timings } = runPipeline(g, [spy("a"), simplify, spy("b"), dce, simplify], quietContext());
   assert.deepEqual(seen, ["a", "b"]);
   assert.deepEqual(timings.map((t) => [t.pass, t.changed]), [
     ["a", false],
@@ -281,7 +277,5 @@ Deno.test("pipeline: DEBUG=1 logs pass timings, DEBUG=5 the IR after each pass, 
   );
   const irLogs = five.filter((l) => l.startsWith("[pass] IR after"));
   assert.equal(irLogs.length, 2);
-  assert.ok(
-    irLogs[1].endsWith(printGraph(runPipeline(sample(), [simplify, dce], quietContext()).graph)),
-  );
+  assert.ok(irLogs[1].endsWith(printGraph(runPipeline(sample(), [simplify, dce], quietContext()).graph)));
 });

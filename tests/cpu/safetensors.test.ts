@@ -88,10 +88,7 @@ Deno.test("round trip of every dtype on random data", () => {
   assert.deepEqual(got("enc.f64"), [...f64]);
   assert.deepEqual(got("enc.f16"), f16Src.map(roundF16));
   assert.deepEqual(got("enc.bf16"), [...bf16Src].map(roundBF16));
-  assert.deepEqual(
-    [...new Uint16Array(parsed.tensors.get("enc.f16raw")!.bytes.slice().buffer)],
-    [...rawF16],
-  );
+  assert.deepEqual([...new Uint16Array(parsed.tensors.get("enc.f16raw")!.bytes.slice().buffer)], [...rawF16]);
   assert.deepEqual(got("ids.i64"), i64);
   assert.deepEqual(got("ids.i64big"), [...i64Big].map(Number));
   assert.deepEqual(got("ids.i32"), [...i32]);

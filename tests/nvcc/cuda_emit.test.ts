@@ -399,11 +399,7 @@ Deno.test("CUDA: a local named like a binding or shared array gets a name of its
       let_("b0", f32(1)),
       let_("sh", f32(2)),
       { k: "sstore", arr: "sh", index: lid, value: ref("sh", "f32") },
-      store(
-        "b0",
-        lid,
-        bin("add", ref("b0", "f32"), sload("sh", lid, "f32")),
-      ),
+      store("b0", lid, bin("add", ref("b0", "f32"), sload("sh", lid, "f32"))),
     ],
     [{ access: "write" }],
     { shared: [{ name: "sh", t: "f32", size: 256 }] },

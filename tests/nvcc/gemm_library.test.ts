@@ -143,9 +143,7 @@ Deno.test("library GEMM: refusals name the reason", () => {
   // only rounded is stored f16 instead, and a weight also read in f32 gets a copy, weight_copies.ts.)
   assert.match(
     reason((m) =>
-      m.input("x", "f32", [5, 7]).cast("f16").matmul(
-        m.param("w", [7, 6], "zeros", "f32").cast("f16"),
-      )
+      m.input("x", "f32", [5, 7]).cast("f16").matmul(m.param("w", [7, 6], "zeros", "f32").cast("f16"))
     ),
     /A is stored f32 and rounded to f16 on load/,
   );

@@ -246,10 +246,7 @@ test("legalize errors name the kernel: bf16, workgroup sizes", () => {
   const bfCast = kernel({ body: [let_("h", cast(load("b_x", gid, "f32"), "bf16"))] });
   assert.throws(() => emitWGSL(bfCast), /bf16 needs the CUDA backend/);
   const odd = kernel({ workgroupSize: 96, body: [reduceSum()] });
-  assert.throws(
-    () => emit(odd),
-    /kernel k001_test: wg_reduce needs a power-of-two workgroup size, got 96/,
-  );
+  assert.throws(() => emit(odd), /kernel k001_test: wg_reduce needs a power-of-two workgroup size, got 96/);
   assert.doesNotThrow(() => emit(kernel({ workgroupSize: 96, body: [] })));
   assert.throws(() => emitWGSL(kernel({ workgroupSize: 512, body: [] })), /workgroup size 512/);
 });
@@ -394,10 +391,7 @@ test("vectors: vec4 bindings, splats, lane-wise casts and selects, vector helper
     code,
     /b_out\[gid\] = select\(max\(1\.0 \/ g, vec4<f32>\(0\.0\)\), e \+ vec4<f32>\(t\), keep\);/,
   );
-  assert.match(
-    code,
-    /b_i\[gid\] = vec4<i32>\(x\) \+ select\(vec4<i32>\(0\), vec4<i32>\(1\), !keep\);/,
-  );
+  assert.match(code, /b_i\[gid\] = vec4<i32>\(x\) \+ select\(vec4<i32>\(0\), vec4<i32>\(1\), !keep\);/);
   assert.match(code, /b_u\[gid\] = 0u - select\(vec4<u32>\(0u\), vec4<u32>\(1u\), g != vec4<f32>\(0\.0\)\);/);
   for (const f of ["bf_erf", "bf_erf4", "bf_tanh", "bf_tanh4", "bf_mul_wide", "bf_philox4"]) {
     assert.equal(count(code, `fn ${f}(`), 1, f);
