@@ -89,7 +89,10 @@ async function* lines(path: string, file: Deno.FsFile, onBytes: (n: number) => v
     for (let nl = chunk.indexOf(10); nl >= 0; start = nl + 1, nl = chunk.indexOf(10, start)) {
       yield decode(line(chunk.subarray(start, nl)));
     }
-    if (start < chunk.length) carry.push(chunk.slice(start)), carried += chunk.length - start;
+    if (start < chunk.length) {
+      carry.push(chunk.slice(start));
+      carried += chunk.length - start;
+    }
     if (carried > MAX_LINE_BYTES) {
       throw new UsageError(
         `${path}: line ${lineNo + 1} is over ${MAX_LINE_BYTES >> 20} MiB: not a text file?`,

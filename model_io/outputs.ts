@@ -211,6 +211,7 @@ export async function replaceDir(dir: string, fill: (tmp: string) => Promise<voi
       moved = true;
     }
     await Deno.rename(tmp, dir);
+    if (moved) await Deno.remove(old, { recursive: true }).catch(() => {});
   } catch (e) {
     await Deno.remove(tmp, { recursive: true }).catch(() => {});
     if (moved && !(await lstatOrNull(dir))) await Deno.rename(old, dir).catch(() => {});
@@ -219,7 +220,6 @@ export async function replaceDir(dir: string, fill: (tmp: string) => Promise<voi
   } finally {
     listeners.forEach(([s, f]) => Deno.removeSignalListener(s, f));
   }
-  if (moved) await Deno.remove(old, { recursive: true }).catch(() => {});
   if (stopped) throw new OutputError(`${dir}: written, then stopped by ${stopped}`);
 }
 
