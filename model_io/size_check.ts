@@ -93,7 +93,7 @@ export function formatBytes(n: number): string {
 }
 
 /** Kernels index a buffer with 32-bit integers (WGSL, CUDA C and C alike): at most this many elements. */
-export const MAX_ELEMENTS = 2 ** 31 - 1;
+const MAX_ELEMENTS = 2 ** 31 - 1;
 
 /** The step's largest tensors, in elements, by what they are. */
 function largestTensor(c: SizeConfig, w: Workload): [string, number] {
