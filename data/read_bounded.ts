@@ -3,6 +3,7 @@
  * device is read in pieces up to it (/dev/zero and /dev/urandom never end: read whole they took 9 GB in 12 s).
  * The default bound is what one JavaScript string holds: V8's longest has 2^29 - 24 characters.
  */
+import { isIoError } from "../model_io/outputs.ts";
 export const MAX_TEXT_BYTES = 2 ** 29 - 2 ** 20;
 
 /** How the caller words a failure: its error class, and what the file is ("vocab", "SQuAD", "input"). */
@@ -33,7 +34,7 @@ export async function readBounded(path: string, r: Reading): Promise<Uint8Array>
     }
   } catch (e) {
     // The file system's errors say so in the caller's words; the caller's own (fail, first) pass through.
-    if (!Object.values(Deno.errors).some((c) => e instanceof c)) throw e;
+    if (!isIoError(e) && !(e instanceof Deno.errors.NotCapable)) throw e;
     if (e instanceof Deno.errors.NotFound) throw r.fail(`${r.what} file not found: ${path}`);
     throw r.fail(`cannot read ${r.what} file ${path}: ${(e as Error).message}`);
   }

@@ -135,12 +135,19 @@ export function parseBertConfig(raw: unknown, source: string): BertConfig {
   return out as unknown as BertConfig;
 }
 
+/** Configs and model files are small: a path to more (a device, a data file) is refused before reading. */
+export const MAX_MODEL_BYTES = 16 * 2 ** 20;
+
 /** Reads and validates a config.json file. */
 export function readBertConfig(path: string): BertConfig {
   let text: string;
   try {
+    const st = Deno.statSync(path);
+    const what = st.isFile ? `${st.size} bytes, too large for a config` : "not a regular file";
+    if (!st.isFile || st.size > MAX_MODEL_BYTES) throw new ConfigError(`${path}: ${what}`);
     text = Deno.readTextFileSync(path);
   } catch (e) {
+    if (e instanceof ConfigError) throw e;
     throw new ConfigError(`${path}: cannot read (${(e as Error).message})`);
   }
   let raw: unknown;

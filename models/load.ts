@@ -4,10 +4,7 @@
  */
 import { pathToFileURL } from "node:url";
 import { type BertModel, defineBert } from "./bert.ts";
-import { ConfigError, readBertConfig } from "./bert_config.ts";
-
-/** Model files and configs are small: a path to more (a device, a data file) is refused before reading. */
-const MAX_MODEL_BYTES = 16 * 2 ** 20;
+import { ConfigError, MAX_MODEL_BYTES, readBertConfig } from "./bert_config.ts";
 
 export async function loadModel(spec: string): Promise<BertModel> {
   const st = await Deno.stat(spec).catch(() => undefined);

@@ -97,10 +97,7 @@ const LAYOUTS: Record<GlueTask, { labeled: Layout; test: Layout }> = {
   qnli: { labeled: pair("index", 4, 1, 2, 3), test: pair("index", 3, 1, 2) },
   rte: { labeled: pair("index", 4, 1, 2, 3), test: pair("index", 3, 1, 2) },
   wnli: { labeled: pair("index", 4, 1, 2, 3), test: pair("index", 3, 1, 2) },
-  mnli: {
-    labeled: { ...pair("index", 12, 8, 9, -1), atLeast: true },
-    test: pair("index", 10, 8, 9),
-  },
+  mnli: { labeled: { ...pair("index", 12, 8, 9, -1), atLeast: true }, test: pair("index", 10, 8, 9) },
 };
 
 /** "MRPC", "SST-2", "sst2", "STS-B", "stsb", "CoLA"... to a task name; anything else is a DatasetError. */

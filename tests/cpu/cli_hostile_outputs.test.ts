@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { ROOT, runCli, withTemp } from "../util/cli.ts";
 import { replaceDir } from "../../model_io/outputs.ts";
+import { ONE_LAYER } from "../util/bert_steps.ts";
 
 const FX = `${ROOT}tests/fixtures/hf-tiny/`;
 
@@ -34,20 +35,7 @@ async function snapshot(dir: string): Promise<Map<string, string>> {
   return out;
 }
 
-const MICRO = {
-  vocab_size: 99,
-  hidden_size: 16,
-  num_hidden_layers: 1,
-  num_attention_heads: 2,
-  intermediate_size: 32,
-  hidden_act: "gelu",
-  hidden_dropout_prob: 0.1,
-  attention_probs_dropout_prob: 0.1,
-  max_position_embeddings: 64,
-  type_vocab_size: 2,
-  initializer_range: 0.02,
-  layer_norm_eps: 1e-12,
-};
+const MICRO = { ...ONE_LAYER, hidden_size: 16, intermediate_size: 32 };
 
 Deno.test("compile --out a folder of user files refuses and deletes nothing", () =>
   withTemp(async (dir) => {

@@ -200,8 +200,16 @@ Deno.test("bad input: wrong head, vocabulary without [MASK], a question that doe
       ["--checkpoint", dir, "--text", "john [MASK]"],
       new RegExp(`${dir}/vocab.txt: .*no \\[MASK\\]`),
     );
+    // Tokenizer files are read bounded (a sparse 65 MiB file is refused by its size), a folder by its kind.
+    await Deno.truncate(join(dir, "vocab.txt"), 65 * 2 ** 20);
+    await refused(["--checkpoint", dir, "--text", "john"], /vocab.txt: over 64 MiB, the most one run reads/);
     await Deno.remove(join(dir, "vocab.txt"));
     await refused(["--checkpoint", dir, "--text", "john [MASK]"], /no vocab.txt or tokenizer.json/);
+    await Deno.mkdir(join(dir, "tokenizer.json"));
+    await refused(["--checkpoint", dir, "--text", "john"], /tokenizer file .*tokenizer.json is a directory/);
+    await Deno.rename(join(dir, "config.json"), join(dir, "c.json"));
+    await Deno.mkdir(join(dir, "config.json"));
+    await refused(["--checkpoint", dir, "--text", "john"], /config.json: not a regular file$/);
 
     const file = join(dir, "r.jsonl");
     const q = Array.from({ length: 70 }, () => "john").join(" ");

@@ -9,23 +9,22 @@ import type { Graph } from "../../ir/mod.ts";
 import { type BertModel, defineBert } from "../../models/bert.ts";
 
 /** One encoder layer, hidden 128 in two heads of 64, FFN 96, dropout 0.1, a vocabulary of 99. */
-export function oneLayerBert(name: string): BertModel {
-  return defineBert(name, {
-    vocab_size: 99,
-    hidden_size: 128,
-    num_hidden_layers: 1,
-    num_attention_heads: 2,
-    intermediate_size: 96,
-    hidden_act: "gelu",
-    hidden_dropout_prob: 0.1,
-    attention_probs_dropout_prob: 0.1,
-    max_position_embeddings: 64,
-    type_vocab_size: 2,
-    initializer_range: 0.02,
-    layer_norm_eps: 1e-12,
-    num_labels: 2,
-  });
-}
+export const ONE_LAYER = {
+  vocab_size: 99,
+  hidden_size: 128,
+  num_hidden_layers: 1,
+  num_attention_heads: 2,
+  intermediate_size: 96,
+  hidden_act: "gelu",
+  hidden_dropout_prob: 0.1,
+  attention_probs_dropout_prob: 0.1,
+  max_position_embeddings: 64,
+  type_vocab_size: 2,
+  initializer_range: 0.02,
+  layer_norm_eps: 1e-12,
+  num_labels: 2,
+};
+export const oneLayerBert = (name: string): BertModel => defineBert(name, ONE_LAYER);
 
 /** A pretraining step with LAMB: batch, sequence, masked predictions; dynamic loss scaling on request. */
 export function lambStep(
