@@ -3,8 +3,9 @@
  * device is read in pieces up to it (/dev/zero and /dev/urandom never end: read whole they took 9 GB in 12 s).
  * The default bound is what one JavaScript string holds: V8's longest has 2^29 - 24 characters.
  */
-import { isIoError } from "../model_io/outputs.ts";
+import { ioCause, isIoError } from "../model_io/outputs.ts";
 export const MAX_TEXT_BYTES = 2 ** 29 - 2 ** 20;
+const STDIN = ["-", "/dev/stdin"]; // read as Deno.stdin: Deno's permissions open no device file
 
 /** How the caller words a failure: its error class, and what the file is ("vocab", "SQuAD", "input"). */
 export interface Reading {
@@ -23,20 +24,21 @@ export async function readBounded(path: string, r: Reading): Promise<Uint8Array>
   const parts: Uint8Array[] = [];
   let n = 0;
   try {
-    const info = await Deno.stat(path);
-    if (info.isDirectory) throw r.fail(`${r.what} file ${path} is a directory`);
-    if (info.isFile && info.size > budget) throw tooBig();
-    if (info.isFile) return await Deno.readFile(path);
-    for await (const piece of (await Deno.open(path)).readable) {
+    const info = STDIN.includes(path) ? undefined : await Deno.stat(path);
+    if (info?.isDirectory) throw r.fail(`${r.what} file ${path} is a directory`);
+    if (info?.isFile && info.size > budget) throw tooBig();
+    if (info?.isFile) return await Deno.readFile(path);
+    for await (const piece of info ? (await Deno.open(path)).readable : Deno.stdin.readable) {
       if (n === 0) r.first?.(piece);
       parts.push(piece);
       if ((n += piece.length) > budget) throw tooBig();
     }
   } catch (e) {
     // The file system's errors say so in the caller's words; the caller's own (fail, first) pass through.
-    if (!isIoError(e) && !(e instanceof Deno.errors.NotCapable)) throw e;
+    if (!(e instanceof Error) || !isIoError(e) && !(e instanceof Deno.errors.NotCapable)) throw e;
     if (e instanceof Deno.errors.NotFound) throw r.fail(`${r.what} file not found: ${path}`);
-    throw r.fail(`cannot read ${r.what} file ${path}: ${(e as Error).message}`);
+    const why = e instanceof Deno.errors.NotCapable ? `${ioCause(e)}; read standard input as -` : e.message;
+    throw r.fail(`cannot read ${r.what} file ${path}: ${why}`);
   }
   return new Uint8Array(await new Blob(parts as BlobPart[]).arrayBuffer());
 }
@@ -45,8 +47,7 @@ export async function readBounded(path: string, r: Reading): Promise<Uint8Array>
 export async function readUtf8(path: string, r: Reading): Promise<string> {
   const bytes = await readBounded(path, r);
   try {
-    const text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
-    return text.startsWith("\uFEFF") ? text.slice(1) : text;
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes); // a byte-order mark is dropped
   } catch {
     throw r.fail(`${path}: not UTF-8 text`);
   }

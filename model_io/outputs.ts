@@ -37,6 +37,7 @@ export function ioCause(e: unknown): string {
   const msg = e instanceof Error ? e.message : String(e);
   const n = /\(os error (\d+)\)/.exec(msg);
   if (n && ERRNO[Number(n[1])]) return ERRNO[Number(n[1])];
+  if (/Requires all access/.test(msg)) return "a device file, which Deno's permissions keep us from opening";
   return msg.replace(/\s*\(os error \d+\).*$/s, "").replace(/:\s*(open|write|rename|mkdir|stat)\s.*$/s, "")
     .split("\n")[0].trim() || "I/O error";
 }
@@ -101,7 +102,7 @@ async function checkInputs(path: string, rule: OutputRule): Promise<void> {
   for (const input of rule.inputs ?? []) {
     if (input === undefined) continue;
     const inp = await realish(input);
-    const st = await lstatOrNull(inp);
+    const st = await lstatOrNull(inp).catch(() => null); // a device (standard input) holds no output
     if (out === inp || (st?.isDirectory && within(out, inp))) {
       throw new OutputError(
         `${rule.label}: would overwrite the input ${input}; choose another path (nothing was written)`,

@@ -123,3 +123,29 @@ for (const [what, args, message, setup] of BAD) {
       await assert.rejects(() => Deno.stat(`${dir}/o.st`), "nothing is written");
     }));
 }
+
+Deno.test("--input - and /dev/stdin read standard input; an output on a device file is one line", () =>
+  withTemp(async (dir) => {
+    const run = async (input: string, out: string) => {
+      const args = ["--checkpoint", `${FX}qa`, "--input", input, "--output", out, "--backend", "reference"];
+      const cmd = ["run", "--allow-read", "--allow-write", "--allow-env", `${ROOT}cli/infer.ts`, ...args];
+      const io = { env: cliEnv(), stdin: "piped", stdout: "null", stderr: "piped" } as const;
+      const child = new Deno.Command(Deno.execPath(), { args: cmd, ...io }).spawn();
+      await (await Deno.open(`${FX}inputs.jsonl`)).readable.pipeTo(child.stdin);
+      const r = await child.output();
+      return { code: r.code, stderr: new TextDecoder().decode(r.stderr).trim() };
+    };
+    await infer("--checkpoint", `${FX}qa`, "--input", `${FX}inputs.jsonl`, "--output", `${dir}/file.st`);
+    for (const input of ["-", "/dev/stdin"]) {
+      const r = await run(input, `${dir}/in.st`);
+      assert.equal(r.code, 0, r.stderr);
+      const [a, b] = [await Deno.readFile(`${dir}/in.st`), await Deno.readFile(`${dir}/file.st`)];
+      assert.deepEqual(a, b, `${input}: the same outputs as from the file`);
+    }
+    const r = await run("-", "/dev/full");
+    assert.equal(r.code, 1);
+    assert.match(
+      r.stderr,
+      /^error: \/dev\/full: [^\n]*a device file, which Deno's permissions keep us from opening\)$/,
+    );
+  }));

@@ -23,13 +23,11 @@ import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { dropout, linear } from "../../dsl/mod.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { loadModel } from "../../models/load.ts";
-import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
-import { withLowCopyFeeds } from "../../plan/low_copies.ts";
-import { type Plan, UPDATE_PREFIX } from "../../plan/plan.ts";
+import { type Plan } from "../../plan/plan.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { ltDescriptors } from "../../runtime/cuda/lt_mapping.ts";
 import { bgradCalls, epiloguePath, fallbackPath, otherOperand } from "../util/bgrad_plans.ts";
-import { cxxVersion, runOnCpu, runSourceOnCpu } from "../util/cuda_cpu.ts";
+import { afterStep, cxxVersion, planReference, runOnCpu, runSourceOnCpu } from "../util/cuda_cpu.ts";
 import { LT_CPU, ltCallCpp } from "../util/lt_cpu.ts";
 import { assertMatchesReference, F32_TOL } from "../util/fused_check.ts";
 
@@ -221,7 +219,7 @@ Deno.test({
     };
     const step = evaluate(g, feeds, { precision: "f32" });
     // An output the step also updates holds its new value afterwards (cuda_emit_cpu.test.ts afterTheStep).
-    const ref = new Map([...step].map(([name, v]) => [name, step.get(UPDATE_PREFIX + name) ?? v]));
+    const ref = afterStep(step);
     for (const [path, p] of [["epilogue", epiloguePath(plan)], ["fallback", fallbackPath(plan)]] as const) {
       assertMatchesReference(ref, await runPlan(p, feeds), {
         tol: { rtol: 2e-4, atol: 1e-6 },
@@ -264,9 +262,7 @@ Deno.test({
       ...optimizerStepFeeds(g, r, 1024),
     };
     // The reference with the plan's roundings (flash_attention_plan_cpu.test.ts).
-    const refGraph = roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
-    const raw = evaluate(refGraph, withLowCopyFeeds(plan, feeds), { precision: "f32" });
-    const ref = new Map([...raw].map(([name, v]) => [name, raw.get(UPDATE_PREFIX + name) ?? v]));
+    const ref = planReference(compiled, feeds);
     for (const [path, p] of [["epilogue", epiloguePath(plan)], ["fallback", fallbackPath(plan)]] as const) {
       assertMatchesReference(ref, await runPlan(p, feeds), {
         tol: { rtol: 4e-3, atol: 1e-3 },

@@ -18,8 +18,8 @@ import { compileGraph } from "../../compiler/driver/compile.ts";
 import { FUSION_CASES, graphOf, type Tolerance } from "../../cases/fusion_cases.ts";
 import { type DType, type Graph, isFloat, numel } from "../../ir/mod.ts";
 import type { ModelBuilder, Tensor } from "../../dsl/mod.ts";
-import { type Plan, UPDATE_PREFIX } from "../../plan/plan.ts";
-import { CXX, cxxVersion, runOnCpu, SHIM } from "../util/cuda_cpu.ts";
+import { type Plan } from "../../plan/plan.ts";
+import { CXX, cxxVersion, planReference, runOnCpu, SHIM } from "../util/cuda_cpu.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { uniformAt } from "../../numeric/philox.ts";
 import { erf } from "../../numeric/erf.ts";
@@ -29,8 +29,6 @@ import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import type { Precision } from "../../compiler/training_graph/mixed_precision.ts";
 import { loadModel } from "../../models/load.ts";
-import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
-import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 
 const version = await cxxVersion();
 const noCxx = version ? "" : " (g++ not found)"; // in test names: the ignored list says why
@@ -242,13 +240,7 @@ for (const [precision, library] of PRECISIONS_AND_LIBRARY) {
       };
       const compiled = compileGraph(g, { fuse: true, target: target("cuda") });
       // With low-precision storage the interpreter gets the plan's own roundings.
-      const refGraph = precision === "fp32"
-        ? g
-        : roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
-      // The compiled graph reads weight copies the runtime derives from the weights (engine/low_copy_refresh.ts).
-      const ref = afterTheStep(
-        evaluate(refGraph, withLowCopyFeeds(compiled.plan, feeds), { precision: "f32" }),
-      );
+      const ref = planReference(compiled, feeds, precision === "fp32" ? g : undefined);
       const dir = await Deno.makeTempDir({ prefix: "bertfuse-cuda-cpu-" });
       try {
         const tol = precision === "fp32"
@@ -266,15 +258,6 @@ for (const [precision, library] of PRECISIONS_AND_LIBRARY) {
       }
     },
   });
-}
-
-/**
- * The outputs as a runtime reads them after a step: an output the step also updates (the flat parameter
- * vector, `flat.params` beside `new:flat.params`) holds its new value, whether the update was a copy after
- * the step or written in place (compiler/stages/in_place_updates.ts).
- */
-function afterTheStep(ref: Map<string, Float64Array>): Map<string, Float64Array> {
-  return new Map([...ref].map(([name, v]) => [name, ref.get(UPDATE_PREFIX + name) ?? v]));
 }
 
 /** How many GEMMs ran as library calls (CUDA_CPU_VERBOSE=1). */

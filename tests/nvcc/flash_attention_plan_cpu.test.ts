@@ -26,10 +26,7 @@ import { attentionBlock, attentionInts } from "../util/attention_block.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { lambStep, oneLayerBert } from "../util/bert_steps.ts";
-import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
-import { withLowCopyFeeds } from "../../plan/low_copies.ts";
-import { UPDATE_PREFIX } from "../../plan/plan.ts";
-import { CXX, cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
+import { CXX, cxxVersion, planReference, runOnCpu } from "../util/cuda_cpu.ts";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { linear, type ModelBuilder, type Tensor } from "../../dsl/mod.ts";
 import { assertMatchesReference } from "../util/fused_check.ts";
@@ -228,11 +225,7 @@ Deno.test({
       assert.ok(o.product, `${o.name} is not read from a GEMM's product`);
       assert.equal(o.bias, !o.name.endsWith(".dO"), `${o.name}: bias`);
     }
-    const refGraph = roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
-    // It reads weight copies the runtime derives from the weights (engine/low_copy_refresh.ts).
-    const raw = evaluate(refGraph, withLowCopyFeeds(compiled.plan, feeds), { precision: "f32" });
-    // After the step: an output the step also updates holds its new value (cuda_emit_cpu.test.ts).
-    const ref = new Map([...raw].map(([name, v]) => [name, raw.get(UPDATE_PREFIX + name) ?? v]));
+    const ref = planReference(compiled, feeds);
     const dir = await Deno.makeTempDir({ prefix: "bertfuse-flash-bert-" });
     try {
       const got = await runOnCpu(dir, compiled.plan, feeds, true, "-O2");

@@ -25,7 +25,7 @@ import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { UPDATE_PREFIX } from "../../plan/plan.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { oneLayerBert } from "../util/bert_steps.ts";
-import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
+import { cxxVersion, planReference, runOnCpu } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F16_TOL } from "../util/fused_check.ts";
 
 const version = await cxxVersion();
@@ -76,10 +76,6 @@ Deno.test("flat gradient: f16 on CUDA plans with library GEMMs only", () => {
   assert.deepEqual(gradientTypes(bertStep(64), cudaAlone), new Set(["f32"]), "64-element chunks");
 });
 
-/** Outputs after the step: an output the step also updates holds its new value. */
-const afterStep = (raw: Map<string, ArrayLike<number>>) =>
-  new Map([...raw].map(([name, v]) => [name, raw.get(UPDATE_PREFIX + name) ?? v]));
-
 async function runPlan(plan: Parameters<typeof runOnCpu>[1], feeds: Record<string, ArrayLike<number>>) {
   const dir = await Deno.makeTempDir({ prefix: "bertfuse-flat-grad-" });
   try {
@@ -109,9 +105,7 @@ Deno.test({
         assert.ok(Array.from(v).every((x) => roundF16(x) === x), `${name} is f16`);
       }
     }
-    const refGraph = roundTripGraph(c.graph, c.fusion, c.storage);
-    const raw = evaluate(refGraph, withLowCopyFeeds(c.plan, feeds), { precision: "f32" });
-    assertMatchesReference(afterStep(raw), out, {
+    assertMatchesReference(planReference(c, feeds), out, {
       tol: F16_TOL,
       device: `cuda-shim (seed ${seed})`,
       plan: "flat gradient f16",

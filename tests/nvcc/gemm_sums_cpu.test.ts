@@ -16,18 +16,16 @@ import { randomFeeds } from "../../cases/random_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
 import { batchFeeds, optimizerStepFeeds } from "../../cases/bert_feeds.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
-import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import type { Tensor } from "../../dsl/mod.ts";
 import type { DType, Graph } from "../../ir/mod.ts";
-import { withLowCopyFeeds } from "../../plan/low_copies.ts";
-import { type Plan, type PlanGemm, UPDATE_PREFIX } from "../../plan/plan.ts";
+import { type Plan, type PlanGemm } from "../../plan/plan.ts";
 import { CudaExecutor } from "../../runtime/cuda/cuda_executor.ts";
 import { KernelCache } from "../../runtime/cuda/kernel_cache.ts";
 import { Nvrtc } from "../../runtime/cuda/nvrtc.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { lambStep, oneLayerBert } from "../util/bert_steps.ts";
-import { cxxVersion, runOnCpu } from "../util/cuda_cpu.ts";
+import { cxxVersion, planReference, runOnCpu } from "../util/cuda_cpu.ts";
 import { fakeLtSession } from "../util/fake_lt_session.ts";
 import { assertMatchesReference, F16_TOL, F32_TOL } from "../util/fused_check.ts";
 
@@ -209,9 +207,7 @@ Deno.test({
       ...optimizerStepFeeds(g, r, 1024),
     };
     // The reference with the plan's roundings (each stored partial sum f16), as bgrad_cpu.test.ts.
-    const refGraph = roundTripGraph(compiled.graph, compiled.fusion, compiled.storage);
-    const raw = evaluate(refGraph, withLowCopyFeeds(plan, feeds), { precision: "f32" });
-    const ref = new Map([...raw].map(([name, v]) => [name, raw.get(UPDATE_PREFIX + name) ?? v]));
+    const ref = planReference(compiled, feeds);
     const tol = { rtol: 4e-3, atol: 1e-3 };
     assertMatchesReference(ref, await onShim(plan, feeds), {
       tol,

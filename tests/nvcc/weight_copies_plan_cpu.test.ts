@@ -13,17 +13,15 @@ import assert from "node:assert/strict";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { optimizerFeeds } from "../../optimizer/feeds.ts";
 import { OPT, STATE } from "../../optimizer/update.ts";
-import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { PROFILES } from "../../compiler/targets/profiles.ts";
 import { keptCopies, lowWeightCopies } from "../../compiler/passes/low_weight_copies.ts";
 import { batchFeeds } from "../../cases/bert_feeds.ts";
 import { seededRandom } from "../../cases/random.ts";
 import type { Graph } from "../../ir/mod.ts";
-import { LOW_COPY_PREFIX, withLowCopyFeeds } from "../../plan/low_copies.ts";
+import { LOW_COPY_PREFIX } from "../../plan/low_copies.ts";
 import { type Plan, UPDATE_PREFIX } from "../../plan/plan.ts";
-import { evaluate } from "../../runtime/reference/interpreter.ts";
 import { paramsFromFlat } from "../../training/run_state.ts";
-import { buildPlanOnCpu, cxxVersion, runBuiltPlan } from "../util/cuda_cpu.ts";
+import { buildPlanOnCpu, cxxVersion, planReference, runBuiltPlan } from "../util/cuda_cpu.ts";
 import { assertMatchesReference, F16_TOL } from "../util/fused_check.ts";
 import {
   assertCopyIsCast,
@@ -79,9 +77,7 @@ async function step(
   }
   const out = await runBuiltPlan(dir, c.plan, fed);
   if (check) {
-    const refGraph = roundTripGraph(c.graph, c.fusion, c.storage);
-    const raw = evaluate(refGraph, withLowCopyFeeds(c.plan, base), { precision: "f32" });
-    const ref = new Map([...raw].map(([name, v]) => [name, raw.get(UPDATE_PREFIX + name) ?? v]));
+    const ref = planReference(c, base);
     assertMatchesReference(ref, Object.fromEntries(out), {
       tol: F16_TOL,
       device: "cuda-shim (cuda-sm90, weight copies)",

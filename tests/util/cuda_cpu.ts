@@ -13,7 +13,11 @@
 import { dirname } from "node:path";
 import { numel } from "../../ir/mod.ts";
 import type { Plan, PlanBinding, PlanBuffer, PlanGemmOperand, TargetKernel } from "../../plan/plan.ts";
-import { storedBytes } from "../../plan/plan.ts";
+import { storedBytes, UPDATE_PREFIX } from "../../plan/plan.ts";
+import type { Compiled } from "../../compiler/driver/compile.ts";
+import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
+import { evaluate } from "../../runtime/reference/interpreter.ts";
+import type { Graph } from "../../ir/mod.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../../numeric/half.ts";
 import { LT_CPU, ltCallCpp } from "./lt_cpu.ts";
@@ -468,4 +472,23 @@ export async function runBuiltPlan(dir: string, plan: Plan, feeds: Record<string
     at += bytes;
   }
   return results;
+}
+
+/**
+ * Outputs as a runtime reads them after a step: an output the step also updates (`flat.params` beside
+ * `new:flat.params`) holds its new value, whether updated by a copy or in place (stages/in_place_updates.ts).
+ */
+export const afterStep = <T>(raw: Map<string, T>) =>
+  new Map([...raw].map(([name, v]) => [name, raw.get(UPDATE_PREFIX + name) ?? v]));
+
+/**
+ * The interpreter's answer for a compiled plan, after the step: `graph` (by default the compiled graph with
+ * the plan's own roundings) fed the weight copies the runtime derives (engine/low_copy_refresh.ts).
+ */
+export function planReference(
+  c: Compiled,
+  feeds: Record<string, ArrayLike<number>>,
+  graph: Graph = roundTripGraph(c.graph, c.fusion, c.storage),
+) {
+  return afterStep(evaluate(graph, withLowCopyFeeds(c.plan, feeds), { precision: "f32" }));
 }
