@@ -37,7 +37,7 @@ export function ioCause(e: unknown): string {
   const msg = e instanceof Error ? e.message : String(e);
   const n = /\(os error (\d+)\)/.exec(msg);
   if (n && ERRNO[Number(n[1])]) return ERRNO[Number(n[1])];
-  if (/Requires all access/.test(msg)) return "a device file, which Deno's permissions keep us from opening";
+  if (/Requires all access/.test(msg)) return "a /dev, /proc or /sys path, closed by Deno's permissions";
   return msg.replace(/\s*\(os error \d+\).*$/s, "").replace(/:\s*(open|write|rename|mkdir|stat)\s.*$/s, "")
     .split("\n")[0].trim() || "I/O error";
 }

@@ -146,6 +146,6 @@ Deno.test("--input - and /dev/stdin read standard input; an output on a device f
     assert.equal(r.code, 1);
     assert.match(
       r.stderr,
-      /^error: \/dev\/full: [^\n]*a device file, which Deno's permissions keep us from opening\)$/,
+      /^error: \/dev\/full: [^\n]*a \/dev, \/proc or \/sys path, closed by Deno's permissions\)$/,
     );
   }));
