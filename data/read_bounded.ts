@@ -3,9 +3,10 @@
  * device is read in pieces up to it (/dev/zero and /dev/urandom never end: read whole they took 9 GB in 12 s).
  * The default bound is what one JavaScript string holds: V8's longest has 2^29 - 24 characters.
  */
-import { ioCause, isIoError } from "../model_io/outputs.ts";
 export const MAX_TEXT_BYTES = 2 ** 29 - 2 ** 20;
 const STDIN = ["-", "/dev/stdin"]; // read as Deno.stdin: Deno's permissions open no device file
+// As model_io/outputs.ts ioCause words it; not imported from there: the browser bundle reads this module.
+const DEVICE = "a /dev, /proc or /sys path, closed by Deno's permissions";
 
 /** How the caller words a failure: its error class, and what the file is ("vocab", "SQuAD", "input"). */
 export interface Reading {
@@ -35,9 +36,9 @@ export async function readBounded(path: string, r: Reading): Promise<Uint8Array>
     }
   } catch (e) {
     // The file system's errors say so in the caller's words; the caller's own (fail, first) pass through.
-    if (!(e instanceof Error) || !isIoError(e) && !(e instanceof Deno.errors.NotCapable)) throw e;
+    if (!(e instanceof Error) || !Object.values(Deno.errors).some((c) => e instanceof c)) throw e;
     if (e instanceof Deno.errors.NotFound) throw r.fail(`${r.what} file not found: ${path}`);
-    const why = e instanceof Deno.errors.NotCapable ? `${ioCause(e)}; read standard input as -` : e.message;
+    const why = e instanceof Deno.errors.NotCapable ? `${DEVICE}; read standard input as -` : e.message;
     throw r.fail(`cannot read ${r.what} file ${path}: ${why}`);
   }
   return new Uint8Array(await new Blob(parts as BlobPart[]).arrayBuffer());
