@@ -533,13 +533,14 @@ function headsCall(
  * cuBLASLt's BIAS epilogue (CUDA only: the CPU's BLAS call has no epilogue, so a compile for the C
  * backend leaves it off). `opts.sumC`: a root that is the product plus a stored tensor of D's layout and
  * dtype may be written directly with that tensor as C, beta 1 (CUDA plans,
- * compiler/fusion/sums_into_gemms.ts).
+ * compiler/fusion/sums_into_gemms.ts). `opts.groupsFree`: a call in groups costs nothing more (the CPU's BLAS
+ * runs one sgemm per batch entry anyway), so a root the batch reaches only in groups is written directly.
  */
 export function deriveGemm(
   g: Graph,
   k: FusedKernel,
   ctx: ValueContext,
-  opts: { readonly biasEpilogue?: boolean; readonly sumC?: boolean } = {},
+  opts: { readonly biasEpilogue?: boolean; readonly sumC?: boolean; readonly groupsFree?: boolean } = {},
 ): GemmVerdict {
   if (k.kind !== "matmul" || k.anchor === undefined) return { ok: false, reason: `a ${k.kind} kernel` };
   const mm = g.nodes[k.anchor];
@@ -633,7 +634,7 @@ export function deriveGemm(
     const o = operands(found.view);
     if (
       o && typeof o.a !== "string" && typeof o.b !== "string" &&
-      directGroupsPay(o.p.outer, batch * m * n, scratchDtype === "f32" ? 4 : 2)
+      (opts.groupsFree || directGroupsPay(o.p.outer, batch * m * n, scratchDtype === "f32" ? 4 : 2))
     ) {
       let d = asMatrix(
         found.view,

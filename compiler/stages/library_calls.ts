@@ -29,7 +29,8 @@ export const libraryCallsStage: Stage<KernelState> = {
   run: (s) => {
     const t = s.options.target;
     if (!t.libraryGemms) return { ...s, gemms: [] };
-    // cuBLASLt's calls take epilogues and a stored sum as C; the CPU's BLAS call takes neither.
+    // cuBLASLt's calls take epilogues and a stored sum as C; the CPU's BLAS call takes neither, and runs
+    // one sgemm per batch entry, so batches in groups cost it nothing (gemm_library.ts directGroupsPay).
     const cuda = rawGemmOutputs(t);
     const g = s.graph;
     const fusion = need(s.fusion, "the fusion", NAME);
@@ -41,7 +42,7 @@ export const libraryCallsStage: Stage<KernelState> = {
     fusion.kernels.forEach((k, i) => {
       if (k.kind !== "matmul") return;
       const kctx = { ...ctx, members: k.members };
-      const v = deriveGemm(g, k, kctx, { biasEpilogue: cuda, sumC: cuda });
+      const v = deriveGemm(g, k, kctx, { biasEpilogue: cuda, sumC: cuda, groupsFree: !cuda });
       if (!v.ok) {
         gemms.push({ kernel: kernels[i].name, library: false, reason: v.reason });
         return;
