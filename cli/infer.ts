@@ -42,7 +42,7 @@ output names.
                      default: the tiny random checkpoint in tests/fixtures/hf-tiny/pretraining
   --input FILE       JSON lines {"input_ids":[...],"token_type_ids":[...],"attention_mask":[...]};
                      token_type_ids default to 0 and attention_mask to 1; rows may differ in length
-                     default: tests/fixtures/hf-tiny/inputs.jsonl
+                     (- reads standard input); default: tests/fixtures/hf-tiny/inputs.jsonl
   --output FILE      where to write the outputs (default: ${DEFAULT_OUTPUT}); never an input, and an
                      existing file only if an earlier infer wrote it
   --head H           pretraining: prediction_logits [N,S,V], seq_relationship_logits [N,2]

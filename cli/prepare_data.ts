@@ -30,7 +30,7 @@ manifest.json, which deno task data-dump prints and the training loader reads.
 
   --input X            text files in BERT's format: one sentence per line, a blank line between
                        documents. Repeat the flag or separate with commas; a directory means all its
-                       files. "brown" or no --input: the built-in Brown corpus (500 documents).
+                       files; - reads standard input. "brown" or no --input: the built-in Brown corpus.
   --output DIR         where the shards go: absent, empty, or the shards of an earlier run (replaced);
                        never an input, nor a folder of other files. Default for the Brown corpus: the cache deno task train reads,
                        out/data/brown-s128 (the name lists settings that differ from the defaults)

@@ -4,7 +4,7 @@
  * The default bound is what one JavaScript string holds: V8's longest has 2^29 - 24 characters.
  */
 export const MAX_TEXT_BYTES = 2 ** 29 - 2 ** 20;
-const STDIN = ["-", "/dev/stdin"]; // read as Deno.stdin: Deno's permissions open no device file
+export const STDIN = ["-", "/dev/stdin"]; // read as Deno.stdin: Deno's permissions open no device file
 // As model_io/outputs.ts ioCause words it; not imported from there: the browser bundle reads this module.
 const DEVICE = "a /dev, /proc or /sys path, closed by Deno's permissions";
 

@@ -6,7 +6,7 @@
  */
 import { join } from "node:path";
 import { DataError } from "../shards/errors.ts";
-import { MAX_TEXT_BYTES, readBounded } from "../read_bounded.ts";
+import { MAX_TEXT_BYTES, readBounded, STDIN } from "../read_bounded.ts";
 
 /** The tokenized corpus. Sentence k is ids[sentenceStarts[k] .. sentenceStarts[k+1]); document d is
  * sentences docStarts[d] .. docStarts[d+1]. Every document has at least one sentence, every sentence at
@@ -122,18 +122,18 @@ export function joinChunks(chunks: TokenizedChunk[], shared = false): TokenCorpu
   return { ids, sentenceStarts, docStarts };
 }
 
-/** Input files: each path is a file, or a directory whose regular files (sorted, no dot files) are read. */
+/**
+ * Input files: each path is a file, - (standard input), or a directory whose regular files (sorted, no dot
+ * files) are read.
+ */
 export async function listInputFiles(paths: string[]): Promise<string[]> {
   const files: string[] = [];
   for (const p of paths) {
-    let info: Deno.FileInfo;
-    try {
-      info = await Deno.stat(p);
-    } catch (e) {
+    const info = STDIN.includes(p) ? undefined : await Deno.stat(p).catch((e) => {
       if (e instanceof Deno.errors.NotFound) throw new DataError(`input ${p}: no such file or directory`);
       throw new DataError(`input ${p}: ${(e as Error).message}`);
-    }
-    if (info.isDirectory) {
+    });
+    if (info?.isDirectory) {
       const names: string[] = [];
       for await (const entry of Deno.readDir(p)) {
         if (!entry.name.startsWith(".") && (entry.isFile || entry.isSymlink)) names.push(entry.name);

@@ -126,16 +126,10 @@ for (const [what, args, message, setup] of BAD) {
 
 Deno.test("--input - and /dev/stdin read standard input; an output on a device file is one line", () =>
   withTemp(async (dir) => {
-    const run = async (input: string, out: string) => {
-      const args = ["--checkpoint", `${FX}qa`, "--input", input, "--output", out, "--backend", "reference"];
-      const cmd = ["run", "--allow-read", "--allow-write", "--allow-env", `${ROOT}cli/infer.ts`, ...args];
-      const io = { env: cliEnv(), stdin: "piped", stdout: "null", stderr: "piped" } as const;
-      const child = new Deno.Command(Deno.execPath(), { args: cmd, ...io }).spawn();
-      await (await Deno.open(`${FX}inputs.jsonl`)).readable.pipeTo(child.stdin);
-      const r = await child.output();
-      return { code: r.code, stderr: new TextDecoder().decode(r.stderr).trim() };
-    };
-    await infer("--checkpoint", `${FX}qa`, "--input", `${FX}inputs.jsonl`, "--output", `${dir}/file.st`);
+    const fromFx = ["--checkpoint", `${FX}qa`, "--backend", "reference"];
+    const run = (input: string, out: string) =>
+      runCli("infer.ts", [...fromFx, "--input", input, "--output", out], undefined, `${FX}inputs.jsonl`);
+    await infer(...fromFx, "--input", `${FX}inputs.jsonl`, "--output", `${dir}/file.st`);
     for (const input of ["-", "/dev/stdin"]) {
       const r = await run(input, `${dir}/in.st`);
       assert.equal(r.code, 0, r.stderr);
@@ -145,7 +139,7 @@ Deno.test("--input - and /dev/stdin read standard input; an output on a device f
     const r = await run("-", "/dev/full");
     assert.equal(r.code, 1);
     assert.match(
-      r.stderr,
+      r.stderr.trim(),
       /^error: \/dev\/full: [^\n]*a \/dev, \/proc or \/sys path, closed by Deno's permissions\)$/,
     );
   }));

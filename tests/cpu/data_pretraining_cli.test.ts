@@ -7,21 +7,10 @@ import { join } from "node:path";
 import { brownCorpusText } from "../../data/corpus/brown.ts";
 import { readManifest } from "../../data/shards/manifest.ts";
 import { ShardFile } from "../../data/shards/reader.ts";
+import { runCli } from "../util/cli.ts";
 
-const ROOT = new URL("../../", import.meta.url).pathname;
-
-async function run(script: string, perms: string[], ...args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", ...perms, `${ROOT}cli/${script}`, ...args],
-    cwd: ROOT,
-    env: { NO_COLOR: "1" },
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
-const prepare = (...args: string[]) =>
-  run("prepare_data.ts", ["--allow-read", "--allow-write", "--allow-env"], ...args);
-const dump = (...args: string[]) => run("data_dump.ts", ["--allow-read", "--allow-env"], ...args);
+const prepare = (...args: string[]) => runCli("prepare_data.ts", args);
+const dump = (...args: string[]) => runCli("data_dump.ts", args, ["--allow-read", "--allow-env"]);
 
 /** One line "error: ..." on stderr and exit code 1. */
 function assertUserError(r: { code: number; stderr: string }, pattern: RegExp) {
@@ -41,14 +30,17 @@ await Deno.writeTextFile(input, (await brownCorpusText()).split("\n\n").slice(0,
 
 Deno.test("prepare-data writes shards and a manifest and reports tokens/s; data-dump prints them", async () => {
   const out = join(dir, "shards");
-  const r = await prepare(
-    "--input",
-    input,
-    "--output",
-    out,
-    ..."--dupe-factor 2 --workers 2 --seed 9".split(" "),
-  );
+  const settings = "--dupe-factor 2 --workers 2 --seed 9".split(" ");
+  const r = await prepare("--input", input, "--output", out, ...settings);
   assert.equal(r.code, 0, r.stderr);
+  // The same text from standard input (--input -) gives the same shard.
+  const piped = await runCli(
+    "prepare_data.ts",
+    ["--input", "-", "--output", `${out}-stdin`, ...settings],
+    undefined,
+    input,
+  );
+  assert.equal(piped.code, 0, piped.stderr);
   assert.match(r.stdout, /20 documents, \d+ sentences, \d+ tokens -> \d+ instances/);
   assert.match(r.stdout, /M input tokens\/s, [\d.]+M instance tokens\/s/);
   assert.match(r.stderr, /making shards +\[#+\]/);
@@ -60,6 +52,8 @@ Deno.test("prepare-data writes shards and a manifest and reports tokens/s; data-
   assert.equal(d.code, 0, d.stderr);
   const lines = d.stdout.trim().split("\n").map((l) => JSON.parse(l));
   assert.equal(lines.length, 5);
+  const shardBytes = (d: string) => Deno.readFile(join(d, m.shards[0].file));
+  assert.deepEqual(await shardBytes(`${out}-stdin`), await shardBytes(out));
   const shard = ShardFile.open(join(out, m.shards[0].file));
   lines.forEach((x, i) => {
     const keys =

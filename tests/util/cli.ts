@@ -21,13 +21,23 @@ export function cliEnv(): Record<string, string> {
   return env;
 }
 
-export async function runCli(script: string, args: string[], perms = DEFAULT_PERMS): Promise<CommandResult> {
-  const env = cliEnv();
-  const out = await new Deno.Command(Deno.execPath(), {
+export async function runCli(
+  script: string,
+  args: string[],
+  perms = DEFAULT_PERMS,
+  stdinFile?: string,
+): Promise<CommandResult> {
+  const piped = { stdin: "piped", stdout: "piped", stderr: "piped" } as const;
+  const cmd = new Deno.Command(Deno.execPath(), {
     args: ["run", ...perms, `${ROOT}cli/${script}`, ...args],
     cwd: ROOT,
-    env,
-  }).output();
+    env: cliEnv(),
+    ...(stdinFile ? piped : {}),
+  });
+  // With stdinFile: the file's bytes piped to the command's standard input.
+  const child = stdinFile ? cmd.spawn() : undefined;
+  if (child) await (await Deno.open(stdinFile!)).readable.pipeTo(child.stdin);
+  const out = child ? await child.output() : await cmd.output();
   const dec = new TextDecoder();
   return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
 }
