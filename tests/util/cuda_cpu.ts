@@ -11,13 +11,12 @@
  * stands in for CUDA's expf/tanhf (both within a few ulp).
  */
 import { dirname } from "node:path";
-import { numel } from "../../ir/mod.ts";
+import { type Graph, numel } from "../../ir/mod.ts";
 import type { Plan, PlanBinding, PlanBuffer, PlanGemmOperand, TargetKernel } from "../../plan/plan.ts";
 import { storedBytes, UPDATE_PREFIX } from "../../plan/plan.ts";
 import type { Compiled } from "../../compiler/driver/compile.ts";
 import { roundTripGraph } from "../../compiler/storage/storage_precision.ts";
 import { evaluate } from "../../runtime/reference/interpreter.ts";
-import type { Graph } from "../../ir/mod.ts";
 import { withLowCopyFeeds } from "../../plan/low_copies.ts";
 import { decodeBF16, decodeF16, encodeBF16, encodeF16 } from "../../numeric/half.ts";
 import { LT_CPU, ltCallCpp } from "./lt_cpu.ts";
