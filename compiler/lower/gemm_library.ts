@@ -532,9 +532,8 @@ function headsCall(
  * `opts.biasEpilogue`: a root that is the product plus a bias vector may be written directly with
  * cuBLASLt's BIAS epilogue (CUDA only: the CPU's BLAS call has no epilogue, so a compile for the C
  * backend leaves it off). `opts.sumC`: a root that is the product plus a stored tensor of D's layout and
- * dtype may be written directly with that tensor as C, beta 1 (CUDA plans,
- * compiler/fusion/sums_into_gemms.ts). `opts.groupsFree`: a call in groups costs nothing more (the CPU's BLAS
- * runs one sgemm per batch entry anyway), so a root the batch reaches only in groups is written directly.
+ * dtype may be written directly with that tensor as C, beta 1 (CUDA, fusion/sums_into_gemms.ts).
+ * `opts.groupsFree`: groups cost nothing (the CPU's BLAS runs an sgemm per batch entry): written directly.
  */
 export function deriveGemm(
   g: Graph,

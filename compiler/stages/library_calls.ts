@@ -29,8 +29,7 @@ export const libraryCallsStage: Stage<KernelState> = {
   run: (s) => {
     const t = s.options.target;
     if (!t.libraryGemms) return { ...s, gemms: [] };
-    // cuBLASLt's calls take epilogues and a stored sum as C; the CPU's BLAS call takes neither, and runs
-    // one sgemm per batch entry, so batches in groups cost it nothing (gemm_library.ts directGroupsPay).
+    // cuBLASLt takes epilogues and a stored sum as C; the CPU's BLAS neither, and groups cost it nothing.
     const cuda = rawGemmOutputs(t);
     const g = s.graph;
     const fusion = need(s.fusion, "the fusion", NAME);
