@@ -245,7 +245,6 @@ function countSets(body: readonly KStmt[], name: string): number {
 class Speller extends HalfInF32Speller<CHelper> {
   protected readonly unarySpellings = SPELL_UNARY;
   private readonly names = new CudaNamer();
-  private readonly helpers = new Set<CHelper>();
   /** Locals held per thread in arrays (see the file comment). */
   private readonly promoted = new Set<string>();
   private inThreads = false;
@@ -267,6 +266,7 @@ class Speller extends HalfInF32Speller<CHelper> {
   /** Loops interchanged with the thread loop (for the header). */
   private swaps = 0;
   protected readonly barrier = "// barrier";
+  protected readonly floatLiteral = floatLiteral;
   protected readonly builtins = { lid: "lid", x: "wg", y: "0" };
 
   protected error(msg: string): Error {
@@ -424,21 +424,14 @@ class Speller extends HalfInF32Speller<CHelper> {
       } else if (it.k === "for") {
         const v = this.local(it.v);
         const [from, to, step] = [it.from, it.to, it.step].map((e) => this.uniform(e));
-        this.line(`for (int ${v} = ${from.s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += ${step.s}) {`);
-        this.depth++;
-        this.scoped(it.v, () => this.region(it.body));
-        this.depth--;
-        this.line("}");
+        const head = `for (int ${v} = ${from.s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += ${step.s})`;
+        this.braced(head, () => this.scoped(it.v, () => this.region(it.body)));
       } else if (it.k === "if") {
         this.line(`if (${this.uniform(it.cond).s}) {`);
-        this.depth++;
-        this.region(it.then);
-        this.depth--;
+        this.indented(() => this.region(it.then));
         if (it.else && it.else.length) {
           this.line("} else {");
-          this.depth++;
-          this.region(it.else);
-          this.depth--;
+          this.indented(() => this.region(it.else!));
         }
         this.line("}");
       } else {
@@ -486,24 +479,19 @@ class Speller extends HalfInF32Speller<CHelper> {
     const to = this.uniform(s.to), step = this.uniform(s.step);
     if (how.kind === "uniform") {
       const from = this.uniform(s.from);
-      this.line(`for (int ${v} = ${from.s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += ${step.s}) {`);
-      this.depth++;
-      this.scoped(s.v, () => this.region(s.body, true));
-      this.depth--;
-      this.line("}");
-      return;
+      const head = `for (int ${v} = ${from.s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += ${step.s})`;
+      return this.braced(head, () => this.scoped(s.v, () => this.region(s.body, true)));
     }
     const base = `bf_base${this.temps++}`;
     const from = this.uniform(how.offset);
-    this.line(`for (int ${base} = ${from.s}; ${base} < ${paren(to, to.p <= REL)}; ${base} += ${step.s}) {`);
-    this.depth++;
     const body = () => {
       this.line(`const int ${v} = ${base} + lid;`);
       this.block(s.body);
     };
-    this.threads(body, !hasLoop(s.body), `${paren(to, to.p <= REL)} - ${base}`);
-    this.depth--;
-    this.line("}");
+    this.braced(
+      `for (int ${base} = ${from.s}; ${base} < ${paren(to, to.p <= REL)}; ${base} += ${step.s})`,
+      () => this.threads(body, !hasLoop(s.body), `${paren(to, to.p <= REL)} - ${base}`),
+    );
   }
 
   /** An expression evaluated once per workgroup (a bound or condition around a barrier). */
@@ -527,15 +515,13 @@ class Speller extends HalfInF32Speller<CHelper> {
     let bound = limit === undefined ? `${w}` : `(${limit} - wg * ${w} < ${w} ? ${limit} - wg * ${w} : ${w})`;
     if (end !== undefined) bound = this.min(bound, end);
     if (this.chunks) bound = this.min(bound, `bf_chunk * ${CHUNK} + ${CHUNK}`);
-    this.line(`for (int lid = ${this.chunks ? `bf_chunk * ${CHUNK}` : "0"}; lid < ${bound}; ++lid) {`);
-    this.depth++;
-    if (this.usesGid) this.line(`const int gid = wg * ${w} + lid;`);
-    this.inThreads = true;
-    for (const s of this.perThread) this.stmt(s as Exclude<KStmt, Reduce>);
-    body();
-    this.inThreads = false;
-    this.depth--;
-    this.line("}");
+    this.braced(`for (int lid = ${this.chunks ? `bf_chunk * ${CHUNK}` : "0"}; lid < ${bound}; ++lid)`, () => {
+      if (this.usesGid) this.line(`const int gid = wg * ${w} + lid;`);
+      this.inThreads = true;
+      for (const s of this.perThread) this.stmt(s as Exclude<KStmt, Reduce>);
+      body();
+      this.inThreads = false;
+    });
   }
 
   /**
@@ -558,11 +544,10 @@ class Speller extends HalfInF32Speller<CHelper> {
     const v = this.local(s.v);
     const to = this.expr(s.to);
     for (const r of temps) this.aliases.set(r.name, r.temp);
-    this.line(`for (int ${v} = ${this.expr(s.from).s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += 1) {`);
-    this.depth++;
-    this.block(s.body);
-    this.depth--;
-    this.line("}");
+    this.braced(
+      `for (int ${v} = ${this.expr(s.from).s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += 1)`,
+      () => this.block(s.body),
+    );
     for (const r of temps) this.aliases.delete(r.name);
     for (const r of temps) this.line(`${this.local(r.name)} = ${r.temp};`);
   }
@@ -621,18 +606,6 @@ class Speller extends HalfInF32Speller<CHelper> {
 
   protected toInt(x: string): string {
     return x;
-  }
-
-  protected use(helper: CHelper): void {
-    this.helpers.add(helper);
-  }
-
-  protected need(helper: CHelper): void {
-    this.helpers.add(helper);
-  }
-
-  protected floatLiteral(v: number): Spelled {
-    return floatLiteral(v);
   }
 
   protected convert(a: Spelled, type: string): Spelled {

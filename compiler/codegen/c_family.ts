@@ -221,10 +221,18 @@ export abstract class CFamilySpeller {
     }
   }
 
-  private nested(body: readonly KStmt[]): void {
+  /** What `inside` writes, one level deeper. */
+  protected indented(inside: () => void): void {
     this.depth++;
-    this.block(body);
+    inside();
     this.depth--;
+  }
+
+  /** `head {`, what `inside` writes one level deeper, `}`. */
+  protected braced(head: string, inside: () => void): void {
+    this.line(`${head} {`);
+    this.indented(inside);
+    this.line("}");
   }
 
   protected stmt(s: Exclude<KStmt, Reduce>): void {
@@ -255,22 +263,19 @@ export abstract class CFamilySpeller {
         const v = this.local(s.v);
         for (const e of [s.from, s.to, s.step]) if (e.t !== "i32") this.fail(`for bound of type ${e.t}`);
         const to = this.expr(s.to);
-        this.line(
-          `for (${this.loopVariable(v)} = ${this.expr(s.from).s}; ${v} < ${paren(to, to.p <= REL)}; ${v} += ${
-            this.expr(s.step).s
-          }) {`,
-        );
-        this.nested(s.body);
-        this.line("}");
+        const head = `for (${this.loopVariable(v)} = ${this.expr(s.from).s}; ${v} < ${
+          paren(to, to.p <= REL)
+        }`;
+        this.braced(`${head}; ${v} += ${this.expr(s.step).s})`, () => this.block(s.body));
         return;
       }
       case "if":
         if (s.cond.t !== "bool") this.fail(`if condition is ${s.cond.t}, not bool`);
         this.line(`if (${this.expr(s.cond).s}) {`);
-        this.nested(s.then);
+        this.indented(() => this.block(s.then));
         if (s.else && s.else.length) {
           this.line("} else {");
-          this.nested(s.else);
+          this.indented(() => this.block(s.else!));
         }
         this.line("}");
         return;

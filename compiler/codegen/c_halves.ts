@@ -21,8 +21,16 @@ export interface UnarySpelling<Helper extends string> {
 
 export abstract class HalfInF32Speller<Helper extends string> extends CFamilySpeller {
   protected abstract readonly unarySpellings: Readonly<Record<KUnOp, UnarySpelling<Helper>>>;
-  /** Notes a prelude helper the kernel uses. */
-  protected abstract need(helper: Helper): void;
+  /** The prelude helpers the kernel uses. */
+  protected readonly helpers = new Set<Helper>();
+
+  protected need(helper: Helper): void {
+    this.helpers.add(helper);
+  }
+
+  protected use(helper: "bf_philox" | "bf_philox4"): void {
+    this.helpers.add(helper as Helper);
+  }
   /** The target's name of a kernel-IR type. */
   protected abstract type(t: KType): string;
   /** An f16/bf16 value as f32 (exact); other types as they are. */

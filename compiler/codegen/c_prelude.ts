@@ -8,17 +8,7 @@
  */
 import { ERF_LARGE, ERF_SMALL } from "./wgsl_prelude.ts";
 
-export type CHelper =
-  | "bf_erf"
-  | "bf_philox_block"
-  | "bf_philox"
-  | "bf_philox4"
-  | "bf_bf16"
-  | "bf_f2i"
-  | "bf_minmax_int"
-  | "bf_minmax_float"
-  | "bf_simd_math"
-  | "bf_vectors";
+export type CHelper = keyof typeof SOURCES;
 
 const guarded = (name: string, text: string) =>
   `#ifndef ${name.toUpperCase()}_DEFINED\n#define ${name.toUpperCase()}_DEFINED\n${text}\n#endif`;
@@ -146,31 +136,19 @@ typedef struct __attribute__((aligned(16), may_alias)) { int32_t x, y, z, w; } b
 typedef struct __attribute__((aligned(16), may_alias)) { uint32_t x, y, z, w; } bf_uint4;
 typedef struct __attribute__((aligned(8), may_alias)) { _Float16 x, y, z, w; } bf_half4;`;
 
-const SOURCES: Record<CHelper, { text: string; needs: readonly CHelper[] }> = {
+// In the order they are emitted: each after what it needs.
+const SOURCES = {
+  bf_simd_math: { text: SIMD_MATH, needs: [] },
   bf_vectors: { text: VECTORS, needs: [] },
-  bf_erf: { text: ERF, needs: ["bf_minmax_float"] },
-  bf_philox_block: { text: PHILOX_BLOCK, needs: [] },
-  bf_philox: { text: PHILOX, needs: ["bf_philox_block"] },
-  bf_philox4: { text: PHILOX4, needs: ["bf_philox_block", "bf_vectors"] },
   bf_bf16: { text: BF16, needs: [] },
   bf_f2i: { text: F2I, needs: [] },
   bf_minmax_int: { text: MINMAX, needs: [] },
   bf_minmax_float: { text: MINMAX_FLOAT, needs: [] },
-  bf_simd_math: { text: SIMD_MATH, needs: [] },
-};
-
-const ORDER: readonly CHelper[] = [
-  "bf_simd_math",
-  "bf_vectors",
-  "bf_bf16",
-  "bf_f2i",
-  "bf_minmax_int",
-  "bf_minmax_float",
-  "bf_erf",
-  "bf_philox_block",
-  "bf_philox",
-  "bf_philox4",
-];
+  bf_erf: { text: ERF, needs: ["bf_minmax_float"] },
+  bf_philox_block: { text: PHILOX_BLOCK, needs: [] },
+  bf_philox: { text: PHILOX, needs: ["bf_philox_block"] },
+  bf_philox4: { text: PHILOX4, needs: ["bf_philox_block", "bf_vectors"] },
+} satisfies Record<string, { text: string; needs: readonly string[] }>;
 
 const INCLUDES = ["math.h", "stdbool.h", "stdint.h", "stdlib.h", "string.h"].map((h) => `#include <${h}>`)
   .join("\n");
@@ -181,8 +159,9 @@ export function cPrelude(helpers: ReadonlySet<CHelper>): string {
   const add = (f: CHelper) => {
     if (want.has(f)) return;
     want.add(f);
-    SOURCES[f].needs.forEach(add);
+    (SOURCES[f].needs as readonly CHelper[]).forEach(add);
   };
   helpers.forEach(add);
-  return [INCLUDES, ...ORDER.filter((f) => want.has(f)).map((f) => guarded(f, SOURCES[f].text))].join("\n\n");
+  const order = Object.keys(SOURCES) as CHelper[];
+  return [INCLUDES, ...order.filter((f) => want.has(f)).map((f) => guarded(f, SOURCES[f].text))].join("\n\n");
 }

@@ -88,11 +88,11 @@ type Reduce = Extract<KStmt, { k: "wg_reduce" }>;
 class Speller extends HalfInF32Speller<CudaHelper> {
   protected readonly unarySpellings = SPELL_UNARY;
   private readonly names = new CudaNamer();
-  private readonly helpers = new Set<CudaHelper>();
   private readonly reductions = new Map<string, ReduceHelper>();
   private fp16 = false;
   private bf16 = false;
   protected readonly barrier = "__syncthreads();";
+  protected readonly floatLiteral = floatLiteral;
   protected readonly builtins = { lid: "threadIdx.x", x: "blockIdx.x", y: "blockIdx.y" };
 
   constructor(private readonly cuda: CudaLegal) {
@@ -239,18 +239,6 @@ class Speller extends HalfInF32Speller<CudaHelper> {
 
   protected toInt(x: string): string {
     return `static_cast<int>(${x})`;
-  }
-
-  protected use(helper: CudaHelper): void {
-    this.helpers.add(helper);
-  }
-
-  protected need(helper: CudaHelper): void {
-    this.helpers.add(helper);
-  }
-
-  protected floatLiteral(v: number): Spelled {
-    return floatLiteral(v);
   }
 
   protected convert(a: Spelled, type: string): Spelled {

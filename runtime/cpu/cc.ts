@@ -88,9 +88,6 @@ export function checkBuildDir(): void {
   );
 }
 
-/** Counts of the last compiles, for tests and DEBUG output. */
-export const cacheStats = { hits: 0, misses: 0 };
-
 /**
  * The path of a shared library built from `source`: from the cache when there, else compiled (the
  * compiler's own messages are in the error, with the first lines of its output). `link`: shared
@@ -106,10 +103,8 @@ export async function compileLibrary(
   const key = hashParts([KEY_VERSION, cc.version, ...CC_FLAGS, ...link, source]);
   const cached = cache.lookup(key);
   if (cached !== undefined) {
-    cacheStats.hits++;
     return cached;
   }
-  cacheStats.misses++;
   // An unwritable cache: build in a temporary folder and leave the library there for this process.
   const scratch = cache.scratch("") ?? `${Deno.makeTempDirSync({ prefix: "bertfuse-cpu-" })}/kernels`;
   const src = `${scratch}.c`, built = `${scratch}.so`;

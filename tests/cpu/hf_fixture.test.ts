@@ -4,6 +4,7 @@
  * equations (in f64, from the same f32 weights). Error is measured per tensor as
  * max|ours - expected| / max|expected|.
  */
+import { BATCH_INPUTS } from "../../data/heldout.ts";
 import assert from "node:assert/strict";
 import { differentiate } from "../../compiler/training_graph/autodiff.ts";
 import { defineBert, type Head, INFER_OUTPUTS } from "../../models/bert.ts";
@@ -83,15 +84,6 @@ for (const [head, dir] of HEADS) {
   }
 }
 
-const TRAIN_INPUTS = [
-  "input_ids",
-  "token_type_ids",
-  "attention_mask",
-  "masked_lm_positions",
-  "masked_lm_ids",
-  "next_sentence_labels",
-];
-
 for (const precision of ["f64", "f32"] as const) {
   Deno.test(`fixture pretraining loss and gradients (${precision}) match PyTorch`, async () => {
     const cfg = readBertConfig(`${FX}pretraining/config.json`);
@@ -107,7 +99,7 @@ for (const precision of ["f64", "f32"] as const) {
     });
     const weights = await loadHfWeights(g, `${FX}pretraining`);
     const feeds: Record<string, ArrayLike<number>> = Object.fromEntries(weights);
-    for (const k of TRAIN_INPUTS) feeds[k] = expectedOf(`train.${k}`);
+    for (const k of BATCH_INPUTS) feeds[k] = expectedOf(`train.${k}`);
     const out = evaluate(differentiate(g, "loss"), feeds, { precision });
     const tol = precision === "f64" ? 1e-7 : 1e-4;
     for (const name of ["loss", "mlm_loss", "nsp_loss"]) {

@@ -7,6 +7,7 @@
  * copy). After every step the copies are exactly the master weights rounded. An executor that does not
  * refresh the copies when weights are set (a planted stale copy) must diverge.
  */
+import { BATCH_INPUTS } from "../../data/heldout.ts";
 import assert from "node:assert/strict";
 import { flatNames } from "../../optimizer/feeds.ts";
 import { OPT, STATE } from "../../optimizer/update.ts";
@@ -34,15 +35,6 @@ import {
   copyTrainGraph,
   MOVING_SCHEDULE,
 } from "../util/weight_copies_check.ts";
-
-const DATA = [
-  "input_ids",
-  "token_type_ids",
-  "attention_mask",
-  "masked_lm_positions",
-  "masked_lm_ids",
-  "next_sentence_labels",
-];
 
 const info = await copyTrainGraph("fp16", 128);
 const { g, layout, shape } = info;
@@ -72,7 +64,7 @@ async function step(ex: StepExecutor, n: number): Promise<void> {
     accumulationSteps: 1,
     feed: () => {
       const f = batchFeeds(g, shape, r, 0);
-      for (const name of DATA) ex.write(name, f[name]);
+      for (const name of BATCH_INPUTS) ex.write(name, f[name]);
     },
   });
 }
@@ -261,7 +253,7 @@ Deno.test("weight copies with the flat vectors in groups and micro-batches that 
     for (let micro = 0; micro < 2; micro++) {
       const f = batchFeeds(grouped.g, grouped.shape, seededRandom(5000 + 2 * n + micro), 0);
       for (const e of [truth, ex]) {
-        for (const name of DATA) e.write(name, f[name]);
+        for (const name of BATCH_INPUTS) e.write(name, f[name]);
         e.write("rng_key", [9, 2 * n + micro]);
         e.write(OPT.apply, [micro]);
         await e.step();

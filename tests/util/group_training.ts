@@ -4,6 +4,7 @@
  * optimizer's flat vectors in one group or cut into several (optimizer/flat_layout.ts). Shared by the
  * reference-interpreter and WebGPU tests of parameter groups; `open` loads a graph into an executor.
  */
+import { BATCH_INPUTS } from "../../data/heldout.ts";
 import { buildModelGraph } from "../../optimizer/model_graph.ts";
 import { type FlatLayout, flatLayoutOf } from "../../optimizer/flat_layout.ts";
 import { OPT, type OptimizerKind, STATE } from "../../optimizer/update.ts";
@@ -28,14 +29,6 @@ export const CONFIG = readBertConfig(
   new URL("../fixtures/hf-tiny/pretraining/config.json", import.meta.url).pathname,
 );
 const SHAPE = { batch: 2, seq: 16, predictions: 3, vocab: CONFIG.vocab_size };
-const DATA = [
-  "input_ids",
-  "token_type_ids",
-  "attention_mask",
-  "masked_lm_positions",
-  "masked_lm_ids",
-  "next_sentence_labels",
-];
 const SCHEDULE = { base: 0.01, warmupProportion: 0.25, totalSteps: 8 };
 
 /** The fixture's training graph and its layout, cut by `maxGroupBytes` (one group when absent). */
@@ -95,7 +88,7 @@ export async function steps(s: Session, n: number, seed: number, accumulationSte
       accumulationSteps,
       feed: () => {
         const f = batchFeeds(s.graph, { ...SHAPE, batch: SHAPE.batch / accumulationSteps }, r, 0);
-        for (const name of DATA) s.ex.write(name, f[name]);
+        for (const name of BATCH_INPUTS) s.ex.write(name, f[name]);
       },
     });
     s.step++;
