@@ -39,7 +39,7 @@ import { flatFromParams } from "../training/run_state.ts";
 import { oneOf, parseFlags, positiveInt, runMain, UsageError, userMessage } from "../cli/common.ts";
 import { checkFileOutput, OutputError, writeFileAtomic } from "../model_io/outputs.ts";
 import type { Profile } from "../runtime/profile.ts";
-import { openBlas } from "../runtime/cpu/blas.ts";
+import { openGemmLibrary } from "../runtime/cpu/blas.ts";
 import { loadAverage, median, type Shares, type Steppable, stepShares, timeRound } from "./step_timing.ts";
 
 /** A peer's exit status when its library is missing (bench/peers/peer_common.py MISSING). */
@@ -453,14 +453,16 @@ async function runPeer(python: string, name: string, args: string[]): Promise<{
 }
 
 /**
- * OpenBLAS as our CPU cases run it: the library, its build, the core whose kernels it runs, and this
- * environment's OPENBLAS_* variables (OPENBLAS_CORETYPE overrides the core OpenBLAS would pick); null on
- * another backend or without OpenBLAS.
+ * The GEMM library as our CPU cases run it (oneDNN, else OpenBLAS: runtime/cpu/cpu_context.ts): the library,
+ * its build, the kernels it runs, and this environment's OPENBLAS_* / DNNL_* variables (OPENBLAS_CORETYPE
+ * overrides the core OpenBLAS would pick); null on another backend or without either.
  */
 function blasRecord(kind: string) {
-  const b = kind === "cpu" ? openBlas() : undefined;
-  if (!b || !("lib" in b)) return null;
-  const vars = Object.entries(Deno.env.toObject()).filter(([k]) => k.startsWith("OPENBLAS_"));
+  const b = kind === "cpu"
+    ? [openGemmLibrary("onednn"), openGemmLibrary("openblas")].find((l) => "path" in l)
+    : undefined;
+  if (!b || !("path" in b)) return null;
+  const vars = Object.entries(Deno.env.toObject()).filter(([k]) => /^(OPENBLAS|DNNL|ONEDNN)_/.test(k));
   return { path: b.path, config: b.config, corename: b.corename, env: Object.fromEntries(vars) };
 }
 

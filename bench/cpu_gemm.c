@@ -4,7 +4,8 @@
  * bench/cpu_gemm.sh with runtime/cpu/pool.c and sgemm.c, the code a plan's GEMM calls run through.
  *
  * For each shape: `pool` is pool.c's bf_gemm on OpenBLAS (single-threaded sgemm per block, as a plan runs
- * it), `own` the same on sgemm.c, `blas` OpenBLAS's own threading on the whole call; `warm` repeats one
+ * it), `onednn` the same on oneDNN's dnnl_sgemm (what plans run where oneDNN is installed; "-" where it is
+ * not), `own` the same on sgemm.c, `blas` OpenBLAS's own threading on the whole call; `warm` repeats one
  * weight (in cache after the first call), `cold` cycles through copies of it in 453 MB, as a step reads each
  * weight once. GFLOP/s of the best of the repetitions, then the percentage of the 2048³ reference, which is
  * measured again at the end: in a virtual machine the clock drifts between minutes.
@@ -15,9 +16,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-int bf_pool_init(int threads, const char* blas);
+int bf_pool_init(int threads, const char* blas, const char* onednn);
 int bf_pool_threads(void);
-int bf_gemm(const int64_t* d, int own);
+int bf_gemm(const int64_t* d, int engine);
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
                          float*, int);
 
@@ -29,7 +30,8 @@ static double now(void) {
 
 #define COPIES 48
 #define WEIGHT ((size_t)3072 * 768)
-enum { POOL, OWN, BLAS };
+enum { POOL, ONEDNN, OWN, BLAS };
+static const int ENGINE[] = {0, 2, 1}; /* pool.c's BF_OPENBLAS, BF_ONEDNN, BF_OWN */
 static sgemm_fn sgemm;
 static void (*blas_threads)(int), (*omp_threads)(int);
 static float *A, *W, *D;
@@ -51,7 +53,7 @@ static double rate(int how, int m, int n, int k, int ta, int tb, int cold, int r
                      (int64_t)(intptr_t)A, (int64_t)(intptr_t)b, (int64_t)(intptr_t)D};
     double t0 = now();
     if (how == BLAS) sgemm(101, (int)d[0], (int)d[1], m, n, k, 1.0f, A, lda, b, ldb, 0.0f, D, n);
-    else bf_gemm(d, how == OWN);
+    else bf_gemm(d, ENGINE[how]);
     double t = now() - t0;
     if (r > 0 && t < best) best = t;  // the first call warms the code and the caches
   }
@@ -61,6 +63,8 @@ static double rate(int how, int m, int n, int k, int ta, int tb, int cold, int r
 int main(int argc, char** argv) {
   const char* lib = argc > 1 ? argv[1] : "libopenblas.so.0";
   int threads = argc > 2 ? atoi(argv[2]) : 2;
+  const char* onednn = argc > 3 ? argv[3] : "libdnnl.so.2";
+  void* dn = dlopen(onednn, RTLD_NOW | RTLD_LOCAL);
   void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
   if (!h || !(sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm"))) {
     fprintf(stderr, "cpu_gemm: no OpenBLAS at %s (apt-get install libopenblas0-openmp)\n", lib);
@@ -75,7 +79,7 @@ int main(int argc, char** argv) {
   if (!A || !W || !D) return 1;
   for (size_t i = 0; i < (size_t)3072 * 2048; ++i) A[i] = (float)(i % 97) * 0.01f;
   for (size_t i = 0; i < WEIGHT * COPIES; ++i) W[i] = (float)(i % 89) * 0.01f;
-  if (bf_pool_init(threads, lib) != 0) return 1;
+  if (bf_pool_init(threads, lib, dn ? onednn : "") != 0) return 1;
   threads = bf_pool_threads();
   // OpenBLAS's own threading for the reference and the blas column; one thread per block for the pool's.
   use_threads(threads);
@@ -90,7 +94,8 @@ int main(int argc, char** argv) {
       {1024, 768, 768, 0, 1},  {1024, 3072, 768, 0, 1}, {1024, 768, 3072, 0, 1}, {1024, 30522, 768, 0, 1},
       {1024, 768, 3072, 0, 0}, {768, 768, 1024, 1, 0},  {768, 3072, 1024, 1, 0}, {3072, 768, 1024, 1, 0},
   };
-  printf("%-22s %-6s %14s %14s %14s\n", "m x n x k (A,B)", "weight", "pool", "own", "blas");
+  printf("oneDNN: %s\n", dn ? onednn : "not found (apt-get install libdnnl2)");
+  printf("%-22s %-6s %14s %14s %14s %14s\n", "m x n x k (A,B)", "weight", "pool", "onednn", "own", "blas");
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
     int m = shapes[i][0], n = shapes[i][1], k = shapes[i][2], ta = shapes[i][3], tb = shapes[i][4];
     for (int cold = 0; cold <= 1; ++cold) {
@@ -99,6 +104,10 @@ int main(int argc, char** argv) {
       printf("%-22s %-6s", name, cold ? "cold" : "warm");
       int reps = (double)m * n * k > 1e9 ? 4 : 12;
       for (int how = POOL; how <= BLAS; ++how) {
+        if (how == ONEDNN && !dn) {
+          printf(" %14s", "-");
+          continue;
+        }
         if (how == BLAS) use_threads(threads);
         double g = rate(how, m, n, k, ta, tb, cold, reps);
         if (how == BLAS) use_threads(1);

@@ -3,7 +3,7 @@
  *                [--batch N] [--template-gemms]
  *
  * Random graphs (cases/fuzz/) compiled and run on WebGPU, as emitted CUDA on the CPU (g++ and the shim)
- * and on the native CPU backend (emitted C, GEMMs on OpenBLAS; --template-gemms: as C kernels), every output
+ * and on the native CPU backend (emitted C, GEMMs on oneDNN or OpenBLAS; --template-gemms: as C kernels), every output
  * against the f64 reference within the bound derived from the graph's conditioning. Without --seed it
  * starts at this commit's seed (cases/fuzz/seeds.ts). A failing seed is printed with the one-line
  * command that replays it; the exit code is 1 when any graph failed.

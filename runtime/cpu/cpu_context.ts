@@ -1,10 +1,10 @@
 /**
- * Opening the CPU backend: the C compiler (required; cc.ts) and OpenBLAS (optional; blas.ts: without it
+ * Opening the CPU backend: the C compiler (required; cc.ts), oneDNN or OpenBLAS (optional; blas.ts: without both
  * GEMMs run on the backend's own sgemm, sgemm.c, with one warning line per process). Kernels and GEMMs run on one
  * thread pool of `$BERTFUSE_CPU_THREADS` threads, else one per core (pool.ts, started by the first
  * executor).
  */
-import { openBlas } from "./blas.ts";
+import { openGemmLibrary } from "./blas.ts";
 import { env } from "../code_cache.ts";
 import { checkBuildDir, findCompiler } from "./cc.ts";
 import type { CpuContext } from "./cpu_executor.ts";
@@ -29,22 +29,23 @@ export function openCpu(): CpuContext {
   const cc = findCompiler();
   checkBuildDir();
   const threads = Number(env("BERTFUSE_CPU_THREADS")) || navigator.hardwareConcurrency || 1;
-  const blas = openBlas();
-  const found = "lib" in blas ? blas : undefined;
+  const libraries = (["onednn", "openblas"] as const).map(openGemmLibrary);
+  const [onednn, blas] = libraries.map((b) => "path" in b ? b : undefined), found = onednn ?? blas;
+  const missing = libraries.map((b) => "missing" in b ? b.missing : "").join("; ");
   if (!found && !warned) {
     warned = true;
-    console.error(
-      `warning: ${(blas as { missing: string }).missing}; GEMMs run on bertfuse's own sgemm, slower`,
-    );
+    console.error(`warning: ${missing}; GEMMs run on bertfuse's own sgemm, slower`);
   }
   const description = `${cpuModel()} (${threads} threads; ${cc.version}${
-    found ? `; ${found.config.split(" ").slice(0, 2).join(" ")}` : "; own sgemm, no OpenBLAS"
+    found ? `; ${found.config.split(" ").slice(0, 2).join(" ")}` : "; own sgemm, no oneDNN or OpenBLAS"
   })`;
   return {
     cc,
     threads,
     description,
-    gemms: found ? "openblas" : "own",
-    ...(found ? { blas: found } : { blasMissing: (blas as { missing: string }).missing }),
+    gemms: onednn ? "onednn" : blas ? "openblas" : "own",
+    ...(blas ? { blas } : {}),
+    ...(onednn ? { onednn } : {}),
+    ...(found ? {} : { blasMissing: missing }),
   };
 }

@@ -18,7 +18,7 @@ import { type ArenaOffsets, arenaOffsets } from "../arena.ts";
 import { decodeStored, encodeStored, type HostArray } from "../host.ts";
 import { PlanExecutor } from "../plan_executor.ts";
 import { type Profile, profileOf } from "../profile.ts";
-import { type Blas, type BlasCall, blasCallOf, blasCan } from "./blas.ts";
+import { type Blas, type BlasCall, blasCallOf, blasCan, type GemmEngine } from "./blas.ts";
 import { type CCompiler, compileLibrary } from "./cc.ts";
 import { CpuError } from "./cpu_errors.ts";
 import { openPool } from "./pool.ts";
@@ -33,14 +33,15 @@ const SOURCES_PER_UNIT = 12;
 export interface CpuContext {
   readonly cc: CCompiler;
   readonly description: string;
-  /** OpenBLAS, when found. */
+  /** OpenBLAS and oneDNN, when found. */
   readonly blas?: Blas;
+  readonly onednn?: Blas;
   readonly blasMissing?: string;
   /**
-   * What runs a plan's f32 GEMM library calls: OpenBLAS's sgemm, the backend's own (sgemm.c; where
-   * OpenBLAS is missing), or the plan's C template kernel (tests of the template set it).
+   * What runs a plan's f32 GEMM library calls: oneDNN's or OpenBLAS's sgemm, the backend's own (sgemm.c;
+   * where neither is found), or the plan's C template kernel (tests of the template set it).
    */
-  readonly gemms: "openblas" | "own" | "template";
+  readonly gemms: GemmEngine | "template";
   /** Threads of the process's pool (pool.ts), the calling thread included. */
   readonly threads: number;
 }
@@ -78,7 +79,9 @@ export class CpuExecutor extends PlanExecutor {
   static async create(ctx: CpuContext, plan: Plan): Promise<CpuExecutor> {
     const refusal = languageRefusal(plan, "c", "the CPU backend");
     if (refusal) throw new CpuError(refusal);
-    const useBlas = ctx.gemms === "openblas" ? ctx.blas !== undefined : ctx.gemms === "own";
+    const { gemms: engine } = ctx;
+    const useBlas = engine === "own" || (engine === "openblas" && !!ctx.blas) ||
+      (engine === "onednn" && !!ctx.onednn);
     const layout = arenaOffsets(plan);
     const memory = new Uint8Array(layout.totalBytes + 64);
     const baseAddress = Deno.UnsafePointer.value(Deno.UnsafePointer.of(memory));
@@ -102,7 +105,7 @@ export class CpuExecutor extends PlanExecutor {
     for (let i = 0; i < sources.length; i += SOURCES_PER_UNIT) {
       units.push(sources.slice(i, i + SOURCES_PER_UNIT).map((_, j) => i + j));
     }
-    const pool = await openPool(ctx.cc, ctx.threads, ctx.blas?.path);
+    const pool = await openPool(ctx);
     const building = Promise.all(
       units.map((u, n) =>
         compileLibrary(ctx.cc, unitSource(u, sources), `${plan.graph} (part ${n + 1} of ${units.length})`, [
@@ -141,7 +144,7 @@ export class CpuExecutor extends PlanExecutor {
         if (!b) throw new CpuError(`kernel ${k.name}: GEMM operand in buffer ${id}, which the plan lacks`);
         return addressOf(id);
       };
-      const call = blasCallOf(pool, g.call, bufferAt, k.name, ctx.gemms === "own");
+      const call = blasCallOf(pool, g.call, bufferAt, k.name, engine as GemmEngine);
       const e = g.epilogue;
       return {
         op: "gemm" as const,

@@ -2,8 +2,8 @@
  * The CPU backend's thread pool, in C (pool.ts builds it once per process and every kernel library
  * links it): `bf_parallel(body, args, n)` runs body(args, lo, hi) over [0, n) in chunks that
  * the calling thread and the pool's helpers claim one at a time; `bf_gemm` runs a library GEMM as
- * single-threaded sgemm calls on blocks of the result, claimed the same way: OpenBLAS's, or with
- * `own` the backend's own (sgemm.c, which pool.ts appends to this file). Not OpenMP: the caller waits
+ * single-threaded sgemm calls on blocks of the result, claimed the same way: oneDNN's `dnnl_sgemm`,
+ * OpenBLAS's, or the backend's own (sgemm.c, which pool.ts appends to this file). Not OpenMP: the caller waits
  * only for chunks a helper has claimed, which matters on shared cores (DESIGN.md, notes: runtime/cpu/pool.c).
  */
 #define _GNU_SOURCE
@@ -44,6 +44,8 @@ static _Atomic int bf_done;
 static _Atomic uint32_t bf_bell;
 static _Atomic int bf_sleepers;
 static bf_sgemm_fn bf_sgemm;
+static int (*bf_dnnl)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                      float, float*, int64_t);
 static void bf_own_sgemm(int ta, int tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                          float* c, int ldc);
 static void (*bf_omp_threads)(int);
@@ -76,7 +78,7 @@ static void bf_work(uint32_t g) {
 
 static void* bf_helper(void* unused) {
   (void)unused;
-  // OpenBLAS's OpenMP build takes its thread count from the calling thread's OpenMP setting.
+  // oneDNN and OpenBLAS's OpenMP build take their thread count from the calling thread's OpenMP setting.
   if (bf_omp_threads) bf_omp_threads(1);
   uint32_t seen = BF_GEN(atomic_load(&bf_state));
   for (;;) {
@@ -105,22 +107,29 @@ static void* bf_helper(void* unused) {
   return NULL;
 }
 
-/** Starts the helpers (threads - 1 of them) once; blas: OpenBLAS's path, or empty. 0 on success. */
-int bf_pool_init(int threads, const char* blas) {
+/** The library at `path` (empty: none), and its OpenMP runtime's thread setter (see bf_helper). */
+static void* bf_library(const char* path) {
+  void* h = path && path[0] ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+  if (h && !bf_omp_threads) bf_omp_threads = (void (*)(int))dlsym(h, "omp_set_num_threads");
+  return h;
+}
+
+/**
+ * Starts the helpers (threads - 1 of them) once; blas, onednn: OpenBLAS's and oneDNN's paths, or empty.
+ * 0 on success, 1 when a library given could not be opened or has not its sgemm.
+ */
+int bf_pool_init(int threads, const char* blas, const char* onednn) {
   static int started;
   if (started) return 0;
   started = 1;
-  if (blas && blas[0]) {
-    void* h = dlopen(blas, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return 1;
-    bf_sgemm = (bf_sgemm_fn)dlsym(h, "cblas_sgemm");
-    void (*set)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
-    bf_omp_threads = (void (*)(int))dlsym(h, "omp_set_num_threads");
-    if (!bf_sgemm) return 2;
-    // Every GEMM block is one single-threaded sgemm; the pool runs the blocks in parallel.
-    if (set) set(1);
-    if (bf_omp_threads) bf_omp_threads(1);
-  }
+  void *b = bf_library(blas), *o = bf_library(onednn);
+  bf_sgemm = b ? (bf_sgemm_fn)dlsym(b, "cblas_sgemm") : NULL;
+  bf_dnnl = o ? (__typeof__(bf_dnnl))dlsym(o, "dnnl_sgemm") : NULL;
+  if ((blas && blas[0] && !bf_sgemm) || (onednn && onednn[0] && !bf_dnnl)) return 1;
+  // Every GEMM block is one single-threaded sgemm; the pool runs the blocks in parallel.
+  void (*set)(int) = b ? (void (*)(int))dlsym(b, "openblas_set_num_threads") : NULL;
+  if (set) set(1);
+  if (bf_omp_threads) bf_omp_threads(1);
   bf_threads = threads < 1 ? 1 : threads > 64 ? 64 : threads;
   for (int i = 1; i < bf_threads; ++i) {
     pthread_t t;
@@ -165,17 +174,18 @@ void bf_parallel(bf_body_fn fn, void* const* args, int n) {
 }
 
 /*
- * A library GEMM: d = [ta, tb, m, n, k, lda, ldb, ldd, batch, then A, B, D addresses per batch entry],
- * row-major D = op(A) op(B), alpha 1, beta 0. Each entry is cut into blocks of D's rows (or columns,
- * whichever D has more of); every block is one sgemm over the whole k, so an element's sum is the
- * same single-threaded computation wherever its block runs, and the blocks depend on the shape only.
+ * A library GEMM on `engine`: d = [ta, tb, m, n, k, lda, ldb, ldd, batch, then A, B, D addresses per batch
+ * entry], row-major D = op(A) op(B), alpha 1, beta 0. Each entry is cut into blocks of D's rows (or columns,
+ * whichever D has more of); every block is one sgemm over the whole k, so an element's sum is the same
+ * single-threaded computation wherever its block runs, and the blocks depend on the shape only.
  */
 #define BF_GEMM_SERIAL 262144   /* m n k below which one sgemm on the calling thread is cheaper */
 #define BF_GEMM_BLOCK 65536     /* the least m n k of a block */
 #define CBLAS_ROW_MAJOR 101
 #define CBLAS_TRANS 112
+enum { BF_OPENBLAS, BF_OWN, BF_ONEDNN };
 
-static void bf_gemm_block(const int64_t* d, int t, int parts, int own) {
+static void bf_gemm_block(const int64_t* d, int t, int parts, int engine) {
   int ta = (int)d[0], tb = (int)d[1], m = (int)d[2], n = (int)d[3], k = (int)d[4];
   int lda = (int)d[5], ldb = (int)d[6], ldd = (int)d[7];
   int e = t / parts, p = t % parts;
@@ -195,14 +205,17 @@ static void bf_gemm_block(const int64_t* d, int t, int parts, int own) {
     c += (int64_t)lo * ldd;
     m = hi - lo;
   }
-  if (own) bf_own_sgemm(ta == CBLAS_TRANS, tb == CBLAS_TRANS, m, n, k, a, lda, b, ldb, c, ldd);
+  // dnnl_sgemm (row-major) fails only on arguments out of range, which a plan's shapes are not.
+  if (engine == BF_ONEDNN)
+    bf_dnnl(ta == CBLAS_TRANS ? 'T' : 'N', tb == CBLAS_TRANS ? 'T' : 'N', m, n, k, 1, a, lda, b, ldb, 0, c, ldd);
+  else if (engine == BF_OWN) bf_own_sgemm(ta == CBLAS_TRANS, tb == CBLAS_TRANS, m, n, k, a, lda, b, ldb, c, ldd);
   else bf_sgemm(CBLAS_ROW_MAJOR, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldd);
 }
 
 static void bf_gemm_body(void* const* args, int lo, int hi) {
   const int64_t* d = (const int64_t*)args[0];
-  int parts = (int)(intptr_t)args[1], own = (int)(intptr_t)args[2];
-  for (int t = lo; t < hi; ++t) bf_gemm_block(d, t, parts, own);
+  int parts = (int)(intptr_t)args[1], engine = (int)(intptr_t)args[2];
+  for (int t = lo; t < hi; ++t) bf_gemm_block(d, t, parts, engine);
 }
 
 /**
@@ -218,11 +231,11 @@ static int bf_gemm_parts(const int64_t* d) {
   return parts < 1 ? 1 : (int)parts;
 }
 
-/** On OpenBLAS (own 0): 0 on success, 1 when none was loaded; on the backend's own sgemm (sgemm.c): 0. */
-int bf_gemm(const int64_t* d, int own) {
-  if (!own && !bf_sgemm) return 1;
+/** 0 on success, 1 when the engine's library was not loaded (the backend's own sgemm always is). */
+int bf_gemm(const int64_t* d, int engine) {
+  if ((engine == BF_OPENBLAS && !bf_sgemm) || (engine == BF_ONEDNN && !bf_dnnl)) return 1;
   int parts = bf_gemm_parts(d), tasks = parts * (int)d[8];
-  void* args[3] = {(void*)d, (void*)(intptr_t)parts, (void*)(intptr_t)own};
+  void* args[3] = {(void*)d, (void*)(intptr_t)parts, (void*)(intptr_t)engine};
   if (tasks == 1 || d[2] * d[3] * d[4] * d[8] < BF_GEMM_SERIAL) bf_gemm_body(args, 0, tasks);
   else bf_parallel(bf_gemm_body, args, tasks);
   return 0;

@@ -64,7 +64,7 @@ Deno.test({
           JSON.stringify(c),
         );
       }
-      assert.equal(result.blas?.corename !== undefined, cpu.ctx!.blas !== undefined);
+      assert.equal(result.blas?.corename !== undefined, (cpu.ctx!.onednn ?? cpu.ctx!.blas) !== undefined);
       assert.deepEqual(result.peers, { torch: null, onnxruntime: null, jax: null });
       assert.match(stderr, /^peer onnxruntime: missing \(cannot run .*no-python/m);
       assert.deepEqual(result.failed, [{

@@ -1,6 +1,6 @@
 /**
- * The CPU backend's thread pool (runtime/cpu/pool.c) against the reference interpreter, on OpenBLAS's
- * sgemm where it is installed and always on the backend's own (sgemm.c): GEMMs large enough to be cut
+ * The CPU backend's thread pool (runtime/cpu/pool.c) against the reference interpreter, on oneDNN's and
+ * OpenBLAS's sgemm where each is installed and always on the backend's own (sgemm.c): GEMMs large enough to be cut
  * into blocks of rows (m > n) or of columns (n > m), with each operand transposed or not (a block's
  * operand addresses differ for each), batched GEMMs run one entry per task, kernels over many workgroups
  * run in chunks claimed by the pool's threads, and small GEMMs (one call) past each of sgemm.c's blocking
@@ -13,9 +13,12 @@ import { ModelBuilder } from "../../dsl/mod.ts";
 import { F32_TOL } from "../util/fused_check.ts";
 import { checkCpuAgainstReference, testCpu } from "../util/cpu_check.ts";
 import { openPool } from "../../runtime/cpu/pool.ts";
+import { ROOT } from "../util/cli.ts";
 
 const cpu = await testCpu();
-const GEMMS = cpu.ctx?.blas ? ["openblas", "own"] as const : ["own"] as const;
+const GEMMS = (["onednn", "openblas", "own"] as const).filter((e) =>
+  e === "own" || (e === "onednn" ? cpu.ctx?.onednn : cpu.ctx?.blas)
+);
 const TRANSPOSES = [[false, false], [false, true], [true, false], [true, true]] as const;
 const ᵀ = (t: boolean) => (t ? "ᵀ" : "");
 
@@ -82,10 +85,34 @@ Deno.test({
 });
 
 Deno.test({
+  name: "BERTFUSE_BLAS picks the GEMM library: none, onednn, openblas, a library's path; a missing one warns",
+  ignore: !cpu.ctx,
+  fn: async () => {
+    const picked = async (value: string) => {
+      const code =
+        `import { openCpu } from "${ROOT}runtime/cpu/cpu_context.ts"; console.log(openCpu().gemms);`;
+      const env = { BERTFUSE_BLAS: value }, piped = { stdout: "piped", stderr: "piped" } as const;
+      const out = await new Deno.Command(Deno.execPath(), { args: ["eval", code], env, ...piped }).output();
+      return `${new TextDecoder().decode(out.stdout).trim()} ${new TextDecoder().decode(out.stderr)}`.trim();
+    };
+    const { onednn, blas } = cpu.ctx!;
+    assert.match(await picked("none"), /^own warning: oneDNN not used .*OpenBLAS not used/);
+    for (const [lib, name] of [[blas, "openblas"], [onednn, "onednn"]] as const) {
+      assert.equal(await picked(name), lib ? name : "own");
+      if (lib) assert.equal(await picked(lib.path), name);
+    }
+    assert.match(
+      await picked("/nowhere/libdnnl.so.2"),
+      /^own warning: oneDNN not found.*\/nowhere\/libdnnl\.so\.2/,
+    );
+  },
+});
+
+Deno.test({
   name: "pool: an arena's pages are faulted in before the first step, and it stays zero",
   ignore: !cpu.ctx,
   fn: async () => {
-    const pool = await openPool(cpu.ctx!.cc, cpu.ctx!.threads, cpu.ctx!.blas?.path);
+    const pool = await openPool(cpu.ctx!);
     const arena = new Uint8Array((64 << 20) + 4099).subarray(3), before = Deno.memoryUsage().rss; // ragged ends
     pool.lib.symbols.bf_arena_prepare(arena, BigInt(arena.byteLength));
     const grown = Deno.memoryUsage().rss - before;

@@ -1,7 +1,7 @@
 /**
  * The devices the fuzzer (cases/fuzz/) runs plans on: WebGPU (lavapipe in CI) through the runtime's
  * executor, the emitted CUDA on the CPU through g++ and the shim of tests/util/cuda_cpu.ts, and the native
- * CPU backend (emitted C through cc, GEMMs on OpenBLAS) through its own executor. Shared by the fuzz tests
+ * CPU backend (emitted C through cc, GEMMs on oneDNN or OpenBLAS) through its own executor. Shared by the fuzz tests
  * and `deno task fuzz` (tools/fuzz.ts).
  */
 import { PROFILES } from "../../compiler/targets/profiles.ts";
@@ -45,7 +45,7 @@ export function cudaShimDevice(library: boolean): FuzzDevice {
 }
 
 /**
- * The CPU backend's executor on the plan's C kernels; `blas`: GEMMs as OpenBLAS sgemm calls where they
+ * The CPU backend's executor on the plan's C kernels; `blas`: GEMMs as library sgemm calls where they
  * qualify (the backend's default), else every GEMM as the C template kernel. A batch's kernels are
  * compiled together (the executor joins distinct sources into a few translation units), so the C compiler
  * runs a few times per batch of graphs, not once per graph.
