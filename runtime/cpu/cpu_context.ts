@@ -46,6 +46,5 @@ export function openCpu(): CpuContext {
     gemms: onednn ? "onednn" : blas ? "openblas" : "own",
     ...(blas ? { blas } : {}),
     ...(onednn ? { onednn } : {}),
-    ...(found ? {} : { blasMissing: missing }),
   };
 }

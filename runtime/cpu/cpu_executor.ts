@@ -36,7 +36,6 @@ export interface CpuContext {
   /** OpenBLAS and oneDNN, when found. */
   readonly blas?: Blas;
   readonly onednn?: Blas;
-  readonly blasMissing?: string;
   /**
    * What runs a plan's f32 GEMM library calls: oneDNN's or OpenBLAS's sgemm, the backend's own (sgemm.c;
    * where neither is found), or the plan's C template kernel (tests of the template set it).
