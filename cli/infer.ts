@@ -54,7 +54,7 @@ output names.
                      else cpu when there is a C compiler, else reference; the choice and why go to
                      stderr), cuda (fused kernels through the driver), webgpu (fused kernels on
                      navigator.gpu; without a GPU set DENO_WEBGPU_BACKEND=vulkan to use Mesa's lavapipe),
-                     cpu (fused C kernels built with cc, GEMMs through OpenBLAS) or reference (the CPU
+                     cpu (fused C kernels built with cc, GEMMs on oneDNN or OpenBLAS) or reference (the CPU
                      interpreter: slow, the outputs the others are checked against)
   --no-fuse          cpu, webgpu, cuda: one kernel per primitive op (the unfused baseline)
   --precision P      --backend reference's arithmetic: f32 (default, rounds every f32 result) or f64

@@ -63,7 +63,7 @@ Ctrl-C (or SIGTERM) finishes the step, writes a checkpoint and exits 0; a second
                                  output dir (or --init-checkpoint) with a fresh schedule, keeping the moments
   --phase1-end-step N            the last step of phase 1 (default ${TRAIN_DEFAULTS.phase1EndStep})
   --backend B                    auto (default: CUDA, else WebGPU on a real GPU, else cpu, else reference),
-                                 cuda, webgpu, cpu (emitted C and OpenBLAS), reference
+                                 cuda, webgpu, cpu (emitted C, oneDNN or OpenBLAS), reference
   --no-fuse                      one kernel per primitive op (the unfused baseline, for comparison)
   --keep-checkpoints N           complete checkpoints kept (default ${TRAIN_DEFAULTS.keepCheckpoints})
   --heldout-instances N          the last shard is held out; N of its instances are evaluated at checkpoints
