@@ -1,16 +1,62 @@
 /**
- * What every device executor of a plan does the same way: naming buffers, running feeds → step → outputs,
- * refusing use after destroy. A device class supplies only what its device does differently: write,
- * readMany, step, and what release() frees.
+ * What every device executor of a plan does the same way: naming buffers, the step program checked against
+ * the plan, running feeds → step → outputs, refusing use after destroy. A device class supplies only what its
+ * device does differently: write, readMany, step, and what release() frees.
  */
-import type { Plan, PlanBuffer } from "../plan/plan.ts";
+import { type Plan, type PlanBuffer, storedSize } from "../plan/plan.ts";
 import type { HostArray } from "./host.ts";
+
+type DeviceErrorClass = new (message: string) => Error;
+
+/** A step of the program as every device runs it: a launch, or a copy of the source's stored bytes. */
+export type CheckedStep =
+  | { readonly op: "launch"; readonly index: number; readonly kernel: number }
+  | {
+    readonly op: "copy";
+    readonly index: number;
+    readonly src: PlanBuffer;
+    readonly dst: PlanBuffer;
+    readonly bytes: number;
+    /** Where the copy comes from and what it moves, for error messages. */
+    readonly what: string;
+  };
+
+/** Buffer `id` of the plan; else the device's error naming `where` it was referred to. */
+export function planBuffer(plan: Plan, id: number, where: string, DeviceError: DeviceErrorClass): PlanBuffer {
+  const b = plan.buffers[id];
+  if (!b) throw new DeviceError(`plan ${plan.graph}: ${where} refers to buffer ${id}, which it lacks`);
+  return b;
+}
+
+/**
+ * The step program, then the parameter updates as copies numbered after it, each launched kernel and copied
+ * buffer checked to be in the plan and each copy to fit its destination (the plan's `bytes` counts a bool as
+ * one byte; a copy moves the stored form).
+ */
+export function checkedSteps(plan: Plan, DeviceError: DeviceErrorClass): CheckedStep[] {
+  const copy = (index: number, from: number, to: number, where: string): CheckedStep => {
+    const src = planBuffer(plan, from, where, DeviceError), dst = planBuffer(plan, to, where, DeviceError);
+    const bytes = storedSize(src), what = `${where}: '${src.name}' -> '${dst.name}'`;
+    if (storedSize(dst) < bytes) {
+      throw new DeviceError(`${what}: ${bytes} bytes do not fit in ${storedSize(dst)}`);
+    }
+    return { op: "copy", index, src, dst, bytes, what };
+  };
+  return [
+    ...plan.steps.map((s, index): CheckedStep => {
+      if (s.op !== "launch") return copy(index, s.src, s.dst, `step ${index}`);
+      if (plan.kernels[s.kernel]) return { op: "launch", index, kernel: s.kernel };
+      throw new DeviceError(`plan ${plan.graph}: step ${index} launches kernel ${s.kernel}, which it lacks`);
+    }),
+    ...plan.updates.map((u, i) => copy(plan.steps.length + i, u.value, u.param, `update ${i}`)),
+  ];
+}
 
 export abstract class PlanExecutor {
   private destroyed = false;
 
   /** `DeviceError`: the device's error class, so every message of an executor names its backend. */
-  protected constructor(readonly plan: Plan, private readonly DeviceError: new (message: string) => Error) {}
+  protected constructor(readonly plan: Plan, private readonly DeviceError: DeviceErrorClass) {}
 
   /** The buffer a name or id refers to: graph inputs, params and outputs by name, any buffer by id or name. */
   buffer(target: string | number): PlanBuffer {

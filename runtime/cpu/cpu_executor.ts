@@ -16,7 +16,7 @@ import {
 } from "../../plan/plan.ts";
 import { type ArenaOffsets, arenaOffsets } from "../arena.ts";
 import { decodeStored, encodeStored, type HostArray } from "../host.ts";
-import { PlanExecutor } from "../plan_executor.ts";
+import { checkedSteps, PlanExecutor } from "../plan_executor.ts";
 import { type Profile, profileOf } from "../profile.ts";
 import { type Blas, type BlasCall, blasCallOf, blasCan, type GemmEngine } from "./blas.ts";
 import { type CCompiler, compileLibrary } from "./cc.ts";
@@ -152,31 +152,14 @@ export class CpuExecutor extends PlanExecutor {
         ...(e ? { epilogue: { fn: fnOf[sourceIndex.get(e.source.code)!], args: argsOf(e.bindings) } } : {}),
       };
     });
-    const copy = (index: number, src: PlanBuffer, dst: PlanBuffer, what: string): Step => {
-      const bytes = storedSize(src);
-      if (storedSize(dst) < bytes) {
-        throw new CpuError(`${what}: ${bytes} bytes do not fit in ${storedSize(dst)}`);
-      }
-      return {
+    const program = checkedSteps(plan, CpuError).map((s): Step =>
+      s.op === "launch" ? { ...prepared[s.kernel], index: s.index } : {
         op: "copy",
-        index,
-        src: base + layout.bufferOffsets[src.id],
-        dst: base + layout.bufferOffsets[dst.id],
-        bytes,
-      };
-    };
-    const program: Step[] = plan.steps.map((s, index): Step => {
-      if (s.op === "launch") {
-        const p = prepared[s.kernel];
-        if (!p) {
-          throw new CpuError(`plan ${plan.graph}: step ${index} launches kernel ${s.kernel}, which it lacks`);
-        }
-        return { ...p, index };
+        index: s.index,
+        src: base + layout.bufferOffsets[s.src.id],
+        dst: base + layout.bufferOffsets[s.dst.id],
+        bytes: s.bytes,
       }
-      return copy(index, plan.buffers[s.src], plan.buffers[s.dst], `step ${index}`);
-    });
-    plan.updates.forEach((u, i) =>
-      program.push(copy(plan.steps.length + i, plan.buffers[u.value], plan.buffers[u.param], `update ${i}`))
     );
     return new CpuExecutor(ctx, plan, layout, memory, base, libraries, program, keep);
   }

@@ -10,7 +10,6 @@ import {
   languageRefusal,
   type Plan,
   type PlanBinding,
-  type PlanBuffer,
   type PlanGemmOperand,
   type PlanKernel,
   storedBytes,
@@ -22,7 +21,7 @@ import type { CudaContext } from "./cuda_context.ts";
 import { type DevicePtr, KernelArgs, type Pointer } from "./driver.ts";
 import { CudaError } from "./cuda_errors.ts";
 import { decodeStored, encodeStored, type HostArray } from "../host.ts";
-import { PlanExecutor } from "../plan_executor.ts";
+import { checkedSteps, planBuffer, PlanExecutor } from "../plan_executor.ts";
 import { kernelCacheKey } from "./kernel_cache.ts";
 import { alignmentOf, CublasLt, groupAlignmentOf, LtCall, type LtCallSpec } from "./cublaslt.ts";
 import { type ArenaOffsets, arenaOffsets, zeroRegions } from "../arena.ts";
@@ -352,34 +351,14 @@ export class CudaExecutor extends PlanExecutor {
       }));
       const program: CudaStep[] = [
         ...zeroes,
-        ...plan.steps.flatMap((s, index): CudaStep[] => {
-          if (s.op === "launch") {
-            const l = launches[s.kernel];
-            if (!l) {
-              throw new CudaError(
-                `plan ${plan.graph}: step ${index} launches kernel ${s.kernel}, which it lacks`,
-              );
-            }
-            // A column sum a library call's bias-gradient epilogue computes instead.
-            if (covered.has(plan.kernels[s.kernel].name)) return [];
-            return ["op" in l ? { ...l, index } : { op: "launch", index, ...l }];
-          }
-          const src = bufferOf(plan, s.src, `step ${index}`), dst = bufferOf(plan, s.dst, `step ${index}`);
-          return [copyStep(index, src, dst, addressOf, `step ${index}: '${src.name}' -> '${dst.name}'`)];
+        ...checkedSteps(plan, CudaError).flatMap((s): CudaStep[] => {
+          if (s.op === "copy") return [{ ...s, src: addressOf(s.src.id), dst: addressOf(s.dst.id) }];
+          const l = launches[s.kernel];
+          // A column sum a library call's bias-gradient epilogue computes instead.
+          if (covered.has(plan.kernels[s.kernel].name)) return [];
+          return ["op" in l ? { ...l, index: s.index } : { op: "launch", index: s.index, ...l }];
         }),
       ];
-      plan.updates.forEach((u, i) => {
-        const value = bufferOf(plan, u.value, `update ${i}`), param = bufferOf(plan, u.param, `update ${i}`);
-        program.push(
-          copyStep(
-            plan.steps.length + i,
-            value,
-            param,
-            addressOf,
-            `update of '${param.name}' from '${value.name}'`,
-          ),
-        );
-      });
       const ex = new CudaExecutor(
         ctx,
         plan,
@@ -613,26 +592,7 @@ export class CudaExecutor extends PlanExecutor {
   }
 }
 
-function bufferOf(plan: Plan, id: number, where: string): PlanBuffer {
-  const b = plan.buffers[id];
-  if (!b) throw new CudaError(`plan ${plan.graph}: ${where} refers to buffer ${id}, which it lacks`);
-  return b;
-}
-
-/** A device-to-device copy of the source's stored bytes (the plan's `bytes` counts bool as 1 byte). */
-function copyStep(
-  index: number,
-  src: PlanBuffer,
-  dst: PlanBuffer,
-  addressOf: (id: number) => DevicePtr,
-  what: string,
-): CudaStep {
-  const bytes = storedSize(src);
-  if (storedSize(dst) < bytes) {
-    throw new CudaError(`${what}: ${bytes} bytes do not fit in the destination's ${storedSize(dst)}`);
-  }
-  return { op: "copy", index, src: addressOf(src.id), dst: addressOf(dst.id), bytes, what };
-}
+const bufferOf = (plan: Plan, id: number, where: string) => planBuffer(plan, id, where, CudaError);
 
 /** Checks the plan is CUDA and every kernel's launch shape is one CUDA accepts, naming the kernel otherwise. */
 function checkKernels(plan: Plan): void {

@@ -18,7 +18,6 @@ export async function profileSteps(
   ctx: GpuContext,
   plan: Plan,
   program: readonly Encoded[],
-  updates: readonly Encoded[],
   iterations: number,
   step: () => Promise<void>,
 ): Promise<Profile> {
@@ -41,8 +40,8 @@ export async function profileSteps(
   const samples: number[][] = launches.map(() => []);
   for (let it = 0; it < iterations; it++) {
     const ns = ctx.hasTimestamps
-      ? await timestampRun(device, program, updates, launches.length)
-      : await wallclockRun(device, program, updates);
+      ? await timestampRun(device, program, launches.length)
+      : await wallclockRun(device, program);
     ns.forEach((v, j) => samples[j].push(v));
   }
   const timed = launches.map((s) => {
@@ -57,7 +56,6 @@ export async function profileSteps(
 async function timestampRun(
   device: GPUDevice,
   program: readonly Encoded[],
-  updates: readonly Encoded[],
   launchCount: number,
 ): Promise<number[]> {
   const sets: GPUQuerySet[] = [];
@@ -76,9 +74,9 @@ async function timestampRun(
   try {
     const enc = device.createCommandEncoder({ label: "profile" });
     let j = 0;
-    for (const s of [...program, ...updates]) {
+    for (const s of program) {
       if (s.op !== "launch") {
-        encodeProgram(enc, [s], []);
+        encodeProgram(enc, [s]);
         continue;
       }
       const set = sets[Math.floor(j / LAUNCHES_PER_QUERY_SET)];
@@ -119,12 +117,11 @@ async function timestampRun(
 async function wallclockRun(
   device: GPUDevice,
   program: readonly Encoded[],
-  updates: readonly Encoded[],
 ): Promise<number[]> {
   const out: number[] = [];
-  for (const s of [...program, ...updates]) {
+  for (const s of program) {
     const enc = device.createCommandEncoder();
-    encodeProgram(enc, [s], []);
+    encodeProgram(enc, [s]);
     const t0 = performance.now();
     device.queue.submit([enc.finish()]);
     await device.queue.onSubmittedWorkDone();

@@ -3,21 +3,14 @@
  * per memory-plan slot, one pipeline per distinct kernel source, one bind group per kernel. A step then
  * only records dispatches and copies into one command encoder and submits it.
  */
-import {
-  languageRefusal,
-  type Plan,
-  type PlanBuffer,
-  type PlanKernel,
-  type PlanStep,
-  storedSize,
-} from "../../plan/plan.ts";
+import { languageRefusal, type Plan, type PlanBuffer, type PlanKernel, storedSize } from "../../plan/plan.ts";
 import { decodeHost, encodeHost, readRanges, round4 } from "./host_transfer.ts";
 import type { HostArray } from "../host.ts";
 import type { GpuContext } from "./device.ts";
 import { tidy, validated, WebGPUError } from "./webgpu_errors.ts";
 import { ResourceError } from "../../model_io/size_check.ts";
 import type { Profile } from "../profile.ts";
-import { PlanExecutor } from "../plan_executor.ts";
+import { type CheckedStep, checkedSteps, PlanExecutor } from "../plan_executor.ts";
 import { profileSteps } from "./timing.ts";
 import { type BoundRange, boundRanges } from "./range_bindings.ts";
 
@@ -51,7 +44,6 @@ export class WebGPUExecutor extends PlanExecutor {
     /** Number of distinct pipelines (kernels with identical source share one). */
     readonly pipelineCount: number,
     private readonly program: readonly Encoded[],
-    private readonly updates: readonly Encoded[],
   ) {
     super(plan, WebGPUError);
   }
@@ -110,21 +102,9 @@ export class WebGPUExecutor extends PlanExecutor {
         );
         launches.push({ kernel: k, pipeline, bindGroup, grid: wgsl.grid });
       }
-      const program = plan.steps.map((s, index) => encodedStep(plan, slots, launches, s, index));
-      const updates = plan.updates.map((u, index): Encoded => {
-        const param = plan.buffers[u.param];
-        const value = plan.buffers[u.value];
-        return {
-          op: "copy",
-          index,
-          src: slots[value.slot],
-          srcOffset: offsetOf(value),
-          dst: slots[param.slot],
-          dstOffset: offsetOf(param),
-          size: round4(storedSize(param)),
-        };
-      });
-      return new WebGPUExecutor(ctx, plan, slots, launches, pipelines.size, program, updates);
+      // The parameter updates are copies after the steps (checkedSteps numbers them on).
+      const program = checkedSteps(plan, WebGPUError).map((s) => encodedStep(slots, launches, s));
+      return new WebGPUExecutor(ctx, plan, slots, launches, pipelines.size, program);
     } catch (e) {
       for (const s of slots) s.destroy();
       throw e;
@@ -163,7 +143,7 @@ export class WebGPUExecutor extends PlanExecutor {
     const { device } = this.ctx;
     device.pushErrorScope("validation");
     const enc = device.createCommandEncoder({ label: this.plan.graph });
-    encodeProgram(enc, this.program, this.updates);
+    encodeProgram(enc, this.program);
     device.queue.submit([enc.finish()]);
     const err = await device.popErrorScope();
     if (err) throw await this.attribute(err.message);
@@ -182,7 +162,7 @@ export class WebGPUExecutor extends PlanExecutor {
    */
   async profile(iterations = 5): Promise<Profile> {
     this.alive();
-    return await profileSteps(this.ctx, this.plan, this.program, this.updates, iterations, () => this.step());
+    return await profileSteps(this.ctx, this.plan, this.program, iterations, () => this.step());
   }
 
   protected release(): void {
@@ -210,10 +190,10 @@ export class WebGPUExecutor extends PlanExecutor {
   private async attribute(message: string): Promise<WebGPUError> {
     const { device } = this.ctx;
     for (const submit of [false, true]) {
-      for (const s of [...this.program, ...this.updates]) {
+      for (const s of this.program) {
         device.pushErrorScope("validation");
         const enc = device.createCommandEncoder();
-        encodeProgram(enc, [s], []);
+        encodeProgram(enc, [s]);
         const commands = enc.finish();
         if (submit) device.queue.submit([commands]);
         const err = await device.popErrorScope();
@@ -242,13 +222,9 @@ function slotLabel(plan: Plan, slot: number): string {
 }
 
 /** Records launches into compute passes (consecutive launches share one) and copies between them. */
-export function encodeProgram(
-  enc: GPUCommandEncoder,
-  program: readonly Encoded[],
-  updates: readonly Encoded[],
-): void {
+export function encodeProgram(enc: GPUCommandEncoder, program: readonly Encoded[]): void {
   let pass: GPUComputePassEncoder | null = null;
-  for (const s of [...program, ...updates]) {
+  for (const s of program) {
     if (s.op === "launch") {
       pass ??= enc.beginComputePass();
       pass.setPipeline(s.launch.pipeline);
@@ -263,36 +239,18 @@ export function encodeProgram(
   pass?.end();
 }
 
-function encodedStep(
-  plan: Plan,
-  slots: readonly GPUBuffer[],
-  launches: readonly Launch[],
-  s: PlanStep,
-  index: number,
-): Encoded {
-  if (s.op === "launch") {
-    const launch = launches[s.kernel];
-    if (!launch) throw new WebGPUError(`step ${index} launches kernel ${s.kernel}, which the plan lacks`);
-    return { op: "launch", index, launch };
-  }
-  const src = plan.buffers[s.src], dst = plan.buffers[s.dst];
-  if (!src || !dst) {
-    throw new WebGPUError(`step ${index} copies between missing buffers ${s.src} -> ${s.dst}`);
-  }
-  if (src.slot === dst.slot) {
-    throw new WebGPUError(
-      `step ${index} copies '${src.name}' to '${dst.name}', which share memory slot ${src.slot}`,
-    );
-  }
-  // The plan's byte count is the logical size (bool = 1 byte); the copy moves the stored form.
+function encodedStep(slots: readonly GPUBuffer[], launches: readonly Launch[], s: CheckedStep): Encoded {
+  if (s.op === "launch") return { op: "launch", index: s.index, launch: launches[s.kernel] };
+  const { src, dst } = s;
+  if (src.slot === dst.slot) throw new WebGPUError(`${s.what}: the two share memory slot ${src.slot}`);
   return {
     op: "copy",
-    index,
+    index: s.index,
     src: slots[src.slot],
     srcOffset: offsetOf(src),
     dst: slots[dst.slot],
     dstOffset: offsetOf(dst),
-    size: round4(storedSize(src)),
+    size: round4(s.bytes),
   };
 }
 

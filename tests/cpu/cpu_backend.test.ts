@@ -54,17 +54,17 @@ Deno.test("--backend cpu without a C compiler is a one-line error naming the com
 });
 
 Deno.test({
-  name: "a plan compiled for another target is refused in one line before any work",
+  name: "a plan for another target, launching a missing kernel or copying into a smaller buffer: one line",
   ignore: !cpu.ctx,
   fn: async () => {
-    const c = FUSION_CASES[0];
-    const { plan } = compileGraph(graphOf(c.name, c.body, "f32", false), {
-      fuse: true,
-      target: TARGETS["cuda-sm90"],
-    });
-    await assert.rejects(
-      () => CpuExecutor.create(cpu.ctx!, plan),
-      /^CpuError: the plan was compiled for cuda-sm90 \(cuda\); the CPU backend runs c plans: recompile it/,
-    );
+    const c = FUSION_CASES[0], g = graphOf(c.name, c.body, "f32", false);
+    const compiled = (t: keyof typeof TARGETS) => compileGraph(g, { fuse: true, target: TARGETS[t] }).plan;
+    const plan = compiled("cpu"), sizes = [...plan.buffers].sort((a, b) => b.bytes - a.bytes);
+    const refuses = (p: typeof plan, re: RegExp) => assert.rejects(() => CpuExecutor.create(cpu.ctx!, p), re);
+    await refuses(compiled("cuda-sm90"), /^CpuError: the plan was compiled for cuda-sm90 \(cuda\); the CPU/);
+    const steps = [...plan.steps, { op: "launch" as const, kernel: 99 }];
+    await refuses({ ...plan, steps }, /^CpuError: plan .*: step \d+ launches kernel 99, which it lacks/);
+    const updates = [{ param: sizes.at(-1)!.id, value: sizes[0].id }];
+    await refuses({ ...plan, updates }, /^CpuError: update 0: .* bytes do not fit in/);
   },
 });
