@@ -13,7 +13,6 @@ import { mergeRowBlocks } from "../fusion/row_blocks.ts";
 import { MAX_SIBLING_BINDINGS, mergeSameWriter, mergeSiblings } from "../fusion/siblings.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import type { PassContext, Stage } from "../pipeline/stage_runner.ts";
-import { rawGemmOutputs } from "../targets/target.ts";
 import { type KernelState, need } from "./state.ts";
 
 const takeFuel = (ctx: PassContext) => () => ctx.fuel.take();
@@ -44,7 +43,7 @@ export const fusionStage: Stage<KernelState> = {
       maxBindings: s.options.maxBindings,
       maxBindingBytes: s.options.maxBindingBytes,
       roots: s.forcedRoots,
-      rawGemmOutputs: rawGemmOutputs(s.options.target),
+      rawGemmOutputs: s.options.target.implements.gemm === "cublaslt",
     }),
   }),
   // The unfused baseline: one kernel per op; the later fusion stages then do nothing either.
@@ -167,6 +166,6 @@ export const smallReductionsStage = kernelFusion(
       takeFuel(ctx),
       mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
       s.options.maxBindingBytes,
-      rawGemmOutputs(s.options.target),
+      s.options.target.implements.gemm === "cublaslt",
     ),
 );

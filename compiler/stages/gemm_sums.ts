@@ -1,6 +1,6 @@
 /**
  * Sums of GEMM products as cuBLASLt's C with beta 1, on CUDA plans with library GEMMs (the only
- * runtime that runs the calls; targets/target.ts rawGemmOutputs), in two stages: before fusion the products of an
+ * runtime that runs the calls; targets/target.ts Implementations), in two stages: before fusion the products of an
  * add tree are summed first (compiler/passes/gemm_sum_order.ts), after the other fusion stages each partial sum
  * moves into the kernel of the GEMM that can add it as C (compiler/fusion/sums_into_gemms.ts). A stage file of its
  * own rather than the library-calls stage: which kernel computes the add is a fusion decision (buffers,
@@ -9,10 +9,9 @@
 import { sumsIntoGemms } from "../fusion/sums_into_gemms.ts";
 import { productsSummedFirst } from "../passes/gemm_sum_order.ts";
 import type { PassContext, Stage } from "../pipeline/stage_runner.ts";
-import { rawGemmOutputs } from "../targets/target.ts";
 import { type KernelState, need } from "./state.ts";
 
-const applies = (s: KernelState) => rawGemmOutputs(s.options.target);
+const applies = (s: KernelState) => s.options.target.implements.gemm === "cublaslt";
 const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => console.error(m) : undefined;
 
 export const gemmSumOrderStage: Stage<KernelState> = {

@@ -11,7 +11,6 @@ import { deriveGemm, type GemmVerdict, outputOperand } from "../lower/gemm_libra
 import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
-import { rawGemmOutputs } from "../targets/target.ts";
 import {
   type GemmDecision,
   type KernelState,
@@ -28,9 +27,9 @@ export const libraryCallsStage: Stage<KernelState> = {
   about: "CUDA: GEMMs that qualify become cuBLASLt calls, with an epilogue kernel where one is left",
   run: (s) => {
     const t = s.options.target;
-    if (!t.libraryGemms) return { ...s, gemms: [] };
+    if (t.implements.gemm === "template") return { ...s, gemms: [] };
     // cuBLASLt takes epilogues and a stored sum as C; the CPU's BLAS neither, and groups cost it nothing.
-    const cuda = rawGemmOutputs(t);
+    const cuda = t.implements.gemm === "cublaslt";
     const g = s.graph;
     const fusion = need(s.fusion, "the fusion", NAME);
     const kernels = need(s.kernels, "lowered kernels", NAME);

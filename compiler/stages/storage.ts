@@ -2,7 +2,6 @@
 import type { Precision } from "../training_graph/mixed_precision.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import { chooseStorage, fullStorage } from "../storage/storage_precision.ts";
-import { rawGemmOutputs } from "../targets/target.ts";
 import { type KernelState, need } from "./state.ts";
 
 /** The precision a compile works in: the one asked for, else the one the graph was prepared for. */
@@ -15,7 +14,7 @@ export const storageStage: Stage<KernelState> = {
     ...s,
     storage: chooseStorage(s.graph, need(s.fusion, "the fusion", "storage-precision"), compilePrecision(s), {
       // The flat gradient rule: only where the CUDA runtime alone runs the plan with library GEMMs.
-      flatGradients: rawGemmOutputs(s.options.target),
+      flatGradients: s.options.target.implements.gemm === "cublaslt",
     }),
   }),
   // Every buffer in its graph dtype.

@@ -8,7 +8,6 @@ import { LOW_DTYPE } from "../training_graph/mixed_precision.ts";
 import { keptCopies } from "../passes/low_weight_copies.ts";
 import type { KernelState } from "./state.ts";
 import { compilePrecision } from "./storage.ts";
-import { rawGemmOutputs } from "../targets/target.ts";
 
 export const weightCopiesStage: Stage<KernelState> = {
   name: "weight-copies",
@@ -17,7 +16,7 @@ export const weightCopiesStage: Stage<KernelState> = {
   run: (s, ctx) => {
     // Only cuBLASLt needs the copy: the template (WGSL, C) rounds on load for free, and the unfused
     // baseline keeps one kernel per op.
-    if (!s.options.fuse || !rawGemmOutputs(s.options.target)) return s;
+    if (!s.options.fuse || s.options.target.implements.gemm !== "cublaslt") return s;
     const r = keptCopies(s.graph, LOW_DTYPE[compilePrecision(s)]);
     if (r.kept === 0 && r.castRoots.size === 0) return s;
     if (ctx.flags.level >= 3) {

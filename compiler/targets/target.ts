@@ -19,29 +19,34 @@ export type Emitter = (k: Kernel) => TargetKernel;
 export interface Target extends TargetProfile {
   readonly language: Language;
   readonly emit: Emitter;
-  /**
-   * GEMMs that qualify run as library calls (cuBLASLt on CUDA, a BLAS sgemm on the CPU), each carrying
-   * its template kernel as the fallback; false: every GEMM a template kernel. WGSL has no library.
-   */
-  readonly libraryGemms: boolean;
+  /** What the target runs as library calls instead of kernels: its implementation table. */
+  readonly implements: Implementations;
+}
+
+/**
+ * How a target's GEMMs run: `cublaslt` calls, which also take a bias or bias-gradient epilogue and a stored
+ * sum as C with beta 1 (fusion then leaves a matmul's consumers to other kernels where a call can take
+ * them); BLAS `sgemm` calls, which take none (the CPU's plans keep the template's free epilogues); or every
+ * GEMM as its `template` kernel (WGSL has no library). A call carries its template kernel as the fallback.
+ */
+export interface Implementations {
+  readonly gemm: "cublaslt" | "sgemm" | "template";
 }
 
 export type TargetName = ProfileName;
 
 const EMITTERS: Readonly<Record<Language, Emitter>> = { wgsl: emitWGSL, cuda: emitCUDA, c: emitC };
 
-/** A target from a profile and a language: the named ones below, and tests' variants. */
-export function makeTarget(
-  profile: TargetProfile,
-  language: Language,
-  libraryGemms = language !== "wgsl",
-): Target {
-  return {
-    ...profile,
-    language,
-    emit: EMITTERS[language],
-    libraryGemms: libraryGemms && language !== "wgsl",
-  };
+const GEMM_LIBRARY: Readonly<Record<Language, Implementations["gemm"]>> = {
+  wgsl: "template",
+  cuda: "cublaslt",
+  c: "sgemm",
+};
+
+/** A target from a profile and a language (its library GEMMs unless `libraryGemms` is false): tests' variants. */
+export function makeTarget(profile: TargetProfile, language: Language, libraryGemms = true): Target {
+  const gemm = libraryGemms ? GEMM_LIBRARY[language] : "template";
+  return { ...profile, language, emit: EMITTERS[language], implements: { gemm } };
 }
 
 export const TARGETS: Readonly<Record<TargetName, Target>> = {
@@ -60,10 +65,3 @@ export const isTargetName = (s: string): s is TargetName => (TARGET_NAMES as str
  * runs a workgroup as a loop on a CPU core; a GPU gets `webgpu-gpu`.
  */
 export const webgpuTarget = (software: boolean): Target => TARGETS[software ? "lavapipe" : "webgpu-gpu"];
-
-/**
- * Whether the target's GEMM calls write their raw products (cuBLASLt: epilogues, a stored sum as C with
- * beta 1, bias gradients): fusion then leaves a matmul's consumers to other kernels where a call can take
- * them. The CPU's BLAS call has no epilogue, so its plans keep the template's free epilogues.
- */
-export const rawGemmOutputs = (t: Target): boolean => t.language === "cuda" && t.libraryGemms;
