@@ -1,6 +1,6 @@
 /**
- * Flash attention on CUDA for training (issue 16 item 3), for targets with the flashAttention knob whose
- * language is CUDA: each self-attention the matcher finds (compiler/lower/flash_match.ts) that
+ * Flash attention on CUDA for training (issue 16 item 3), for targets with the flashAttention knob that
+ * implement attention as the flash kernels: each self-attention the matcher finds (compiler/lower/flash_match.ts) that
  * flashIneligible allows has its forward kernels replaced by one flash forward and its backward kernels by
  * one or two flash kernels (codegen/cuda_flash*.ts), and the step program rewritten for the memory plan.
  * Refused where a replaced kernel writes anything else the plan reads (DESIGN.md, notes:
@@ -40,7 +40,7 @@ export const flashAttentionStage: Stage<KernelState> = {
     "cuda-sm90 training: each self-attention's 8 kernels become 2 or 3 flash-attention kernels (no probabilities stored)",
   run: (s, ctx) => {
     const t = s.options.target;
-    if (!t.flashAttention || t.language !== "cuda" || !s.fusing) return s;
+    if (!t.flashAttention || t.implements.attention !== "flash" || !s.fusing) return s;
     need(s.fusion, "the fusion", NAME);
     need(s.bufferOfNode, "buffers", NAME);
     need(s.buffers, "buffers", NAME);

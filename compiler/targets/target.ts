@@ -19,34 +19,42 @@ export type Emitter = (k: Kernel) => TargetKernel;
 export interface Target extends TargetProfile {
   readonly language: Language;
   readonly emit: Emitter;
-  /** What the target runs as library calls instead of kernels: its implementation table. */
+  /** Its implementation table. */
   readonly implements: Implementations;
 }
 
-/**
- * How a target's GEMMs run: `cublaslt` calls, which also take a bias or bias-gradient epilogue and a stored
- * sum as C with beta 1 (fusion then leaves a matmul's consumers to other kernels where a call can take
- * them); BLAS `sgemm` calls, which take none (the CPU's plans keep the template's free epilogues); or every
- * GEMM as its `template` kernel (WGSL has no library). A call carries its template kernel as the fallback.
- */
+/** What a target runs as library calls or hand-written kernels instead of fused kernels. */
 export interface Implementations {
+  /**
+   * GEMMs: `cublaslt` calls, which also take a bias or bias-gradient epilogue and a stored sum as C with
+   * beta 1 (fusion then leaves a matmul's consumers to other kernels where a call can take them); BLAS
+   * `sgemm` calls, which take none (the CPU's plans keep the template's free epilogues); or every GEMM as its
+   * `template` kernel (WGSL has no library). A call carries its template kernel as the fallback.
+   */
   readonly gemm: "cublaslt" | "sgemm" | "template";
+  /** Training self-attention as the `flash` kernels (codegen/cuda_flash*.ts) where the profile's knob asks. */
+  readonly attention: "flash" | "kernels";
 }
+
+const IMPLEMENTATIONS: Readonly<Record<Language, Implementations>> = {
+  wgsl: { gemm: "template", attention: "kernels" },
+  cuda: { gemm: "cublaslt", attention: "flash" },
+  c: { gemm: "sgemm", attention: "kernels" },
+};
 
 export type TargetName = ProfileName;
 
 const EMITTERS: Readonly<Record<Language, Emitter>> = { wgsl: emitWGSL, cuda: emitCUDA, c: emitC };
 
-const GEMM_LIBRARY: Readonly<Record<Language, Implementations["gemm"]>> = {
-  wgsl: "template",
-  cuda: "cublaslt",
-  c: "sgemm",
-};
-
 /** A target from a profile and a language (its library GEMMs unless `libraryGemms` is false): tests' variants. */
 export function makeTarget(profile: TargetProfile, language: Language, libraryGemms = true): Target {
-  const gemm = libraryGemms ? GEMM_LIBRARY[language] : "template";
-  return { ...profile, language, emit: EMITTERS[language], implements: { gemm } };
+  const table = IMPLEMENTATIONS[language];
+  return {
+    ...profile,
+    language,
+    emit: EMITTERS[language],
+    implements: libraryGemms ? table : { ...table, gemm: "template" },
+  };
 }
 
 export const TARGETS: Readonly<Record<TargetName, Target>> = {
