@@ -1,7 +1,7 @@
 /**
- * What every device executor of a plan does the same way: naming buffers, the step program checked against
- * the plan, running feeds → step → outputs, refusing use after destroy. A device class supplies only what its
- * device does differently: write, readMany, step, and what release() frees.
+ * What every device executor of a plan does the same way: naming buffers, the step program checked
+ * against the plan, running feeds → step → outputs, refusing use after destroy. A device class supplies
+ * only what its device does differently: write, readMany, step, and what release() frees.
  */
 import { type Plan, type PlanBuffer, storedSize } from "../plan/plan.ts";
 import type { HostArray } from "./host.ts";

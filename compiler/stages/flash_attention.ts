@@ -1,10 +1,10 @@
 /**
  * Flash attention on CUDA for training (issue 16 item 3), for targets with the flashAttention knob that
- * implement attention as the flash kernels: each self-attention the matcher finds (compiler/lower/flash_match.ts) that
- * flashIneligible allows has its forward kernels replaced by one flash forward and its backward kernels by
- * one or two flash kernels (codegen/cuda_flash*.ts), and the step program rewritten for the memory plan.
- * Refused where a replaced kernel writes anything else the plan reads (DESIGN.md, notes:
- * compiler/stages/flash_attention.ts).
+ * implement attention as the flash kernels: each self-attention the matcher finds
+ * (compiler/lower/flash_match.ts) that flashIneligible allows has its forward kernels replaced by one flash
+ * forward and its backward kernels by one or two flash kernels (codegen/cuda_flash*.ts), and the step
+ * program rewritten for the memory plan. Refused where a replaced kernel writes anything else the plan reads
+ * (DESIGN.md, notes: compiler/stages/flash_attention.ts).
  */
 import { numel } from "../../ir/dtype.ts";
 import type { NodeId } from "../../ir/mod.ts";

@@ -1,10 +1,10 @@
 /**
- * Sums of GEMM products as cuBLASLt's C with beta 1, on CUDA plans with library GEMMs (the only
- * runtime that runs the calls; targets/target.ts Implementations), in two stages: before fusion the products of an
- * add tree are summed first (compiler/passes/gemm_sum_order.ts), after the other fusion stages each partial sum
- * moves into the kernel of the GEMM that can add it as C (compiler/fusion/sums_into_gemms.ts). A stage file of its
- * own rather than the library-calls stage: which kernel computes the add is a fusion decision (buffers,
- * storage dtypes and the template fallback follow from it), which library-calls only reads back.
+ * Sums of GEMM products as cuBLASLt's C with beta 1, on CUDA plans with library GEMMs (the only runtime
+ * that runs the calls; targets/target.ts Implementations), in two stages: before fusion the products of an
+ * add tree are summed first (compiler/passes/gemm_sum_order.ts), after the other fusion stages each partial
+ * sum moves into the kernel of the GEMM that can add it as C (compiler/fusion/sums_into_gemms.ts). A stage
+ * file of its own rather than the library-calls stage: which kernel computes the add is a fusion decision
+ * (buffers, storage dtypes and the template fallback follow from it), which library-calls only reads back.
  */
 import { sumsIntoGemms } from "../fusion/sums_into_gemms.ts";
 import { productsSummedFirst } from "../passes/gemm_sum_order.ts";

@@ -32,7 +32,7 @@ export interface Implementations {
    * `template` kernel (WGSL has no library). A call carries its template kernel as the fallback.
    */
   readonly gemm: "cublaslt" | "sgemm" | "template";
-  /** Training self-attention as the `flash` kernels (codegen/cuda_flash*.ts) where the profile's knob asks. */
+  /** Training self-attention as the `flash` kernels (codegen/cuda_flash*.ts), where the knob asks. */
   readonly attention: "flash" | "kernels";
 }
 
@@ -46,7 +46,7 @@ export type TargetName = ProfileName;
 
 const EMITTERS: Readonly<Record<Language, Emitter>> = { wgsl: emitWGSL, cuda: emitCUDA, c: emitC };
 
-/** A target from a profile and a language (its library GEMMs unless `libraryGemms` is false): tests' variants. */
+/** A target from a profile and a language, with its library GEMMs unless `libraryGemms` is false. */
 export function makeTarget(profile: TargetProfile, language: Language, libraryGemms = true): Target {
   const table = IMPLEMENTATIONS[language];
   return {
