@@ -58,11 +58,26 @@ export const buffersStage: Stage<KernelState> = {
       add(id, outputNodes.has(id) ? "output" : "activation", outputName.get(id));
     for (const k of fusion.kernels) k.roots.forEach(kernelValue);
     fusion.inPlace.concats.forEach(kernelValue);
+    // Each flash site's log-sum-exp per query row, written by its forward and read by its backward.
+    const flashLse = new Map<NodeId, number>();
+    for (const { what, site: { o, spec } } of s.flashParts?.values() ?? []) {
+      if (what !== "forward") continue;
+      const shape = [spec.batch, spec.heads, spec.seqQ];
+      flashLse.set(o, buffers.length);
+      buffers.push({
+        id: buffers.length,
+        name: `%${o} flash_logsumexp`,
+        dtype: "f32",
+        shape,
+        bytes: 4 * numel(shape),
+        role: "activation",
+      });
+    }
     const viewOf = new Map<number, number>();
     for (const [o, p] of views) {
       add(o, "output", outputName.get(o));
       viewOf.set(bufferOfNode.get(o)!, bufferOfNode.get(p)!);
     }
-    return { ...s, fusion, buffers, bufferOfNode, viewOf };
+    return { ...s, fusion, buffers, bufferOfNode, viewOf, ...(flashLse.size ? { flashLse } : {}) };
   },
 };

@@ -35,16 +35,7 @@ export const emitStage: Stage<KernelState> = {
       ? () => ({ code: "", grid: [0, 0, 0] as const, workgroupSize: 0 })
       : (k: Kernel) => t.emit({ ...k, about: [] });
     const flash = s.flash ?? new Map();
-    // Kernels flash attention replaced without taking their index are launched by no step: left out, and
-    // the steps renumbered (only then; otherwise every kernel is emitted as before).
-    const launched = new Set(schedule.steps.flatMap((st) => (st.op === "launch" ? [st.kernel] : [])));
-    const emitted = kernels.map((_, i) => i).filter((i) => flash.size === 0 || launched.has(i));
-    const indexOf = new Map(emitted.map((k, i) => [k, i]));
-    const steps = flash.size === 0
-      ? schedule.steps
-      : schedule.steps.map((st) => (st.op === "launch" ? { ...st, kernel: indexOf.get(st.kernel)! } : st));
-    const planKernels: PlanKernel[] = emitted.map((i) => {
-      const k = kernels[i];
+    const planKernels: PlanKernel[] = kernels.map((k, i) => {
       const fl = flash.get(i);
       const base = { name: k.name, kind: k.kind, bindings: planBindings(k), about: k.about };
       // Written in CUDA C directly (compiler/codegen/cuda_flash.ts).
@@ -82,7 +73,7 @@ export const emitStage: Stage<KernelState> = {
       params: schedule.params,
       outputs: schedule.outputs,
       kernels: planKernels,
-      steps,
+      steps: schedule.steps,
       updates: schedule.updates,
     };
     return { ...s, plan };

@@ -1,14 +1,14 @@
 /**
- * Flash attention on CUDA for training (issue 16 item 3), for targets with the flashAttention knob that
- * implement attention as the flash kernels: each self-attention the matcher finds
- * (compiler/lower/flash_match.ts) that flashIneligible allows has its forward kernels replaced by one flash
- * forward and its backward kernels by one or two flash kernels (codegen/cuda_flash*.ts), and the step
- * program rewritten for the memory plan. Refused where a replaced kernel writes anything else the plan reads
+ * Flash attention on CUDA for training, decided on the fusion before any buffer exists: for targets with the
+ * flashAttention knob that implement attention as the flash kernels, each self-attention the matcher finds
+ * (compiler/lower/flash_match.ts) that flashIneligible allows has its forward kernels merged into one flash
+ * forward kernel and its backward kernels into one or two (codegen/cuda_flash*.ts). Buffers, lowering, the
+ * schedule and the memory plan then treat them as kernels like any other (`flashKernel` is their lowering),
+ * and no probabilities are stored. Refused where a merged kernel writes anything else another kernel reads
  * (DESIGN.md, notes: compiler/stages/flash_attention.ts).
  */
 import { numel } from "../../ir/dtype.ts";
 import type { NodeId } from "../../ir/mod.ts";
-import type { PlanStep } from "../../plan/plan.ts";
 import type { KBinding, Kernel } from "../kernel_ir/ir.ts";
 import {
   flashBackwardDkDv,
@@ -19,6 +19,8 @@ import {
   type FlashKernel,
 } from "../codegen/cuda_flash.ts";
 import { flashBackwardFused, fusedBackwardIneligible } from "../codegen/cuda_flash_backward.ts";
+import { readsOf } from "../fusion/kernel_facts.ts";
+import type { FusedKernel } from "../fusion/types.ts";
 import {
   findFlashSites,
   FLASH_HEAD_DIM,
@@ -28,9 +30,15 @@ import {
 } from "../lower/flash_match.ts";
 import { usersOf } from "../graph/users.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
-import { rerootAtProduct, rerootedFusion, type RerootWork, rerootWork } from "./flash_operands.ts";
-import { launchAccess } from "./schedule.ts";
-import { type FlashOverride, type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
+import { type FusionWork, fusionWork, rerootAtProduct, workedFusion } from "./flash_operands.ts";
+import {
+  type FlashOverride,
+  type FlashPart,
+  type KernelState,
+  need,
+  type StateBuffer,
+  storedTypeOf,
+} from "./state.ts";
 
 const NAME = "flash-attention";
 
@@ -41,156 +49,169 @@ export const flashAttentionStage: Stage<KernelState> = {
   run: (s, ctx) => {
     const t = s.options.target;
     if (!t.flashAttention || t.implements.attention !== "flash" || !s.fusing) return s;
-    need(s.fusion, "the fusion", NAME);
-    need(s.bufferOfNode, "buffers", NAME);
-    need(s.buffers, "buffers", NAME);
-    need(s.kernels, "lowered kernels", NAME);
-    const schedule = need(s.schedule, "the schedule", NAME);
+    const fusion = need(s.fusion, "the fusion", NAME);
+    need(s.storage, "the storage plan", NAME);
     const log = (m: string) => ctx.flags.level >= 3 && console.error(`flash-attention: ${m}`);
-    // The working copies re-rooting changes (flash_operands.ts): fusion, buffers, kernels, GEMMs.
-    const w = rerootWork(s);
+    const g = s.graph, w = fusionWork(fusion);
     const match: MatchContext = {
-      graph: s.graph,
+      graph: g,
       materialized: (id) => w.materialized.has(id),
       storedType: (id) => storedTypeOf(s, id),
     };
     const { sites, refused } = findFlashSites(match);
     refused.forEach(log);
-    const users = usersOf(s.graph);
-    const buffers: StateBuffer[] = w.buffers;
-    const kernels: Kernel[] = w.kernels;
-    const flash = new Map<number, FlashOverride>();
-    const dropped = new Set<number>();
-    const placed = new Map<number, number[]>(); // step index -> kernels launched there instead
-    const stepOf = new Map<number, number>();
-    schedule.steps.forEach((st, i) => st.op === "launch" && stepOf.set(st.kernel, i));
-    const buf = (id: NodeId) => w.bufferOfNode.get(id)!;
+    const users = usersOf(g);
+    const outputs = new Set(g.outputs.values());
+    // Fused kernel index -> the flash kernels that run in its place; the merged kernels.
+    const instead = new Map<number, FlashPart[]>();
+    const merged = new Set<number>();
     for (const found of sites) {
-      const plan = planSite(
-        s,
-        found,
-        kernels,
-        schedule.steps,
-        stepOf,
-        new Set([...dropped, ...flash.keys()]),
-        buf,
-      );
+      const plan = planSite(s, w, found, merged, outputs);
       if (typeof plan === "string") {
         log(`%${found.o}: ${plan}`);
         continue;
       }
       const site = tokenMajor(s, w, found, plan.readElsewhere, match, users, log);
-      const lse: StateBuffer = {
-        id: buffers.length,
-        name: `%${site.o} flash_logsumexp`,
-        dtype: "f32",
-        shape: [site.spec.batch, site.spec.heads, site.spec.seqQ],
-        bytes: 4 * site.spec.batch * site.spec.heads * site.spec.seqQ,
-        role: "activation",
-      };
-      buffers.push(lse);
-      const costs = flashCosts(site.spec);
-      // The results are the kernel's last parameters: O and L (forward), dK and dV, dQ.
-      const bindingsOf = (fk: FlashKernel, results: number) =>
-        fk.params.map((name, i): KBinding => {
-          const id = bindingBuffer(site, name, lse.id, buf);
-          const b = buffers[id];
-          return {
-            name,
-            buffer: id,
-            t: b.dtype === "bool" ? "u32" : b.dtype,
-            access: i >= fk.params.length - results ? "write" : "read",
-            elements: numel(b.shape),
-          };
-        });
-      const make = (
-        at: number,
-        what: string,
-        fk: FlashKernel,
-        results: number,
-        cost: (typeof costs)[number],
-      ) => {
-        const old = kernels[at];
-        const bindings = bindingsOf(fk, results);
-        kernels[at] = {
-          name: old.name.replace(/^(k\d+)_.*$/, `$1_flash_${what}`),
-          kind: "attention",
-          bindings,
-          shared: [],
-          workgroupSize: fk.workgroupSize,
-          workgroups: fk.grid[0],
-          body: [],
-          about: [
-            `flash attention ${what} (compiler/codegen/cuda_flash.ts), head dim 64, ${site.spec.batch}×${site.spec.heads} heads, sequence ${site.spec.seqQ}${
-              site.spec.dropout ? `, dropout ${site.spec.dropout.p}` : ""
-            }`,
-            `replaces ${[...plan.forward, ...plan.backward].map((k) => s.kernels![k].name).join(", ")}`,
-            ...bindings.map((b, i) => `binding ${i} (${b.access}): ${buffers[b.buffer].name}`),
-          ],
-          usesF16: true,
-        };
-        flash.set(at, {
-          source: { code: fk.code, grid: fk.grid, workgroupSize: fk.workgroupSize },
-          flops: cost.flops,
-          bytesRead: cost.bytesRead,
-          bytesWritten: cost.bytesWritten,
-        });
-        dropped.delete(at);
-      };
-      for (const k of [...plan.forward, ...plan.backward]) dropped.add(k);
-      make(plan.fwdAt, "forward", flashForward(site.spec), 2, costs[0]);
-      placed.set(plan.fwdStep, [plan.fwdAt]);
-      // The whole sequence in one block: one backward kernel per (batch, head), at dV's index (dQ's
-      // kernel stays dropped); otherwise the dK/dV and dQ kernels.
+      [...plan.forward, ...plan.backward].forEach((k) => merged.add(k));
+      const part = (what: FlashPart["what"], kernels: number[]) => ({ what, site, kernels });
+      instead.set(plan.fwdAt, [part("forward", plan.forward)]);
+      // The whole sequence in one block: one backward kernel per (batch, head); otherwise dK/dV and dQ.
       const oneKernel = fusedBackwardIneligible(site.spec);
-      if (oneKernel === undefined) {
-        make(plan.dkdvAt, "backward", flashBackwardFused(site.spec), 3, costs[3]);
-        placed.set(plan.bwdStep, [plan.dkdvAt]);
-      } else {
-        make(plan.dkdvAt, "backward_dk_dv", flashBackwardDkDv(site.spec), 2, costs[2]);
-        make(plan.dqAt, "backward_dq", flashBackwardDq(site.spec), 1, costs[1]);
-        placed.set(plan.bwdStep, [plan.dkdvAt, plan.dqAt]);
-        log(`%${site.o}: two backward kernels: ${oneKernel}`);
-      }
+      instead.set(
+        plan.bwdAt,
+        oneKernel === undefined
+          ? [part("backward", plan.backward)]
+          : [part("backward_dk_dv", plan.backward), part("backward_dq", plan.backward)],
+      );
+      if (oneKernel) log(`%${site.o}: two backward kernels: ${oneKernel}`);
       log(`%${site.o}: ${plan.forward.length + plan.backward.length} kernels -> ${oneKernel ? 3 : 2}`);
     }
-    if (flash.size === 0) return s;
-    const steps: PlanStep[] = [];
-    const access: { reads: number[]; writes: number[] }[] = [];
-    schedule.steps.forEach((st, i) => {
-      const instead = placed.get(i);
-      if (instead) {
-        for (const k of instead) {
-          steps.push({ op: "launch", kernel: k });
-          access.push(launchAccess(kernels[k].bindings));
-        }
-        return;
-      }
-      if (st.op === "launch" && (dropped.has(st.kernel) || flash.has(st.kernel))) return;
-      steps.push(st);
-      const now = st.op === "launch" ? w.access.get(st.kernel) : undefined;
-      access.push(now ?? { reads: [...schedule.access[i].reads], writes: [...schedule.access[i].writes] });
-    });
-    const gone = new Set([...dropped, ...flash.keys()]);
-    const gemmOf = s.gemmOf && new Map([...w.gemmOf].filter(([k]) => !gone.has(k)));
-    const goneNames = new Set([...gone].map((k) => s.kernels![k].name));
-    const gemms = s.gemms && w.gemms.filter((d) => !goneNames.has(d.kernel));
-    return {
-      ...s,
-      fusion: rerootedFusion(s, w),
-      bufferOfNode: w.bufferOfNode,
-      buffers,
-      kernels,
-      ...(gemmOf ? { gemmOf } : {}),
-      ...(gemms ? { gemms } : {}),
-      flash,
-      schedule: { ...schedule, steps, access },
-    };
+    if (instead.size === 0) return s;
+    return { ...s, ...mergeKernels(s, w, instead, merged) };
   },
   skip: (s) => s,
 };
 
-function bindingBuffer(site: FlashSite, name: string, lse: number, buf: (id: NodeId) => number): number {
+/**
+ * The fusion with each site's kernels merged: the flash kernels in the place of the kernel writing O
+ * (forward) and of the first backward kernel, the other kernels in their order, renumbered.
+ */
+function mergeKernels(
+  s: KernelState,
+  w: FusionWork,
+  instead: ReadonlyMap<number, FlashPart[]>,
+  merged: ReadonlySet<number>,
+): Pick<KernelState, "fusion" | "flashParts"> {
+  const kernels: FusedKernel[] = [], flashParts = new Map<number, FlashPart>();
+  const newIndex = new Map<number, number>();
+  w.fused.forEach((k, i) => {
+    for (const p of instead.get(i) ?? []) {
+      const { site, what } = p, { batch, heads, seqQ, seqK } = site.spec;
+      const members = new Set(p.kernels.flatMap((m) => [...w.fused[m].members]));
+      // The two-kernel backward: dQ's kernel computes dQ only, the other every other backward member.
+      if (what === "backward_dk_dv") members.delete(site.dQ);
+      const roots = what === "forward" ? [site.o] : what === "backward_dq" ? [site.dQ] : [site.dK, site.dV];
+      if (what === "backward") roots.push(site.dQ);
+      flashParts.set(kernels.length, p);
+      kernels.push({
+        id: kernels.length,
+        kind: "attention",
+        roots: roots.sort((a, b) => a - b),
+        members: what === "backward_dq" ? new Set([site.dQ]) : members,
+        space: [batch, heads, seqQ, seqK],
+      });
+    }
+    if (merged.has(i)) return;
+    newIndex.set(i, kernels.length);
+    kernels.push({ ...k, id: kernels.length });
+  });
+  const kernelOf = new Int32Array(w.kernelOf.length).fill(-1);
+  kernels.forEach((k) => k.members.forEach((m) => (kernelOf[m] = k.id)));
+  // The merged kernels' other roots (the probabilities, the softmax's statistics) are stored no more.
+  const roots = new Set(kernels.flatMap((k) => k.roots));
+  const gone = new Set([...merged].flatMap((k) => w.fused[k].roots.filter((r) => !roots.has(r))));
+  const f = s.fusion!;
+  return {
+    fusion: {
+      ...f,
+      kernels,
+      kernelOf,
+      materialized: new Set([...w.materialized].filter((x) => !gone.has(x))),
+      decisions: f.decisions.filter((d) => newIndex.has(d.consumerKernel)).map((d) => ({
+        ...d,
+        consumerKernel: newIndex.get(d.consumerKernel)!,
+      })),
+    },
+    flashParts,
+  };
+}
+
+/**
+ * The lowering of a flash kernel (the lower stage's, for the kernels this stage merged): its bindings, the
+ * source written in CUDA C and the traffic and work its empty kernel IR cannot count. `lse`: the site's
+ * log-sum-exp buffer (buffers stage).
+ */
+export function flashKernel(
+  k: FusedKernel,
+  p: FlashPart,
+  buffers: readonly StateBuffer[],
+  bufferOfNode: ReadonlyMap<NodeId, number>,
+  lse: number,
+): { kernel: Kernel; override: FlashOverride } {
+  const { site } = p, spec = site.spec;
+  const costs = flashCosts(spec);
+  const [fk, results, cost]: [FlashKernel, number, (typeof costs)[number]] = p.what === "forward"
+    ? [flashForward(spec), 2, costs[0]]
+    : p.what === "backward"
+    ? [flashBackwardFused(spec), 3, costs[3]]
+    : p.what === "backward_dk_dv"
+    ? [flashBackwardDkDv(spec), 2, costs[2]]
+    : [flashBackwardDq(spec), 1, costs[1]];
+  // The results are the kernel's last parameters: O and L (forward), dK and dV, dQ.
+  const bindings = fk.params.map((name, i): KBinding => {
+    const id = bindingBuffer(site, name, lse, bufferOfNode);
+    const b = buffers[id];
+    return {
+      name,
+      buffer: id,
+      t: b.dtype === "bool" ? "u32" : b.dtype,
+      access: i >= fk.params.length - results ? "write" : "read",
+      elements: numel(b.shape),
+    };
+  });
+  return {
+    kernel: {
+      name: `k${String(k.id).padStart(3, "0")}_flash_${p.what}`,
+      kind: "attention",
+      bindings,
+      shared: [],
+      workgroupSize: fk.workgroupSize,
+      workgroups: fk.grid[0],
+      body: [],
+      about: [
+        `flash attention ${p.what} (compiler/codegen/cuda_flash.ts), head dim 64, ${spec.batch}×${spec.heads} heads, sequence ${spec.seqQ}${
+          spec.dropout ? `, dropout ${spec.dropout.p}` : ""
+        }`,
+        `in place of ${p.kernels.length} fused kernels`,
+        ...bindings.map((b, i) => `binding ${i} (${b.access}): ${buffers[b.buffer].name}`),
+      ],
+      usesF16: true,
+    },
+    override: {
+      source: { code: fk.code, grid: fk.grid, workgroupSize: fk.workgroupSize },
+      flops: cost.flops,
+      bytesRead: cost.bytesRead,
+      bytesWritten: cost.bytesWritten,
+    },
+  };
+}
+
+function bindingBuffer(
+  site: FlashSite,
+  name: string,
+  lse: number,
+  bufferOfNode: ReadonlyMap<NodeId, number>,
+) {
   const node: Record<string, NodeId | undefined> = {
     q: site.q,
     k: site.k,
@@ -207,105 +228,86 @@ function bindingBuffer(site: FlashSite, name: string, lse: number, buf: (id: Nod
     v_bias: site.vBias,
   };
   if (name === "lse") return lse;
-  const id = node[name];
-  if (id === undefined) throw new Error(`internal: flash kernel parameter '${name}' has no buffer`);
-  return buf(id);
+  const id = node[name], b = id === undefined ? undefined : bufferOfNode.get(id);
+  if (b === undefined) throw new Error(`internal: flash kernel parameter '${name}' has no buffer`);
+  return b;
 }
 
 interface SitePlan {
   readonly forward: number[];
   readonly backward: number[];
+  /** The kernel writing O, where the forward runs, and the first backward kernel, where the backward runs. */
   readonly fwdAt: number;
-  readonly dkdvAt: number;
-  readonly dqAt: number;
-  readonly fwdStep: number;
-  readonly bwdStep: number;
-  /** Buffers that steps other than the replaced kernels' read (or that are outputs). */
-  readonly readElsewhere: ReadonlySet<number>;
+  readonly bwdAt: number;
+  /** Stored nodes that kernels other than the merged ones read (or that are outputs). */
+  readonly readElsewhere: ReadonlySet<NodeId>;
 }
 
-/** Which kernels a site replaces and where its kernels run, or why it cannot be replaced. */
+/** Which fused kernels a site merges and where its kernels run, or why it cannot be merged. */
 function planSite(
   s: KernelState,
+  w: FusionWork,
   site: FlashSite,
-  kernels: readonly Kernel[],
-  steps: readonly PlanStep[],
-  stepOf: ReadonlyMap<number, number>,
   taken: ReadonlySet<number>,
-  buf: (id: NodeId) => number,
+  outputs: ReadonlySet<NodeId>,
 ): SitePlan | string {
   const why = flashIneligible(site.spec);
   if (why) return why;
-  const fusion = s.fusion!;
+  const g = s.graph, f = workedFusion(s.fusion!, w);
   const kernelsOf = (nodes: ReadonlySet<NodeId>) =>
-    [...new Set([...nodes].map((n) => fusion.kernelOf[n]).filter((k) => k >= 0))].sort((a, b) => a - b);
+    [...new Set([...nodes].map((n) => w.kernelOf[n]).filter((k) => k >= 0))].sort((a, b) => a - b);
   const forward = kernelsOf(site.forward), backward = kernelsOf(site.backward);
-  const all = [...forward, ...backward];
-  if (new Set(all).size !== all.length) return "a kernel computes both forward and backward values";
-  if (all.some((k) => taken.has(k) || !stepOf.has(k))) {
-    return "a kernel is shared with another site or not launched";
+  const all = new Set([...forward, ...backward]);
+  if (all.size !== forward.length + backward.length) {
+    return "a kernel computes both forward and backward values";
   }
-  // Every member of a replaced kernel is the attention's own, and what it writes is read by no other step
+  if ([...all].some((k) => taken.has(k))) return "a kernel is shared with another site";
+  // Every member of a merged kernel is the attention's own, and what it writes is read by no other kernel
   // unless it is O, dQ, dK or dV (which the flash kernels write in the same layout).
   const own = new Set([...site.forward, ...site.backward, ...site.inline]);
   for (const k of all) {
-    const extra = [...fusion.kernels[k].members].find((n) => !own.has(n));
-    if (extra !== undefined) return `${kernels[k].name} also computes %${extra} (${s.graph.nodes[extra].op})`;
+    const extra = [...w.fused[k].members].find((n) => !own.has(n));
+    if (extra !== undefined) return `fused kernel ${k} also computes %${extra} (${g.nodes[extra].op})`;
   }
-  const kept = new Set([site.o, site.dQ, site.dK, site.dV].map(buf));
-  const allSet = new Set(all);
-  const readElsewhere = new Set<number>();
-  steps.forEach((st) => {
-    if (st.op === "copy") readElsewhere.add(st.src);
-    else if (!allSet.has(st.kernel)) {
-      for (const b of kernels[st.kernel].bindings) if (b.access !== "write") readElsewhere.add(b.buffer);
-      const epi = s.gemmOf?.get(st.kernel)?.epilogue;
-      for (const b of epi?.bindings ?? []) if (b.access !== "write") readElsewhere.add(b.buffer);
-    }
-  });
-  const outputs = new Set(Object.values(s.schedule!.outputs));
-  outputs.forEach((b) => readElsewhere.add(b));
+  const readElsewhere = new Set(outputs);
+  w.fused.forEach((k, i) => all.has(i) || readsOf(g, f, k).forEach((x) => readElsewhere.add(x)));
+  const kept = new Set([site.o, site.dQ, site.dK, site.dV]);
   for (const k of all) {
-    for (const b of kernels[k].bindings) {
-      if (b.access === "read" || kept.has(b.buffer)) continue;
-      if (readElsewhere.has(b.buffer)) {
-        return `${kernels[k].name} writes ${b.name}, which other steps read`;
-      }
-    }
+    const r = w.fused[k].roots.find((x) => !kept.has(x) && readElsewhere.has(x));
+    if (r !== undefined) return `fused kernel ${k} writes %${r}, which other kernels read`;
   }
-  const writerOf = (root: NodeId) =>
-    all.find((k) => kernels[k].bindings.some((b) => b.buffer === buf(root) && b.access !== "read"));
-  const fwdAt = writerOf(site.o),
-    dvAt = writerOf(site.dV),
-    dqAt = writerOf(site.dQ),
-    dkAt = writerOf(site.dK);
-  if ([fwdAt, dvAt, dqAt, dkAt].some((k) => k === undefined) || new Set([fwdAt, dvAt, dqAt]).size !== 3) {
-    return "O, dV and dQ are not written by three distinct replaced kernels";
+  const writer = (
+    x: NodeId,
+  ) => (all.has(w.kernelOf[x]) && w.fused[w.kernelOf[x]].roots.includes(x) ? w.kernelOf[x] : -1);
+  const [fwdAt, dvAt, dqAt, dkAt] = [site.o, site.dV, site.dQ, site.dK].map(writer);
+  if ([fwdAt, dvAt, dqAt, dkAt].some((k) => k < 0) || new Set([fwdAt, dvAt, dqAt]).size !== 3) {
+    return "O, dV and dQ are not written by three distinct merged kernels";
   }
-  return {
-    forward,
-    backward,
-    fwdAt: fwdAt!,
-    dkdvAt: dvAt!,
-    dqAt: dqAt!,
-    // Q, K, V and the mask are ready before P·V; dO before the first backward GEMM reads it.
-    fwdStep: stepOf.get(fwdAt!)!,
-    bwdStep: Math.min(...backward.map((k) => stepOf.get(k)!)),
-    readElsewhere,
+  // Each merged kernel runs where everything it reads is written: the forward at O's writer (after every
+  // forward kernel), the backward at the first backward kernel, so dO must be written before that.
+  const bwdAt = backward[0];
+  const early = (kernels: number[], at: number) => {
+    const members = new Set(kernels.flatMap((k) => [...w.fused[k].members]));
+    return [...readsOf(g, f, { ...w.fused[at], members })].find((x) =>
+      w.kernelOf[x] > at && !all.has(w.kernelOf[x])
+    );
   };
+  const late = early(forward, fwdAt) ?? early(backward, bwdAt);
+  if (late !== undefined) return `%${late} is written after the kernel the flash kernel would replace`;
+  return { forward, backward, fwdAt, bwdAt, readElsewhere };
 }
 
 const ROLES = [["q", "qBias"], ["k", "kBias"], ["v", "vBias"], ["dO", undefined]] as const;
 
 /**
- * The site with each of Q, K, V and dO that only the replaced kernels read taken from the token-major
+ * The site with each of Q, K, V and dO that only the merged kernels read taken from the token-major
  * product of the GEMM computing it (that GEMM re-rooted there, flash_operands.ts); the others as they are.
  */
 function tokenMajor(
   s: KernelState,
-  w: RerootWork,
+  w: FusionWork,
   site: FlashSite,
-  readElsewhere: ReadonlySet<number>,
+  readElsewhere: ReadonlySet<NodeId>,
   match: MatchContext,
   users: NodeId[][],
   log: (m: string) => void,
@@ -317,9 +319,7 @@ function tokenMajor(
     const why = (() => {
       // One value in two roles (Q = K) stays a buffer of its own.
       if (ROLES.some(([r]) => r !== role && site[r] === x)) return "it also plays another role";
-      if (!users[x].every((u) => own.has(u)) || readElsewhere.has(w.bufferOfNode.get(x)!)) {
-        return "something else reads it";
-      }
+      if (!users[x].every((u) => own.has(u)) || readElsewhere.has(x)) return "something else reads it";
       const at = w.kernelOf[x], anchor = at >= 0 ? w.fused[at].anchor : undefined;
       if (anchor === undefined) return "no GEMM computes it";
       const heads = headsOfProduct(match, users, anchor, x);

@@ -114,11 +114,8 @@ const callBase = (v: Derived) => ({
   compute: "32F" as const,
 });
 
-/**
- * The library GEMM of a kernel whose root cuBLASLt writes itself, and its decision (also used by the
- * flash-attention stage, which re-roots the Q, K, V and dO projections at their products).
- */
-export function directGemm(
+/** The library GEMM of a kernel whose root cuBLASLt writes itself, and its decision. */
+function directGemm(
   v: Derived,
   direct: NonNullable<Derived["direct"]>,
   kernel: string,

@@ -5,7 +5,8 @@
 import { lowerKernel } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
-import { type KernelState, need, valueContext } from "./state.ts";
+import { flashKernel } from "./flash_attention.ts";
+import { type FlashOverride, type KernelState, need, valueContext } from "./state.ts";
 
 export const lowerStage: Stage<KernelState> = {
   name: "lower",
@@ -13,12 +14,20 @@ export const lowerStage: Stage<KernelState> = {
   run: (s) => {
     const ctx = valueContext(s, "lower");
     const fusion = need(s.fusion, "the fusion", "lower");
-    return {
-      ...s,
-      kernels: fusion.kernels.map((k) =>
-        lowerKernel(s.graph, k, { ...ctx, members: k.members }, s.options.target)
-      ),
-    };
+    // The flash-attention stage's kernels: their bindings and the CUDA C they are written in.
+    const flash = new Map<number, FlashOverride>();
+    const kernels = fusion.kernels.map((k, i) => {
+      const part = s.flashParts?.get(i);
+      if (!part) return lowerKernel(s.graph, k, { ...ctx, members: k.members }, s.options.target);
+      const lse = s.flashLse?.get(part.site.o);
+      if (lse === undefined) {
+        throw new Error(`internal: flash site %${part.site.o} has no log-sum-exp buffer`);
+      }
+      const f = flashKernel(k, part, s.buffers!, s.bufferOfNode!, lse);
+      flash.set(i, f.override);
+      return f.kernel;
+    });
+    return { ...s, kernels, ...(flash.size ? { flash } : {}) };
   },
 };
 

@@ -62,7 +62,7 @@ export const scheduleStage: Stage<KernelState> = {
 };
 
 /** What a launch reads and writes, by buffer: its bindings, and `extra` (a library call's scratch) both. */
-export function launchAccess(
+function launchAccess(
   bindings: Kernel["bindings"],
   extra: readonly number[] = [],
 ): { reads: number[]; writes: number[] } {

@@ -48,13 +48,13 @@ export const FUSION_STAGES: readonly Stage<KernelState>[] = [
 /** From the storage choice to the Plan: what follows fusion. */
 export const PLAN_STAGES: readonly Stage<KernelState>[] = [
   storageStage,
+  flashAttentionStage,
   buffersStage,
   lowerStage,
   vectorizeStage,
   libraryCallsStage,
   scheduleStage,
   inPlaceUpdatesStage,
-  flashAttentionStage,
   memoryStage,
   legalizeStage,
   emitStage,

@@ -12,6 +12,7 @@ import type { PlanGemm } from "../../plan/plan.ts";
 import type { ValueContext } from "../lower/values.ts";
 import type { Precision } from "../training_graph/mixed_precision.ts";
 import type { StoragePlan } from "../storage/storage_precision.ts";
+import type { FlashSite } from "../lower/flash_match.ts";
 
 /** Whether a matmul kernel's GEMM became a library call on CUDA, and why (not). */
 export interface GemmDecision {
@@ -87,6 +88,14 @@ export interface SharedSources {
   readonly epilogues: readonly number[];
 }
 
+/** A fused kernel that a flash-attention kernel computes (flash-attention stage): which one, for which site. */
+export interface FlashPart {
+  readonly what: "forward" | "backward" | "backward_dk_dv" | "backward_dq";
+  readonly site: FlashSite;
+  /** The fused kernels it merged (before renumbering). */
+  readonly kernels: readonly number[];
+}
+
 /**
  * A kernel whose CUDA source is written directly rather than rendered from its (empty-bodied) kernel IR,
  * with the traffic and work its IR cannot count: the flash-attention kernels (stages/flash_attention.ts).
@@ -108,6 +117,10 @@ export interface KernelState {
   readonly forcedRoots?: ReadonlySet<NodeId>;
   readonly fusion?: FusionResult;
   readonly storage?: StoragePlan;
+  /** Fused kernels that flash-attention kernels compute (CUDA only), by index. */
+  readonly flashParts?: ReadonlyMap<number, FlashPart>;
+  /** Each flash site's log-sum-exp buffer, by the site's O node (buffers stage). */
+  readonly flashLse?: ReadonlyMap<NodeId, number>;
   readonly buffers?: readonly StateBuffer[];
   readonly bufferOfNode?: ReadonlyMap<NodeId, number>;
   /** Output buffers that view another's bytes (buffers stage, output_views.ts): view -> the buffer viewed. */
@@ -120,7 +133,7 @@ export interface KernelState {
   readonly gemmOf?: ReadonlyMap<number, LibraryGemm>;
   readonly gemms?: readonly GemmDecision[];
   readonly schedule?: Schedule;
-  /** Kernels replaced by flash attention (CUDA only), by kernel index; emit renders them from these. */
+  /** Flash-attention kernels by kernel index (lower stage); emit takes their sources from these. */
   readonly flash?: ReadonlyMap<number, FlashOverride>;
   /** Update buffers written over what they update (in-place-updates stage): value buffer -> its target. */
   readonly aliasOf?: ReadonlyMap<number, number>;

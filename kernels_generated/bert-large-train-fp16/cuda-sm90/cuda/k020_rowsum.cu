@@ -3,29 +3,29 @@
 // Used by 1 kernel: k020_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %250 cast f32[1024,1024] (models/bert.ts:245)
-//   %252 add f32[1024,1024] (models/bert.ts:245)
-//   %253 reshape f32[8,128,1024] (models/bert.ts:245)
-//   %256 mul f32[8,128,1024] (models/bert.ts:224)
-//   %257 where f32[8,128,1024] (models/bert.ts:224)
-//   %258 add f32[8,128,1024] (models/bert.ts:245) -> written
-//   %259 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %260 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %263 mul f32[8,128,1024] (models/bert.ts:223)
-//   %264 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %265 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %271 mul f32[8,128,1024] (models/bert.ts:223)
-//   %273 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %291 cast f32[1024,1024] (models/bert.ts:249)
+//   %293 add f32[1024,1024] (models/bert.ts:249)
+//   %294 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %297 mul f32[8,128,1024] (models/bert.ts:224)
+//   %298 where f32[8,128,1024] (models/bert.ts:224)
+//   %299 add f32[8,128,1024] (models/bert.ts:249) -> written
+//   %300 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %301 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %304 mul f32[8,128,1024] (models/bert.ts:223)
+//   %305 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %306 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %312 mul f32[8,128,1024] (models/bert.ts:223)
+//   %314 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %249 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.1.attention.output.dense.bias f32[1024]
-//   binding 3 (read): %183 add f32[8,128,1024] stored f16
-//   binding 4 (write): %260 mul f32[8,128,1]
-//   binding 5 (write): %265 mul f32[8,128,1]
-//   binding 6 (write): %258 add f32[8,128,1024] stored f16
-//   binding 7 (write): %273 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.1.attention.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.1.attention.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %290 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.1.output.dense.bias f32[1024]
+//   binding 3 (read): %273 add f32[8,128,1024] stored f16
+//   binding 4 (write): %301 mul f32[8,128,1]
+//   binding 5 (write): %306 mul f32[8,128,1]
+//   binding 6 (write): %299 add f32[8,128,1024] stored f16
+//   binding 7 (write): %314 add f32[8,128,1024] stored f16
+//   binding 8 (read): param bert.encoder.layer.1.output.LayerNorm.weight f32[1024]
+//   binding 9 (read): param bert.encoder.layer.1.output.LayerNorm.bias f32[1024]
 
 // launch: grid [1024, 1, 1] of 256-thread blocks
 
@@ -100,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   for (int j = lid; j < 1024; j += 256) {
     const unsigned int v1 = b0[0];
     const unsigned int v2 = b0[1];
-    const float v3 = bf_philox(v1, v2, 5u, static_cast<unsigned int>(row * 1024 + j));
+    const float v3 = bf_philox(v1, v2, 6u, static_cast<unsigned int>(row * 1024 + j));
     const bool v4 = v3 >= 0.1f;
     const float v5 = __half2float(b1[row * 1024 + j]);
     const float v6 = b2[(row * 1024 + j) % 1024];
@@ -122,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   for (int j = lid; j < 1024; j += 256) {
     const unsigned int v14 = b0[0];
     const unsigned int v15 = b0[1];
-    const float v16 = bf_philox(v14, v15, 5u, static_cast<unsigned int>(row * 1024 + j));
+    const float v16 = bf_philox(v14, v15, 6u, static_cast<unsigned int>(row * 1024 + j));
     const bool v17 = v16 >= 0.1f;
     const float v18 = __half2float(b1[row * 1024 + j]);
     const float v19 = b2[(row * 1024 + j) % 1024];
@@ -152,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   for (int j = lid; j < 1024; j += 256) {
     const unsigned int v31 = b0[0];
     const unsigned int v32 = b0[1];
-    const float v33 = bf_philox(v31, v32, 5u, static_cast<unsigned int>(row * 1024 + j));
+    const float v33 = bf_philox(v31, v32, 6u, static_cast<unsigned int>(row * 1024 + j));
     const bool v34 = v33 >= 0.1f;
     const float v35 = __half2float(b1[row * 1024 + j]);
     const float v36 = b2[(row * 1024 + j) % 1024];

@@ -3,29 +3,29 @@
 // Used by 1 kernel: k036_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %422 cast f32[1024,1024] (models/bert.ts:249)
-//   %424 add f32[1024,1024] (models/bert.ts:249)
-//   %425 reshape f32[8,128,1024] (models/bert.ts:249)
-//   %428 mul f32[8,128,1024] (models/bert.ts:224)
-//   %429 where f32[8,128,1024] (models/bert.ts:224)
-//   %430 add f32[8,128,1024] (models/bert.ts:249) -> written
-//   %431 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %432 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %435 mul f32[8,128,1024] (models/bert.ts:223)
-//   %436 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %437 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %443 mul f32[8,128,1024] (models/bert.ts:223)
-//   %445 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %512 cast f32[1024,1024] (models/bert.ts:245)
+//   %514 add f32[1024,1024] (models/bert.ts:245)
+//   %515 reshape f32[8,128,1024] (models/bert.ts:245)
+//   %518 mul f32[8,128,1024] (models/bert.ts:224)
+//   %519 where f32[8,128,1024] (models/bert.ts:224)
+//   %520 add f32[8,128,1024] (models/bert.ts:245) -> written
+//   %521 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %522 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %525 mul f32[8,128,1024] (models/bert.ts:223)
+//   %526 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %527 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %533 mul f32[8,128,1024] (models/bert.ts:223)
+//   %535 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %421 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.2.output.dense.bias f32[1024]
-//   binding 3 (read): %404 add f32[8,128,1024] stored f16
-//   binding 4 (write): %432 mul f32[8,128,1]
-//   binding 5 (write): %437 mul f32[8,128,1]
-//   binding 6 (write): %430 add f32[8,128,1024] stored f16
-//   binding 7 (write): %445 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.2.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.2.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %511 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.3.attention.output.dense.bias f32[1024]
+//   binding 3 (read): %445 add f32[8,128,1024] stored f16
+//   binding 4 (write): %522 mul f32[8,128,1]
+//   binding 5 (write): %527 mul f32[8,128,1]
+//   binding 6 (write): %520 add f32[8,128,1024] stored f16
+//   binding 7 (write): %535 add f32[8,128,1024] stored f16
+//   binding 8 (read): param bert.encoder.layer.3.attention.output.LayerNorm.weight f32[1024]
+//   binding 9 (read): param bert.encoder.layer.3.attention.output.LayerNorm.bias f32[1024]
 
 // launch: grid [1024, 1, 1] of 256-thread blocks
 
@@ -100,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   for (int j = lid; j < 1024; j += 256) {
     const unsigned int v1 = b0[0];
     const unsigned int v2 = b0[1];
-    const float v3 = bf_philox(v1, v2, 9u, static_cast<unsigned int>(row * 1024 + j));
+    const float v3 = bf_philox(v1, v2, 11u, static_cast<unsigned int>(row * 1024 + j));
     const bool v4 = v3 >= 0.1f;
     const float v5 = __half2float(b1[row * 1024 + j]);
     const float v6 = b2[(row * 1024 + j) % 1024];
@@ -122,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   for (int j = lid; j < 1024; j += 256) {
     const unsigned int v14 = b0[0];
     const unsigned int v15 = b0[1];
-    const float v16 = bf_philox(v14, v15, 9u, static_cast<unsigned int>(row * 1024 + j));
+    const float v16 = bf_philox(v14, v15, 11u, static_cast<unsigned int>(row * 1024 + j));
     const bool v17 = v16 >= 0.1f;
     const float v18 = __half2float(b1[row * 1024 + j]);
     const float v19 = b2[(row * 1024 + j) % 1024];
@@ -152,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   for (int j = lid; j < 1024; j += 256) {
     const unsigned int v31 = b0[0];
     const unsigned int v32 = b0[1];
-    const float v33 = bf_philox(v31, v32, 9u, static_cast<unsigned int>(row * 1024 + j));
+    const float v33 = bf_philox(v31, v32, 11u, static_cast<unsigned int>(row * 1024 + j));
     const bool v34 = v33 >= 0.1f;
     const float v35 = __half2float(b1[row * 1024 + j]);
     const float v36 = b2[(row * 1024 + j) % 1024];

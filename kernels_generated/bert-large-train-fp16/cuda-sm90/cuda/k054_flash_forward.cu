@@ -3,17 +3,17 @@
 // Used by 1 kernel: k054_flash_forward
 // What the first of them fuses:
 //   flash attention forward (compiler/codegen/cuda_flash.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
-//   replaces k052_matmul, k053_max_rowsum, k054_matmul_permute, k921_matmul, k922_matmul_permute, k923_rowsum, k924_matmul_permute, k925_matmul_permute
-//   binding 0 (read): %596 matmul
-//   binding 1 (read): %603 matmul
-//   binding 2 (read): %610 matmul
+//   in place of 3 fused kernels
+//   binding 0 (read): %727 matmul
+//   binding 1 (read): %734 matmul
+//   binding 2 (read): %741 matmul
 //   binding 3 (read): attention_mask
 //   binding 4 (read): rng_key
-//   binding 5 (read): bert.encoder.layer.4.attention.self.query.bias
-//   binding 6 (read): bert.encoder.layer.4.attention.self.key.bias
-//   binding 7 (read): bert.encoder.layer.4.attention.self.value.bias
-//   binding 8 (write): %640 cast
-//   binding 9 (write): %640 flash_logsumexp
+//   binding 5 (read): bert.encoder.layer.5.attention.self.query.bias
+//   binding 6 (read): bert.encoder.layer.5.attention.self.key.bias
+//   binding 7 (read): bert.encoder.layer.5.attention.self.value.bias
+//   binding 8 (write): %771 cast
+//   binding 9 (write): %771 flash_logsumexp
 
 #include <cuda_fp16.h>
 
@@ -82,7 +82,7 @@ static __device__ __forceinline__ void bf_ldmatrix_x4_trans(unsigned int* r, con
 }
 #endif
 
-// Flash attention forward: 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 13) (compiler/codegen/cuda_flash.ts).
+// Flash attention forward: 8×16 heads, 128 queries × 128 keys, head dim 64, dropout 0.1 (stream 16) (compiler/codegen/cuda_flash.ts).
 extern "C" __global__ void __launch_bounds__(128) bf_kernel(
     const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
     const int* __restrict__ mask,
@@ -191,7 +191,7 @@ extern "C" __global__ void __launch_bounds__(128) bf_kernel(
     for (int nt = 0; nt < 8; ++nt) {
       const unsigned int idx = (static_cast<unsigned int>(bh * 128 + row0 + 8 * odd)) * 128u +
                                static_cast<unsigned int>(kb * 64 + nt * 8 + 4 * (t >> 1));
-      const uint4 w = bf_philox_block(seed, step, 13u, idx);
+      const uint4 w = bf_philox_block(seed, step, 16u, idx);
       // Own words 2·odd and 2·odd + 1 are this lane's keys; the partner's keys are the other two.
       const unsigned int own0 = odd ? w.z : w.x, own1 = odd ? w.w : w.y;
       const unsigned int got0 = __shfl_xor_sync(0xffffffffu, odd ? w.x : w.z, 1, 32);

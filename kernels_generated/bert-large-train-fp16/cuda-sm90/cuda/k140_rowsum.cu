@@ -3,29 +3,29 @@
 // Used by 1 kernel: k140_rowsum
 // What the first of them fuses:
 //   reduce kernel over [8,128,1024] reducing axes [2]
-//   %1560 cast f32[1024,1024] (models/bert.ts:245)
-//   %1562 add f32[1024,1024] (models/bert.ts:245)
-//   %1563 reshape f32[8,128,1024] (models/bert.ts:245)
-//   %1566 mul f32[8,128,1024] (models/bert.ts:224)
-//   %1567 where f32[8,128,1024] (models/bert.ts:224)
-//   %1568 add f32[8,128,1024] (models/bert.ts:245) -> written
-//   %1569 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %1570 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %1573 mul f32[8,128,1024] (models/bert.ts:223)
-//   %1574 reduce_sum f32[8,128,1] (models/bert.ts:223)
-//   %1575 mul f32[8,128,1] (models/bert.ts:223) -> written
-//   %1581 mul f32[8,128,1024] (models/bert.ts:223)
-//   %1583 add f32[8,128,1024] (models/bert.ts:223) -> written
+//   %1863 cast f32[1024,1024] (models/bert.ts:249)
+//   %1865 add f32[1024,1024] (models/bert.ts:249)
+//   %1866 reshape f32[8,128,1024] (models/bert.ts:249)
+//   %1869 mul f32[8,128,1024] (models/bert.ts:224)
+//   %1870 where f32[8,128,1024] (models/bert.ts:224)
+//   %1871 add f32[8,128,1024] (models/bert.ts:249) -> written
+//   %1872 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1873 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %1876 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1877 reduce_sum f32[8,128,1] (models/bert.ts:223)
+//   %1878 mul f32[8,128,1] (models/bert.ts:223) -> written
+//   %1884 mul f32[8,128,1024] (models/bert.ts:223)
+//   %1886 add f32[8,128,1024] (models/bert.ts:223) -> written
 //   binding 0 (read): input rng_key u32[2]
-//   binding 1 (read): %1559 matmul f16[1024,1024]
-//   binding 2 (read): param bert.encoder.layer.11.attention.output.dense.bias f32[1024]
-//   binding 3 (read): %1493 add f32[8,128,1024] stored f16
-//   binding 4 (write): %1570 mul f32[8,128,1]
-//   binding 5 (write): %1575 mul f32[8,128,1]
-//   binding 6 (write): %1568 add f32[8,128,1024] stored f16
-//   binding 7 (write): %1583 add f32[8,128,1024] stored f16
-//   binding 8 (read): param bert.encoder.layer.11.attention.output.LayerNorm.weight f32[1024]
-//   binding 9 (read): param bert.encoder.layer.11.attention.output.LayerNorm.bias f32[1024]
+//   binding 1 (read): %1862 matmul f16[1024,1024]
+//   binding 2 (read): param bert.encoder.layer.13.output.dense.bias f32[1024]
+//   binding 3 (read): %1845 add f32[8,128,1024] stored f16
+//   binding 4 (write): %1873 mul f32[8,128,1]
+//   binding 5 (write): %1878 mul f32[8,128,1]
+//   binding 6 (write): %1871 add f32[8,128,1024] stored f16
+//   binding 7 (write): %1886 add f32[8,128,1024] stored f16
+//   binding 8 (read): param bert.encoder.layer.13.output.LayerNorm.weight f32[1024]
+//   binding 9 (read): param bert.encoder.layer.13.output.LayerNorm.bias f32[1024]
 
 // launch: grid [1024, 1, 1] of 256-thread blocks
 
@@ -100,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   for (int j = lid; j < 1024; j += 256) {
     const unsigned int v1 = b0[0];
     const unsigned int v2 = b0[1];
-    const float v3 = bf_philox(v1, v2, 35u, static_cast<unsigned int>(row * 1024 + j));
+    const float v3 = bf_philox(v1, v2, 42u, static_cast<unsigned int>(row * 1024 + j));
     const bool v4 = v3 >= 0.1f;
     const float v5 = __half2float(b1[row * 1024 + j]);
     const float v6 = b2[(row * 1024 + j) % 1024];
@@ -122,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   for (int j = lid; j < 1024; j += 256) {
     const unsigned int v14 = b0[0];
     const unsigned int v15 = b0[1];
-    const float v16 = bf_philox(v14, v15, 35u, static_cast<unsigned int>(row * 1024 + j));
+    const float v16 = bf_philox(v14, v15, 42u, static_cast<unsigned int>(row * 1024 + j));
     const bool v17 = v16 >= 0.1f;
     const float v18 = __half2float(b1[row * 1024 + j]);
     const float v19 = b2[(row * 1024 + j) % 1024];
@@ -152,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const unsigned int* 
   for (int j = lid; j < 1024; j += 256) {
     const unsigned int v31 = b0[0];
     const unsigned int v32 = b0[1];
-    const float v33 = bf_philox(v31, v32, 35u, static_cast<unsigned int>(row * 1024 + j));
+    const float v33 = bf_philox(v31, v32, 42u, static_cast<unsigned int>(row * 1024 + j));
     const bool v34 = v33 >= 0.1f;
     const float v35 = __half2float(b1[row * 1024 + j]);
     const float v36 = b2[(row * 1024 + j) % 1024];
