@@ -18,14 +18,14 @@ import { type KernelState, need } from "./state.ts";
 const takeFuel = (ctx: PassContext) => () => ctx.fuel.take();
 
 /**
- * The most buffers a sibling or consumer merge may make a kernel bind. Where WGSL is emitted, the pass's
- * portability cap, or the adapter's limit if lower. CUDA and C kernels take their buffers as parameters
- * and have no such limit: there a merge is bounded only by an adapter limit passed in (none today), so
- * bert-large's LAMB update also computes the weight norm over the weights it already reads (1.3 GB less
- * per step) instead of stopping at 12 buffers.
+ * The most buffers a sibling or consumer merge may make a kernel bind. Where the target binds them through a
+ * table of limited size (WGSL), the pass's portability cap, or the adapter's limit if lower. CUDA and C kernels
+ * take their buffers as parameters and have no such limit: there a merge is bounded only by an adapter limit
+ * passed in (none today), so bert-large's LAMB update also computes the weight norm over the weights it
+ * already reads (1.3 GB less per step) instead of stopping at 12 buffers.
  */
 function mergeBindingLimit(s: KernelState, cap: number): number {
-  if (s.options.target.language === "wgsl") return Math.min(s.options.maxBindings ?? cap, cap);
+  if (s.options.target.limitedBindings) return Math.min(s.options.maxBindings ?? cap, cap);
   return s.options.maxBindings ?? Infinity;
 }
 const logOf = (ctx: PassContext) => ctx.flags.level >= 3 ? (m: string) => console.error(m) : undefined;

@@ -21,6 +21,11 @@ export interface Target extends TargetProfile {
   readonly emit: Emitter;
   /** Its implementation table. */
   readonly implements: Implementations;
+  /**
+   * Whether a kernel's buffers are bound through a table of limited size (WebGPU's storage buffers per
+   * shader stage), so that merges keep to a portable count; CUDA and C kernels take them as parameters.
+   */
+  readonly limitedBindings: boolean;
 }
 
 /** What a target runs as library calls or hand-written kernels instead of fused kernels. */
@@ -54,6 +59,7 @@ export function makeTarget(profile: TargetProfile, language: Language, libraryGe
     language,
     emit: EMITTERS[language],
     implements: libraryGemms ? table : { ...table, gemm: "template" },
+    limitedBindings: language === "wgsl",
   };
 }
 
