@@ -4,7 +4,7 @@
  * the memory plan), and per output that is a view of such a part (output_views.ts: no kernel writes it,
  * the memory plan places it where the part is).
  */
-import { byteSize, type NodeId, numel } from "../../ir/mod.ts";
+import { byteSize, type DType, type NodeId, numel } from "../../ir/mod.ts";
 import type { BufferRole } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import { outputViews } from "./output_views.ts";
@@ -58,26 +58,37 @@ export const buffersStage: Stage<KernelState> = {
       add(id, outputNodes.has(id) ? "output" : "activation", outputName.get(id));
     for (const k of fusion.kernels) k.roots.forEach(kernelValue);
     fusion.inPlace.concats.forEach(kernelValue);
-    // Each flash site's log-sum-exp per query row, written by its forward and read by its backward.
-    const flashLse = new Map<NodeId, number>();
-    for (const { what, site: { o, spec } } of s.flashParts?.values() ?? []) {
-      if (what !== "forward") continue;
-      const shape = [spec.batch, spec.heads, spec.seqQ];
-      flashLse.set(o, buffers.length);
+    // A buffer no node holds: a flash site's log-sum-exp per query row, written by its forward and read by
+    // its backward; a library call's scratch product, which an epilogue kernel reads (library-calls stage).
+    const scratch = (name: string, dtype: DType, shape: readonly number[]) => {
       buffers.push({
         id: buffers.length,
-        name: `%${o} flash_logsumexp`,
-        dtype: "f32",
-        shape,
-        bytes: 4 * numel(shape),
+        name,
+        dtype,
+        shape: [...shape],
+        bytes: numel(shape) * byteSize(dtype),
         role: "activation",
       });
+      return buffers.length - 1;
+    };
+    const flashLse = new Map<NodeId, number>();
+    for (const { what, site: { o, spec } } of s.flashParts?.values() ?? []) {
+      if (what === "forward") {
+        flashLse.set(o, scratch(`%${o} flash_logsumexp`, "f32", [spec.batch, spec.heads, spec.seqQ]));
+      }
+    }
+    const scratchOf = new Map<number, number>();
+    for (const [i, { direct, scratchDtype: dtype = "f32" }] of s.calls ?? []) {
+      const mm = g.nodes[fusion.kernels[i].anchor!];
+      if (!direct) {
+        scratchOf.set(i, scratch(`%${mm.id} matmul product ${dtype} (cuBLASLt)`, dtype, mm.type.shape));
+      }
     }
     const viewOf = new Map<number, number>();
     for (const [o, p] of views) {
       add(o, "output", outputName.get(o));
       viewOf.set(bufferOfNode.get(o)!, bufferOfNode.get(p)!);
     }
-    return { ...s, fusion, buffers, bufferOfNode, viewOf, ...(flashLse.size ? { flashLse } : {}) };
+    return { ...s, fusion, buffers, bufferOfNode, viewOf, scratchOf, ...(flashLse.size ? { flashLse } : {}) };
   },
 };

@@ -37,7 +37,7 @@ export function printState(s: KernelState): string {
     }
   }
   if (s.kernels) {
-    out.push("", `kernels: ${s.kernels.length}${s.vectorized ? " (vectorize ran)" : ""}`);
+    out.push("", `kernels: ${s.kernels.length}`);
     for (const k of s.kernels) out.push(printKernel(k));
   }
   if (s.gemms?.length) {

@@ -1,12 +1,14 @@
 /**
- * Lowering: each fused kernel to the kernel IR (index math, loops, reductions, workgroup shape); then
- * loop kernels whose bindings allow it process four consecutive elements per thread.
+ * Lowering: each fused kernel to the kernel IR (index math, loops, reductions, workgroup shape), flash kernels
+ * to their CUDA C, and each library call with its buffers and epilogue kernel; then loop kernels (epilogues
+ * included) whose bindings allow it process four consecutive elements per thread.
  */
 import { lowerKernel } from "../lower/lower_kernel.ts";
 import { vectorizeLoop } from "../lower/vectorize.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import { flashKernel } from "./flash_attention.ts";
-import { type FlashOverride, type KernelState, need, valueContext } from "./state.ts";
+import { libraryGemmOf } from "./library_calls.ts";
+import { type FlashOverride, type KernelState, type LibraryGemm, need, valueContext } from "./state.ts";
 
 export const lowerStage: Stage<KernelState> = {
   name: "lower",
@@ -27,9 +29,18 @@ export const lowerStage: Stage<KernelState> = {
       flash.set(i, f.override);
       return f.kernel;
     });
-    return { ...s, kernels, ...(flash.size ? { flash } : {}) };
+    const gemmOf = new Map<number, LibraryGemm>();
+    for (const [i, v] of s.calls ?? []) {
+      const k = fusion.kernels[i];
+      gemmOf.set(i, libraryGemmOf(s.graph, k, v, { ...ctx, members: k.members }, s.scratchOf?.get(i)));
+    }
+    return { ...s, kernels, ...(flash.size ? { flash } : {}), ...(s.calls ? { gemmOf } : {}) };
   },
 };
+
+const vectorizeEpilogue = (
+  l: LibraryGemm,
+) => (l.epilogue ? { ...l, epilogue: vectorizeLoop(l.epilogue) } : l);
 
 export const vectorizeStage: Stage<KernelState> = {
   name: "vectorize",
@@ -37,7 +48,7 @@ export const vectorizeStage: Stage<KernelState> = {
   run: (s) => ({
     ...s,
     kernels: need(s.kernels, "lowered kernels", "vectorize").map(vectorizeLoop),
-    vectorized: true,
+    gemmOf: s.gemmOf && new Map([...s.gemmOf].map(([i, l]) => [i, vectorizeEpilogue(l)])),
   }),
-  skip: (s) => ({ ...s, vectorized: false }),
+  skip: (s) => s,
 };

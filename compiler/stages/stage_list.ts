@@ -20,7 +20,7 @@ import {
 } from "./fusion.ts";
 import { inPlaceUpdatesStage } from "./in_place_updates.ts";
 import { legalizeStage } from "./legalize.ts";
-import { libraryCallsStage } from "./library_calls.ts";
+import { bgradStage, libraryCallsStage } from "./library_calls.ts";
 import { lowerStage, vectorizeStage } from "./lower.ts";
 import { memoryStage } from "./memory.ts";
 import { printState } from "./dump.ts";
@@ -49,10 +49,11 @@ export const FUSION_STAGES: readonly Stage<KernelState>[] = [
 export const PLAN_STAGES: readonly Stage<KernelState>[] = [
   storageStage,
   flashAttentionStage,
+  libraryCallsStage,
   buffersStage,
   lowerStage,
   vectorizeStage,
-  libraryCallsStage,
+  bgradStage,
   scheduleStage,
   inPlaceUpdatesStage,
   memoryStage,

@@ -13,6 +13,7 @@ import type { ValueContext } from "../lower/values.ts";
 import type { Precision } from "../training_graph/mixed_precision.ts";
 import type { StoragePlan } from "../storage/storage_precision.ts";
 import type { FlashSite } from "../lower/flash_match.ts";
+import type { GemmVerdict } from "../lower/gemm_library.ts";
 
 /** Whether a matmul kernel's GEMM became a library call on CUDA, and why (not). */
 export interface GemmDecision {
@@ -50,6 +51,12 @@ export interface KernelOptions {
 
 /** A plan buffer before memory planning gives it a slot. */
 export type StateBuffer = Omit<PlanBuffer, "slot">;
+
+/**
+ * A matmul kernel's library call as the library-calls stage decides it, before buffers exist: its operands'
+ * `buffer` fields hold the nodes whose buffers they are (the lower stage puts the buffers in).
+ */
+export type GemmCall = Extract<GemmVerdict, { readonly ok: true }>;
 
 /** A GEMM that runs as a library call, with the epilogue kernel that reads its f32 scratch product. */
 export interface LibraryGemm {
@@ -121,14 +128,16 @@ export interface KernelState {
   readonly flashParts?: ReadonlyMap<number, FlashPart>;
   /** Each flash site's log-sum-exp buffer, by the site's O node (buffers stage). */
   readonly flashLse?: ReadonlyMap<NodeId, number>;
+  /** The matmul kernels that run as library calls, by kernel index (library-calls stage). */
+  readonly calls?: ReadonlyMap<number, GemmCall>;
+  /** The scratch product of each call that writes one, by kernel index (buffers stage). */
+  readonly scratchOf?: ReadonlyMap<number, number>;
   readonly buffers?: readonly StateBuffer[];
   readonly bufferOfNode?: ReadonlyMap<NodeId, number>;
   /** Output buffers that view another's bytes (buffers stage, output_views.ts): view -> the buffer viewed. */
   readonly viewOf?: ReadonlyMap<number, number>;
   /** One per fused kernel, in fusion's order. */
   readonly kernels?: readonly Kernel[];
-  /** Whether the vectorize stage ran (GEMM epilogues lowered later are vectorized too). */
-  readonly vectorized?: boolean;
   /** Library GEMMs by kernel index, and one decision per matmul kernel (CUDA only). */
   readonly gemmOf?: ReadonlyMap<number, LibraryGemm>;
   readonly gemms?: readonly GemmDecision[];
@@ -152,16 +161,20 @@ export function need<T>(value: T | undefined, what: string, stage: string): T {
   return value;
 }
 
-/** The lowering's view of the state: buffers, stored dtypes, and which nodes no kernel computes. */
-export function valueContext(s: KernelState, stage: string): Omit<ValueContext, "members"> {
+/**
+ * The lowering's view of the state: buffers, stored dtypes, and which nodes no kernel computes. With
+ * `"nodes"`, before buffers exist: a node's "buffer" is the node itself (library-calls).
+ */
+export function valueContext(s: KernelState, stage: string, by?: "nodes"): Omit<ValueContext, "members"> {
   const fusion = need(s.fusion, "the fusion", stage);
   const storage = need(s.storage, "the storage plan", stage);
-  const bufferOfNode = need(s.bufferOfNode, "buffers", stage);
+  const bufferOfNode = by ? undefined : need(s.bufferOfNode, "buffers", stage);
   return {
     graph: s.graph,
     storedType: storage.storedType,
     computedAnywhere: (id: NodeId) => fusion.kernelOf[id] < 0 && !fusion.materialized.has(id),
     bufferOf: (id: NodeId) => {
+      if (!bufferOfNode) return id;
       const b = bufferOfNode.get(id);
       if (b === undefined) throw new Error(`internal: %${id} has no buffer`);
       return b;
