@@ -1,49 +1,55 @@
 /**
  * Bias gradients as cuBLASLt epilogues (issue 16 item 1): the dW GEMM's BGRADA/BGRADB epilogue computes the
  * bias gradient db = Σ_tokens dY, a column sum of the operand it reads anyway, so the column-sum kernels
- * leave the step. Recognized on the graph by how many row blocks of X each node sums; the kernels stay in
- * the plan as the call's fallback, and only CUDA plans whose step order lets either path write the vector
- * take it (DESIGN.md, notes: compiler/lower/gemm_bgrad.ts).
+ * leave the step. Recognized on the fusion, before buffers, by how many row blocks of X each node sums; the
+ * kernels stay in the plan as the call's fallback, and only CUDA plans whose kernel order lets either path
+ * write the vector take it (DESIGN.md, notes: compiler/lower/gemm_bgrad.ts).
  */
-import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import { readsOf } from "../fusion/kernel_facts.ts";
 import type { FusionResult } from "../fusion/types.ts";
-import type { Kernel } from "../kernel_ir/ir.ts";
 import { biasTypeFits, type GemmDType } from "./gemm_library.ts";
-import type { PlanGemm } from "../../plan/plan.ts";
+import { kernelName } from "./naming.ts";
+import type { PlanGemm, PlanGemmOperand } from "../../plan/plan.ts";
 
-/** What bgradEpilogues needs of the kernel state. */
+/** What bgradEpilogues reads: the graph, the fusion (before buffers) and what each node is stored as. */
 export interface BgradContext {
   readonly graph: Graph;
   readonly fusion: FusionResult;
-  /** Lowered kernels, aligned with fusion.kernels (names and buffer bindings). */
-  readonly kernels: readonly Kernel[];
-  readonly bufferOfNode: ReadonlyMap<NodeId, number>;
-  /** Stored dtype per buffer id. */
-  readonly bufferDtype: (buffer: number) => string;
+  readonly storedType: (id: NodeId) => DType;
 }
 
-/** A GEMM call given a bias-gradient epilogue, and the column-sum kernels it covers. */
-export interface BgradChoice {
-  readonly call: PlanGemm;
-  readonly covers: readonly number[];
+/** The bias-gradient epilogue a call takes: `bias` and `copies` name nodes, as the call's operands do. */
+export type BgradEpilogue = Extract<NonNullable<PlanGemm["epilogue"]>, { kind: "bgrad" }>;
+
+/** What a call is to bgradEpilogues: sizes, operands naming nodes, D's dtype, whether it has an epilogue. */
+export interface BgradCall {
+  readonly m: number;
+  readonly n: number;
+  readonly k: number;
+  readonly batch: number;
+  readonly outer?: number;
+  readonly a: PlanGemmOperand;
+  readonly b: PlanGemmOperand;
+  readonly dDtype: GemmDType;
+  readonly epilogue: boolean;
 }
 
 /**
- * For each library GEMM (kernel index -> call) that can take over a column sum, its call with the
- * bias-gradient epilogue and the kernels it covers. Each column sum goes to one call at most.
+ * For each library GEMM (kernel index -> its call) that can take over a column sum, the bias-gradient
+ * epilogue it takes. Each column sum goes to one call at most.
  */
 export function bgradEpilogues(
   c: BgradContext,
-  calls: ReadonlyMap<number, PlanGemm>,
-): Map<number, BgradChoice> {
+  calls: ReadonlyMap<number, BgradCall>,
+): Map<number, BgradEpilogue> {
   const g = c.graph;
   const consumers: NodeId[][] = g.nodes.map(() => []);
   for (const n of g.nodes) for (const i of new Set(n.inputs)) consumers[i].push(n.id);
   const outputs = new Set(g.outputs.values());
-  const nodesOfBuffer = new Map<number, NodeId[]>();
-  for (const [id, b] of c.bufferOfNode) nodesOfBuffer.set(b, [...(nodesOfBuffer.get(b) ?? []), id]);
+  const reads = c.fusion.kernels.map((k) => readsOf(g, c.fusion, k));
   const claimed = new Set<number>();
-  const out = new Map<number, BgradChoice>();
+  const out = new Map<number, BgradEpilogue>();
   for (const [gi, call] of [...calls].sort((x, y) => x[0] - y[0])) {
     if (call.epilogue || call.batch !== 1 || (call.outer ?? 1) > 1) continue;
     for (const operand of ["a", "b"] as const) {
@@ -52,22 +58,16 @@ export function bgradEpilogues(
       if (op.trans !== (operand === "a") || op.offset !== 0) continue;
       const cols = operand === "a" ? call.m : call.n;
       if (op.ld !== cols) continue;
-      const found = columnSum(c, consumers, outputs, nodesOfBuffer, op.buffer, call.k, cols, gi);
+      const found = columnSum(c, consumers, outputs, reads, op.buffer, call.k, cols, gi);
       if (!found || found.covers.some((k) => claimed.has(k))) continue;
-      if (!biasTypeFits(call.d.dtype, found.dtype)) continue;
+      if (!biasTypeFits(call.dDtype, found.dtype)) continue;
       found.covers.forEach((k) => claimed.add(k));
       out.set(gi, {
-        call: {
-          ...call,
-          epilogue: {
-            kind: "bgrad",
-            operand,
-            bias: { buffer: found.buffer, offset: 0, dtype: found.dtype, batchStride: 0 },
-            fallback: found.covers.map((k) => c.kernels[k].name),
-            copies: found.copies,
-          },
-        },
-        covers: found.covers,
+        kind: "bgrad",
+        operand,
+        bias: { buffer: found.vector, offset: 0, dtype: found.dtype, batchStride: 0 },
+        fallback: found.covers.map((k) => kernelName(g, c.fusion.kernels[k])),
+        copies: found.copies,
       });
       break;
     }
@@ -76,27 +76,25 @@ export function bgradEpilogues(
 }
 
 /**
- * The column sum over the `rows` rows of buffer `x` viewed [rows, cols] that kernels before `gemm` compute
- * and nothing else: its kernels (ascending), the vector's buffer and stored dtype, and the other buffers
- * holding the same vector; undefined if none.
+ * The column sum over the `rows` rows of node `x` viewed [rows, cols] that kernels before `gemm` compute and
+ * nothing else: its kernels (ascending), the vector's node and stored dtype, and the other nodes holding the
+ * same vector; undefined if none.
  */
 function columnSum(
   c: BgradContext,
   consumers: readonly NodeId[][],
   outputs: ReadonlySet<NodeId>,
-  nodesOfBuffer: ReadonlyMap<number, readonly NodeId[]>,
-  x: number,
+  reads: readonly ReadonlySet<NodeId>[],
+  x: NodeId,
   rows: number,
   cols: number,
   gemm: number,
-): { covers: number[]; buffer: number; dtype: GemmDType; copies: number[] } | undefined {
+): { covers: number[]; vector: NodeId; dtype: GemmDType; copies: NodeId[] } | undefined {
   const g = c.graph, { fusion } = c;
-  // Blocks summed per node (see the file comment), from X's nodes forward.
+  // Blocks summed per node (see the file comment), from X forward.
   const blocks = new Map<NodeId, number>();
   const queue: NodeId[] = [];
-  for (const id of nodesOfBuffer.get(x) ?? []) {
-    if (numel(g.nodes[id].type.shape) === rows * cols) (blocks.set(id, rows), queue.push(id));
-  }
+  if (numel(g.nodes[x].type.shape) === rows * cols) (blocks.set(x, rows), queue.push(x));
   while (queue.length) {
     const id = queue.shift()!;
     const q = blocks.get(id)!;
@@ -137,42 +135,30 @@ function columnSum(
   }
   const partials = kept.flatMap((k) => fusion.kernels[k].roots.filter((r) => (blocks.get(r) ?? rows) < rows));
   if (partials.some(needed)) return undefined;
-  const held = vectors.map((v) => c.bufferOfNode.get(v));
-  if (held.length === 0 || held.some((b) => b === undefined)) return undefined;
-  const [buffer, ...copies] = held as number[];
-  if (copies.some((b) => c.bufferDtype(b) !== c.bufferDtype(buffer))) return undefined;
-  // Reads only X and each other's buffers; the vectors' buffers (and the flat vectors they are pieces of)
-  // are written by these kernels alone and read elsewhere only after the GEMM; their other buffers are
-  // read by no other kernel.
-  const written = new Set([
-    ...covers.flatMap((k) => c.kernels[k].bindings.filter((b) => b.access !== "read").map((b) => b.buffer)),
-    ...partials.flatMap((r) => {
-      const b = c.bufferOfNode.get(r);
-      return b === undefined ? [] : [b];
-    }),
-  ]);
-  for (const k of covers) {
-    if (c.kernels[k].bindings.some((b) => b.access !== "write" && b.buffer !== x && !written.has(b.buffer))) {
-      return undefined;
-    }
-  }
+  if (vectors.length === 0) return undefined;
+  const [vector, ...copies] = vectors;
+  if (copies.some((v) => c.storedType(v) !== c.storedType(vector))) return undefined;
+  // Reads only X and each other's values; the vectors (and the flat vectors they are pieces of) are written
+  // by these kernels alone and read elsewhere only after the GEMM; their other roots are read by no other
+  // kernel.
+  const written = new Set([...covers.flatMap((k) => fusion.kernels[k].roots), ...partials]);
+  for (const k of covers) if ([...reads[k]].some((r) => r !== x && !written.has(r))) return undefined;
   const flats = new Set(vectors.flatMap((v) => {
     const at = placed.get(v);
-    const b = at && c.bufferOfNode.get(at.concat);
-    return b === undefined ? [] : [b];
+    return at ? [at.concat] : [];
   }));
   if (vectors.some((v) => placed.has(v)) && flats.size === 0) return undefined;
-  for (let k = 0; k < c.kernels.length; k++) {
+  for (let k = 0; k < fusion.kernels.length; k++) {
     if (sums.includes(k)) continue;
-    for (const b of c.kernels[k].bindings) {
-      if (flats.has(b.buffer) && b.access !== "write" && k <= gemm) return undefined;
-      if (!written.has(b.buffer)) continue;
-      if (!held.includes(b.buffer) || b.access !== "read" || k <= gemm) return undefined;
+    if (fusion.kernels[k].roots.some((r) => written.has(r))) return undefined;
+    for (const r of reads[k]) {
+      if (flats.has(r) && k <= gemm) return undefined;
+      if (written.has(r) && (!vectors.includes(r) || k <= gemm)) return undefined;
     }
   }
-  const dtype = c.bufferDtype(buffer);
+  const dtype = c.storedType(vector);
   if (dtype !== "f32" && dtype !== "f16" && dtype !== "bf16") return undefined;
-  return { covers, buffer, dtype, copies };
+  return { covers, vector, dtype, copies };
 }
 
 /** Blocks node `u` sums given that its input sums `q` (see the file comment); undefined if it is no such sum. */

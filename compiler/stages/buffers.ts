@@ -7,7 +7,6 @@
 import { byteSize, type DType, type NodeId, numel } from "../../ir/mod.ts";
 import type { BufferRole } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
-import { outputViews } from "./output_views.ts";
 import { type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
 
 /** A buffer for node `id`'s value, numbered after `buffers`. */
@@ -36,11 +35,7 @@ export const buffersStage: Stage<KernelState> = {
     "one buffer per input, parameter, kernel root, in-place flat vector and output viewing a part of one",
   run: (s) => {
     const g = s.graph;
-    const { fusion, views } = outputViews(
-      g,
-      need(s.fusion, "the fusion", "buffers"),
-      (id) => storedTypeOf(s, id),
-    );
+    const fusion = need(s.fusion, "the fusion", "buffers"), views = s.views ?? new Map<NodeId, NodeId>();
     const buffers: StateBuffer[] = [];
     const bufferOfNode = new Map<NodeId, number>();
     const add = (id: NodeId, role: BufferRole, name?: string) => {

@@ -20,6 +20,7 @@ import {
   type KernelState,
   type LibraryGemm,
   need,
+  storedTypeOf,
   valueContext,
 } from "./state.ts";
 
@@ -58,6 +59,26 @@ export const libraryCallsStage: Stage<KernelState> = {
           (d.c ? ", adding a stored sum as C (beta 1)" : ""),
       });
     });
+    // CUDA (the fallback kernels exist only there): column sums of a call's operand over k become its
+    // bias-gradient epilogue (gemm_bgrad.ts), the covered kernels named in the plan as its fallback.
+    const bg = !cuda ? new Map() : bgradEpilogues(
+      { graph: g, fusion, storedType: (id) => storedTypeOf(s, id) },
+      new Map([...calls].map(([i, v]) => [i, {
+        ...v,
+        dDtype: v.direct?.dtype ?? v.scratchDtype ?? "f32",
+        epilogue: !!v.direct?.bias,
+      }])),
+    );
+    for (const [i, bgrad] of bg) {
+      calls.set(i, { ...calls.get(i)!, bgrad });
+      const d = gemms.findIndex((x) => x.kernel === kernelName(g, fusion.kernels[i]));
+      gemms[d] = {
+        ...gemms[d],
+        reason: `${
+          gemms[d].reason
+        }, and the bias gradient of an operand (BGRAD epilogue; its column sums kept as the fallback)`,
+      };
+    }
     return { ...s, calls, gemms };
   },
   // Every GEMM runs as the template kernel.
@@ -79,8 +100,16 @@ export function libraryGemmOf(
     ...o,
     buffer: ctx.bufferOf(o.buffer),
   });
-  const { ok: _, direct: d, scratchBatch, scratchDtype, ...sizes } = v;
-  const base = { ...sizes, a: at(v.a), b: at(v.b), compute: "32F" as const };
+  const { ok: _, direct: d, scratchBatch, scratchDtype, bgrad, ...sizes } = v;
+  const base = {
+    ...sizes,
+    a: at(v.a),
+    b: at(v.b),
+    compute: "32F" as const,
+    ...(bgrad
+      ? { epilogue: { ...bgrad, bias: at(bgrad.bias), copies: bgrad.copies.map(ctx.bufferOf) } }
+      : {}),
+  };
   if (d) {
     return {
       call: {
@@ -101,41 +130,3 @@ export function libraryGemmOf(
     scratch,
   };
 }
-
-export const bgradStage: Stage<KernelState> = {
-  name: "bgrad-epilogues",
-  about:
-    "CUDA: a column sum over k of a call's operand becomes its BGRAD epilogue (the sums kept as fallback)",
-  run: (s) => {
-    // CUDA (the fallback kernels exist only there): column sums of a call's operand over k become its
-    // bias-gradient epilogue (gemm_bgrad.ts).
-    if (s.options.target.implements.gemm !== "cublaslt" || !s.gemmOf?.size) return s;
-    const NAME = "bgrad-epilogues";
-    const buffers = need(s.buffers, "buffers", NAME), kernels = need(s.kernels, "lowered kernels", NAME);
-    const bg = bgradEpilogues(
-      {
-        graph: s.graph,
-        fusion: need(s.fusion, "the fusion", NAME),
-        kernels,
-        bufferOfNode: need(s.bufferOfNode, "buffers", NAME),
-        bufferDtype: (b) => buffers[b].dtype,
-      },
-      new Map([...s.gemmOf].map(([i, l]) => [i, l.call])),
-    );
-    if (bg.size === 0) return s;
-    const gemmOf = new Map(s.gemmOf), gemms = [...(s.gemms ?? [])];
-    for (const [i, choice] of bg) {
-      gemmOf.set(i, { ...gemmOf.get(i)!, call: choice.call });
-      // The covered kernels are named in the plan (the epilogue's fallback), not here: reasons are counted.
-      const d = gemms.findIndex((x) => x.kernel === kernels[i].name);
-      gemms[d] = {
-        ...gemms[d],
-        reason: `${
-          gemms[d].reason
-        }, and the bias gradient of an operand (BGRAD epilogue; its column sums kept as the fallback)`,
-      };
-    }
-    return { ...s, gemmOf, gemms };
-  },
-  skip: (s) => s,
-};

@@ -8,6 +8,22 @@
 import type { DType, Graph, NodeId } from "../../ir/mod.ts";
 import type { FusedKernel, FusionResult } from "../fusion/types.ts";
 import { usersOf } from "../graph/users.ts";
+import type { Stage } from "../pipeline/stage_runner.ts";
+import { type KernelState, need, storedTypeOf } from "./state.ts";
+
+export const outputViewsStage: Stage<KernelState> = {
+  name: "output-views",
+  about:
+    "gradient outputs that are reshapes of their piece of a flat vector get no kernel: they view the piece",
+  run: (s) => {
+    const { fusion, views } = outputViews(
+      s.graph,
+      need(s.fusion, "the fusion", "output-views"),
+      (id) => storedTypeOf(s, id),
+    );
+    return { ...s, fusion, views };
+  },
+};
 
 export interface OutputViews {
   /** The fusion with the views taken out of the kernels that wrote them. */

@@ -20,7 +20,8 @@ import {
 } from "./fusion.ts";
 import { inPlaceUpdatesStage } from "./in_place_updates.ts";
 import { legalizeStage } from "./legalize.ts";
-import { bgradStage, libraryCallsStage } from "./library_calls.ts";
+import { libraryCallsStage } from "./library_calls.ts";
+import { outputViewsStage } from "./output_views.ts";
 import { lowerStage, vectorizeStage } from "./lower.ts";
 import { memoryStage } from "./memory.ts";
 import { printState } from "./dump.ts";
@@ -49,11 +50,11 @@ export const FUSION_STAGES: readonly Stage<KernelState>[] = [
 export const PLAN_STAGES: readonly Stage<KernelState>[] = [
   storageStage,
   flashAttentionStage,
+  outputViewsStage,
   libraryCallsStage,
   buffersStage,
   lowerStage,
   vectorizeStage,
-  bgradStage,
   scheduleStage,
   inPlaceUpdatesStage,
   memoryStage,

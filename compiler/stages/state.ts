@@ -14,6 +14,7 @@ import type { Precision } from "../training_graph/mixed_precision.ts";
 import type { StoragePlan } from "../storage/storage_precision.ts";
 import type { FlashSite } from "../lower/flash_match.ts";
 import type { GemmVerdict } from "../lower/gemm_library.ts";
+import type { BgradEpilogue } from "../lower/gemm_bgrad.ts";
 
 /** Whether a matmul kernel's GEMM became a library call on CUDA, and why (not). */
 export interface GemmDecision {
@@ -54,9 +55,10 @@ export type StateBuffer = Omit<PlanBuffer, "slot">;
 
 /**
  * A matmul kernel's library call as the library-calls stage decides it, before buffers exist: its operands'
- * `buffer` fields hold the nodes whose buffers they are (the lower stage puts the buffers in).
+ * `buffer` fields (and a bias gradient's vector and copies) hold the nodes whose buffers they are (the lower
+ * stage puts the buffers in).
  */
-export type GemmCall = Extract<GemmVerdict, { readonly ok: true }>;
+export type GemmCall = Extract<GemmVerdict, { readonly ok: true }> & { readonly bgrad?: BgradEpilogue };
 
 /** A GEMM that runs as a library call, with the epilogue kernel that reads its f32 scratch product. */
 export interface LibraryGemm {
@@ -128,6 +130,8 @@ export interface KernelState {
   readonly flashParts?: ReadonlyMap<number, FlashPart>;
   /** Each flash site's log-sum-exp buffer, by the site's O node (buffers stage). */
   readonly flashLse?: ReadonlyMap<NodeId, number>;
+  /** Graph outputs that view a piece of a flat vector: output -> the piece (output-views stage). */
+  readonly views?: ReadonlyMap<NodeId, NodeId>;
   /** The matmul kernels that run as library calls, by kernel index (library-calls stage). */
   readonly calls?: ReadonlyMap<number, GemmCall>;
   /** The scratch product of each call that writes one, by kernel index (buffers stage). */
