@@ -9,6 +9,22 @@ import type { BufferRole } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import { type KernelState, need, type StateBuffer, storedTypeOf } from "./state.ts";
 
+/** A buffer numbered after `buffers`. */
+const newBuffer = (
+  buffers: readonly StateBuffer[],
+  name: string,
+  dtype: DType,
+  shape: readonly number[],
+  role: BufferRole,
+): StateBuffer => ({
+  id: buffers.length,
+  name,
+  dtype,
+  shape: [...shape],
+  bytes: numel(shape) * byteSize(dtype),
+  role,
+});
+
 /** A buffer for node `id`'s value, numbered after `buffers`. */
 export function nodeBuffer(
   s: KernelState,
@@ -18,15 +34,7 @@ export function nodeBuffer(
   name?: string,
 ): StateBuffer {
   const n = s.graph.nodes[id];
-  const dtype = storedTypeOf(s, id);
-  return {
-    id: buffers.length,
-    name: name ?? `%${id} ${n.op}`,
-    dtype,
-    shape: [...n.type.shape],
-    bytes: numel(n.type.shape) * byteSize(dtype),
-    role,
-  };
+  return newBuffer(buffers, name ?? `%${id} ${n.op}`, storedTypeOf(s, id), n.type.shape, role);
 }
 
 export const buffersStage: Stage<KernelState> = {
@@ -55,17 +63,8 @@ export const buffersStage: Stage<KernelState> = {
     fusion.inPlace.concats.forEach(kernelValue);
     // A buffer no node holds: a flash site's log-sum-exp per query row, written by its forward and read by
     // its backward; a library call's scratch product, which an epilogue kernel reads (library-calls stage).
-    const scratch = (name: string, dtype: DType, shape: readonly number[]) => {
-      buffers.push({
-        id: buffers.length,
-        name,
-        dtype,
-        shape: [...shape],
-        bytes: numel(shape) * byteSize(dtype),
-        role: "activation",
-      });
-      return buffers.length - 1;
-    };
+    const scratch = (name: string, dtype: DType, shape: readonly number[]) =>
+      buffers.push(newBuffer(buffers, name, dtype, shape, "activation")) - 1;
     const flashLse = new Map<NodeId, number>();
     for (const { what, site: { o, spec } } of s.flashParts?.values() ?? []) {
       if (what === "forward") {

@@ -9,7 +9,7 @@ import type { NodeId } from "../../ir/mod.ts";
 import type { FusedKernel, FusionResult } from "../fusion/types.ts";
 import { deriveGemm } from "../lower/gemm_library.ts";
 import type { ProductHeads } from "../lower/flash_match.ts";
-import type { KernelState } from "./state.ts";
+import { type KernelState, valueContext } from "./state.ts";
 
 /** The fusion the flash stage edits, as working copies: kernels, kernelOf and the materialized set. */
 export interface FusionWork {
@@ -58,15 +58,15 @@ export function rerootAtProduct(
     }
   }
   const kernel: FusedKernel = { ...old, roots: [anchor], members };
-  // The verdict the library-calls stage will reach: the dropped members computed where read. Buffers are
-  // numbered later, and no verdict depends on their numbers.
-  const v = deriveGemm(s.graph, kernel, {
-    graph: s.graph,
-    storedType: s.storage!.storedType,
-    computedAnywhere: (id) => dropped.has(id) || (w.kernelOf[id] < 0 && !w.materialized.has(id)),
-    bufferOf: () => 0,
+  // The verdict the library-calls stage will reach (nodes standing for their buffers, as there): the dropped
+  // members computed where read.
+  const base = valueContext({ ...s, fusion: workedFusion(s.fusion!, w) }, "flash-attention", "nodes");
+  const ctx = {
+    ...base,
+    computedAnywhere: (id: NodeId) => dropped.has(id) || base.computedAnywhere(id),
     members,
-  }, { biasEpilogue: true });
+  };
+  const v = deriveGemm(s.graph, kernel, ctx, { biasEpilogue: true });
   if (!v.ok || !v.direct || v.direct.root !== anchor) {
     return `fused kernel ${at}'s product would not be a direct library call`;
   }

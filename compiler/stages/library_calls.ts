@@ -39,6 +39,7 @@ export const libraryCallsStage: Stage<KernelState> = {
     const ctx = valueContext(s, NAME, "nodes");
     const calls = new Map<number, GemmCall>();
     const gemms: GemmDecision[] = [];
+    const decisionOf = new Map<number, number>(); // kernel index -> its entry in gemms
     fusion.kernels.forEach((k, i) => {
       if (k.kind !== "matmul") return;
       const v = deriveGemm(g, k, { ...ctx, members: k.members }, {
@@ -47,6 +48,7 @@ export const libraryCallsStage: Stage<KernelState> = {
         groupsFree: !cuda,
       });
       const kernel = kernelName(g, k);
+      decisionOf.set(i, gemms.length);
       if (!v.ok) return gemms.push({ kernel, library: false, reason: v.reason });
       calls.set(i, v);
       const d = v.direct;
@@ -71,7 +73,7 @@ export const libraryCallsStage: Stage<KernelState> = {
     );
     for (const [i, bgrad] of bg) {
       calls.set(i, { ...calls.get(i)!, bgrad });
-      const d = gemms.findIndex((x) => x.kernel === kernelName(g, fusion.kernels[i]));
+      const d = decisionOf.get(i)!;
       gemms[d] = {
         ...gemms[d],
         reason: `${
