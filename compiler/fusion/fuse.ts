@@ -14,7 +14,7 @@ import { isLibraryColumnSum } from "./library_sums.ts";
 import { rematVerdict } from "./remat.ts";
 import { ELEM, operandNeed, ROW } from "./needs.ts";
 import { type FusedKernel, type FusionDecision, type FusionResult, type Need, no } from "./types.ts";
-import { usersOf } from "../graph/users.ts";
+import { inlineNodes, usersOf } from "../graph/users.ts";
 
 export interface FusionOptions {
   /** false: one kernel per op (constants inline; reshape/broadcast stay views) — the unfused baseline. */
@@ -31,28 +31,12 @@ export interface FusionOptions {
   readonly maxBindingBytes?: number;
   /** Nodes written to a buffer even where a reader could compute them (compiler/passes/low_weight_copies.ts). */
   readonly roots?: ReadonlySet<NodeId>;
-  /** GEMMs write their raw product: library calls without a fused epilogue (remat.ts RematGraph). */
-  readonly rawGemmOutputs?: boolean;
+  /** Matmuls that write their raw product: library calls without a fused epilogue (remat.ts RematGraph). */
+  readonly rawCalls?: ReadonlySet<NodeId>;
 }
 
 const isBuffer = (op: string) => op === "input" || op === "param";
 const isReduceOp = (op: string) => op === "reduce_sum" || op === "reduce_max";
-
-/** Nodes computable at any index from constants and buffers alone, without a kernel of their own. */
-function inlineNodes(g: Graph, fuse: boolean): Uint8Array {
-  const inline = new Uint8Array(g.nodes.length);
-  const cheap = (i: NodeId) => inline[i] === 1 || isBuffer(g.nodes[i].op);
-  for (const n of g.nodes) {
-    if (n.op === "const") inline[n.id] = 1;
-    else if (!fuse) continue;
-    else if (n.op === "iota") inline[n.id] = 1;
-    else if (n.op === "random_uniform") inline[n.id] = cheap(n.inputs[0]) ? 1 : 0;
-    else if (isMovement(n.op)) inline[n.id] = n.inputs.every(cheap) ? 1 : 0;
-    else if (n.op === "cast") inline[n.id] = cheap(n.inputs[0]) ? 1 : 0; // a conversion on load is free
-    else if (isElementwise(n.op)) inline[n.id] = n.inputs.every((i) => inline[i] === 1) ? 1 : 0;
-  }
-  return inline;
-}
 
 /**
  * Producer-consumer fusion, consumers first; with `fuse: false`, one kernel per op (the unfused
@@ -101,7 +85,7 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     users,
     inline,
     stored: (id: NodeId) => isBuffer(nodes[id].op) || isAssembled(id) || isOutput[id] === 1,
-    rawGemmOutputs: opts.rawGemmOutputs,
+    rawCalls: opts.rawCalls,
   };
 
   const kernelOf = new Int32Array(nodes.length).fill(-1);
@@ -223,8 +207,8 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     // other reader still runs after the kernel that writes it.
     // On library-GEMM plans a column sum of a GEMM operand is left to the GEMM's BGRAD epilogue
     // (library_sums.ts): not a candidate, and the value is written before it runs.
-    const leftToLibrary = opts.rawGemmOutputs
-      ? [...readerKernels].filter((k) => isLibraryColumnSum(g, users, id, kernels[k]))
+    const leftToLibrary = opts.rawCalls?.size
+      ? [...readerKernels].filter((k) => isLibraryColumnSum(g, users, id, kernels[k], opts.rawCalls!))
       : [];
     const candidates = [...readerKernels].filter((k) => !leftToLibrary.includes(k));
     const kid = candidates.length === 0
@@ -269,7 +253,7 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     let verdict = decideJoin(g, id, k, need, needs, extraRoot);
     // A GEMM that writes its raw product (a library call) and is stored anyway: as a reader's epilogue it
     // would also write a scratch product for that reader to read back; alone, its readers read the one.
-    if (verdict.ok && extraRoot && n.op === "matmul" && opts.rawGemmOutputs) {
+    if (verdict.ok && extraRoot && opts.rawCalls?.has(id)) {
       verdict = no("the library GEMM writes its product, stored anyway: its readers read that");
     }
     if (verdict.ok && opts.maxBindings !== undefined) {

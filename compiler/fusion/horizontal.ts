@@ -7,6 +7,7 @@
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { storedBytes } from "../../plan/plan.ts";
+import { isLibraryColumnSum } from "./library_sums.ts";
 import { mergeState } from "./siblings.ts";
 import type { FusedKernel, FusionResult } from "./types.ts";
 import { usersOf } from "../graph/users.ts";
@@ -21,32 +22,15 @@ function bytesOf(g: Graph, values: Iterable<NodeId>): number {
   return bytes;
 }
 
-/** Ops that pass a tensor's elements on, as far as which matmul reads them goes. */
-const PASSES_ON = new Set(["reshape", "cast", "permute"]);
-
 /**
- * Does kernel `k` compute nothing but a sum of a tensor over rows (through views), where a matmul reads
- * that tensor (through views, either way): a bias gradient that a GEMM's BGRAD epilogue may compute?
+ * Does kernel `k` compute nothing but a column sum of the tensor it reads that a call of `calls` will take as
+ * its BGRAD epilogue (library_sums.ts)?
  */
-function mayBeBiasGradient(g: Graph, users: readonly NodeId[][], k: FusedKernel): boolean {
-  if (k.kind !== "reduce") return false;
-  const sums = [...k.members].filter((m) => g.nodes[m].op === "reduce_sum");
-  if (sums.length !== 1 || ![...k.members].every((m) => m === sums[0] || PASSES_ON.has(g.nodes[m].op))) {
-    return false;
-  }
-  const seen = new Set<NodeId>();
-  const stack = [g.nodes[sums[0]].inputs[0]];
-  while (stack.length) {
-    const id = stack.pop()!;
-    if (seen.has(id)) continue;
-    seen.add(id);
-    for (const u of users[id]) {
-      if (g.nodes[u].op === "matmul") return true;
-      if (PASSES_ON.has(g.nodes[u].op)) stack.push(u);
-    }
-    if (PASSES_ON.has(g.nodes[id].op)) stack.push(g.nodes[id].inputs[0]);
-  }
-  return false;
+function mayBeBiasGradient(g: Graph, users: readonly NodeId[][], k: FusedKernel, calls: ReadonlySet<NodeId>) {
+  if (k.kind !== "reduce" || k.roots.length !== 1) return false;
+  let x = g.nodes[k.roots[0]].inputs[0];
+  while (k.members.has(x)) x = g.nodes[x].inputs[0];
+  return isLibraryColumnSum(g, users, x, k, calls);
 }
 
 export function mergeSmallReductions(
@@ -56,16 +40,16 @@ export function mergeSmallReductions(
   takeFuel?: () => boolean,
   maxBindings = Infinity,
   maxBindingBytes?: number,
-  rawGemmOutputs = false,
+  rawCalls: ReadonlySet<NodeId> = new Set(),
 ): FusionResult {
   if (maxBytes <= 0) return r;
   const { kernels, alive, reads, writerOf, dependsOn, mergedBindings, merge, finish } = mergeState(g, r);
   // The BGRAD fallbacks: first passes (or one-pass sums) of a GEMM operand, then what reads only them.
   const fallback = new Set<number>();
-  if (rawGemmOutputs) {
+  if (rawCalls.size > 0) {
     const users = usersOf(g);
     kernels.forEach((k, i) => {
-      if (mayBeBiasGradient(g, users, k)) fallback.add(i);
+      if (mayBeBiasGradient(g, users, k, rawCalls)) fallback.add(i);
     });
     kernels.forEach((_, i) => {
       const from = [...reads[i]].map((x) => writerOf.get(x));

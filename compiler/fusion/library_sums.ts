@@ -9,8 +9,14 @@ import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { keepsElements as passesThrough } from "../passes/gemm_sum_order.ts";
 import type { FusedKernel } from "./types.ts";
 
-/** Whether a matmul reads `x` (through reshapes and casts) as the operand whose rows it sums over. */
-function contractsRowsOf(g: Graph, users: readonly NodeId[][], x: NodeId, cols: number): boolean {
+/** Whether a call of `calls` reads `x` (through reshapes and casts) as the operand whose rows it sums over. */
+function contractsRowsOf(
+  g: Graph,
+  users: readonly NodeId[][],
+  x: NodeId,
+  cols: number,
+  calls: ReadonlySet<NodeId>,
+): boolean {
   const seen = new Set<NodeId>();
   const walk = (id: NodeId): boolean => {
     if (seen.has(id)) return false;
@@ -18,7 +24,7 @@ function contractsRowsOf(g: Graph, users: readonly NodeId[][], x: NodeId, cols: 
     for (const u of users[id]) {
       const n = g.nodes[u];
       if ((n.op === "reshape" || n.op === "cast") && walk(u)) return true;
-      if (n.op !== "matmul") continue;
+      if (!calls.has(u)) continue;
       const shape = g.nodes[id].type.shape;
       if (shape.length !== 2 || shape[1] !== cols) continue;
       if (n.inputs[0] === id && n.attrs.transpose_a === true) return true;
@@ -31,13 +37,15 @@ function contractsRowsOf(g: Graph, users: readonly NodeId[][], x: NodeId, cols: 
 
 /**
  * Whether kernel `k` computes nothing but a column sum of `x` (a sum over x's leading rows, or a first pass
- * of one over parts of those rows) that a library GEMM reading `x` will compute as its BGRAD epilogue.
+ * of one over parts of those rows) that a library call of `calls` reading `x` will compute as its BGRAD
+ * epilogue.
  */
 export function isLibraryColumnSum(
   g: Graph,
   users: readonly NodeId[][],
   x: NodeId,
   k: FusedKernel,
+  calls: ReadonlySet<NodeId>,
 ): boolean {
   if (k.kind !== "reduce" || !k.axes || k.axes.length === 0) return false;
   const root = g.nodes[k.roots[0]];
@@ -53,5 +61,5 @@ export function isLibraryColumnSum(
   if (axes.some((a, i) => a !== axes[0] + i)) return false;
   const cols = numel(space.slice(axes[axes.length - 1] + 1));
   if (cols < 2 || numel(g.nodes[x].type.shape) % cols !== 0) return false;
-  return contractsRowsOf(g, users, x, cols);
+  return contractsRowsOf(g, users, x, cols, calls);
 }

@@ -35,25 +35,24 @@ export interface RematGraph {
   /** Written to a buffer whatever fusion decides: inputs, params, outputs, forced roots, in-place parts. */
   readonly stored: (id: NodeId) => boolean;
   /**
-   * GEMMs write their raw product (library calls: cuBLASLt takes no f32 bias on an f16 product, and no
-   * erf-GELU), so an op on a product costs as much in the GEMM's kernel (a scratch product written and
-   * read back by an epilogue kernel) as in its readers, and a chain may start at the product.
+   * The matmuls that write their raw product (library calls: cuBLASLt takes no f32 bias on an f16 product,
+   * and no erf-GELU), so an op on such a product costs as much in the GEMM's kernel (a scratch product
+   * written and read back by an epilogue kernel) as in its readers, and a chain may start at the product.
    */
-  readonly rawGemmOutputs?: boolean;
+  readonly rawCalls?: ReadonlySet<NodeId>;
 }
 
 /**
  * An elementwise op on a GEMM's result (directly or through a cast: a linear layer's bias add) is that
  * GEMM's epilogue where the GEMM kernel computes it (the template): storing it costs what storing the raw
- * product would, so a chain never recomputes it. Not so where GEMMs write their raw product.
+ * product would, so a chain never recomputes it. Not so where the GEMM writes its raw product.
  */
 function onGemm(r: RematGraph, id: NodeId): boolean {
   const g = r.g;
-  if (r.rawGemmOutputs) return false;
-  return g.nodes[id].inputs.some((i) => {
-    const src = g.nodes[i];
-    return src.op === "matmul" || (src.op === "cast" && g.nodes[src.inputs[0]].op === "matmul");
-  });
+  const template = (mm: NodeId) => g.nodes[mm].op === "matmul" && !r.rawCalls?.has(mm);
+  return g.nodes[id].inputs.some((i) =>
+    template(i) || (g.nodes[i].op === "cast" && template(g.nodes[i].inputs[0]))
+  );
 }
 
 export type RematVerdict =

@@ -11,13 +11,14 @@ import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
 import { usersOf } from "../graph/users.ts";
 
 /**
- * Matmul kernels writing a raw product that an add in one reader sums with an earlier stored tensor take
+ * Matmul kernels of the calls in `rawCalls`, writing a raw product that an add in one reader sums with an earlier stored tensor take
  * the add (and the reshapes and casts on the way) as their root; kernels in order, so a chain of sums
  * becomes a chain of calls. `takeFuel`: false stops (FUSION_FUEL).
  */
 export function sumsIntoGemms(
   g: Graph,
   f: FusionResult,
+  rawCalls: ReadonlySet<NodeId>,
   takeFuel: () => boolean,
   log?: (line: string) => void,
 ): FusionResult {
@@ -34,7 +35,11 @@ export function sumsIntoGemms(
   const single = (id: NodeId) => users[id].length === 1 && !outputs.has(id) ? users[id][0] : undefined;
   for (const [i, k] of kernels.entries()) {
     const p = k.anchor;
-    if (k.kind !== "matmul" || p === undefined || k.roots.length !== 1 || k.roots[0] !== p) continue;
+    if (
+      k.kind !== "matmul" || p === undefined || !rawCalls.has(p) || k.roots.length !== 1 || k.roots[0] !== p
+    ) {
+      continue;
+    }
     // From p to the add: one user each, computed by one reader r (or inline views computed where read).
     const chain: NodeId[] = [];
     let cur = p, next = single(p);

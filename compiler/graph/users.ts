@@ -1,5 +1,6 @@
 /** Who reads each node, and graph queries built on it that passes before and after fusion share. */
 import type { DType, Graph, NodeId } from "../../ir/mod.ts";
+import { isElementwise, isMovement } from "../../ir/ops.ts";
 
 export function usersOf(g: Graph): NodeId[][] {
   const users: NodeId[][] = g.nodes.map(() => []);
@@ -7,6 +8,25 @@ export function usersOf(g: Graph): NodeId[][] {
     for (const i of new Set(n.inputs)) users[i].push(n.id);
   }
   return users;
+}
+
+/**
+ * Nodes computable at any index from constants and buffers alone, without a kernel of their own (with
+ * `fuse` false, only constants: the unfused baseline computes everything else in a kernel).
+ */
+export function inlineNodes(g: Graph, fuse: boolean): Uint8Array {
+  const inline = new Uint8Array(g.nodes.length);
+  const cheap = (i: NodeId) => inline[i] === 1 || g.nodes[i].op === "input" || g.nodes[i].op === "param";
+  for (const n of g.nodes) {
+    if (n.op === "const") inline[n.id] = 1;
+    else if (!fuse) continue;
+    else if (n.op === "iota") inline[n.id] = 1;
+    else if (n.op === "random_uniform") inline[n.id] = cheap(n.inputs[0]) ? 1 : 0;
+    else if (isMovement(n.op)) inline[n.id] = n.inputs.every(cheap) ? 1 : 0;
+    else if (n.op === "cast") inline[n.id] = cheap(n.inputs[0]) ? 1 : 0; // a conversion on load is free
+    else if (isElementwise(n.op)) inline[n.id] = n.inputs.every((i) => inline[i] === 1) ? 1 : 0;
+  }
+  return inline;
 }
 
 /** Views that keep a value's elements (no broadcast, concat or padding): a value read through them is itself. */

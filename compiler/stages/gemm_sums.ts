@@ -33,9 +33,10 @@ export const gemmSumsStage: Stage<KernelState> = {
   name: NAME,
   about: "CUDA: an add of a library GEMM's product and a stored tensor becomes the call's C (beta 1)",
   run: (s, ctx) => {
-    if (!s.fusing || !applies(s)) return s;
+    const raw = s.graphCalls?.raw;
+    if (!s.fusing || !raw?.size) return s;
     const f = need(s.fusion, "the fusion", NAME);
-    const next = sumsIntoGemms(s.graph, f, () => ctx.fuel.take(), logOf(ctx));
+    const next = sumsIntoGemms(s.graph, f, raw, () => ctx.fuel.take(), logOf(ctx));
     return next === f ? s : { ...s, fusion: next };
   },
   skip: (s) => s,

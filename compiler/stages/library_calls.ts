@@ -1,15 +1,18 @@
 /**
- * Library calls, decided on the fusion before any buffer exists (compiler/lower/gemm_library.ts): which matmul
- * kernels run as cuBLASLt or sgemm calls, writing the kernel's output themselves or a scratch product that an
- * epilogue kernel reads. The calls name nodes, not buffers: the buffers stage adds the scratch products, the
- * lower stage lowers the epilogues with every other kernel and puts the buffers in (`libraryGemmOf`). After
- * lowering, a column sum over k of a call's operand becomes its BGRAD epilogue (lower/gemm_bgrad.ts). Why the
- * scratch is a plan buffer: DESIGN.md, notes: compiler/stages/library_calls.ts.
+ * Library calls in two stages. gemm-calls, before fusion, decides on the graph which matmuls are calls
+ * (compiler/passes/gemm_calls.ts). library-calls, on the fusion before any buffer exists, derives each
+ * call's kernel (compiler/lower/gemm_library.ts): a cuBLASLt or sgemm call writing the kernel's output itself
+ * or a scratch product that an epilogue kernel reads, or its template kernel where the stored dtypes or
+ * layouts do not fit. The calls name nodes, not buffers: the buffers stage adds the scratch products, the
+ * lower stage lowers the epilogues with every other kernel and puts the buffers in (`libraryGemmOf`). On CUDA
+ * a column sum over k of a call's operand becomes its BGRAD epilogue (lower/gemm_bgrad.ts). Why the scratch
+ * is a plan buffer: DESIGN.md, notes: compiler/stages/library_calls.ts.
  */
 import { bgradEpilogues } from "../lower/gemm_bgrad.ts";
 import { deriveGemm, outputOperand } from "../lower/gemm_library.ts";
 import { kernelName } from "../lower/naming.ts";
 import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
+import { gemmCallsOnGraph } from "../passes/gemm_calls.ts";
 import type { PlanGemmOperand, PlanGemmVector } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import type { FusedKernel } from "../fusion/types.ts";
@@ -24,6 +27,19 @@ import {
   valueContext,
 } from "./state.ts";
 
+export const gemmCallsStage: Stage<KernelState> = {
+  name: "gemm-calls",
+  about:
+    "matmuls whose operands a library can read become library calls (cuBLASLt, sgemm), decided on the graph",
+  run: (s) => {
+    const gemm = s.options.target.implements.gemm;
+    if (gemm === "template") return s;
+    return { ...s, graphCalls: gemmCallsOnGraph(s.graph, gemm === "cublaslt") };
+  },
+  // Every GEMM a template kernel: library-calls then makes no call.
+  skip: (s) => s,
+};
+
 const NAME = "library-calls";
 
 export const libraryCallsStage: Stage<KernelState> = {
@@ -31,10 +47,10 @@ export const libraryCallsStage: Stage<KernelState> = {
   about:
     "GEMMs that qualify become library calls (cuBLASLt, sgemm), with an epilogue kernel where one is left",
   run: (s) => {
-    const t = s.options.target;
-    if (t.implements.gemm === "template") return { ...s, gemms: [] };
+    const onGraph = s.graphCalls;
+    if (!onGraph) return { ...s, gemms: [] };
     // cuBLASLt takes epilogues and a stored sum as C; the CPU's BLAS neither, and groups cost it nothing.
-    const cuda = t.implements.gemm === "cublaslt";
+    const cuda = s.options.target.implements.gemm === "cublaslt";
     const g = s.graph, fusion = need(s.fusion, "the fusion", NAME);
     const ctx = valueContext(s, NAME, "nodes");
     const calls = new Map<number, GemmCall>();
@@ -42,12 +58,14 @@ export const libraryCallsStage: Stage<KernelState> = {
     const decisionOf = new Map<number, number>(); // kernel index -> its entry in gemms
     fusion.kernels.forEach((k, i) => {
       if (k.kind !== "matmul") return;
+      const kernel = kernelName(g, k);
+      const refused = onGraph.refused.get(k.anchor!);
+      if (refused !== undefined) return gemms.push({ kernel, library: false, reason: refused });
       const v = deriveGemm(g, k, { ...ctx, members: k.members }, {
         biasEpilogue: cuda,
         sumC: cuda,
         groupsFree: !cuda,
       });
-      const kernel = kernelName(g, k);
       decisionOf.set(i, gemms.length);
       if (!v.ok) return gemms.push({ kernel, library: false, reason: v.reason });
       calls.set(i, v);

@@ -20,7 +20,7 @@ import {
 } from "./fusion.ts";
 import { inPlaceUpdatesStage } from "./in_place_updates.ts";
 import { legalizeStage } from "./legalize.ts";
-import { libraryCallsStage } from "./library_calls.ts";
+import { gemmCallsStage, libraryCallsStage } from "./library_calls.ts";
 import { outputViewsStage } from "./output_views.ts";
 import { lowerStage, vectorizeStage } from "./lower.ts";
 import { memoryStage } from "./memory.ts";
@@ -36,6 +36,7 @@ export const FUSION_STAGES: readonly Stage<KernelState>[] = [
   columnSumsStage,
   gemmSumOrderStage,
   weightCopiesStage,
+  gemmCallsStage,
   fusionStage,
   attentionStage,
   siblingStage,

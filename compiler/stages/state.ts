@@ -15,6 +15,7 @@ import type { StoragePlan } from "../storage/storage_precision.ts";
 import type { FlashSite } from "../lower/flash_match.ts";
 import type { GemmVerdict } from "../lower/gemm_library.ts";
 import type { BgradEpilogue } from "../lower/gemm_bgrad.ts";
+import type { GraphCalls } from "../passes/gemm_calls.ts";
 
 /** Whether a matmul kernel's GEMM became a library call on CUDA, and why (not). */
 export interface GemmDecision {
@@ -124,6 +125,8 @@ export interface KernelState {
   readonly fusing: boolean;
   /** Nodes fusion must write to a buffer although a reader could compute them (weight-copies stage). */
   readonly forcedRoots?: ReadonlySet<NodeId>;
+  /** The matmuls that run as library calls, decided on the graph (gemm-calls stage); absent: none do. */
+  readonly graphCalls?: GraphCalls;
   readonly fusion?: FusionResult;
   readonly storage?: StoragePlan;
   /** Fused kernels that flash-attention kernels compute (CUDA only), by index. */

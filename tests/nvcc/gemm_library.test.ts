@@ -49,29 +49,14 @@ Deno.test("library GEMM: transposed operands read with their stored leading dime
       m.param("x", [5, 7], "zeros", "f32").matmul(m.param("w", [6, 7], "zeros", "f32"), { transposeB: true })
     ).plan,
   ).library!.call;
-  assert.deepEqual([tb.m, tb.n, tb.k, tb.b.trans, tb.b.ld, tb.a.trans, tb.a.ld], [
-    5,
-    6,
-    7,
-    true,
-    7,
-    false,
-    7,
-  ]);
+  const fields = (c: typeof tb) => [c.m, c.n, c.k, c.a.trans, c.a.ld, c.b.trans, c.b.ld];
+  assert.deepEqual(fields(tb), [5, 6, 7, false, 7, true, 7]);
   const ta = onlyGemm(
     compile((m) =>
       m.param("x", [7, 5], "zeros", "f32").matmul(m.param("w", [7, 6], "zeros", "f32"), { transposeA: true })
     ).plan,
   ).library!.call;
-  assert.deepEqual([ta.m, ta.n, ta.k, ta.a.trans, ta.a.ld, ta.b.trans, ta.b.ld], [
-    5,
-    6,
-    7,
-    true,
-    5,
-    false,
-    6,
-  ]);
+  assert.deepEqual(fields(ta), [5, 6, 7, true, 5, false, 6]);
 });
 
 Deno.test("library GEMM: a batched product has one batch stride per operand", () => {
@@ -154,6 +139,16 @@ Deno.test("library GEMM: refusals name the reason", () => {
     ),
     /^A is computed on load \(broadcast\)/,
   );
+  // Decided on the graph (passes/gemm_calls.ts): fusion leaves a call's product, read twice, in its own
+  // kernel, and joins a refused one into its first reader like any template GEMM. Mutant: every matmul raw.
+  const stored = (x: (m: ModelBuilder) => Tensor) =>
+    compile((m) => {
+      const p = x(m).matmul(m.param("w", [7, 6], "zeros", "f32"));
+      m.output("e", p.exp());
+      return p.tanh();
+    }).fusion.decisions.some((d) => /the library GEMM writes its product/.test(d.reason));
+  assert.equal(stored((m) => m.param("x", [5, 7], "zeros", "f32")), true);
+  assert.equal(stored((m) => m.param("x", [7], "zeros", "f32").broadcastTo([5, 7])), false);
 });
 
 Deno.test("library GEMM: attention heads at batch 2 run in two groups of one strided batch each", () => {
