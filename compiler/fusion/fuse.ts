@@ -15,6 +15,7 @@ import { rematVerdict } from "./remat.ts";
 import { ELEM, operandNeed, ROW } from "./needs.ts";
 import { type FusedKernel, type FusionDecision, type FusionResult, type Need, no } from "./types.ts";
 import { inlineNodes, usersOf } from "../graph/users.ts";
+import type { GraphCalls } from "../passes/gemm_calls.ts";
 
 export interface FusionOptions {
   /** false: one kernel per op (constants inline; reshape/broadcast stay views) — the unfused baseline. */
@@ -31,8 +32,11 @@ export interface FusionOptions {
   readonly maxBindingBytes?: number;
   /** Nodes written to a buffer even where a reader could compute them (compiler/passes/low_weight_copies.ts). */
   readonly roots?: ReadonlySet<NodeId>;
-  /** Matmuls that write their raw product: library calls without a fused epilogue (remat.ts RematGraph). */
-  readonly rawCalls?: ReadonlySet<NodeId>;
+  /**
+   * The library calls decided on the graph: those that write their raw product have no fused epilogue
+   * (remat.ts RematGraph), and the column sums their BGRAD epilogues may take stay out of other kernels.
+   */
+  readonly calls?: GraphCalls;
 }
 
 const isBuffer = (op: string) => op === "input" || op === "param";
@@ -85,7 +89,7 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     users,
     inline,
     stored: (id: NodeId) => isBuffer(nodes[id].op) || isAssembled(id) || isOutput[id] === 1,
-    rawCalls: opts.rawCalls,
+    rawCalls: opts.calls?.raw,
   };
 
   const kernelOf = new Int32Array(nodes.length).fill(-1);
@@ -207,8 +211,9 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     // other reader still runs after the kernel that writes it.
     // On library-GEMM plans a column sum of a GEMM operand is left to the GEMM's BGRAD epilogue
     // (library_sums.ts): not a candidate, and the value is written before it runs.
-    const leftToLibrary = opts.rawCalls?.size
-      ? [...readerKernels].filter((k) => isLibraryColumnSum(g, users, id, kernels[k], opts.rawCalls!))
+    const bgradSums = opts.calls?.bgradSums;
+    const leftToLibrary = bgradSums?.size
+      ? [...readerKernels].filter((k) => isLibraryColumnSum(g, kernels[k], bgradSums, id))
       : [];
     const candidates = [...readerKernels].filter((k) => !leftToLibrary.includes(k));
     const kid = candidates.length === 0
@@ -253,7 +258,7 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     let verdict = decideJoin(g, id, k, need, needs, extraRoot);
     // A GEMM that writes its raw product (a library call) and is stored anyway: as a reader's epilogue it
     // would also write a scratch product for that reader to read back; alone, its readers read the one.
-    if (verdict.ok && extraRoot && opts.rawCalls?.has(id)) {
+    if (verdict.ok && extraRoot && opts.calls?.raw.has(id)) {
       verdict = no("the library GEMM writes its product, stored anyway: its readers read that");
     }
     if (verdict.ok && opts.maxBindings !== undefined) {

@@ -9,8 +9,7 @@ import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { storedBytes } from "../../plan/plan.ts";
 import { isLibraryColumnSum } from "./library_sums.ts";
 import { mergeState } from "./siblings.ts";
-import type { FusedKernel, FusionResult } from "./types.ts";
-import { usersOf } from "../graph/users.ts";
+import type { FusionResult } from "./types.ts";
 
 /** The most small reductions one merged kernel takes. */
 export const MAX_MERGED_SMALL = 8;
@@ -22,17 +21,6 @@ function bytesOf(g: Graph, values: Iterable<NodeId>): number {
   return bytes;
 }
 
-/**
- * Does kernel `k` compute nothing but a column sum of the tensor it reads that a call of `calls` will take as
- * its BGRAD epilogue (library_sums.ts)?
- */
-function mayBeBiasGradient(g: Graph, users: readonly NodeId[][], k: FusedKernel, calls: ReadonlySet<NodeId>) {
-  if (k.kind !== "reduce" || k.roots.length !== 1) return false;
-  let x = g.nodes[k.roots[0]].inputs[0];
-  while (k.members.has(x)) x = g.nodes[x].inputs[0];
-  return isLibraryColumnSum(g, users, x, k, calls);
-}
-
 export function mergeSmallReductions(
   g: Graph,
   r: FusionResult,
@@ -40,16 +28,15 @@ export function mergeSmallReductions(
   takeFuel?: () => boolean,
   maxBindings = Infinity,
   maxBindingBytes?: number,
-  rawCalls: ReadonlySet<NodeId> = new Set(),
+  bgradSums: ReadonlyMap<NodeId, ReadonlySet<NodeId>> = new Map(),
 ): FusionResult {
   if (maxBytes <= 0) return r;
   const { kernels, alive, reads, writerOf, dependsOn, mergedBindings, merge, finish } = mergeState(g, r);
   // The BGRAD fallbacks: first passes (or one-pass sums) of a GEMM operand, then what reads only them.
   const fallback = new Set<number>();
-  if (rawCalls.size > 0) {
-    const users = usersOf(g);
+  if (bgradSums.size > 0) {
     kernels.forEach((k, i) => {
-      if (mayBeBiasGradient(g, users, k, rawCalls)) fallback.add(i);
+      if (isLibraryColumnSum(g, k, bgradSums)) fallback.add(i);
     });
     kernels.forEach((_, i) => {
       const from = [...reads[i]].map((x) => writerOf.get(x));

@@ -10,6 +10,7 @@ import { readsOf } from "../fusion/kernel_facts.ts";
 import type { FusionResult } from "../fusion/types.ts";
 import { biasTypeFits, type GemmDType } from "./gemm_library.ts";
 import { kernelName } from "./naming.ts";
+import { blocksOf } from "../passes/gemm_calls.ts";
 import type { PlanGemm, PlanGemmOperand } from "../../plan/plan.ts";
 
 /** What bgradEpilogues reads: the graph, the fusion (before buffers) and what each node is stored as. */
@@ -159,18 +160,4 @@ function columnSum(
   const dtype = c.storedType(vector);
   if (dtype !== "f32" && dtype !== "f16" && dtype !== "bf16") return undefined;
   return { covers, vector, dtype, copies };
-}
-
-/** Blocks node `u` sums given that its input sums `q` (see the file comment); undefined if it is no such sum. */
-function blocksOf(g: Graph, u: NodeId, q: number, cols: number): number | undefined {
-  const n = g.nodes[u];
-  if (n.op === "reshape") return q;
-  if (n.op === "cast") return n.attrs.to === "f32" ? q : undefined;
-  if (n.op !== "reduce_sum" || n.type.dtype !== "f32") return undefined;
-  const shape = g.nodes[n.inputs[0]].type.shape;
-  const axes = [...(n.attrs.axes as number[])].sort((p, r) => p - r);
-  if (axes.length === 0 || axes.some((a, i) => a !== axes[0] + i)) return undefined;
-  const lead = numel(shape.slice(0, axes[0])), run = numel(shape.slice(axes[0], axes[axes.length - 1] + 1));
-  if (numel(shape.slice(axes[axes.length - 1] + 1)) !== cols || lead * run !== q) return undefined;
-  return lead;
 }

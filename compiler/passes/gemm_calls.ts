@@ -3,10 +3,12 @@
  * a matmul whose operands are values some kernel stores, read through views and casts, with the product's
  * batch axes, is a call. Fusion then treats a call that writes its raw product (cuBLASLt) as a kernel root
  * whose readers compute the rest; the library-calls stage derives each call's operands, epilogue and C from
- * stored dtypes and layouts, and a call it cannot derive runs its template kernel, the fallback.
+ * stored dtypes and layouts, and a call it cannot derive runs its template kernel, the fallback. The column
+ * sums a raw call's BGRAD epilogue may take over are found here too, so that fusion leaves them apart.
  */
-import { type Graph, type NodeId } from "../../ir/mod.ts";
-import { inlineNodes } from "../graph/users.ts";
+import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import { inlineNodes, usersOf } from "../graph/users.ts";
+import { keepsElements } from "./gemm_sum_order.ts";
 
 /** The matmuls that are calls, and why each other one is not. */
 export interface GraphCalls {
@@ -18,6 +20,12 @@ export interface GraphCalls {
    */
   readonly raw: ReadonlySet<NodeId>;
   readonly refused: ReadonlyMap<NodeId, string>;
+  /**
+   * Column sums a raw call's BGRAD epilogue may compute instead (`bgradSums`), each with the tensors of the
+   * call's operand chain it sums: fusion keeps the sum out of their kernels, and the library-calls stage
+   * decides which sums a call takes.
+   */
+  readonly bgradSums: ReadonlyMap<NodeId, ReadonlySet<NodeId>>;
 }
 
 /** What a call reads its operands through: strided views of a buffer, or a load that converts. */
@@ -49,5 +57,53 @@ export function gemmCallsOnGraph(g: Graph, raw: boolean): GraphCalls {
     if (why === undefined) calls.add(n.id);
     else refused.set(n.id, why);
   }
-  return { calls, raw: raw ? calls : new Set(), refused };
+  const rawCalls = raw ? calls : new Set<NodeId>();
+  return { calls, raw: rawCalls, refused, bgradSums: bgradSums(g, rawCalls) };
+}
+
+/**
+ * The column sums over the rows a raw call contracts: db = Σ_tokens dY of an operand read as [k, cols] (A
+ * transposed, or B as stored), or of what that operand is a view or cast of, read through reshapes and
+ * widening casts. Each is a whole sum or the first pass of one over parts of the rows (passes/column_sums.ts).
+ */
+function bgradSums(g: Graph, raw: ReadonlySet<NodeId>): Map<NodeId, Set<NodeId>> {
+  const users = usersOf(g);
+  const sums = new Map<NodeId, Set<NodeId>>();
+  const from = (x: NodeId, at: NodeId, rows: number, cols: number) => {
+    for (const u of users[at]) {
+      if (keepsElements(g, u)) from(x, u, rows, cols);
+      else if (blocksOf(g, u, rows, cols) !== undefined) sums.set(u, (sums.get(u) ?? new Set()).add(x));
+    }
+  };
+  for (const mm of raw) {
+    const n = g.nodes[mm];
+    if (n.type.shape.length !== 2) continue;
+    n.inputs.forEach((o, pos) => {
+      const cols = g.nodes[o].type.shape[1];
+      if ((pos === 0 ? n.attrs.transpose_a !== true : n.attrs.transpose_b === true) || cols < 2) return;
+      for (let x = o;; x = g.nodes[x].inputs[0]) {
+        if (numel(g.nodes[x].type.shape) % cols === 0) from(x, x, numel(g.nodes[x].type.shape) / cols, cols);
+        if (!READ_THROUGH.has(g.nodes[x].op)) break;
+      }
+    });
+  }
+  return sums;
+}
+
+/**
+ * How many blocks of rows node `u` leaves unsummed when its input sums `q` blocks of a [rows, cols] tensor
+ * (a reshape or a widening cast keeps q; a sum over a run of axes with the cols trailing leaves the blocks
+ * before them); undefined if it is no such sum (lower/gemm_bgrad.ts follows the whole chain with it).
+ */
+export function blocksOf(g: Graph, u: NodeId, q: number, cols: number): number | undefined {
+  const n = g.nodes[u];
+  if (n.op === "reshape") return q;
+  if (n.op === "cast") return n.attrs.to === "f32" ? q : undefined;
+  if (n.op !== "reduce_sum" || n.type.dtype !== "f32") return undefined;
+  const shape = g.nodes[n.inputs[0]].type.shape;
+  const axes = [...(n.attrs.axes as number[])].sort((p, r) => p - r);
+  if (axes.length === 0 || axes.some((a, i) => a !== axes[0] + i)) return undefined;
+  const lead = numel(shape.slice(0, axes[0])), run = numel(shape.slice(axes[0], axes[axes.length - 1] + 1));
+  if (numel(shape.slice(axes[axes.length - 1] + 1)) !== cols || lead * run !== q) return undefined;
+  return lead;
 }

@@ -43,7 +43,7 @@ export const fusionStage: Stage<KernelState> = {
       maxBindings: s.options.maxBindings,
       maxBindingBytes: s.options.maxBindingBytes,
       roots: s.forcedRoots,
-      rawCalls: s.graphCalls?.raw,
+      calls: s.graphCalls,
     }),
   }),
   // The unfused baseline: one kernel per op; the later fusion stages then do nothing either.
@@ -166,6 +166,6 @@ export const smallReductionsStage = kernelFusion(
       takeFuel(ctx),
       mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
       s.options.maxBindingBytes,
-      s.graphCalls?.raw,
+      s.graphCalls?.bgradSums,
     ),
 );
