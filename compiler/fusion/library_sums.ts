@@ -12,7 +12,7 @@ import type { FusedKernel } from "./types.ts";
 
 /**
  * Whether kernel `k` computes nothing but one of `sums` and the reshapes and widening casts on its way in or
- * out. With `x` (producer fusion, asking of a kernel reading x): a sum of x, and the kernel's one root.
+ * out. With `x` (producer fusion, asking of a kernel reading x): a sum of x, and the kernel's one root itself.
  */
 export function isLibraryColumnSum(
   g: Graph,
@@ -23,5 +23,6 @@ export function isLibraryColumnSum(
   if (k.kind !== "reduce") return false;
   const own = [...k.members].filter((m) => !keepsElements(g, m));
   const of = own.length === 1 ? sums.get(own[0]) : undefined;
-  return of !== undefined && (x === undefined || (of.has(x) && k.roots.length === 1));
+  return of !== undefined &&
+    (x === undefined || (of.has(x) && k.roots.length === 1 && k.roots[0] === own[0]));
 }

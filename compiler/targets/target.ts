@@ -51,14 +51,13 @@ export type TargetName = ProfileName;
 
 const EMITTERS: Readonly<Record<Language, Emitter>> = { wgsl: emitWGSL, cuda: emitCUDA, c: emitC };
 
-/** A target from a profile and a language, with its library GEMMs unless `libraryGemms` is false. */
-export function makeTarget(profile: TargetProfile, language: Language, libraryGemms = true): Target {
-  const table = IMPLEMENTATIONS[language];
+/** A target from a profile and a language, with its language's implementation table. */
+export function makeTarget(profile: TargetProfile, language: Language): Target {
   return {
     ...profile,
     language,
     emit: EMITTERS[language],
-    implements: libraryGemms ? table : { ...table, gemm: "template" },
+    implements: IMPLEMENTATIONS[language],
     limitedBindings: language === "wgsl",
   };
 }

@@ -5,5 +5,8 @@ import { type Language, makeTarget, type Target } from "../../compiler/targets/t
 export const target = (
   language: Language,
   profile: TargetProfile = PROFILES.lavapipe,
-  libraryGemms?: boolean,
-): Target => makeTarget(profile, language, libraryGemms);
+  libraryGemms = true,
+): Target => {
+  const t = makeTarget(profile, language);
+  return libraryGemms ? t : { ...t, implements: { ...t.implements, gemm: "template" } };
+};
