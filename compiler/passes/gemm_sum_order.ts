@@ -1,5 +1,5 @@
 /**
- * GEMM products summed first (CUDA plans with library GEMMs, stages/gemm_sums.ts): a tree of adds
+ * GEMM products summed first (CUDA plans with library GEMMs, the gemm-calls stage): a tree of adds
  * whose leaves include two or more GEMM products (each read only there, through reshapes and casts to f32)
  * is rebuilt as (the other leaves, in their order) + ((p1 + p2) + p3 …), the products in graph order.
  * compiler/fusion/sums_into_gemms.ts then makes each partial sum of products the next GEMM's C (beta 1).

@@ -13,6 +13,7 @@ import { deriveGemm, outputOperand } from "../lower/gemm_library.ts";
 import { kernelName } from "../lower/naming.ts";
 import { lowerGemmEpilogue } from "../lower/lower_kernel.ts";
 import { gemmCallsOnGraph } from "../passes/gemm_calls.ts";
+import { productsSummedFirst } from "../passes/gemm_sum_order.ts";
 import type { PlanGemmOperand, PlanGemmVector } from "../../plan/plan.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import type { FusedKernel } from "../fusion/types.ts";
@@ -31,10 +32,17 @@ export const gemmCallsStage: Stage<KernelState> = {
   name: "gemm-calls",
   about:
     "matmuls whose operands a library can read become library calls (cuBLASLt, sgemm), decided on the graph",
-  run: (s) => {
+  run: (s, ctx) => {
     const gemm = s.options.target.implements.gemm;
     if (gemm === "template") return s;
-    return { ...s, graphCalls: gemmCallsOnGraph(s.graph, gemm === "cublaslt") };
+    // cuBLASLt adds a stored sum as C (beta 1): in a sum of several products, the products are summed
+    // first (passes/gemm_sum_order.ts), so each partial sum can be the next call's C.
+    const ordered = gemm === "cublaslt" && s.options.fuse ? productsSummedFirst(s.graph) : undefined;
+    if (ordered?.trees && ctx.flags.level >= 3) {
+      console.error(`gemm-calls: ${ordered.trees} sums with their GEMM products first`);
+    }
+    const graph = ordered?.graph ?? s.graph;
+    return { ...s, graph, graphCalls: gemmCallsOnGraph(graph, gemm === "cublaslt") };
   },
   // Every GEMM a template kernel: library-calls then makes no call.
   skip: (s) => s,

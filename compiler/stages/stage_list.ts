@@ -8,7 +8,7 @@ import { buffersStage } from "./buffers.ts";
 import { columnSumsStage } from "./column_sums.ts";
 import { emitStage } from "./emit.ts";
 import { flashAttentionStage } from "./flash_attention.ts";
-import { gemmSumOrderStage, gemmSumsStage } from "./gemm_sums.ts";
+import { gemmSumsStage } from "./gemm_sums.ts";
 import {
   attentionStage,
   consumerStage,
@@ -34,7 +34,6 @@ import { weightCopiesStage } from "./weight_copies.ts";
 
 export const FUSION_STAGES: readonly Stage<KernelState>[] = [
   columnSumsStage,
-  gemmSumOrderStage,
   weightCopiesStage,
   gemmCallsStage,
   fusionStage,
