@@ -567,15 +567,7 @@ export function deriveGemm(
       reason: `A is stored ${fa.dtype} and B ${fb.dtype} (cuBLASLt takes one type for both; needs a copy)`,
     };
   }
-  for (const [f, what] of [[fa, "A"], [fb, "B"]] as const) {
-    const bs = f.view.shape.slice(0, r - 2);
-    if (bs.some((s, d) => s !== batchShape[d])) {
-      return {
-        ok: false,
-        reason: `${what}: batch axes [${bs.join(", ")}] broadcast to [${batchShape.join(", ")}]`,
-      };
-    }
-  }
+  // The operands have the product's batch axes (a call decided on the graph, passes/gemm_calls.ts).
   const batchStrides = (v: View) => v.strides.slice(0, r - 2);
   const ab = planBatch(batchShape, [batchStrides(fa.view), batchStrides(fb.view)]);
   if (!ab) {

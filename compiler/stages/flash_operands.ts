@@ -48,6 +48,7 @@ export function rerootAtProduct(
   if (old.kind !== "matmul" || old.anchor === undefined || old.roots.join() !== String(root)) {
     return `%${root} is not the one root of a matmul kernel`;
   }
+  if (!s.graphCalls?.raw.has(old.anchor)) return `the matmul of fused kernel ${at} is not a library call`;
   const anchor = old.anchor;
   const dropped = new Set(heads.chain.filter((x) => old.members.has(x)));
   const members = new Set([...old.members].filter((x) => !dropped.has(x)));
