@@ -209,8 +209,8 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     // Several readers (or a graph output): the value must be written to a buffer anyway, so compute it
     // in the earliest reader and write it from there (multi-output fusion). Only the earliest, so every
     // other reader still runs after the kernel that writes it.
-    // On library-GEMM plans a column sum of a GEMM operand is left to the GEMM's BGRAD epilogue
-    // (library_sums.ts): not a candidate, and the value is written before it runs.
+    // On library-GEMM plans a column sum of a call's operand is left to the call's BGRAD epilogue (the sums
+    // found on the graph, passes/gemm_calls.ts): not a candidate, and the value is written before it runs.
     const bgradSums = opts.calls?.bgradSums;
     const leftToLibrary = bgradSums?.size
       ? [...readerKernels].filter((k) => isLibraryColumnSum(g, kernels[k], bgradSums, id))

@@ -11,9 +11,9 @@ import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
 import { usersOf } from "../graph/users.ts";
 
 /**
- * Matmul kernels of the calls in `rawCalls`, writing a raw product that an add in one reader sums with an earlier stored tensor take
- * the add (and the reshapes and casts on the way) as their root; kernels in order, so a chain of sums
- * becomes a chain of calls. `takeFuel`: false stops (FUSION_FUEL).
+ * Matmul kernels of the calls in `rawCalls`, writing a raw product that an add in one reader sums with an
+ * earlier stored tensor, take the add (and the reshapes and casts on the way) as their root; kernels in
+ * order, so a chain of sums becomes a chain of calls. `takeFuel`: false stops (FUSION_FUEL).
  */
 export function sumsIntoGemms(
   g: Graph,
