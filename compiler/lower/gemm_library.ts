@@ -567,7 +567,7 @@ export function deriveGemm(
       reason: `A is stored ${fa.dtype} and B ${fb.dtype} (cuBLASLt takes one type for both; needs a copy)`,
     };
   }
-  // The operands have the product's batch axes (a call decided on the graph, passes/gemm_calls.ts).
+  // The operands have the product's batch axes (ir/ops.ts matmul).
   const batchStrides = (v: View) => v.strides.slice(0, r - 2);
   const ab = planBatch(batchShape, [batchStrides(fa.view), batchStrides(fb.view)]);
   if (!ab) {

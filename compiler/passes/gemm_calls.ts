@@ -1,10 +1,10 @@
 /**
  * Which matmuls run as library calls, decided on the graph before fusion (where XLA runs its GEMM rewriter):
- * a matmul whose operands are values some kernel stores, read through views and casts, with the product's
- * batch axes, is a call. Fusion then treats a call that writes its raw product (cuBLASLt) as a kernel root
- * whose readers compute the rest; the library-calls stage derives each call's operands, epilogue and C from
- * stored dtypes and layouts, and a call it cannot derive runs its template kernel, the fallback. The column
- * sums a raw call's BGRAD epilogue may take over are found here too, so that fusion leaves them apart.
+ * a matmul whose operands are values some kernel stores, read through views and casts, is a call. Fusion then
+ * treats a call that writes its raw product (cuBLASLt) as a kernel root whose readers compute the rest; the
+ * library-calls stage derives each call's operands, epilogue and C from stored dtypes and layouts, and a call
+ * it cannot derive runs its template kernel, the fallback. The column sums a raw call's BGRAD epilogue may take
+ * over are found here too, so that fusion leaves them apart.
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { inlineNodes, usersOf } from "../graph/users.ts";
@@ -31,13 +31,11 @@ export interface GraphCalls {
 /** What a call reads its operands through: strided views of a buffer, or a load that converts. */
 const READ_THROUGH: ReadonlySet<string> = new Set(["cast", "reshape", "permute", "slice"]);
 
-/** Why operand `id` of a matmul cannot be a library call's, or undefined when it can. */
-function operandRefusal(g: Graph, inline: Uint8Array, id: NodeId, batch: readonly number[], what: string) {
-  const shape = g.nodes[id].type.shape;
-  const own = shape.slice(0, shape.length - 2);
-  if (own.length !== batch.length || own.some((s, d) => s !== batch[d])) {
-    return `${what}: batch axes [${own.join(", ")}] broadcast to [${batch.join(", ")}]`;
-  }
+/**
+ * Why operand `id` of a matmul cannot be a library call's, or undefined when it can (its batch axes are the
+ * product's: ir/ops.ts requires it).
+ */
+function operandRefusal(g: Graph, inline: Uint8Array, id: NodeId, what: string) {
   let at = id;
   while (READ_THROUGH.has(g.nodes[at].op)) at = g.nodes[at].inputs[0];
   if (inline[at] === 1) return `${what} is computed on load (${g.nodes[at].op}), which no kernel stores`;
@@ -51,9 +49,7 @@ export function gemmCallsOnGraph(g: Graph, raw: boolean): GraphCalls {
   const refused = new Map<NodeId, string>();
   for (const n of g.nodes) {
     if (n.op !== "matmul") continue;
-    const batch = n.type.shape.slice(0, n.type.shape.length - 2);
-    const why = operandRefusal(g, inline, n.inputs[0], batch, "A") ??
-      operandRefusal(g, inline, n.inputs[1], batch, "B");
+    const why = operandRefusal(g, inline, n.inputs[0], "A") ?? operandRefusal(g, inline, n.inputs[1], "B");
     if (why === undefined) calls.add(n.id);
     else refused.set(n.id, why);
   }
