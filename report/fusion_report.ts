@@ -39,11 +39,14 @@ export function figuresOf(c: Compiled): CompileFigures {
   };
 }
 
+/**
+ * The step's traffic as the cost model counts it: each launch's (a library call's operands and product, and
+ * where an epilogue kernel follows, the product read back with the kernel's other traffic) and each copy
+ * step's; the parameter updates after the step are not counted.
+ */
 export function bytesMoved(p: Plan): number {
-  let total = 0;
-  for (const k of runLaunches(p)) total += p.kernels[k].bytesRead + p.kernels[k].bytesWritten;
-  for (const s of p.steps) if (s.op === "copy") total += 2 * s.bytes;
-  return total;
+  const rows = predictPlan(p, DEVICE_RATES[0]).rows; // bytes do not depend on the rates
+  return rows.reduce((a, r) => a + (r.name === "(parameter updates)" ? 0 : r.bytes), 0);
 }
 
 /** What the storage policy (compiler/storage/storage_precision.ts) narrowed, and why other f32 results stay f32. */

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { reshapeView } from "../../compiler/lower/gemm_library.ts";
+import { bytesMoved } from "../../report/fusion_report.ts";
 import type { ModelBuilder, Tensor } from "../../dsl/mod.ts";
 import type { DType } from "../../ir/mod.ts";
 import type { Plan, PlanKernel } from "../../plan/plan.ts";
@@ -64,10 +65,8 @@ Deno.test("library GEMM: a batched product has one batch stride per operand", ()
     compile((m) => m.param("a", [3, 4, 5], "zeros", "f32").matmul(m.param("b", [3, 5, 2], "zeros", "f32")))
       .plan,
   ).library!.call;
-  assert.deepEqual(
-    [call.batch, call.a.batchStride, call.b.batchStride, call.d.batchStride, call.d.ld],
-    [3, 20, 10, 8, 2],
-  );
+  const strides = [call.batch, call.a.batchStride, call.b.batchStride, call.d.batchStride, call.d.ld];
+  assert.deepEqual(strides, [3, 20, 10, 8, 2]);
 });
 
 Deno.test("library GEMM: a slice of rows is an element offset and a wider leading dimension", () => {
@@ -104,6 +103,8 @@ Deno.test("library GEMM: f16 operands (no rounding on load); an epilogue reads t
   );
   assert.match(g.epilogue.source.code, /bf_kernel/);
   assert.match(g.epilogue.source.code, /const __half\* __restrict__ b\d/, "the scratch is read as __half");
+  const k = onlyGemm(c.plan); // the step's traffic counts the scratch written and read back once each
+  assert.equal(bytesMoved(c.plan), k.bytesRead + k.bytesWritten + 2 * scratch.bytes);
 });
 
 Deno.test("library GEMM: an f32 product of f16 operands keeps an f32 scratch", () => {
