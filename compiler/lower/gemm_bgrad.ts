@@ -8,10 +8,10 @@
 import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { readsOf } from "../fusion/kernel_facts.ts";
 import type { FusionResult } from "../fusion/types.ts";
-import { biasTypeFits, type GemmDType } from "./gemm_library.ts";
+import { biasTypeFits, type GemmDType, type GemmShape } from "./gemm_library.ts";
 import { kernelName } from "./naming.ts";
 import { blocksOf } from "../passes/gemm_calls.ts";
-import type { PlanGemm, PlanGemmOperand } from "../../plan/plan.ts";
+import type { PlanGemm } from "../../plan/plan.ts";
 
 /** What bgradEpilogues reads: the graph, the fusion (before buffers) and what each node is stored as. */
 export interface BgradContext {
@@ -24,17 +24,7 @@ export interface BgradContext {
 export type BgradEpilogue = Extract<NonNullable<PlanGemm["epilogue"]>, { kind: "bgrad" }>;
 
 /** What a call is to bgradEpilogues: sizes, operands naming nodes, D's dtype, whether it has an epilogue. */
-export interface BgradCall {
-  readonly m: number;
-  readonly n: number;
-  readonly k: number;
-  readonly batch: number;
-  readonly outer?: number;
-  readonly a: PlanGemmOperand;
-  readonly b: PlanGemmOperand;
-  readonly dDtype: GemmDType;
-  readonly epilogue: boolean;
-}
+export type BgradCall = GemmShape & { readonly dDtype: GemmDType; readonly epilogue: boolean };
 
 /**
  * For each library GEMM (kernel index -> its call) that can take over a column sum, the bias-gradient

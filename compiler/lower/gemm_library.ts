@@ -14,16 +14,12 @@ import type { PlanGemm, PlanGemmOperand, PlanGemmVector } from "../../plan/plan.
 
 export type GemmDType = "f32" | "f16" | "bf16";
 
+/** A call's sizes, batch and A and B operands: the plan's call without D, C and an epilogue. */
+export type GemmShape = Pick<PlanGemm, "m" | "n" | "k" | "batch" | "outer" | "a" | "b">;
+
 export type GemmVerdict =
-  | {
+  | GemmShape & {
     readonly ok: true;
-    readonly m: number;
-    readonly n: number;
-    readonly k: number;
-    readonly batch: number;
-    readonly outer?: number;
-    readonly a: PlanGemmOperand;
-    readonly b: PlanGemmOperand;
     /**
      * The root cuBLASLt writes directly (the epilogue is only "store the product, cast to its stored
      * dtype", through reshapes and permutes) and D's operand for it; absent: the product goes to an f32

@@ -10,16 +10,15 @@ import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import { inlineNodes, usersOf } from "../graph/users.ts";
 import { keepsElements } from "./gemm_sum_order.ts";
 
-/** The matmuls that are calls, and why each other one is not. */
+/** Which matmuls are calls: the others, with why each is not; and what fusion must know of the calls. */
 export interface GraphCalls {
-  readonly calls: ReadonlySet<NodeId>;
+  readonly refused: ReadonlyMap<NodeId, string>;
   /**
    * The calls that write their raw product, every op on it left to the kernels reading it (cuBLASLt: an
    * epilogue kernel where the call cannot take the op); the others' calls run their fused kernel's
    * epilogue in their own pass (the CPU's sgemm blocks), so fusion joins their consumers as the template's.
    */
   readonly raw: ReadonlySet<NodeId>;
-  readonly refused: ReadonlyMap<NodeId, string>;
   /**
    * Column sums a raw call's BGRAD epilogue may compute instead (`bgradSums`), each with the tensors of the
    * call's operand chain it sums: fusion keeps the sum out of their kernels, and the library-calls stage
@@ -54,7 +53,7 @@ export function gemmCallsOnGraph(g: Graph, raw: boolean): GraphCalls {
     else refused.set(n.id, why);
   }
   const rawCalls = raw ? calls : new Set<NodeId>();
-  return { calls, raw: rawCalls, refused, bgradSums: bgradSums(g, rawCalls) };
+  return { refused, raw: rawCalls, bgradSums: bgradSums(g, rawCalls) };
 }
 
 /**
