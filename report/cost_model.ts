@@ -133,9 +133,6 @@ export function predictKernel(k: PlanKernel, p: DeviceRates): Omit<KernelPredict
   };
 }
 
-/** The name of predictPlan's row for the parameter updates after the step. */
-export const UPDATES_ROW = "(parameter updates)";
-
 /** Every launch, copy and parameter update of one step of `plan` on `p`'s device. */
 export function predictPlan(plan: Plan, p: DeviceRates): PlanPrediction {
   const launches = new Map<number, number>();
@@ -171,7 +168,7 @@ export function predictPlan(plan: Plan, p: DeviceRates): PlanPrediction {
   if (copies) rows.push(copyRow("(copy steps)", copies, copyBytes));
   if (plan.updates.length) {
     const bytes = plan.updates.reduce((a, u) => a + 2 * plan.buffers[u.param].bytes, 0);
-    rows.push(copyRow(UPDATES_ROW, plan.updates.length, bytes));
+    rows.push(copyRow("(parameter updates)", plan.updates.length, bytes));
   }
   return { device: p, rows, seconds: rows.reduce((a, r) => a + r.seconds, 0) };
 }

@@ -6,14 +6,7 @@
 import type { Plan } from "../plan/plan.ts";
 import type { Compiled } from "../compiler/driver/compile.ts";
 import { narrowingSummary } from "../compiler/storage/storage_precision.ts";
-import {
-  bgradCovered,
-  gemmFlops,
-  type Measured,
-  type PlanPrediction,
-  predictPlan,
-  UPDATES_ROW,
-} from "./cost_model.ts";
+import { bgradCovered, gemmFlops, type Measured, type PlanPrediction, predictPlan } from "./cost_model.ts";
 import { DEVICE_RATES } from "../compiler/targets/h100.ts";
 
 export interface CompileFigures {
@@ -53,7 +46,7 @@ export function figuresOf(c: Compiled): CompileFigures {
  */
 export function bytesMoved(p: Plan): number {
   const rows = predictPlan(p, DEVICE_RATES[0]).rows; // bytes do not depend on the rates
-  return rows.reduce((a, r) => a + (r.name === UPDATES_ROW ? 0 : r.bytes), 0);
+  return rows.reduce((a, r) => a + (r.name === "(parameter updates)" ? 0 : r.bytes), 0);
 }
 
 /** What the storage policy (compiler/storage/storage_precision.ts) narrowed, and why other f32 results stay f32. */
