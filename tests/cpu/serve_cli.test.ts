@@ -5,7 +5,6 @@
 import assert from "node:assert/strict";
 import { cliEnv, ROOT, runCli } from "../util/cli.ts";
 import { testCpu } from "../util/cpu_check.ts";
-import { kserveClient } from "../../serve/grpc.ts";
 
 const dec = new TextDecoder();
 const FIXTURE_QA = `${ROOT}tests/fixtures/hf-tiny/qa`;
@@ -41,11 +40,16 @@ async function spawnServe(args: string[], env: Record<string, string> = {}) {
 Deno.test("SIGTERM answers every request in flight, REST and gRPC, then exits 0", async () => {
   // A long batching delay keeps the requests queued when the signal arrives.
   const s = await spawnServe("--backend reference --port 0 --grpc-port 0 --max-delay-ms 1500".split(" "));
-  const client = kserveClient(s.grpc!);
-  const grpcInFlight = client.call("ModelInfer", {
-    model_name: "qa",
-    inputs: [{ name: "input_ids", datatype: "INT32", shape: [1, 3], contents: { int_contents: [2, 5, 9] } }],
-  });
+  const ids = { name: "input_ids", datatype: "INT32", shape: [1, 3], contents: { int_contents: [2, 5, 9] } };
+  const request = JSON.stringify({ model_name: "qa", inputs: [ids] });
+  // The gRPC client is Node's (why: tests/util/grpc_node_client.mjs), in flight once it says "connected".
+  const node = new Deno.Command("node", {
+    args: [`${ROOT}tests/util/grpc_node_client.mjs`, s.grpc!, request],
+    stdout: "piped",
+  }).spawn();
+  const nodeOut = node.stdout.pipeThrough(new TextDecoderStream()).values();
+  let grpcOut = "";
+  while (!grpcOut.startsWith("connected\n")) grpcOut += (await nodeOut.next()).value ?? assert.fail(grpcOut);
   const ask = (n: number) =>
     fetch(`${s.url}/v2/models/qa/infer`, {
       method: "POST",
@@ -57,13 +61,10 @@ Deno.test("SIGTERM answers every request in flight, REST and gRPC, then exits 0"
   await new Promise((r) => setTimeout(r, 400));
   s.child.kill("SIGTERM");
   const answers = await Promise.all(inFlight);
-  assert.equal(((await grpcInFlight).raw_output_contents as Uint8Array[])[0].byteLength, 12);
-  client.close();
-  for (const r of answers) {
-    assert.equal(r.status, 200);
-    const body = await r.json();
-    assert.deepEqual(body.outputs[0].shape, [1, 4]);
-  }
+  for await (const chunk of nodeOut) grpcOut += chunk;
+  assert.deepEqual(JSON.parse(grpcOut.split("\n")[1]), { raw_output_bytes: [12, 12] });
+  assert.equal((await node.status).code, 0);
+  for (const r of answers) assert.deepEqual([r.status, (await r.json()).outputs?.[0].shape], [200, [1, 4]]);
   const [{ code }, stdout, stderr] = await Promise.all([s.child.status, s.stdout, s.stderr]);
   assert.equal(code, 0, stderr);
   assert.match(stderr, /draining: finishing requests in flight/);
@@ -139,10 +140,8 @@ Deno.test({
 
 /** The tiny QA fixture with a manifest of our training checkpoints' format that does not describe it. */
 async function manifested(): Promise<string> {
-  const dir = await Deno.makeTempDir({ prefix: "bertfuse-serve-" });
-  for (const e of Deno.readDirSync(FIXTURE_QA)) {
-    await Deno.copyFile(`${FIXTURE_QA}/${e.name}`, `${dir}/${e.name}`);
-  }
+  const dir = await Deno.makeTempDir({ prefix: "bertfuse-serve-" }), from = FIXTURE_QA;
+  for (const { name } of Deno.readDirSync(from)) await Deno.copyFile(`${from}/${name}`, `${dir}/${name}`);
   await Deno.writeTextFile(
     `${dir}/manifest.json`,
     JSON.stringify({ format: "bertfuse-training-checkpoint" }),
