@@ -18,21 +18,24 @@ export interface CompileFigures {
 }
 
 /**
- * Launch steps as a step runs them: without the column sums that library calls' bias-gradient epilogues
- * compute (their kernels stay in the plan as the calls' fallback, cost_model.ts bgradCovered).
+ * Device launches per step: a launch step's kernel, and a library call's epilogue kernel after its call,
+ * without the column sums that library calls' bias-gradient epilogues compute (their kernels stay in the
+ * plan as the calls' fallback, cost_model.ts bgradCovered).
  */
-function runLaunches(p: Plan): number[] {
-  const covered = bgradCovered(p);
-  return p.steps.flatMap((
-    s,
-  ) => (s.op === "launch" && !covered.has(p.kernels[s.kernel].name) ? [s.kernel] : []));
+function launchesPerStep(p: Plan): number {
+  const covered = bgradCovered(p), ks = p.kernels;
+  return p.steps.reduce(
+    (n, s) =>
+      n + (s.op !== "launch" || covered.has(ks[s.kernel].name) ? 0 : ks[s.kernel].library?.epilogue ? 2 : 1),
+    0,
+  );
 }
 
 export function figuresOf(c: Compiled): CompileFigures {
   const p = c.plan;
   return {
     kernels: p.kernels.length,
-    launches_per_step: runLaunches(p).length,
+    launches_per_step: launchesPerStep(p),
     library_calls_per_step: p.kernels.filter((k) => k.kind === "matmul").length,
     bytes_per_step: bytesMoved(p),
     peak_bytes: c.memory.bytesWithReuse,

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
 import { reshapeView } from "../../compiler/lower/gemm_library.ts";
-import { bytesMoved } from "../../report/fusion_report.ts";
+import { bytesMoved, figuresOf } from "../../report/fusion_report.ts";
 import type { ModelBuilder, Tensor } from "../../dsl/mod.ts";
 import type { DType } from "../../ir/mod.ts";
 import type { Plan, PlanKernel } from "../../plan/plan.ts";
@@ -105,6 +105,7 @@ Deno.test("library GEMM: f16 operands (no rounding on load); an epilogue reads t
   assert.match(g.epilogue.source.code, /const __half\* __restrict__ b\d/, "the scratch is read as __half");
   const k = onlyGemm(c.plan); // the step's traffic counts the scratch written and read back once each
   assert.equal(bytesMoved(c.plan), k.bytesRead + k.bytesWritten + 2 * scratch.bytes);
+  assert.equal(figuresOf(c).launches_per_step, 2, "the call, then its epilogue kernel: two launches");
 });
 
 Deno.test("library GEMM: an f32 product of f16 operands keeps an f32 scratch", () => {
