@@ -15,7 +15,7 @@ import { rematVerdict } from "./remat.ts";
 import { ELEM, operandNeed, ROW } from "./needs.ts";
 import { type FusedKernel, type FusionDecision, type FusionResult, type Need, no } from "./types.ts";
 import { inlineNodes, usersOf } from "../graph/users.ts";
-import type { GraphCalls } from "../passes/gemm_calls.ts";
+import { type GraphCalls, RAW_CALL_EPILOGUE } from "../passes/gemm_calls.ts";
 
 export interface FusionOptions {
   /** false: one kernel per op (constants inline; reshape/broadcast stay views) — the unfused baseline. */
@@ -256,10 +256,15 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     const k = kernels[kid];
     const need = needOf(id, kid);
     let verdict = decideJoin(g, id, k, need, needs, extraRoot);
-    // A GEMM that writes its raw product (a library call) and is stored anyway: as a reader's epilogue it
-    // would also write a scratch product for that reader to read back; alone, its readers read the one.
-    if (verdict.ok && extraRoot && opts.calls?.raw.has(id)) {
-      verdict = no("the library GEMM writes its product, stored anyway: its readers read that");
+    // A call that writes its raw product (cuBLASLt) and is stored anyway: as a reader's epilogue it would
+    // also write a scratch product for that reader to read back; alone, its readers read the one. Nor does
+    // its kernel compute more than the call's own epilogue (gemm_calls.ts RAW_CALL_EPILOGUE).
+    if (verdict.ok && opts.calls?.raw.has(id)) {
+      if (extraRoot) {
+        verdict = no("the library GEMM writes its product, stored anyway: its readers read that");
+      } else if ([...k.members].some((m) => !RAW_CALL_EPILOGUE.has(nodes[m].op))) {
+        verdict = no("the library GEMM stores its product: its reader computes more than its epilogue");
+      }
     }
     if (verdict.ok && opts.maxBindings !== undefined) {
       const bindings = bindingsAfterJoin(k, id, extraRoot);

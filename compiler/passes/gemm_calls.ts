@@ -1,9 +1,10 @@
 /**
  * Which matmuls run as library calls, decided on the graph before fusion (where XLA runs its GEMM rewriter):
- * a matmul whose operands are values some kernel stores, read through views and casts, is a call. Fusion then
- * treats a call that writes its raw product (cuBLASLt) as a kernel root whose readers compute the rest; the
- * library-calls stage derives each call's operands, epilogue and C from stored dtypes and layouts, and a call
- * it cannot derive runs its template kernel, the fallback. The column sums a raw call's BGRAD epilogue may take
+ * a matmul whose operands are values some kernel stores, read through views and casts, is a call. A call that
+ * writes its raw product (cuBLASLt) is a kernel that computes only what the call's epilogue can: fusion leaves
+ * every other op to the kernels reading the product. The library-calls stage derives each call's operands,
+ * epilogue and C from stored dtypes and layouts (an epilogue kernel where they do not fit), and a call it
+ * cannot derive runs its template kernel, the fallback. The column sums a raw call's BGRAD epilogue may take
  * over are found here too, so that fusion leaves them apart.
  */
 import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
@@ -14,9 +15,9 @@ import { keepsElements } from "./gemm_sum_order.ts";
 export interface GraphCalls {
   readonly refused: ReadonlyMap<NodeId, string>;
   /**
-   * The calls that write their raw product, every op on it left to the kernels reading it (cuBLASLt: an
-   * epilogue kernel where the call cannot take the op); the others' calls run their fused kernel's
-   * epilogue in their own pass (the CPU's sgemm blocks), so fusion joins their consumers as the template's.
+   * The calls that write their raw product, their kernels computing only RAW_CALL_EPILOGUE's ops; the
+   * others' calls run their fused kernel's epilogue in their own pass (the CPU's sgemm blocks), so fusion
+   * joins their consumers as the template's.
    */
   readonly raw: ReadonlySet<NodeId>;
   /**
@@ -26,6 +27,14 @@ export interface GraphCalls {
    */
   readonly bgradSums: ReadonlyMap<NodeId, ReadonlySet<NodeId>>;
 }
+
+/**
+ * What a raw call's kernel may compute besides its product, as cuBLASLt does in the call: D written through
+ * views and a cast, a bias added (BIAS epilogue), a stored sum added as C (beta 1).
+ */
+export const RAW_CALL_EPILOGUE: ReadonlySet<string> = new Set(
+  "cast reshape permute broadcast add".split(" "),
+);
 
 /** What a call reads its operands through: strided views of a buffer, or a load that converts. */
 const READ_THROUGH: ReadonlySet<string> = new Set(["cast", "reshape", "permute", "slice"]);

@@ -5,7 +5,7 @@
  *   vector over the rows of the swapped problem's Dᵀ (runtime/cuda/lt_mapping.ts), so its length is our n;
  * - a bias that is not a packed vector over the columns, or not stored in D's dtype, keeps the epilogue
  *   kernel, and so does a compile that also emits C (the CPU's BLAS call has no epilogue);
- * - an epilogue kernel reads an f16 scratch where the graph's product is f16;
+ * - the call stores the f16 product the graph defines, read by the kernel computing the rest (GELU);
  * - attention's Q/K/V projections stored heads-major at batch 1 are one call with a batch entry per head
  *   (A shared, batch stride 0; the bias stepped by the head size with BIAS_BATCH_STRIDE).
  * Every plan is run on the CPU shim (tests/util/cuda_cpu.ts: the library call through cuBLASLt's
@@ -150,7 +150,7 @@ Deno.test("BIAS epilogue: off on the C target (the BLAS call has no epilogue)", 
   assert.ok(k.library!.epilogue && k.library!.epilogue, "both keep the epilogue kernel");
 });
 
-Deno.test("f16 scratch: an epilogue kernel reads the f16 product the graph defines (GELU after the bias)", async () => {
+Deno.test("f16 products: the call stores the f16 product the graph defines, GELU's kernel reads it", async () => {
   const body: Body = (m, dt) =>
     gelu(
       m.param("x", [5, 7], "zeros", dt).matmul(m.param("w", [6, 7], "zeros", dt), { transposeB: true }).add(
@@ -159,11 +159,11 @@ Deno.test("f16 scratch: an epilogue kernel reads the f16 product the graph defin
     );
   for (const backward of [false, true]) {
     const c = await checkOnShim("linear + bias + GELU", body, "f16", backward, 9140);
-    const scratch = gemmKernels(c.plan).flatMap((k) => (k.library?.epilogue ? [k.library.call.d] : []));
-    // Forward, GELU is the matmul kernel's epilogue. With the backward pass the pre-activation is saved,
-    // so the forward call writes it with its bias (BIAS epilogue) and the GELU goes elsewhere.
-    if (!backward) assert.equal(scratch.length, 1);
-    for (const d of scratch) assert.equal(c.plan.buffers[d.buffer].dtype, "f16");
+    // GELU is no call's epilogue (gemm_calls.ts RAW_CALL_EPILOGUE): no scratch; the forward call writes the
+    // f16 product (with its bias where the pre-activation is saved for the backward), read by GELU's kernel.
+    const calls = gemmKernels(c.plan).map((k) => k.library!);
+    assert.deepEqual(calls.filter((l) => l.epilogue), [], "no epilogue kernel");
+    assert.equal(c.plan.buffers[calls[0].call.d.buffer].dtype, "f16");
   }
 });
 
@@ -212,25 +212,25 @@ Deno.test("heads-major projections at batch 1: one call, a batch entry per head,
 const haveNvcc = await nvccVersion();
 
 Deno.test({
-  name: `f16 scratch: an epilogue that only loads f16 vectors compiles warning-free with nvcc${
+  name: `f16 products: a kernel that only loads f16 vectors compiles warning-free with nvcc${
     haveNvcc ? "" : " (nvcc not found)"
   }`,
   ignore: !haveNvcc,
   async fn() {
-    // f16 product, f32 residual, f32 output, scaled by the residual (a plain sum is the call's C with
-    // beta 1, fusion/sums_into_gemms.ts): the kernel reads the scratch as four-half vectors and never builds one
+    // f16 product, f32 output, scaled by an f32 tensor (a plain sum would be the call's C with beta 1,
+    // fusion/sums_into_gemms.ts): the kernel reading the product reads four-half vectors and never builds one
     // (bf_make_half4 unused, cuda_prelude.ts).
     const body: Body = (m) => {
       const r = m.param("r", [64, 64], "zeros", "f32");
       return m.param("x", [64, 32], "zeros", "f16").matmul(m.param("w", [32, 64], "zeros", "f16")).cast("f32")
-        .add(r).mul(r);
+        .mul(r);
     };
     const c = compileGraph(graphOf("f16 scratch, f32 out", body, "f16", false), {
       fuse: true,
       target: target("cuda"),
     });
-    const e = gemmKernels(c.plan)[0].library!.epilogue!;
-    assert.match(e.source.code, /bf_half4/, "vector loads of the f16 scratch");
+    const e = c.plan.kernels.find((k) => !k.library)!;
+    assert.match(e.source.code, /bf_half4/, "vector loads of the f16 product");
     const dir = await Deno.makeTempDir({ prefix: "bertfuse-lt-nvcc-" });
     try {
       await Deno.writeTextFile(`${dir}/k.cu`, e.source.code);

@@ -80,49 +80,50 @@ Deno.test("library GEMM: a slice of rows is an element offset and a wider leadin
   assert.deepEqual([call.a.offset, call.a.ld, call.a.trans, call.m, call.k], [16, 32, false, 2, 8]);
 });
 
-Deno.test("library GEMM: f16 operands (no rounding on load); an epilogue reads the f16 product from a scratch", () => {
-  const c = compile((m) =>
-    m.param("x", [5, 7], "zeros", "f16").matmul(m.param("w", [7, 6], "zeros", "f16")).cast("f32")
-      .add(m.param("bias", [6], "zeros", "f32")).tanh()
-  );
-  const g = onlyGemm(c.plan).library!;
-  assert.equal(g.call.a.dtype, "f16");
-  assert.equal(g.call.b.dtype, "f16");
-  // The graph's product is f16 (the reference rounds it so): cuBLASLt writes it in f16, once rounded.
-  const scratch = c.plan.buffers[g.call.d.buffer];
-  assert.equal(g.call.d.dtype, "f16");
-  assert.equal(scratch.dtype, "f16");
-  assert.equal(scratch.bytes, 5 * 6 * 2);
-  assert.match(scratch.name, /matmul product f16 \(cuBLASLt\)/);
-  assert.ok(g.epilogue, "an epilogue kernel");
-  // The epilogue reads the scratch and the bias and writes the output, nothing else.
-  const bound = g.epilogue.bindings.map((b) => [b.buffer, b.access]);
-  assert.deepEqual(
-    bound.sort(),
-    [[g.call.d.buffer, "read"], [bufferNamed(c.plan, "bias"), "read"], [c.plan.outputs.out, "write"]].sort(),
-  );
-  assert.match(g.epilogue.source.code, /bf_kernel/);
-  assert.match(g.epilogue.source.code, /const __half\* __restrict__ b\d/, "the scratch is read as __half");
-  const k = onlyGemm(c.plan); // the step's traffic counts the scratch written and read back once each
-  assert.equal(bytesMoved(c.plan), k.bytesRead + k.bytesWritten + 2 * scratch.bytes);
-  assert.equal(figuresOf(c).launches_per_step, 2, "the call, then its epilogue kernel: two launches");
+Deno.test("library GEMM: f16 operands (no rounding on load); a reader computing more reads the stored product", () => {
+  // The graph's product is the call's D (the reference rounds it so): f16 for f16 operands, f32 where they
+  // are cast to f32 first. The bias and tanh run in the kernel reading it, not in an epilogue kernel.
+  for (const wide of [false, true]) {
+    const c = compile((m) => {
+      const [x, w] = [m.param("x", [5, 7], "zeros", "f16"), m.param("w", [7, 6], "zeros", "f16")];
+      const p = wide ? x.cast("f32").matmul(w.cast("f32")) : x.matmul(w).cast("f32");
+      return p.add(m.param("bias", [6], "zeros", "f32")).tanh();
+    });
+    const g = onlyGemm(c.plan).library!, d = wide ? "f32" : "f16";
+    const dtypes = [g.call.a.dtype, g.call.b.dtype, g.call.d.dtype, c.plan.buffers[g.call.d.buffer].dtype];
+    assert.deepEqual([...dtypes, g.epilogue], ["f16", "f16", d, d, undefined]);
+    const bound = c.plan.kernels.find((k) => k.kind !== "matmul")!.bindings.map((b) => [b.buffer, b.access]);
+    const want = [[g.call.d.buffer, "read"], [bufferNamed(c.plan, "bias"), "read"], [
+      c.plan.outputs.out,
+      "write",
+    ]];
+    assert.deepEqual(bound.sort(), want.sort());
+  }
 });
 
-Deno.test("library GEMM: an f32 product of f16 operands keeps an f32 scratch", () => {
-  const c = compile((m) =>
-    m.param("x", [5, 7], "zeros", "f16").cast("f32").matmul(m.param("w", [7, 6], "zeros", "f16").cast("f32"))
-      .add(m.param("bias", [6], "zeros", "f32")).tanh()
-  );
-  const g = onlyGemm(c.plan).library!;
-  assert.deepEqual([g.call.a.dtype, g.call.b.dtype, g.call.d.dtype], ["f16", "f16", "f32"]);
-  assert.equal(c.plan.buffers[g.call.d.buffer].dtype, "f32");
+Deno.test("library GEMM: an epilogue the call cannot take (a bias on heads) reads the f16 product from a scratch", () => {
+  const c = compile((m) => {
+    const h = m.param("x", [8, 8], "zeros", "f16").matmul(m.param("w", [8, 8], "zeros", "f16")).cast("f32")
+      .add(m.param("bias", [8], "zeros", "f32")).reshape([2, 4, 2, 4]).permute([0, 2, 1, 3]).cast("f16");
+    return h.matmul(m.param("v", [2, 2, 4, 3], "zeros", "f16"));
+  });
+  const k = c.plan.kernels.find((k) => k.library?.epilogue)!, g = k.library!, e = g.epilogue!;
+  const scratch = c.plan.buffers[g.call.d.buffer];
+  assert.deepEqual([g.call.d.dtype, scratch.dtype, scratch.bytes], ["f16", "f16", 8 * 8 * 2]);
+  assert.match(scratch.name, /matmul product f16 \(cuBLASLt\)/);
+  const heads = e.bindings.find((b) => b.access === "write")!.buffer, bias = bufferNamed(c.plan, "bias");
+  const want = [[g.call.d.buffer, "read"], [bias, "read"], [heads, "write"]]; // the epilogue's, nothing else
+  assert.deepEqual(e.bindings.map((b) => [b.buffer, b.access]).sort(), want.sort());
+  assert.match(e.source.code, /const __half\* __restrict__ b\d/, "the scratch is read as __half");
+  const calls = c.plan.kernels.reduce((a, x) => a + x.bytesRead + x.bytesWritten, 0); // and the scratch twice
+  assert.equal(bytesMoved(c.plan), calls + 2 * scratch.bytes);
+  assert.equal(figuresOf(c).launches_per_step, 3, "the call, its epilogue kernel, the second call");
 });
 
 Deno.test("library GEMM: refusals name the reason", () => {
   const reason = (body: (m: ModelBuilder, dt: DType) => Tensor) => {
     const c = compile(body);
-    assert.equal(c.gemms.length, 1);
-    assert.equal(c.gemms[0].library, false);
+    assert.deepEqual(c.gemms.map((d) => d.library), [false]);
     assert.equal(onlyGemm(c.plan).library, undefined);
     return c.gemms[0].reason;
   };

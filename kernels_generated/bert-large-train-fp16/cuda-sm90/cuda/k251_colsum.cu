@@ -3,33 +3,24 @@
 // Used by 1 kernel: k251_colsum
 // What the first of them fuses:
 //   reduce kernel over [8,1] reducing axes [0]
-//   %3293 reshape f32[] (models/bert.ts:156)
-//   %3296 div f32[] (models/bert.ts:156) -> written
-//   %3321 log f32[8,1] (models/bert.ts:157)
-//   %3322 add f32[8,1] (models/bert.ts:157)
-//   %3323 sub f32[8,1] (models/bert.ts:157)
-//   %3324 mul f32[8,1] (models/bert.ts:157)
-//   %3325 reduce_sum f32[1,1] (models/bert.ts:157)
-//   %3326 reshape f32[] (models/bert.ts:157)
-//   %3328 div f32[] (models/bert.ts:157) -> written
-//   %3334 add f32[] (models/bert.ts:158) -> written
-//   %3340 mul f32[] -> written
-//   binding 0 (read): %3320 reduce_sum f32[8,1]
-//   binding 1 (read): %3316 stop_gradient f32[8,1]
-//   binding 2 (read): %3308 reduce_sum f32[8,1]
-//   binding 3 (read): input next_sentence_labels i32[8]
-//   binding 4 (read): %3292 reduce_sum f32[1,1]
-//   binding 5 (read): %3295 max f32[]
-//   binding 6 (write): %3296 div f32[]
-//   binding 7 (read): %3327 max f32[]
-//   binding 8 (write): %3328 div f32[]
-//   binding 9 (write): %3334 add f32[]
-//   binding 10 (read): input train.state f32[8]
-//   binding 11 (write): %3340 mul f32[]
+//   %3313 reduce_sum f32[1,1] (models/bert.ts:157)
+//   %3314 reshape f32[] (models/bert.ts:157)
+//   %3327 max f32[] (models/bert.ts:157) -> written
+//   %3329 ge bool[8,1] (models/bert.ts:157)
+//   %3330 cast f32[8,1] (models/bert.ts:157)
+//   %3331 mul f32[8,1] (models/bert.ts:157)
+//   %3332 reduce_sum f32[1,1] (models/bert.ts:157)
+//   %3333 reshape f32[] (models/bert.ts:157)
+//   %3336 div f32[] (models/bert.ts:162) -> written
+//   binding 0 (read): input next_sentence_labels i32[8]
+//   binding 1 (read): %3308 reduce_sum f32[8,1]
+//   binding 2 (read): %3315 reduce_max f32[8,1]
+//   binding 3 (write): %3327 max f32[]
+//   binding 4 (write): %3336 div f32[]
 
 // launch: grid [1, 1, 1] of 256-thread blocks
 
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, const int* __restrict__ b3, const float* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, const float* __restrict__ b7, float* __restrict__ b8, float* __restrict__ b9, const float* __restrict__ b10, float* __restrict__ b11) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const int* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, float* __restrict__ b3, float* __restrict__ b4) {
   __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
@@ -37,19 +28,19 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
   const int grp = lid / 64;
   const bool valid = row < 1;
   float acc0 = 0.0f;
+  float acc1 = 0.0f;
   if (valid) {
     for (int j = grp; j < 8; j += 4) {
-      const float v1 = b0[j];
-      const float v2 = logf(v1);
-      const float v3 = b1[j];
-      const float v4 = v2 + v3;
-      const float v5 = b2[j];
-      const float v6 = v4 - v5;
-      const int v7 = b3[j];
-      const bool v8 = v7 != -1;
-      const float v9 = (v8 ? 1.0f : 0.0f);
-      const float v10 = v6 * v9;
-      acc0 = acc0 + v10;
+      const int v2 = b0[j];
+      const bool v3 = v2 != -1;
+      const float v4 = (v3 ? 1.0f : 0.0f);
+      acc0 = acc0 + v4;
+      const float v5 = b1[j];
+      const float v6 = b2[j];
+      const bool v7 = v5 >= v6;
+      const float v8 = (v7 ? 1.0f : 0.0f);
+      const float v9 = v8 * v4;
+      acc1 = acc1 + v9;
     }
   }
   colred[lid] = acc0;
@@ -62,20 +53,24 @@ extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restr
     colred[lid] = colred[lid] + colred[lid + 64];
   }
   __syncthreads();
+  const float red10 = colred[lid % 64];
+  __syncthreads();
+  colred[lid] = acc1;
+  __syncthreads();
+  if (grp < 2) {
+    colred[lid] = colred[lid] + colred[lid + 128];
+  }
+  __syncthreads();
+  if (grp < 1) {
+    colred[lid] = colred[lid] + colred[lid + 64];
+  }
+  __syncthreads();
   const float red11 = colred[lid % 64];
   __syncthreads();
   if (valid && grp == 0) {
-    const float v12 = b4[row];
-    const float v13 = b5[row];
-    const float v14 = v12 / v13;
-    b6[row] = v14;
-    const float v15 = b7[row];
-    const float v16 = red11 / v15;
-    b8[row] = v16;
-    const float v17 = v14 + v16;
-    b9[row] = v17;
-    const float v18 = b10[1];
-    const float v19 = v17 * v18;
-    b11[row] = v19;
+    const float v12 = fmaxf(red10, 1.0f);
+    b3[row] = v12;
+    const float v13 = red11 / v12;
+    b4[row] = v13;
   }
 }

@@ -2,108 +2,80 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k252_colsum
 // What the first of them fuses:
-//   reduce kernel over [160,30522] reducing axes [0]
-//   %3352 div f32[] (models/bert.ts:156)
-//   %3353 reshape f32[1,1] (models/bert.ts:156)
-//   %3354 broadcast f32[160,1] (models/bert.ts:156)
-//   %3355 mul f32[160,1] (models/bert.ts:156)
-//   %3356 neg f32[160,1] (models/bert.ts:156)
-//   %3357 div f32[160,1] (models/bert.ts:156)
-//   %3358 broadcast f32[160,30522] (models/bert.ts:156)
-//   %3359 mul f32[160,30522] (models/bert.ts:156)
-//   %3360 broadcast f32[160,30522] (models/bert.ts:156)
-//   %3361 where f32[160,30522] (models/bert.ts:156)
-//   %3362 add f32[160,30522] (models/bert.ts:156) -> written
-//   %3363 reduce_sum f32[1,30522] (models/bert.ts:139) -> written
-//   binding 0 (read): input train.state f32[8]
-//   binding 1 (read): %3295 max f32[]
-//   binding 2 (read): input masked_lm_ids i32[8,20]
-//   binding 3 (read): %3287 reduce_sum f32[160,1]
-//   binding 4 (read): %3264 matmul f16[160,30522]
-//   binding 5 (read): param cls.predictions.bias f32[30522]
-//   binding 6 (read): %3283 stop_gradient f32[160,1]
-//   binding 7 (write): %3363 reduce_sum f32[1,30522] stored f16
-//   binding 8 (write): %3362 add f32[160,30522] stored f16
+//   reduce kernel over [8,1] reducing axes [0]
+//   %3293 reshape f32[] (models/bert.ts:156)
+//   %3296 div f32[] (models/bert.ts:156) -> written
+//   %3321 log f32[8,1] (models/bert.ts:157)
+//   %3322 add f32[8,1] (models/bert.ts:157)
+//   %3323 sub f32[8,1] (models/bert.ts:157)
+//   %3324 mul f32[8,1] (models/bert.ts:157)
+//   %3325 reduce_sum f32[1,1] (models/bert.ts:157)
+//   %3326 reshape f32[] (models/bert.ts:157)
+//   %3328 div f32[] (models/bert.ts:157) -> written
+//   %3334 add f32[] (models/bert.ts:158) -> written
+//   %3340 mul f32[] -> written
+//   binding 0 (read): %3320 reduce_sum f32[8,1]
+//   binding 1 (read): %3316 stop_gradient f32[8,1]
+//   binding 2 (read): %3308 reduce_sum f32[8,1]
+//   binding 3 (read): input next_sentence_labels i32[8]
+//   binding 4 (read): %3292 reduce_sum f32[1,1]
+//   binding 5 (read): %3295 max f32[]
+//   binding 6 (write): %3296 div f32[]
+//   binding 7 (read): %3327 max f32[]
+//   binding 8 (write): %3328 div f32[]
+//   binding 9 (write): %3334 add f32[]
+//   binding 10 (read): input train.state f32[8]
+//   binding 11 (write): %3340 mul f32[]
 
-// launch: grid [954, 1, 1] of 256-thread blocks
+// launch: grid [1, 1, 1] of 256-thread blocks
 
-#include <cuda_fp16.h>
-
-extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const int* __restrict__ b2, const float* __restrict__ b3, const __half* __restrict__ b4, const float* __restrict__ b5, const float* __restrict__ b6, __half* __restrict__ b7, __half* __restrict__ b8) {
+extern "C" __global__ void __launch_bounds__(256) bf_kernel(const float* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, const int* __restrict__ b3, const float* __restrict__ b4, const float* __restrict__ b5, float* __restrict__ b6, const float* __restrict__ b7, float* __restrict__ b8, float* __restrict__ b9, const float* __restrict__ b10, float* __restrict__ b11) {
   __shared__ float colred[256];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  const int row = wg * 32 + lid % 32;
-  const int grp = lid / 32;
-  const bool valid = row < 30522;
+  const int row = wg * 64 + lid % 64;
+  const int grp = lid / 64;
+  const bool valid = row < 1;
   float acc0 = 0.0f;
   if (valid) {
-    for (int j = grp; j < 160; j += 8) {
-      const float v1 = b0[1];
-      const float v2 = b1[0];
-      const float v3 = v1 / v2;
-      const int v4 = b2[j];
-      const bool v5 = v4 != -1;
-      const float v6 = (v5 ? 1.0f : 0.0f);
-      const float v7 = v3 * v6;
-      const float v8 = b3[j];
-      const float v9 = v7 / v8;
-      const float v10 = __half2float(b4[j * 30522 + row]);
-      const float v11 = b5[row];
-      const float v12 = v10 + v11;
-      const float v13 = b6[j];
-      const float v14 = v12 - v13;
-      const float v15 = expf(v14);
-      const float v16 = v9 * v15;
-      const bool v17 = row == v4;
-      const float v18 = -v7;
-      const float v19 = (v17 ? v18 : 0.0f);
-      const float v20 = v16 + v19;
-      acc0 = acc0 + v20;
+    for (int j = grp; j < 8; j += 4) {
+      const float v1 = b0[j];
+      const float v2 = logf(v1);
+      const float v3 = b1[j];
+      const float v4 = v2 + v3;
+      const float v5 = b2[j];
+      const float v6 = v4 - v5;
+      const int v7 = b3[j];
+      const bool v8 = v7 != -1;
+      const float v9 = (v8 ? 1.0f : 0.0f);
+      const float v10 = v6 * v9;
+      acc0 = acc0 + v10;
     }
   }
   colred[lid] = acc0;
   __syncthreads();
-  if (grp < 4) {
+  if (grp < 2) {
     colred[lid] = colred[lid] + colred[lid + 128];
   }
   __syncthreads();
-  if (grp < 2) {
+  if (grp < 1) {
     colred[lid] = colred[lid] + colred[lid + 64];
   }
   __syncthreads();
-  if (grp < 1) {
-    colred[lid] = colred[lid] + colred[lid + 32];
-  }
-  __syncthreads();
-  const float red21 = colred[lid % 32];
+  const float red11 = colred[lid % 64];
   __syncthreads();
   if (valid && grp == 0) {
-    b7[row] = __float2half_rn(red21);
-  }
-  if (valid) {
-    for (int j = grp; j < 160; j += 8) {
-      const float v22 = b0[1];
-      const float v23 = b1[0];
-      const float v24 = v22 / v23;
-      const int v25 = b2[j];
-      const bool v26 = v25 != -1;
-      const float v27 = (v26 ? 1.0f : 0.0f);
-      const float v28 = v24 * v27;
-      const float v29 = b3[j];
-      const float v30 = v28 / v29;
-      const float v31 = __half2float(b4[row + j * 30522]);
-      const float v32 = b5[row];
-      const float v33 = v31 + v32;
-      const float v34 = b6[j];
-      const float v35 = v33 - v34;
-      const float v36 = expf(v35);
-      const float v37 = v30 * v36;
-      const bool v38 = row == v25;
-      const float v39 = -v28;
-      const float v40 = (v38 ? v39 : 0.0f);
-      const float v41 = v37 + v40;
-      b8[row + j * 30522] = __float2half_rn(v41);
-    }
+    const float v12 = b4[row];
+    const float v13 = b5[row];
+    const float v14 = v12 / v13;
+    b6[row] = v14;
+    const float v15 = b7[row];
+    const float v16 = red11 / v15;
+    b8[row] = v16;
+    const float v17 = v14 + v16;
+    b9[row] = v17;
+    const float v18 = b10[1];
+    const float v19 = v17 * v18;
+    b11[row] = v19;
   }
 }

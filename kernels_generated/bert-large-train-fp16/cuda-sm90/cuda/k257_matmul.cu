@@ -2,14 +2,13 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k257_matmul
 // What the first of them fuses:
-//   matmul kernel over [1024,1024]
-//   %3409 matmul f16[1024,1024] (models/bert.ts:140)
-//   %3410 cast f32[1024,1024] (models/bert.ts:140) -> written
+//   matmul kernel over [160,1024]
+//   %3407 matmul f16[160,1024] (models/bert.ts:140) -> written
 //   binding 0 (read): %3403 add f32[160,1024] stored f16
-//   binding 1 (read): %3230 gather f32[160,1024] stored f16
-//   binding 2 (write): %3410 cast f32[1024,1024] stored f16
+//   binding 1 (read): input low:cls.predictions.transform.dense.weight f16[1024,1024]
+//   binding 2 (write): %3407 matmul f16[160,1024]
 
-// launch: grid [64, 1, 1] of 64-thread blocks
+// launch: grid [16, 1, 1] of 64-thread blocks
 
 #include <cuda_fp16.h>
 
@@ -282,39 +281,39 @@ extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restr
   float mm_acc_15_15 = 0.0f;
   const int mm_af = lid % 8;
   const int mm_as = lid / 8;
-  for (int mm_k0 = 0; mm_k0 < 160; mm_k0 += 8) {
-    As[mm_af * 129 + mm_as] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + mm_as)])));
-    As[mm_af * 129 + (mm_as + 8)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 8))])));
-    As[mm_af * 129 + (mm_as + 16)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 16))])));
-    As[mm_af * 129 + (mm_as + 24)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 24))])));
-    As[mm_af * 129 + (mm_as + 32)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 32))])));
-    As[mm_af * 129 + (mm_as + 40)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 40))])));
-    As[mm_af * 129 + (mm_as + 48)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 48))])));
-    As[mm_af * 129 + (mm_as + 56)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 56))])));
-    As[mm_af * 129 + (mm_as + 64)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 64))])));
-    As[mm_af * 129 + (mm_as + 72)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 72))])));
-    As[mm_af * 129 + (mm_as + 80)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 80))])));
-    As[mm_af * 129 + (mm_as + 88)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 88))])));
-    As[mm_af * 129 + (mm_as + 96)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 96))])));
-    As[mm_af * 129 + (mm_as + 104)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 104))])));
-    As[mm_af * 129 + (mm_as + 112)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 112))])));
-    As[mm_af * 129 + (mm_as + 120)] = __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 1024 + (mm_row0 + (mm_as + 120))])));
-    Bs[lid / 128 * 128 + lid % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + lid / 128) * 1024 + (mm_col0 + lid % 128)])));
-    Bs[(lid + 64) / 128 * 128 + (lid + 64) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 64) / 128) * 1024 + (mm_col0 + (lid + 64) % 128)])));
-    Bs[(lid + 128) / 128 * 128 + (lid + 128) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 128) / 128) * 1024 + (mm_col0 + (lid + 128) % 128)])));
-    Bs[(lid + 192) / 128 * 128 + (lid + 192) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 192) / 128) * 1024 + (mm_col0 + (lid + 192) % 128)])));
-    Bs[(lid + 256) / 128 * 128 + (lid + 256) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 256) / 128) * 1024 + (mm_col0 + (lid + 256) % 128)])));
-    Bs[(lid + 320) / 128 * 128 + (lid + 320) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 320) / 128) * 1024 + (mm_col0 + (lid + 320) % 128)])));
-    Bs[(lid + 384) / 128 * 128 + (lid + 384) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 384) / 128) * 1024 + (mm_col0 + (lid + 384) % 128)])));
-    Bs[(lid + 448) / 128 * 128 + (lid + 448) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 448) / 128) * 1024 + (mm_col0 + (lid + 448) % 128)])));
-    Bs[(lid + 512) / 128 * 128 + (lid + 512) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 512) / 128) * 1024 + (mm_col0 + (lid + 512) % 128)])));
-    Bs[(lid + 576) / 128 * 128 + (lid + 576) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 576) / 128) * 1024 + (mm_col0 + (lid + 576) % 128)])));
-    Bs[(lid + 640) / 128 * 128 + (lid + 640) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 640) / 128) * 1024 + (mm_col0 + (lid + 640) % 128)])));
-    Bs[(lid + 704) / 128 * 128 + (lid + 704) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 704) / 128) * 1024 + (mm_col0 + (lid + 704) % 128)])));
-    Bs[(lid + 768) / 128 * 128 + (lid + 768) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 768) / 128) * 1024 + (mm_col0 + (lid + 768) % 128)])));
-    Bs[(lid + 832) / 128 * 128 + (lid + 832) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 832) / 128) * 1024 + (mm_col0 + (lid + 832) % 128)])));
-    Bs[(lid + 896) / 128 * 128 + (lid + 896) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 896) / 128) * 1024 + (mm_col0 + (lid + 896) % 128)])));
-    Bs[(lid + 960) / 128 * 128 + (lid + 960) % 128] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (lid + 960) / 128) * 1024 + (mm_col0 + (lid + 960) % 128)])));
+  for (int mm_k0 = 0; mm_k0 < 1024; mm_k0 += 8) {
+    As[mm_af * 129 + mm_as] = (mm_row0 + mm_as < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + mm_as, 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 8)] = (mm_row0 + (mm_as + 8) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 8), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 16)] = (mm_row0 + (mm_as + 16) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 16), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 24)] = (mm_row0 + (mm_as + 24) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 24), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 32)] = (mm_row0 + (mm_as + 32) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 32), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 40)] = (mm_row0 + (mm_as + 40) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 40), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 48)] = (mm_row0 + (mm_as + 48) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 48), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 56)] = (mm_row0 + (mm_as + 56) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 56), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 64)] = (mm_row0 + (mm_as + 64) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 64), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 72)] = (mm_row0 + (mm_as + 72) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 72), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 80)] = (mm_row0 + (mm_as + 80) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 80), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 88)] = (mm_row0 + (mm_as + 88) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 88), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 96)] = (mm_row0 + (mm_as + 96) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 96), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 104)] = (mm_row0 + (mm_as + 104) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 104), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 112)] = (mm_row0 + (mm_as + 112) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 112), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    As[mm_af * 129 + (mm_as + 120)] = (mm_row0 + (mm_as + 120) < 160 ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + (mm_as + 120), 159) * 1024 + (mm_k0 + mm_af)]))) : 0.0f);
+    Bs[lid / 128 * 128 + lid % 128] = __half2float(b1[(mm_k0 + lid / 128) * 1024 + (mm_col0 + lid % 128)]);
+    Bs[(lid + 64) / 128 * 128 + (lid + 64) % 128] = __half2float(b1[(mm_k0 + (lid + 64) / 128) * 1024 + (mm_col0 + (lid + 64) % 128)]);
+    Bs[(lid + 128) / 128 * 128 + (lid + 128) % 128] = __half2float(b1[(mm_k0 + (lid + 128) / 128) * 1024 + (mm_col0 + (lid + 128) % 128)]);
+    Bs[(lid + 192) / 128 * 128 + (lid + 192) % 128] = __half2float(b1[(mm_k0 + (lid + 192) / 128) * 1024 + (mm_col0 + (lid + 192) % 128)]);
+    Bs[(lid + 256) / 128 * 128 + (lid + 256) % 128] = __half2float(b1[(mm_k0 + (lid + 256) / 128) * 1024 + (mm_col0 + (lid + 256) % 128)]);
+    Bs[(lid + 320) / 128 * 128 + (lid + 320) % 128] = __half2float(b1[(mm_k0 + (lid + 320) / 128) * 1024 + (mm_col0 + (lid + 320) % 128)]);
+    Bs[(lid + 384) / 128 * 128 + (lid + 384) % 128] = __half2float(b1[(mm_k0 + (lid + 384) / 128) * 1024 + (mm_col0 + (lid + 384) % 128)]);
+    Bs[(lid + 448) / 128 * 128 + (lid + 448) % 128] = __half2float(b1[(mm_k0 + (lid + 448) / 128) * 1024 + (mm_col0 + (lid + 448) % 128)]);
+    Bs[(lid + 512) / 128 * 128 + (lid + 512) % 128] = __half2float(b1[(mm_k0 + (lid + 512) / 128) * 1024 + (mm_col0 + (lid + 512) % 128)]);
+    Bs[(lid + 576) / 128 * 128 + (lid + 576) % 128] = __half2float(b1[(mm_k0 + (lid + 576) / 128) * 1024 + (mm_col0 + (lid + 576) % 128)]);
+    Bs[(lid + 640) / 128 * 128 + (lid + 640) % 128] = __half2float(b1[(mm_k0 + (lid + 640) / 128) * 1024 + (mm_col0 + (lid + 640) % 128)]);
+    Bs[(lid + 704) / 128 * 128 + (lid + 704) % 128] = __half2float(b1[(mm_k0 + (lid + 704) / 128) * 1024 + (mm_col0 + (lid + 704) % 128)]);
+    Bs[(lid + 768) / 128 * 128 + (lid + 768) % 128] = __half2float(b1[(mm_k0 + (lid + 768) / 128) * 1024 + (mm_col0 + (lid + 768) % 128)]);
+    Bs[(lid + 832) / 128 * 128 + (lid + 832) % 128] = __half2float(b1[(mm_k0 + (lid + 832) / 128) * 1024 + (mm_col0 + (lid + 832) % 128)]);
+    Bs[(lid + 896) / 128 * 128 + (lid + 896) % 128] = __half2float(b1[(mm_k0 + (lid + 896) / 128) * 1024 + (mm_col0 + (lid + 896) % 128)]);
+    Bs[(lid + 960) / 128 * 128 + (lid + 960) % 128] = __half2float(b1[(mm_k0 + (lid + 960) / 128) * 1024 + (mm_col0 + (lid + 960) % 128)]);
     __syncthreads();
     for (int mm_kk = 0; mm_kk < 8; mm_kk += 1) {
       const float mm_av0 = As[mm_kk * 129 + mm_ty];
@@ -630,8 +629,10 @@ extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restr
       const int mm_e = lid + mm_q * 64;
       const int mm_row = mm_row0 + mm_p * 8 + mm_e / 128;
       const int mm_col = mm_col0 + mm_e % 128;
-      const float mm_out = Cs[mm_e];
-      b2[mm_row * 1024 + mm_col] = __float2half_rn(mm_out);
+      if (mm_row < 160) {
+        const float mm_out = Cs[mm_e];
+        b2[mm_row * 1024 + mm_col] = __float2half_rn(mm_out);
+      }
     }
     __syncthreads();
   }

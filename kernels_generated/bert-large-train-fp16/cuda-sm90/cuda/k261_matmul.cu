@@ -2,23 +2,22 @@
 // Do not edit; regenerate with the command above.
 // Used by 1 kernel: k261_matmul
 // What the first of them fuses:
-//   matmul kernel over [2,1024]
-//   %3418 matmul f16[2,1024] (models/bert.ts:144)
-//   %3419 cast f32[2,1024] (models/bert.ts:144) -> written
+//   matmul kernel over [8,1024]
+//   %3416 matmul f16[8,1024] (models/bert.ts:144) -> written
 //   binding 0 (read): %3351 add f32[8,2] stored f16
-//   binding 1 (read): %3214 tanh f32[8,1024] stored f16
-//   binding 2 (write): %3419 cast f32[2,1024] stored f16
+//   binding 1 (read): input low:cls.seq_relationship.weight f16[2,1024]
+//   binding 2 (write): %3416 matmul f16[8,1024]
 
 // launch: grid [64, 1, 1] of 64-thread blocks
 
 #include <cuda_fp16.h>
 
 extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restrict__ b0, const __half* __restrict__ b1, __half* __restrict__ b2) {
-  __shared__ float As[136];
-  __shared__ float Bs[128];
+  __shared__ float As[68];
+  __shared__ float Bs[64];
   const int lid = static_cast<int>(threadIdx.x);
   const int wg = static_cast<int>(blockIdx.x);
-  // tile 16x16x8, 2x2 per thread, 64 threads
+  // tile 16x16x4, 2x2 per thread, 64 threads
   const int mm_row0 = wg / 64 * 16;
   const int mm_col0 = wg % 64 * 16;
   const int mm_tx = lid % 8;
@@ -27,17 +26,15 @@ extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restr
   float mm_acc_0_1 = 0.0f;
   float mm_acc_1_0 = 0.0f;
   float mm_acc_1_1 = 0.0f;
-  const int mm_af = lid % 8;
-  const int mm_as = lid / 8;
+  const int mm_af = lid % 4;
+  const int mm_as = lid / 4;
   const int mm_bf = lid % 16;
   const int mm_bs = lid / 16;
-  for (int mm_k0 = 0; mm_k0 < 8; mm_k0 += 8) {
-    As[mm_af * 17 + mm_as] = (mm_row0 + mm_as < 2 ? __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 2 + min(mm_row0 + mm_as, 1)]))) : 0.0f);
-    As[mm_af * 17 + (mm_as + 8)] = (mm_row0 + (mm_as + 8) < 2 ? __half2float(__float2half_rn(__half2float(b0[(mm_k0 + mm_af) * 2 + min(mm_row0 + (mm_as + 8), 1)]))) : 0.0f);
-    Bs[mm_bs * 16 + mm_bf] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + mm_bs) * 1024 + (mm_col0 + mm_bf)])));
-    Bs[(mm_bs + 4) * 16 + mm_bf] = __half2float(__float2half_rn(__half2float(b1[(mm_k0 + (mm_bs + 4)) * 1024 + (mm_col0 + mm_bf)])));
+  for (int mm_k0 = 0; mm_k0 < 2; mm_k0 += 4) {
+    As[mm_af * 17 + mm_as] = ((mm_row0 + mm_as < 8 && mm_k0 + mm_af < 2) ? __half2float(__float2half_rn(__half2float(b0[min(mm_row0 + mm_as, 7) * 2 + min(mm_k0 + mm_af, 1)]))) : 0.0f);
+    Bs[mm_bs * 16 + mm_bf] = (mm_k0 + mm_bs < 2 ? __half2float(b1[min(mm_k0 + mm_bs, 1) * 1024 + (mm_col0 + mm_bf)]) : 0.0f);
     __syncthreads();
-    for (int mm_kk = 0; mm_kk < 8; mm_kk += 1) {
+    for (int mm_kk = 0; mm_kk < 4; mm_kk += 1) {
       const float mm_av0 = As[mm_kk * 17 + mm_ty];
       const float mm_av1 = As[mm_kk * 17 + mm_ty + 8];
       const float mm_bv0 = Bs[mm_kk * 16 + mm_tx];
@@ -50,14 +47,14 @@ extern "C" __global__ void __launch_bounds__(64) bf_kernel(const __half* __restr
     __syncthreads();
   }
   const int mm_r0 = mm_row0 + mm_ty;
-  if (mm_r0 < 2) {
+  if (mm_r0 < 8) {
     const int mm_c0_0 = mm_col0 + mm_tx;
     b2[mm_r0 * 1024 + mm_c0_0] = __float2half_rn(mm_acc_0_0);
     const int mm_c0_1 = mm_col0 + mm_tx + 8;
     b2[mm_r0 * 1024 + mm_c0_1] = __float2half_rn(mm_acc_0_1);
   }
   const int mm_r1 = mm_row0 + mm_ty + 8;
-  if (mm_r1 < 2) {
+  if (mm_r1 < 8) {
     const int mm_c1_0 = mm_col0 + mm_tx;
     b2[mm_r1 * 1024 + mm_c1_0] = __float2half_rn(mm_acc_1_0);
     const int mm_c1_1 = mm_col0 + mm_tx + 8;
