@@ -8,6 +8,7 @@
  */
 import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
+import { READ_THROUGH } from "../passes/gemm_calls.ts";
 import { keepsElements } from "../passes/gemm_sum_order.ts";
 import { storedTypeOf, type ValueContext } from "./values.ts";
 import type { PlanGemm, PlanGemmOperand, PlanGemmVector } from "../../plan/plan.ts";
@@ -108,12 +109,11 @@ type Found = { ok: true; buffer: NodeId; dtype: GemmDType; view: View } | { ok: 
 function operandView(g: Graph, ctx: ValueContext, id: NodeId, what: string, broadcasts = false): Found {
   const chain: NodeId[] = [];
   let cur = id;
-  const ops = broadcasts
-    ? ["cast", "reshape", "permute", "slice", "broadcast"]
-    : ["cast", "reshape", "permute", "slice"];
+  // What gemm-calls let a call read through (READ_THROUGH), and for a bias a broadcast.
+  const through = (op: string) => READ_THROUGH.has(op) || (broadcasts && op === "broadcast");
   while (ctx.members.has(cur) || ctx.computedAnywhere(cur)) {
     const n = g.nodes[cur];
-    if (!ops.includes(n.op)) {
+    if (!through(n.op)) {
       return {
         ok: false,
         reason: `${what} is computed on load (${n.op}), not a buffer read through reshape/permute/slice/cast`,

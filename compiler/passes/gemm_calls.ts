@@ -36,8 +36,11 @@ export const RAW_CALL_EPILOGUE: ReadonlySet<string> = new Set(
   "cast reshape permute broadcast add".split(" "),
 );
 
-/** What a call reads its operands through: strided views of a buffer, or a load that converts. */
-const READ_THROUGH: ReadonlySet<string> = new Set(["cast", "reshape", "permute", "slice"]);
+/**
+ * What a call reads its operands through: strided views of a buffer, or a load that converts (the
+ * derivation, lower/gemm_library.ts, follows the same ops to the strides).
+ */
+export const READ_THROUGH: ReadonlySet<string> = new Set(["cast", "reshape", "permute", "slice"]);
 
 /**
  * Why operand `id` of a matmul cannot be a library call's, or undefined when it can (its batch axes are the
