@@ -16,7 +16,7 @@ import {
   laneType,
   ref,
 } from "../kernel_ir/ir.ts";
-import { visitExprs, visitStmts } from "../kernel_ir/walk.ts";
+import { mapChildren, visitExprs, visitStmts } from "../kernel_ir/walk.ts";
 
 export class CudaScalarizeError extends Error {
   override name = "CudaScalarizeError";
@@ -202,29 +202,9 @@ class Scalarizer {
   /** A scalar expression whose sub-expressions may be vectors (read through `lane`). */
   private scalar(e: KExpr): KExpr {
     if (isVector(e.t)) throw this.fail(`a ${e.t} value where a scalar is needed (${e.k})`);
-    switch (e.k) {
-      case "lit":
-      case "ref":
-      case "id":
-        return e;
-      case "load":
-      case "sload":
-        return { ...e, index: this.scalar(e.index) };
-      case "un":
-      case "cast":
-        return { ...e, a: this.scalar(e.a) };
-      case "bin":
-        return { ...e, a: this.scalar(e.a), b: this.scalar(e.b) };
-      case "select":
-        return { ...e, cond: this.scalar(e.cond), a: this.scalar(e.a), b: this.scalar(e.b) };
-      case "lane":
-        return this.lane(e.a, e.lane);
-      case "philox":
-        return { ...e, seed: this.scalar(e.seed), step: this.scalar(e.step), index: this.scalar(e.index) };
-      case "splat":
-      case "vec":
-        throw this.fail(`internal: ${e.k} of scalar type`);
-    }
+    if (e.k === "lane") return this.lane(e.a, e.lane);
+    if (e.k === "splat" || e.k === "vec") throw this.fail(`internal: ${e.k} of scalar type`);
+    return mapChildren(e, (x) => this.scalar(x));
   }
 
   /** Lane `c` of the vector expression `e`, as a scalar expression. */

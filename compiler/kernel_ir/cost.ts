@@ -16,6 +16,7 @@ import {
   lanesOf,
   laneType,
 } from "./ir.ts";
+import { exprChildren, stmtExprs } from "./walk.ts";
 
 interface Counts {
   loads: Map<string, number>;
@@ -36,86 +37,32 @@ function tripCount(s: Extract<KStmt, { k: "for" }>): number {
 }
 
 function countExpr(e: KExpr, w: number, c: Counts): void {
-  switch (e.k) {
-    case "load":
-      c.loads.set(e.buf, (c.loads.get(e.buf) ?? 0) + w * lanesOf(e.t));
-      countExpr(e.index, w, c);
-      return;
-    case "sload":
-      countExpr(e.index, w, c);
-      return;
-    case "un":
-      c.flops += w * floatLanes(e.t);
-      countExpr(e.a, w, c);
-      return;
-    case "bin":
-      if (countsFlops(e.op)) c.flops += w * floatLanes(e.a.t);
-      countExpr(e.a, w, c);
-      countExpr(e.b, w, c);
-      return;
-    case "select":
-      countExpr(e.cond, w, c);
-      countExpr(e.a, w, c);
-      countExpr(e.b, w, c);
-      return;
-    case "cast":
-    case "splat":
-    case "lane":
-      countExpr(e.a, w, c);
-      return;
-    case "vec":
-      for (const p of e.parts) countExpr(p, w, c);
-      return;
-    case "philox":
-      countExpr(e.seed, w, c);
-      countExpr(e.step, w, c);
-      countExpr(e.index, w, c);
-      return;
-    default:
-      return;
-  }
+  if (e.k === "load") c.loads.set(e.buf, (c.loads.get(e.buf) ?? 0) + w * lanesOf(e.t));
+  if (e.k === "un") c.flops += w * floatLanes(e.t);
+  if (e.k === "bin" && countsFlops(e.op)) c.flops += w * floatLanes(e.a.t);
+  for (const x of exprChildren(e)) countExpr(x, w, c);
 }
 
+/** n of a guard `gid < n`, which the spare threads of the last workgroup fail: only n run its body. */
+function gidBound(e: KExpr): number | undefined {
+  return e.k === "bin" && e.op === "lt" && e.a.k === "id" && e.a.which === "gid" && e.b.k === "lit"
+    ? e.b.v
+    : undefined;
+}
+
+/** A loop's bounds are not counted, only its body (`tripCount` times). */
 function countStmts(stmts: readonly KStmt[], w: number, c: Counts): void {
   for (const s of stmts) {
-    switch (s.k) {
-      case "let":
-        countExpr(s.init, w, c);
-        break;
-      case "set":
-        countExpr(s.value, w, c);
-        break;
-      case "store":
-        c.stores.set(s.buf, (c.stores.get(s.buf) ?? 0) + w * lanesOf(s.value.t));
-        countExpr(s.index, w, c);
-        countExpr(s.value, w, c);
-        break;
-      case "sstore":
-        countExpr(s.index, w, c);
-        countExpr(s.value, w, c);
-        break;
-      case "for":
-        countStmts(s.body, w * tripCount(s), c);
-        break;
-      case "if": {
-        countExpr(s.cond, w, c);
-        // `if (gid < n)` guards the spare threads of the last workgroup: only n run the body.
-        const guard = s.cond.k === "bin" && s.cond.op === "lt" && s.cond.a.k === "id" &&
-          s.cond.a.which === "gid" &&
-          s.cond.b.k === "lit";
-        countStmts(
-          s.then,
-          guard && s.cond.k === "bin" && s.cond.b.k === "lit" ? Math.min(w, s.cond.b.v) : w,
-          c,
-        );
-        if (s.else) countStmts(s.else, w, c);
-        break;
-      }
-      case "wg_reduce":
-        countExpr(s.value, w, c);
-        break;
-      default:
-        break;
+    if (s.k === "for") {
+      countStmts(s.body, w * tripCount(s), c);
+      continue;
+    }
+    if (s.k === "store") c.stores.set(s.buf, (c.stores.get(s.buf) ?? 0) + w * lanesOf(s.value.t));
+    for (const e of stmtExprs(s)) countExpr(e, w, c);
+    if (s.k === "if") {
+      const n = gidBound(s.cond);
+      countStmts(s.then, n === undefined ? w : Math.min(w, n), c);
+      if (s.else) countStmts(s.else, w, c);
     }
   }
 }

@@ -5,31 +5,61 @@
  */
 import type { KExpr, KStmt } from "./ir.ts";
 
-/** Rebuilds `e` bottom-up: children first, then `f` on the node with its new children. */
-export function mapExpr(e: KExpr, f: (e: KExpr) => KExpr): KExpr {
+/** The sub-expressions `e` holds directly, in the order they are evaluated. */
+export function exprChildren(e: KExpr): readonly KExpr[] {
   switch (e.k) {
     case "lit":
     case "ref":
     case "id":
-      return f(e);
+      return [];
     case "load":
-      return f({ ...e, index: mapExpr(e.index, f) });
     case "sload":
-      return f({ ...e, index: mapExpr(e.index, f) });
+      return [e.index];
     case "un":
     case "cast":
     case "splat":
     case "lane":
-      return f({ ...e, a: mapExpr(e.a, f) });
+      return [e.a];
     case "vec":
-      return f({ ...e, parts: e.parts.map((p) => mapExpr(p, f)) });
+      return e.parts;
     case "bin":
-      return f({ ...e, a: mapExpr(e.a, f), b: mapExpr(e.b, f) });
+      return [e.a, e.b];
     case "select":
-      return f({ ...e, cond: mapExpr(e.cond, f), a: mapExpr(e.a, f), b: mapExpr(e.b, f) });
+      return [e.cond, e.a, e.b];
     case "philox":
-      return f({ ...e, seed: mapExpr(e.seed, f), step: mapExpr(e.step, f), index: mapExpr(e.index, f) });
+      return [e.seed, e.step, e.index];
   }
+}
+
+/** `e` with each sub-expression it holds directly replaced by `f` of it (in `exprChildren`'s order). */
+export function mapChildren(e: KExpr, f: (e: KExpr) => KExpr): KExpr {
+  switch (e.k) {
+    case "lit":
+    case "ref":
+    case "id":
+      return e;
+    case "load":
+    case "sload":
+      return { ...e, index: f(e.index) };
+    case "un":
+    case "cast":
+    case "splat":
+    case "lane":
+      return { ...e, a: f(e.a) };
+    case "vec":
+      return { ...e, parts: e.parts.map((p) => f(p)) };
+    case "bin":
+      return { ...e, a: f(e.a), b: f(e.b) };
+    case "select":
+      return { ...e, cond: f(e.cond), a: f(e.a), b: f(e.b) };
+    case "philox":
+      return { ...e, seed: f(e.seed), step: f(e.step), index: f(e.index) };
+  }
+}
+
+/** Rebuilds `e` bottom-up: children first, then `f` on the node with its new children. */
+export function mapExpr(e: KExpr, f: (e: KExpr) => KExpr): KExpr {
+  return f(mapChildren(e, (c) => mapExpr(c, f)));
 }
 
 /** Applies `f` to every expression directly held by a statement (not to nested statements). */
@@ -83,34 +113,7 @@ export function visitStmts(body: readonly KStmt[], f: (s: KStmt) => void): void 
 /** Calls `f` on `e` and every sub-expression (parents before children), without rebuilding anything. */
 export function forEachExpr(e: KExpr, f: (e: KExpr) => void): void {
   f(e);
-  switch (e.k) {
-    case "lit":
-    case "ref":
-    case "id":
-      return;
-    case "load":
-    case "sload":
-      return forEachExpr(e.index, f);
-    case "un":
-    case "cast":
-    case "splat":
-    case "lane":
-      return forEachExpr(e.a, f);
-    case "vec":
-      for (const p of e.parts) forEachExpr(p, f);
-      return;
-    case "bin":
-      forEachExpr(e.a, f);
-      return forEachExpr(e.b, f);
-    case "select":
-      forEachExpr(e.cond, f);
-      forEachExpr(e.a, f);
-      return forEachExpr(e.b, f);
-    case "philox":
-      forEachExpr(e.seed, f);
-      forEachExpr(e.step, f);
-      return forEachExpr(e.index, f);
-  }
+  for (const c of exprChildren(e)) forEachExpr(c, f);
 }
 
 /** The expressions a statement holds directly (not those of nested statements). */

@@ -31,6 +31,7 @@ import {
   wgId,
 } from "../kernel_ir/ir.ts";
 import { chooseTiles, type MatmulTiles, sharedBytesOf, threadsOf } from "./matmul_tiles.ts";
+import { forEachExpr, stmtExprs, visitStmts } from "../kernel_ir/walk.ts";
 
 export type { MatmulTiles } from "./matmul_tiles.ts";
 
@@ -431,56 +432,9 @@ function checkTiles(name: string, t: MatmulTiles): void {
 /** IR nodes (statements and expressions) in `body`: the code-size measure for the epilogue choice. */
 export function nodeCount(body: readonly KStmt[]): number {
   let n = 0;
-  const expr = (e: KExpr): void => {
+  visitStmts(body, (s) => {
     n++;
-    switch (e.k) {
-      case "load":
-      case "sload":
-        return expr(e.index);
-      case "un":
-      case "cast":
-        return expr(e.a);
-      case "bin":
-        expr(e.a);
-        return expr(e.b);
-      case "select":
-        expr(e.cond);
-        expr(e.a);
-        return expr(e.b);
-      case "philox":
-        expr(e.seed);
-        expr(e.step);
-        return expr(e.index);
-      default:
-        return;
-    }
-  };
-  const stmt = (s: KStmt): void => {
-    n++;
-    switch (s.k) {
-      case "let":
-        return expr(s.init);
-      case "set":
-        return expr(s.value);
-      case "store":
-      case "sstore":
-        expr(s.index);
-        return expr(s.value);
-      case "for":
-        expr(s.from);
-        expr(s.to);
-        expr(s.step);
-        return s.body.forEach(stmt);
-      case "if":
-        expr(s.cond);
-        s.then.forEach(stmt);
-        return s.else?.forEach(stmt);
-      case "wg_reduce":
-        return expr(s.value);
-      default:
-        return;
-    }
-  };
-  body.forEach(stmt);
+    for (const e of stmtExprs(s)) forEachExpr(e, () => n++);
+  });
   return n;
 }
