@@ -7,10 +7,9 @@
  */
 import { rootIndex } from "./root_index.ts";
 import { visitExprs } from "../kernel_ir/walk.ts";
-import { type Graph, type NodeId, numel } from "../../ir/mod.ts";
+import { type NodeId, numel } from "../../ir/mod.ts";
 import { ATTENTION_WORKGROUP, attentionRows } from "../fusion/attention.ts";
 import { reductionStages } from "../fusion/kernel_facts.ts";
-import type { FusedKernel } from "../fusion/types.ts";
 import {
   add,
   barrier,
@@ -36,7 +35,15 @@ import {
   wgId,
 } from "../kernel_ir/ir.ts";
 import { delinearize, exprKey, type Idx } from "./index_math.ts";
-import { LoweringError, Scope, ValueBuilder, type ValueContext } from "./values.ts";
+import {
+  builtKernel,
+  type KernelJob,
+  LoweringError,
+  reduceCombine,
+  reduceInit,
+  Scope,
+  ValueBuilder,
+} from "./values.ts";
 
 /** Most partial sums a thread keeps in its score or output micro-tile (wider tiles loop over blocks). */
 export const ATTENTION_MAX_ACCUMULATORS = 128;
@@ -46,14 +53,8 @@ export const ATTENTION_OUTPUT_ROWS = 8;
 const I = (name: string) => ref(name, "i32");
 const F = (name: string) => ref(name, "f32");
 
-export function attentionKernel(
-  g: Graph,
-  k: FusedKernel,
-  ctx: ValueContext,
-  name: string,
-  about: string[],
-  usesF16: boolean,
-): Kernel {
+export function attentionKernel(job: KernelJob): Kernel {
+  const { g, k, ctx, name } = job;
   const T = ATTENTION_WORKGROUP;
   const pvId = k.anchor!;
   const pv = g.nodes[pvId];
@@ -242,12 +243,11 @@ export function attentionKernel(
   // 3. Row statistics, stage by stage.
   let done = 0;
   for (const stage of stages) {
-    const combine = (r: NodeId, a: KExpr, b: KExpr) =>
-      bin(g.nodes[r].op === "reduce_sum" ? "add" : "max", a, b);
+    const combine = (r: NodeId, a: KExpr, b: KExpr) => bin(reduceCombine(g, r), a, b);
     body.push(...eachRow((rs) => {
       const accs = stage.map((r) => {
         const acc = vb.fresh("acc");
-        rs.stmts.push(let_(acc, lit(g.nodes[r].op === "reduce_sum" ? 0 : -Infinity, "f32"), true));
+        rs.stmts.push(let_(acc, reduceInit(g, r), true));
         return acc;
       });
       rs.stmts.push(...chunks(keys, group, tu, (s, j) => {
@@ -331,10 +331,7 @@ export function attentionKernel(
     if (e.k === "ref" && e.name === "att_base") baseRead = true;
   });
   if (!baseRead) body.splice(body.findIndex((st) => st.k === "let" && st.name === "att_base"), 1);
-  return {
-    name,
-    kind: "attention",
-    bindings: vb.bindings,
+  return builtKernel(job, "attention", vb, {
     shared: [
       { name: "att_w", t: "f32", size: Math.max(R * headDim, widest * T) },
       { name: "att_s", t: "f32", size: R * keys },
@@ -343,7 +340,5 @@ export function attentionKernel(
     workgroupSize: T,
     workgroups,
     body,
-    about: [...about, ...vb.describeBindings()],
-    usesF16,
-  };
+  });
 }

@@ -39,8 +39,12 @@ import { delinearize, type Idx, linearize } from "./index_math.ts";
 import { attentionKernel } from "./attention_template.ts";
 import { matmulKernel } from "./matmul_template.ts";
 import {
+  builtKernel,
   computeType,
+  type KernelJob,
   LoweringError,
+  reduceCombine,
+  reduceInit,
   Scope,
   storedTypeOf,
   ValueBuilder,
@@ -61,17 +65,18 @@ export function lowerKernel(
   // f16 arithmetic (a member typed f16) or storage (a member or operand whose buffer holds f16).
   const f16 = (id: NodeId) => g.nodes[id].type.dtype === "f16" || storedTypeOf(ctx, id) === "f16";
   const usesF16 = [...k.members].some((m) => f16(m) || g.nodes[m].inputs.some(f16));
+  const job: KernelJob = { g, k, ctx, name, about, usesF16 };
   switch (k.kind) {
     case "loop":
-      return lowerLoop(g, k, ctx, name, about, usesF16);
+      return lowerLoop(job);
     case "reduce":
-      return lowerReduce(g, k, ctx, name, about, usesF16, profile);
+      return lowerReduce(job, profile);
     case "matmul":
-      return lowerMatmul(g, k, ctx, name, about, usesF16);
+      return lowerMatmul(job);
     case "scatter":
-      return lowerScatter(g, k, ctx, name, about, usesF16, profile.scatterOwners);
+      return lowerScatter(job, profile.scatterOwners);
     case "attention":
-      return attentionKernel(g, k, ctx, name, about, usesF16);
+      return attentionKernel(job);
   }
 }
 
@@ -81,38 +86,14 @@ function idxAtLinear(g: Graph, id: NodeId, lin: KExpr): Idx {
 }
 
 /** A kernel of one thread per element of `total`, those past it idle. */
-function loopKernel(
-  name: string,
-  vb: ValueBuilder,
-  total: number,
-  stmts: KStmt[],
-  about: string[],
-  usesF16: boolean,
-): Kernel {
+function loopKernel(job: KernelJob, vb: ValueBuilder, total: number, stmts: KStmt[]): Kernel {
   const body = [if_(lt(gid, i32(total)), stmts)];
   const workgroups = Math.max(1, Math.ceil(total / LOOP_WORKGROUP));
-  const bindings = vb.bindings, described = [...about, ...vb.describeBindings()];
-  return {
-    name,
-    kind: "loop",
-    bindings,
-    shared: [],
-    workgroupSize: LOOP_WORKGROUP,
-    workgroups,
-    body,
-    about: described,
-    usesF16,
-  };
+  return builtKernel(job, "loop", vb, { shared: [], workgroupSize: LOOP_WORKGROUP, workgroups, body });
 }
 
-function lowerLoop(
-  g: Graph,
-  k: FusedKernel,
-  ctx: ValueContext,
-  name: string,
-  about: string[],
-  usesF16: boolean,
-) {
+function lowerLoop(job: KernelJob): Kernel {
+  const { g, k, ctx, name } = job;
   const vb = new ValueBuilder(ctx);
   const total = numel(k.space);
   const body = new Scope();
@@ -124,19 +105,11 @@ function lowerLoop(
     }
     vb.storeAt(body, r, idxAtLinear(g, r, gid));
   }
-  const kernel = loopKernel(name, vb, total, body.stmts, about, usesF16);
-  return kernel;
+  return loopKernel(job, vb, total, body.stmts);
 }
 
-function lowerReduce(
-  g: Graph,
-  k: FusedKernel,
-  ctx: ValueContext,
-  name: string,
-  about: string[],
-  usesF16: boolean,
-  profile: TargetProfile,
-): Kernel {
+function lowerReduce(job: KernelJob, profile: TargetProfile): Kernel {
+  const { g, k, ctx, name } = job;
   const space = k.space;
   const axes = k.axes!;
   const outerAxes = space.map((_, d) => d).filter((d) => !axes.includes(d));
@@ -299,10 +272,7 @@ function lowerReduce(
       }
     }));
   }
-  return {
-    name,
-    kind: "reduce",
-    bindings: vb.bindings,
+  return builtKernel(job, "reduce", vb, {
     shared: split ? [{ name: "colred", t: "f32", size: LOOP_WORKGROUP }] : [],
     workgroupSize: wg,
     workgroups: split
@@ -311,19 +281,7 @@ function lowerReduce(
       ? Math.max(1, Math.ceil(rows / wg))
       : rows / Math.max(1, block),
     body: perThread ? [if_(lt(gid, i32(rows)), top.stmts)] : top.stmts,
-    about: [...about, ...vb.describeBindings()],
-    usesF16,
-  };
-}
-
-/** A reduction's starting value: 0 for a sum, -inf for a max. */
-function reduceInit(g: Graph, r: NodeId): KExpr {
-  return g.nodes[r].op === "reduce_sum" ? lit(0, "f32") : lit(-Infinity, "f32");
-}
-
-/** How a reduction adds a term to its accumulator: add for a sum, max for a max. */
-function reduceCombine(g: Graph, r: NodeId): "add" | "max" {
-  return g.nodes[r].op === "reduce_sum" ? "add" : "max";
+  });
 }
 
 /**
@@ -417,14 +375,8 @@ function linearOver(idx: Idx, shape: readonly number[]): KExpr {
   return acc;
 }
 
-function lowerMatmul(
-  g: Graph,
-  k: FusedKernel,
-  ctx: ValueContext,
-  name: string,
-  about: string[],
-  usesF16: boolean,
-): Kernel {
+function lowerMatmul(job: KernelJob): Kernel {
+  const { g, k, ctx, name, about, usesF16 } = job;
   const mmId = k.anchor!;
   const mm = g.nodes[mmId];
   const [aId, bId] = mm.inputs;
@@ -518,9 +470,8 @@ export function lowerGemmEpilogue(
       rootIndex(g, root, { lin: gid, shape: mmShape, dims: delinearize(gid, mmShape).dims }),
     );
   }
-  return loopKernel(name, vb, total, body.stmts, [
-    `epilogue of a library GEMM: ${describeKernel(g, k).join("; ")}`,
-  ], usesF16);
+  const about = [`epilogue of a library GEMM: ${describeKernel(g, k).join("; ")}`];
+  return loopKernel({ g, k, ctx, name, about, usesF16 }, vb, total, body.stmts);
 }
 
 /**
@@ -534,15 +485,8 @@ export function lowerGemmEpilogue(
  * index out of range: owner 0). A table of few rows has few owners and so few threads; GPU profiles
  * rewrite those as masked column sums before fusion (compiler/passes/scatter_column_sums.ts).
  */
-function lowerScatter(
-  g: Graph,
-  k: FusedKernel,
-  ctx: ValueContext,
-  name: string,
-  about: string[],
-  usesF16: boolean,
-  owners: number,
-): Kernel {
+function lowerScatter(job: KernelJob, owners: number): Kernel {
+  const { g, k, ctx } = job;
   const sc = g.nodes[k.anchor!];
   const [idxId, updId] = sc.inputs;
   const idxShape = g.nodes[idxId].type.shape;
@@ -585,17 +529,12 @@ function lowerScatter(
   }
   body.stmts.push(...(mine ? [if_(mine, owned.stmts)] : owned.stmts));
   top.stmts.push(for_("i", i32(0), i32(count), i32(1), body.stmts));
-  return {
-    name,
-    kind: "scatter",
-    bindings: vb.bindings,
+  return builtKernel(job, "scatter", vb, {
     shared: [],
     workgroupSize: 64,
     workgroups: Math.max(1, Math.ceil((cols * parts) / 64)),
     body: [if_(lt(gid, i32(cols * parts)), top.stmts)],
-    about: [...about, ...vb.describeBindings()],
-    usesF16,
-  };
+  });
 }
 
 const isFloatish = (t: string) => t === "f32" || t === "f16";

@@ -11,6 +11,8 @@ import {
   i32,
   type KBinding,
   type KBinOp,
+  type Kernel,
+  type KernelKind,
   type KExpr,
   type KStmt,
   type KType,
@@ -34,6 +36,7 @@ import {
   reshapeOperand,
   sliceOperand,
 } from "./index_math.ts";
+import type { FusedKernel } from "../fusion/types.ts";
 
 /** Compute type of a stored dtype: floats are computed in f32 (f16/bf16 are storage formats). */
 export function computeType(d: DType): KType {
@@ -110,6 +113,38 @@ export interface ValueContext {
 /** The dtype `id`'s buffer holds under `ctx`: every load, store and binding of a node goes through this. */
 export function storedTypeOf(ctx: ValueContext, id: NodeId): DType {
   return ctx.storedType?.(id) ?? ctx.graph.nodes[id].type.dtype;
+}
+
+/** What each lowering of a fused kernel starts from (compiler/lower/lower_kernel.ts lowerKernel). */
+export interface KernelJob {
+  readonly g: Graph;
+  readonly k: FusedKernel;
+  readonly ctx: ValueContext;
+  readonly name: string;
+  /** What the kernel fuses (describeKernel). */
+  readonly about: string[];
+  readonly usesF16: boolean;
+}
+
+/** The kernel a lowering built: `job`'s name and f16 use, `vb`'s bindings described after what it fuses. */
+export function builtKernel(
+  job: KernelJob,
+  kind: KernelKind,
+  vb: ValueBuilder,
+  work: Pick<Kernel, "shared" | "workgroupSize" | "workgroups" | "body">,
+): Kernel {
+  const about = [...job.about, ...vb.describeBindings()];
+  return { name: job.name, kind, bindings: vb.bindings, ...work, about, usesF16: job.usesF16 };
+}
+
+/** A reduction's starting value: 0 for a sum, -inf for a max. */
+export function reduceInit(g: Graph, r: NodeId): KExpr {
+  return g.nodes[r].op === "reduce_sum" ? lit(0, "f32") : lit(-Infinity, "f32");
+}
+
+/** How a reduction adds a term to its accumulator: add for a sum, max for a max. */
+export function reduceCombine(g: Graph, r: NodeId): "add" | "max" {
+  return g.nodes[r].op === "reduce_sum" ? "add" : "max";
 }
 
 export class ValueBuilder {
