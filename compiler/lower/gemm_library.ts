@@ -593,6 +593,9 @@ export function deriveGemm(
     const b = asMatrix(fb.view, ctx.bufferOf(fb.buffer), fb.dtype, kk, n, tb, p.strides[1], grouped, "B");
     return { p, a, b };
   };
+  // The call's sizes, batch and operands under batch plan `p`.
+  const call = (p: BatchPlan, a: PlanGemmOperand, b: PlanGemmOperand) =>
+    ({ m, n, k: kk, batch, ...(p.outer > 1 ? { outer: p.outer } : {}), a, b }) as const;
   if (canDirect && found.heads) {
     const split = headsCall(
       { m, n, k: kk, ta, tb, batchShape, heads: found.heads },
@@ -623,17 +626,8 @@ export function deriveGemm(
       o && typeof o.a !== "string" && typeof o.b !== "string" &&
       (opts.groupsFree || directGroupsPay(o.p.outer, batch * m * n, scratchDtype === "f32" ? 4 : 2))
     ) {
-      let d = asMatrix(
-        found.view,
-        ctx.bufferOf(found.root),
-        rootType as GemmDType,
-        m,
-        n,
-        false,
-        o.p.strides[2],
-        o.p.outer > 1,
-        "D",
-      );
+      const dBuffer = ctx.bufferOf(found.root), dType = rootType as GemmDType;
+      let d = asMatrix(found.view, dBuffer, dType, m, n, false, o.p.strides[2], o.p.outer > 1, "D");
       if (typeof d !== "string" && !d.trans) {
         // One product: its batch stride is never read; m·n as a scratch product's, so plans that have no
         // batch keep the descriptor they had.
@@ -642,13 +636,7 @@ export function deriveGemm(
         const c = found.c === undefined ? undefined : { ...d, buffer: ctx.bufferOf(found.c) };
         return {
           ok: true,
-          m,
-          n,
-          k: kk,
-          batch,
-          ...(o.p.outer > 1 ? { outer: o.p.outer } : {}),
-          a: o.a,
-          b: o.b,
+          ...call(o.p, o.a, o.b),
           direct: {
             root: found.root,
             dtype: rootType as GemmDType,
@@ -666,18 +654,7 @@ export function deriveGemm(
   if (!o) return { ok: false, reason: "the product's batch axes do not follow A's and B's split" };
   if (typeof o.a === "string") return { ok: false, reason: o.a };
   if (typeof o.b === "string") return { ok: false, reason: o.b };
-  return {
-    ok: true,
-    m,
-    n,
-    k: kk,
-    batch,
-    ...(o.p.outer > 1 ? { outer: o.p.outer } : {}),
-    a: o.a,
-    b: o.b,
-    scratchBatch: o.p.strides[2],
-    scratchDtype,
-  };
+  return { ok: true, ...call(o.p, o.a, o.b), scratchBatch: o.p.strides[2], scratchDtype };
 }
 
 /**
