@@ -12,10 +12,11 @@ import {
   type KType,
   lit,
   load,
+  select,
   splat,
   store,
 } from "../kernel_ir/ir.ts";
-import { mapStmtExprs } from "../kernel_ir/walk.ts";
+import { mapStmtExprs, mapStmts } from "../kernel_ir/walk.ts";
 
 export function boolStorageToU32(k: Kernel): Kernel {
   const boolBufs = new Set(k.bindings.filter((b) => b.t === "bool").map((b) => b.name));
@@ -25,30 +26,15 @@ export function boolStorageToU32(k: Kernel): Kernel {
   const constant = (v: number, t: KType): KExpr => (isVector(t) ? splat(lit(v, "u32")) : lit(v, "u32"));
   const asBool = (e: KExpr): KExpr =>
     e.k === "load" && boolBufs.has(e.buf) ? bin("ne", load(e.buf, e.index, u32Of(e.t)), constant(0, e.t)) : e;
-  const rewrite = (body: readonly KStmt[]): KStmt[] =>
-    body.map((s0) => {
-      const s = mapStmtExprs(s0, asBool);
-      if (s.k === "store" && boolBufs.has(s.buf)) {
-        const t = s.value.t;
-        const value: KExpr = {
-          k: "select",
-          t: u32Of(t),
-          cond: s.value,
-          a: constant(1, t),
-          b: constant(0, t),
-        };
-        return store(s.buf, s.index, value);
-      }
-      if (s.k === "for") return { ...s, body: rewrite(s.body) };
-      if (s.k === "if") {
-        const then = rewrite(s.then);
-        return s.else ? { ...s, then, else: rewrite(s.else) } : { ...s, then };
-      }
-      return s;
-    });
+  const rewrite = (s0: KStmt): KStmt => {
+    const s = mapStmtExprs(s0, asBool);
+    if (s.k !== "store" || !boolBufs.has(s.buf)) return s;
+    const t = s.value.t;
+    return store(s.buf, s.index, select(s.value, constant(1, t), constant(0, t)));
+  };
   return {
     ...k,
     bindings: k.bindings.map((b) => (b.t === "bool" ? { ...b, t: "u32" } : b)),
-    body: rewrite(k.body),
+    body: mapStmts(k.body, rewrite),
   };
 }

@@ -85,16 +85,13 @@ export function mapStmtExprs(s: KStmt, f: (e: KExpr) => KExpr): KStmt {
   }
 }
 
-/** Maps every expression in a statement list, recursing into loop and branch bodies. */
-export function mapBodyExprs(body: readonly KStmt[], f: (e: KExpr) => KExpr): KStmt[] {
-  return body.map((s0) => {
-    const s = mapStmtExprs(s0, f);
-    if (s.k === "for") return { ...s, body: mapBodyExprs(s.body, f) };
-    if (s.k === "if") {
-      const then = mapBodyExprs(s.then, f);
-      return s.else ? { ...s, then, else: mapBodyExprs(s.else, f) } : { ...s, then };
-    }
-    return s;
+/** Rebuilds a statement list: `f` on each statement, after its loop or branch bodies are rebuilt. */
+export function mapStmts(body: readonly KStmt[], f: (s: KStmt) => KStmt): KStmt[] {
+  return body.map((s) => {
+    if (s.k === "for") return f({ ...s, body: mapStmts(s.body, f) });
+    if (s.k !== "if") return f(s);
+    const then = mapStmts(s.then, f);
+    return f(s.else ? { ...s, then, else: mapStmts(s.else, f) } : { ...s, then });
   });
 }
 

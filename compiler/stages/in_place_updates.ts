@@ -7,6 +7,7 @@
  */
 import { isElementwise, type NodeId, numel } from "../../ir/mod.ts";
 import type { KBinding, Kernel, KStmt } from "../kernel_ir/ir.ts";
+import { mapStmts } from "../kernel_ir/walk.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import { type KernelState, need } from "./state.ts";
 
@@ -21,15 +22,7 @@ const IN_PLACE_KINDS = new Set(["loop", "reduce"]);
 
 /** Renames the buffer every store to `from` writes. */
 function renameStores(body: readonly KStmt[], from: string, to: string): KStmt[] {
-  return body.map((s): KStmt => {
-    if (s.k === "store" && s.buf === from) return { ...s, buf: to };
-    if (s.k === "for") return { ...s, body: renameStores(s.body, from, to) };
-    if (s.k === "if") {
-      const then = renameStores(s.then, from, to);
-      return s.else ? { ...s, then, else: renameStores(s.else, from, to) } : { ...s, then };
-    }
-    return s;
-  });
+  return mapStmts(body, (s) => s.k === "store" && s.buf === from ? { ...s, buf: to } : s);
 }
 
 /** `k` with value binding `v` folded into param binding `p`: one read_write binding of the range. */
