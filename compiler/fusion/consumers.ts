@@ -74,20 +74,17 @@ export function mergeConsumers(
     // backward's dγ partial sums into the kernel that writes dY and its dβ partial sums): it then reads
     // dY where it is computed instead of from memory.
     if (k2.kind === "reduce" && !sameReduction(k1, k2)) continue;
+    const decide = (ok: boolean, reason: string) =>
+      decisions.push({ producer: k2.roots[0], consumerKernel: i, ok, reason });
     const mismatch = readAtAnotherIndex(g, r.materialized, k1, k2);
     if (mismatch !== undefined) {
-      decisions.push({ producer: k2.roots[0], consumerKernel: i, ok: false, reason: mismatch });
+      decide(false, mismatch);
       continue;
     }
     // Every other value it reads must exist before the producer runs.
     const late = [...reads[j]].find((x) => writer.get(x) !== i && readyAt(x) >= i);
     if (late !== undefined) {
-      decisions.push({
-        producer: k2.roots[0],
-        consumerKernel: i,
-        ok: false,
-        reason: `it also reads %${late}, which kernel ${readyAt(late)} writes after its producer runs`,
-      });
+      decide(false, `it also reads %${late}, which kernel ${readyAt(late)} writes after its producer runs`);
       continue;
     }
     const merged = new Set([...k1.members, ...k2.members]);
@@ -95,12 +92,7 @@ export function mergeConsumers(
     const inputs = new Set([...reads[i], ...reads[j]].filter((x) => !merged.has(x)));
     const bindings = bindingCount(g, [...inputs, ...roots], maxBindingBytes);
     if (bindings > limit) {
-      decisions.push({
-        producer: k2.roots[0],
-        consumerKernel: i,
-        ok: false,
-        reason: `merging into its producer would bind ${bindings} buffers`,
-      });
+      decide(false, `merging into its producer would bind ${bindings} buffers`);
       continue;
     }
     if (takeFuel && !takeFuel()) continue;
@@ -115,11 +107,9 @@ export function mergeConsumers(
     materialized = materializedNow();
     const dropped = [...before].filter((x) => !materialized.has(x));
     const now = { ...r, materialized };
-    reads = reads.map((
-      rs,
-      k,
-    ) => (k === i || dropped.some((x) => rs.has(x)) ? readsOf(g, now, kernels[k]) : rs));
-    decisions.push({ producer: k2.roots[0], consumerKernel: i, ok: true, reason: "" });
+    const stale = (rs: ReadonlySet<NodeId>, k: number) => k === i || dropped.some((x) => rs.has(x));
+    reads = reads.map((rs, k) => (stale(rs, k) ? readsOf(g, now, kernels[k]) : rs));
+    decide(true, "");
   }
 
   /**

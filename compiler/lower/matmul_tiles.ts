@@ -4,6 +4,7 @@
  * byte-identical on every machine. The candidates are tuned for lavapipe, where fat micro-tiles win;
  * compile time matters too: see FAT_TILES (measurements: DESIGN.md, notes: compiler/lower/matmul_tiles.ts).
  */
+import { nextPow2 } from "../targets/shapes.ts";
 
 /**
  * One tiling: a workgroup computes a `tm`×`tn` tile of C, stepping K by `tk` through shared memory; each
@@ -84,10 +85,4 @@ export function chooseTiles(m: number, n: number, k: number, batch: number): Mat
 /** In-range elements over computed elements of C. */
 export function usefulFraction(t: MatmulTiles, m: number, n: number): number {
   return (m * n) / (Math.ceil(m / t.tm) * t.tm * Math.ceil(n / t.tn) * t.tn);
-}
-
-function nextPow2(x: number): number {
-  let p = 1;
-  while (p < x) p *= 2;
-  return p;
 }

@@ -14,6 +14,7 @@ import {
   type NodeId,
   OP_NAMES,
   type OpName,
+  sameShape,
   type TensorType,
 } from "../../ir/mod.ts";
 import type { Attrs } from "../../ir/ops.ts";
@@ -66,9 +67,6 @@ function sameValues(r: Rewriter, a: NodeId, b: NodeId): boolean {
   return na.op === "const" && nb.op === "const" && na.type.dtype === nb.type.dtype &&
     Object.is(na.attrs.value, nb.attrs.value);
 }
-
-const sameShape = (a: readonly number[], b: readonly number[]) =>
-  a.length === b.length && a.every((d, i) => d === b[i]);
 
 /** The operand with op `op`, or undefined. */
 function producer(r: Rewriter, id: NodeId, op: OpName): Node | undefined {

@@ -73,7 +73,8 @@ export function blockRows(profile: TargetProfile, rows: number, rowLen: number):
   return b;
 }
 
-function nextPow2(x: number): number {
+/** The least power of two at or above `x` (1 for x ≤ 1). */
+export function nextPow2(x: number): number {
   let p = 1;
   while (p < x) p *= 2;
   return p;
