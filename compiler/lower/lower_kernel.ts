@@ -414,11 +414,8 @@ function lowerMatmul(job: KernelJob): Kernel {
       vb.special.set(mmId, () => acc);
       const lin = add(mul(add(mul(b, i32(m)), row), i32(n)), col);
       for (const root of k.roots) {
-        vb.storeAt(
-          s,
-          root,
-          rootIndex(g, root, { lin, shape: mm.type.shape, dims: [...batchDims(b), row, col] }),
-        );
+        const dims = [...batchDims(b), row, col];
+        vb.storeAt(s, root, rootIndex(g, root, { lin, shape: mm.type.shape, dims }));
       }
       vb.special.delete(mmId);
       return s.stmts;
@@ -449,13 +446,8 @@ export function lowerGemmEpilogue(
   const usesF16 = scratch.dtype === "f16" || k.roots.some(f16) ||
     [...k.members].some((m) => m !== mmId && f16(m));
   const vb = new ValueBuilder(ctx);
-  const t = vb.bindBuffer(
-    scratch.buffer,
-    scratch.dtype,
-    "read",
-    total,
-    `%${mmId} matmul product ${scratch.dtype} (library GEMM output)`,
-  );
+  const what = `%${mmId} matmul product ${scratch.dtype} (library GEMM output)`;
+  const t = vb.bindBuffer(scratch.buffer, scratch.dtype, "read", total, what);
   // The product as the graph defines it: an f16/bf16 scratch holds the matmul's own rounded value
   // (gemm_library.ts scratchType), widened to the compute type like any stored operand.
   vb.special.set(mmId, (idx) => cast(load(t, linearize(idx, mmShape), scratch.dtype), "f32"));
@@ -464,11 +456,8 @@ export function lowerGemmEpilogue(
     if (numel(g.nodes[root].type.shape) !== total) {
       throw new LoweringError(`${name}: epilogue root %${root} differs in size from the matmul`);
     }
-    vb.storeAt(
-      body,
-      root,
-      rootIndex(g, root, { lin: gid, shape: mmShape, dims: delinearize(gid, mmShape).dims }),
-    );
+    const dims = delinearize(gid, mmShape).dims;
+    vb.storeAt(body, root, rootIndex(g, root, { lin: gid, shape: mmShape, dims }));
   }
   const about = [`epilogue of a library GEMM: ${describeKernel(g, k).join("; ")}`];
   return loopKernel({ g, k, ctx, name, about, usesF16 }, vb, total, body.stmts);
