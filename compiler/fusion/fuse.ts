@@ -37,6 +37,11 @@ export interface FusionOptions {
    * (remat.ts RematGraph), and the column sums their BGRAD epilogues may take stay out of other kernels.
    */
   readonly calls?: GraphCalls;
+  /**
+   * Kernels decided before fusion (the flash-attention claims): taken as they are, their roots written,
+   * and not readers of what they read (they read stored values and compute the views between on load).
+   */
+  readonly seeded?: readonly { readonly roots: readonly NodeId[]; readonly members: ReadonlySet<NodeId> }[];
 }
 
 const isBuffer = (op: string) => op === "input" || op === "param";
@@ -168,12 +173,24 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     kernelOf[id] = k.id;
   };
 
+  for (const { roots, members } of opts.seeded ?? []) {
+    const sorted = [...roots].sort((a, b) => a - b);
+    kernels.push({
+      id: kernels.length,
+      kind: "attention",
+      roots: sorted,
+      members: new Set(members),
+      space: nodes[sorted[0]].type.shape,
+    });
+    for (const m of members) kernelOf[m] = kernels.length - 1;
+  }
+  const seededKernels = kernels.length;
   for (let id = nodes.length - 1; id >= 0; id--) {
     const n = nodes[id];
-    if (isBuffer(n.op) || isAssembled(id)) continue;
+    if (isBuffer(n.op) || isAssembled(id) || kernelOf[id] >= 0) continue;
     const readerKernels = new Set<number>();
     for (const u of users[id]) {
-      if (kernelOf[u] >= 0) readerKernels.add(kernelOf[u]);
+      if (kernelOf[u] >= seededKernels) readerKernels.add(kernelOf[u]);
       else for (const k of readers[u] ?? []) readerKernels.add(k);
     }
     // Computed in each of several readers: movement ops, casts, cheap products of a buffer, and cheap

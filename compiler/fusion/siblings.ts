@@ -8,6 +8,7 @@
 import { bindingCount } from "./binding_budget.ts";
 import { type Graph, type NodeId, numel, sameShape } from "../../ir/mod.ts";
 import { readsOf } from "./kernel_facts.ts";
+import { isLibraryColumnSum } from "./library_sums.ts";
 import type { FusedKernel, FusionDecision, FusionResult } from "./types.ts";
 
 /**
@@ -198,7 +199,8 @@ export function mergeSiblings(
  * of the kernel that computes dY (compiler/passes/split_column_sums.ts), which mergeSiblings leaves apart. Merged, they
  * read no more bytes and save a launch; and since each waits for nothing but that one kernel, so does the
  * merged kernel (no order the rest of the schedule relies on changes). Run after consumer merging, which is
- * what puts the dγ first pass into the kernel computing dY and its dβ first pass.
+ * what puts the dγ first pass into the kernel computing dY and its dβ first pass. The column sums a BGRAD
+ * epilogue may take stay apart (the flash backward writes dQ, dK and dV: their bias sums are three calls').
  */
 export function mergeSameWriter(
   g: Graph,
@@ -206,6 +208,7 @@ export function mergeSameWriter(
   takeFuel?: () => boolean,
   maxBindings = MAX_SIBLING_BINDINGS,
   maxBindingBytes?: number,
+  bgradSums?: ReadonlyMap<NodeId, ReadonlySet<NodeId>>,
 ): FusionResult {
   const { kernels, reads, writerOf, partsOf, preds, dependsOn, mergedBindings, merge, finish } = mergeState(
     g,
@@ -219,7 +222,8 @@ export function mergeSameWriter(
   };
   const groups = new Map<string, number[]>();
   kernels.forEach((k, i) => {
-    const w = k.kind === "reduce" ? soleWriter(i) : undefined;
+    const library = bgradSums?.size && isLibraryColumnSum(g, k, bgradSums);
+    const w = k.kind === "reduce" && !library ? soleWriter(i) : undefined;
     if (w === undefined) return;
     const key = `${w}|${k.space.join()}|${k.axes!.join()}`;
     groups.set(key, [...(groups.get(key) ?? []), i]);

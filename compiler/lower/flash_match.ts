@@ -6,7 +6,6 @@
  * GEMM's token-major product (DESIGN.md, notes: compiler/lower/flash_match.ts).
  */
 import type { Graph, Node, NodeGroup, NodeId } from "../../ir/mod.ts";
-import type { DType } from "../../ir/mod.ts";
 import { reshapeView } from "./gemm_library.ts";
 import { usersOf } from "../graph/users.ts";
 
@@ -92,10 +91,10 @@ export interface FlashSite {
   readonly inline: ReadonlySet<NodeId>;
 }
 
+/** The graph before fusion; `materialized`: the values stored whatever fusion decides (inputs, params). */
 export interface MatchContext {
   readonly graph: Graph;
   readonly materialized: (id: NodeId) => boolean;
-  readonly storedType: (id: NodeId) => DType;
 }
 
 type Why = string;
@@ -109,8 +108,8 @@ const contiguous = (shape: readonly number[]) => {
 
 /**
  * Walks the single-user chain of permutes, reshapes and exact casts from `m` (an f16 GEMM result) to the
- * first materialized node and gives
- * m's strides in that node's buffer (undefined where a reshape follows a permute that broke contiguity).
+ * node the flash kernel stores (where the chain ends) and gives m's strides in that node's buffer
+ * (undefined where a reshape follows a permute that broke contiguity).
  */
 function storedView(
   c: MatchContext,
@@ -119,13 +118,11 @@ function storedView(
 ): { root: NodeId; strides: number[]; chain: NodeId[] } | undefined {
   const chain = [m];
   let at = m;
-  while (!c.materialized(at)) {
-    const u = users[at];
-    if (u.length !== 1) return undefined;
-    const n = c.graph.nodes[u[0]];
+  while (users[at].length === 1) {
+    const n = c.graph.nodes[users[at][0]];
     // A cast to f32 or back to f16 keeps an f16 result's value exactly (mixed precision's f32 views).
     const exactCast = n.op === "cast" && ["f16", "f32"].includes(n.type.dtype);
-    if (n.op !== "permute" && n.op !== "reshape" && !exactCast) return undefined;
+    if (n.op !== "permute" && n.op !== "reshape" && !exactCast) break;
     chain.push(n.id);
     at = n.id;
   }
@@ -215,8 +212,10 @@ function matchSite(c: MatchContext, users: NodeId[][], site: NodeGroup): FlashSi
     const m = node(bc).inputs[0], ms = node(m).type.shape;
     const [bb, , sq] = node(z).type.shape;
     if (ms.length !== 4 || ms[0] !== bb || ms[1] !== 1 || ms[2] !== 1) return fail("the mask is not per key");
-    forward.add(z).add(bc);
-    if (c.materialized(m) && c.storedType(m) === "f32") {
+    forward.add(z);
+    forward.delete(bc);
+    inline.add(bc); // one broadcast may serve every layer's scores (CSE)
+    if (c.materialized(m) && node(m).type.dtype === "f32") {
       mask = m;
       maskSpec = { offset: 0, batch: ms[3] };
     } else {
@@ -229,7 +228,8 @@ function matchSite(c: MatchContext, users: NodeId[][], site: NodeGroup): FlashSi
       const mv = ok ? constOf(node(mul).inputs[1]) : undefined;
       const src = ok && op(castN, "cast") ? node(castN).inputs[0] : -1;
       if (
-        src < 0 || sv === undefined || mv === undefined || !c.materialized(src) || c.storedType(src) !== "i32"
+        src < 0 || sv === undefined || mv === undefined || !c.materialized(src) ||
+        node(src).type.dtype !== "i32"
       ) {
         return fail("the mask is neither an f32 buffer nor (i32 mask - c)·c'");
       }
@@ -242,7 +242,7 @@ function matchSite(c: MatchContext, users: NodeId[][], site: NodeGroup): FlashSi
   for (const x of [qId, kId, vId]) {
     const sh = node(x).type.shape;
     if (sh.length !== 4 || sh.join() !== [B, H, S, D].join()) return fail("Q, K, V shapes differ");
-    if (!c.materialized(x) || c.storedType(x) !== "f16") return fail("Q, K, V are not f16 buffers");
+    if (node(x).type.dtype !== "f16") return fail("Q, K, V are not f16");
   }
   if (D !== FLASH_HEAD_DIM) return fail(`head dim ${D}, not ${FLASH_HEAD_DIM}`);
   // Backward: dP_d = dO·Vᵀ and dV = P_dᵀ·dO with one dO; dQ = dS·K and dK = dSᵀ·Q with one dS.
@@ -251,10 +251,8 @@ function matchSite(c: MatchContext, users: NodeId[][], site: NodeGroup): FlashSi
   if (dpd === undefined || node(dvm).inputs[0] !== pd || node(dkm).inputs.join() !== [dS, qId].join()) {
     return fail("no dP GEMM, or the gradients' GEMMs read other values");
   }
-  if (
-    !c.materialized(dO) || c.storedType(dO) !== "f16" || node(dO).type.shape.join() !== [B, H, S, D].join()
-  ) {
-    return fail("dO is not an f16 [B, H, S, 64] buffer");
+  if (node(dO).type.dtype !== "f16" || node(dO).type.shape.join() !== [B, H, S, D].join()) {
+    return fail("dO is not an f16 [B, H, S, 64] value");
   }
   // The softmax backward: every node between dP_d (and the forward's values) and dS.
   const backward = new Set<NodeId>([dvm, dpd, dqm, dkm]);
@@ -274,7 +272,7 @@ function matchSite(c: MatchContext, users: NodeId[][], site: NodeGroup): FlashSi
   for (const m of [pv, dqm, dkm, dvm]) {
     const view = storedView(c, users, m);
     const o = view && operandOf(view.strides);
-    if (!view || !o || node(m).type.dtype !== "f16" || c.storedType(view.root) !== "f16") {
+    if (!view || !o || node(m).type.dtype !== "f16") {
       return fail(`%${m} is not stored as f16 rows`);
     }
     for (const x of view.chain) (m === pv ? forward : backward).add(x);
@@ -347,7 +345,7 @@ export function headsOfProduct(
 ): ProductHeads | string {
   const g = c.graph, node = (id: NodeId) => g.nodes[id];
   const mm = node(anchor);
-  if (mm.op !== "matmul" || mm.type.dtype !== "f16" || c.storedType(anchor) !== "f16") {
+  if (mm.op !== "matmul" || mm.type.dtype !== "f16") {
     return `%${anchor} is not an f16 matmul product`;
   }
   const cols = mm.type.shape[mm.type.shape.length - 1];
@@ -448,7 +446,7 @@ function biasOf(
     }
     cur = n.inputs[0];
   }
-  const dtype = c.storedType(cur);
+  const dtype = node(cur).type.dtype;
   if (!broadcast || !vector(node(cur).type.shape) || (dtype !== "f16" && dtype !== "f32")) {
     return `the bias %${id} is not an f16/f32 vector of ${cols} broadcast over the rows`;
   }

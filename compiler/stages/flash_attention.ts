@@ -1,11 +1,11 @@
 /**
- * Flash attention on CUDA for training, decided on the fusion before any buffer exists: for targets with the
- * flashAttention knob that implement attention as the flash kernels, each self-attention the matcher finds
- * (compiler/lower/flash_match.ts) that flashIneligible allows has its forward kernels merged into one flash
- * forward kernel and its backward kernels into one or two (codegen/cuda_flash*.ts). Buffers, lowering, the
- * schedule and the memory plan then treat them as kernels like any other (`flashKernel` is their lowering),
- * and no probabilities are stored. Refused where a merged kernel writes anything else another kernel reads
- * (DESIGN.md, notes: compiler/stages/flash_attention.ts).
+ * Flash attention on CUDA for training, decided on the graph before fusion: for targets with the
+ * flashAttention knob that implement attention as the flash kernels, each self-attention whose node group
+ * (compiler/lower/flash_match.ts) the kernels can compute, and whose nodes nothing else reads, is claimed: its
+ * forward is one kernel and its backward one or two (codegen/cuda_flash*.ts), which fusion takes as they are;
+ * Q, K, V and dO are read token-major from the product of the library GEMM computing them, a bias added on
+ * load, where only the attention reads them, else stored as they are. No probabilities are stored (DESIGN.md,
+ * notes: compiler/stages/flash_attention.ts).
  */
 import { numel } from "../../ir/dtype.ts";
 import type { NodeId } from "../../ir/mod.ts";
@@ -19,7 +19,6 @@ import {
   type FlashKernel,
 } from "../codegen/cuda_flash.ts";
 import { flashBackwardFused, fusedBackwardIneligible } from "../codegen/cuda_flash_backward.ts";
-import { readsOf } from "../fusion/kernel_facts.ts";
 import type { FusedKernel } from "../fusion/types.ts";
 import {
   findFlashSites,
@@ -30,120 +29,76 @@ import {
 } from "../lower/flash_match.ts";
 import { usersOf } from "../graph/users.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
-import { type FusionWork, fusionWork, rerootAtProduct, workedFusion } from "./flash_operands.ts";
-import {
-  type FlashOverride,
-  type FlashPart,
-  type KernelState,
-  need,
-  type StateBuffer,
-  storedTypeOf,
-} from "./state.ts";
+import type { FlashClaims, FlashOverride, FlashPart, KernelState, StateBuffer } from "./state.ts";
 
 const NAME = "flash-attention";
 
 export const flashAttentionStage: Stage<KernelState> = {
   name: NAME,
   about:
-    "cuda-sm90 training: each self-attention's 8 kernels become 2 or 3 flash-attention kernels (no probabilities stored)",
+    "cuda-sm90 training: each self-attention is claimed for 2 or 3 flash-attention kernels before fusion (no probabilities stored)",
   run: (s, ctx) => {
     const t = s.options.target;
     if (!t.flashAttention || t.implements.attention !== "flash" || !s.fusing) return s;
-    const fusion = need(s.fusion, "the fusion", NAME);
-    need(s.storage, "the storage plan", NAME);
     const log = (m: string) => ctx.flags.level >= 3 && console.error(`flash-attention: ${m}`);
-    const g = s.graph, w = fusionWork(fusion);
+    const g = s.graph, users = usersOf(g);
     const match: MatchContext = {
       graph: g,
-      materialized: (id) => w.materialized.has(id),
-      storedType: (id) => storedTypeOf(s, id),
+      materialized: (id) => g.nodes[id].op === "input" || g.nodes[id].op === "param",
     };
     const { sites, refused } = findFlashSites(match);
     refused.forEach(log);
-    const users = usersOf(g);
     const outputs = new Set(g.outputs.values());
-    // Fused kernel index -> the flash kernels that run in its place; the merged kernels.
-    const instead = new Map<number, FlashPart[]>();
-    const merged = new Set<number>();
+    const claimed = new Set<NodeId>(), stored = new Set<NodeId>();
+    const kernels: FlashClaims["kernels"][number][] = [];
     for (const found of sites) {
-      const plan = planSite(s, w, found, merged, outputs);
-      if (typeof plan === "string") {
-        log(`%${found.o}: ${plan}`);
+      const why = flashIneligible(found.spec) ?? ownNodes(found, users, outputs, claimed);
+      if (why) {
+        log(`%${found.o}: ${why}`);
         continue;
       }
-      const site = tokenMajor(s, w, found, plan.readElsewhere, match, users, log);
-      [...plan.forward, ...plan.backward].forEach((k) => merged.add(k));
-      const part = (what: FlashPart["what"], kernels: number[]) => ({ what, site, kernels });
-      instead.set(plan.fwdAt, [part("forward", plan.forward)]);
+      const site = tokenMajor(found, match, users, s.graphCalls?.raw, stored, log);
+      [...site.forward, ...site.backward].forEach((x) => claimed.add(x));
+      const part = (what: FlashPart["what"], roots: NodeId[], members: Iterable<NodeId>) =>
+        kernels.push({ part: { what, site }, roots, members: new Set(members) });
+      part("forward", [site.o], site.forward);
       // The whole sequence in one block: one backward kernel per (batch, head); otherwise dK/dV and dQ.
       const oneKernel = fusedBackwardIneligible(site.spec);
-      instead.set(
-        plan.bwdAt,
-        oneKernel === undefined
-          ? [part("backward", plan.backward)]
-          : [part("backward_dk_dv", plan.backward), part("backward_dq", plan.backward)],
-      );
-      if (oneKernel) log(`%${site.o}: two backward kernels: ${oneKernel}`);
-      log(`%${site.o}: ${plan.forward.length + plan.backward.length} kernels -> ${oneKernel ? 3 : 2}`);
+      const grads = [site.dQ, site.dK, site.dV].sort((a, b) => a - b);
+      if (oneKernel === undefined) part("backward", grads, site.backward);
+      else {
+        log(`%${site.o}: two backward kernels: ${oneKernel}`);
+        part(
+          "backward_dk_dv",
+          [site.dK, site.dV].sort((a, b) => a - b),
+          [...site.backward].filter((x) => x !== site.dQ),
+        );
+        part("backward_dq", [site.dQ], [site.dQ]);
+      }
+      log(`%${site.o}: ${oneKernel ? 3 : 2} flash kernels`);
     }
-    if (instead.size === 0) return s;
-    return { ...s, ...mergeKernels(s, w, instead, merged) };
+    return kernels.length ? { ...s, flashClaims: { kernels, stored } } : s;
   },
   skip: (s) => s,
 };
 
-/**
- * The fusion with each site's kernels merged: the flash kernels in the place of the kernel writing O
- * (forward) and of the first backward kernel, the other kernels in their order, renumbered.
- */
-function mergeKernels(
-  s: KernelState,
-  w: FusionWork,
-  instead: ReadonlyMap<number, FlashPart[]>,
-  merged: ReadonlySet<number>,
-): Pick<KernelState, "fusion" | "flashParts"> {
-  const kernels: FusedKernel[] = [], flashParts = new Map<number, FlashPart>();
-  const newIndex = new Map<number, number>();
-  w.fused.forEach((k, i) => {
-    for (const p of instead.get(i) ?? []) {
-      const { site, what } = p, { batch, heads, seqQ, seqK } = site.spec;
-      const members = new Set(p.kernels.flatMap((m) => [...w.fused[m].members]));
-      // The two-kernel backward: dQ's kernel computes dQ only, the other every other backward member.
-      if (what === "backward_dk_dv") members.delete(site.dQ);
-      const roots = what === "forward" ? [site.o] : what === "backward_dq" ? [site.dQ] : [site.dK, site.dV];
-      if (what === "backward") roots.push(site.dQ);
-      flashParts.set(kernels.length, p);
-      kernels.push({
-        id: kernels.length,
-        kind: "attention",
-        roots: roots.sort((a, b) => a - b),
-        members: what === "backward_dq" ? new Set([site.dQ]) : members,
-        space: [batch, heads, seqQ, seqK],
-      });
-    }
-    if (merged.has(i)) return;
-    newIndex.set(i, kernels.length);
-    kernels.push({ ...k, id: kernels.length });
-  });
-  const kernelOf = new Int32Array(w.kernelOf.length).fill(-1);
-  kernels.forEach((k) => k.members.forEach((m) => (kernelOf[m] = k.id)));
-  // The merged kernels' other roots (the probabilities, the softmax's statistics) are stored no more.
-  const roots = new Set(kernels.flatMap((k) => k.roots));
-  const gone = new Set([...merged].flatMap((k) => w.fused[k].roots.filter((r) => !roots.has(r))));
-  const f = s.fusion!;
-  return {
-    fusion: {
-      ...f,
-      kernels,
-      kernelOf,
-      materialized: new Set([...w.materialized].filter((x) => !gone.has(x))),
-      decisions: f.decisions.filter((d) => newIndex.has(d.consumerKernel)).map((d) => ({
-        ...d,
-        consumerKernel: newIndex.get(d.consumerKernel)!,
-      })),
-    },
-    flashParts,
-  };
+/** Why the site's nodes cannot all be the flash kernels' own: another reads one (but O and the gradients). */
+function ownNodes(
+  site: FlashSite,
+  users: readonly NodeId[][],
+  outputs: ReadonlySet<NodeId>,
+  claimed: ReadonlySet<NodeId>,
+): string | undefined {
+  const own = new Set([...site.forward, ...site.backward]);
+  const kept = new Set([site.o, site.dQ, site.dK, site.dV]);
+  for (const x of own) {
+    if (claimed.has(x)) return `%${x} belongs to another site`;
+    if (kept.has(x)) continue;
+    if (outputs.has(x)) return `%${x} is a graph output`;
+    const u = users[x].find((u) => !own.has(u));
+    if (u !== undefined) return `%${x} is also read by %${u}`;
+  }
+  return undefined;
 }
 
 /**
@@ -192,7 +147,6 @@ export function flashKernel(
         `flash attention ${p.what} (compiler/codegen/cuda_flash.ts), head dim 64, ${spec.batch}×${spec.heads} heads, sequence ${spec.seqQ}${
           spec.dropout ? `, dropout ${spec.dropout.p}` : ""
         }`,
-        `in place of ${p.kernels.length} fused kernels`,
         ...bindings.map((b, i) => `binding ${i} (${b.access}): ${buffers[b.buffer].name}`),
       ],
       usesF16: true,
@@ -233,83 +187,31 @@ function bindingBuffer(
   return b;
 }
 
-interface SitePlan {
-  readonly forward: number[];
-  readonly backward: number[];
-  /** The kernel writing O, where the forward runs, and the first backward kernel, where the backward runs. */
-  readonly fwdAt: number;
-  readonly bwdAt: number;
-  /** Stored nodes that kernels other than the merged ones read (or that are outputs). */
-  readonly readElsewhere: ReadonlySet<NodeId>;
-}
-
-/** Which fused kernels a site merges and where its kernels run, or why it cannot be merged. */
-function planSite(
-  s: KernelState,
-  w: FusionWork,
-  site: FlashSite,
-  taken: ReadonlySet<number>,
-  outputs: ReadonlySet<NodeId>,
-): SitePlan | string {
-  const why = flashIneligible(site.spec);
-  if (why) return why;
-  const g = s.graph, f = workedFusion(s.fusion!, w);
-  const kernelsOf = (nodes: ReadonlySet<NodeId>) =>
-    [...new Set([...nodes].map((n) => w.kernelOf[n]).filter((k) => k >= 0))].sort((a, b) => a - b);
-  const forward = kernelsOf(site.forward), backward = kernelsOf(site.backward);
-  const all = new Set([...forward, ...backward]);
-  if (all.size !== forward.length + backward.length) {
-    return "a kernel computes both forward and backward values";
-  }
-  if ([...all].some((k) => taken.has(k))) return "a kernel is shared with another site";
-  // Every member of a merged kernel is the attention's own, and what it writes is read by no other kernel
-  // unless it is O, dQ, dK or dV (which the flash kernels write in the same layout).
-  const own = new Set([...site.forward, ...site.backward, ...site.inline]);
-  for (const k of all) {
-    const extra = [...w.fused[k].members].find((n) => !own.has(n));
-    if (extra !== undefined) return `fused kernel ${k} also computes %${extra} (${g.nodes[extra].op})`;
-  }
-  const readElsewhere = new Set(outputs);
-  w.fused.forEach((k, i) => all.has(i) || readsOf(g, f, k).forEach((x) => readElsewhere.add(x)));
-  const kept = new Set([site.o, site.dQ, site.dK, site.dV]);
-  for (const k of all) {
-    const r = w.fused[k].roots.find((x) => !kept.has(x) && readElsewhere.has(x));
-    if (r !== undefined) return `fused kernel ${k} writes %${r}, which other kernels read`;
-  }
-  const writer = (
-    x: NodeId,
-  ) => (all.has(w.kernelOf[x]) && w.fused[w.kernelOf[x]].roots.includes(x) ? w.kernelOf[x] : -1);
-  const [fwdAt, dvAt, dqAt, dkAt] = [site.o, site.dV, site.dQ, site.dK].map(writer);
-  if ([fwdAt, dvAt, dqAt, dkAt].some((k) => k < 0) || new Set([fwdAt, dvAt, dqAt]).size !== 3) {
-    return "O, dV and dQ are not written by three distinct merged kernels";
-  }
-  // Each merged kernel runs where everything it reads is written: the forward at O's writer (after every
-  // forward kernel), the backward at the first backward kernel, so dO must be written before that.
-  const bwdAt = backward[0];
-  const early = (kernels: number[], at: number) => {
-    const members = new Set(kernels.flatMap((k) => [...w.fused[k].members]));
-    return [...readsOf(g, f, { ...w.fused[at], members })].find((x) =>
-      w.kernelOf[x] > at && !all.has(w.kernelOf[x])
-    );
-  };
-  const late = early(forward, fwdAt) ?? early(backward, bwdAt);
-  if (late !== undefined) return `%${late} is written after the kernel the flash kernel would replace`;
-  return { forward, backward, fwdAt, bwdAt, readElsewhere };
-}
-
 const ROLES = [["q", "qBias"], ["k", "kBias"], ["v", "vBias"], ["dO", undefined]] as const;
 
+/** The first f16 matmul below `x` through casts, views and adds: the GEMM that may compute it. */
+function productBelow(match: MatchContext, x: NodeId): NodeId | undefined {
+  const n = match.graph.nodes[x];
+  if (n.op === "matmul") return x;
+  if (!["cast", "reshape", "permute", "add"].includes(n.op)) return undefined;
+  for (const i of n.inputs) {
+    const m = productBelow(match, i);
+    if (m !== undefined) return m;
+  }
+  return undefined;
+}
+
 /**
- * The site with each of Q, K, V and dO that only the merged kernels read taken from the token-major
- * product of the GEMM computing it (that GEMM re-rooted there, flash_operands.ts); the others as they are.
+ * The site with each of Q, K, V and dO that only the attention reads taken from the token-major product of
+ * the library GEMM computing it (that product stored, the views and bias between computed on load); the
+ * others stored as they are. Adds what the kernels read to `stored`.
  */
 function tokenMajor(
-  s: KernelState,
-  w: FusionWork,
   site: FlashSite,
-  readElsewhere: ReadonlySet<NodeId>,
   match: MatchContext,
   users: NodeId[][],
+  rawCalls: ReadonlySet<NodeId> | undefined,
+  stored: Set<NodeId>,
   log: (m: string) => void,
 ): FlashSite {
   let out = site;
@@ -319,9 +221,9 @@ function tokenMajor(
     const why = (() => {
       // One value in two roles (Q = K) stays a buffer of its own.
       if (ROLES.some(([r]) => r !== role && site[r] === x)) return "it also plays another role";
-      if (!users[x].every((u) => own.has(u)) || readElsewhere.has(x)) return "something else reads it";
-      const at = w.kernelOf[x], anchor = at >= 0 ? w.fused[at].anchor : undefined;
-      if (anchor === undefined) return "no GEMM computes it";
+      if (!users[x].every((u) => own.has(u))) return "something else reads it";
+      const anchor = productBelow(match, x);
+      if (anchor === undefined || !rawCalls?.has(anchor)) return "no library GEMM computes it";
       const heads = headsOfProduct(match, users, anchor, x);
       if (typeof heads === "string") return heads;
       if (heads.bias && !biasRole) return "a bias on dO";
@@ -329,7 +231,7 @@ function tokenMajor(
         ? { ...heads.operand, bias: { offset: 0, head: FLASH_HEAD_DIM, dtype: heads.bias.dtype } }
         : heads.operand;
       const spec = { ...out.spec, [role]: operand };
-      const no = flashIneligible(spec) ?? rerootAtProduct(s, w, at, x, heads, users);
+      const no = flashIneligible(spec);
       if (no) return no;
       out = {
         ...out,
@@ -337,8 +239,10 @@ function tokenMajor(
         ...(heads.bias && biasRole ? { [biasRole]: heads.bias.node } : {}),
         spec,
       };
+      stored.add(anchor);
       return undefined;
     })();
+    if (why) stored.add(x);
     log(
       `%${site.o}: ${role} %${x} ${
         why ? `stays heads-major: ${why}` : "read token-major from its GEMM's product"

@@ -34,18 +34,22 @@ export const fusionStage: Stage<KernelState> = {
   name: "fusion",
   about:
     "producer-consumer fusion, consumers first: each node joins the one kernel reading it, or roots its own",
-  run: (s, ctx) => ({
-    ...s,
-    fusion: fuseProducers(s.graph, {
+  run: (s, ctx) => {
+    const claims = s.flashClaims;
+    const fusion = fuseProducers(s.graph, {
       fuse: s.fusing,
       takeFuel: takeFuel(ctx),
       log: logOf(ctx),
       maxBindings: s.options.maxBindings,
       maxBindingBytes: s.options.maxBindingBytes,
-      roots: s.forcedRoots,
+      roots: claims ? new Set([...s.forcedRoots ?? [], ...claims.stored]) : s.forcedRoots,
       calls: s.graphCalls,
-    }),
-  }),
+      seeded: claims?.kernels,
+    });
+    if (!claims) return { ...s, fusion };
+    const flashParts = new Map(claims.kernels.map((k) => [Math.min(...k.roots), k.part]));
+    return { ...s, fusion, flashParts };
+  },
   // The unfused baseline: one kernel per op; the later fusion stages then do nothing either.
   skip: (s, ctx) => ({
     ...s,
@@ -134,6 +138,7 @@ export const sameWriterStage = kernelFusion(
       takeFuel(ctx),
       mergeBindingLimit(s, MAX_SIBLING_BINDINGS),
       s.options.maxBindingBytes,
+      s.graphCalls?.bgradSums,
     ),
 );
 

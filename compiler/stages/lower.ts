@@ -19,7 +19,7 @@ export const lowerStage: Stage<KernelState> = {
     // The flash-attention stage's kernels: their bindings and the CUDA C they are written in.
     const flash = new Map<number, FlashOverride>();
     const kernels = fusion.kernels.map((k, i) => {
-      const part = s.flashParts?.get(i);
+      const part = k.kind === "attention" ? s.flashParts?.get(k.roots[0]) : undefined;
       if (!part) return lowerKernel(s.graph, k, { ...ctx, members: k.members }, s.options.target);
       const lse = s.flashLse?.get(part.site.o);
       if (lse === undefined) {

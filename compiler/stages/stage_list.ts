@@ -36,6 +36,7 @@ export const FUSION_STAGES: readonly Stage<KernelState>[] = [
   columnSumsStage,
   weightCopiesStage,
   gemmCallsStage,
+  flashAttentionStage,
   fusionStage,
   attentionStage,
   siblingStage,
@@ -49,7 +50,6 @@ export const FUSION_STAGES: readonly Stage<KernelState>[] = [
 /** From the storage choice to the Plan: what follows fusion. */
 export const PLAN_STAGES: readonly Stage<KernelState>[] = [
   storageStage,
-  flashAttentionStage,
   outputViewsStage,
   libraryCallsStage,
   buffersStage,

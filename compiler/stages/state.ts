@@ -98,12 +98,24 @@ export interface SharedSources {
   readonly epilogues: readonly number[];
 }
 
-/** A fused kernel that a flash-attention kernel computes (flash-attention stage): which one, for which site. */
+/** A kernel that a flash-attention kernel computes (flash-attention stage): which one, for which site. */
 export interface FlashPart {
   readonly what: "forward" | "backward" | "backward_dk_dv" | "backward_dq";
   readonly site: FlashSite;
-  /** The fused kernels it merged (before renumbering). */
-  readonly kernels: readonly number[];
+}
+
+/**
+ * The attentions the flash kernels compute, decided before fusion (flash-attention stage): a kernel per part,
+ * which fusion takes as it is, and the values they read that must be stored (the GEMM products they read
+ * token-major, or the heads themselves).
+ */
+export interface FlashClaims {
+  readonly kernels: readonly {
+    readonly part: FlashPart;
+    readonly roots: NodeId[];
+    readonly members: Set<NodeId>;
+  }[];
+  readonly stored: ReadonlySet<NodeId>;
 }
 
 /**
@@ -129,8 +141,10 @@ export interface KernelState {
   readonly graphCalls?: GraphCalls;
   readonly fusion?: FusionResult;
   readonly storage?: StoragePlan;
-  /** Fused kernels that flash-attention kernels compute (CUDA only), by index. */
-  readonly flashParts?: ReadonlyMap<number, FlashPart>;
+  /** The attentions flash kernels compute (flash-attention stage, CUDA only). */
+  readonly flashClaims?: FlashClaims;
+  /** The flash kernels, by their first root (their roots stay as fusion made them). */
+  readonly flashParts?: ReadonlyMap<NodeId, FlashPart>;
   /** Each flash site's log-sum-exp buffer, by the site's O node (buffers stage). */
   readonly flashLse?: ReadonlyMap<NodeId, number>;
   /** Graph outputs that view a piece of a flat vector: output -> the piece (output-views stage). */

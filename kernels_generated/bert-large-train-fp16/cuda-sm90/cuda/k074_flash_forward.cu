@@ -3,7 +3,6 @@
 // Used by 1 kernel: k074_flash_forward
 // What the first of them fuses:
 //   flash attention forward (compiler/codegen/cuda_flash.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
-//   in place of 3 fused kernels
 //   binding 0 (read): %989 matmul
 //   binding 1 (read): %996 matmul
 //   binding 2 (read): %1003 matmul

@@ -3,7 +3,6 @@
 // Used by 1 kernel: k705_flash_backward
 // What the first of them fuses:
 //   flash attention backward (compiler/codegen/cuda_flash.ts), head dim 64, 8×16 heads, sequence 128, dropout 0.1
-//   in place of 5 fused kernels
 //   binding 0 (read): %1120 matmul
 //   binding 1 (read): %1127 matmul
 //   binding 2 (read): %1134 matmul
