@@ -249,7 +249,7 @@ for (const c of CASES) {
       }, ["o", "lse"]);
       // P and V meet as f16 on the tensor cores (the reference multiplies f32): ~2^-11 relative per term.
       close("O", got.o, ref.get("o")!, 1e-3);
-      close("logsumexp", got.lse, ref.get("lse")!, 1e-5);
+      close("logsumexp", got.lse, ref.get("lse")!, 3e-5); // scores summed in mma order: 1.4e-5 seen
       assert.equal(
         got.mmaFlops[0],
         flashCosts(specOf(c, stream))[0].flops,
@@ -539,7 +539,7 @@ Deno.test({
     const ref = evaluate(g, t.feeds, { precision: "f32", outputs: names });
     const check = (got: Record<string, Float64Array>) => {
       close("O", got.o, ref.get("o")!, 1e-3);
-      close("logsumexp", got.lse, ref.get("lse")!, 1e-5);
+      close("logsumexp", got.lse, ref.get("lse")!, 3e-5); // scores summed in mma order: 1.4e-5 seen
       close("dQ", got.dq, ref.get(GRAD_PREFIX + "q")!, 4e-3);
       close("dK", got.dk, ref.get(GRAD_PREFIX + "k")!, 4e-3);
       close("dV", got.dv, ref.get(GRAD_PREFIX + "v")!, 2e-3);
