@@ -6,7 +6,7 @@
  * `flashIneligible` (the math, schedule and requirements: DESIGN.md, notes: compiler/codegen/cuda_flash.ts).
  */
 import { cudaPrelude } from "./cuda_prelude.ts";
-import { FLASH_HEAD_DIM, type FlashAttentionSpec, type FlashOperand } from "../lower/flash_match.ts";
+import { FLASH_HEAD_DIM, type FlashAttentionSpec, type FlashOperand } from "../passes/flash_match.ts";
 
 /** Rows per block, per key/query tile. */
 export const FLASH_ROWS = 64;

@@ -27,7 +27,7 @@ import {
   storeRows,
   zero,
 } from "./cuda_flash.ts";
-import type { FlashAttentionSpec } from "../lower/flash_match.ts";
+import type { FlashAttentionSpec } from "../passes/flash_match.ts";
 
 /** The longest sequence one block holds (8 warps of 16 query rows). */
 export const FUSED_MAX_SEQ = 128;

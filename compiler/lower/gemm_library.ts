@@ -10,6 +10,7 @@ import { type DType, type Graph, type NodeId, numel } from "../../ir/mod.ts";
 import type { FusedKernel } from "../fusion/types.ts";
 import { READ_THROUGH } from "../passes/gemm_calls.ts";
 import { keepsElements } from "../passes/gemm_sum_order.ts";
+import { contiguousView, reshapeView, type View } from "../graph/strided_view.ts";
 import { storedTypeOf, type ValueContext } from "./values.ts";
 import type { PlanGemm, PlanGemmOperand, PlanGemmVector } from "../../plan/plan.ts";
 
@@ -46,60 +47,6 @@ export type GemmVerdict =
 
 const GEMM_TYPES: readonly DType[] = ["f32", "f16", "bf16"];
 
-/** A strided view of a buffer: element (i0, i1, …) is at offset + Σ i_d·strides[d]. */
-interface View {
-  readonly shape: readonly number[];
-  readonly strides: readonly number[];
-  readonly offset: number;
-}
-
-const contiguous = (shape: readonly number[]): View => {
-  const strides = new Array<number>(shape.length);
-  let s = 1;
-  for (let d = shape.length - 1; d >= 0; d--) {
-    strides[d] = s;
-    s *= shape[d];
-  }
-  return { shape, strides, offset: 0 };
-};
-
-/**
- * The view `reshape` makes of `v` (row-major linear order kept), or undefined when it is not a strided
- * view: each group of input axes that maps onto a group of output axes must be contiguous within itself.
- */
-export function reshapeView(v: View, outShape: readonly number[]): View | undefined {
-  const ins = v.shape.map((s, i) => [s, v.strides[i]] as const).filter(([s]) => s !== 1);
-  const strides = new Array<number>(outShape.length);
-  let i = 0, d = 0;
-  while (d < outShape.length) {
-    if (outShape[d] === 1) {
-      strides[d] = 0;
-      d++;
-      continue;
-    }
-    if (i >= ins.length) return undefined;
-    let j = i, e = d, pi = ins[i][0], pe = outShape[d];
-    while (pi !== pe) {
-      if (pi < pe) {
-        if (++j >= ins.length) return undefined;
-        pi *= ins[j][0];
-      } else {
-        if (++e >= outShape.length) return undefined;
-        pe *= outShape[e];
-      }
-    }
-    for (let t = i; t < j; t++) if (ins[t][1] !== ins[t + 1][1] * ins[t + 1][0]) return undefined;
-    let st = ins[j][1];
-    for (let t = e; t >= d; t--) {
-      strides[t] = st;
-      st *= outShape[t];
-    }
-    i = j + 1;
-    d = e + 1;
-  }
-  return { shape: outShape, strides, offset: v.offset };
-}
-
 type Found = { ok: true; buffer: NodeId; dtype: GemmDType; view: View } | { ok: false; reason: string };
 
 /**
@@ -124,7 +71,7 @@ function operandView(g: Graph, ctx: ValueContext, id: NodeId, what: string, broa
   }
   const stored = storedTypeOf(ctx, cur);
   if (!GEMM_TYPES.includes(stored)) return { ok: false, reason: `${what} is stored ${stored}` };
-  let view = contiguous(g.nodes[cur].type.shape);
+  let view = contiguousView(g.nodes[cur].type.shape);
   for (const c of chain.reverse()) {
     const n = g.nodes[c];
     switch (n.op) {
@@ -306,7 +253,7 @@ function directRoot(
   const stored = storedTypeOf(ctx, root);
   let cur = root;
   let c: NodeId | undefined;
-  let view: View | undefined = contiguous(g.nodes[root].type.shape);
+  let view: View | undefined = contiguousView(g.nodes[root].type.shape);
   let bias: NodeId | undefined;
   // The product's columns split as [H, Dh] by a reshape whose view does not merge back (see deriveGemm).
   let heads: readonly [number, number] | undefined;
@@ -574,7 +521,7 @@ export function deriveGemm(
         `strides covers`,
     };
   }
-  const scratchD = contiguous(mm.type.shape);
+  const scratchD = contiguousView(mm.type.shape);
   const scratchDtype = scratchType(mm.type.dtype, fa.dtype);
   const found = directRoot(g, k, ctx, opts.biasEpilogue ?? false, opts.sumC ?? false);
   const rootType = found === undefined ? undefined : storedTypeOf(ctx, found.root);

@@ -1,7 +1,7 @@
 /**
  * Flash attention on CUDA for training, decided on the graph before fusion: for targets with the
  * flashAttention knob that implement attention as the flash kernels, each self-attention whose node group
- * (compiler/lower/flash_match.ts) the kernels can compute, and whose nodes nothing else reads, is claimed: its
+ * (compiler/passes/flash_match.ts) the kernels can compute, and whose nodes nothing else reads, is claimed: its
  * forward is one kernel and its backward one or two (codegen/cuda_flash*.ts), which fusion takes as they are;
  * Q, K, V and dO are read token-major from the product of the library GEMM computing them, a bias added on
  * load, where only the attention reads them, else stored as they are. No probabilities are stored (DESIGN.md,
@@ -26,7 +26,7 @@ import {
   type FlashSite,
   headsOfProduct,
   type MatchContext,
-} from "../lower/flash_match.ts";
+} from "../passes/flash_match.ts";
 import { usersOf } from "../graph/users.ts";
 import type { Stage } from "../pipeline/stage_runner.ts";
 import type { FlashClaims, FlashOverride, FlashPart, KernelState, StateBuffer } from "./state.ts";

@@ -12,7 +12,7 @@ import type { PlanGemm } from "../../plan/plan.ts";
 import type { ValueContext } from "../lower/values.ts";
 import type { Precision } from "../training_graph/mixed_precision.ts";
 import type { StoragePlan } from "../storage/storage_precision.ts";
-import type { FlashSite } from "../lower/flash_match.ts";
+import type { FlashSite } from "../passes/flash_match.ts";
 import type { GemmVerdict } from "../lower/gemm_library.ts";
 import type { BgradEpilogue } from "../lower/gemm_bgrad.ts";
 import type { GraphCalls } from "../passes/gemm_calls.ts";

@@ -27,7 +27,7 @@ import {
   flashForward,
   type FlashKernel,
 } from "../../compiler/codegen/cuda_flash.ts";
-import type { FlashAttentionSpec, FlashOperand } from "../../compiler/lower/flash_match.ts";
+import type { FlashAttentionSpec, FlashOperand } from "../../compiler/passes/flash_match.ts";
 import { flashBackwardFused } from "../../compiler/codegen/cuda_flash_backward.ts";
 import type { Graph } from "../../ir/mod.ts";
 import { CXX, cxxVersion, runSourceOnCpu } from "../util/cuda_cpu.ts";

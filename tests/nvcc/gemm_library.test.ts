@@ -7,7 +7,7 @@ import { target } from "../util/target.ts";
 import assert from "node:assert/strict";
 import { graphOf } from "../../cases/fusion_cases.ts";
 import { compileGraph } from "../../compiler/driver/compile.ts";
-import { reshapeView } from "../../compiler/lower/gemm_library.ts";
+import { reshapeView } from "../../compiler/graph/strided_view.ts";
 import { bytesMoved, figuresOf } from "../../report/fusion_report.ts";
 import type { ModelBuilder, Tensor } from "../../dsl/mod.ts";
 import type { DType } from "../../ir/mod.ts";

@@ -3,10 +3,10 @@
  * from their node groups (the attention op's decomposition, forward and backward). Each site lists every
  * node the flash kernels replace, so the flash stage can check that what it drops computes nothing else;
  * operand layouts come from the buffers, and `headsOfProduct` says how to read Q, K, V or dO from their
- * GEMM's token-major product (DESIGN.md, notes: compiler/lower/flash_match.ts).
+ * GEMM's token-major product (DESIGN.md, notes: compiler/passes/flash_match.ts).
  */
 import type { Graph, Node, NodeGroup, NodeId } from "../../ir/mod.ts";
-import { reshapeView } from "./gemm_library.ts";
+import { reshapeView } from "../graph/strided_view.ts";
 import { usersOf } from "../graph/users.ts";
 
 /** The head dim the flash kernels are written for. */
