@@ -52,7 +52,7 @@ Deno.test("kernel stages: SKIP_PASSES skips a kernel stage; a stage that cannot 
     () => compile({ skipPasses: new Set(["memory-plan"]) }),
     (e: Error) =>
       e instanceof DebugFlagError && !e.message.includes("\n") &&
-      /^SKIP_PASSES names 'memory-plan', which cannot be skipped; the passes that can: simplify, cse, dce, column-sums, weight-copies, gemm-calls, fusion/
+      /^SKIP_PASSES names 'memory-plan', which cannot be skipped; the passes that can: simplify, cse, dce, column-sums, weight-copies, gemm-calls, flash-attention, fusion/
         .test(e.message),
   );
   assert.throws(
