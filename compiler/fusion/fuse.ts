@@ -173,6 +173,8 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     kernelOf[id] = k.id;
   };
 
+  // Seeded kernels come first; their space is their results' shape, so those are stored like any kernel's
+  // (storage precision keeps an attention kernel's roots of another size f32, as row statistics).
   for (const { roots, members } of opts.seeded ?? []) {
     const sorted = [...roots].sort((a, b) => a - b);
     kernels.push({
@@ -190,7 +192,7 @@ export function fuseProducers(g: Graph, opts: FusionOptions): FusionResult {
     if (isBuffer(n.op) || isAssembled(id) || kernelOf[id] >= 0) continue;
     const readerKernels = new Set<number>();
     for (const u of users[id]) {
-      if (kernelOf[u] >= seededKernels) readerKernels.add(kernelOf[u]);
+      if (kernelOf[u] >= seededKernels) readerKernels.add(kernelOf[u]); // seeded ones are not readers
       else for (const k of readers[u] ?? []) readerKernels.add(k);
     }
     // Computed in each of several readers: movement ops, casts, cheap products of a buffer, and cheap

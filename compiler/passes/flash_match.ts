@@ -1,12 +1,12 @@
 /**
  * The self-attentions of a training graph that the flash-attention kernels (cuda_flash.ts) can compute, read
- * from their node groups (the attention op's decomposition, forward and backward). Each site lists every
- * node the flash kernels replace, so the flash stage can check that what it drops computes nothing else;
- * operand layouts come from the buffers, and `headsOfProduct` says how to read Q, K, V or dO from their
- * GEMM's token-major product (DESIGN.md, notes: compiler/passes/flash_match.ts).
+ * from their node groups (the attention op's decomposition, forward and backward) on the graph before fusion.
+ * Each site lists every node the flash kernels compute, so the flash stage can check that nothing else reads
+ * them; O and the gradients are stored where their chain of views ends, and `headsOfProduct` says how to read
+ * Q, K, V or dO from their GEMM's token-major product (DESIGN.md, notes: compiler/passes/flash_match.ts).
  */
 import type { Graph, Node, NodeGroup, NodeId } from "../../ir/mod.ts";
-import { reshapeView } from "../graph/strided_view.ts";
+import { contiguousView, reshapeView, type View } from "../graph/strided_view.ts";
 import { usersOf } from "../graph/users.ts";
 
 /** The head dim the flash kernels are written for. */
@@ -100,11 +100,7 @@ export interface MatchContext {
 type Why = string;
 const fail = (why: Why): { why: Why } => ({ why });
 
-const contiguous = (shape: readonly number[]) => {
-  const st = new Array<number>(shape.length).fill(1);
-  for (let i = shape.length - 2; i >= 0; i--) st[i] = st[i + 1] * shape[i + 1];
-  return st;
-};
+const contiguous = (shape: readonly number[]) => [...contiguousView(shape).strides];
 
 /**
  * Walks the single-user chain of permutes, reshapes and exact casts from `m` (an f16 GEMM result) to the
@@ -384,11 +380,7 @@ export function headsOfProduct(
   }
   if (users[anchor].length !== 1) return `%${anchor} has other readers`;
   // The root's strides in the product's buffer: the chain's views, from the product up.
-  let view: { shape: readonly number[]; strides: readonly number[]; offset: number } | undefined = {
-    shape: mm.type.shape,
-    strides: contiguous(mm.type.shape),
-    offset: 0,
-  };
+  let view: View | undefined = contiguousView(mm.type.shape);
   for (const id of [...chain].reverse()) {
     const n = node(id);
     if (n.op === "reshape") view = view && reshapeView(view, n.type.shape);

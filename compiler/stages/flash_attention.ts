@@ -102,7 +102,7 @@ function ownNodes(
 }
 
 /**
- * The lowering of a flash kernel (the lower stage's, for the kernels this stage merged): its bindings, the
+ * The lowering of a flash kernel (the lower stage's, for the kernels this stage claimed): its bindings, the
  * source written in CUDA C and the traffic and work its empty kernel IR cannot count. `lse`: the site's
  * log-sum-exp buffer (buffers stage).
  */
